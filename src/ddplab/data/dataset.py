@@ -1,0 +1,76 @@
+"""The one in-memory form every dataset takes: uint8 images plus labels.
+
+Whatever the file format, a dataset ends up as a contiguous uint8 tensor [N, C, H, W] and an
+int64 label tensor [N]. That form is small enough to live whole on the training device
+(CIFAR-10 is 150 MB), which is what lets the loader cut and augment batches there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class ImageDataset:
+    images: torch.Tensor  # uint8 [N, C, H, W]
+    labels: torch.Tensor  # int64 [N], values in [0, len(classes))
+    classes: list[str]
+    name: str = ""
+    # Per-channel statistics in [0, 1] pixel units, used to normalize batches.
+    mean: tuple[float, ...] = field(default=())
+    std: tuple[float, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.images.dtype != torch.uint8 or self.images.dim() != 4:
+            raise ValueError(f"images must be uint8 [N, C, H, W], got {self.images.dtype} {tuple(self.images.shape)}")
+        if self.labels.dim() != 1 or len(self.labels) != len(self.images):
+            raise ValueError(f"labels must be [N] with N={len(self.images)}, got {tuple(self.labels.shape)}")
+        self.labels = self.labels.to(torch.int64)
+        if not self.mean:
+            self.mean, self.std = channel_stats(self.images)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        c, h, w = self.images.shape[1:]
+        return (c, h, w)
+
+    def select(self, index: torch.Tensor | slice, name: str | None = None) -> "ImageDataset":
+        """A subset that keeps classes and normalization statistics of the parent."""
+        return ImageDataset(
+            images=self.images[index].contiguous(),
+            labels=self.labels[index].contiguous(),
+            classes=list(self.classes),
+            name=name or self.name,
+            mean=self.mean,
+            std=self.std,
+        )
+
+    def to(self, device: torch.device | str) -> "ImageDataset":
+        return ImageDataset(self.images.to(device), self.labels.to(device), self.classes, self.name, self.mean, self.std)
+
+
+def channel_stats(images: torch.Tensor, chunk: int = 4096) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Population mean/std per channel in [0, 1] units, accumulated in float64 by chunks."""
+    c = images.shape[1]
+    total = torch.zeros(c, dtype=torch.float64)
+    total_sq = torch.zeros(c, dtype=torch.float64)
+    count = 0
+    for start in range(0, len(images), chunk):
+        x = images[start : start + chunk].to(torch.float64) / 255.0
+        total += x.sum(dim=(0, 2, 3))
+        total_sq += (x * x).sum(dim=(0, 2, 3))
+        count += x.shape[0] * x.shape[2] * x.shape[3]
+    if count == 0:
+        return tuple([0.5] * c), tuple([0.25] * c)
+    mean = total / count
+    std = (total_sq / count - mean * mean).clamp_min(1e-12).sqrt()
+    return tuple(round(float(m), 6) for m in mean), tuple(round(float(s), 6) for s in std)
