@@ -1,0 +1,5 @@
+import sys
+
+from ddplab.cli import main
+
+sys.exit(main())

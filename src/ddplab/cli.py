@@ -1,0 +1,191 @@
+"""Command line: parse, build a config, call one function. No training logic lives here.
+
+    ddplab train [--config FILE] [--dataset ... shortcuts] [--section.field VALUE ...]
+    ddplab eval RUN_DIR [--weights final|best]
+    ddplab data info|verify|download DATASET [--data-dir DIR]
+    ddplab models [--image-size N] [--num-classes K]
+
+Errors meant for the user (`DdplabError`) print one line and exit with their code (2 for
+config errors); `--debug` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import typing
+from pathlib import Path
+from typing import Any
+
+from ddplab.config import SECTIONS, RunConfig, build_config, field_types, load_toml, merge, parse_dotted
+from ddplab.errors import DdplabError
+
+# Short flags for the settings people change most; every setting also has --section.field.
+SHORTCUTS: dict[str, str] = {
+    "--dataset": "data.dataset",
+    "--data-dir": "data.data_dir",
+    "--subset": "data.subset",
+    "--model": "model.name",
+    "--optimizer": "optim.name",
+    "--lr": "optim.lr",
+    "--schedule": "optim.schedule",
+    "--epochs": "train.epochs",
+    "--batch-size": "train.batch_size",
+    "--accumulate": "train.accumulate",
+    "--precision": "train.precision",
+    "--device": "train.device",
+    "--seed": "train.seed",
+    "--strategy": "dist.strategy",
+    "--nproc": "dist.nproc",
+    "--backend": "dist.backend",
+    "--out": "output.out",
+}
+
+
+def _is_bool(hint: Any) -> bool:
+    return hint is bool or bool in typing.get_args(hint)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="TOML config file (e.g. a run's config.toml)")
+    for flag, key in SHORTCUTS.items():
+        section, name = key.split(".")
+        parser.add_argument(flag, dest=key, metavar=name.upper(), default=argparse.SUPPRESS, help=f"same as --{key}")
+    parser.add_argument("--resume", dest="output.resume", action="store_const", const="true", default=argparse.SUPPRESS,
+                        help="continue the run in --out from its last checkpoint")
+    parser.add_argument("--debug", dest="output.debug", action="store_const", const="true", default=argparse.SUPPRESS,
+                        help="show tracebacks")
+    for section, cls in SECTIONS.items():
+        group = parser.add_argument_group(f"[{section}] settings")
+        hints = field_types(section)
+        for f in dataclasses.fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            kwargs: dict[str, Any] = dict(dest=f"{section}.{f.name}", default=argparse.SUPPRESS,
+                                          help=f"{f.metadata.get('help', '')} (default: {default})")
+            if _is_bool(hints[f.name]):
+                kwargs.update(nargs="?", const="true", metavar="BOOL")
+            else:
+                kwargs.update(metavar=f.name.upper())
+            group.add_argument(f"--{section}.{f.name}", **kwargs)
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """Config file (or a resumed run's config.toml), then every flag given, validated."""
+    overrides = parse_dotted([f"{k}={v}" for k, v in vars(args).items() if "." in k])
+    if hasattr(args, "config"):
+        base = load_toml(args.config)
+    elif overrides.get("output", {}).get("resume") == "true" and "out" in overrides.get("output", {}):
+        base = load_toml(Path(overrides["output"]["out"]) / "config.toml")  # resume with the run's own settings
+    else:
+        base = {}
+    config = build_config(merge(base, overrides))
+    if config.output.out is None:
+        config.output.out = str(config.output.run_dir(config.data, config.model))
+    return config
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from ddplab.engine.run import train
+
+    config = config_from_args(args)
+    train(config)
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from ddplab.engine.evaluate import evaluate_run
+
+    result = evaluate_run(args.run_dir, weights=args.weights, device=args.device, data_dir=args.data_dir)
+    print(f"{result['run_dir']} ({result['weights']} weights, epoch {result['epoch']}): "
+          f"{result['split']} acc {result['acc']:.4%} ({result['correct']}/{result['count']}), "
+          f"{result['split']} loss {result['loss']:.4f}")
+    return 0
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    from ddplab.data import datasets, download
+
+    root = Path(args.data_dir) if args.data_dir else datasets.default_root()
+    if args.action == "download":
+        folder = download.ensure_dataset(args.dataset, root, download=True)
+        print(f"{args.dataset}: ready in {folder}")
+        return 0
+    if args.action == "info":
+        print(format_info(datasets.dataset_info(args.dataset, root)))
+        return 0
+    problems = datasets.verify_dataset(args.dataset, root)
+    for line in problems:
+        print(line)
+    errors = [p for p in problems if p.startswith("error:")]
+    print(f"{args.dataset} in {root}: {'FAILED, ' + str(len(errors)) + ' error(s)' if errors else 'usable'}"
+          f" ({sum(p.startswith('warning:') for p in problems)} warning(s))")
+    return 1 if errors else 0
+
+
+def format_info(info: dict, indent: str = "") -> str:
+    lines = []
+    for key, value in info.items():
+        if isinstance(value, dict):
+            lines.append(f"{indent}{key}:")
+            lines.append(format_info(value, indent + "  "))
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
+            lines.append(f"{indent}{key}:")
+            lines += [f"{indent}  - " + ", ".join(f"{k}={v}" for k, v in item.items()) for item in value]
+        else:
+            lines.append(f"{indent}{key}: {value}")
+    return "\n".join(lines)
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from ddplab.models import describe_models
+
+    rows = describe_models(image_size=args.image_size, num_classes=args.num_classes)
+    print(f"{'model':<12} {'params':>12} {'MFLOP/image':>12}  defaults   (input 3x{args.image_size}x{args.image_size}, {args.num_classes} classes)")
+    for r in rows:
+        defaults = ", ".join(f"{k}={v}" for k, v in r["defaults"].items())
+        print(f"{r['name']:<12} {r['params']:>12,} {r['flops'] / 1e6:>12,.1f}  {defaults}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ddplab", description="Train CNN image classifiers on one device or many.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("train", help="train a model (see --help for every setting)")
+    add_config_arguments(p)
+    p.set_defaults(func=cmd_train)
+    p = sub.add_parser("eval", help="test loss/accuracy of a run's final or best weights")
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--weights", choices=("final", "best"), default="final")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--data-dir", default=None, help="data root, if it moved since training")
+    p.set_defaults(func=cmd_eval)
+    p = sub.add_parser("data", help="dataset info, verification and download")
+    p.add_argument("action", choices=("info", "verify", "download"))
+    p.add_argument("dataset")
+    p.add_argument("--data-dir", default=None, help="data root (default: $DDPLAB_DATA, else ./data)")
+    p.set_defaults(func=cmd_data)
+    p = sub.add_parser("models", help="list models with parameter and FLOP counts")
+    p.add_argument("--image-size", type=int, default=32)
+    p.add_argument("--num-classes", type=int, default=10)
+    p.set_defaults(func=cmd_models)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    debug = getattr(args, "output.debug", None) == "true" or "--debug" in (argv or sys.argv)
+    try:
+        return args.func(args)
+    except DdplabError as exc:
+        if debug:
+            raise
+        print(f"ddplab: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("ddplab: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

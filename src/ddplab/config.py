@@ -1,0 +1,414 @@
+"""Typed run configuration: a TOML file plus command-line overrides, validated before any work.
+
+A run is described by one `RunConfig` of six sections. Every field carries its help text
+(shown by `ddplab train --help`) and is checked in `__post_init__`, so a bad value fails at
+construction with a `ConfigError` naming `section.field`, the value and what is allowed.
+Checks that depend on the machine (CUDA present, folder exists) live in `check_environment`,
+which the CLI runs before anything is spawned.
+
+Values that mean "not set" are `None`; TOML has no null, so they are simply left out of the
+saved `config.toml`, and loading that file gives back the same config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, get_type_hints
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+import tomli_w
+
+from ddplab.errors import ConfigError
+
+DATASETS = ("cifar10", "cifar100", "stl10", "imagefolder", "synthetic")
+MODELS = ("simple_cnn", "vgg_small", "resnet18", "fastnet")
+OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
+SCHEDULES = ("onecycle", "cosine", "step", "none")
+PRECISIONS = ("fp32", "bf16", "fp16")
+STRATEGIES = ("single", "dp", "ddp")
+BACKENDS = ("auto", "nccl", "gloo", "mpi")
+EARLY_STOP_METRICS = ("test_loss", "test_acc", "train_loss")
+
+
+def opt(default: Any, help: str) -> Any:
+    """A dataclass field with its help text; lists get a default factory."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+def _bad(name: str, value: Any, allowed: str) -> ConfigError:
+    return ConfigError(f"{name}={value!r} is not valid: {allowed}")
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise _bad(name, value, "choose one of " + ", ".join(allowed))
+
+
+def _positive(name: str, value: float | int | None, *, zero_ok: bool = False, none_ok: bool = False) -> None:
+    if value is None and none_ok:
+        return
+    if value is None or value < 0 or (value == 0 and not zero_ok):
+        raise _bad(name, value, "must be >= 0" if zero_ok else "must be > 0")
+
+
+@dataclass
+class DataConfig:
+    dataset: str = opt("cifar10", "dataset: " + " | ".join(DATASETS))
+    data_dir: str | None = opt(None, "data root holding the canonical extracted folders (default: $DDPLAB_DATA, else ./data); for imagefolder the folder itself")
+    download: bool = opt(True, "download the official archive when the dataset is missing")
+    image_size: int | None = opt(None, "resize images to this square size in pixels (default: native size)")
+    subset: int | None = opt(None, "train on the first N training images only")
+    val_fraction: float = opt(0.0, "hold out this fraction of the training images and evaluate on it instead of the test set")
+    fold: int | None = opt(None, "STL-10 labelled fold 0-9 to train on (default: the whole train split)")
+    cifar100_labels: str = opt("fine", "CIFAR-100 label set: fine | coarse")
+    synthetic_size: int | None = opt(None, "synthetic dataset: number of training images (test gets a quarter)")
+    num_classes: int = opt(10, "synthetic dataset: number of classes")
+    crop_padding: int = opt(4, "augment: random crop after reflect-padding by this many pixels (0 = off)")
+    translate: int = opt(0, "augment: random shift by up to this many pixels, zero fill (0 = off)")
+    flip: bool = opt(True, "augment: random horizontal flip")
+    cutout: int = opt(0, "augment: cutout square side in pixels (0 = off)")
+    jitter: float = opt(0.0, "augment: color jitter strength for brightness, contrast, saturation (0 = off)")
+    rotate: float = opt(0.0, "augment: random rotation up to this many degrees (0 = off)")
+
+    def __post_init__(self) -> None:
+        _choice("data.dataset", self.dataset, DATASETS)
+        _choice("data.cifar100_labels", self.cifar100_labels, ("fine", "coarse"))
+        for name in ("image_size", "subset", "synthetic_size"):
+            _positive(f"data.{name}", getattr(self, name), none_ok=True)
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise _bad("data.val_fraction", self.val_fraction, "must be in [0, 1)")
+        if self.fold is not None and not 0 <= self.fold <= 9:
+            raise _bad("data.fold", self.fold, "STL-10 has folds 0-9")
+        if self.fold is not None and self.dataset != "stl10":
+            raise _bad("data.fold", self.fold, "folds exist only for --dataset stl10")
+        if self.num_classes < 2:
+            raise _bad("data.num_classes", self.num_classes, "must be >= 2")
+        for name in ("crop_padding", "translate", "cutout", "jitter", "rotate"):
+            _positive(f"data.{name}", getattr(self, name), zero_ok=True)
+        if self.jitter >= 1.0:
+            raise _bad("data.jitter", self.jitter, "must be in [0, 1)")
+        if self.rotate > 180:
+            raise _bad("data.rotate", self.rotate, "must be at most 180 degrees")
+
+    def root(self) -> Path:
+        """The data root: --data-dir, else $DDPLAB_DATA, else ./data."""
+        return Path(self.data_dir or os.environ.get("DDPLAB_DATA") or "data").expanduser()
+
+
+@dataclass
+class ModelConfig:
+    name: str = opt("simple_cnn", "model: " + " | ".join(MODELS))
+    width: float = opt(1.0, "channel width multiplier")
+    dropout: float | None = opt(None, "dropout probability before the classifier (default: the model's own)")
+    batchnorm: bool | None = opt(None, "batch normalization after convolutions (default: the model's own)")
+    channels_last: bool = opt(False, "use the channels_last memory format for model and batches")
+    compile: bool = opt(False, "torch.compile the model (compile time is reported as start-up)")
+
+    def __post_init__(self) -> None:
+        _choice("model.name", self.name, MODELS)
+        _positive("model.width", self.width)
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
+            raise _bad("model.dropout", self.dropout, "must be in [0, 1)")
+
+
+@dataclass
+class OptimConfig:
+    name: str = opt("sgd", "optimizer: " + " | ".join(OPTIMIZERS))
+    lr: float = opt(0.05, "peak learning rate (per optimizer step, not scaled with batch size)")
+    momentum: float = opt(0.9, "SGD / RMSprop momentum")
+    nesterov: bool = opt(True, "SGD Nesterov momentum")
+    betas: list[float] = opt([0.9, 0.999], "Adam / AdamW betas")
+    eps: float = opt(1e-8, "Adam / AdamW / RMSprop epsilon")
+    alpha: float = opt(0.99, "RMSprop smoothing constant")
+    weight_decay: float = opt(5e-4, "weight decay (decoupled for AdamW, L2 otherwise)")
+    schedule: str = opt("onecycle", "learning-rate schedule: " + " | ".join(SCHEDULES))
+    warmup_epochs: float = opt(1.0, "cosine: linear warm-up length in epochs; onecycle: rise phase in epochs")
+    step_epochs: int = opt(10, "step: decay the learning rate every this many epochs")
+    gamma: float = opt(0.1, "step: decay factor")
+    min_lr_ratio: float = opt(0.0, "cosine: final learning rate as a fraction of lr")
+    label_smoothing: float = opt(0.1, "label smoothing of the cross-entropy target")
+    grad_clip: float | None = opt(None, "clip the global gradient norm to this value")
+
+    def __post_init__(self) -> None:
+        _choice("optim.name", self.name, OPTIMIZERS)
+        _choice("optim.schedule", self.schedule, SCHEDULES)
+        _positive("optim.lr", self.lr)
+        for name in ("momentum", "weight_decay", "warmup_epochs", "min_lr_ratio"):
+            _positive(f"optim.{name}", getattr(self, name), zero_ok=True)
+        if self.momentum >= 1:
+            raise _bad("optim.momentum", self.momentum, "must be in [0, 1)")
+        if self.nesterov and self.name == "sgd" and self.momentum == 0:
+            raise _bad("optim.nesterov", True, "Nesterov needs optim.momentum > 0 (or set --optim.nesterov false)")
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise _bad("optim.betas", self.betas, "two numbers in [0, 1)")
+        _positive("optim.eps", self.eps)
+        _positive("optim.step_epochs", self.step_epochs)
+        if not 0.0 < self.gamma <= 1.0:
+            raise _bad("optim.gamma", self.gamma, "must be in (0, 1]")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise _bad("optim.label_smoothing", self.label_smoothing, "must be in [0, 1)")
+        _positive("optim.grad_clip", self.grad_clip, none_ok=True)
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = opt(10, "number of epochs")
+    batch_size: int = opt(128, "images per process per micro-step (global = batch_size x world size x accumulate)")
+    accumulate: int = opt(1, "micro-steps per optimizer step (gradient accumulation)")
+    eval_batch_size: int = opt(1000, "images per process per evaluation batch")
+    precision: str = opt("fp32", "precision: fp32 | bf16 | fp16 (autocast; fp16 uses a gradient scaler on CUDA)")
+    device: str = opt("auto", "device: auto | cpu | cuda | cuda:N (auto = cuda when available)")
+    seed: int = opt(0, "seed for weights, data order and augmentation")
+    drop_last: bool = opt(False, "drop the last incomplete training batch of each epoch")
+    early_stop_metric: str | None = opt(None, "stop when this metric stops improving: " + " | ".join(EARLY_STOP_METRICS))
+    patience: int = opt(3, "early stopping: epochs without improvement before stopping")
+    min_delta: float = opt(0.0, "early stopping: smallest change that counts as an improvement")
+    deterministic: bool = opt(True, "use deterministic algorithms (CPU runs are bit-identical either way)")
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "accumulate", "eval_batch_size", "patience"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise _bad(f"train.{name}", value, "must be an integer >= 1")
+        _choice("train.precision", self.precision, PRECISIONS)
+        if not (self.device in ("auto", "cpu", "cuda") or _is_cuda_index(self.device)):
+            raise _bad("train.device", self.device, "auto, cpu, cuda or cuda:N")
+        if self.seed < 0:
+            raise _bad("train.seed", self.seed, "must be >= 0")
+        if self.early_stop_metric is not None:
+            _choice("train.early_stop_metric", self.early_stop_metric, EARLY_STOP_METRICS)
+        _positive("train.min_delta", self.min_delta, zero_ok=True)
+
+
+@dataclass
+class DistConfig:
+    strategy: str = opt("single", "strategy: single | dp (nn.DataParallel) | ddp (DistributedDataParallel)")
+    nproc: int = opt(1, "ddp: worker processes per node")
+    backend: str = opt("auto", "ddp backend: auto | nccl | gloo | mpi (auto = nccl on CUDA, gloo on CPU)")
+    nnodes: int = opt(1, "ddp: number of nodes")
+    node_rank: int = opt(0, "ddp: rank of this node")
+    rdzv_endpoint: str | None = opt(None, "ddp: rendezvous host:port for multi-node runs")
+    max_restarts: int = opt(0, "ddp: restarts of the worker group after a failure")
+    timeout_s: int = opt(600, "ddp: seconds a collective may wait before the run fails")
+    bucket_cap_mb: float = opt(25.0, "ddp: gradient bucket size in MiB")
+    static_graph: bool = opt(False, "ddp: static_graph=True")
+    gradient_as_bucket_view: bool = opt(False, "ddp: gradients as views into the all-reduce buckets")
+    comm_hook: str = opt("none", "ddp: gradient compression hook: none | fp16 | bf16")
+    sync_bn: bool = opt(False, "ddp: convert BatchNorm to SyncBatchNorm")
+
+    def __post_init__(self) -> None:
+        _choice("dist.strategy", self.strategy, STRATEGIES)
+        _choice("dist.backend", self.backend, BACKENDS)
+        _choice("dist.comm_hook", self.comm_hook, ("none", "fp16", "bf16"))
+        for name in ("nproc", "nnodes", "timeout_s"):
+            _positive(f"dist.{name}", getattr(self, name))
+        _positive("dist.max_restarts", self.max_restarts, zero_ok=True)
+        _positive("dist.bucket_cap_mb", self.bucket_cap_mb)
+        if not 0 <= self.node_rank < self.nnodes:
+            raise _bad("dist.node_rank", self.node_rank, f"must be in [0, {self.nnodes})")
+        if self.strategy != "ddp" and (self.nproc > 1 or self.nnodes > 1):
+            raise _bad("dist.nproc", self.nproc, "several processes need --strategy ddp")
+
+
+@dataclass
+class OutputConfig:
+    out: str | None = opt(None, "run folder (default: runs/<dataset>-<model>-<time>); an existing finished run is never overwritten")
+    resume: bool = opt(False, "continue the run in --out from its last checkpoint")
+    progress: bool = opt(True, "show a progress bar (only when the output is a terminal)")
+    tensorboard: bool = opt(True, "write TensorBoard events when the tensorboard package is installed")
+    save_best: bool = opt(True, "keep a copy of the weights with the best test accuracy")
+    debug: bool = opt(False, "show tracebacks for errors")
+
+    def run_dir(self, data: DataConfig, model: ModelConfig) -> Path:
+        if self.out:
+            return Path(self.out).expanduser()
+        import time
+
+        return Path("runs") / f"{data.dataset}-{model.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+@dataclass
+class RunConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+    def __post_init__(self) -> None:
+        if self.dist.strategy == "dp" and self.train.device == "cpu":
+            raise _bad("dist.strategy", "dp", "DataParallel needs CUDA devices; use --strategy ddp --backend gloo on CPU")
+        if self.model.compile and self.dist.strategy == "dp":
+            raise _bad("model.compile", True, "torch.compile is not supported with DataParallel; use ddp")
+
+    # Derived quantities live here, not in the loop (contract 2).
+    def world_size(self) -> int:
+        return self.dist.nproc * self.dist.nnodes if self.dist.strategy == "ddp" else 1
+
+    def global_batch_size(self, world_size: int | None = None) -> int:
+        return self.train.batch_size * (world_size or self.world_size()) * self.train.accumulate
+
+    def to_dict(self) -> dict[str, Any]:
+        return _drop_none(dataclasses.asdict(self))
+
+    def to_toml(self) -> str:
+        return tomli_w.dumps(self.to_dict())
+
+
+SECTIONS: dict[str, type] = {f.name: get_type_hints(RunConfig)[f.name] for f in fields(RunConfig)}
+
+
+def _is_cuda_index(device: str) -> bool:
+    return device.startswith("cuda:") and device[5:].isdigit()
+
+
+def _drop_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def field_types(section: str) -> dict[str, Any]:
+    return get_type_hints(SECTIONS[section])
+
+
+def coerce(key: str, raw: Any, hint: Any) -> Any:
+    """Turn a TOML or command-line value into the field's type, or say why not."""
+    text = raw if isinstance(raw, str) else None
+    optional = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    base = next(a for a in typing.get_args(hint) if a is not type(None)) if optional else hint
+    if optional and text is not None and text.lower() in ("none", "null", ""):
+        return None
+    origin = typing.get_origin(base)
+    try:
+        if base is bool:
+            if isinstance(raw, bool):
+                return raw
+            if text is not None and text.lower() in ("true", "1", "yes", "on"):
+                return True
+            if text is not None and text.lower() in ("false", "0", "no", "off"):
+                return False
+            raise ValueError
+        if base is int:
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError
+            return int(raw)
+        if base is float:
+            if isinstance(raw, bool):
+                raise ValueError
+            return float(raw)
+        if base is str:
+            if not isinstance(raw, str):
+                raise ValueError
+            return raw
+        if origin is list:
+            items = raw if isinstance(raw, list) else [s for s in str(raw).split(",") if s.strip()]
+            (item_type,) = typing.get_args(base)
+            return [coerce(key, item, item_type) for item in items]
+    except (TypeError, ValueError):
+        pass
+    type_name = getattr(base, "__name__", str(base))
+    raise ConfigError(f"{key}={raw!r} is not valid: expected {'a list' if origin is list else type_name}")
+
+
+def build_config(values: dict[str, Any]) -> RunConfig:
+    """A validated RunConfig from a nested {section: {field: value}} dict (TOML-shaped)."""
+    sections: dict[str, Any] = {}
+    for section, content in values.items():
+        if section not in SECTIONS:
+            raise ConfigError(f"unknown config section [{section}]: sections are " + ", ".join(SECTIONS))
+        if not isinstance(content, dict):
+            raise ConfigError(f"[{section}] must be a table of settings, got {content!r}")
+        hints = field_types(section)
+        kwargs = {}
+        for key, raw in content.items():
+            if key not in hints:
+                raise ConfigError(f"unknown setting {section}.{key}: [{section}] has " + ", ".join(hints))
+            kwargs[key] = coerce(f"{section}.{key}", raw, hints[key])
+        try:
+            sections[section] = SECTIONS[section](**kwargs)
+        except TypeError as exc:  # pragma: no cover - guarded by the key check above
+            raise ConfigError(f"[{section}]: {exc}") from None
+    return RunConfig(**sections)
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def merge(base: dict[str, Any], overrides: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    merged = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
+    for section, values in overrides.items():
+        merged.setdefault(section, {})
+        if isinstance(merged[section], dict):
+            merged[section].update(values)
+    return merged
+
+
+def parse_dotted(assignments: list[str]) -> dict[str, dict[str, Any]]:
+    """`["optim.lr=0.1", "train.epochs=3"]` -> {"optim": {"lr": "0.1"}, "train": {"epochs": "3"}}."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in assignments:
+        key, sep, value = item.partition("=")
+        section, dot, name = key.strip().lstrip("-").partition(".")
+        if not sep or not dot:
+            raise ConfigError(f"override {item!r} is not valid: write section.field=value, e.g. optim.lr=0.1")
+        out.setdefault(section, {})[name] = value
+    return out
+
+
+def save_config(config: RunConfig, path: Path) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(config.to_toml())
+    os.replace(tmp, path)
+
+
+def check_environment(config: RunConfig) -> None:
+    """Checks that depend on this machine, run before any process is spawned."""
+    import torch
+
+    device = config.train.device
+    has_cuda = torch.cuda.is_available()
+    if device.startswith("cuda") and not has_cuda:
+        raise _bad("train.device", device, "CUDA is not available on this machine; use --device cpu")
+    if _is_cuda_index(device) and int(device[5:]) >= torch.cuda.device_count():
+        raise _bad("train.device", device, f"this machine has {torch.cuda.device_count()} CUDA device(s)")
+    on_cuda = has_cuda and device != "cpu"
+    backend = config.dist.backend
+    if backend == "nccl" and not on_cuda:
+        raise _bad("dist.backend", "nccl", "NCCL needs CUDA devices; use --backend gloo on CPU")
+    if config.dist.strategy == "dp" and not on_cuda:
+        raise _bad("dist.strategy", "dp", "DataParallel needs CUDA devices; use --strategy ddp --backend gloo on CPU")
+    if backend == "mpi" and not _mpi_available():
+        raise _bad("dist.backend", "mpi", "this PyTorch build has no MPI support; use gloo or nccl")
+    data = config.data
+    if data.data_dir is not None and not Path(data.data_dir).expanduser().is_dir():
+        raise _bad("data.data_dir", data.data_dir, "the folder does not exist")
+    if data.dataset == "imagefolder" and data.data_dir is None:
+        raise _bad("data.data_dir", None, "--dataset imagefolder needs --data-dir pointing at the image folder")
+
+
+def _mpi_available() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_mpi_available()

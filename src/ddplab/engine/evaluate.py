@@ -1,0 +1,47 @@
+"""`ddplab eval`: the loss and accuracy of a finished run's saved weights, in one process.
+
+It rebuilds the run's evaluation set and model from the saved config.toml, so the figure
+can be compared, sample for sample, with the one the run itself reported.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ddplab.config import build_config, load_toml
+from ddplab.data.loader import DeviceLoader
+from ddplab.distributed import DistContext, resolve_device
+from ddplab.engine import checkpoint
+from ddplab.engine.precision import Precision
+from ddplab.engine.trainer import evaluate
+from ddplab.errors import ConfigError
+from ddplab.models import create_model
+
+
+def evaluate_run(run_dir: str | Path, *, weights: str = "final", device: str = "auto", data_dir: str | None = None) -> dict:
+    from ddplab.engine.run import build_datasets
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.toml").is_file():
+        raise ConfigError(f"{run_dir} is not a ddplab run folder (no config.toml)")
+    values = load_toml(run_dir / "config.toml")
+    values.setdefault("data", {})["download"] = False
+    if data_dir is not None:
+        values["data"]["data_dir"] = data_dir
+    config = build_config(values)
+    ctx = DistContext(device=resolve_device(device))
+    path = run_dir / "checkpoints" / (checkpoint.LAST if weights == "final" else checkpoint.BEST)
+    state = checkpoint.load(path, ctx.device)
+    epoch = state["train_state"]["epoch"] if "train_state" in state else state.get("epoch")
+    _, eval_set, split = build_datasets(config, ctx)
+    model = create_model(config.model.name, num_classes=eval_set.num_classes, in_channels=eval_set.image_shape[0],
+                         image_size=eval_set.image_shape[1:], width=config.model.width,
+                         dropout=config.model.dropout, batchnorm=config.model.batchnorm)
+    model.load_state_dict(state["model"])
+    model.to(ctx.device)
+    loader = DeviceLoader(eval_set, batch_size=config.train.eval_batch_size, device=ctx.device, train=False)
+    with torch.inference_mode(False):
+        result = evaluate(model, loader, Precision(config.train.precision, ctx.device), ctx)
+    return {**result, "run_dir": str(run_dir), "weights": weights, "epoch": epoch, "split": split}

@@ -1,0 +1,70 @@
+"""Optimizers and per-step learning-rate schedules built from `OptimConfig`.
+
+Every schedule steps once per optimizer step (not per epoch), so accumulation and world
+size change the number of steps but never the shape of the curve over the run.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LambdaLR, LRScheduler, OneCycleLR
+
+from ddplab.config import OptimConfig
+
+
+def build_optimizer(params, cfg: OptimConfig) -> Optimizer:
+    params = list(params)
+    if cfg.name == "sgd":
+        return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=cfg.weight_decay)
+    if cfg.name == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+    if cfg.name == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+    if cfg.name == "rmsprop":
+        return torch.optim.RMSprop(params, lr=cfg.lr, alpha=cfg.alpha, eps=cfg.eps, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    raise AssertionError(f"unvalidated optimizer {cfg.name}")
+
+
+class _WarmupCosine:
+    """Linear warm-up from ~0 to 1, then cosine from 1 to `min_ratio` (a picklable lambda)."""
+
+    def __init__(self, warmup_steps: int, total_steps: int, min_ratio: float):
+        self.warmup_steps, self.total_steps, self.min_ratio = warmup_steps, total_steps, min_ratio
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup_steps:
+            return (step + 1) / self.warmup_steps
+        span = max(1, self.total_steps - self.warmup_steps)
+        progress = min(1.0, (step - self.warmup_steps) / span)
+        return self.min_ratio + (1 - self.min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+class _StepDecay:
+    def __init__(self, every_steps: int, gamma: float):
+        self.every_steps, self.gamma = every_steps, gamma
+
+    def __call__(self, step: int) -> float:
+        return self.gamma ** (step // self.every_steps)
+
+
+def _constant(step: int) -> float:
+    return 1.0
+
+
+def build_scheduler(optimizer: Optimizer, cfg: OptimConfig, *, epochs: int, steps_per_epoch: int) -> LRScheduler:
+    total = epochs * steps_per_epoch
+    warmup = min(total - 1, round(cfg.warmup_epochs * steps_per_epoch))
+    if cfg.schedule == "onecycle":
+        # The rise must be a proper fraction of the run for OneCycleLR.
+        pct = min(0.5, max(warmup, 1) / total) if total > 1 else 0.5
+        return OneCycleLR(optimizer, max_lr=cfg.lr, total_steps=max(total, 2), pct_start=pct,
+                          anneal_strategy="linear", div_factor=10.0, final_div_factor=100.0,
+                          cycle_momentum=False)
+    if cfg.schedule == "cosine":
+        return LambdaLR(optimizer, _WarmupCosine(max(warmup, 0), total, cfg.min_lr_ratio))
+    if cfg.schedule == "step":
+        return LambdaLR(optimizer, _StepDecay(cfg.step_epochs * steps_per_epoch, cfg.gamma))
+    return LambdaLR(optimizer, _constant)

@@ -1,0 +1,155 @@
+"""One worker's run, from a validated config to a finished run folder.
+
+`train(config)` is the Python API and the body of every worker process: it sets up the
+process's place in the run, builds the components (data, model, optimizer, loaders,
+sinks), hands them to the `Trainer`, and writes the summary. The building happens before
+the trainer exists, so a failure half-way leaves no half-built trainer behind.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ddplab import log as logsetup
+from ddplab.config import RunConfig, check_environment, save_config
+from ddplab.data.augment import AugmentSpec
+from ddplab.data.datasets import load_dataset, make_splits
+from ddplab.data.loader import DeviceLoader
+from ddplab.distributed import DistContext, distributed_context, unwrap, wrap_model
+from ddplab.engine import checkpoint
+from ddplab.engine.early_stop import EarlyStopping
+from ddplab.engine.optim import build_optimizer, build_scheduler
+from ddplab.engine.precision import Precision
+from ddplab.engine.rundir import prepare_run_dir
+from ddplab.engine.trainer import Trainer
+from ddplab.errors import TrainingError
+from ddplab.metrics.sinks import JsonlSink, NullSink, ProgressBar, SinkGroup, tensorboard_sink
+from ddplab.metrics.summary import build_summary, format_summary
+from ddplab.models import count_flops, count_params, create_model
+
+log = logging.getLogger("ddplab")
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    summary: dict[str, Any]
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def test_acc(self) -> float:
+        return self.summary["final"]["test_acc"]
+
+
+def train(config: RunConfig) -> RunResult:
+    """Train as configured and return the finished run (the Python API)."""
+    check_environment(config)
+    start = time.perf_counter()
+    with distributed_context(config) as ctx:
+        return run_worker(config, ctx, start)
+
+
+def run_worker(config: RunConfig, ctx: DistContext, start: float) -> RunResult:
+    run_dir = prepare_run_dir(config, ctx)
+    logsetup.init_logging(ctx.rank, run_dir / "train.log" if ctx.is_main else None, debug=config.output.debug)
+    configure_determinism(config)
+    train_set, eval_set, eval_split = build_datasets(config, ctx)
+    torch.manual_seed(config.train.seed)  # identical initial weights on every rank (contract 3)
+    model = create_model(config.model.name, num_classes=train_set.num_classes, in_channels=train_set.image_shape[0],
+                         image_size=train_set.image_shape[1:], width=config.model.width,
+                         dropout=config.model.dropout, batchnorm=config.model.batchnorm)
+    params, flops = count_params(model), count_flops(model, train_set.image_shape)
+    wrapped = wrap_model(model, config, ctx)
+    train_loader, eval_loader = build_loaders(config, ctx, train_set, eval_set)
+    steps_per_epoch = -(-len(train_loader) // config.train.accumulate)
+    optimizer = build_optimizer(wrapped.parameters(), config.optim)
+    trainer = Trainer(
+        config=config, ctx=ctx, model=wrapped, optimizer=optimizer,
+        scheduler=build_scheduler(optimizer, config.optim, epochs=config.train.epochs, steps_per_epoch=steps_per_epoch),
+        precision=Precision(config.train.precision, ctx.device), train_loader=train_loader, eval_loader=eval_loader,
+        sinks=NullSink(), early_stopping=EarlyStopping(config.train.early_stop_metric, config.train.patience, config.train.min_delta),
+        checkpoint_dir=run_dir / "checkpoints" if ctx.is_main else None,
+    )
+    if config.output.resume:
+        trainer.load_state_dict(checkpoint.load(run_dir / "checkpoints" / checkpoint.LAST, ctx.device))
+        log.info("resumed from epoch %d (step %d)", trainer.state.epoch, trainer.state.step)
+    trainer.sinks = build_sinks(config, ctx, run_dir, trainer.state.history)
+    info = {"params": params, "flops_per_image": flops, "eval_split": eval_split, "world_size": ctx.world_size,
+            "train_images": len(train_set), "eval_images": len(eval_set), "steps_per_epoch": steps_per_epoch,
+            "device": ctx.device, "classes": train_set.classes}
+    log.info("%s on %s: %d train / %d %s images, %s params, batch %d local / %d global, %d steps/epoch",
+             config.model.name, ctx.device, len(train_set), len(eval_set), eval_split, f"{params:,}",
+             config.train.batch_size, config.global_batch_size(ctx.world_size), steps_per_epoch)
+    startup_s = time.perf_counter() - start
+    try:
+        state = trainer.fit()
+    except torch.cuda.OutOfMemoryError:
+        raise TrainingError(f"rank {ctx.rank} ran out of GPU memory at batch size {config.train.batch_size}; "
+                            "lower --batch-size or use --train.accumulate") from None
+    finally:
+        trainer.sinks.close()
+    summary = build_summary(config, info, state, startup_s=startup_s, total_s=time.perf_counter() - start)
+    if ctx.is_main:
+        write_json(run_dir / "summary.json", summary)
+        print(format_summary(summary), flush=True)
+    return RunResult(run_dir=run_dir, summary=summary, history=list(state.history))
+
+
+def configure_determinism(config: RunConfig) -> None:
+    deterministic = config.train.deterministic
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    # warn_only: a few CUDA backward kernels (e.g. adaptive pooling) have no deterministic version.
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
+    torch.backends.cudnn.benchmark = not deterministic
+
+
+def build_datasets(config: RunConfig, ctx: DistContext):
+    d = config.data
+    common = dict(image_size=d.image_size, download=d.download and ctx.is_main, fold=d.fold,
+                  cifar100_labels=d.cifar100_labels, synthetic_size=d.synthetic_size,
+                  num_classes=d.num_classes, seed=config.train.seed, progress=ctx.is_main and config.output.progress)
+    root = d.root()
+    if d.download and ctx.is_distributed:
+        # Rank 0 downloads; the others wait for it instead of racing on the same files.
+        if ctx.is_main:
+            load_dataset(d.dataset, root, "test", **common)
+        ctx.barrier()
+    train = load_dataset(d.dataset, root, "train", **common)
+    test = None if d.val_fraction > 0 else load_dataset(d.dataset, root, "test", **common)
+    return make_splits(train, test if test is not None else train, subset=d.subset, val_fraction=d.val_fraction,
+                       seed=config.train.seed)
+
+
+def build_loaders(config: RunConfig, ctx: DistContext, train_set, eval_set) -> tuple[DeviceLoader, DeviceLoader]:
+    d, t = config.data, config.train
+    spec = AugmentSpec(crop_padding=d.crop_padding, translate=d.translate, flip=d.flip, cutout=d.cutout,
+                       jitter=d.jitter, rotate=d.rotate)
+    common = dict(device=ctx.device, seed=t.seed, rank=ctx.rank, world_size=ctx.world_size,
+                  channels_last=config.model.channels_last)
+    train_loader = DeviceLoader(train_set, batch_size=t.batch_size, train=True, augment=spec, drop_last=t.drop_last, **common)
+    eval_loader = DeviceLoader(eval_set, batch_size=t.eval_batch_size, train=False, **common)
+    return train_loader, eval_loader
+
+
+def build_sinks(config: RunConfig, ctx: DistContext, run_dir: Path, history: list[dict]):
+    if not ctx.is_main:
+        return NullSink()
+    sinks = [JsonlSink(run_dir / "metrics.jsonl", history), ProgressBar(config.train.epochs, enabled=None if config.output.progress else False)]
+    if config.output.tensorboard:
+        sinks.append(tensorboard_sink(run_dir / "tensorboard"))
+    return SinkGroup(sinks)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+    os.replace(tmp, path)

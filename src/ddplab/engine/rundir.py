@@ -1,0 +1,119 @@
+"""The run folder: created once, never silently overwritten, reopened only to resume.
+
+A folder holding a finished run (summary.json) or an unfinished one (a checkpoint) is
+refused unless `--resume` asks to continue it; on resume the saved config must match the
+requested one except for the number of epochs and output settings.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from ddplab.config import RunConfig, build_config, load_toml, save_config
+from ddplab.distributed import DistContext
+from ddplab.engine import checkpoint
+from ddplab.errors import ConfigError
+
+RESUMABLE_DIFFERENCES = {"train.epochs"}
+
+
+def run_state(run_dir: Path) -> str:
+    """'new', 'finished', 'unfinished' or 'foreign' (a non-empty folder that is not a run)."""
+    if not run_dir.exists() or (run_dir.is_dir() and not any(run_dir.iterdir())):
+        return "new"
+    if not run_dir.is_dir():
+        return "foreign"
+    if (run_dir / "summary.json").exists():
+        return "finished"
+    if (run_dir / "checkpoints" / checkpoint.LAST).exists():
+        return "unfinished"
+    if (run_dir / "config.toml").exists():
+        return "new"  # created, but no epoch finished: nothing to lose
+    return "foreign"
+
+
+def check_run_dir(config: RunConfig) -> Path:
+    """Decide, before any worker starts, whether this run may use its folder."""
+    run_dir = Path(config.output.out)
+    state = run_state(run_dir)
+    if config.output.resume:
+        if state not in ("finished", "unfinished"):
+            raise ConfigError(f"output.resume: {run_dir} holds no checkpoint to resume from")
+        differing = config_differences(load_toml(run_dir / "config.toml"), config) - RESUMABLE_DIFFERENCES
+        if differing:
+            raise ConfigError(f"output.resume: the config differs from the run's saved config.toml in "
+                              f"{', '.join(sorted(differing))}; resume with the same settings (only train.epochs may change)")
+        return run_dir
+    if state == "finished":
+        raise ConfigError(f"output.out={str(run_dir)!r} already holds a finished run; choose another --out, "
+                          "or --resume it with more --epochs")
+    if state == "unfinished":
+        raise ConfigError(f"output.out={str(run_dir)!r} holds an unfinished run; continue it with --resume, or choose another --out")
+    if state == "foreign":
+        raise ConfigError(f"output.out={str(run_dir)!r} exists and is not a ddplab run folder; choose another --out")
+    return run_dir
+
+
+def config_differences(saved: dict, config: RunConfig) -> set[str]:
+    ours = config.to_dict()
+    theirs = build_config(saved).to_dict()
+    keys = set()
+    for section in ours.keys() | theirs.keys():
+        if section == "output":
+            continue
+        a, b = ours.get(section, {}), theirs.get(section, {})
+        keys |= {f"{section}.{k}" for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+    return keys
+
+
+def prepare_run_dir(config: RunConfig, ctx: DistContext) -> Path:
+    run_dir = check_run_dir(config)
+    if ctx.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if not config.output.resume:
+            save_config(reproducible(config), run_dir / "config.toml")  # first: it marks the folder as a run
+        (run_dir / "checkpoints").mkdir(exist_ok=True)
+        (run_dir / "env.json").write_text(json.dumps(environment(ctx), indent=2) + "\n")
+    ctx.barrier()
+    return run_dir
+
+
+def reproducible(config: RunConfig) -> RunConfig:
+    """The config as saved: without the folder and resume flag, so `--config` starts a fresh run."""
+    values = config.to_dict()
+    values["output"].pop("out", None)
+    values["output"]["resume"] = False
+    return build_config(values)
+
+
+def environment(ctx: DistContext) -> dict:
+    from ddplab import __version__
+    from ddplab.metrics.system import device_name
+
+    return {
+        "ddplab": __version__,
+        "git_sha": git_sha(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "host": platform.node(),
+        "device": str(ctx.device),
+        "device_name": device_name(ctx.device),
+        "world_size": ctx.world_size,
+        "torch_threads": torch.get_num_threads(),
+        "argv": sys.argv,
+    }
+
+
+def git_sha() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None

@@ -1,0 +1,221 @@
+"""The training loop: one for every strategy.
+
+`Trainer` receives built objects (model already wrapped for its strategy, loaders already
+sharded, sinks already chosen for this rank) and only runs epochs. Nothing in here asks
+whether it runs under DDP: reductions go through `DistContext`, gradient sync through
+`no_sync`, and rank-0-only output through the sinks (STYLE rules 5-7).
+
+An epoch is: reseed, train (optimizer steps of `accumulate` micro-batches), evaluate,
+record, checkpoint, decide whether to stop. Checkpoints are taken at epoch boundaries,
+where the data order and augmentation of the next epoch depend only on (seed, epoch), so
+a resumed run continues bit-identically (contract 5).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ddplab.config import RunConfig
+from ddplab.distributed import DistContext, no_sync, unwrap
+from ddplab.engine import checkpoint
+from ddplab.engine.early_stop import EarlyStopping
+from ddplab.engine.precision import Precision
+from ddplab.errors import TrainingError
+from ddplab.metrics.meters import ClassificationMeter
+from ddplab.metrics.sinks import MetricSink
+from ddplab.metrics.system import Stopwatch, peak_memory_mib, reset_peak_memory
+from ddplab.seeding import derive_seed
+
+log = logging.getLogger(__name__)
+
+PROGRESS_UPDATES_PER_EPOCH = 50  # each one is a device-to-host sync
+
+
+@dataclass
+class TrainState:
+    epoch: int = 0  # epochs completed
+    step: int = 0  # optimizer steps taken
+    best_test_acc: float = -1.0
+    best_epoch: int = 0
+    stopped_early: bool = False
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def state_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key, value in state.items():
+            setattr(self, key, value)
+
+
+class Trainer:
+    def __init__(self, *, config: RunConfig, ctx: DistContext, model: torch.nn.Module, optimizer, scheduler,
+                 precision: Precision, train_loader, eval_loader, sinks: MetricSink, early_stopping: EarlyStopping,
+                 checkpoint_dir: Path | None):
+        self.config, self.ctx = config, ctx
+        self.model, self.optimizer, self.scheduler, self.precision = model, optimizer, scheduler, precision
+        self.train_loader, self.eval_loader = train_loader, eval_loader
+        self.sinks, self.early_stopping = sinks, early_stopping
+        self.checkpoint_dir = checkpoint_dir  # None on ranks that do not write
+        self.state = TrainState()
+        self.accumulate = config.train.accumulate
+        self.last_lr = optimizer.param_groups[0]["lr"]
+
+    # ---- the table of contents -------------------------------------------------------
+    def fit(self) -> TrainState:
+        while self.should_continue():
+            epoch = self.state.epoch + 1
+            record = self.run_epoch(epoch)
+            self.state.epoch = epoch
+            self.state.history.append(record)
+            stop = self.early_stopping.update(epoch, record)
+            if record["test_acc"] > self.state.best_test_acc:
+                self.state.best_test_acc, self.state.best_epoch = record["test_acc"], epoch
+                self.maybe_save_best()
+            self.state.stopped_early = stop and epoch < self.config.train.epochs
+            self.maybe_save_checkpoint()
+            self.sinks.epoch_end(record)
+        return self.state
+
+    def should_continue(self) -> bool:
+        return self.state.epoch < self.config.train.epochs and not self.state.stopped_early
+
+    def steps_per_epoch(self) -> int:
+        return math.ceil(len(self.train_loader) / self.accumulate)
+
+    def run_epoch(self, epoch: int) -> dict[str, Any]:
+        torch.manual_seed(derive_seed(self.config.train.seed, epoch, self.ctx.rank))  # dropout etc.
+        reset_peak_memory(self.ctx.device)
+        clock = Stopwatch(self.ctx.device).start()
+        train = self.train_epoch(epoch)
+        train_s = clock.stop()
+        eval_clock = Stopwatch(self.ctx.device).start()
+        test = self.evaluate()
+        eval_s = eval_clock.stop()
+        return {
+            "epoch": epoch,
+            "step": self.state.step,
+            "lr": self.last_lr,  # the rate the epoch's last step used
+            "train_loss": train["loss"],
+            "train_acc": train["acc"],
+            "test_loss": test["loss"],
+            "test_acc": test["acc"],
+            "train_samples": train["count"],
+            "test_samples": test["count"],
+            "epoch_s": train_s + eval_s,
+            "train_s": train_s,
+            "eval_s": eval_s,
+            "images_per_s": train["count"] / train_s if train_s > 0 else 0.0,
+            **peak_memory_mib(self.ctx.device),
+        }
+
+    # ---- training ----------------------------------------------------------------------
+    def train_epoch(self, epoch: int) -> dict[str, float]:
+        self.model.train()
+        self.train_loader.set_epoch(epoch)
+        meter = ClassificationMeter(self.ctx.device)
+        nonfinite = torch.zeros((), dtype=torch.bool, device=self.ctx.device)
+        num_steps = self.steps_per_epoch()
+        refresh = max(1, num_steps // PROGRESS_UPDATES_PER_EPOCH)
+        self.sinks.epoch_start(epoch, num_steps)
+        batches = iter(self.train_loader)
+        for i in range(num_steps):
+            group = [b for _, b in zip(range(self.accumulate), batches)]
+            loss = self.train_step(group, meter)
+            nonfinite |= ~torch.isfinite(loss)
+            should_sync = (i + 1) % refresh == 0 or i + 1 == num_steps
+            if should_sync:
+                self.check_finite(nonfinite, epoch)
+            self.sinks.step(sum(len(y) for _, y in group), loss.item() if should_sync else None)
+        return meter.reduced(self.ctx.all_reduce_sum)
+
+    def train_step(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], meter: ClassificationMeter) -> torch.Tensor:
+        """One optimizer step over `micro_batches`; returns the mean loss of the step.
+
+        Each micro-batch's summed loss is divided by the samples of the whole step, so k
+        micro-batches of b give the gradient of one batch of k*b; DDP then averages over
+        ranks, which hold equal sample counts (contract 4).
+        """
+        step_samples = sum(len(y) for _, y in micro_batches)
+        total = torch.zeros((), device=self.ctx.device)
+        for j, (x, y) in enumerate(micro_batches):
+            with no_sync(self.model, skip_sync=j < len(micro_batches) - 1):
+                with self.precision.autocast():
+                    logits = self.model(x)
+                loss_sum = F.cross_entropy(logits.float(), y, reduction="sum",
+                                           label_smoothing=self.config.optim.label_smoothing)
+                self.precision.backward(loss_sum / step_samples)
+            meter.update(loss_sum, logits, y)
+            total += loss_sum.detach()
+        self.precision.unscale(self.optimizer)
+        if self.config.optim.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optim.grad_clip)
+        self.precision.step(self.optimizer)
+        self.last_lr = self.optimizer.param_groups[0]["lr"]
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.state.step += 1
+        return total / step_samples
+
+    def check_finite(self, nonfinite: torch.Tensor, epoch: int) -> None:
+        if self.ctx.any_true(bool(nonfinite.item())):
+            last = f"epoch {self.state.epoch}" if self.state.epoch else "none (no epoch finished)"
+            raise TrainingError(
+                f"loss became NaN/inf in epoch {epoch} (optimizer step {self.state.step}); "
+                f"last good checkpoint: {last}. Lower --lr, add --optim.grad_clip, or use fp32/bf16")
+
+    # ---- evaluation --------------------------------------------------------------------
+    def evaluate(self) -> dict[str, float]:
+        return evaluate(self.model, self.eval_loader, self.precision, self.ctx)
+
+    # ---- state -------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": unwrap(self.model).state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.precision.state_dict(),
+            "early_stopping": self.early_stopping.state_dict(),
+            "train_state": self.state.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        unwrap(self.model).load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.precision.load_state_dict(state["scaler"])
+        self.early_stopping.load_state_dict(state["early_stopping"])
+        self.state.load_state_dict(state["train_state"])
+
+    def maybe_save_checkpoint(self) -> None:
+        if self.checkpoint_dir is not None:
+            checkpoint.save_atomic(self.state_dict(), self.checkpoint_dir / checkpoint.LAST)
+
+    def maybe_save_best(self) -> None:
+        if self.checkpoint_dir is not None and self.config.output.save_best:
+            best = {"model": unwrap(self.model).state_dict(), "epoch": self.state.best_epoch,
+                    "test_acc": self.state.best_test_acc}
+            checkpoint.save_atomic(best, self.checkpoint_dir / checkpoint.BEST)
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, loader, precision: Precision, ctx: DistContext) -> dict[str, float]:
+    """Plain cross-entropy and accuracy over the whole evaluation set, each sample once.
+
+    The loader shards without padding, so the all-reduced sums count every sample exactly
+    once whatever the world size (contract 1).
+    """
+    model.eval()
+    meter = ClassificationMeter(ctx.device)
+    for x, y in loader:
+        with precision.autocast():
+            logits = model(x)
+        meter.update(F.cross_entropy(logits.float(), y, reduction="sum"), logits, y)
+    return meter.reduced(ctx.all_reduce_sum)

@@ -1,0 +1,27 @@
+"""Running sums kept on the device, read once per epoch.
+
+Loss and accuracy are accumulated as (loss x count, correct, count) so the global figure
+is the all-reduced sum divided once (contract 1, STYLE rule 9). Reading them is a
+device-to-host sync, so it happens at epoch end and at progress updates only.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class ClassificationMeter:
+    def __init__(self, device: torch.device):
+        # [loss_sum, correct, count] in float64 so sums over 50k samples stay exact.
+        self.sums = torch.zeros(3, dtype=torch.float64, device=device)
+
+    def update(self, loss_sum: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor) -> None:
+        correct = (logits.argmax(dim=1) == targets).sum()
+        self.sums += torch.stack([loss_sum.detach().double(), correct.double(), torch.tensor(float(len(targets)), dtype=torch.float64, device=self.sums.device)])
+
+    def reduced(self, all_reduce_sum) -> dict[str, float]:
+        """Global loss, accuracy and count; `all_reduce_sum` sums a tensor over ranks."""
+        totals = all_reduce_sum(self.sums.clone())
+        loss_sum, correct, count = totals.tolist()  # sync point
+        count = max(count, 1.0)
+        return {"loss": loss_sum / count, "acc": correct / count, "correct": int(correct), "count": int(count)}

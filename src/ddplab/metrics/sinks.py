@@ -1,0 +1,138 @@
+"""Where metrics go: a JSONL file, TensorBoard, a progress bar, or nowhere.
+
+Sinks are built once; non-main ranks get a `NullSink`, so the loop never asks which rank it
+is on (contract 6, STYLE rule 7). Hook points, in order, are the only ones there are:
+`epoch_start(epoch, num_steps)`, `step(images, loss)` after every optimizer step (`loss` is
+None between progress refreshes), `epoch_end(record)`, `close()`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sys
+from pathlib import Path
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+
+class MetricSink(Protocol):
+    def epoch_start(self, epoch: int, num_steps: int) -> None: ...
+    def step(self, images: int, loss: float | None) -> None: ...
+    def epoch_end(self, record: dict[str, Any]) -> None: ...
+    def close(self) -> None: ...
+
+
+class NullSink:
+    def epoch_start(self, epoch: int, num_steps: int) -> None:
+        pass
+
+    def step(self, images: int, loss: float | None) -> None:
+        pass
+
+    def epoch_end(self, record: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class JsonlSink(NullSink):
+    """One JSON object per epoch, flushed at once so a crash loses nothing already done."""
+
+    def __init__(self, path: Path, history: list[dict[str, Any]] | None = None):
+        self.path = path
+        # Rewrite from the checkpoint's history: epochs after the checkpoint never happened.
+        with path.open("w") as f:
+            for record in history or []:
+                f.write(json.dumps(record) + "\n")
+
+    def epoch_end(self, record: dict[str, Any]) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+class TensorBoardSink(NullSink):
+    def __init__(self, log_dir: Path):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(log_dir))
+
+    def epoch_end(self, record: dict[str, Any]) -> None:
+        epoch = record["epoch"]
+        for key, value in record.items():
+            if key != "epoch" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                self.writer.add_scalar(key.replace("_", "/", 1) if key.startswith(("train_", "test_")) else key, value, epoch)
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def tensorboard_sink(log_dir: Path) -> MetricSink:
+    """TensorBoard events when the optional package is there, else nothing (and say so once)."""
+    try:
+        return TensorBoardSink(log_dir)
+    except ImportError:
+        log.info("tensorboard is not installed: no event files (pip install 'ddplab[tensorboard]')")
+        return NullSink()
+
+
+class ProgressBar(NullSink):
+    """A tqdm bar per epoch with live loss and throughput; silent when not on a terminal."""
+
+    def __init__(self, epochs: int, enabled: bool | None = None):
+        from tqdm.auto import tqdm
+
+        self._tqdm = tqdm
+        self.epochs = epochs
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
+        self.bar = None
+        self.images = 0
+
+    def epoch_start(self, epoch: int, num_steps: int) -> None:
+        if self.enabled:
+            self.bar = self._tqdm(total=num_steps, desc=f"epoch {epoch}/{self.epochs}", unit="step",
+                                  leave=False, dynamic_ncols=True)
+            self.images = 0
+
+    def step(self, images: int, loss: float | None) -> None:
+        if self.bar is None:
+            return
+        self.images += images
+        self.bar.update(1)
+        if loss is not None:
+            elapsed = self.bar.format_dict.get("elapsed") or 0.0
+            rate = self.images / elapsed if elapsed > 0 else math.nan
+            self.bar.set_postfix(loss=f"{loss:.4f}", img_s=f"{rate:,.0f}", refresh=False)
+
+    def epoch_end(self, record: dict[str, Any]) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def close(self) -> None:
+        self.epoch_end({})
+
+
+class SinkGroup(NullSink):
+    def __init__(self, sinks: list[MetricSink]):
+        self.sinks = sinks
+
+    def epoch_start(self, epoch: int, num_steps: int) -> None:
+        for s in self.sinks:
+            s.epoch_start(epoch, num_steps)
+
+    def step(self, images: int, loss: float | None) -> None:
+        for s in self.sinks:
+            s.step(images, loss)
+
+    def epoch_end(self, record: dict[str, Any]) -> None:
+        for s in self.sinks:
+            s.epoch_end(record)
+
+    def close(self) -> None:
+        for s in self.sinks:
+            s.close()

@@ -1,0 +1,89 @@
+"""The end-of-run summary: what was trained, how well, how fast, and whether it overfit.
+
+Built from the per-epoch records only, so the same function serves a finished run, a
+resumed one and (later) the report. Times split start-up from training (contract 7);
+batch sizes are given local and global (contract 2).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from ddplab.config import RunConfig
+
+
+def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: float, total_s: float) -> dict[str, Any]:
+    history = state.history
+    last = history[-1] if history else {}
+    memory_keys = sorted({k for r in history for k in r if k.endswith("_mib")})
+    epoch_s = [r["epoch_s"] for r in history]
+    min_loss = min(history, key=lambda r: r["test_loss"]) if history else {}
+    return {
+        "status": "stopped_early" if state.stopped_early else "finished",
+        "run": {
+            "dataset": config.data.dataset, "model": config.model.name, "strategy": config.dist.strategy,
+            "world_size": info["world_size"], "device": str(info["device"]), "precision": config.train.precision,
+            "optimizer": config.optim.name, "lr": config.optim.lr, "schedule": config.optim.schedule,
+            "seed": config.train.seed, "epochs_planned": config.train.epochs, "epochs_done": state.epoch,
+        },
+        "batch": {
+            "local": config.train.batch_size, "accumulate": config.train.accumulate,
+            "global": config.global_batch_size(info["world_size"]),
+            "steps_per_epoch": info["steps_per_epoch"], "optimizer_steps": state.step,
+        },
+        "model": {"params": info["params"], "flops_per_image": info["flops_per_image"]},
+        "data": {"train_images": info["train_images"], "eval_images": info["eval_images"],
+                 "eval_split": info["eval_split"], "num_classes": len(info["classes"])},
+        "final": {k: last.get(k) for k in ("epoch", "train_loss", "train_acc", "test_loss", "test_acc")},
+        "best": {"epoch": state.best_epoch, "test_acc": state.best_test_acc},
+        "overfitting": {
+            "train_test_acc_gap": _diff(last.get("train_acc"), last.get("test_acc")),
+            "min_test_loss": min_loss.get("test_loss"),
+            "min_test_loss_epoch": min_loss.get("epoch"),
+            "test_loss_rise": _diff(last.get("test_loss"), min_loss.get("test_loss")),
+            "best_minus_final_acc": _diff(state.best_test_acc, last.get("test_acc")),
+        },
+        "time": {
+            "startup_s": round(startup_s, 3),
+            "train_s": round(sum(r["train_s"] for r in history), 3),
+            "eval_s": round(sum(r["eval_s"] for r in history), 3),
+            "total_s": round(total_s, 3),
+            "mean_epoch_s": round(statistics.fmean(epoch_s), 3) if epoch_s else None,
+            # The first epoch carries warm-up (and compilation): show the steady state apart.
+            "mean_epoch_s_after_first": round(statistics.fmean(epoch_s[1:]), 3) if len(epoch_s) > 1 else None,
+            "images_per_s": round(statistics.fmean(r["images_per_s"] for r in history), 1) if history else None,
+        },
+        "memory": {k: max(r.get(k, 0.0) for r in history) for k in memory_keys},
+    }
+
+
+def _diff(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+def format_summary(s: dict[str, Any]) -> str:
+    """One screen of plain text, the way a person reads a finished run."""
+    run, batch, final, best, over, t = s["run"], s["batch"], s["final"], s["best"], s["overfitting"], s["time"]
+    split = s["data"]["eval_split"]
+    lines = [
+        f"ddplab run {s['status']}: {run['model']} on {run['dataset']}, {run['strategy']} x{run['world_size']} "
+        f"on {run['device']}, {run['precision']}, {run['optimizer']} lr {run['lr']:g} ({run['schedule']})",
+        f"  epochs        {run['epochs_done']}/{run['epochs_planned']}   batch {batch['local']} local x "
+        f"{run['world_size']} ranks x {batch['accumulate']} accumulate = {batch['global']} global, "
+        f"{batch['optimizer_steps']} optimizer steps",
+        f"  model         {s['model']['params']:,} params, {s['model']['flops_per_image'] / 1e6:,.1f} MFLOP/image forward",
+    ]
+    if final["epoch"] is not None:
+        lines += [
+            f"  final         {split} acc {final['test_acc']:.2%}  {split} loss {final['test_loss']:.4f}   "
+            f"train acc {final['train_acc']:.2%}  train loss {final['train_loss']:.4f}",
+            f"  best          {split} acc {best['test_acc']:.2%} at epoch {best['epoch']}",
+            f"  overfitting   train-{split} acc gap {over['train_test_acc_gap']:+.2%}; {split} loss min "
+            f"{over['min_test_loss']:.4f} at epoch {over['min_test_loss_epoch']}, now {over['test_loss_rise']:+.4f} from it",
+            f"  time          start-up {t['startup_s']:.1f} s, train {t['train_s']:.1f} s, eval {t['eval_s']:.1f} s, "
+            f"total {t['total_s']:.1f} s; {t['images_per_s']:,.0f} images/s",
+        ]
+    if s["memory"]:
+        lines.append("  memory        " + ", ".join(f"{k.replace('_mib', '')} {v:,.0f} MiB" for k, v in s["memory"].items()))
+    return "\n".join(lines)

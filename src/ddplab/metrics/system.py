@@ -1,0 +1,60 @@
+"""Clocks and memory, measured honestly (contract 7).
+
+Times are read after the device has finished its queued work. Memory is peak allocated and
+peak reserved on CUDA (reset each epoch) and the process's peak resident set size on CPU
+(a lifetime peak: the OS offers no reset), each labelled as what it is.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+
+import torch
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Stopwatch:
+    """Wall time between `start()` and `stop()`, with the device synchronized at both ends."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._t0 = 0.0
+
+    def start(self) -> "Stopwatch":
+        synchronize(self.device)
+        self._t0 = time.perf_counter()
+        return self
+
+    def stop(self) -> float:
+        synchronize(self.device)
+        return time.perf_counter() - self._t0
+
+
+def reset_peak_memory(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_memory_mib(device: torch.device) -> dict[str, float]:
+    if device.type == "cuda":
+        return {
+            "peak_alloc_mib": round(torch.cuda.max_memory_allocated(device) / 2**20, 1),
+            "peak_reserved_mib": round(torch.cuda.max_memory_reserved(device) / 2**20, 1),
+        }
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss_bytes = rss if sys.platform == "darwin" else rss * 1024
+    return {"peak_rss_mib": round(rss_bytes / 2**20, 1)}
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    import platform
+
+    return platform.processor() or platform.machine() or "cpu"

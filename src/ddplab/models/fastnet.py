@@ -1,0 +1,110 @@
+"""FastNet: a small, fast CIFAR net in the style of the speed records (airbench, ResNet-9).
+
+stem conv3x3 (32) -> BN -> GELU, then three ConvGroups of widths 64/256/256, each
+conv3x3 -> maxpool2 -> BN -> GELU -> conv3x3 -> BN -> GELU, then a global max pool and a
+bias-free linear head whose logits are multiplied by a fixed 1/9.
+
+What differs from airbench94, and why:
+- The stem is a plain learned 3x3 conv (+BN, GELU) instead of a 2x2 conv initialized by
+  whitening the training patches: a data-dependent init is training code, which models do
+  not hold, and a padded 3x3 stem also works on images as small as 1x1.
+- BatchNorm keeps PyTorch's defaults (affine, momentum 0.1, eps 1e-5) and convs keep the
+  default init (no dirac init): the trainer's recipe, not the model, owns those speed tricks.
+- The final pool is adaptive (global max over any H x W) rather than MaxPool2d(3) on 4x4.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ddplab.models.registry import norm2d, register_model, scale_channels
+
+# airbench's `scaling_factor` (found by tuning there): a fixed softmax temperature. The
+# global max of BN'd GELU outputs is positive and O(1) per feature (mean ~1.7 at init), so
+# the raw logits start with a spread of ~1; divided by 9 (~0.1) the first predictions are
+# near uniform, and the gradient into the head is scaled by 1/9 too, which keeps a short,
+# high-learning-rate run from fitting overconfident logits early. A constant, not a parameter.
+LOGIT_SCALE = 1 / 9
+
+
+def _conv3x3(c_in: int, c_out: int, bias: bool) -> nn.Conv2d:
+    return nn.Conv2d(c_in, c_out, kernel_size=3, padding=1, bias=bias)
+
+
+class ConvGroup(nn.Module):
+    """conv3x3 -> maxpool2 -> BN -> GELU -> conv3x3 -> BN -> GELU.
+
+    Pooling straight after the first conv (airbench's order) runs the norm and activation
+    on 4x fewer pixels; ceil_mode keeps odd sizes whole and never reaches 0.
+    """
+
+    def __init__(self, c_in: int, c_out: int, batchnorm: bool) -> None:
+        super().__init__()
+        self.conv1 = _conv3x3(c_in, c_out, bias=not batchnorm)
+        self.pool = nn.MaxPool2d(2, ceil_mode=True)
+        self.norm1 = norm2d(c_out, batchnorm)
+        self.conv2 = _conv3x3(c_out, c_out, bias=not batchnorm)
+        self.norm2 = norm2d(c_out, batchnorm)
+        self.act = nn.GELU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.act(self.norm1(self.pool(self.conv1(x))))
+        return self.act(self.norm2(self.conv2(x)))
+
+
+class FastNet(nn.Module):
+    """Stem, ConvGroups, global max pool, dropout, bias-free linear head times LOGIT_SCALE."""
+
+    def __init__(
+        self,
+        *,
+        num_classes: int,
+        in_channels: int,
+        stem_width: int = 32,
+        widths: tuple[int, ...] = (64, 256, 256),
+        dropout: float,
+        batchnorm: bool,
+    ) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            _conv3x3(in_channels, stem_width, bias=not batchnorm),
+            norm2d(stem_width, batchnorm),
+            nn.GELU(),
+        )
+        groups: list[nn.Module] = []
+        c_in = stem_width
+        for c_out in widths:
+            groups.append(ConvGroup(c_in, c_out, batchnorm))
+            c_in = c_out
+        self.groups = nn.Sequential(*groups)
+        self.pool = nn.AdaptiveMaxPool2d(1)
+        self.dropout = nn.Dropout(dropout)
+        self.head = nn.Linear(c_in, num_classes, bias=False)
+        self.logit_scale = LOGIT_SCALE
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(self.groups(self.stem(x))).flatten(1)
+        return self.head(self.dropout(x)) * self.logit_scale
+
+
+@register_model("fastnet")
+def fastnet(
+    *,
+    num_classes: int,
+    in_channels: int = 3,
+    image_size: tuple[int, int] = (32, 32),
+    width: float = 1.0,
+    dropout: float = 0.0,
+    batchnorm: bool = True,
+) -> FastNet:
+    """airbench-style net; `width` scales the stem (32) and group widths (64/256/256)."""
+    del image_size  # the global max pool makes the net independent of the image size
+    return FastNet(
+        num_classes=num_classes,
+        in_channels=in_channels,
+        stem_width=scale_channels(32, width),
+        widths=tuple(scale_channels(c, width) for c in (64, 256, 256)),
+        dropout=dropout,
+        batchnorm=batchnorm,
+    )
