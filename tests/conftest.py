@@ -21,3 +21,23 @@ def cifar_root() -> Path:
     if root is None:
         pytest.skip("CIFAR-10 not found: set DDPLAB_DATA to a root holding cifar-10-batches-bin")
     return root
+
+
+def tiny_config(out: Path | None = None, **sections):
+    """A run config that trains in about a second: small synthetic images, a narrow net.
+
+    `sections` override per section, e.g. tiny_config(tmp, train={"epochs": 3}).
+    """
+    from ddplab.config import build_config
+
+    values = {
+        "data": {"dataset": "synthetic", "synthetic_size": 256, "image_size": 16, "num_classes": 4},
+        "model": {"name": "simple_cnn", "width": 0.5},
+        "train": {"epochs": 2, "batch_size": 32, "device": "cpu", "eval_batch_size": 64},
+        "output": {"progress": False, "tensorboard": False},
+    }
+    if out is not None:
+        values["output"]["out"] = str(out)
+    for section, content in sections.items():
+        values.setdefault(section, {}).update(content)
+    return build_config(values)

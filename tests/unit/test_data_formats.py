@@ -16,7 +16,6 @@ import torch
 from PIL import Image
 
 from ddplab.data import datasets, formats
-from ddplab.data.dataset import channel_stats
 from ddplab.data.datasets import DATASETS, dataset_info, load_dataset, make_splits, verify_dataset
 from ddplab.data.formats import RestrictedUnpickler
 from ddplab.errors import ConfigError, DataError
@@ -340,7 +339,9 @@ def test_load_dataset_uses_train_statistics_for_every_split(tmp_path):
     expected = write_cifar10_bin(tmp_path)
     train = load_dataset("cifar10", tmp_path, "train")
     test = load_dataset("cifar10", tmp_path, "test")
-    ref_mean, ref_std = channel_stats(torch.from_numpy(expected["train"][0]))
+    pixels = torch.from_numpy(expected["train"][0]).double() / 255  # float64 reference, summed directly
+    ref_mean = pixels.mean(dim=(0, 2, 3)).tolist()
+    ref_std = pixels.std(dim=(0, 2, 3), unbiased=False).tolist()
     assert train.mean == pytest.approx(ref_mean, abs=2e-6) and train.std == pytest.approx(ref_std, abs=2e-6)
     assert test.mean == train.mean and test.std == train.std and test.name == "cifar10"
     big = load_dataset("cifar10", tmp_path, "test", image_size=40)

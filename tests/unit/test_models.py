@@ -336,3 +336,14 @@ def test_register_model_rejects_duplicates_and_bad_builders():
     with pytest.raises(TypeError, match="in_channels"):
         register_model("broken")(no_options)
     assert "broken" not in list_models()
+
+
+@pytest.mark.parametrize("name", list_models())
+def test_count_flops_agrees_with_flop_counter_mode(name):
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = create_model(name, num_classes=10, image_size=(17, 23), width=0.25)
+    model.eval()
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(torch.zeros(1, 3, 17, 23))
+    assert count_flops(model, (3, 17, 23)) == counter.get_total_flops()

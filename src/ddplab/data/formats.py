@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import logging
 import pickle
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ddplab.data.dataset import ImageDataset
+from ddplab.data.dataset import ImageDataset, channel_stats
 from ddplab.errors import ConfigError, DataError
 
 log = logging.getLogger(__name__)
@@ -78,35 +77,9 @@ def read_names(path: Path, dataset: str) -> list[str]:
     return names
 
 
-def fast_channel_stats(images: torch.Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """Per-channel mean/std in [0, 1] units from 256-bin histograms.
-
-    Exact (integer counts) and ~20x faster than summing floats: 0.3 s for CIFAR-10's train set.
-    """
-    n = images.shape[0] * images.shape[2] * images.shape[3]
-    if n == 0:
-        c = images.shape[1]
-        return tuple([0.5] * c), tuple([0.25] * c)
-    values = torch.arange(256, dtype=torch.float64) / 255.0
-
-    def histogram(c: int) -> torch.Tensor:
-        return torch.bincount(images[:, c].reshape(-1), minlength=256).to(torch.float64)
-
-    # bincount is single-threaded and releases the GIL: one thread per channel.
-    with ThreadPoolExecutor(max_workers=images.shape[1]) as pool:
-        hists = list(pool.map(histogram, range(images.shape[1])))
-    means, stds = [], []
-    for hist in hists:
-        mean = float((hist * values).sum() / n)
-        var = float((hist * (values - mean) ** 2).sum() / n)
-        means.append(round(mean, 6))
-        stds.append(round(max(var, 1e-12) ** 0.5, 6))
-    return tuple(means), tuple(stds)
-
-
 def make_dataset(images: torch.Tensor, labels: torch.Tensor, classes: list[str], name: str) -> ImageDataset:
     """An ImageDataset with its own statistics computed the fast way (callers may replace them)."""
-    mean, std = fast_channel_stats(images)
+    mean, std = channel_stats(images)
     return ImageDataset(images, labels, list(classes), name, mean, std)
 
 

@@ -11,7 +11,6 @@ ddplab's sharding can be compared with, and reasoned about like, PyTorch's.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Iterator
 
@@ -19,6 +18,7 @@ import torch
 
 from ddplab.data.augment import AugmentSpec, Augmenter
 from ddplab.data.dataset import ImageDataset
+from ddplab.seeding import derive_seed
 
 
 def shard_indices(
@@ -47,13 +47,8 @@ def shard_indices(
 
 
 def augment_seed(seed: int, epoch: int, rank: int) -> int:
-    """A 63-bit generator seed for (seed, epoch, rank).
-
-    blake2b of the text "seed:epoch:rank", first 8 bytes little-endian, top bit dropped. A sum
-    like seed + epoch + rank would give rank 1 of epoch 0 the draws of rank 0 of epoch 1.
-    """
-    digest = hashlib.blake2b(f"{seed}:{epoch}:{rank}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1
+    """The augmentation generator's seed: a hash of (seed, epoch, rank), never their sum."""
+    return derive_seed(seed, epoch, rank)
 
 
 class DeviceLoader:

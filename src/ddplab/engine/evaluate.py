@@ -17,11 +17,10 @@ from ddplab.engine import checkpoint
 from ddplab.engine.precision import Precision
 from ddplab.engine.trainer import evaluate
 from ddplab.errors import ConfigError
-from ddplab.models import create_model
 
 
 def evaluate_run(run_dir: str | Path, *, weights: str = "final", device: str = "auto", data_dir: str | None = None) -> dict:
-    from ddplab.engine.run import build_datasets
+    from ddplab.engine.run import build_datasets, build_model
 
     run_dir = Path(run_dir)
     if not (run_dir / "config.toml").is_file():
@@ -36,9 +35,7 @@ def evaluate_run(run_dir: str | Path, *, weights: str = "final", device: str = "
     state = checkpoint.load(path, ctx.device)
     epoch = state["train_state"]["epoch"] if "train_state" in state else state.get("epoch")
     _, eval_set, split = build_datasets(config, ctx)
-    model = create_model(config.model.name, num_classes=eval_set.num_classes, in_channels=eval_set.image_shape[0],
-                         image_size=eval_set.image_shape[1:], width=config.model.width,
-                         dropout=config.model.dropout, batchnorm=config.model.batchnorm)
+    model = build_model(config, eval_set)
     model.load_state_dict(state["model"])
     model.to(ctx.device)
     loader = DeviceLoader(eval_set, batch_size=config.train.eval_batch_size, device=ctx.device, train=False)

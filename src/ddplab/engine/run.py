@@ -23,7 +23,7 @@ from ddplab.config import RunConfig, check_environment, save_config
 from ddplab.data.augment import AugmentSpec
 from ddplab.data.datasets import load_dataset, make_splits
 from ddplab.data.loader import DeviceLoader
-from ddplab.distributed import DistContext, distributed_context, unwrap, wrap_model
+from ddplab.distributed import DistContext, distributed_context, wrap_model
 from ddplab.engine import checkpoint
 from ddplab.engine.early_stop import EarlyStopping
 from ddplab.engine.optim import build_optimizer, build_scheduler
@@ -60,34 +60,11 @@ def train(config: RunConfig) -> RunResult:
 def run_worker(config: RunConfig, ctx: DistContext, start: float) -> RunResult:
     run_dir = prepare_run_dir(config, ctx)
     logsetup.init_logging(ctx.rank, run_dir / "train.log" if ctx.is_main else None, debug=config.output.debug)
-    configure_determinism(config)
-    train_set, eval_set, eval_split = build_datasets(config, ctx)
-    torch.manual_seed(config.train.seed)  # identical initial weights on every rank (contract 3)
-    model = create_model(config.model.name, num_classes=train_set.num_classes, in_channels=train_set.image_shape[0],
-                         image_size=train_set.image_shape[1:], width=config.model.width,
-                         dropout=config.model.dropout, batchnorm=config.model.batchnorm)
-    params, flops = count_params(model), count_flops(model, train_set.image_shape)
-    wrapped = wrap_model(model, config, ctx)
-    train_loader, eval_loader = build_loaders(config, ctx, train_set, eval_set)
-    steps_per_epoch = -(-len(train_loader) // config.train.accumulate)
-    optimizer = build_optimizer(wrapped.parameters(), config.optim)
-    trainer = Trainer(
-        config=config, ctx=ctx, model=wrapped, optimizer=optimizer,
-        scheduler=build_scheduler(optimizer, config.optim, epochs=config.train.epochs, steps_per_epoch=steps_per_epoch),
-        precision=Precision(config.train.precision, ctx.device), train_loader=train_loader, eval_loader=eval_loader,
-        sinks=NullSink(), early_stopping=EarlyStopping(config.train.early_stop_metric, config.train.patience, config.train.min_delta),
-        checkpoint_dir=run_dir / "checkpoints" if ctx.is_main else None,
-    )
+    trainer, info = build_trainer(config, ctx, run_dir)
     if config.output.resume:
         trainer.load_state_dict(checkpoint.load(run_dir / "checkpoints" / checkpoint.LAST, ctx.device))
         log.info("resumed from epoch %d (step %d)", trainer.state.epoch, trainer.state.step)
     trainer.sinks = build_sinks(config, ctx, run_dir, trainer.state.history)
-    info = {"params": params, "flops_per_image": flops, "eval_split": eval_split, "world_size": ctx.world_size,
-            "train_images": len(train_set), "eval_images": len(eval_set), "steps_per_epoch": steps_per_epoch,
-            "device": ctx.device, "classes": train_set.classes}
-    log.info("%s on %s: %d train / %d %s images, %s params, batch %d local / %d global, %d steps/epoch",
-             config.model.name, ctx.device, len(train_set), len(eval_set), eval_split, f"{params:,}",
-             config.train.batch_size, config.global_batch_size(ctx.world_size), steps_per_epoch)
     startup_s = time.perf_counter() - start
     try:
         state = trainer.fit()
@@ -101,6 +78,39 @@ def run_worker(config: RunConfig, ctx: DistContext, start: float) -> RunResult:
         write_json(run_dir / "summary.json", summary)
         print(format_summary(summary), flush=True)
     return RunResult(run_dir=run_dir, summary=summary, history=list(state.history))
+
+
+def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> tuple[Trainer, dict[str, Any]]:
+    """Every component of a run, built in order and handed to a Trainer (sinks come later)."""
+    configure_determinism(config)
+    train_set, eval_set, eval_split = build_datasets(config, ctx)
+    torch.manual_seed(config.train.seed)  # identical initial weights on every rank (contract 3)
+    model = build_model(config, train_set)
+    params, flops = count_params(model), count_flops(model, train_set.image_shape)
+    wrapped = wrap_model(model, config, ctx)
+    train_loader, eval_loader = build_loaders(config, ctx, train_set, eval_set)
+    steps_per_epoch = -(-len(train_loader) // config.train.accumulate)
+    optimizer = build_optimizer(wrapped.parameters(), config.optim)
+    trainer = Trainer(
+        config=config, ctx=ctx, model=wrapped, optimizer=optimizer,
+        scheduler=build_scheduler(optimizer, config.optim, epochs=config.train.epochs, steps_per_epoch=steps_per_epoch),
+        precision=Precision(config.train.precision, ctx.device), train_loader=train_loader, eval_loader=eval_loader,
+        sinks=NullSink(), early_stopping=EarlyStopping(config.train.early_stop_metric, config.train.patience, config.train.min_delta),
+        checkpoint_dir=run_dir / "checkpoints" if ctx.is_main and run_dir is not None else None,
+    )
+    info = {"params": params, "flops_per_image": flops, "eval_split": eval_split, "world_size": ctx.world_size,
+            "train_images": len(train_set), "eval_images": len(eval_set), "steps_per_epoch": steps_per_epoch,
+            "device": ctx.device, "classes": train_set.classes}
+    log.info("%s on %s: %d train / %d %s images, %s params, batch %d local / %d global, %d steps/epoch",
+             config.model.name, ctx.device, len(train_set), len(eval_set), eval_split, f"{params:,}",
+             config.train.batch_size, config.global_batch_size(ctx.world_size), steps_per_epoch)
+    return trainer, info
+
+
+def build_model(config: RunConfig, data) -> torch.nn.Module:
+    m = config.model
+    return create_model(m.name, num_classes=data.num_classes, in_channels=data.image_shape[0],
+                        image_size=data.image_shape[1:], width=m.width, dropout=m.dropout, batchnorm=m.batchnorm)
 
 
 def configure_determinism(config: RunConfig) -> None:

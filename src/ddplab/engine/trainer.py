@@ -91,7 +91,7 @@ class Trainer:
         return math.ceil(len(self.train_loader) / self.accumulate)
 
     def run_epoch(self, epoch: int) -> dict[str, Any]:
-        torch.manual_seed(derive_seed(self.config.train.seed, epoch, self.ctx.rank))  # dropout etc.
+        torch.manual_seed(derive_seed(self.config.train.seed, epoch, self.ctx.rank, "dropout"))
         reset_peak_memory(self.ctx.device)
         clock = Stopwatch(self.ctx.device).start()
         train = self.train_epoch(epoch)

@@ -1,0 +1,110 @@
+"""Config: TOML round trip, overrides, and one clear ConfigError per bad value."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from ddplab.cli import SHORTCUTS, build_parser, config_from_args
+from ddplab.config import RunConfig, build_config, check_environment, load_toml, parse_dotted, save_config
+from ddplab.errors import ConfigError
+
+
+def parse(argv):
+    return config_from_args(build_parser().parse_args(["train", *argv]))
+
+
+def test_defaults_round_trip_through_toml(tmp_path):
+    cfg = RunConfig()
+    save_config(cfg, tmp_path / "c.toml")
+    assert build_config(load_toml(tmp_path / "c.toml")) == cfg
+
+
+def test_non_default_values_round_trip(tmp_path):
+    cfg = build_config({"data": {"subset": 1000, "image_size": 40}, "optim": {"betas": [0.8, 0.9], "grad_clip": 1.5},
+                        "train": {"early_stop_metric": "test_acc"}, "model": {"dropout": 0.1, "batchnorm": True}})
+    save_config(cfg, tmp_path / "c.toml")
+    again = build_config(load_toml(tmp_path / "c.toml"))
+    assert again == cfg and again.optim.betas == [0.8, 0.9] and again.model.batchnorm is True
+
+
+def test_shortcuts_and_dotted_flags_override_the_file(tmp_path):
+    (tmp_path / "c.toml").write_text('[train]\nepochs = 7\nbatch_size = 64\n[optim]\nlr = 0.2\n')
+    cfg = parse(["--config", str(tmp_path / "c.toml"), "--epochs", "3", "--optim.weight_decay", "0.01",
+                 "--model.compile", "--data.flip", "false", "--out", str(tmp_path / "run")])
+    assert (cfg.train.epochs, cfg.train.batch_size, cfg.optim.lr, cfg.optim.weight_decay) == (3, 64, 0.2, 0.01)
+    assert cfg.model.compile is True and cfg.data.flip is False
+
+
+def test_every_shortcut_names_a_real_field():
+    cfg = RunConfig().to_dict()
+    for key in SHORTCUTS.values():
+        section, name = key.split(".")
+        assert name in {f.name for f in dataclasses.fields(getattr(RunConfig(), section))}, key
+    assert set(cfg) == {"data", "model", "optim", "train", "dist", "output"}
+
+
+def test_the_cli_surface_is_deliberate():
+    """Changing the set of train flags must be a conscious act (update this list)."""
+    flags = sorted(o for a in build_parser()._subparsers._group_actions[0].choices["train"]._actions
+                   for o in a.option_strings if not o.startswith("--") or "." not in o)
+    assert flags == sorted(["-h", "--help", "--config", "--resume", "--debug", *SHORTCUTS])
+
+
+@pytest.mark.parametrize("values, field", [
+    ({"model": {"name": "resnet99"}}, "model.name"),
+    ({"train": {"batch_size": 0}}, "train.batch_size"),
+    ({"train": {"batch_size": 2.5}}, "train.batch_size"),
+    ({"optim": {"lr": -0.1}}, "optim.lr"),
+    ({"optim": {"lr": 0}}, "optim.lr"),
+    ({"optim": {"name": "lion"}}, "optim.name"),
+    ({"optim": {"schedule": "linear"}}, "optim.schedule"),
+    ({"optim": {"momentum": 1.5}}, "optim.momentum"),
+    ({"optim": {"label_smoothing": 1.0}}, "optim.label_smoothing"),
+    ({"optim": {"betas": [0.9]}}, "optim.betas"),
+    ({"train": {"precision": "fp8"}}, "train.precision"),
+    ({"train": {"device": "tpu"}}, "train.device"),
+    ({"train": {"epochs": "many"}}, "train.epochs"),
+    ({"train": {"early_stop_metric": "val_f1"}}, "train.early_stop_metric"),
+    ({"data": {"dataset": "mnist"}}, "data.dataset"),
+    ({"data": {"val_fraction": 1.0}}, "data.val_fraction"),
+    ({"data": {"fold": 3}}, "data.fold"),
+    ({"data": {"subset": -5}}, "data.subset"),
+    ({"dist": {"strategy": "fsdp"}}, "dist.strategy"),
+    ({"dist": {"backend": "ucc"}}, "dist.backend"),
+    ({"dist": {"nproc": 2}}, "dist.nproc"),
+    ({"model": {"nme": "x"}}, "model.nme"),
+    ({"modle": {}}, "modle"),
+])
+def test_bad_values_name_the_field(values, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        build_config(values)
+
+
+def test_error_names_value_and_allowed():
+    with pytest.raises(ConfigError) as exc:
+        build_config({"optim": {"name": "lion"}})
+    assert "'lion'" in str(exc.value) and "sgd, adam, adamw, rmsprop" in str(exc.value)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only answer")
+@pytest.mark.parametrize("values, field", [
+    ({"dist": {"backend": "nccl"}}, "dist.backend"),
+    ({"train": {"device": "cuda"}}, "train.device"),
+    ({"data": {"data_dir": "/no/such/folder"}}, "data.data_dir"),
+    ({"data": {"dataset": "imagefolder"}}, "data.data_dir"),
+])
+def test_machine_checks(values, field):
+    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
+        check_environment(build_config(values))
+
+
+def test_parse_dotted_rejects_malformed():
+    assert parse_dotted(["optim.lr=0.1"]) == {"optim": {"lr": "0.1"}}
+    with pytest.raises(ConfigError):
+        parse_dotted(["lr=0.1"])
+
+
+def test_global_batch_size_is_local_times_world_times_accumulate():
+    cfg = build_config({"train": {"batch_size": 32, "accumulate": 4}, "dist": {"strategy": "ddp", "nproc": 2, "nnodes": 2}})
+    assert cfg.world_size() == 4 and cfg.global_batch_size() == 32 * 4 * 4
