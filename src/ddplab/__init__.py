@@ -1,2 +1,22 @@
-"""ddplab: train image classifiers on one device or many, with numbers you can trust."""
+"""ddplab: train image classifiers on one device or many, with numbers you can trust.
+
+    from ddplab import RunConfig, train
+    result = train(RunConfig())          # -> RunResult(run_dir, summary, history)
+"""
+
 __version__ = "0.1.0"
+
+__all__ = ["RunConfig", "RunResult", "train", "__version__"]
+
+
+def __getattr__(name: str):
+    # Lazy, so `import ddplab` (and `ddplab --help`) does not pay for importing torch.
+    if name == "RunConfig":
+        from ddplab.config import RunConfig
+
+        return RunConfig
+    if name in ("train", "RunResult"):
+        from ddplab.engine import run
+
+        return getattr(run, name)
+    raise AttributeError(f"module 'ddplab' has no attribute {name!r}")

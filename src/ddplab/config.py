@@ -290,7 +290,7 @@ def coerce(key: str, raw: Any, hint: Any) -> Any:
     text = raw if isinstance(raw, str) else None
     optional = typing.get_origin(hint) in (typing.Union, types.UnionType)
     base = next(a for a in typing.get_args(hint) if a is not type(None)) if optional else hint
-    if optional and text is not None and text.lower() in ("none", "null", ""):
+    if optional and (raw is None or text is not None and text.lower() in ("none", "null", "")):
         return None
     origin = typing.get_origin(base)
     try:

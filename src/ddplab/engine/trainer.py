@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -189,10 +190,16 @@ class Trainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         unwrap(self.model).load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
         self.precision.load_state_dict(state["scaler"])
         self.early_stopping.load_state_dict(state["early_stopping"])
         self.state.load_state_dict(state["train_state"])
+        # Every schedule is a pure function of the step: replaying the steps restores it
+        # exactly, and, unlike loading its state, also fits a run resumed with more epochs.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*lr_scheduler.step.*before.*optimizer.step", category=UserWarning)
+            for _ in range(self.state.step):
+                self.scheduler.step()
+        self.last_lr = self.optimizer.param_groups[0]["lr"]
 
     def maybe_save_checkpoint(self) -> None:
         if self.checkpoint_dir is not None:

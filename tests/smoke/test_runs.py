@@ -1,0 +1,195 @@
+"""Whole runs through the Python API and the CLI: reproducible, resumable, honest about errors."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import ddplab
+from conftest import tiny_config
+from ddplab.cli import main
+from ddplab.engine import checkpoint
+from ddplab.engine.trainer import Trainer
+
+WALL_CLOCK = ("_s", "_per_s", "_mib")  # fields that measure the machine, not the math
+
+
+def metrics(run_dir):
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.endswith(WALL_CLOCK)} for r in records]
+
+
+def final_weights(run_dir):
+    return checkpoint.load(run_dir / "checkpoints" / checkpoint.LAST)["model"]
+
+
+def assert_same_weights(a, b):
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_same_seed_same_run_bit_for_bit(tmp_path):
+    a = ddplab.train(tiny_config(tmp_path / "a"))
+    b = ddplab.train(tiny_config(tmp_path / "b"))
+    assert metrics(a.run_dir) == metrics(b.run_dir) and len(metrics(a.run_dir)) == 2
+    assert_same_weights(final_weights(a.run_dir), final_weights(b.run_dir))
+    c = ddplab.train(tiny_config(tmp_path / "c", train={"seed": 1}))
+    assert metrics(c.run_dir) != metrics(a.run_dir)
+
+
+def test_interrupted_then_resumed_run_is_bit_identical(tmp_path, monkeypatch):
+    cfg = dict(train={"epochs": 4}, data={"cutout": 4, "jitter": 0.2})  # every random stream in play
+    whole = ddplab.train(tiny_config(tmp_path / "whole", **cfg))
+
+    real_run_epoch = Trainer.run_epoch
+
+    def crash_in_epoch_3(self, epoch):
+        if epoch == 3:
+            raise KeyboardInterrupt  # as if the process died mid-epoch
+        return real_run_epoch(self, epoch)
+
+    monkeypatch.setattr(Trainer, "run_epoch", crash_in_epoch_3)
+    with pytest.raises(KeyboardInterrupt):
+        ddplab.train(tiny_config(tmp_path / "cut", **cfg))
+    assert checkpoint.load(tmp_path / "cut" / "checkpoints" / checkpoint.LAST)["train_state"]["epoch"] == 2
+    monkeypatch.setattr(Trainer, "run_epoch", real_run_epoch)
+    # Through the CLI, as a user would: --resume takes the run's own config.toml.
+    assert main(["train", "--out", str(tmp_path / "cut"), "--resume"]) == 0
+    assert metrics(tmp_path / "cut") == metrics(whole.run_dir)
+    assert_same_weights(final_weights(tmp_path / "cut"), final_weights(whole.run_dir))
+
+
+def test_run_folder_holds_config_metrics_summary_and_reproduces(tmp_path):
+    result = ddplab.train(tiny_config(tmp_path / "run", train={"epochs": 3}))
+    run = result.run_dir
+    for name in ("config.toml", "metrics.jsonl", "summary.json", "env.json", "train.log", "checkpoints/last.pt", "checkpoints/best.pt"):
+        assert (run / name).is_file(), name
+    summary = json.loads((run / "summary.json").read_text())
+    history = result.history
+    assert summary["final"]["test_acc"] == history[-1]["test_acc"]
+    assert summary["best"]["test_acc"] == max(r["test_acc"] for r in history)
+    assert summary["batch"] == {"local": 32, "accumulate": 1, "global": 32, "steps_per_epoch": 8, "optimizer_steps": 24}
+    losses = [r["test_loss"] for r in history]
+    assert summary["overfitting"]["test_loss_rise"] == pytest.approx(losses[-1] - min(losses))
+    assert summary["overfitting"]["train_test_acc_gap"] == pytest.approx(history[-1]["train_acc"] - history[-1]["test_acc"])
+    assert summary["time"]["startup_s"] > 0 and "peak_rss_mib" in summary["memory"]
+    for record in history:
+        assert record["train_samples"] == 256 and record["test_samples"] == 64
+        assert record["images_per_s"] == pytest.approx(256 / record["train_s"])
+    # The saved config alone reproduces the run.
+    assert main(["train", "--config", str(run / "config.toml"), "--out", str(tmp_path / "again")]) == 0
+    assert metrics(tmp_path / "again") == metrics(run)
+
+
+def test_eval_command_matches_the_run(tmp_path, capsys):
+    result = ddplab.train(tiny_config(tmp_path / "run", train={"epochs": 3}))
+    from ddplab.engine.evaluate import evaluate_run
+
+    final = evaluate_run(result.run_dir, device="cpu")
+    assert final["correct"] == round(result.history[-1]["test_acc"] * 64) and final["count"] == 64
+    assert final["loss"] == pytest.approx(result.history[-1]["test_loss"], rel=1e-6)
+    best = evaluate_run(result.run_dir, weights="best", device="cpu")
+    assert best["acc"] == result.summary["best"]["test_acc"] and best["epoch"] == result.summary["best"]["epoch"]
+    assert main(["eval", str(result.run_dir), "--device", "cpu"]) == 0
+    assert "test acc" in capsys.readouterr().out
+
+
+def test_a_finished_run_is_never_overwritten(tmp_path, capsys):
+    ddplab.train(tiny_config(tmp_path / "run", train={"epochs": 1}))
+    before = (tmp_path / "run" / "metrics.jsonl").read_text()
+    args = ["train", "--config", str(tmp_path / "run" / "config.toml"), "--out", str(tmp_path / "run")]
+    assert main(args) == 2
+    assert "already holds a finished run" in capsys.readouterr().err
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == before
+    # Resuming with a changed setting is refused; more epochs are allowed.
+    assert main([*args, "--resume", "--lr", "0.5"]) == 2
+    assert "optim.lr" in capsys.readouterr().err
+    assert main([*args, "--resume", "--epochs", "2"]) == 0
+    assert len(metrics(tmp_path / "run")) == 2
+
+
+def test_foreign_folder_is_refused(tmp_path, capsys):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.tex").write_text("precious")
+    assert main(["train", "--dataset", "synthetic", "--out", str(tmp_path / "mine")]) == 2
+    assert "not a ddplab run folder" in capsys.readouterr().err
+
+
+def cli(*args, env=None):
+    """Run `python -m ddplab` in a fresh process, as a user would."""
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "ddplab", *args], capture_output=True, text=True, env=full_env, timeout=300)
+
+
+def assert_one_line_error(proc, code, *needles):
+    assert proc.returncode == code, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ddplab: error:")]
+    assert len(errors) == 1 and errors[0] == proc.stderr.strip().splitlines()[-1], proc.stderr
+    assert "Traceback" not in proc.stderr
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--batch-size", "0"], ["train.batch_size=0", ">= 1"]),
+    (["--model", "resnet99"], ["model.name='resnet99'", "simple_cnn"]),
+    (["--lr", "-1"], ["optim.lr=-1.0", "> 0"]),
+    (["--backend", "nccl", "--device", "cpu"], ["dist.backend='nccl'", "gloo"]),
+    (["--data-dir", "/no/such/dir"], ["data.data_dir", "does not exist"]),
+    (["--optim.betas", "0.9"], ["optim.betas"]),
+])
+def test_bad_config_is_one_line_and_exit_2(tmp_path, args, needles):
+    assert_one_line_error(cli("train", "--out", str(tmp_path / "r"), *args), 2, *needles)
+    assert not (tmp_path / "r").exists()
+
+
+def test_missing_dataset_says_where_to_put_it(tmp_path):
+    proc = cli("train", "--dataset", "cifar10", "--data-dir", str(tmp_path), "--data.download", "false", "--out", str(tmp_path / "r"))
+    assert_one_line_error(proc, 3, "cifar-10-batches-bin", str(tmp_path))
+
+
+def test_corrupt_dataset_file_is_named(tmp_path):
+    folder = tmp_path / "cifar-10-batches-bin"
+    folder.mkdir()
+    record = bytes(3073)
+    for name in [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]:
+        (folder / name).write_bytes(record * 3)
+    (folder / "data_batch_2.bin").write_bytes(record * 3 + b"\x00" * 100)  # truncated mid-record
+    (folder / "batches.meta.txt").write_text("\n".join("abcdefghij") + "\n")
+    proc = cli("train", "--dataset", "cifar10", "--data-dir", str(tmp_path), "--data.download", "false", "--out", str(tmp_path / "r"))
+    assert_one_line_error(proc, 3, "data_batch_2.bin")
+
+
+def test_non_finite_loss_exits_4_with_one_line(tmp_path):
+    proc = cli("train", "--dataset", "synthetic", "--data.synthetic_size", "256", "--data.image_size", "16",
+               "--lr", "1e12", "--epochs", "2", "--device", "cpu", "--out", str(tmp_path / "r"))
+    assert_one_line_error(proc, 4, "NaN/inf", "epoch 1")
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    proc = cli("train", "--batch-size", "0", "--debug")
+    assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_models_and_data_commands(tmp_path):
+    proc = cli("models")
+    assert proc.returncode == 0 and all(m in proc.stdout for m in ("simple_cnn", "vgg_small", "resnet18", "fastnet"))
+    assert "620,362" in proc.stdout  # simple_cnn's parameter count at 32x32, 10 classes
+
+
+def test_real_cifar10_short_run_and_data_commands(cifar_root, tmp_path):
+    result = ddplab.train(tiny_config(tmp_path / "run", data={"dataset": "cifar10", "data_dir": str(cifar_root), "subset": 2048,
+                                                              "image_size": None, "synthetic_size": None},
+                                      model={"width": 1.0}, optim={"name": "adam", "lr": 2e-3},
+                                      train={"epochs": 1, "batch_size": 64}))
+    record = result.history[0]
+    assert record["train_samples"] == 2048 and record["test_samples"] == 10_000
+    assert result.summary["data"]["num_classes"] == 10 and result.test_acc > 0.2  # chance is 0.1
+    proc = cli("data", "info", "cifar10", "--data-dir", str(cifar_root))
+    assert proc.returncode == 0 and "airplane" in proc.stdout and "50000" in proc.stdout.replace(",", "")
+    proc = cli("data", "verify", "cifar10", "--data-dir", str(cifar_root))
+    assert proc.returncode == 0 and "usable" in proc.stdout
