@@ -412,3 +412,16 @@ def _mpi_available() -> bool:
     import torch.distributed as dist
 
     return dist.is_available() and dist.is_mpi_available()
+
+
+def reference_markdown() -> str:
+    """The settings reference in the README, generated so the two cannot drift (tested)."""
+    out = []
+    for section, cls in SECTIONS.items():
+        out += [f"`[{section}]`", "", "| setting | default | meaning |", "|---|---|---|"]
+        for f in fields(cls):
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            shown = "unset" if default is None else repr(default).replace("'", '"')
+            out.append(f"| `{section}.{f.name}` | `{shown}` | {f.metadata['help'].replace('|', '/')} |")
+        out.append("")
+    return "\n".join(out)

@@ -1,6 +1,7 @@
 """Config: TOML round trip, overrides, and one clear ConfigError per bad value."""
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
@@ -108,3 +109,23 @@ def test_parse_dotted_rejects_malformed():
 def test_global_batch_size_is_local_times_world_times_accumulate():
     cfg = build_config({"train": {"batch_size": 32, "accumulate": 4}, "dist": {"strategy": "ddp", "nproc": 2, "nnodes": 2}})
     assert cfg.world_size() == 4 and cfg.global_batch_size() == 32 * 4 * 4
+
+
+RECIPES = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.toml"))
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
+def test_every_shipped_recipe_parses(recipe):
+    cfg = parse(["--config", str(recipe), "--out", "unused"])
+    assert cfg.train.epochs >= 1
+
+
+def test_there_are_recipes():
+    assert len(RECIPES) >= 3
+
+
+def test_readme_reference_is_current():
+    from ddplab.config import reference_markdown
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert reference_markdown() in readme, "regenerate the README's settings tables from config.reference_markdown()"

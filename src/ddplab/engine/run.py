@@ -31,7 +31,7 @@ from ddplab.engine.precision import Precision
 from ddplab.engine.rundir import prepare_run_dir
 from ddplab.engine.trainer import Trainer
 from ddplab.errors import TrainingError
-from ddplab.metrics.sinks import JsonlSink, NullSink, ProgressBar, SinkGroup, tensorboard_sink
+from ddplab.metrics.sinks import JsonlSink, LogSink, NullSink, ProgressBar, SinkGroup, tensorboard_sink
 from ddplab.metrics.summary import build_summary, format_summary
 from ddplab.models import count_flops, count_params, create_model
 
@@ -153,7 +153,10 @@ def build_loaders(config: RunConfig, ctx: DistContext, train_set, eval_set) -> t
 def build_sinks(config: RunConfig, ctx: DistContext, run_dir: Path, history: list[dict]):
     if not ctx.is_main:
         return NullSink()
-    sinks = [JsonlSink(run_dir / "metrics.jsonl", history), ProgressBar(config.train.epochs, enabled=None if config.output.progress else False)]
+    # The bar closes before the epoch's log line is written, so the two never interleave.
+    sinks = [JsonlSink(run_dir / "metrics.jsonl", history),
+             ProgressBar(config.train.epochs, enabled=None if config.output.progress else False),
+             LogSink(config.train.epochs)]
     if config.output.tensorboard:
         sinks.append(tensorboard_sink(run_dir / "tensorboard"))
     return SinkGroup(sinks)

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Protocol
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("ddplab")
 
 
 class MetricSink(Protocol):
@@ -52,6 +52,18 @@ class JsonlSink(NullSink):
     def epoch_end(self, record: dict[str, Any]) -> None:
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
+
+
+class LogSink(NullSink):
+    """One log line per epoch, so a run without a terminal still shows where it is."""
+
+    def __init__(self, epochs: int):
+        self.epochs = epochs
+
+    def epoch_end(self, record: dict[str, Any]) -> None:
+        log.info("epoch %d/%d: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %.1f s, %.0f img/s, lr %.3g",
+                 record["epoch"], self.epochs, record["train_loss"], 100 * record["train_acc"], record["test_loss"],
+                 100 * record["test_acc"], record["epoch_s"], record["images_per_s"], record["lr"])
 
 
 class TensorBoardSink(NullSink):
@@ -106,7 +118,7 @@ class ProgressBar(NullSink):
         if loss is not None:
             elapsed = self.bar.format_dict.get("elapsed") or 0.0
             rate = self.images / elapsed if elapsed > 0 else math.nan
-            self.bar.set_postfix(loss=f"{loss:.4f}", img_s=f"{rate:,.0f}", refresh=False)
+            self.bar.set_postfix(loss=f"{loss:.4f}", img_s=f"{rate:,.0f}")  # redraws: at most ~50 per epoch
 
     def epoch_end(self, record: dict[str, Any]) -> None:
         if self.bar is not None:

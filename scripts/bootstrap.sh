@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Make ./.venv with torch and ddplab (plus test extras) installed. Safe to re-run.
+# torch: the one already importable by $PYTHON if there is one, else torch==2.13.0 (CPU build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  if "$PY" -c "import torch" 2>/dev/null; then
+    "$PY" -m venv --system-site-packages .venv  # reuse the torch that is already there
+  else
+    "$PY" -m venv .venv
+  fi
+fi
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  echo "bootstrap: installing torch==2.13.0" >&2
+  .venv/bin/python -m pip install -q "torch==2.13.0"
+fi
+.venv/bin/python -m pip install -q -e ".[test]"

@@ -1,0 +1,53 @@
+"""Metric sinks: JSONL rewrite on resume, TensorBoard scalars, progress bar, summary text."""
+
+import json
+
+import pytest
+
+from ddplab.metrics.sinks import JsonlSink, ProgressBar, SinkGroup, tensorboard_sink
+
+
+def record(epoch, acc):
+    return {"epoch": epoch, "train_loss": 1.0 / epoch, "test_acc": acc, "epoch_s": 2.5}
+
+
+def test_jsonl_rewrites_history_then_appends(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(json.dumps(record(1, 0.1)) + "\n" + json.dumps(record(2, 0.2)) + "\n" + json.dumps(record(3, 0.3)) + "\n")
+    # Resumed from a checkpoint after epoch 2: epoch 3 of the crashed run must go.
+    sink = JsonlSink(path, history=[record(1, 0.1), record(2, 0.2)])
+    sink.epoch_end(record(3, 0.35))
+    assert [json.loads(line)["test_acc"] for line in path.read_text().splitlines()] == [0.1, 0.2, 0.35]
+
+
+def test_tensorboard_events_hold_the_scalars(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    sink = tensorboard_sink(tmp_path)
+    for epoch in (1, 2):
+        sink.epoch_end(record(epoch, 0.5 * epoch))
+    sink.close()
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    assert {"train/loss", "test/acc", "epoch_s"} <= set(events.Tags()["scalars"])
+    assert [(e.step, round(e.value, 6)) for e in events.Scalars("test/acc")] == [(1, 0.5), (2, 1.0)]
+
+
+def test_progress_bar_shows_loss_and_throughput(capsys):
+    bar = ProgressBar(epochs=3, enabled=True)
+    group = SinkGroup([bar])
+    group.epoch_start(1, 4)
+    for i in range(4):
+        group.step(128, 2.3456 if i == 3 else None)
+    group.epoch_end({})
+    err = capsys.readouterr().err
+    assert "epoch 1/3" in err and "loss=2.3456" in err and "img_s=" in err and "4/4" in err
+
+
+def test_progress_bar_is_silent_when_disabled(capsys):
+    bar = ProgressBar(epochs=1, enabled=False)
+    bar.epoch_start(1, 2)
+    bar.step(1, 1.0)
+    bar.close()
+    assert capsys.readouterr().err == ""
