@@ -86,10 +86,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from ddplab.engine.run import train
+    from ddplab.launch import launch
 
-    config = config_from_args(args)
-    train(config)
+    launch(config_from_args(args))
     return 0
 
 

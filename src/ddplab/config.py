@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 import types
 import typing
@@ -199,7 +200,9 @@ class DistConfig:
     backend: str = opt("auto", "ddp backend: auto | nccl | gloo | mpi (auto = nccl on CUDA, gloo on CPU)")
     nnodes: int = opt(1, "ddp: number of nodes")
     node_rank: int = opt(0, "ddp: rank of this node")
-    rdzv_endpoint: str | None = opt(None, "ddp: rendezvous host:port for multi-node runs")
+    rdzv_endpoint: str | None = opt(None, "ddp: rendezvous host:port, the same on every node (default: a free port on this machine)")
+    rdzv_backend: str = opt("c10d", "ddp: rendezvous: c10d (elastic, ranks assigned on arrival) | static (ranks from --dist.node_rank)")
+    rdzv_id: str | None = opt(None, "ddp: rendezvous id shared by all nodes of one multi-node run (default: random)")
     max_restarts: int = opt(0, "ddp: restarts of the worker group after a failure")
     timeout_s: int = opt(600, "ddp: seconds a collective may wait before the run fails")
     bucket_cap_mb: float = opt(25.0, "ddp: gradient bucket size in MiB")
@@ -212,6 +215,11 @@ class DistConfig:
         _choice("dist.strategy", self.strategy, STRATEGIES)
         _choice("dist.backend", self.backend, BACKENDS)
         _choice("dist.comm_hook", self.comm_hook, ("none", "fp16", "bf16"))
+        _choice("dist.rdzv_backend", self.rdzv_backend, ("c10d", "static"))
+        if self.rdzv_endpoint is not None and not re.fullmatch(r"[\w.\-\[\]:]+:\d+", self.rdzv_endpoint):
+            raise _bad("dist.rdzv_endpoint", self.rdzv_endpoint, "host:port, e.g. 10.0.0.1:29500")
+        if self.nnodes > 1 and self.rdzv_endpoint is None:
+            raise _bad("dist.rdzv_endpoint", None, "a multi-node run needs host:port of a node every node can reach")
         for name in ("nproc", "nnodes", "timeout_s"):
             _positive(f"dist.{name}", getattr(self, name))
         _positive("dist.max_restarts", self.max_restarts, zero_ok=True)
@@ -234,6 +242,10 @@ class OutputConfig:
     def run_dir(self, data: DataConfig, model: ModelConfig) -> Path:
         if self.out:
             return Path(self.out).expanduser()
+        # Workers of one torchrun / srun job must agree on the folder: name it after the job.
+        job = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID")
+        if job:
+            return Path("runs") / f"{data.dataset}-{model.name}-{job}"
         import time
 
         return Path("runs") / f"{data.dataset}-{model.name}-{time.strftime('%Y%m%d-%H%M%S')}"

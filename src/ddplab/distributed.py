@@ -1,5 +1,8 @@
 """Who this process is (rank, world size, device) and the few collectives the loop needs.
 
+A worker learns its place from the environment its launcher set: PyTorch's elastic agent
+(`ddplab train --nproc N`, torchrun) or Slurm's srun.
+
 The loop is written against `DistContext` only: at world size 1 every collective is a
 no-op, so the single-process path and the distributed one run the same code (contract 1,
 STYLE rule 8). `wrap_model` is the one place where strategies differ in how the model is
@@ -12,8 +15,10 @@ import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 
 from ddplab.config import RunConfig
@@ -72,17 +77,72 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     return device
 
 
+@dataclass(frozen=True)
+class ProcessPlace:
+    """Where this process sits, as the launcher (elastic agent, torchrun, srun) said."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+
+
+def place_from_env(env: dict[str, str] | None = None) -> ProcessPlace | None:
+    """torchrun / elastic agent (RANK, WORLD_SIZE, LOCAL_RANK) or Slurm's srun; None if neither."""
+    env = dict(os.environ) if env is None else env
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return ProcessPlace(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", "0")))
+    if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
+        return ProcessPlace(int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", "0")))
+    return None
+
+
+def _slurm_rendezvous_env() -> None:
+    """srun gives ranks but no master: the first node of the job, a port from the job id."""
+    if "MASTER_ADDR" not in os.environ:
+        nodes = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST") or "127.0.0.1"
+        try:
+            import subprocess
+
+            first = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True,
+                                   check=True, timeout=30).stdout.split()[0]
+        except (OSError, subprocess.SubprocessError, IndexError):
+            first = nodes.split(",")[0].split("[")[0]
+        os.environ["MASTER_ADDR"] = first
+    os.environ.setdefault("MASTER_PORT", str(20000 + int(os.environ.get("SLURM_JOB_ID", "0")) % 20000))
+
+
+def resolve_backend(requested: str, device: torch.device) -> str:
+    if requested == "auto":
+        return "nccl" if device.type == "cuda" else "gloo"
+    return requested
+
+
 @contextlib.contextmanager
 def distributed_context(config: RunConfig) -> Iterator[DistContext]:
-    """Set up this process's place in the run and always tear it down.
+    """Join the process group this process was started for, and always leave it.
 
-    Multi-process strategies are added by the distributed issue; until then a run is one
-    process, and asking for more is a config error rather than a silent single run.
+    Without a launcher's environment this is a single process and no group is made. The
+    group is destroyed on success and on error alike, so no rank is left waiting in NCCL.
     """
-    if config.world_size() > 1 or "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise ConfigError("dist.strategy=ddp with several processes is not available in this version")
-    device = resolve_device(config.train.device)
-    yield DistContext(device=device)
+    place = place_from_env()
+    if place is None or place.world_size == 1:
+        if config.dist.strategy == "ddp" and config.world_size() > 1:
+            raise ConfigError("dist.strategy=ddp: this process was not started by a launcher; "
+                              "use `ddplab train --nproc N` or torchrun")
+        yield DistContext(device=resolve_device(config.train.device))
+        return
+    if "SLURM_PROCID" in os.environ and "RANK" not in os.environ:
+        _slurm_rendezvous_env()
+    device = resolve_device(config.train.device, place.local_rank)
+    backend = resolve_backend(config.dist.backend, device)
+    init_kwargs = {"device_id": device} if backend == "nccl" else {}
+    dist.init_process_group(backend=backend, init_method="env://", rank=place.rank, world_size=place.world_size,
+                            timeout=timedelta(seconds=config.dist.timeout_s), **init_kwargs)
+    try:
+        yield DistContext(rank=place.rank, world_size=place.world_size, local_rank=place.local_rank,
+                          device=device, backend=backend)
+    finally:
+        dist.destroy_process_group()
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -105,11 +165,41 @@ def no_sync(model: nn.Module, skip_sync: bool) -> contextlib.AbstractContextMana
 
 def wrap_model(model: nn.Module, config: RunConfig, ctx: DistContext) -> nn.Module:
     """Place the model on its device and wrap it for the strategy; compile last."""
+    d = config.dist
+    if d.sync_bn and ctx.is_distributed:
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model = model.to(ctx.device)
     if config.model.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    if config.dist.strategy == "dp":
+    if d.strategy == "dp":
         model = nn.DataParallel(model)
+    elif ctx.is_distributed:
+        model = nn.parallel.DistributedDataParallel(
+            model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+            bucket_cap_mb=d.bucket_cap_mb, static_graph=d.static_graph,
+            gradient_as_bucket_view=d.gradient_as_bucket_view, **_buffer_sync())
+        maybe_register_comm_hook(model, d.comm_hook)
     if config.model.compile:
-        model = torch.compile(model)
+        model = torch.compile(model)  # after DDP, so DDPOptimizer can split graphs at bucket boundaries
     return model
+
+
+def _buffer_sync() -> dict:
+    """Rank 0's BatchNorm statistics reach every rank each forward (PITFALLS row 12).
+
+    Newer PyTorch renames broadcast_buffers to forward_sync_buffers; both mean the same here.
+    """
+    import inspect
+
+    params = inspect.signature(nn.parallel.DistributedDataParallel).parameters
+    return {"forward_sync_buffers": True} if "forward_sync_buffers" in params else {"broadcast_buffers": True}
+
+
+def maybe_register_comm_hook(model: nn.parallel.DistributedDataParallel, name: str) -> None:
+    """Compress gradients to fp16/bf16 for the all-reduce (halves the bytes on the wire)."""
+    if name == "none":
+        return
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    hook = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}[name]
+    model.register_comm_hook(state=None, hook=hook)

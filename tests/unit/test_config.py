@@ -107,7 +107,7 @@ def test_parse_dotted_rejects_malformed():
 
 
 def test_global_batch_size_is_local_times_world_times_accumulate():
-    cfg = build_config({"train": {"batch_size": 32, "accumulate": 4}, "dist": {"strategy": "ddp", "nproc": 2, "nnodes": 2}})
+    cfg = build_config({"train": {"batch_size": 32, "accumulate": 4}, "dist": {"strategy": "ddp", "nproc": 2, "nnodes": 2, "rdzv_endpoint": "127.0.0.1:29400"}})
     assert cfg.world_size() == 4 and cfg.global_batch_size() == 32 * 4 * 4
 
 

@@ -51,8 +51,10 @@ class RunResult:
 
 def train(config: RunConfig) -> RunResult:
     """Train as configured and return the finished run (the Python API)."""
-    check_environment(config)
     start = time.perf_counter()
+    check_environment(config)
+    if config.output.out is None:
+        config.output.out = str(config.output.run_dir(config.data, config.model))
     with distributed_context(config) as ctx:
         return run_worker(config, ctx, start)
 

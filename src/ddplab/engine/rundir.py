@@ -73,8 +73,10 @@ def config_differences(saved: dict, config: RunConfig) -> set[str]:
 
 
 def prepare_run_dir(config: RunConfig, ctx: DistContext) -> Path:
-    run_dir = check_run_dir(config)
+    """Rank 0 checks and creates the folder; the others wait for it."""
+    run_dir = Path(config.output.out)
     if ctx.is_main:
+        check_run_dir(config)
         run_dir.mkdir(parents=True, exist_ok=True)
         if not config.output.resume:
             save_config(reproducible(config), run_dir / "config.toml")  # first: it marks the folder as a run

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ddplab import faults
 from ddplab.config import RunConfig
 from ddplab.distributed import DistContext, no_sync, unwrap
 from ddplab.engine import checkpoint
@@ -128,6 +129,7 @@ class Trainer:
         self.sinks.epoch_start(epoch, num_steps)
         batches = iter(self.train_loader)
         for i in range(num_steps):
+            faults.maybe_inject(self.ctx.rank, epoch, i)
             group = [b for _, b in zip(range(self.accumulate), batches)]
             loss = self.train_step(group, meter)
             nonfinite |= ~torch.isfinite(loss)

@@ -1,0 +1,96 @@
+"""Start a run: in this process, or as N workers through PyTorch's elastic launcher.
+
+The elastic launcher is the engine behind torchrun: c10d rendezvous on `localhost:0` picks
+its own free port (no find-free-port race, two runs on one machine never collide), a
+failed worker brings the whole group down and, with `--max-restarts K`, back up from the
+last checkpoint. A process already started by torchrun or srun runs as one worker.
+
+Everything is validated here, before any worker exists: the config, the machine, the run
+folder.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import uuid
+from pathlib import Path
+
+from ddplab import errors
+from ddplab.config import RunConfig, build_config, check_environment
+from ddplab.distributed import place_from_env
+from ddplab.engine import checkpoint
+from ddplab.engine.rundir import check_run_dir
+
+RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
+
+
+def launch(config: RunConfig):
+    """Run `config` the way it asks to be run; returns the RunResult (rank 0's, when it has one)."""
+    from ddplab.engine.run import train
+
+    check_environment(config)
+    if place_from_env() is not None:  # inside torchrun / srun: this process is one worker
+        return train(config)
+    check_run_dir(config)
+    if config.dist.strategy == "ddp" and config.world_size() > 1:
+        return launch_workers(config)
+    return train(config)
+
+
+def launch_workers(config: RunConfig):
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    d = config.dist
+    if d.nnodes > 1 and not d.rdzv_endpoint:
+        raise errors.ConfigError("dist.rdzv_endpoint is required with --dist.nnodes > 1: host:port of the first node")
+    static = d.rdzv_backend == "static"
+    launch_config = LaunchConfig(
+        min_nodes=d.nnodes, max_nodes=d.nnodes, nproc_per_node=d.nproc,
+        # Every node of one run must present the same id: derive it from the shared endpoint.
+        run_id=d.rdzv_id or (f"ddplab-{d.rdzv_endpoint}" if d.nnodes > 1 else str(uuid.uuid4())),
+        rdzv_backend=d.rdzv_backend,
+        rdzv_endpoint=d.rdzv_endpoint or "localhost:0",  # port 0: the store picks a free port itself
+        rdzv_configs={"rank": d.node_rank} if static else {},
+        max_restarts=d.max_restarts, monitor_interval=0.1, start_method="spawn",
+    )
+    if not config.output.debug:
+        # The agent logs every worker's traceback; the one-line root cause below is enough.
+        logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    try:
+        results = elastic_launch(launch_config, run_worker)(config.to_dict())
+    except ChildFailedError as exc:
+        raise worker_failure(exc, d.max_restarts) from None
+    return next((r for r in results.values() if r is not None), None)
+
+
+def run_worker(config_values: dict):
+    """The body of each spawned worker (module-level, so spawn can import it)."""
+    from ddplab.engine.run import train
+
+    config = build_config(config_values)
+    restarts = int(os.environ.get(RESTART_COUNT, "0"))
+    if restarts > 0 and (Path(config.output.out) / "checkpoints" / checkpoint.LAST).exists():
+        config.output.resume = True  # the group was restarted: continue from the last checkpoint
+    result = train(config)
+    return result if result is not None and int(os.environ.get("RANK", "0")) == 0 else None
+
+
+_ERROR_TYPES = {cls.__name__: cls for cls in (errors.ConfigError, errors.DataError, errors.TrainingError)}
+
+
+def worker_failure(exc, max_restarts: int) -> errors.DdplabError:
+    """One line naming the first failed rank and its cause, keeping the error's exit code."""
+    rank, failure = exc.get_first_failure()
+    raw = failure.message
+    message = raw.get("message", "") if isinstance(raw, dict) else str(raw)
+    match = re.match(r"^(\w+): (.*)$", message, re.S)
+    cls, text = errors.TrainingError, message
+    if match and match.group(1) in _ERROR_TYPES:
+        cls, text = _ERROR_TYPES[match.group(1)], match.group(2)
+    elif failure.exitcode < 0:
+        text = f"killed by signal {failure.signal_name()} (exit code {failure.exitcode})"
+    restarts = f" after {max_restarts} restart(s)" if max_restarts else ""
+    return cls(f"worker rank {rank} failed{restarts}: {text.strip().splitlines()[0] if text.strip() else 'no message'}")
