@@ -111,6 +111,21 @@ def _slurm_rendezvous_env() -> None:
     os.environ.setdefault("MASTER_PORT", str(20000 + int(os.environ.get("SLURM_JOB_ID", "0")) % 20000))
 
 
+def rendezvous_store(place: ProcessPlace, timeout: timedelta) -> dist.Store:
+    """The key-value store the group meets in, with a fresh namespace per elastic attempt.
+
+    After an elastic restart the agent's store still holds the dead group's addresses;
+    without a per-attempt prefix a new worker can read a stale peer address and hang in
+    Gloo's connect. Under the agent the store is the agent's (every worker is a client);
+    under torchrun-without-agent-store or srun, rank 0 hosts it.
+    """
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), place.world_size,
+                          is_master=not agent_store and place.rank == 0, timeout=timeout, multi_tenant=not agent_store)
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"ddplab/attempt_{attempt}", store)
+
+
 def resolve_backend(requested: str, device: torch.device) -> str:
     if requested == "auto":
         return "nccl" if device.type == "cuda" else "gloo"
@@ -136,8 +151,9 @@ def distributed_context(config: RunConfig) -> Iterator[DistContext]:
     device = resolve_device(config.train.device, place.local_rank)
     backend = resolve_backend(config.dist.backend, device)
     init_kwargs = {"device_id": device} if backend == "nccl" else {}
-    dist.init_process_group(backend=backend, init_method="env://", rank=place.rank, world_size=place.world_size,
-                            timeout=timedelta(seconds=config.dist.timeout_s), **init_kwargs)
+    timeout = timedelta(seconds=config.dist.timeout_s)
+    dist.init_process_group(backend=backend, store=rendezvous_store(place, timeout), rank=place.rank,
+                            world_size=place.world_size, timeout=timeout, **init_kwargs)
     try:
         yield DistContext(rank=place.rank, world_size=place.world_size, local_rank=place.local_rank,
                           device=device, backend=backend)

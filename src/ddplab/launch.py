@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
 import uuid
 from pathlib import Path
 
@@ -24,6 +25,11 @@ from ddplab.engine import checkpoint
 from ddplab.engine.rundir import check_run_dir
 
 RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
+SHUTDOWN_TIMEOUT_S = 5
+
+
+class Interrupted(errors.DdplabError):
+    exit_code = 130
 
 
 def launch(config: RunConfig):
@@ -40,6 +46,7 @@ def launch(config: RunConfig):
 
 
 def launch_workers(config: RunConfig):
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
@@ -55,6 +62,9 @@ def launch_workers(config: RunConfig):
         rdzv_endpoint=d.rdzv_endpoint or "localhost:0",  # port 0: the store picks a free port itself
         rdzv_configs={"rank": d.node_rank} if static else {},
         max_restarts=d.max_restarts, monitor_interval=0.1, start_method="spawn",
+        # Survivors of a failure are usually blocked inside a collective, where SIGTERM
+        # cannot reach Python: wait this long before the agent's SIGKILL.
+        shutdown_timeout=SHUTDOWN_TIMEOUT_S,
     )
     if not config.output.debug:
         # The agent logs every worker's traceback; the one-line root cause below is enough.
@@ -63,6 +73,8 @@ def launch_workers(config: RunConfig):
         results = elastic_launch(launch_config, run_worker)(config.to_dict())
     except ChildFailedError as exc:
         raise worker_failure(exc, d.max_restarts) from None
+    except SignalException as exc:  # Ctrl-C / SIGTERM: the agent has already stopped every worker
+        raise Interrupted(f"interrupted by {exc.sigval.name}; every worker was stopped, checkpoints are kept") from None
     return next((r for r in results.values() if r is not None), None)
 
 
@@ -70,6 +82,9 @@ def run_worker(config_values: dict):
     """The body of each spawned worker (module-level, so spawn can import it)."""
     from ddplab.engine.run import train
 
+    # A worker stopped by its agent is usually blocked in a collective, where a Python-level
+    # handler never runs; the default action ends it at once (checkpoints are atomic).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     config = build_config(config_values)
     restarts = int(os.environ.get(RESTART_COUNT, "0"))
     if restarts > 0 and (Path(config.output.out) / "checkpoints" / checkpoint.LAST).exists():

@@ -81,3 +81,10 @@ def test_early_stopping_state_round_trip():
     b = EarlyStopping("test_acc", patience=3)
     b.load_state_dict(a.state_dict())
     assert b == a
+
+
+@pytest.mark.parametrize("schedule", ["onecycle", "cosine", "step", "none"])
+@pytest.mark.parametrize("epochs, steps_per_epoch", [(1, 1), (2, 1), (1, 2), (3, 1), (1, 3)])
+def test_schedules_survive_tiny_runs(schedule, epochs, steps_per_epoch):
+    curve = lrs(OptimConfig(schedule=schedule, lr=1.0), epochs=epochs, steps_per_epoch=steps_per_epoch)
+    assert len(curve) == epochs * steps_per_epoch and all(0 < lr <= 1.0 for lr in curve)

@@ -58,9 +58,10 @@ def build_scheduler(optimizer: Optimizer, cfg: OptimConfig, *, epochs: int, step
     total = epochs * steps_per_epoch
     warmup = min(total - 1, round(cfg.warmup_epochs * steps_per_epoch))
     if cfg.schedule == "onecycle":
-        # The rise must be a proper fraction of the run for OneCycleLR.
-        pct = min(0.5, max(warmup, 1) / total) if total > 1 else 0.5
-        return OneCycleLR(optimizer, max_lr=cfg.lr, total_steps=max(total, 2), pct_start=pct,
+        total = max(total, 2)
+        # OneCycleLR divides by the length of each phase: keep both at least half a step long.
+        pct = min(max(warmup, 1.5) / total, (total - 0.5) / total)
+        return OneCycleLR(optimizer, max_lr=cfg.lr, total_steps=total, pct_start=pct,
                           anneal_strategy="linear", div_factor=10.0, final_div_factor=100.0,
                           cycle_momentum=False)
     if cfg.schedule == "cosine":

@@ -1,0 +1,183 @@
+"""DDP for real: two Gloo workers on this machine, started the ways a user would start them."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import tiny_config
+from ddplab.engine import checkpoint
+
+pytestmark = pytest.mark.dist
+
+WALL_CLOCK = ("_s", "_per_s", "_mib")
+TINY = ["--dataset", "synthetic", "--data.synthetic_size", "256", "--data.image_size", "16", "--data.num_classes", "4",
+        "--model.width", "0.5", "--device", "cpu", "--output.progress", "false", "--output.tensorboard", "false"]
+EXACT = ["--data.crop_padding", "0", "--data.flip", "false", "--model.dropout", "0"]  # no per-rank randomness
+
+
+def run(*args, env=None, timeout=300, module="ddplab"):
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, env=full_env, timeout=timeout)
+
+
+def ddplab(*args, **kw):
+    proc = run("train", *TINY, *args, **kw)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def metrics(run_dir):
+    records = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.endswith(WALL_CLOCK) and not k.startswith("rank_")} for r in records]
+
+
+def weights(run_dir):
+    return checkpoint.load(Path(run_dir) / "checkpoints" / checkpoint.LAST)["model"]
+
+
+def flat(state):
+    return torch.cat([v.flatten().double() for v in state.values()])
+
+
+@pytest.fixture(scope="module")
+def ddp_run(tmp_path_factory):
+    """One reference DDP run (2 workers x batch 16), shared by the comparisons below."""
+    out = tmp_path_factory.mktemp("ddp") / "run"
+    ddplab("--strategy", "ddp", "--nproc", "2", "--backend", "gloo", "--batch-size", "16", "--epochs", "2", *EXACT,
+           "--out", str(out))
+    return out
+
+
+def test_two_workers_equal_one_worker_with_twice_the_batch(ddp_run, tmp_path):
+    ddplab("--batch-size", "32", "--epochs", "2", *EXACT, "--out", str(tmp_path / "single"))
+    torch.testing.assert_close(flat(weights(ddp_run)), flat(weights(tmp_path / "single")), rtol=1e-5, atol=1e-6)
+    a, b = metrics(ddp_run), metrics(tmp_path / "single")
+    assert [r["step"] for r in a] == [r["step"] for r in b] == [8, 16]
+    for ra, rb in zip(a, b):
+        assert ra["train_samples"] == rb["train_samples"] == 256
+        assert ra["test_loss"] == pytest.approx(rb["test_loss"], rel=1e-5)
+        assert ra["train_loss"] == pytest.approx(rb["train_loss"], rel=1e-5)
+
+
+def test_two_workers_with_accumulation_equal_one_big_batch(ddp_run, tmp_path):
+    ddplab("--strategy", "ddp", "--nproc", "2", "--batch-size", "8", "--accumulate", "2", "--epochs", "2", *EXACT,
+           "--out", str(tmp_path / "acc"))
+    torch.testing.assert_close(flat(weights(tmp_path / "acc")), flat(weights(ddp_run)), rtol=1e-5, atol=1e-6)
+
+
+def test_global_test_accuracy_equals_single_process_eval_of_saved_weights(ddp_run):
+    from ddplab.engine.evaluate import evaluate_run
+
+    last = json.loads((ddp_run / "metrics.jsonl").read_text().splitlines()[-1])
+    single = evaluate_run(ddp_run, device="cpu")
+    assert last["test_samples"] == single["count"] == 64  # every test image once, no padded duplicates
+    assert round(last["test_acc"] * 64) == single["correct"]
+    assert last["test_loss"] == pytest.approx(single["loss"], rel=1e-6)
+    summary = json.loads((ddp_run / "summary.json").read_text())
+    assert summary["run"]["world_size"] == 2 and summary["batch"]["global"] == 32
+
+
+def test_torchrun_gives_the_same_run(ddp_run, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "ddplab", "train",
+         *TINY, "--strategy", "ddp", "--batch-size", "16", "--epochs", "2", *EXACT, "--out", str(tmp_path / "tr")],
+        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert metrics(tmp_path / "tr") == metrics(ddp_run)
+    for key, value in weights(ddp_run).items():
+        assert torch.equal(weights(tmp_path / "tr")[key], value), key
+
+
+def free_port():
+    # Only the test needs a fixed port (both "nodes" must be told it); ddplab itself never picks one.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_nodes_on_loopback_give_the_same_run(ddp_run, tmp_path):
+    endpoint = f"127.0.0.1:{free_port()}"
+    args = [sys.executable, "-m", "ddplab", "train", *TINY, "--strategy", "ddp", "--nproc", "1", "--dist.nnodes", "2",
+            "--dist.rdzv_endpoint", endpoint, "--batch-size", "16", "--epochs", "2", *EXACT, "--out", str(tmp_path / "nodes")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    nodes = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    outputs = [n.communicate(timeout=300) for n in nodes]
+    assert [n.returncode for n in nodes] == [0, 0], [o[1][-2000:] for o in outputs]
+    assert metrics(tmp_path / "nodes") == metrics(ddp_run)
+
+
+def test_killed_worker_is_restarted_and_the_run_ends_bit_identical(ddp_run, tmp_path):
+    proc = ddplab("--strategy", "ddp", "--nproc", "2", "--batch-size", "16", "--epochs", "2", *EXACT,
+                  "--dist.max_restarts", "1", "--out", str(tmp_path / "killed"),
+                  env={"DDPLAB_FAULT": "kill:rank=1:epoch=2:step=3"})
+    assert "resumed from epoch 1" in proc.stderr
+    assert metrics(tmp_path / "killed") == metrics(ddp_run)
+    for key, value in weights(ddp_run).items():
+        assert torch.equal(weights(tmp_path / "killed")[key], value), key
+
+
+def leftover_processes(marker):
+    """Processes whose environment carries `marker` (the workers of one test run)."""
+    found = []
+    for env_file in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker.encode() in env_file.read_bytes():
+                found.append(env_file.parent.name)
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("fault, code, needle", [
+    ("raise:rank=1:epoch=1:step=2", 4, "injected fault"),
+    ("kill:rank=1:epoch=1:step=2", 4, "SIGKILL"),
+])
+def test_failed_worker_is_named_and_leaves_no_process(tmp_path, fault, code, needle):
+    marker = f"DDPLAB_TEST_{uuid.uuid4().hex}"
+    proc = run("train", *TINY, "--strategy", "ddp", "--nproc", "2", "--batch-size", "16", "--epochs", "2", "--out", str(tmp_path / "r"),
+               env={"DDPLAB_FAULT": fault, marker: "1"})
+    assert proc.returncode == code, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("ddplab: error: worker rank 1 failed") and needle in last, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert leftover_processes(marker) == []
+
+
+def test_restarts_exhausted_fail_clearly_and_keep_checkpoints(tmp_path):
+    proc = run("train", *TINY, "--strategy", "ddp", "--nproc", "2", "--batch-size", "16", "--epochs", "3", "--dist.max_restarts", "1",
+               "--out", str(tmp_path / "r"), env={"DDPLAB_FAULT": "raise:rank=0:epoch=2:step=1:attempts=9"})
+    assert proc.returncode == 4, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "worker rank 0 failed after 1 restart(s): injected fault" in last
+    kept = checkpoint.load(tmp_path / "r" / "checkpoints" / checkpoint.LAST)
+    assert kept["train_state"]["epoch"] == 1 and not (tmp_path / "r" / "summary.json").exists()
+
+
+def test_ctrl_c_stops_every_worker(tmp_path):
+    import signal
+    import time
+
+    marker = f"DDPLAB_TEST_{uuid.uuid4().hex}"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", marker: "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "ddplab", "train", *TINY, "--strategy", "ddp", "--nproc", "2",
+                             "--batch-size", "8", "--epochs", "50", "--out", str(tmp_path / "r")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    metrics_file = tmp_path / "r" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics_file.exists() and metrics_file.read_text().strip()):  # training is under way
+        assert proc.poll() is None and time.monotonic() < deadline, "the run never finished an epoch"
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-3000:]
+    assert "interrupted" in err.strip().splitlines()[-1]
+    assert leftover_processes(marker) == []
+    assert (tmp_path / "r" / "checkpoints" / checkpoint.LAST).exists()

@@ -1,0 +1,1 @@
+"""Kernel tests (a package so that its conftest does not shadow tests/conftest.py)."""

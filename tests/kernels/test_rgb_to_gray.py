@@ -1,0 +1,129 @@
+"""Every grayscale implementation against the float64 reference (bit for bit for uint8)."""
+
+import importlib
+
+import pytest
+import torch
+
+from ddplab.kernels import _runtime, rgb_to_gray
+from ddplab.kernels.reference import rgb_to_gray_reference
+
+gray_module = importlib.import_module("ddplab.kernels.rgb_to_gray")  # the package re-exports the function
+IMPLS = gray_module.IMPLS
+FLOAT_TOL = {torch.float64: 1e-12, torch.float32: 1e-6, torch.float16: 1e-3, torch.bfloat16: 8e-3}
+# Exact ties (Gray = k + 0.5) that round up, and one that float64 with the literal weights misrounds.
+TIES = [(0, 0, 250), (0, 36, 12), (0, 80, 110), (255, 255, 255), (0, 0, 0)]
+
+
+def run_or_skip(impl: str, x: torch.Tensor) -> torch.Tensor:
+    reason = gray_module.unavailable_reason(impl, x.device)
+    if reason is not None:
+        pytest.skip(f"{impl}: {reason}")
+    return rgb_to_gray(x, impl=impl)
+
+
+def random_rgb(shape, dtype, device, seed=0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    if dtype == torch.uint8:
+        return torch.randint(0, 256, shape, dtype=torch.uint8, generator=gen).to(device)
+    return torch.rand(shape, generator=gen, dtype=torch.float64).to(device=device, dtype=dtype)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("shape", [(3, 5, 7), (2, 3, 9, 13)], ids=["single", "batch"])
+def test_uint8_matches_reference_exactly(impl, shape, device):
+    x = random_rgb(shape, torch.uint8, device)
+    got = run_or_skip(impl, x)
+    assert got.dtype == torch.uint8 and got.shape == (*shape[:-3], *shape[-2:]) and got.device == x.device
+    assert torch.equal(got, rgb_to_gray_reference(x))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_uint8_ties_and_extremes_round_like_the_reference(impl, device):
+    x = torch.tensor(TIES, dtype=torch.uint8).T.reshape(3, 1, len(TIES)).to(device)
+    got = run_or_skip(impl, x)
+    assert got.flatten().tolist() == [29, 23, 60, 255, 0]
+    assert torch.equal(got, rgb_to_gray_reference(x))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("dtype", list(FLOAT_TOL), ids=str)
+def test_float_matches_float64_reference(impl, dtype, device):
+    x = random_rgb((2, 3, 6, 11), dtype, device, seed=1)
+    got = run_or_skip(impl, x)
+    assert got.dtype == dtype
+    expected = rgb_to_gray_reference(x.double())
+    torch.testing.assert_close(got.double(), expected, rtol=FLOAT_TOL[dtype], atol=FLOAT_TOL[dtype])
+
+
+@pytest.mark.parametrize("impl", ["torch", "triton"])
+def test_non_contiguous_and_empty_inputs(impl, device):
+    base = random_rgb((2, 9, 13, 3), torch.uint8, device)
+    x = base.permute(0, 3, 1, 2)[:, :, ::2]  # NHWC storage, every other row
+    assert not x.is_contiguous()
+    assert torch.equal(run_or_skip(impl, x), rgb_to_gray_reference(x))
+    empty = torch.zeros(0, 3, 4, 4, dtype=torch.uint8, device=device)
+    assert run_or_skip(impl, empty).shape == (0, 4, 4)
+
+
+def test_triton_kernel_writes_every_output_element(device):
+    if _runtime.triton_unavailable_reason(device) is not None:
+        pytest.skip(_runtime.triton_unavailable_reason(device))
+    from ddplab.kernels import _triton
+
+    x = random_rgb((2, 3, 33, 35), torch.float32, device)  # H*W = 1155: a partial last block
+    out = torch.full((2, 33, 35), float("nan"), device=device)
+    _triton.rgb_to_gray(x, out=out)
+    assert not out.isnan().any()
+    torch.testing.assert_close(out.double(), rgb_to_gray_reference(x.double()), rtol=1e-6, atol=1e-6)
+    # uint8 has no NaN: two different poisons must give the same result.
+    xu = random_rgb((2, 3, 33, 35), torch.uint8, device)
+    low = _triton.rgb_to_gray(xu, out=torch.zeros(2, 33, 35, dtype=torch.uint8, device=device))
+    high = _triton.rgb_to_gray(xu, out=torch.full((2, 33, 35), 255, dtype=torch.uint8, device=device))
+    assert torch.equal(low, high) and torch.equal(low, rgb_to_gray_reference(xu))
+
+
+@pytest.mark.skipif(_runtime.cuda_unavailable_reason() is not None,
+                    reason=f"CUDA C++ kernel: {_runtime.cuda_unavailable_reason()}")
+def test_cuda_extension_checks_its_input_like_the_seed():
+    from ddplab.kernels import _cuda
+
+    ext = _cuda.load_extension()
+    x = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8, device="cuda")
+    with pytest.raises(RuntimeError, match="must be contiguous"):
+        ext.rgb_to_gray(x.permute(0, 1, 3, 2))
+    with pytest.raises(RuntimeError, match="must be a CUDA tensor"):
+        ext.rgb_to_gray(x.cpu())
+    with pytest.raises(RuntimeError, match="3 channels"):
+        ext.rgb_to_gray(x[:, :2].contiguous())
+
+
+def test_the_cuda_source_is_complete():
+    """What can be checked without nvcc: the seed's checks, one thread per pixel, weights."""
+    from ddplab.kernels import _cuda
+
+    src = _cuda.cuda_source()
+    for needle in ("CHECK_CUDA", "CHECK_CONTIGUOUS", "CHECK_INPUT(rgb)", "2989", "5870", "1140",
+                   "blockIdx.x", "C10_CUDA_KERNEL_LAUNCH_CHECK", "AT_DISPATCH_FLOATING_TYPES_AND2"):
+        assert needle in src
+    assert "@" not in src  # every placeholder filled
+
+
+def test_bad_inputs_and_unavailable_impls_raise_clearly():
+    with pytest.raises(ValueError, match="3 x H x W"):
+        rgb_to_gray(torch.zeros(4, 5, 5))
+    with pytest.raises(ValueError, match="uint8 or floating"):
+        rgb_to_gray(torch.zeros(3, 5, 5, dtype=torch.int32))
+    with pytest.raises(ValueError, match="unknown rgb_to_gray impl"):
+        rgb_to_gray(torch.zeros(3, 5, 5), impl="numba")
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="impl='cuda' is unavailable"):
+            rgb_to_gray(torch.zeros(3, 5, 5), impl="cuda")
+
+
+def test_registered_op_has_fake_and_autograd():
+    x = torch.rand(2, 3, 4, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: rgb_to_gray(t, impl="torch"), (x,))
+    torch.library.opcheck(torch.ops.ddplab.rgb_to_gray.default, (x, "torch"))
+    with torch.device("meta"):
+        assert rgb_to_gray(torch.empty(7, 3, 10, 12)).shape == (7, 10, 12)
