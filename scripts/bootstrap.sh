@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make ./.venv with torch and ddplab (plus test extras) installed. Safe to re-run.
+# Make ./.venv with torch and ddplab (plus test and kernels extras) installed. Safe to re-run.
 # torch: the one already importable by $PYTHON if there is one, else torch==2.13.0 (CPU build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,4 +15,4 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   echo "bootstrap: installing torch==2.13.0" >&2
   .venv/bin/python -m pip install -q "torch==2.13.0"
 fi
-.venv/bin/python -m pip install -q -e ".[test]"
+.venv/bin/python -m pip install -q -e ".[test,kernels]"

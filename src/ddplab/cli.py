@@ -168,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image-size", type=int, default=32)
     p.add_argument("--num-classes", type=int, default=10)
     p.set_defaults(func=cmd_models)
+    from ddplab.kernels.cli import add_parser as add_kernels_parser
+
+    add_kernels_parser(sub)
     return parser
 
 

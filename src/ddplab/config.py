@@ -115,7 +115,8 @@ class ModelConfig:
     dropout: float | None = opt(None, "dropout probability before the classifier (default: the model's own)")
     batchnorm: bool | None = opt(None, "batch normalization after convolutions (default: the model's own)")
     channels_last: bool = opt(False, "use the channels_last memory format for model and batches")
-    compile: bool = opt(False, "torch.compile the model (compile time is reported as start-up)")
+    compile: bool = opt(False, "torch.compile the model (compilation falls into the first epoch's time)")
+    fuse_conv_relu: bool = opt(False, "replace Conv2d->ReLU pairs with the fused Triton kernel (PyTorch where Triton cannot run)")
 
     def __post_init__(self) -> None:
         _choice("model.name", self.name, MODELS)
@@ -177,6 +178,7 @@ class TrainConfig:
     patience: int = opt(3, "early stopping: epochs without improvement before stopping")
     min_delta: float = opt(0.0, "early stopping: smallest change that counts as an improvement")
     deterministic: bool = opt(True, "use deterministic algorithms (CPU runs are bit-identical either way)")
+    time_breakdown: bool = opt(True, "time data / forward+backward / optimizer / communication wait per epoch (syncs the device each step)")
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "accumulate", "eval_batch_size", "patience"):

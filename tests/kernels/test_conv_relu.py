@@ -207,3 +207,14 @@ def test_torch_compile_traces_the_custom_op_in_one_graph():
     assert any("ddplab.conv_relu" in t for t in targets), targets
     assert torch.equal(y, module(x))
     assert module.weight.grad is not None and x.grad.shape == x.shape
+
+
+@needs_triton
+def test_triton_accepts_strided_weight_and_bias(device, full_fp32):
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randn(1, 4, 9, 8, generator=gen).to(device)
+    w_big = torch.randn(6, 4, 3, 3, generator=gen).to(device)
+    b_big = torch.randn(12, generator=gen).to(device)
+    w, b = w_big.permute(0, 1, 3, 2), b_big[::2]  # non-contiguous views
+    y = fused_conv_relu(x, w, b, 1, 1, backend="triton")
+    torch.testing.assert_close(y, conv_relu_reference(x, w, b, (1, 1), (1, 1), (1, 1)), rtol=1e-4, atol=1e-4)

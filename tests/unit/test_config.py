@@ -128,4 +128,4 @@ def test_readme_reference_is_current():
     from ddplab.config import reference_markdown
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert reference_markdown() in readme, "regenerate the README's settings tables from config.reference_markdown()"
+    assert reference_markdown() in readme, "run: python scripts/readme_reference.py"

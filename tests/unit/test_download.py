@@ -54,8 +54,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if srv.cut_next:  # promise the whole body, send a third, hang up
             srv.cut_next = False
             body = body[: len(body) // 3]
+        srv.sent += len(body)  # counted before writing: the client may finish reading before this thread resumes
         self.wfile.write(body)
-        srv.sent += len(body)
 
     def log_message(self, *args):
         pass

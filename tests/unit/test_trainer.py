@@ -115,3 +115,21 @@ def test_eval_counts_every_sample_once():
     result = trainer.evaluate()
     assert result["count"] == 64 and 0 <= result["correct"] <= 64
     assert result["acc"] == result["correct"] / 64
+
+
+def test_fused_conv_relu_option_trains_the_same_model():
+    plain, _ = params_after(tiny_config(train={"epochs": 1}))
+    fused_trainer = trainer_for(tiny_config(train={"epochs": 1}, model={"fuse_conv_relu": True}))
+    from ddplab.kernels import FusedConvReLU
+
+    assert sum(isinstance(m, FusedConvReLU) for m in fused_trainer.model.modules()) == 3
+    fused_trainer.fit()
+    fused = torch.cat([p.detach().flatten() for p in unwrap(fused_trainer.model).parameters()])
+    torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_conv_relu_on_a_model_without_pairs_is_a_config_error():
+    from ddplab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="fastnet has no Conv2d->ReLU pair"):
+        trainer_for(tiny_config(model={"name": "fastnet", "fuse_conv_relu": True}))

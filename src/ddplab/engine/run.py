@@ -30,7 +30,7 @@ from ddplab.engine.optim import build_optimizer, build_scheduler
 from ddplab.engine.precision import Precision
 from ddplab.engine.rundir import prepare_run_dir
 from ddplab.engine.trainer import Trainer
-from ddplab.errors import TrainingError
+from ddplab.errors import ConfigError, TrainingError
 from ddplab.metrics.sinks import JsonlSink, LogSink, NullSink, ProgressBar, SinkGroup, tensorboard_sink
 from ddplab.metrics.summary import build_summary, format_summary
 from ddplab.models import count_flops, count_params, create_model
@@ -111,8 +111,15 @@ def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> 
 
 def build_model(config: RunConfig, data) -> torch.nn.Module:
     m = config.model
-    return create_model(m.name, num_classes=data.num_classes, in_channels=data.image_shape[0],
-                        image_size=data.image_shape[1:], width=m.width, dropout=m.dropout, batchnorm=m.batchnorm)
+    model = create_model(m.name, num_classes=data.num_classes, in_channels=data.image_shape[0],
+                         image_size=data.image_shape[1:], width=m.width, dropout=m.dropout, batchnorm=m.batchnorm)
+    if m.fuse_conv_relu:
+        from ddplab.kernels import fuse_conv_relu
+
+        if fuse_conv_relu(model) == 0:
+            raise ConfigError(f"model.fuse_conv_relu: {m.name} has no Conv2d->ReLU pair to fuse "
+                              "(BatchNorm or another activation sits between them; try --model.batchnorm false)")
+    return model
 
 
 def configure_determinism(config: RunConfig) -> None:

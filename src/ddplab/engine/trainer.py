@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import math
+import statistics
+import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,7 +34,7 @@ from ddplab.engine.precision import Precision
 from ddplab.errors import TrainingError
 from ddplab.metrics.meters import ClassificationMeter
 from ddplab.metrics.sinks import MetricSink
-from ddplab.metrics.system import Stopwatch, peak_memory_mib, reset_peak_memory
+from ddplab.metrics.system import Stopwatch, peak_memory_mib, reset_peak_memory, synchronize
 from ddplab.seeding import derive_seed
 
 log = logging.getLogger(__name__)
@@ -69,6 +71,7 @@ class Trainer:
         self.state = TrainState()
         self.accumulate = config.train.accumulate
         self.last_lr = optimizer.param_groups[0]["lr"]
+        self.probe_batch: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     # ---- the table of contents -------------------------------------------------------
     def fit(self) -> TrainState:
@@ -98,9 +101,12 @@ class Trainer:
         clock = Stopwatch(self.ctx.device).start()
         train = self.train_epoch(epoch)
         train_s = clock.stop()
+        if "phases" in train:
+            train["phases"]["comm_wait_s"] = self.comm_wait_per_step(self.probe_batch) * self.steps_per_epoch()
         eval_clock = Stopwatch(self.ctx.device).start()
         test = self.evaluate()
         eval_s = eval_clock.stop()
+        memory = peak_memory_mib(self.ctx.device)
         return {
             "epoch": epoch,
             "step": self.state.step,
@@ -115,8 +121,16 @@ class Trainer:
             "train_s": train_s,
             "eval_s": eval_s,
             "images_per_s": train["count"] / train_s if train_s > 0 else 0.0,
-            **peak_memory_mib(self.ctx.device),
+            **train.get("phases", {}),
+            **memory,
+            **self.per_rank(train_s=train_s, samples=self.train_loader.num_samples, **memory),
         }
+
+    def per_rank(self, **values: float) -> dict[str, list[float]]:
+        """Each rank's own figures, gathered (one collective per epoch): `rank_<name>` lists."""
+        names = list(values)
+        table = self.ctx.all_gather_floats([float(values[n]) for n in names])
+        return {f"rank_{name}": [row[i] for row in table] for i, name in enumerate(names)}
 
     # ---- training ----------------------------------------------------------------------
     def train_epoch(self, epoch: int) -> dict[str, float]:
@@ -126,25 +140,41 @@ class Trainer:
         nonfinite = torch.zeros((), dtype=torch.bool, device=self.ctx.device)
         num_steps = self.steps_per_epoch()
         refresh = max(1, num_steps // PROGRESS_UPDATES_PER_EPOCH)
+        timer = PhaseTimer(self.ctx.device, enabled=self.config.train.time_breakdown)
         self.sinks.epoch_start(epoch, num_steps)
         batches = iter(self.train_loader)
         for i in range(num_steps):
             faults.maybe_inject(self.ctx.rank, epoch, i)
             group = [b for _, b in zip(range(self.accumulate), batches)]
-            loss = self.train_step(group, meter)
+            timer.lap("data_s")
+            loss = self.forward_backward(group, meter)
+            timer.lap("forward_backward_s")
+            self.optimizer_step()
+            timer.lap("optimizer_s")
             nonfinite |= ~torch.isfinite(loss)
             should_sync = (i + 1) % refresh == 0 or i + 1 == num_steps
             if should_sync:
                 self.check_finite(nonfinite, epoch)
             self.sinks.step(sum(len(y) for _, y in group), loss.item() if should_sync else None)
-        return meter.reduced(self.ctx.all_reduce_sum)
+        result = meter.reduced(self.ctx.all_reduce_sum)
+        if timer.enabled:
+            result["phases"] = timer.totals
+            self.probe_batch = group  # for the communication probe, run outside the epoch's clock
+        return result
 
     def train_step(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], meter: ClassificationMeter) -> torch.Tensor:
-        """One optimizer step over `micro_batches`; returns the mean loss of the step.
+        """One optimizer step over `micro_batches`; returns the mean loss of the step."""
+        loss = self.forward_backward(micro_batches, meter)
+        self.optimizer_step()
+        return loss
+
+    def forward_backward(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], meter: ClassificationMeter | None) -> torch.Tensor:
+        """Gradients of one optimizer step, summed over `micro_batches`.
 
         Each micro-batch's summed loss is divided by the samples of the whole step, so k
         micro-batches of b give the gradient of one batch of k*b; DDP then averages over
-        ranks, which hold equal sample counts (contract 4).
+        ranks, which hold equal sample counts (contract 4). Gradients are all-reduced once,
+        on the last micro-batch.
         """
         step_samples = sum(len(y) for _, y in micro_batches)
         total = torch.zeros((), device=self.ctx.device)
@@ -155,8 +185,12 @@ class Trainer:
                 loss_sum = F.cross_entropy(logits.float(), y, reduction="sum",
                                            label_smoothing=self.config.optim.label_smoothing)
                 self.precision.backward(loss_sum / step_samples)
-            meter.update(loss_sum, logits, y)
+            if meter is not None:
+                meter.update(loss_sum, logits, y)
             total += loss_sum.detach()
+        return total / step_samples
+
+    def optimizer_step(self) -> None:
         self.precision.unscale(self.optimizer)
         if self.config.optim.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optim.grad_clip)
@@ -165,7 +199,29 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.state.step += 1
-        return total / step_samples
+
+    def comm_wait_per_step(self, micro_batches, repeats: int = 3) -> float:
+        """Seconds per step that backward spends waiting for the gradient all-reduce.
+
+        DDP overlaps the all-reduce with backward, so it cannot be timed on its own: the
+        same step is timed with and without gradient sync and the difference is the part
+        communication did not hide. Runs in eval mode and discards the gradients, so it
+        changes no state (BatchNorm statistics, RNG, weights).
+        """
+        if not self.ctx.is_distributed or not isinstance(self.model, torch.nn.parallel.DistributedDataParallel):
+            return 0.0
+        was_training = self.model.training
+        self.model.eval()
+        times = {True: [], False: []}
+        for _ in range(repeats):
+            for sync in (True, False):
+                clock = Stopwatch(self.ctx.device).start()
+                with no_sync(self.model, skip_sync=not sync):
+                    self.forward_backward(micro_batches[-1:], None)
+                times[sync].append(clock.stop())
+                self.optimizer.zero_grad(set_to_none=True)
+        self.model.train(was_training)
+        return max(0.0, statistics.median(times[True]) - statistics.median(times[False]))
 
     def check_finite(self, nonfinite: torch.Tensor, epoch: int) -> None:
         if self.ctx.any_true(bool(nonfinite.item())):
@@ -228,3 +284,24 @@ def evaluate(model: torch.nn.Module, loader, precision: Precision, ctx: DistCont
             logits = model(x)
         meter.update(F.cross_entropy(logits.float(), y, reduction="sum"), logits, y)
     return meter.reduced(ctx.all_reduce_sum)
+
+
+class PhaseTimer:
+    """Wall time per phase of a step, the device synchronized at each boundary.
+
+    The syncs stop the host from running ahead of a CUDA device, so each phase is charged
+    its own work; they cost a little throughput, which is why this can be switched off.
+    """
+
+    def __init__(self, device: torch.device, enabled: bool):
+        self.device, self.enabled = device, enabled
+        self.totals: dict[str, float] = {}
+        self.last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        if not self.enabled:
+            return
+        synchronize(self.device)
+        now = time.perf_counter()
+        self.totals[phase] = self.totals.get(phase, 0.0) + now - self.last
+        self.last = now

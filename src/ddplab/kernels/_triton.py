@@ -45,9 +45,10 @@ def _rgb_to_gray_kernel(
     COMPUTE_F64: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
-    # grid = (cdiv(H*W, BLOCK), N): one lane per output pixel, planes contiguous (C, H*W).
-    pid = tl.program_id(0)
-    n = tl.program_id(1).to(tl.int64)
+    # grid = (N, cdiv(H*W, BLOCK)): one lane per output pixel, planes contiguous (C, H*W). The
+    # batch goes on axis 0, whose limit is 2**31 - 1 programs (axis 1 allows only 65535).
+    n = tl.program_id(0).to(tl.int64)
+    pid = tl.program_id(1)
     offs = pid * BLOCK + tl.arange(0, BLOCK)
     mask = offs < HW
     src = x_ptr + n * stride_xn
@@ -83,7 +84,7 @@ def rgb_to_gray(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tenso
     if y.numel() == 0:
         return y
     block = 1024
-    grid = (triton.cdiv(h * w, block), n)
+    grid = (n, triton.cdiv(h * w, block))
     _rgb_to_gray_kernel[grid](
         batch, y, h * w, 3 * h * w, h * w,
         IS_UINT8=x.dtype == torch.uint8, COMPUTE_F64=x.dtype == torch.float64, BLOCK=block,
@@ -209,6 +210,7 @@ def conv_relu_forward(
         return out
     if c * r * s == 0:  # no taps: the output is relu(bias)
         return out.copy_(torch.relu(bias).view(1, k, 1, 1).expand_as(out)) if bias is not None else out.zero_()
+    bias = bias.contiguous() if bias is not None else None  # the kernel reads it with stride 1
     precision = "tf32" if x.dtype == torch.float32 and torch.backends.cudnn.allow_tf32 else "ieee"
     args = (
         x, weight, bias if bias is not None else weight, out,

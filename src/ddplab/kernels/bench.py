@@ -216,7 +216,13 @@ def measure_peaks(device: torch.device, dtype: torch.dtype = torch.float32, quic
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"CPU {platform.processor() or platform.machine()} ({torch.get_num_threads()} threads)"
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"CPU {model} ({torch.get_num_threads()} threads)"
 
 
 # ---- grayscale rows ----------------------------------------------------------------------

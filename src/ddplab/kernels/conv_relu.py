@@ -98,7 +98,7 @@ def fused_conv_relu(
     args = [list(_pair(v)) for v in (stride, padding, dilation)]
     if min(args[0]) < 1 or min(args[1]) < 0 or min(args[2]) < 1:
         raise ValueError(f"need stride >= 1, padding >= 0, dilation >= 1, got {args}")
-    resolve_backend(backend, x)  # fail fast, before any autograd bookkeeping
+    backend = resolve_backend(backend, x)  # fail fast, before any autograd bookkeeping
     if torch.compiler.is_compiling():
         y = torch.ops.ddplab.conv_relu(x, weight, bias, *args, backend)
     else:

@@ -16,7 +16,7 @@ from ddplab.config import RunConfig
 def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: float, total_s: float) -> dict[str, Any]:
     history = state.history
     last = history[-1] if history else {}
-    memory_keys = sorted({k for r in history for k in r if k.endswith("_mib")})
+    memory_keys = sorted({k for r in history for k in r if k.endswith("_mib") and not k.startswith("rank_")})
     epoch_s = [r["epoch_s"] for r in history]
     min_loss = min(history, key=lambda r: r["test_loss"]) if history else {}
     return {
@@ -55,7 +55,24 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
             "images_per_s": round(statistics.fmean(r["images_per_s"] for r in history), 1) if history else None,
         },
         "memory": {k: max(r.get(k, 0.0) for r in history) for k in memory_keys},
+        "phases_s": {k: round(sum(r.get(k, 0.0) for r in history), 3) for k in PHASES if history and k in history[-1]},
+        "ranks": per_rank_summary(history),
     }
+
+
+PHASES = ("data_s", "forward_backward_s", "optimizer_s", "comm_wait_s")
+
+
+def per_rank_summary(history: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per-rank totals (time, samples) and peaks (memory) over the run, with max and mean across ranks."""
+    out = {}
+    keys = [k for k in (history[-1] if history else {}) if k.startswith("rank_")]
+    for key in keys:
+        columns = list(zip(*(r[key] for r in history)))  # one tuple per rank
+        per_rank = [max(c) if key.endswith("_mib") else sum(c) for c in columns]
+        out[key.removeprefix("rank_")] = {"per_rank": [round(v, 3) for v in per_rank], "max": round(max(per_rank), 3),
+                                          "mean": round(statistics.fmean(per_rank), 3)}
+    return out
 
 
 def _diff(a: float | None, b: float | None) -> float | None:
@@ -86,4 +103,10 @@ def format_summary(s: dict[str, Any]) -> str:
         ]
     if s["memory"]:
         lines.append("  memory        " + ", ".join(f"{k.replace('_mib', '')} {v:,.0f} MiB" for k, v in s["memory"].items()))
+    if s["phases_s"]:
+        lines.append("  train time    " + ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.1f} s" for k, v in s["phases_s"].items()))
+    if run["world_size"] > 1:
+        for key, stats in s["ranks"].items():
+            lines.append(f"  per rank      {key}: " + " / ".join(f"{v:,.1f}" for v in stats["per_rank"])
+                         + f"  (max {stats['max']:,.1f}, mean {stats['mean']:,.1f})")
     return "\n".join(lines)
