@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -126,6 +127,56 @@ def rendezvous_store(place: ProcessPlace, timeout: timedelta) -> dist.Store:
     return dist.PrefixStore(f"ddplab/attempt_{attempt}", store)
 
 
+def route_address(endpoint: str | None) -> str | None:
+    """This node's address on the interface that reaches the rendezvous endpoint.
+
+    Other nodes must reach this node's workers at it; the hostname PyTorch would use
+    otherwise may resolve to an interface they have no route to. A UDP "connect" only asks
+    the kernel for the route: no packet is sent.
+    """
+    if endpoint is None:
+        return None
+    host, port = endpoint.rsplit(":", 1)
+    host = host.strip("[]")
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((host, int(port)))
+            return probe.getsockname()[0]
+    except OSError:
+        return None
+
+
+def interface_for_address(address: str) -> str | None:
+    """The name of the network interface that holds `address` (Linux, IPv4), if any."""
+    import fcntl
+    import struct
+
+    siocgifaddr = 0x8915
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try:
+                packed = fcntl.ioctl(s.fileno(), siocgifaddr, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue
+            if socket.inet_ntoa(packed[20:24]) == address:
+                return name
+    return None
+
+
+def maybe_set_gloo_interface() -> None:
+    """Point Gloo at the interface that reaches the master, unless the user chose one.
+
+    Gloo otherwise binds to whatever the hostname resolves to, often loopback or an
+    interface the other nodes cannot reach.
+    """
+    if "GLOO_SOCKET_IFNAME" in os.environ or "MASTER_ADDR" not in os.environ:
+        return
+    local = route_address(f"{os.environ['MASTER_ADDR']}:{os.environ.get('MASTER_PORT', '1')}")
+    name = interface_for_address(local) if local else None
+    if name and name != "lo":
+        os.environ["GLOO_SOCKET_IFNAME"] = name
+
+
 def resolve_backend(requested: str, device: torch.device) -> str:
     if requested == "auto":
         return "nccl" if device.type == "cuda" else "gloo"
@@ -150,6 +201,8 @@ def distributed_context(config: RunConfig) -> Iterator[DistContext]:
         _slurm_rendezvous_env()
     device = resolve_device(config.train.device, place.local_rank)
     backend = resolve_backend(config.dist.backend, device)
+    if backend == "gloo" and config.dist.nnodes > 1:
+        maybe_set_gloo_interface()
     init_kwargs = {"device_id": device} if backend == "nccl" else {}
     timeout = timedelta(seconds=config.dist.timeout_s)
     dist.init_process_group(backend=backend, store=rendezvous_store(place, timeout), rank=place.rank,

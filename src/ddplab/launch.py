@@ -15,12 +15,13 @@ import logging
 import os
 import re
 import signal
+import socket
 import uuid
 from pathlib import Path
 
 from ddplab import errors
 from ddplab.config import RunConfig, build_config, check_environment
-from ddplab.distributed import place_from_env
+from ddplab.distributed import place_from_env, route_address
 from ddplab.engine import checkpoint
 from ddplab.engine.rundir import check_run_dir
 
@@ -60,7 +61,8 @@ def launch_workers(config: RunConfig):
         run_id=d.rdzv_id or (f"ddplab-{d.rdzv_endpoint}" if d.nnodes > 1 else str(uuid.uuid4())),
         rdzv_backend=d.rdzv_backend,
         rdzv_endpoint=d.rdzv_endpoint or "localhost:0",  # port 0: the store picks a free port itself
-        rdzv_configs={"rank": d.node_rank} if static else {},
+        rdzv_configs={"rank": d.node_rank} if static else c10d_configs(d.rdzv_endpoint),
+        local_addr=route_address(d.rdzv_endpoint) if d.nnodes > 1 else None,
         max_restarts=d.max_restarts, monitor_interval=0.1, start_method="spawn",
         # Survivors of a failure are usually blocked inside a collective, where SIGTERM
         # cannot reach Python: wait this long before the agent's SIGKILL.
@@ -76,6 +78,31 @@ def launch_workers(config: RunConfig):
     except SignalException as exc:  # Ctrl-C / SIGTERM: the agent has already stopped every worker
         raise Interrupted(f"interrupted by {exc.sigval.name}; every worker was stopped, checkpoints are kept") from None
     return next((r for r in results.values() if r is not None), None)
+
+
+def c10d_configs(endpoint: str | None) -> dict:
+    """The node that owns the endpoint's address hosts the rendezvous store.
+
+    PyTorch recognizes the host by its hostname only, so a node reached through another
+    interface (a second NIC, a network namespace) would wait for a store nobody starts.
+    Being able to bind the address is the test that it is ours.
+    """
+    if endpoint is None:
+        return {}
+    host = endpoint.rsplit(":", 1)[0].strip("[]")
+    try:  # where PyTorch already recognizes the host, keep its fallback for shared machines
+        from torch.distributed.elastic.rendezvous.utils import _matches_machine_hostname
+
+        if _matches_machine_hostname(host):
+            return {}
+    except ImportError:
+        pass
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.bind((host, 0))
+    except OSError:
+        return {}
+    return {"is_host": True}
 
 
 def run_worker(config_values: dict):
