@@ -413,6 +413,11 @@ def check_environment(config: RunConfig) -> None:
         raise _bad("dist.backend", "nccl", "NCCL needs CUDA devices; use --backend gloo on CPU")
     if config.dist.strategy == "dp" and not on_cuda:
         raise _bad("dist.strategy", "dp", "DataParallel needs CUDA devices; use --strategy ddp --backend gloo on CPU")
+    resolved = backend if backend != "auto" else ("nccl" if on_cuda else "gloo")
+    if config.dist.comm_hook == "bf16" and resolved != "nccl":
+        raise _bad("dist.comm_hook", "bf16", "bf16 gradient compression needs NCCL (CUDA); use fp16 with gloo")
+    if config.dist.sync_bn and not on_cuda:
+        raise _bad("dist.sync_bn", True, "SyncBatchNorm runs on CUDA devices only")
     if backend == "mpi" and not _mpi_available():
         raise _bad("dist.backend", "mpi", "this PyTorch build has no MPI support; use gloo or nccl")
     data = config.data

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ class DistContext:
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
     backend: str | None = None  # None: no process group
+    monitor: object = None  # a separate Gloo group, for monitored_barrier
 
     @property
     def is_main(self) -> bool:
@@ -65,6 +67,21 @@ class DistContext:
     def barrier(self) -> None:
         if self.is_distributed:
             torch.distributed.barrier()
+
+    def missing_ranks(self, timeout_s: float) -> list[int]:
+        """Ranks that do not reach a barrier within `timeout_s` (known on rank 0 only).
+
+        Gloo's monitored_barrier names the ranks that did not arrive, which turns a
+        collective timeout into "rank 3 is stuck" instead of a bare timeout.
+        """
+        if not self.is_distributed:
+            return []
+        try:
+            dist.monitored_barrier(group=self.monitor, timeout=timedelta(seconds=timeout_s), wait_all_ranks=True)
+        except RuntimeError as exc:
+            found = re.search(r"[Rr]anks? ([\d, ]+) failed to pass", str(exc))
+            return sorted(int(r) for r in found.group(1).replace(" ", "").split(",") if r) if found else []
+        return []
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
@@ -207,9 +224,11 @@ def distributed_context(config: RunConfig) -> Iterator[DistContext]:
     timeout = timedelta(seconds=config.dist.timeout_s)
     dist.init_process_group(backend=backend, store=rendezvous_store(place, timeout), rank=place.rank,
                             world_size=place.world_size, timeout=timeout, **init_kwargs)
+    # A group of its own: after a timed-out collective the main group's connections are closed.
+    monitor = dist.new_group(backend="gloo", timeout=timeout)
     try:
         yield DistContext(rank=place.rank, world_size=place.world_size, local_rank=place.local_rank,
-                          device=device, backend=backend)
+                          device=device, backend=backend, monitor=monitor)
     finally:
         dist.destroy_process_group()
 

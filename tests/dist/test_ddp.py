@@ -225,3 +225,33 @@ def test_two_nodes_in_separate_network_namespaces_give_the_same_run(ddp_run, two
     outputs = [n.communicate(timeout=300) for n in nodes]
     assert [n.returncode for n in nodes] == [0, 0], [o[1][-2000:] for o in outputs]
     assert metrics(tmp_path / "netns") == metrics(ddp_run)
+
+
+def test_a_stuck_rank_becomes_an_error_naming_it(tmp_path):
+    proc = run("train", *TINY, "--strategy", "ddp", "--nproc", "2", "--batch-size", "16", "--epochs", "1",
+               "--dist.timeout_s", "5", "--out", str(tmp_path / "r"), env={"DDPLAB_FAULT": "hang:rank=1:epoch=1:step=2"})
+    assert proc.returncode == 4, proc.stderr[-3000:]
+    assert "rank 1 did not reach the collective within dist.timeout_s=5 s" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_ddp_knobs_run(ddp_run, tmp_path):
+    """fp16-compressed all-reduce, static graph, gradients as bucket views, small buckets (SyncBatchNorm is CUDA-only)."""
+    ddplab("--strategy", "ddp", "--nproc", "2", "--batch-size", "16", "--epochs", "2", *EXACT, "--model.batchnorm", "true",
+           "--dist.comm_hook", "fp16", "--dist.static_graph", "true",
+           "--dist.gradient_as_bucket_view", "true", "--dist.bucket_cap_mb", "0.05", "--out", str(tmp_path / "knobs"))
+    summary = json.loads((tmp_path / "knobs" / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["run"]["world_size"] == 2
+    # Compression changes the arithmetic, not the algorithm: without BatchNorm it stays close to the plain run.
+    ddplab("--strategy", "ddp", "--nproc", "2", "--batch-size", "16", "--epochs", "2", *EXACT,
+           "--dist.comm_hook", "fp16", "--out", str(tmp_path / "fp16"))
+    torch.testing.assert_close(flat(weights(tmp_path / "fp16")), flat(weights(ddp_run)), rtol=0, atol=2e-3)
+    assert not torch.equal(flat(weights(tmp_path / "fp16")), flat(weights(ddp_run)))
+
+
+def test_per_rank_table_and_time_breakdown(ddp_run):
+    record = json.loads((ddp_run / "metrics.jsonl").read_text().splitlines()[-1])
+    assert record["rank_samples"] == [128.0, 128.0] and len(record["rank_train_s"]) == 2
+    assert {"data_s", "forward_backward_s", "optimizer_s", "comm_wait_s"} <= record.keys()
+    assert record["comm_wait_s"] >= 0 and record["data_s"] + record["forward_backward_s"] + record["optimizer_s"] <= record["train_s"] * 1.01
+    summary = json.loads((ddp_run / "summary.json").read_text())
+    assert summary["ranks"]["samples"] == {"per_rank": [256.0, 256.0], "max": 256.0, "mean": 256.0}

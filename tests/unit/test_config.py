@@ -94,6 +94,10 @@ def test_error_names_value_and_allowed():
     ({"train": {"device": "cuda"}}, "train.device"),
     ({"data": {"data_dir": "/no/such/folder"}}, "data.data_dir"),
     ({"data": {"dataset": "imagefolder"}}, "data.data_dir"),
+    ({"dist": {"strategy": "dp"}}, "dist.strategy"),
+    ({"dist": {"comm_hook": "bf16"}}, "dist.comm_hook"),
+    ({"dist": {"sync_bn": True}}, "dist.sync_bn"),
+    ({"dist": {"backend": "mpi"}}, "dist.backend"),
 ])
 def test_machine_checks(values, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):

@@ -73,6 +73,10 @@ def run_worker(config: RunConfig, ctx: DistContext, start: float) -> RunResult:
     except torch.cuda.OutOfMemoryError:
         raise TrainingError(f"rank {ctx.rank} ran out of GPU memory at batch size {config.train.batch_size}; "
                             "lower --batch-size or use --train.accumulate") from None
+    except RuntimeError as exc:  # Gloo/NCCL report a timed-out or broken collective as RuntimeError
+        if not ctx.is_distributed:
+            raise
+        raise collective_failure(exc, config, ctx) from exc
     finally:
         trainer.sinks.close()
     summary = build_summary(config, info, state, startup_s=startup_s, total_s=time.perf_counter() - start)
@@ -80,6 +84,16 @@ def run_worker(config: RunConfig, ctx: DistContext, start: float) -> RunResult:
         write_json(run_dir / "summary.json", summary)
         print(format_summary(summary), flush=True)
     return RunResult(run_dir=run_dir, summary=summary, history=list(state.history))
+
+
+def collective_failure(exc: Exception, config: RunConfig, ctx: DistContext) -> Exception:
+    """A collective failed or timed out: find out, and say, which ranks never arrived."""
+    missing = ctx.missing_ranks(timeout_s=min(30, config.dist.timeout_s))
+    if missing:
+        who = ", ".join(map(str, missing))
+        return TrainingError(f"rank {who} did not reach the collective within dist.timeout_s={config.dist.timeout_s} s "
+                             "(stuck or far slower than the others); the last checkpoint is kept")
+    return exc
 
 
 def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> tuple[Trainer, dict[str, Any]]:
