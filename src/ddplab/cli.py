@@ -3,6 +3,7 @@
     ddplab train [--config FILE] [--dataset ... shortcuts] [--section.field VALUE ...]
     ddplab eval RUN_DIR [--weights final|best]
     ddplab data info|verify|download DATASET [--data-dir DIR]
+    ddplab compare RUN_DIR [RUN_DIR ...]
     ddplab models [--image-size N] [--num-classes K]
 
 Errors meant for the user (`DdplabError`) print one line and exit with their code (2 for
@@ -12,6 +13,7 @@ config errors); `--debug` shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import json
 import dataclasses
 import sys
 import typing
@@ -147,6 +149,14 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from ddplab.report.compare import format_rows, load_run, scaling_rows
+
+    rows = scaling_rows([load_run(d) for d in args.run_dirs])
+    print(json.dumps(rows, indent=2, default=str) if args.json else format_rows(rows))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ddplab", description="Train CNN image classifiers on one device or many.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -164,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dataset")
     p.add_argument("--data-dir", default=None, help="data root (default: $DDPLAB_DATA, else ./data)")
     p.set_defaults(func=cmd_data)
+    p = sub.add_parser("compare", help="runs side by side: accuracy, throughput, scaling, where the time went")
+    p.add_argument("run_dirs", nargs="+", type=Path)
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.set_defaults(func=cmd_compare)
     p = sub.add_parser("models", help="list models with parameter and FLOP counts")
     p.add_argument("--image-size", type=int, default=32)
     p.add_argument("--num-classes", type=int, default=10)

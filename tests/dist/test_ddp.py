@@ -255,3 +255,18 @@ def test_per_rank_table_and_time_breakdown(ddp_run):
     assert record["comm_wait_s"] >= 0 and record["data_s"] + record["forward_backward_s"] + record["optimizer_s"] <= record["train_s"] * 1.01
     summary = json.loads((ddp_run / "summary.json").read_text())
     assert summary["ranks"]["samples"] == {"per_rank": [256.0, 256.0], "max": 256.0, "mean": 256.0}
+
+
+def test_slurm_srun_environment_just_works(ddp_run, tmp_path):
+    """Two processes as srun starts them: ranks from SLURM_*, rank 0 hosts the store."""
+    port = free_port()
+    args = [sys.executable, "-m", "ddplab", "train", *TINY, "--strategy", "ddp", "--batch-size", "16", "--epochs", "2",
+            *EXACT, "--out", str(tmp_path / "srun")]
+    procs = []
+    for rank in (0, 1):
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2",
+               "SLURM_LOCALID": str(rank), "SLURM_JOB_ID": "4242", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        procs.append(subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outputs]
+    assert metrics(tmp_path / "srun") == metrics(ddp_run)

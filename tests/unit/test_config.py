@@ -133,3 +133,12 @@ def test_readme_reference_is_current():
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     assert reference_markdown() in readme, "run: python scripts/readme_reference.py"
+
+
+def test_process_place_from_launcher_environments():
+    from ddplab.distributed import ProcessPlace, place_from_env
+
+    assert place_from_env({}) is None
+    assert place_from_env({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}) == ProcessPlace(3, 4, 1)
+    assert place_from_env({"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1"}) == ProcessPlace(5, 8, 1)
+    assert place_from_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}) is None  # a plain sbatch step

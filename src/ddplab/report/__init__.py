@@ -1,0 +1,1 @@
+"""Reports made from run folders only (never from live processes), so any runs can be compared."""
