@@ -79,6 +79,13 @@ def default_options(name: str) -> dict[str, Any]:
     return {option: params[option].default for option in _MODEL_DEFAULTS}
 
 
+def check_image_size(model: nn.Module, x: torch.Tensor) -> None:
+    """Nets with a flattening head are built for one image size: say so instead of a shape error."""
+    if tuple(x.shape[-2:]) != model.image_size:
+        raise ValueError(f"{type(model).__name__} was built for images of {model.image_size} but got "
+                         f"{tuple(x.shape[-2:])}: set the model's image_size to the data's")
+
+
 def create_model(
     name: str,
     *,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ddplab.models.registry import norm2d, pooled_size, register_model, scale_channels
+from ddplab.models.registry import check_image_size, norm2d, pooled_size, register_model, scale_channels
 
 _STAGES = ((32, 64), (128, 256), (256, 256))
 
@@ -60,11 +60,7 @@ class VGGSmall(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if tuple(x.shape[-2:]) != self.image_size:
-            raise ValueError(
-                f"{type(self).__name__} was built for images of {self.image_size} but got "
-                f"{tuple(x.shape[-2:])}: set the model's image_size to the data's"
-            )
+        check_image_size(self, x)
         return self.classifier(self.features(x))
 
 
