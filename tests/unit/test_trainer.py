@@ -133,3 +133,16 @@ def test_fused_conv_relu_on_a_model_without_pairs_is_a_config_error():
 
     with pytest.raises(ConfigError, match="fastnet has no Conv2d->ReLU pair"):
         trainer_for(tiny_config(model={"name": "fastnet", "fuse_conv_relu": True}))
+
+
+def test_torch_compile_path_trains_like_eager(tmp_path):
+    # No dropout: compiled graphs draw their own dropout masks (Inductor's RNG), eager ones torch's.
+    eager_trainer = trainer_for(tiny_config(train={"epochs": 1}, model={"dropout": 0.0}))
+    eager = eager_trainer.fit().history[-1]
+    compiled_trainer = trainer_for(tiny_config(train={"epochs": 1}, model={"compile": True, "dropout": 0.0}), run_dir=tmp_path)
+    compiled = compiled_trainer.fit().history[-1]
+    assert type(compiled_trainer.model).__name__ == "OptimizedModule"
+    assert compiled["train_loss"] == pytest.approx(eager["train_loss"], rel=1e-4)
+    assert compiled["test_loss"] == pytest.approx(eager["test_loss"], rel=1e-4)
+    saved = checkpoint.load(tmp_path / "checkpoints" / checkpoint.LAST)["model"]
+    assert saved.keys() == unwrap(eager_trainer.model).state_dict().keys()  # no _orig_mod. prefixes
