@@ -13,6 +13,7 @@ saved `config.toml`, and loading that file gives back the same config.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import sys
@@ -60,7 +61,7 @@ def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
 def _positive(name: str, value: float | int | None, *, zero_ok: bool = False, none_ok: bool = False) -> None:
     if value is None and none_ok:
         return
-    if value is None or value < 0 or (value == 0 and not zero_ok):
+    if value is None or not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
         raise _bad(name, value, "must be >= 0" if zero_ok else "must be > 0")
 
 
@@ -188,8 +189,8 @@ class TrainConfig:
         _choice("train.precision", self.precision, PRECISIONS)
         if not (self.device in ("auto", "cpu", "cuda") or _is_cuda_index(self.device)):
             raise _bad("train.device", self.device, "auto, cpu, cuda or cuda:N")
-        if self.seed < 0:
-            raise _bad("train.seed", self.seed, "must be >= 0")
+        if not 0 <= self.seed < 2**62:
+            raise _bad("train.seed", self.seed, "must be in [0, 2**62)")
         if self.early_stop_metric is not None:
             _choice("train.early_stop_metric", self.early_stop_metric, EARLY_STOP_METRICS)
         _positive("train.min_delta", self.min_delta, zero_ok=True)
@@ -224,6 +225,8 @@ class DistConfig:
             raise _bad("dist.rdzv_endpoint", None, "a multi-node run needs host:port of a node every node can reach")
         for name in ("nproc", "nnodes", "timeout_s"):
             _positive(f"dist.{name}", getattr(self, name))
+        if self.timeout_s > 7 * 24 * 3600:
+            raise _bad("dist.timeout_s", self.timeout_s, "at most a week (604800 s)")
         _positive("dist.max_restarts", self.max_restarts, zero_ok=True)
         _positive("dist.bucket_cap_mb", self.bucket_cap_mb)
         if not 0 <= self.node_rank < self.nnodes:
@@ -246,7 +249,7 @@ class OutputConfig:
             return Path(self.out).expanduser()
         # Workers of one torchrun / srun job must agree on the folder: name it after the job.
         job = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID")
-        if job:
+        if job and job != "none":  # torchrun without --standalone says "none"
             return Path("runs") / f"{data.dataset}-{model.name}-{job}"
         import time
 
@@ -321,8 +324,8 @@ def coerce(key: str, raw: Any, hint: Any) -> Any:
                 raise ValueError
             return int(raw)
         if base is float:
-            if isinstance(raw, bool):
-                raise ValueError
+            if isinstance(raw, bool) or not math.isfinite(float(raw)):
+                raise ValueError  # NaN and inf are never meant
             return float(raw)
         if base is str:
             if not isinstance(raw, str):
@@ -335,7 +338,8 @@ def coerce(key: str, raw: Any, hint: Any) -> Any:
     except (TypeError, ValueError):
         pass
     type_name = getattr(base, "__name__", str(base))
-    raise ConfigError(f"{key}={raw!r} is not valid: expected {'a list' if origin is list else type_name}")
+    expected = "a list" if origin is list else "a finite number" if base is float else type_name
+    raise ConfigError(f"{key}={raw!r} is not valid: expected {expected}")
 
 
 def build_config(values: dict[str, Any]) -> RunConfig:
@@ -366,6 +370,8 @@ def load_toml(path: str | Path) -> dict[str, Any]:
             return tomllib.load(f)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
 
@@ -408,6 +414,11 @@ def check_environment(config: RunConfig) -> None:
     if _is_cuda_index(device) and int(device[5:]) >= torch.cuda.device_count():
         raise _bad("train.device", device, f"this machine has {torch.cuda.device_count()} CUDA device(s)")
     on_cuda = has_cuda and device != "cpu"
+    several = config.dist.strategy == "dp" or config.dist.nproc > 1
+    if _is_cuda_index(device) and several:
+        raise _bad("train.device", device, "with several devices per node use --device cuda: each rank takes cuda:LOCAL_RANK")
+    if on_cuda and config.dist.strategy == "ddp" and config.dist.nproc > torch.cuda.device_count():
+        raise _bad("dist.nproc", config.dist.nproc, f"this node has {torch.cuda.device_count()} CUDA device(s), one per process")
     backend = config.dist.backend
     if backend == "nccl" and not on_cuda:
         raise _bad("dist.backend", "nccl", "NCCL needs CUDA devices; use --backend gloo on CPU")

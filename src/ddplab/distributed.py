@@ -244,10 +244,17 @@ def unwrap(model: nn.Module) -> nn.Module:
             return model
 
 
+def ddp_module(model: nn.Module) -> nn.parallel.DistributedDataParallel | None:
+    """The DDP wrapper, also when torch.compile wrapped it in turn."""
+    model = getattr(model, "_orig_mod", model)
+    return model if isinstance(model, nn.parallel.DistributedDataParallel) else None
+
+
 def no_sync(model: nn.Module, skip_sync: bool) -> contextlib.AbstractContextManager:
     """Skip the gradient all-reduce on accumulation micro-steps (a no-op unless DDP)."""
-    if skip_sync and isinstance(model, nn.parallel.DistributedDataParallel):
-        return model.no_sync()
+    ddp = ddp_module(model)
+    if skip_sync and ddp is not None:
+        return ddp.no_sync()
     return contextlib.nullcontext()
 
 

@@ -52,8 +52,6 @@ def launch_workers(config: RunConfig):
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     d = config.dist
-    if d.nnodes > 1 and not d.rdzv_endpoint:
-        raise errors.ConfigError("dist.rdzv_endpoint is required with --dist.nnodes > 1: host:port of the first node")
     static = d.rdzv_backend == "static"
     launch_config = LaunchConfig(
         min_nodes=d.nnodes, max_nodes=d.nnodes, nproc_per_node=d.nproc,

@@ -252,7 +252,7 @@ def test_per_rank_table_and_time_breakdown(ddp_run):
     record = json.loads((ddp_run / "metrics.jsonl").read_text().splitlines()[-1])
     assert record["rank_samples"] == [128.0, 128.0] and len(record["rank_train_s"]) == 2
     assert {"data_s", "forward_backward_s", "optimizer_s", "comm_wait_s"} <= record.keys()
-    assert record["comm_wait_s"] >= 0 and record["data_s"] + record["forward_backward_s"] + record["optimizer_s"] <= record["train_s"] * 1.01
+    assert record["data_s"] + record["forward_backward_s"] + record["optimizer_s"] <= record["train_s"]
     summary = json.loads((ddp_run / "summary.json").read_text())
     assert summary["ranks"]["samples"] == {"per_rank": [256.0, 256.0], "max": 256.0, "mean": 256.0}
 

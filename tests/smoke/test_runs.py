@@ -110,6 +110,10 @@ def test_a_finished_run_is_never_overwritten(tmp_path, capsys):
     assert "optim.lr" in capsys.readouterr().err
     assert main([*args, "--resume", "--epochs", "2"]) == 0
     assert len(metrics(tmp_path / "run")) == 2
+    assert "epochs = 2" in (tmp_path / "run" / "config.toml").read_text()  # the folder's config follows the run
+    assert main(["train", "--out", str(tmp_path / "run"), "--resume"]) == 0  # nothing left to do, and no error
+    assert main(["train", "--out", str(tmp_path / "run"), "--resume", "--epochs", "1"]) == 2
+    assert "already trained 2 epochs" in capsys.readouterr().err
 
 
 def test_foreign_folder_is_refused(tmp_path, capsys):

@@ -76,6 +76,11 @@ def test_the_cli_surface_is_deliberate():
     ({"dist": {"nproc": 2}}, "dist.nproc"),
     ({"model": {"nme": "x"}}, "model.nme"),
     ({"modle": {}}, "modle"),
+    ({"optim": {"lr": float("nan")}}, "optim.lr"),
+    ({"optim": {"grad_clip": "inf"}}, "optim.grad_clip"),
+    ({"optim": {"warmup_epochs": float("inf")}}, "optim.warmup_epochs"),
+    ({"train": {"seed": 2**70}}, "train.seed"),
+    ({"dist": {"timeout_s": 10**12}}, "dist.timeout_s"),
 ])
 def test_bad_values_name_the_field(values, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
@@ -142,3 +147,16 @@ def test_process_place_from_launcher_environments():
     assert place_from_env({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}) == ProcessPlace(3, 4, 1)
     assert place_from_env({"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1"}) == ProcessPlace(5, 8, 1)
     assert place_from_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}) is None  # a plain sbatch step
+
+
+def test_registries_and_config_choices_agree():
+    from ddplab.config import DATASETS, MODELS
+    from ddplab.data.datasets import DATASETS as REGISTERED_DATASETS
+    from ddplab.models import list_models
+
+    assert sorted(MODELS) == list_models() and DATASETS == REGISTERED_DATASETS
+
+
+def test_config_file_that_is_a_folder(tmp_path):
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_toml(tmp_path)

@@ -146,3 +146,12 @@ def test_torch_compile_path_trains_like_eager(tmp_path):
     assert compiled["test_loss"] == pytest.approx(eager["test_loss"], rel=1e-4)
     saved = checkpoint.load(tmp_path / "checkpoints" / checkpoint.LAST)["model"]
     assert saved.keys() == unwrap(eager_trainer.model).state_dict().keys()  # no _orig_mod. prefixes
+
+
+def test_fused_conv_relu_follows_autocast():
+    trainer = trainer_for(tiny_config(train={"epochs": 1, "precision": "bf16"}, model={"fuse_conv_relu": True}))
+    x, _ = next(iter(trainer.eval_loader))
+    with trainer.precision.autocast():
+        assert trainer.model(x).dtype == torch.bfloat16
+    state = trainer.fit()
+    assert math.isfinite(state.history[-1]["train_loss"])

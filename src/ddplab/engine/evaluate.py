@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from ddplab.config import build_config, load_toml
+from ddplab.config import build_config, check_environment, load_toml
 from ddplab.data.loader import DeviceLoader
 from ddplab.distributed import DistContext, resolve_device
 from ddplab.engine import checkpoint
@@ -29,7 +29,10 @@ def evaluate_run(run_dir: str | Path, *, weights: str = "final", device: str = "
     values.setdefault("data", {})["download"] = False
     if data_dir is not None:
         values["data"]["data_dir"] = data_dir
+    values.setdefault("train", {})["device"] = device
+    values.setdefault("dist", {}).update(strategy="single", nproc=1, nnodes=1)
     config = build_config(values)
+    check_environment(config)  # e.g. --device cuda on a machine without CUDA: one line, not a traceback
     ctx = DistContext(device=resolve_device(device))
     path = run_dir / "checkpoints" / (checkpoint.LAST if weights == "final" else checkpoint.BEST)
     state = checkpoint.load(path, ctx.device)

@@ -103,8 +103,12 @@ def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> 
     torch.manual_seed(config.train.seed)  # identical initial weights on every rank (contract 3)
     model = build_model(config, train_set)
     params, flops = count_params(model), count_flops(model, train_set.image_shape)
+    maybe_fuse_conv_relu(model, config)
     wrapped = wrap_model(model, config, ctx)
     train_loader, eval_loader = build_loaders(config, ctx, train_set, eval_set)
+    if len(train_loader) == 0:
+        raise ConfigError(f"train.batch_size={config.train.batch_size} with train.drop_last leaves no training batch: "
+                          f"this rank has {train_loader.num_samples} training images")
     steps_per_epoch = -(-len(train_loader) // config.train.accumulate)
     optimizer = build_optimizer(wrapped.parameters(), config.optim)
     trainer = Trainer(
@@ -125,15 +129,19 @@ def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> 
 
 def build_model(config: RunConfig, data) -> torch.nn.Module:
     m = config.model
-    model = create_model(m.name, num_classes=data.num_classes, in_channels=data.image_shape[0],
-                         image_size=data.image_shape[1:], width=m.width, dropout=m.dropout, batchnorm=m.batchnorm)
-    if m.fuse_conv_relu:
-        from ddplab.kernels import fuse_conv_relu
+    return create_model(m.name, num_classes=data.num_classes, in_channels=data.image_shape[0],
+                        image_size=data.image_shape[1:], width=m.width, dropout=m.dropout, batchnorm=m.batchnorm)
 
-        if fuse_conv_relu(model) == 0:
-            raise ConfigError(f"model.fuse_conv_relu: {m.name} has no Conv2d->ReLU pair to fuse "
-                              "(BatchNorm or another activation sits between them; try --model.batchnorm false)")
-    return model
+
+def maybe_fuse_conv_relu(model: torch.nn.Module, config: RunConfig) -> None:
+    """Swap Conv2d->ReLU pairs for the fused kernel (same parameters, same state_dict keys)."""
+    if not config.model.fuse_conv_relu:
+        return
+    from ddplab.kernels import fuse_conv_relu
+
+    if fuse_conv_relu(model) == 0:
+        raise ConfigError(f"model.fuse_conv_relu: {config.model.name} has no Conv2d->ReLU pair to fuse "
+                          "(BatchNorm or another activation sits between them; try --model.batchnorm false)")
 
 
 def configure_determinism(config: RunConfig) -> None:

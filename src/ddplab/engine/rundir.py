@@ -49,6 +49,9 @@ def check_run_dir(config: RunConfig) -> Path:
         if differing:
             raise ConfigError(f"output.resume: the config differs from the run's saved config.toml in "
                               f"{', '.join(sorted(differing))}; resume with the same settings (only train.epochs may change)")
+        done = checkpoint.load(run_dir / "checkpoints" / checkpoint.LAST)["train_state"]["epoch"]
+        if config.train.epochs < done:
+            raise ConfigError(f"train.epochs={config.train.epochs} is not valid: {run_dir} has already trained {done} epochs")
         return run_dir
     if state == "finished":
         raise ConfigError(f"output.out={str(run_dir)!r} already holds a finished run; choose another --out, "
@@ -78,8 +81,8 @@ def prepare_run_dir(config: RunConfig, ctx: DistContext) -> Path:
     if ctx.is_main:
         check_run_dir(config)
         run_dir.mkdir(parents=True, exist_ok=True)
-        if not config.output.resume:
-            save_config(reproducible(config), run_dir / "config.toml")  # first: it marks the folder as a run
+        # First: it marks the folder as a run. On resume it records a changed epoch count.
+        save_config(reproducible(config), run_dir / "config.toml")
         (run_dir / "checkpoints").mkdir(exist_ok=True)
         (run_dir / "env.json").write_text(json.dumps(environment(ctx), indent=2) + "\n")
     ctx.barrier()

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from ddplab import faults
 from ddplab.config import RunConfig
-from ddplab.distributed import DistContext, no_sync, unwrap
+from ddplab.distributed import DistContext, ddp_module, no_sync, unwrap
 from ddplab.engine import checkpoint
 from ddplab.engine.early_stop import EarlyStopping
 from ddplab.engine.precision import Precision
@@ -162,12 +162,6 @@ class Trainer:
             self.probe_batch = group  # for the communication probe, run outside the epoch's clock
         return result
 
-    def train_step(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], meter: ClassificationMeter) -> torch.Tensor:
-        """One optimizer step over `micro_batches`; returns the mean loss of the step."""
-        loss = self.forward_backward(micro_batches, meter)
-        self.optimizer_step()
-        return loss
-
     def forward_backward(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], meter: ClassificationMeter | None) -> torch.Tensor:
         """Gradients of one optimizer step, summed over `micro_batches`.
 
@@ -208,7 +202,7 @@ class Trainer:
         communication did not hide. Runs in eval mode and discards the gradients, so it
         changes no state (BatchNorm statistics, RNG, weights).
         """
-        if not self.ctx.is_distributed or not isinstance(self.model, torch.nn.parallel.DistributedDataParallel):
+        if not self.ctx.is_distributed or ddp_module(self.model) is None:
             return 0.0
         was_training = self.model.training
         self.model.eval()

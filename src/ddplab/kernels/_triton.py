@@ -28,8 +28,10 @@ from ddplab.kernels.reference import GRAY_SCALE, GRAY_WEIGHTS_E4
 # triton.knobs (3.4+) is what triton.jit itself reads; older 3.x read the variable directly.
 INTERPRETED: bool = bool(triton.knobs.runtime.interpret) if hasattr(triton, "knobs") else interpret_requested()
 
-_W_R, _W_G, _W_B = GRAY_WEIGHTS_E4
-_HALF = GRAY_SCALE // 2
+# Compiled @triton.jit code may read module globals only when they are tl.constexpr.
+_W_R, _W_G, _W_B = (tl.constexpr(w) for w in GRAY_WEIGHTS_E4)
+_HALF = tl.constexpr(GRAY_SCALE // 2)
+_SCALE = tl.constexpr(GRAY_SCALE)
 
 # ---------------------------------------------------------------------------- grayscale
 
@@ -58,7 +60,7 @@ def _rgb_to_gray_kernel(
     if IS_UINT8:
         # Exact integer round-half-up of (2989 R + 5870 G + 1140 B) / 10000, as the reference.
         acc = r.to(tl.int32) * _W_R + g.to(tl.int32) * _W_G + b.to(tl.int32) * _W_B + _HALF
-        out = tl.minimum(acc // GRAY_SCALE, 255).to(tl.uint8)
+        out = tl.minimum(acc // _SCALE, 255).to(tl.uint8)
     else:
         # Integer weights over 10000 are exact in fp32/fp64, unlike the literal 0.2989.
         if COMPUTE_F64:
@@ -69,7 +71,7 @@ def _rgb_to_gray_kernel(
             r = r.to(tl.float32)
             g = g.to(tl.float32)
             b = b.to(tl.float32)
-        out = ((r * _W_R + g * _W_G + b * _W_B) / GRAY_SCALE).to(y_ptr.dtype.element_ty)
+        out = ((r * _W_R + g * _W_G + b * _W_B) / _SCALE).to(y_ptr.dtype.element_ty)
     tl.store(y_ptr + n * stride_yn + offs, out, mask=mask)
 
 

@@ -94,6 +94,15 @@ def fused_conv_relu(
     unbatched = x.dim() == 3
     if unbatched:
         x = x.unsqueeze(0)
+    if x.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(x.device.type):
+        # Behave like conv2d under autocast: compute in the autocast dtype, whatever the
+        # parameters' dtype, and run the op itself with autocast off (one dtype inside).
+        dtype = torch.get_autocast_dtype(x.device.type)
+        x, weight = x.to(dtype), weight.to(dtype)
+        bias = bias.to(dtype) if bias is not None else None
+        with torch.autocast(x.device.type, enabled=False):
+            y = fused_conv_relu(x, weight, bias, stride, padding, dilation, backend)
+        return y.squeeze(0) if unbatched else y
     _check_args(x, weight, bias)
     args = [list(_pair(v)) for v in (stride, padding, dilation)]
     if min(args[0]) < 1 or min(args[1]) < 0 or min(args[2]) < 1:

@@ -1,0 +1,27 @@
+"""Pieces of the distributed plumbing that run in one process."""
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from ddplab.distributed import ddp_module, no_sync, route_address, unwrap
+
+
+def test_no_sync_reaches_ddp_through_torch_compile(tmp_path):
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        ddp = nn.parallel.DistributedDataParallel(nn.Linear(2, 2))
+        compiled = torch.compile(ddp)  # compiles lazily: nothing is compiled here
+        assert ddp_module(compiled) is ddp and unwrap(compiled) is ddp.module
+        ddp.require_backward_grad_sync = True
+        with no_sync(compiled, skip_sync=True):
+            assert ddp.require_backward_grad_sync is False  # accumulation skips the all-reduce
+        assert ddp.require_backward_grad_sync is True
+        assert ddp_module(nn.Linear(2, 2)) is None
+    finally:
+        dist.destroy_process_group()
+
+
+def test_route_address_of_loopback():
+    assert route_address("127.0.0.1:29500") == "127.0.0.1"
+    assert route_address(None) is None
