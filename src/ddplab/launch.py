@@ -39,6 +39,8 @@ def launch(config: RunConfig):
 
     check_environment(config)
     if place_from_env() is not None:  # inside torchrun / srun: this process is one worker
+        maybe_resume_after_restart(config)
+        check_run_dir(config)  # on every rank, before the group forms: a refusal stops all ranks at once
         return train(config)
     check_run_dir(config)
     if config.dist.strategy == "ddp" and config.world_size() > 1:
@@ -111,11 +113,16 @@ def run_worker(config_values: dict):
     # handler never runs; the default action ends it at once (checkpoints are atomic).
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     config = build_config(config_values)
-    restarts = int(os.environ.get(RESTART_COUNT, "0"))
-    if restarts > 0 and (Path(config.output.out) / "checkpoints" / checkpoint.LAST).exists():
-        config.output.resume = True  # the group was restarted: continue from the last checkpoint
+    maybe_resume_after_restart(config)
     result = train(config)
     return result if result is not None and int(os.environ.get("RANK", "0")) == 0 else None
+
+
+def maybe_resume_after_restart(config: RunConfig) -> None:
+    """A restarted worker group (elastic agent or torchrun) continues from the last checkpoint."""
+    restarts = int(os.environ.get(RESTART_COUNT, "0"))
+    if restarts > 0 and (Path(config.output.out) / "checkpoints" / checkpoint.LAST).exists():
+        config.output.resume = True
 
 
 _ERROR_TYPES = {cls.__name__: cls for cls in (errors.ConfigError, errors.DataError, errors.TrainingError)}

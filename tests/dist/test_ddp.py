@@ -294,3 +294,16 @@ def test_real_cifar10_ddp_accuracy_equals_single_process_eval(cifar_root, tmp_pa
     single = evaluate_run(tmp_path / "c", device="cpu")
     assert last["test_samples"] == single["count"] == 10_000
     assert round(last["test_acc"] * 10_000) == single["correct"] and single["correct"] > 1_000  # above chance
+
+
+def test_torchrun_restart_resumes_from_the_checkpoint(ddp_run, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
+         "-m", "ddplab", "train", *TINY, "--strategy", "ddp", "--batch-size", "16", "--epochs", "2", *EXACT,
+         "--out", str(tmp_path / "tr")],
+        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", "DDPLAB_FAULT": "kill:rank=0:epoch=2:step=1"},
+        timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resumed from epoch 1" in proc.stderr
+    for key, value in weights(ddp_run).items():
+        assert torch.equal(weights(tmp_path / "tr")[key], value), key
