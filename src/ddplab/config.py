@@ -117,7 +117,7 @@ class ModelConfig:
     batchnorm: bool | None = opt(None, "batch normalization after convolutions (default: the model's own)")
     channels_last: bool = opt(False, "use the channels_last memory format for model and batches")
     compile: bool = opt(False, "torch.compile the model (compilation falls into the first epoch's time)")
-    fuse_conv_relu: bool = opt(False, "replace Conv2d->ReLU pairs with the fused Triton kernel (PyTorch where Triton cannot run)")
+    fuse_conv_relu: bool = opt(False, "replace Conv2d->ReLU pairs with the fused Triton kernel (on CUDA; on a CPU they compute through PyTorch)")
 
     def __post_init__(self) -> None:
         _choice("model.name", self.name, MODELS)

@@ -103,7 +103,7 @@ def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> 
     torch.manual_seed(config.train.seed)  # identical initial weights on every rank (contract 3)
     model = build_model(config, train_set)
     params, flops = count_params(model), count_flops(model, train_set.image_shape)
-    maybe_fuse_conv_relu(model, config)
+    maybe_fuse_conv_relu(model, config, ctx.device)
     wrapped = wrap_model(model, config, ctx)
     train_loader, eval_loader = build_loaders(config, ctx, train_set, eval_set)
     if len(train_loader) == 0:
@@ -133,13 +133,17 @@ def build_model(config: RunConfig, data) -> torch.nn.Module:
                         image_size=data.image_shape[1:], width=m.width, dropout=m.dropout, batchnorm=m.batchnorm)
 
 
-def maybe_fuse_conv_relu(model: torch.nn.Module, config: RunConfig) -> None:
-    """Swap Conv2d->ReLU pairs for the fused kernel (same parameters, same state_dict keys)."""
+def maybe_fuse_conv_relu(model: torch.nn.Module, config: RunConfig, device: torch.device) -> None:
+    """Swap Conv2d->ReLU pairs for the fused kernel (same parameters, same state_dict keys).
+
+    The Triton kernel runs on CUDA; on a CPU the fused modules compute through PyTorch
+    (Triton's CPU interpreter is a correctness tool, far too slow to train with).
+    """
     if not config.model.fuse_conv_relu:
         return
     from ddplab.kernels import fuse_conv_relu
 
-    if fuse_conv_relu(model) == 0:
+    if fuse_conv_relu(model, backend="auto" if device.type == "cuda" else "reference") == 0:
         raise ConfigError(f"model.fuse_conv_relu: {config.model.name} has no Conv2d->ReLU pair to fuse "
                           "(BatchNorm or another activation sits between them; try --model.batchnorm false)")
 
