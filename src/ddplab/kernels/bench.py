@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import platform
 import statistics
 import time
 from collections.abc import Callable
@@ -44,6 +43,7 @@ import torch
 from torch import nn
 
 from ddplab.kernels.reference import conv_out_size
+from ddplab.metrics.system import device_name, synchronize
 
 GRAY_IMAGE = (3, 128, 128)
 
@@ -152,21 +152,16 @@ def roofline_rows(dtype: torch.dtype = torch.float32, peaks: dict[str, float] = 
 # ---- timing ------------------------------------------------------------------------------
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def time_ms(fn: Callable[[], Any], device: torch.device, repeats: int, warmup: int, min_run_ms: float = 1.0,
             best: bool = False) -> float:
     """Median (or, with `best`, minimum) milliseconds per call of `fn` over `repeats` timed runs,
     after `warmup` calls."""
     for _ in range(warmup):
         fn()
-    _sync(device)
+    synchronize(device)
     start = time.perf_counter()
     fn()
-    _sync(device)
+    synchronize(device)
     once_ms = (time.perf_counter() - start) * 1e3
     inner = max(1, min(1000, math.ceil(min_run_ms / max(once_ms, 1e-6)))) if device.type == "cuda" else 1
     samples = []
@@ -211,18 +206,6 @@ def measure_peaks(device: torch.device, dtype: torch.dtype = torch.float32, quic
     copy_ms = time_ms(lambda: dst.copy_(src), device, repeats=5 if quick else 10, warmup=2, best=True)
     return {"tflops": 2 * n**3 / (mm_ms * 1e-3) / 1e12, "gbps": 2 * elems / (copy_ms * 1e-3) / 1e9,
             "how": f"{n}x{n} {str(dtype).removeprefix('torch.')} matmul; {elems >> 20} MiB copy (read+write)"}
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
-    except OSError:
-        pass
-    return f"CPU {model} ({torch.get_num_threads()} threads)"
 
 
 # ---- grayscale rows ----------------------------------------------------------------------

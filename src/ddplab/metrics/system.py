@@ -53,8 +53,15 @@ def peak_memory_mib(device: torch.device) -> dict[str, float]:
 
 
 def device_name(device: torch.device) -> str:
+    """The GPU's name, or the CPU model with the thread count torch uses."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     import platform
 
-    return platform.processor() or platform.machine() or "cpu"
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"CPU {model} ({torch.get_num_threads()} threads)"
