@@ -41,6 +41,10 @@ SHORTCUTS: dict[str, str] = {
     "--strategy": "dist.strategy",
     "--nproc": "dist.nproc",
     "--backend": "dist.backend",
+    "--nnodes": "dist.nnodes",
+    "--node-rank": "dist.node_rank",
+    "--rdzv-endpoint": "dist.rdzv_endpoint",
+    "--max-restarts": "dist.max_restarts",
     "--out": "output.out",
 }
 

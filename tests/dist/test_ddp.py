@@ -105,8 +105,8 @@ def free_port():
 
 def test_two_nodes_on_loopback_give_the_same_run(ddp_run, tmp_path):
     endpoint = f"127.0.0.1:{free_port()}"
-    args = [sys.executable, "-m", "ddplab", "train", *TINY, "--strategy", "ddp", "--nproc", "1", "--dist.nnodes", "2",
-            "--dist.rdzv_endpoint", endpoint, "--batch-size", "16", "--epochs", "2", *EXACT, "--out", str(tmp_path / "nodes")]
+    args = [sys.executable, "-m", "ddplab", "train", *TINY, "--strategy", "ddp", "--nproc", "1", "--nnodes", "2",
+            "--rdzv-endpoint", endpoint, "--batch-size", "16", "--epochs", "2", *EXACT, "--out", str(tmp_path / "nodes")]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     nodes = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
     outputs = [n.communicate(timeout=300) for n in nodes]
@@ -116,7 +116,7 @@ def test_two_nodes_on_loopback_give_the_same_run(ddp_run, tmp_path):
 
 def test_killed_worker_is_restarted_and_the_run_ends_bit_identical(ddp_run, tmp_path):
     proc = ddplab("--strategy", "ddp", "--nproc", "2", "--batch-size", "16", "--epochs", "2", *EXACT,
-                  "--dist.max_restarts", "1", "--out", str(tmp_path / "killed"),
+                  "--max-restarts", "1", "--out", str(tmp_path / "killed"),
                   env={"DDPLAB_FAULT": "kill:rank=1:epoch=2:step=3"})
     assert "resumed from epoch 1" in proc.stderr
     assert metrics(tmp_path / "killed") == metrics(ddp_run)

@@ -34,7 +34,7 @@ from ddplab.engine.precision import Precision
 from ddplab.errors import TrainingError
 from ddplab.metrics.meters import ClassificationMeter
 from ddplab.metrics.sinks import MetricSink
-from ddplab.metrics.system import Stopwatch, peak_memory_mib, reset_peak_memory, synchronize
+from ddplab.metrics.system import Stopwatch, peak_alloc_per_gpu_mib, peak_memory_mib, reset_peak_memory, synchronize
 from ddplab.seeding import derive_seed
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,8 @@ class Trainer:
 
     def run_epoch(self, epoch: int) -> dict[str, Any]:
         torch.manual_seed(derive_seed(self.config.train.seed, epoch, self.ctx.rank, "dropout"))
-        reset_peak_memory(self.ctx.device)
+        data_parallel = isinstance(self.model, torch.nn.DataParallel)
+        reset_peak_memory(self.ctx.device, all_gpus=data_parallel)
         clock = Stopwatch(self.ctx.device).start()
         train = self.train_epoch(epoch)
         train_s = clock.stop()
@@ -107,6 +108,8 @@ class Trainer:
         test = self.evaluate()
         eval_s = eval_clock.stop()
         memory = peak_memory_mib(self.ctx.device)
+        if data_parallel:  # one process, many GPUs: one figure per GPU
+            memory["gpu_peak_alloc_mib"] = peak_alloc_per_gpu_mib()
         return {
             "epoch": epoch,
             "step": self.state.step,
@@ -123,7 +126,8 @@ class Trainer:
             "images_per_s": train["count"] / train_s if train_s > 0 else 0.0,
             **train.get("phases", {}),
             **memory,
-            **self.per_rank(train_s=train_s, samples=self.train_loader.num_samples, **memory),
+            **self.per_rank(train_s=train_s, samples=self.train_loader.num_samples,
+                            **{k: v for k, v in memory.items() if not isinstance(v, list)}),
         }
 
     def per_rank(self, **values: float) -> dict[str, list[float]]:

@@ -16,7 +16,8 @@ from ddplab.config import RunConfig
 def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: float, total_s: float) -> dict[str, Any]:
     history = state.history
     last = history[-1] if history else {}
-    memory_keys = sorted({k for r in history for k in r if k.endswith("_mib") and not k.startswith("rank_")})
+    memory_keys = sorted({k for r in history for k, v in r.items() if k.endswith("_mib") and not k.startswith("rank_")
+                          and not isinstance(v, list)})
     epoch_s = [r["epoch_s"] for r in history]
     min_loss = min(history, key=lambda r: r["test_loss"]) if history else {}
     return {
@@ -55,6 +56,9 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
             "images_per_s": round(statistics.fmean(r["images_per_s"] for r in history), 1) if history else None,
         },
         "memory": {k: max(r.get(k, 0.0) for r in history) for k in memory_keys},
+        # DataParallel: per-GPU peaks, where GPU 0's extra load shows (PITFALLS row 14).
+        "gpu_peak_alloc_mib": [max(col) for col in zip(*(r["gpu_peak_alloc_mib"] for r in history))]
+        if history and "gpu_peak_alloc_mib" in history[-1] else None,
         "phases_s": {k: round(sum(r.get(k, 0.0) for r in history), 3) for k in PHASES if history and k in history[-1]},
         "ranks": per_rank_summary(history),
     }

@@ -1,0 +1,35 @@
+"""The end-of-run summary, from per-epoch records alone."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from ddplab.config import RunConfig
+from ddplab.metrics.summary import build_summary, format_summary
+
+
+def record(epoch, train_acc, test_acc, test_loss, gpus=None):
+    r = {"epoch": epoch, "train_loss": 1.0 / epoch, "train_acc": train_acc, "test_loss": test_loss, "test_acc": test_acc,
+         "epoch_s": 10.0, "train_s": 8.0, "eval_s": 2.0, "images_per_s": 100.0 * epoch, "peak_alloc_mib": 100.0 * epoch,
+         "rank_train_s": [8.0, 9.0], "rank_peak_alloc_mib": [50.0 * epoch, 60.0]}
+    if gpus:
+        r["gpu_peak_alloc_mib"] = gpus
+    return r
+
+
+def test_overfitting_signals_and_data_parallel_memory():
+    history = [record(1, 0.5, 0.55, 1.0, [300.0, 100.0]), record(2, 0.8, 0.60, 0.9, [320.0, 90.0]),
+               record(3, 0.95, 0.58, 1.2, [310.0, 110.0])]
+    state = SimpleNamespace(history=history, epoch=3, step=30, best_test_acc=0.60, best_epoch=2, stopped_early=False)
+    info = {"world_size": 2, "device": "cuda:0", "steps_per_epoch": 10, "params": 1, "flops_per_image": 2,
+            "train_images": 100, "eval_images": 50, "eval_split": "test", "classes": list("abc")}
+    s = build_summary(RunConfig(), info, state, startup_s=1.5, total_s=40.0)
+    over = s["overfitting"]
+    assert over["train_test_acc_gap"] == pytest.approx(0.37) and over["min_test_loss_epoch"] == 2
+    assert over["test_loss_rise"] == pytest.approx(0.3) and over["best_minus_final_acc"] == pytest.approx(0.02)
+    assert s["memory"] == {"peak_alloc_mib": 300.0} and s["gpu_peak_alloc_mib"] == [320.0, 110.0]
+    assert s["ranks"]["train_s"] == {"per_rank": [24.0, 27.0], "max": 27.0, "mean": 25.5}
+    assert s["ranks"]["peak_alloc_mib"]["per_rank"] == [150.0, 60.0]  # peaks, not sums
+    assert s["time"]["mean_epoch_s_after_first"] == 10.0 and s["time"]["images_per_s"] == 200.0
+    text = format_summary(s)
+    assert "overfitting" in text and "+37.00%" in text and "per rank" in text
