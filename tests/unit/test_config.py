@@ -160,3 +160,15 @@ def test_registries_and_config_choices_agree():
 def test_config_file_that_is_a_folder(tmp_path):
     with pytest.raises(ConfigError, match="cannot be read"):
         load_toml(tmp_path)
+
+
+def test_the_test_suite_collects_every_test_folder():
+    """pytest skips folders named like build outputs (`dist`, `build`) by default: none of ours may be."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+                         cwd=root, capture_output=True, text=True, timeout=300).stdout
+    for folder in (p for p in (root / "tests").iterdir() if p.is_dir() and any(p.glob("test_*.py"))):
+        assert f"tests/{folder.name}/" in out, f"tests/{folder.name} is not collected"
