@@ -106,7 +106,9 @@ class DataConfig:
 
     def root(self) -> Path:
         """The data root: --data-dir, else $DDPLAB_DATA, else ./data."""
-        return Path(self.data_dir or os.environ.get("DDPLAB_DATA") or "data").expanduser()
+        from ddplab.data.datasets import default_root
+
+        return Path(self.data_dir).expanduser() if self.data_dir else default_root()
 
 
 @dataclass

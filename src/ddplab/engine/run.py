@@ -29,7 +29,7 @@ from ddplab.engine.early_stop import EarlyStopping
 from ddplab.engine.optim import build_optimizer, build_scheduler
 from ddplab.engine.precision import Precision
 from ddplab.engine.rundir import prepare_run_dir
-from ddplab.engine.trainer import Trainer
+from ddplab.engine.trainer import Trainer, steps_per_epoch
 from ddplab.errors import ConfigError, TrainingError
 from ddplab.metrics.sinks import JsonlSink, LogSink, NullSink, ProgressBar, SinkGroup, tensorboard_sink
 from ddplab.metrics.summary import build_summary, format_summary
@@ -109,21 +109,21 @@ def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> 
     if len(train_loader) == 0:
         raise ConfigError(f"train.batch_size={config.train.batch_size} with train.drop_last leaves no training batch: "
                           f"this rank has {train_loader.num_samples} training images")
-    steps_per_epoch = -(-len(train_loader) // config.train.accumulate)
+    num_steps = steps_per_epoch(len(train_loader), config.train.accumulate)
     optimizer = build_optimizer(wrapped.parameters(), config.optim)
     trainer = Trainer(
         config=config, ctx=ctx, model=wrapped, optimizer=optimizer,
-        scheduler=build_scheduler(optimizer, config.optim, epochs=config.train.epochs, steps_per_epoch=steps_per_epoch),
+        scheduler=build_scheduler(optimizer, config.optim, epochs=config.train.epochs, steps_per_epoch=num_steps),
         precision=Precision(config.train.precision, ctx.device), train_loader=train_loader, eval_loader=eval_loader,
         sinks=NullSink(), early_stopping=EarlyStopping(config.train.early_stop_metric, config.train.patience, config.train.min_delta),
         checkpoint_dir=run_dir / "checkpoints" if ctx.is_main and run_dir is not None else None,
     )
     info = {"params": params, "flops_per_image": flops, "eval_split": eval_split, "world_size": ctx.world_size,
-            "train_images": len(train_set), "eval_images": len(eval_set), "steps_per_epoch": steps_per_epoch,
+            "train_images": len(train_set), "eval_images": len(eval_set), "steps_per_epoch": num_steps,
             "device": ctx.device, "classes": train_set.classes}
     log.info("%s on %s: %d train / %d %s images, %s params, batch %d local / %d global, %d steps/epoch",
              config.model.name, ctx.device, len(train_set), len(eval_set), eval_split, f"{params:,}",
-             config.train.batch_size, config.global_batch_size(ctx.world_size), steps_per_epoch)
+             config.train.batch_size, config.global_batch_size(ctx.world_size), num_steps)
     return trainer, info
 
 

@@ -59,6 +59,11 @@ class TrainState:
             setattr(self, key, value)
 
 
+def steps_per_epoch(num_batches: int, accumulate: int) -> int:
+    """Optimizer steps in an epoch: the last one may gather fewer than `accumulate` micro-batches."""
+    return math.ceil(num_batches / accumulate)
+
+
 class Trainer:
     def __init__(self, *, config: RunConfig, ctx: DistContext, model: torch.nn.Module, optimizer, scheduler,
                  precision: Precision, train_loader, eval_loader, sinks: MetricSink, early_stopping: EarlyStopping,
@@ -93,7 +98,7 @@ class Trainer:
         return self.state.epoch < self.config.train.epochs and not self.state.stopped_early
 
     def steps_per_epoch(self) -> int:
-        return math.ceil(len(self.train_loader) / self.accumulate)
+        return steps_per_epoch(len(self.train_loader), self.accumulate)
 
     def run_epoch(self, epoch: int) -> dict[str, Any]:
         torch.manual_seed(derive_seed(self.config.train.seed, epoch, self.ctx.rank, "dropout"))
