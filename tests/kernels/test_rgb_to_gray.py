@@ -1,6 +1,9 @@
 """Every grayscale implementation against the float64 reference (bit for bit for uint8)."""
 
 import importlib
+import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -83,30 +86,61 @@ def test_triton_kernel_writes_every_output_element(device):
     assert torch.equal(low, high) and torch.equal(low, rgb_to_gray_reference(xu))
 
 
+# Run in a child process: a crash there (it was SIGSEGV once) fails this test instead of
+# taking the whole test session down with it.
+EXTENSION_BAD_INPUTS = """
+import torch
+from ddplab.kernels import _cuda
+ext = _cuda.load_extension()
+x = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8, device="cuda")
+for bad in (x.permute(0, 1, 3, 2), x.cpu(), x[:, :2].contiguous(), x.to(torch.int32)):
+    try:
+        ext.rgb_to_gray(bad)
+        print("accepted")
+    except RuntimeError as exc:
+        print(str(exc).splitlines()[0])
+assert torch.equal(ext.rgb_to_gray(x), torch.ops.ddplab.rgb_to_gray(x, "torch"))  # still usable after the errors
+print("ok")
+"""
+
+
 @pytest.mark.skipif(_runtime.cuda_unavailable_reason() is not None,
                     reason=f"CUDA C++ kernel: {_runtime.cuda_unavailable_reason()}")
 def test_cuda_extension_checks_its_input_like_the_seed():
-    from ddplab.kernels import _cuda
-
-    ext = _cuda.load_extension()
-    x = torch.randint(0, 256, (2, 3, 8, 8), dtype=torch.uint8, device="cuda")
-    with pytest.raises(RuntimeError, match="must be contiguous"):
-        ext.rgb_to_gray(x.permute(0, 1, 3, 2))
-    with pytest.raises(RuntimeError, match="must be a CUDA tensor"):
-        ext.rgb_to_gray(x.cpu())
-    with pytest.raises(RuntimeError, match="3 channels"):
-        ext.rgb_to_gray(x[:, :2].contiguous())
+    proc = subprocess.run([sys.executable, "-c", EXTENSION_BAD_INPUTS], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"exit code {proc.returncode} (negative: killed by that signal)\n{proc.stderr[-3000:]}"
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 5 and lines[-1] == "ok", proc.stdout
+    for line, needle in zip(lines, ("must be contiguous", "must be a CUDA tensor", "3 channels", "must be uint8")):
+        assert needle in line, line
 
 
 def test_the_cuda_source_is_complete():
-    """What can be checked without nvcc: the seed's checks, one thread per pixel, weights."""
+    """What can be checked without a GPU: the seed's checks, one thread per pixel, weights, dtype codes."""
     from ddplab.kernels import _cuda
 
-    src = _cuda.cuda_source()
-    for needle in ("CHECK_CUDA", "CHECK_CONTIGUOUS", "CHECK_INPUT(rgb)", "2989", "5870", "1140",
-                   "blockIdx.x", "C10_CUDA_KERNEL_LAUNCH_CHECK", "AT_DISPATCH_FLOATING_TYPES_AND2"):
-        assert needle in src
-    assert "@" not in src  # every placeholder filled
+    host, kernel = _cuda.cpp_source(), _cuda.cuda_source()
+    for needle in ("CHECK_CUDA", "CHECK_CONTIGUOUS", "CHECK_INPUT(rgb)", "C10_CUDA_CHECK(launch_rgb_to_gray"):
+        assert needle in host
+    for needle in ("2989", "5870", "1140", "blockIdx.x", "cudaGetLastError", "cudaErrorInvalidValue"):
+        assert needle in kernel
+    # Nothing in the nvcc-compiled file may throw: every check and error lives in the host file.
+    for forbidden in ("TORCH_CHECK", "throw", "AT_DISPATCH", "torch/extension.h", "C10_CUDA_KERNEL_LAUNCH_CHECK"):
+        assert forbidden not in kernel
+    for name, code in _cuda.DTYPE_CODES.items():
+        assert f"case at::{name}: return {code};" in host and f"case {code}:" in kernel
+    assert "@" not in host + kernel  # every placeholder filled
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found")
+def test_the_cuda_kernel_file_compiles(tmp_path):
+    """nvcc compiles the .cu file alone (no GPU needed): it depends on nothing but the CUDA runtime."""
+    from ddplab.kernels import _cuda
+
+    (tmp_path / "k.cu").write_text(_cuda.cuda_source())
+    proc = subprocess.run(["nvcc", "-c", "-std=c++17", "k.cu", "-o", "k.o"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def test_bad_inputs_and_unavailable_impls_raise_clearly():

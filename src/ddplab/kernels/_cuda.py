@@ -3,9 +3,15 @@
 One thread per output pixel over the whole batch (N*H*W threads), planar input: the R, G
 and B planes of image n start at n*3*H*W, +H*W and +2*H*W. uint8 uses the exact integer
 round-half-up of the reference; float types accumulate in at::opmath_type (fp32 for
-half/bf16, fp64 for double). The host function checks its input the way the seed did
-(CHECK_CUDA, CHECK_CONTIGUOUS, plus shape and dtype), so a direct caller gets a clear error
-instead of reading the wrong memory.
+half/bf16, fp64 for double).
+
+The source is split the way PyTorch's own extensions are: the host function that checks
+its input (CHECK_CUDA, CHECK_CONTIGUOUS, shape, dtype, as the seed did), allocates the
+output and raises is C++ compiled by the host compiler (`CPP_SOURCE`); the .cu file
+(`CUDA_SOURCE`) only launches the kernel and returns a cudaError_t, and never throws. A
+C++ exception raised inside nvcc-compiled host code took the whole process down with
+SIGSEGV on an H200 (torch 2.11, nvcc 13.0) instead of reaching Python, so no check lives
+there any more: a bad input is a RuntimeError, whoever calls the extension.
 """
 
 from __future__ import annotations
@@ -16,11 +22,11 @@ import torch
 
 from ddplab.kernels.reference import GRAY_SCALE, GRAY_WEIGHTS_E4
 
-CPP_SOURCE = "torch::Tensor rgb_to_gray(torch::Tensor rgb);"
+# Dtype codes shared by both files: the launcher switches on them instead of throwing.
+DTYPE_CODES = {"kByte": 0, "kFloat": 1, "kDouble": 2, "kHalf": 3, "kBFloat16": 4}
 
-CUDA_SOURCE = r"""
+CPP_SOURCE = r"""
 #include <torch/extension.h>
-#include <ATen/OpMathType.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -28,6 +34,40 @@ CUDA_SOURCE = r"""
 #define CHECK_CUDA(x) TORCH_CHECK((x).device().is_cuda(), #x " must be a CUDA tensor")
 #define CHECK_CONTIGUOUS(x) TORCH_CHECK((x).is_contiguous(), #x " must be contiguous")
 #define CHECK_INPUT(x) CHECK_CUDA(x); CHECK_CONTIGUOUS(x)
+
+cudaError_t launch_rgb_to_gray(const void* rgb, void* gray, int dtype_code, int64_t hw, int64_t total,
+                               cudaStream_t stream);
+
+static int dtype_code(at::ScalarType t) {
+  switch (t) {
+@CASES@
+    default: return -1;
+  }
+}
+
+torch::Tensor rgb_to_gray(torch::Tensor rgb) {
+  CHECK_INPUT(rgb);
+  TORCH_CHECK(rgb.dim() == 3 || rgb.dim() == 4, "rgb must be 3 x H x W or N x 3 x H x W, got ", rgb.sizes());
+  TORCH_CHECK(rgb.size(-3) == 3, "rgb must have 3 channels, got ", rgb.size(-3));
+  const int code = dtype_code(rgb.scalar_type());
+  TORCH_CHECK(code >= 0, "rgb must be uint8, float16, bfloat16, float32 or float64, got ", rgb.scalar_type());
+  const c10::cuda::CUDAGuard guard(rgb.device());
+  std::vector<int64_t> shape(rgb.sizes().begin(), rgb.sizes().end());
+  shape.erase(shape.end() - 3);
+  auto gray = torch::empty(shape, rgb.options());
+  const int64_t total = gray.numel();
+  if (total == 0) return gray;
+  C10_CUDA_CHECK(launch_rgb_to_gray(rgb.data_ptr(), gray.data_ptr(), code, rgb.size(-1) * rgb.size(-2), total,
+                                    c10::cuda::getCurrentCUDAStream()));
+  return gray;
+}
+"""
+
+CUDA_SOURCE = r"""
+#include <cstdint>
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
 
 constexpr int W_R = @W_R@, W_G = @W_G@, W_B = @W_B@, SCALE = @SCALE@;
 constexpr int THREADS = 256;
@@ -43,10 +83,10 @@ __global__ void rgb_to_gray_u8_kernel(const uint8_t* __restrict__ rgb, uint8_t* 
   gray[i] = static_cast<uint8_t>(min(v / SCALE, 255));
 }
 
-template <typename scalar_t>
+// acc_t: float for half/bf16/float (PyTorch's opmath type), double for double.
+template <typename scalar_t, typename acc_t>
 __global__ void rgb_to_gray_float_kernel(const scalar_t* __restrict__ rgb, scalar_t* __restrict__ gray,
                                          int64_t hw, int64_t total) {
-  using acc_t = at::opmath_type<scalar_t>;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= total) return;
   const int64_t n = i / hw;
@@ -57,40 +97,46 @@ __global__ void rgb_to_gray_float_kernel(const scalar_t* __restrict__ rgb, scala
   gray[i] = static_cast<scalar_t>(v);
 }
 
-torch::Tensor rgb_to_gray(torch::Tensor rgb) {
-  CHECK_INPUT(rgb);
-  TORCH_CHECK(rgb.dim() == 3 || rgb.dim() == 4, "rgb must be 3 x H x W or N x 3 x H x W, got ", rgb.sizes());
-  TORCH_CHECK(rgb.size(-3) == 3, "rgb must have 3 channels, got ", rgb.size(-3));
-  TORCH_CHECK(rgb.scalar_type() == at::kByte || at::isFloatingType(rgb.scalar_type()),
-              "rgb must be uint8 or floating point, got ", rgb.scalar_type());
-  const c10::cuda::CUDAGuard guard(rgb.device());
-  std::vector<int64_t> shape(rgb.sizes().begin(), rgb.sizes().end());
-  shape.erase(shape.end() - 3);
-  auto gray = torch::empty(shape, rgb.options());
-  const int64_t hw = rgb.size(-1) * rgb.size(-2);
-  const int64_t total = gray.numel();
-  if (total == 0) return gray;
+template <typename scalar_t, typename acc_t>
+static void launch_float(const void* rgb, void* gray, int64_t hw, int64_t total, unsigned int blocks,
+                         cudaStream_t stream) {
+  rgb_to_gray_float_kernel<scalar_t, acc_t><<<blocks, THREADS, 0, stream>>>(
+      static_cast<const scalar_t*>(rgb), static_cast<scalar_t*>(gray), hw, total);
+}
+
+// No C++ exception here: an unknown dtype code or a failed launch comes back as a cudaError_t.
+cudaError_t launch_rgb_to_gray(const void* rgb, void* gray, int dtype_code, int64_t hw, int64_t total,
+                               cudaStream_t stream) {
   const unsigned int blocks = static_cast<unsigned int>((total + THREADS - 1) / THREADS);
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  if (rgb.scalar_type() == at::kByte) {
-    rgb_to_gray_u8_kernel<<<blocks, THREADS, 0, stream>>>(rgb.data_ptr<uint8_t>(), gray.data_ptr<uint8_t>(), hw, total);
-  } else {
-    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, rgb.scalar_type(), "rgb_to_gray", [&] {
-      rgb_to_gray_float_kernel<scalar_t><<<blocks, THREADS, 0, stream>>>(
-          rgb.data_ptr<scalar_t>(), gray.data_ptr<scalar_t>(), hw, total);
-    });
+  switch (dtype_code) {
+    case @kByte@:
+      rgb_to_gray_u8_kernel<<<blocks, THREADS, 0, stream>>>(static_cast<const uint8_t*>(rgb),
+                                                            static_cast<uint8_t*>(gray), hw, total);
+      break;
+    case @kFloat@: launch_float<float, float>(rgb, gray, hw, total, blocks, stream); break;
+    case @kDouble@: launch_float<double, double>(rgb, gray, hw, total, blocks, stream); break;
+    case @kHalf@: launch_float<__half, float>(rgb, gray, hw, total, blocks, stream); break;
+    case @kBFloat16@: launch_float<__nv_bfloat16, float>(rgb, gray, hw, total, blocks, stream); break;
+    default: return cudaErrorInvalidValue;
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  return gray;
+  return cudaGetLastError();
 }
 """
 
 
+def cpp_source() -> str:
+    cases = "\n".join(f"    case at::{name}: return {code};" for name, code in DTYPE_CODES.items())
+    return CPP_SOURCE.replace("@CASES@", cases)
+
+
 def cuda_source() -> str:
-    """The kernel source with the reference's weights filled in (one source of truth)."""
+    """The kernel source with the reference's weights and the dtype codes filled in (one source of truth)."""
     w_r, w_g, w_b = GRAY_WEIGHTS_E4
-    return (CUDA_SOURCE.replace("@W_R@", str(w_r)).replace("@W_G@", str(w_g))
-            .replace("@W_B@", str(w_b)).replace("@SCALE@", str(GRAY_SCALE)))
+    src = (CUDA_SOURCE.replace("@W_R@", str(w_r)).replace("@W_G@", str(w_g))
+           .replace("@W_B@", str(w_b)).replace("@SCALE@", str(GRAY_SCALE)))
+    for name, code in DTYPE_CODES.items():
+        src = src.replace(f"@{name}@", str(code))
+    return src
 
 
 @functools.cache
@@ -99,8 +145,8 @@ def load_extension():
     from torch.utils.cpp_extension import load_inline
 
     return load_inline(
-        name="ddplab_rgb_to_gray",
-        cpp_sources=CPP_SOURCE,
+        name="ddplab_rgb_to_gray_v2",  # a new name: the cached build of the old source must not be reused
+        cpp_sources=cpp_source(),
         cuda_sources=cuda_source(),
         functions=["rgb_to_gray"],
         extra_cuda_cflags=["-O3"],
