@@ -16,10 +16,12 @@ import argparse
 import json
 import dataclasses
 import sys
+import traceback
 import typing
 from pathlib import Path
 from typing import Any
 
+from ddplab import compat
 from ddplab.config import SECTIONS, RunConfig, build_config, field_types, load_toml, merge, parse_dotted
 from ddplab.errors import DdplabError
 
@@ -196,10 +198,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     debug = getattr(args, "output.debug", None) == "true" or "--debug" in (argv or sys.argv)
     try:
+        compat.check_torch()  # first: an older torch may lack what the command would import
         return args.func(args)
     except DdplabError as exc:
         if debug:
-            raise
+            traceback.print_exc()  # and still the one line and the documented exit code
         print(f"ddplab: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

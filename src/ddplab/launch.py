@@ -19,7 +19,7 @@ import socket
 import uuid
 from pathlib import Path
 
-from ddplab import errors
+from ddplab import compat, errors
 from ddplab.config import RunConfig, build_config, check_environment
 from ddplab.distributed import place_from_env, route_address
 from ddplab.engine import checkpoint
@@ -51,11 +51,11 @@ def launch(config: RunConfig):
 def launch_workers(config: RunConfig):
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    from torch.distributed.launcher.api import elastic_launch
 
     d = config.dist
     static = d.rdzv_backend == "static"
-    launch_config = LaunchConfig(
+    launch_config = compat.launch_config(
         min_nodes=d.nnodes, max_nodes=d.nnodes, nproc_per_node=d.nproc,
         # Every node of one run must present the same id: derive it from the shared endpoint.
         run_id=d.rdzv_id or (f"ddplab-{d.rdzv_endpoint}" if d.nnodes > 1 else str(uuid.uuid4())),
@@ -65,7 +65,7 @@ def launch_workers(config: RunConfig):
         local_addr=route_address(d.rdzv_endpoint) if d.nnodes > 1 else None,
         max_restarts=d.max_restarts, monitor_interval=0.1, start_method="spawn",
         # Survivors of a failure are usually blocked inside a collective, where SIGTERM
-        # cannot reach Python: wait this long before the agent's SIGKILL.
+        # cannot reach Python: wait this long before the agent's SIGKILL (torch 2.12+ only).
         shutdown_timeout=SHUTDOWN_TIMEOUT_S,
     )
     if not config.output.debug:

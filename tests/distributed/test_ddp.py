@@ -96,6 +96,20 @@ def test_torchrun_gives_the_same_run(ddp_run, tmp_path):
         assert torch.equal(weights(tmp_path / "tr")[key], value), key
 
 
+def test_launcher_signature_of_the_oldest_supported_torch_gives_the_same_run(ddp_run, tmp_path):
+    """torch 2.11's LaunchConfig had no shutdown_timeout and every multi-worker run died with a TypeError."""
+    script = ("import sys, old_torch; old_torch.use_old_launch_config(); from ddplab.cli import main; "
+              "sys.exit(main(sys.argv[1:]))")
+    tests_dir = str(Path(__file__).resolve().parents[1])
+    proc = subprocess.run(
+        [sys.executable, "-c", script, "train", *TINY, "--strategy", "ddp", "--nproc", "2", "--batch-size", "16",
+         "--epochs", "2", *EXACT, "--out", str(tmp_path / "old")],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(filter(None, [tests_dir, os.environ.get("PYTHONPATH")]))})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert metrics(tmp_path / "old") == metrics(ddp_run)
+
+
 def free_port():
     # Only the test needs a fixed port (both "nodes" must be told it); ddplab itself never picks one.
     with socket.socket() as s:

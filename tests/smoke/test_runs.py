@@ -176,7 +176,8 @@ def test_non_finite_loss_exits_4_with_one_line(tmp_path):
 
 def test_debug_shows_the_traceback(tmp_path):
     proc = cli("train", "--batch-size", "0", "--debug")
-    assert proc.returncode != 0 and "Traceback" in proc.stderr
+    assert proc.returncode == 2 and "Traceback" in proc.stderr  # the same exit code as without --debug
+    assert proc.stderr.strip().splitlines()[-1].startswith("ddplab: error: train.batch_size=0")
 
 
 def test_models_and_data_commands(tmp_path):

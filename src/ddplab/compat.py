@@ -1,0 +1,61 @@
+"""The torch releases ddplab supports, and the newer torch APIs it uses only where they exist.
+
+ddplab supports torch >= MIN_TORCH (the floor is set by `torch.library.custom_op`, which
+the kernels register their ops with). Every API newer than the floor is looked up here,
+by feature, not by version number, and each entry of `NEWER_APIS` says what a user of an
+older torch loses. A torch below the floor gets one line naming the version needed
+(`check_torch`), before anything imports an API it may lack.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from ddplab.errors import ConfigError
+
+MIN_TORCH = (2, 4)
+
+# What each newer API buys, and what a torch without it does instead (README: "Supported torch").
+NEWER_APIS: dict[str, str] = {
+    "LaunchConfig.shutdown_timeout": (
+        "torch 2.12+: survivors of a failed worker are killed after 5 s; older torch waits its fixed 30 s "
+        "before reporting the failure"),
+}
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """(major, minor) of a torch version string such as '2.11.0+cu130' or '2.13.0.dev20260101'."""
+    match = re.match(r"(\d+)\.(\d+)", text)
+    if match is None:
+        raise ValueError(f"unrecognized torch version {text!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def check_torch() -> None:
+    """Refuse a torch below the floor with one line (contract 8), whatever command was asked."""
+    import torch
+
+    found = parse_version(torch.__version__)
+    if found < MIN_TORCH:
+        need = ".".join(map(str, MIN_TORCH))
+        raise ConfigError(f"ddplab needs torch >= {need}, this Python has torch {torch.__version__}: "
+                          f"pip install 'torch>={need}' (the build that matches your CUDA)")
+
+
+def accepted_kwargs(cls: type, kwargs: dict[str, Any], optional: set[str]) -> dict[str, Any]:
+    """`kwargs` less the `optional` ones that dataclass `cls` does not take in this torch.
+
+    Anything else `cls` lacks is a bug in ddplab (it would be a TypeError on every torch),
+    so only the names listed as optional are ever dropped.
+    """
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in kwargs.items() if k in names or k not in optional}
+
+
+def launch_config(**kwargs: Any):
+    """torch's elastic LaunchConfig, built with only the fields this torch release has."""
+    from torch.distributed.launcher.api import LaunchConfig
+
+    return LaunchConfig(**accepted_kwargs(LaunchConfig, kwargs, optional={"shutdown_timeout"}))

@@ -1,0 +1,82 @@
+"""The supported torch floor: older torch is refused in one line, newer APIs are optional."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from conftest import tiny_config
+from ddplab import compat, launch
+from ddplab.cli import main
+from ddplab.errors import ConfigError
+from old_torch import OLDEST, old_launch_config_class
+
+
+def test_the_floor_is_the_one_the_tests_simulate_and_the_package_declares():
+    from pathlib import Path
+
+    assert ".".join(map(str, compat.MIN_TORCH)) == OLDEST
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    assert f'"torch>={OLDEST}"' in pyproject
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("2.13.0", (2, 13)), ("2.11.0+cu130", (2, 11)), ("2.4.1", (2, 4)), ("2.14.0.dev20261101+cpu", (2, 14)), ("3.0", (3, 0)),
+])
+def test_parse_version(text, expected):
+    assert compat.parse_version(text) == expected
+
+
+@pytest.mark.parametrize("version, ok", [("2.3.1", False), ("1.13.1", False), ("2.4.0", True), ("2.11.0+cu130", True)])
+def test_torch_below_the_floor_is_refused(monkeypatch, version, ok):
+    monkeypatch.setattr(torch, "__version__", version)
+    if ok:
+        compat.check_torch()
+    else:
+        with pytest.raises(ConfigError, match=rf"needs torch >= 2\.4, this Python has torch {version}"):
+            compat.check_torch()
+
+
+def test_old_torch_gets_one_line_from_every_command(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(torch, "__version__", "2.1.2")
+    for argv in (["train", "--dataset", "synthetic", "--out", str(tmp_path / "r")], ["models"], ["compare", str(tmp_path)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("ddplab: error: ddplab needs torch >= 2.4"), err
+    assert not (tmp_path / "r").exists()
+
+
+def test_optional_launch_fields_are_dropped_only_where_torch_lacks_them():
+    old = old_launch_config_class()
+    kwargs = {"min_nodes": 1, "max_nodes": 1, "nproc_per_node": 2, "shutdown_timeout": 5}
+    assert compat.accepted_kwargs(old, kwargs, optional={"shutdown_timeout"}) == {k: v for k, v in kwargs.items() if k != "shutdown_timeout"}
+    from torch.distributed.launcher.api import LaunchConfig
+
+    if "shutdown_timeout" in {f.name for f in dataclasses.fields(LaunchConfig)}:
+        assert compat.accepted_kwargs(LaunchConfig, kwargs, optional={"shutdown_timeout"}) == kwargs
+    # A field that no torch has is ddplab's bug, not an old torch: it is kept, and fails loudly.
+    assert "no_such_field" in compat.accepted_kwargs(old, {**kwargs, "no_such_field": 1}, optional={"shutdown_timeout"})
+
+
+def test_the_launch_configuration_builds_against_the_oldest_signature(monkeypatch, tmp_path):
+    """Every LaunchConfig argument ddplab passes exists in torch 2.4, or is declared optional."""
+    import torch.distributed.launcher.api as api
+
+    monkeypatch.setattr(api, "LaunchConfig", old_launch_config_class())
+    seen = {}
+
+    def fake_elastic_launch(config, entrypoint):
+        seen["config"] = config
+        return lambda *args: {0: None, 1: None}
+
+    monkeypatch.setattr(api, "elastic_launch", fake_elastic_launch)
+    config = tiny_config(tmp_path / "r", dist={"strategy": "ddp", "nproc": 2})
+    assert launch.launch_workers(config) is None
+    built = seen["config"]
+    assert type(built).__name__ == "LaunchConfig" and built.nproc_per_node == 2 and built.max_restarts == 0
+    assert built.shutdown_timeout == 30  # the old torch's fixed wait, not ddplab's 5 s
+
+
+def test_every_newer_api_says_what_is_lost():
+    for name, what in compat.NEWER_APIS.items():
+        assert "torch 2." in what and ("older" in what or "without" in what), name
