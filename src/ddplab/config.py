@@ -118,7 +118,7 @@ class ModelConfig:
     dropout: float | None = opt(None, "dropout probability before the classifier (default: the model's own)")
     batchnorm: bool | None = opt(None, "batch normalization after convolutions (default: the model's own)")
     channels_last: bool = opt(False, "use the channels_last memory format for model and batches")
-    compile: bool = opt(False, "torch.compile the model (compilation falls into the first epoch's time)")
+    compile: bool = opt(False, "torch.compile the model (compiled for every batch shape before training starts: start-up time, not epoch time)")
     fuse_conv_relu: bool = opt(False, "replace Conv2d->ReLU pairs with the fused Triton kernel (on CUDA; on a CPU they compute through PyTorch)")
 
     def __post_init__(self) -> None:

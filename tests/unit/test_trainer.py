@@ -140,7 +140,13 @@ def test_torch_compile_path_trains_like_eager(tmp_path):
     eager_trainer = trainer_for(tiny_config(train={"epochs": 1}, model={"dropout": 0.0}))
     eager = eager_trainer.fit().history[-1]
     compiled_trainer = trainer_for(tiny_config(train={"epochs": 1}, model={"compile": True, "dropout": 0.0}), run_dir=tmp_path)
+    assert compiled_trainer.should_warm_up()
+    assert compiled_trainer.warm_up() == {"train": [32], "eval": [64]}
+    from torch._dynamo.utils import counters
+
+    graphs = counters["stats"]["unique_graphs"]
     compiled = compiled_trainer.fit().history[-1]
+    assert counters["stats"]["unique_graphs"] == graphs  # everything was compiled before the clocks started
     assert type(compiled_trainer.model).__name__ == "OptimizedModule"
     assert compiled["train_loss"] == pytest.approx(eager["train_loss"], rel=1e-4)
     assert compiled["test_loss"] == pytest.approx(eager["test_loss"], rel=1e-4)
@@ -155,3 +161,35 @@ def test_fused_conv_relu_follows_autocast():
         assert trainer.model(x).dtype == torch.bfloat16
     state = trainer.fit()
     assert math.isfinite(state.history[-1]["train_loss"])
+
+
+def test_warm_up_changes_nothing_the_run_depends_on():
+    """Warm-up runs every batch shape through the model; the run that follows is the same run, bit for bit."""
+    cfg = dict(train={"epochs": 2}, data={"subset": 200}, model={"batchnorm": True, "dropout": 0.3})
+    plain = trainer_for(tiny_config(**cfg)).fit().history
+    trainer = trainer_for(tiny_config(**cfg))
+    module = unwrap(trainer.model)
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    rng = torch.get_rng_state()
+    assert trainer.warm_up() == {"train": [32, 200 % 32], "eval": [64]}  # the ragged last batch too
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())  # weights and BatchNorm statistics
+    assert all(p.grad is None for p in module.parameters()) and trainer.state.step == 0
+    walls = ("_s", "_per_s", "_mib")
+    strip = lambda history: [{k: v for k, v in r.items() if not k.endswith(walls) and not k.startswith("rank_")} for r in history]
+    assert strip(trainer.fit().history) == strip(plain)
+
+
+def test_only_compiling_runs_warm_up_and_the_summary_says_so(tmp_path, monkeypatch):
+    import ddplab
+    from ddplab.engine.trainer import Trainer
+
+    assert not trainer_for(tiny_config()).should_warm_up()
+    assert not trainer_for(tiny_config(model={"fuse_conv_relu": True})).should_warm_up()  # no autotuning on a CPU
+    result = ddplab.train(tiny_config(tmp_path / "plain", train={"epochs": 1}))
+    assert result.summary["time"]["warmup"] is None
+    monkeypatch.setattr(Trainer, "should_warm_up", lambda self: True)  # as a compiled run would
+    warmed = ddplab.train(tiny_config(tmp_path / "warm", train={"epochs": 1}))
+    warmup = warmed.summary["time"]["warmup"]
+    assert warmup["batch_sizes"] == {"train": [32], "eval": [64]} and warmup["counted_in"] == "startup_s"
+    assert 0 < warmup["s"] < warmed.summary["time"]["startup_s"]

@@ -33,6 +33,7 @@ from ddplab.engine.trainer import Trainer, steps_per_epoch
 from ddplab.errors import ConfigError, TrainingError
 from ddplab.metrics.sinks import JsonlSink, LogSink, NullSink, ProgressBar, SinkGroup, tensorboard_sink
 from ddplab.metrics.summary import build_summary, format_summary
+from ddplab.metrics.system import synchronize
 from ddplab.models import count_flops, count_params, create_model
 
 log = logging.getLogger("ddplab")
@@ -67,6 +68,7 @@ def run_worker(config: RunConfig, ctx: DistContext, start: float) -> RunResult:
         trainer.load_state_dict(checkpoint.load(run_dir / "checkpoints" / checkpoint.LAST, ctx.device))
         log.info("resumed from epoch %d (step %d)", trainer.state.epoch, trainer.state.step)
     trainer.sinks = build_sinks(config, ctx, run_dir, trainer.state.history)
+    info["warmup"] = maybe_warm_up(trainer)
     startup_s = time.perf_counter() - start
     try:
         state = trainer.fit()
@@ -84,6 +86,18 @@ def run_worker(config: RunConfig, ctx: DistContext, start: float) -> RunResult:
         write_json(run_dir / "summary.json", summary)
         print(format_summary(summary), flush=True)
     return RunResult(run_dir=run_dir, summary=summary, history=list(state.history))
+
+
+def maybe_warm_up(trainer: Trainer) -> dict[str, Any] | None:
+    """Compilation and autotuning, timed as start-up: None when the run has nothing to warm up."""
+    if not trainer.should_warm_up() or not trainer.should_continue():
+        return None
+    clock = time.perf_counter()
+    shapes = trainer.warm_up()
+    synchronize(trainer.ctx.device)
+    warmup_s = time.perf_counter() - clock
+    log.info("warm-up (compilation, autotuning) of batch sizes %s took %.1f s, counted in start-up", shapes, warmup_s)
+    return {"s": round(warmup_s, 3), "batch_sizes": shapes, "counted_in": "startup_s"}
 
 
 def collective_failure(exc: Exception, config: RunConfig, ctx: DistContext) -> Exception:

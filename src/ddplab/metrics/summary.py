@@ -47,11 +47,13 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
         },
         "time": {
             "startup_s": round(startup_s, 3),
+            # Compilation and autotuning run on every batch shape before the clocks (None: nothing to warm up).
+            "warmup": info.get("warmup"),
             "train_s": round(sum(r["train_s"] for r in history), 3),
             "eval_s": round(sum(r["eval_s"] for r in history), 3),
             "total_s": round(total_s, 3),
             "mean_epoch_s": round(statistics.fmean(epoch_s), 3) if epoch_s else None,
-            # The first epoch carries warm-up (and compilation): show the steady state apart.
+            # The first epoch still warms caches (cuDNN, the allocator): show the steady state apart.
             "mean_epoch_s_after_first": round(statistics.fmean(epoch_s[1:]), 3) if len(epoch_s) > 1 else None,
             "images_per_s": round(statistics.fmean(r["images_per_s"] for r in history), 1) if history else None,
         },
