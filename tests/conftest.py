@@ -7,6 +7,19 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_CIFAR = REPO.parent / "shared" / "data" / "cifar10-jpeg"
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (-n N), share the cores: torch would give every worker one thread per core.
+
+    On a 16-core CUDA machine, 8 workers x 16 threads made in-process CPU training crawl
+    (a 15 s test passed 200 s).
+    """
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+
+
 def cifar10_root() -> Path | None:
     """The data root holding cifar-10-batches-bin, from DDPLAB_DATA or ../shared."""
     for cand in (os.environ.get("DDPLAB_DATA"), SHARED_CIFAR):
