@@ -195,10 +195,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    debug = getattr(args, "output.debug", None) == "true" or "--debug" in (argv or sys.argv)
+    debug = "--debug" in (sys.argv[1:] if argv is None else argv)  # known before parsing, which may fail too
     try:
-        compat.check_torch()  # first: an older torch may lack what the command would import
+        compat.check_torch()  # first: the parser imports the kernels, and an older torch lacks what they use
+        args = build_parser().parse_args(argv)
         return args.func(args)
     except DdplabError as exc:
         if debug:

@@ -20,8 +20,13 @@ MIN_TORCH = (2, 4)
 # What each newer API buys, and what a torch without it does instead (README: "Supported torch").
 NEWER_APIS: dict[str, str] = {
     "LaunchConfig.shutdown_timeout": (
-        "torch 2.12+: survivors of a failed worker are killed after 5 s; older torch waits its fixed 30 s "
-        "before reporting the failure"),
+        "torch 2.12+: after Ctrl-C or SIGTERM the launcher waits at most 5 s for its workers before SIGKILL; older "
+        "torch waits up to 30 s (ddplab's workers exit at once on SIGTERM, so in practice nothing is lost)"),
+    "DistributedDataParallel(forward_sync_buffers=)": (
+        "torch 2.13+ renames broadcast_buffers; older torch gets broadcast_buffers=True, the same behaviour"),
+    "torch.library.custom_op schema inference": (
+        "torch 2.7+ infers an op's schema from list[int] and string annotations; older torch could not, so the "
+        "kernels write their schemas out and nothing is lost"),
 }
 
 
@@ -35,8 +40,11 @@ def parse_version(text: str) -> tuple[int, int]:
 
 def check_torch() -> None:
     """Refuse a torch below the floor with one line (contract 8), whatever command was asked."""
-    import torch
-
+    try:
+        import torch
+    except ImportError:
+        need = ".".join(map(str, MIN_TORCH))
+        raise ConfigError(f"ddplab needs torch >= {need}, and this Python has none: pip install 'torch>={need}'") from None
     found = parse_version(torch.__version__)
     if found < MIN_TORCH:
         need = ".".join(map(str, MIN_TORCH))
@@ -52,6 +60,16 @@ def accepted_kwargs(cls: type, kwargs: dict[str, Any], optional: set[str]) -> di
     """
     names = {f.name for f in dataclasses.fields(cls)}
     return {k: v for k, v in kwargs.items() if k in names or k not in optional}
+
+
+def ddp_buffer_sync() -> dict[str, bool]:
+    """DDP keyword that broadcasts rank 0's buffers (BatchNorm statistics) every forward (PITFALLS row 12)."""
+    import inspect
+
+    import torch.nn as nn
+
+    params = inspect.signature(nn.parallel.DistributedDataParallel).parameters
+    return {"forward_sync_buffers": True} if "forward_sync_buffers" in params else {"broadcast_buffers": True}
 
 
 def launch_config(**kwargs: Any):

@@ -400,9 +400,9 @@ def parse_dotted(assignments: list[str]) -> dict[str, dict[str, Any]]:
 
 
 def save_config(config: RunConfig, path: Path) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(config.to_toml())
-    os.replace(tmp, path)
+    from ddplab import files
+
+    files.write_text(path, config.to_toml())
 
 
 def check_environment(config: RunConfig) -> None:

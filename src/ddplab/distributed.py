@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from ddplab import compat
 from ddplab.config import RunConfig
 from ddplab.errors import ConfigError
 
@@ -272,22 +273,11 @@ def wrap_model(model: nn.Module, config: RunConfig, ctx: DistContext) -> nn.Modu
         model = nn.parallel.DistributedDataParallel(
             model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
             bucket_cap_mb=d.bucket_cap_mb, static_graph=d.static_graph,
-            gradient_as_bucket_view=d.gradient_as_bucket_view, **_buffer_sync())
+            gradient_as_bucket_view=d.gradient_as_bucket_view, **compat.ddp_buffer_sync())
         maybe_register_comm_hook(model, d.comm_hook)
     if config.model.compile:
         model = torch.compile(model)  # after DDP, so DDPOptimizer can split graphs at bucket boundaries
     return model
-
-
-def _buffer_sync() -> dict:
-    """Rank 0's BatchNorm statistics reach every rank each forward (PITFALLS row 12).
-
-    Newer PyTorch renames broadcast_buffers to forward_sync_buffers; both mean the same here.
-    """
-    import inspect
-
-    params = inspect.signature(nn.parallel.DistributedDataParallel).parameters
-    return {"forward_sync_buffers": True} if "forward_sync_buffers" in params else {"broadcast_buffers": True}
 
 
 def maybe_register_comm_hook(model: nn.parallel.DistributedDataParallel, name: str) -> None:

@@ -28,3 +28,17 @@ class TrainingError(DdplabError):
     """Training cannot go on (non-finite loss, out of memory); the last good checkpoint is kept."""
 
     exit_code = 4
+
+
+class FileSystemError(DdplabError):
+    """A file or folder cannot be written or read (read-only, full disk, permissions); the message names the path."""
+
+    exit_code = 5
+
+
+def file_error(exc: OSError, action: str = "write") -> FileSystemError:
+    """One line for an OSError: the path, the operation and the system's reason."""
+    path = exc.filename if exc.filename is not None else "a file"
+    reason = exc.strerror or str(exc)
+    hint = "; free some space" if exc.errno == 28 else ""  # ENOSPC
+    return FileSystemError(f"cannot {action} {path}: {reason}{hint}")

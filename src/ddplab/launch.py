@@ -64,8 +64,8 @@ def launch_workers(config: RunConfig):
         rdzv_configs={"rank": d.node_rank} if static else c10d_configs(d.rdzv_endpoint),
         local_addr=route_address(d.rdzv_endpoint) if d.nnodes > 1 else None,
         max_restarts=d.max_restarts, monitor_interval=0.1, start_method="spawn",
-        # Survivors of a failure are usually blocked inside a collective, where SIGTERM
-        # cannot reach Python: wait this long before the agent's SIGKILL (torch 2.12+ only).
+        # After Ctrl-C / SIGTERM, wait this long for the workers before the agent's SIGKILL
+        # (torch 2.12+; older releases wait their fixed 30 s).
         shutdown_timeout=SHUTDOWN_TIMEOUT_S,
     )
     if not config.output.debug:

@@ -80,3 +80,44 @@ def test_the_launch_configuration_builds_against_the_oldest_signature(monkeypatc
 def test_every_newer_api_says_what_is_lost():
     for name, what in compat.NEWER_APIS.items():
         assert "torch 2." in what and ("older" in what or "without" in what), name
+
+
+def test_no_torch_at_all_is_one_line(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+    with pytest.raises(ConfigError, match="needs torch >= 2.4, and this Python has none"):
+        compat.check_torch()
+
+
+def test_custom_ops_write_their_schema_out():
+    """torch 2.4-2.6 cannot infer a schema from string or list[int] annotations (the kernels would not import)."""
+    import ast
+    import importlib
+    import inspect
+
+    for name in ("conv_relu", "rgb_to_gray"):
+        module = importlib.import_module(f"ddplab.kernels.{name}")  # the package re-exports a function of that name
+        calls = [node for node in ast.walk(ast.parse(inspect.getsource(module)))
+                 if isinstance(node, ast.Call) and ast.unparse(node.func) == "torch.library.custom_op"]
+        assert calls and all(any(k.arg == "schema" for k in call.keywords) for call in calls), module.__name__
+    assert str(torch.ops.ddplab.conv_relu.default._schema) == (
+        "ddplab::conv_relu(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation, str backend) -> Tensor")
+    assert str(torch.ops.ddplab.rgb_to_gray.default._schema) == "ddplab::rgb_to_gray(Tensor x, str impl) -> Tensor"
+
+
+def test_ddp_buffer_sync_follows_the_installed_signature(monkeypatch):
+    import torch.nn as nn
+
+    class OldDDP:  # torch < 2.13: no forward_sync_buffers
+        def __init__(self, module, broadcast_buffers=True, bucket_cap_mb=25):
+            pass
+
+    class NewDDP:
+        def __init__(self, module, broadcast_buffers=None, forward_sync_buffers=None):
+            pass
+
+    monkeypatch.setattr(nn.parallel, "DistributedDataParallel", OldDDP)
+    assert compat.ddp_buffer_sync() == {"broadcast_buffers": True}
+    monkeypatch.setattr(nn.parallel, "DistributedDataParallel", NewDDP)
+    assert compat.ddp_buffer_sync() == {"forward_sync_buffers": True}

@@ -8,23 +8,26 @@ half-written file under the real name. Loading uses `weights_only=True` (contrac
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ddplab.errors import DataError
+from ddplab import files
+from ddplab.errors import DataError, FileSystemError
 
 LAST = "last.pt"
 BEST = "best.pt"
 
 
 def save_atomic(obj: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    files.make_dir(path.parent)
+    try:
+        files.write_atomic(path, lambda tmp: torch.save(obj, tmp))
+    except RuntimeError as exc:  # torch.save reports a failed write (a full disk, say) as RuntimeError
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise FileSystemError(f"cannot write checkpoint {path}: {reason}; is the disk full? "
+                              "The previous checkpoint is kept") from None
 
 
 def load(path: Path, map_location: torch.device | str = "cpu") -> dict:

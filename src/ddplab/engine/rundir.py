@@ -7,7 +7,6 @@ requested one except for the number of epochs and output settings.
 
 from __future__ import annotations
 
-import json
 import platform
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from ddplab import files
 from ddplab.config import RunConfig, build_config, load_toml, save_config
 from ddplab.distributed import DistContext
 from ddplab.engine import checkpoint
@@ -80,11 +80,11 @@ def prepare_run_dir(config: RunConfig, ctx: DistContext) -> Path:
     run_dir = Path(config.output.out)
     if ctx.is_main:
         check_run_dir(config)
-        run_dir.mkdir(parents=True, exist_ok=True)
+        files.make_dir(run_dir)
         # First: it marks the folder as a run. On resume it records a changed epoch count.
         save_config(reproducible(config), run_dir / "config.toml")
-        (run_dir / "checkpoints").mkdir(exist_ok=True)
-        (run_dir / "env.json").write_text(json.dumps(environment(ctx), indent=2) + "\n")
+        files.make_dir(run_dir / "checkpoints")
+        files.write_json(run_dir / "env.json", environment(ctx))
     ctx.barrier()
     return run_dir
 

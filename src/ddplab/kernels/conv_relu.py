@@ -158,7 +158,10 @@ class ConvReLUFunction(torch.autograd.Function):
         return _backward(ctx, grad_y)
 
 
-@torch.library.custom_op("ddplab::conv_relu", mutates_args=())
+# The schema is written out: torch 2.4-2.6 cannot infer it from these annotations (string
+# annotations from `from __future__ import annotations`, and list[int]); see compat.py.
+@torch.library.custom_op("ddplab::conv_relu", mutates_args=(), schema=(
+    "(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation, str backend) -> Tensor"))
 def _conv_relu_op(
     x: torch.Tensor,
     weight: torch.Tensor,

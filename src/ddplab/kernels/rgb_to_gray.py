@@ -101,7 +101,8 @@ _DISPATCH = {"python_loop": _python_loop, "torch": _torch, "triton": _triton, "c
 # ---- the registered op ---------------------------------------------------------------------
 
 
-@torch.library.custom_op("ddplab::rgb_to_gray", mutates_args=())
+# The schema is written out: torch 2.4 cannot infer it from string annotations (see compat.py).
+@torch.library.custom_op("ddplab::rgb_to_gray", mutates_args=(), schema="(Tensor x, str impl) -> Tensor")
 def _rgb_to_gray_op(x: torch.Tensor, impl: str) -> torch.Tensor:
     return _DISPATCH[impl](x)
 

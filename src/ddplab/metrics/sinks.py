@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any, Protocol
 
+from ddplab import files
+
 log = logging.getLogger("ddplab")
 
 
@@ -45,13 +47,10 @@ class JsonlSink(NullSink):
     def __init__(self, path: Path, history: list[dict[str, Any]] | None = None):
         self.path = path
         # Rewrite from the checkpoint's history: epochs after the checkpoint never happened.
-        with path.open("w") as f:
-            for record in history or []:
-                f.write(json.dumps(record) + "\n")
+        files.write_text(path, "".join(files.dumps(record) + "\n" for record in history or []))
 
     def epoch_end(self, record: dict[str, Any]) -> None:
-        with self.path.open("a") as f:
-            f.write(json.dumps(record) + "\n")
+        files.append_line(self.path, files.dumps(record))
 
 
 class LogSink(NullSink):

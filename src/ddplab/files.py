@@ -1,0 +1,73 @@
+"""Every file ddplab writes: atomically, as strict JSON where it is JSON, with one-line errors.
+
+A file appears under its real name only complete: it is written to `NAME.tmp` and renamed,
+and the temporary file is removed if writing fails (a full disk leaves nothing behind).
+JSON never carries NaN or Infinity, which are not JSON: a non-finite float is written as
+null. An OSError becomes a `FileSystemError` naming the path (exit code 5).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ddplab.errors import file_error
+
+
+def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """Call `write(tmp)` and rename tmp to `path`; on any failure remove tmp and re-raise."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise file_error(exc) from None
+        raise
+
+
+def write_text(path: Path, text: str) -> None:
+    write_atomic(path, lambda tmp: tmp.write_text(text))
+
+
+def finite(value: Any) -> Any:
+    """`value` with every non-finite float replaced by None, recursively."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def dumps(obj: Any, **kwargs: Any) -> str:
+    """Strict JSON (RFC 8259): non-finite floats as null, anything else unknown as its str()."""
+    return json.dumps(finite(obj), allow_nan=False, default=str, **kwargs)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    write_text(path, dumps(obj, indent=2) + "\n")
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line and flush it (for JSONL files), with a one-line error."""
+    try:
+        with Path(path).open("a") as f:
+            f.write(line + "\n")
+    except OSError as exc:
+        raise file_error(exc) from None
+
+
+def make_dir(path: Path) -> None:
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise file_error(exc, "create the folder") from None
+
