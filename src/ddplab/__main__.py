@@ -1,5 +1,21 @@
+"""`python -m ddplab` and the `ddplab` command.
+
+The entry point imports the CLI inside its own try, so a Ctrl-C that arrives while Python
+is still importing is one line too.
+"""
+
 import sys
 
-from ddplab.cli import main
 
-sys.exit(main())
+def run() -> int:
+    try:
+        from ddplab.cli import main
+
+        return main()
+    except KeyboardInterrupt:
+        print("ddplab: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(run())

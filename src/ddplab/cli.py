@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from ddplab import compat
-from ddplab.config import SECTIONS, RunConfig, build_config, field_types, load_toml, merge, parse_dotted
-from ddplab.errors import DdplabError
+from ddplab.config import SECTIONS, RunConfig, build_config, coerce, field_types, load_toml, merge, parse_dotted
+from ddplab.errors import ConfigError, DataError, DdplabError, file_error
 
 # Short flags for the settings people change most; every setting also has --section.field.
 SHORTCUTS: dict[str, str] = {
@@ -81,10 +81,16 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """Config file (or a resumed run's config.toml), then every flag given, validated."""
     overrides = parse_dotted([f"{k}={v}" for k, v in vars(args).items() if "." in k])
+    output = overrides.get("output", {})
+    resume = coerce("output.resume", output.get("resume", False), bool)
     if hasattr(args, "config"):
         base = load_toml(args.config)
-    elif overrides.get("output", {}).get("resume") == "true" and "out" in overrides.get("output", {}):
-        base = load_toml(Path(overrides["output"]["out"]) / "config.toml")  # resume with the run's own settings
+    elif resume and "out" in output:  # resume with the run's own settings
+        saved = Path(output["out"]) / "config.toml"
+        if not saved.is_file():
+            raise ConfigError(f"output.resume: {output['out']} holds no run to resume (no config.toml there); "
+                              "start a new run there without --resume")
+        base = load_toml(saved)
     else:
         base = {}
     config = build_config(merge(base, overrides))
@@ -124,10 +130,12 @@ def cmd_data(args: argparse.Namespace) -> int:
     problems = datasets.verify_dataset(args.dataset, root)
     for line in problems:
         print(line)
-    errors = [p for p in problems if p.startswith("error:")]
-    print(f"{args.dataset} in {root}: {'FAILED, ' + str(len(errors)) + ' error(s)' if errors else 'usable'}"
-          f" ({sum(p.startswith('warning:') for p in problems)} warning(s))")
-    return 1 if errors else 0
+    errors = sum(p.startswith("error:") for p in problems)
+    verdict = f"{args.dataset} in {root}: {{}} ({sum(p.startswith('warning:') for p in problems)} warning(s))"
+    if errors:  # exit 3, as `train` exits on the same data
+        raise DataError(verdict.format(f"FAILED, {errors} error(s) listed above"))
+    print(verdict.format("usable"))
+    return 0
 
 
 def format_info(info: dict, indent: str = "") -> str:
@@ -200,11 +208,12 @@ def main(argv: list[str] | None = None) -> int:
         compat.check_torch()  # first: the parser imports the kernels, and an older torch lacks what they use
         args = build_parser().parse_args(argv)
         return args.func(args)
-    except DdplabError as exc:
+    except (DdplabError, OSError) as exc:
+        error = exc if isinstance(exc, DdplabError) else file_error(exc, "use")  # a read-only or full disk, ...
         if debug:
             traceback.print_exc()  # and still the one line and the documented exit code
-        print(f"ddplab: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        print(f"ddplab: error: {error}", file=sys.stderr)
+        return error.exit_code
     except KeyboardInterrupt:
         print("ddplab: interrupted", file=sys.stderr)
         return 130

@@ -24,6 +24,9 @@ NEWER_APIS: dict[str, str] = {
         "torch waits up to 30 s (ddplab's workers exit at once on SIGTERM, so in practice nothing is lost)"),
     "DistributedDataParallel(forward_sync_buffers=)": (
         "torch 2.13+ renames broadcast_buffers; older torch gets broadcast_buffers=True, the same behaviour"),
+    "TORCHELASTIC_SIGNALS_TO_HANDLE": (
+        "torch 2.10+: Ctrl-C reaches the launcher alone, which stops its workers; older torch forwards SIGINT to "
+        "workers, and one still starting up may print a KeyboardInterrupt traceback"),
     "torch.library.custom_op schema inference": (
         "torch 2.7+ infers an op's schema from list[int] and string annotations; older torch could not, so the "
         "kernels write their schemas out and nothing is lost"),
@@ -70,6 +73,24 @@ def ddp_buffer_sync() -> dict[str, bool]:
 
     params = inspect.signature(nn.parallel.DistributedDataParallel).parameters
     return {"forward_sync_buffers": True} if "forward_sync_buffers" in params else {"broadcast_buffers": True}
+
+
+ELASTIC_SIGNALS_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"
+
+
+def elastic_signals_configurable() -> bool:
+    """Whether the elastic agent reads which signals to handle from ELASTIC_SIGNALS_ENV (torch 2.10+).
+
+    Only the agent's source tells (no signature carries it), so the installed code is read.
+    """
+    import inspect
+
+    from torch.distributed.elastic.multiprocessing import api
+
+    try:
+        return ELASTIC_SIGNALS_ENV in inspect.getsource(api)
+    except (OSError, TypeError):
+        return False
 
 
 def launch_config(**kwargs: Any):

@@ -11,11 +11,14 @@ folder.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import signal
 import socket
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -23,7 +26,8 @@ from ddplab import compat, errors
 from ddplab.config import RunConfig, build_config, check_environment
 from ddplab.distributed import place_from_env, route_address
 from ddplab.engine import checkpoint
-from ddplab.engine.rundir import check_run_dir
+from ddplab.engine.rundir import check_run_dir, nothing_to_resume
+from ddplab.engine.runlock import run_lock
 
 RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 SHUTDOWN_TIMEOUT_S = 5
@@ -38,14 +42,20 @@ def launch(config: RunConfig):
     from ddplab.engine.run import train
 
     check_environment(config)
-    if place_from_env() is not None:  # inside torchrun / srun: this process is one worker
+    place = place_from_env()  # set inside torchrun / srun: this process is one worker
+    if place is not None:
         maybe_resume_after_restart(config)
-        check_run_dir(config)  # on every rank, before the group forms: a refusal stops all ranks at once
+    # The root of the process tree holds the folder: this process (its workers are told so), or
+    # global rank 0 of torchrun / srun. Multi-node, the rank-0 worker holds it (see engine.run.train).
+    holds = (place is None and config.dist.nnodes == 1) or (place is not None and place.rank == 0)
+    holder = run_lock(Path(config.output.out)) if holds else contextlib.nullcontext()
+    check_run_dir(config)  # on every rank, before the group forms: a refusal stops all ranks at once
+    with holder:
+        if holds:
+            check_run_dir(config)  # again: another run may have used the folder before we held it
+        if place is None and config.dist.strategy == "ddp" and config.world_size() > 1 and not nothing_to_resume(config):
+            return launch_workers(config)
         return train(config)
-    check_run_dir(config)
-    if config.dist.strategy == "ddp" and config.world_size() > 1:
-        return launch_workers(config)
-    return train(config)
 
 
 def launch_workers(config: RunConfig):
@@ -69,15 +79,73 @@ def launch_workers(config: RunConfig):
         shutdown_timeout=SHUTDOWN_TIMEOUT_S,
     )
     if not config.output.debug:
-        # The agent logs every worker's traceback; the one-line root cause below is enough.
-        logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
-    try:
-        results = elastic_launch(launch_config, run_worker)(config.to_dict())
-    except ChildFailedError as exc:
-        raise worker_failure(exc, d.max_restarts) from None
-    except SignalException as exc:  # Ctrl-C / SIGTERM: the agent has already stopped every worker
-        raise Interrupted(f"interrupted by {exc.sigval.name}; every worker was stopped, checkpoints are kept") from None
+        quiet_elastic_logs()
+    with sigint_only_for_the_launcher() as interrupted:
+        try:
+            results = elastic_launch(launch_config, run_worker)(config.to_dict())
+        except ChildFailedError as exc:
+            raise worker_failure(exc, d.max_restarts) from None
+        except SignalException as exc:  # Ctrl-C / SIGTERM: the agent has already stopped every worker
+            name = "SIGINT" if interrupted else exc.sigval.name
+            raise Interrupted(f"interrupted by {name}; every worker was stopped, checkpoints are kept") from None
     return next((r for r in results.values() if r is not None), None)
+
+
+def quiet_elastic_logs() -> None:
+    """The agent logs every worker's traceback and each signal; the one-line root cause is enough.
+
+    Its modules set their loggers' own levels (LOGLEVEL, default WARNING) when imported, so
+    each one is quieted, not only their common parent.
+    """
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("torch.distributed.elastic"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+@contextlib.contextmanager
+def sigint_only_for_the_launcher():
+    """Workers start with SIGINT blocked; Ctrl-C reaches the launcher alone, which stops them with SIGTERM.
+
+    Ctrl-C goes to the whole foreground process group, and torch's spawn also sends each
+    worker SIGINT when the launcher dies: a worker that gets it while still importing torch
+    prints a KeyboardInterrupt traceback, or fails to unpickle its arguments because the
+    launcher is tearing down. A blocked signal stays blocked across fork and exec, so
+    workers spawned from this thread never see it. This process still gets it: a helper
+    thread that does not block SIGINT receives it, and Python runs the handler in the main
+    thread. The handler turns it into SIGTERM for the elastic agent, which is told to leave
+    SIGINT alone (TORCHELASTIC_SIGNALS_TO_HANDLE, torch 2.10+), and stops the workers with
+    SIGTERM: they die at once, silently. Yields a list that holds True once Ctrl-C came.
+    An orphaned worker ends itself (`watch_launcher`).
+    """
+    interrupted: list[bool] = []
+    if threading.current_thread() is not threading.main_thread() or not compat.elastic_signals_configurable():
+        yield interrupted  # the mask is per thread; older torch forwards SIGINT to the workers itself
+        return
+    from multiprocessing import resource_tracker
+
+    # Started first: starting it later unblocks SIGINT again in this thread (CPython does that).
+    resource_tracker.ensure_running()
+
+    def on_sigint(signum, frame) -> None:
+        interrupted.append(True)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    previous_env = os.environ.get(compat.ELASTIC_SIGNALS_ENV)
+    os.environ[compat.ELASTIC_SIGNALS_ENV] = "SIGTERM,SIGHUP,SIGQUIT"
+    previous_handler = signal.signal(signal.SIGINT, on_sigint)
+    receiver = threading.Event()
+    threading.Thread(target=receiver.wait, name="ddplab-sigint-receiver", daemon=True).start()
+    previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield interrupted
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
+        signal.signal(signal.SIGINT, previous_handler)
+        receiver.set()
+        if previous_env is None:
+            os.environ.pop(compat.ELASTIC_SIGNALS_ENV, None)
+        else:
+            os.environ[compat.ELASTIC_SIGNALS_ENV] = previous_env
 
 
 def c10d_configs(endpoint: str | None) -> dict:
@@ -112,10 +180,31 @@ def run_worker(config_values: dict):
     # A worker stopped by its agent is usually blocked in a collective, where a Python-level
     # handler never runs; the default action ends it at once (checkpoints are atomic).
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    watch_launcher()
     config = build_config(config_values)
     maybe_resume_after_restart(config)
-    result = train(config)
+    try:
+        result = train(config)
+    except OSError as exc:  # as the CLI reports it, and with its class name the launcher maps to exit code 5
+        raise errors.file_error(exc, "use") from None
     return result if result is not None and int(os.environ.get("RANK", "0")) == 0 else None
+
+
+def watch_launcher(poll_s: float = 0.5) -> None:
+    """End this worker at once, silently, if the launcher that spawned it dies (SIGKILL, OOM killer).
+
+    An orphaned worker would otherwise train on alone, or fail in its next collective with a
+    traceback on the user's terminal. Its exit code no longer reaches anyone.
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="ddplab-launcher-watch", daemon=True).start()
 
 
 def maybe_resume_after_restart(config: RunConfig) -> None:
@@ -125,7 +214,7 @@ def maybe_resume_after_restart(config: RunConfig) -> None:
         config.output.resume = True
 
 
-_ERROR_TYPES = {cls.__name__: cls for cls in (errors.ConfigError, errors.DataError, errors.TrainingError)}
+_ERROR_TYPES = {cls.__name__: cls for cls in (errors.ConfigError, errors.DataError, errors.TrainingError, errors.FileSystemError)}
 
 
 def worker_failure(exc, max_restarts: int) -> errors.DdplabError:

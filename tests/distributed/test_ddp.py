@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from conftest import tiny_config
+from ddplab import compat
 from ddplab.engine import checkpoint
 
 pytestmark = pytest.mark.dist
@@ -321,3 +322,51 @@ def test_torchrun_restart_resumes_from_the_checkpoint(ddp_run, tmp_path):
     assert "resumed from epoch 1" in proc.stderr
     for key, value in weights(ddp_run).items():
         assert torch.equal(weights(tmp_path / "tr")[key], value), key
+
+
+def worker_processes(marker, launcher_pid):
+    return [pid for pid in leftover_processes(marker) if pid != str(launcher_pid)]
+
+
+@pytest.mark.skipif(not compat.elastic_signals_configurable(), reason="torch < 2.10 forwards SIGINT to the workers")
+def test_ctrl_c_while_workers_start_is_one_line(tmp_path):
+    """Ctrl-C reaches the whole foreground process group, workers still importing torch included."""
+    import signal
+    import time
+
+    marker = f"DDPLAB_TEST_{uuid.uuid4().hex}"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", marker: "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "ddplab", "train", *TINY, "--strategy", "ddp", "--nproc", "2",
+                             "--epochs", "50", "--out", str(tmp_path / "r")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while len(worker_processes(marker, proc.pid)) < 2:  # both workers exist: they are starting up
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1] == "ddplab: error: interrupted by SIGINT; every worker was stopped, checkpoints are kept"
+    assert leftover_processes(marker) == []
+
+
+@pytest.mark.skipif(not compat.elastic_signals_configurable(), reason="torch < 2.10 forwards SIGINT to the workers")
+def test_killed_launcher_leaves_no_worker_and_no_traceback(tmp_path):
+    import signal
+    import time
+
+    marker = f"DDPLAB_TEST_{uuid.uuid4().hex}"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", marker: "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "ddplab", "train", *TINY, "--strategy", "ddp", "--nproc", "2",
+                             "--batch-size", "8", "--epochs", "50", "--out", str(tmp_path / "r")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    metrics_file = tmp_path / "r" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics_file.exists() and metrics_file.read_text().strip()):  # training is under way
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)  # returns once every holder of its pipes (the workers) is gone
+    assert "Traceback" not in err, err[-3000:]
+    assert leftover_processes(marker) == []

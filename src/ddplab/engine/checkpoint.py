@@ -8,13 +8,14 @@ half-written file under the real name. Loading uses `weights_only=True` (contrac
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ddplab import files
-from ddplab.errors import DataError, FileSystemError
+from ddplab.errors import ConfigError, DataError, FileSystemError
 
 LAST = "last.pt"
 BEST = "best.pt"
@@ -30,10 +31,37 @@ def save_atomic(obj: Any, path: Path) -> None:
                               "The previous checkpoint is kept") from None
 
 
+# What each kind of checkpoint must hold to be ddplab's (the last one resumes a run, the best one is weights).
+REQUIRED_KEYS = {
+    LAST: ("model", "optimizer", "scheduler", "scaler", "early_stopping", "train_state"),
+    BEST: ("model", "epoch", "test_acc"),
+}
+
+
 def load(path: Path, map_location: torch.device | str = "cpu") -> dict:
+    """A checkpoint's contents, checked to be ddplab's kind `path.name` (last.pt or best.pt)."""
+    path = Path(path)
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        state = torch.load(path, map_location=map_location, weights_only=True)
     except FileNotFoundError:
         raise DataError(f"checkpoint {path} does not exist") from None
-    except Exception as exc:  # unpickling refused, truncated zip, ...
-        raise DataError(f"checkpoint {path} cannot be read ({type(exc).__name__}: {exc}); it is corrupt or not a ddplab checkpoint") from None
+    except Exception:  # unpickling refused, truncated zip, random bytes, ...
+        # torch's own message advises loading with weights_only=False: never repeat that advice.
+        raise DataError(f"checkpoint {path} cannot be read: it is truncated, corrupt or not a PyTorch checkpoint "
+                        "(ddplab reads only tensors and plain values from checkpoints)") from None
+    required = REQUIRED_KEYS.get(path.name, ("model",))
+    missing = [k for k in required if k not in state] if isinstance(state, dict) else list(required)
+    if missing:
+        raise DataError(f"checkpoint {path} is not a ddplab checkpoint: it lacks {', '.join(missing)}")
+    return state
+
+
+def restore(path: Path, into: Callable[[dict], Any], state: dict) -> None:
+    """`into(state)`, with a checkpoint that does not fit the configured run as one line (exit 2)."""
+    try:
+        into(state)
+    except (RuntimeError, ValueError, KeyError, TypeError) as exc:
+        lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+        reason = " ".join(lines[:2])[:240] or type(exc).__name__
+        raise ConfigError(f"checkpoint {path} does not fit the configured run ({reason}); was the run's config.toml "
+                          "edited after it was written? Restore that config, or start a new run") from None

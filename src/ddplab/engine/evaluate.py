@@ -39,7 +39,7 @@ def evaluate_run(run_dir: str | Path, *, weights: str = "final", device: str = "
     epoch = state["train_state"]["epoch"] if "train_state" in state else state.get("epoch")
     _, eval_set, split = build_datasets(config, ctx)
     model = build_model(config, eval_set)
-    model.load_state_dict(state["model"])
+    checkpoint.restore(path, model.load_state_dict, state["model"])
     model.to(ctx.device)
     loader = DeviceLoader(eval_set, batch_size=config.train.eval_batch_size, device=ctx.device, train=False)
     with torch.inference_mode(False):

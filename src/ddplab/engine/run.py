@@ -8,6 +8,7 @@ the trainer exists, so a failure half-way leaves no half-built trainer behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -18,17 +19,19 @@ from typing import Any
 
 import torch
 
+from ddplab import files
 from ddplab import log as logsetup
 from ddplab.config import RunConfig, check_environment, save_config
 from ddplab.data.augment import AugmentSpec
 from ddplab.data.datasets import load_dataset, make_splits
 from ddplab.data.loader import DeviceLoader
-from ddplab.distributed import DistContext, distributed_context, wrap_model
+from ddplab.distributed import DistContext, distributed_context, place_from_env, wrap_model
 from ddplab.engine import checkpoint
 from ddplab.engine.early_stop import EarlyStopping
 from ddplab.engine.optim import build_optimizer, build_scheduler
 from ddplab.engine.precision import Precision
-from ddplab.engine.rundir import prepare_run_dir
+from ddplab.engine.rundir import nothing_to_resume, prepare_run_dir
+from ddplab.engine.runlock import held_by_this_tree, run_lock
 from ddplab.engine.trainer import Trainer, steps_per_epoch
 from ddplab.errors import ConfigError, TrainingError
 from ddplab.metrics.sinks import JsonlSink, LogSink, NullSink, ProgressBar, SinkGroup, tensorboard_sink
@@ -56,8 +59,45 @@ def train(config: RunConfig) -> RunResult:
     check_environment(config)
     if config.output.out is None:
         config.output.out = str(config.output.run_dir(config.data, config.model))
-    with distributed_context(config) as ctx:
-        return run_worker(config, ctx, start)
+    run_dir = Path(config.output.out)
+    # Held by the root of this process tree (see launch), else here: by the Python API's caller,
+    # or by global rank 0 of a multi-node run (ranks are known only now). Other ranks never write.
+    place = place_from_env()
+    holds = not held_by_this_tree(run_dir) and (place is None or place.rank == 0)
+    holder = run_lock(run_dir) if holds else contextlib.nullcontext()
+    with holder:
+        note = nothing_to_resume(config)
+        if note is not None:  # a finished run folder is never rewritten
+            print(f"ddplab: nothing to do: {note}", flush=True)
+            return finished_result(run_dir)
+        with distributed_context(config) as ctx, memory_errors(config, ctx):
+            return run_worker(config, ctx, start)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """CUDA's OutOfMemoryError, or the RuntimeError / MemoryError a failed CPU allocation raises."""
+    return isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) or (
+        isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc))
+
+
+@contextlib.contextmanager
+def memory_errors(config: RunConfig, ctx: DistContext):
+    """Out of memory anywhere in a worker (building the model, training) is one line, exit 4."""
+    try:
+        yield
+    except (RuntimeError, MemoryError) as exc:
+        if not is_out_of_memory(exc):
+            raise
+        where = "GPU" if ctx.device.type == "cuda" else "CPU"
+        raise TrainingError(f"rank {ctx.rank} ran out of {where} memory (batch size {config.train.batch_size}, "
+                            f"model.width {config.model.width:g}); lower --batch-size or --model.width, "
+                            "or use --train.accumulate") from None
+
+
+def finished_result(run_dir: Path) -> RunResult:
+    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").is_file() else {}
+    history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return RunResult(run_dir=run_dir, summary=summary, history=history)
 
 
 def run_worker(config: RunConfig, ctx: DistContext, start: float) -> RunResult:
@@ -65,25 +105,23 @@ def run_worker(config: RunConfig, ctx: DistContext, start: float) -> RunResult:
     logsetup.init_logging(ctx.rank, run_dir / "train.log" if ctx.is_main else None, debug=config.output.debug)
     trainer, info = build_trainer(config, ctx, run_dir)
     if config.output.resume:
-        trainer.load_state_dict(checkpoint.load(run_dir / "checkpoints" / checkpoint.LAST, ctx.device))
+        path = run_dir / "checkpoints" / checkpoint.LAST
+        checkpoint.restore(path, trainer.load_state_dict, checkpoint.load(path, ctx.device))
         log.info("resumed from epoch %d (step %d)", trainer.state.epoch, trainer.state.step)
     trainer.sinks = build_sinks(config, ctx, run_dir, trainer.state.history)
     info["warmup"] = maybe_warm_up(trainer)
     startup_s = time.perf_counter() - start
     try:
         state = trainer.fit()
-    except torch.cuda.OutOfMemoryError:
-        raise TrainingError(f"rank {ctx.rank} ran out of GPU memory at batch size {config.train.batch_size}; "
-                            "lower --batch-size or use --train.accumulate") from None
     except RuntimeError as exc:  # Gloo/NCCL report a timed-out or broken collective as RuntimeError
-        if not ctx.is_distributed:
+        if not ctx.is_distributed or is_out_of_memory(exc):
             raise
         raise collective_failure(exc, config, ctx) from exc
     finally:
         trainer.sinks.close()
     summary = build_summary(config, info, state, startup_s=startup_s, total_s=time.perf_counter() - start)
     if ctx.is_main:
-        write_json(run_dir / "summary.json", summary)
+        files.write_json(run_dir / "summary.json", summary)
         print(format_summary(summary), flush=True)
     return RunResult(run_dir=run_dir, summary=summary, history=list(state.history))
 
@@ -209,9 +247,3 @@ def build_sinks(config: RunConfig, ctx: DistContext, run_dir: Path, history: lis
     if config.output.tensorboard:
         sinks.append(tensorboard_sink(run_dir / "tensorboard"))
     return SinkGroup(sinks)
-
-
-def write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
-    os.replace(tmp, path)

@@ -18,6 +18,7 @@ from ddplab import files
 from ddplab.config import RunConfig, build_config, load_toml, save_config
 from ddplab.distributed import DistContext
 from ddplab.engine import checkpoint
+from ddplab.engine.runlock import LOCK
 from ddplab.errors import ConfigError
 
 RESUMABLE_DIFFERENCES = {"train.epochs"}
@@ -25,7 +26,7 @@ RESUMABLE_DIFFERENCES = {"train.epochs"}
 
 def run_state(run_dir: Path) -> str:
     """'new', 'finished', 'unfinished' or 'foreign' (a non-empty folder that is not a run)."""
-    if not run_dir.exists() or (run_dir.is_dir() and not any(run_dir.iterdir())):
+    if not run_dir.exists() or (run_dir.is_dir() and not any(p.name != LOCK for p in run_dir.iterdir())):
         return "new"
     if not run_dir.is_dir():
         return "foreign"
@@ -61,6 +62,20 @@ def check_run_dir(config: RunConfig) -> Path:
     if state == "foreign":
         raise ConfigError(f"output.out={str(run_dir)!r} exists and is not a ddplab run folder; choose another --out")
     return run_dir
+
+
+def nothing_to_resume(config: RunConfig) -> str | None:
+    """Why a resumed run has no epoch left to train, or None when it has work to do."""
+    if not config.output.resume:
+        return None
+    run_dir = Path(config.output.out)
+    state = checkpoint.load(run_dir / "checkpoints" / checkpoint.LAST)["train_state"]
+    if state.get("stopped_early"):
+        return f"{run_dir} stopped early at epoch {state['epoch']} (no improvement); there is nothing to resume"
+    if state["epoch"] >= config.train.epochs:
+        return (f"{run_dir} has already trained {state['epoch']} of {config.train.epochs} epochs; "
+                "pass a larger --epochs to extend it")
+    return None
 
 
 def config_differences(saved: dict, config: RunConfig) -> set[str]:

@@ -92,6 +92,8 @@ class Trainer:
         while self.should_continue():
             epoch = self.state.epoch + 1
             record = self.run_epoch(epoch)
+            if not math.isfinite(record["test_loss"]):  # the same on every rank: it is all-reduced
+                raise self.nonfinite("the evaluation loss", epoch)
             self.state.epoch = epoch
             self.state.history.append(record)
             stop = self.early_stopping.update(epoch, record)
@@ -285,10 +287,12 @@ class Trainer:
 
     def check_finite(self, nonfinite: torch.Tensor, epoch: int) -> None:
         if self.ctx.any_true(bool(nonfinite.item())):
-            last = f"epoch {self.state.epoch}" if self.state.epoch else "none (no epoch finished)"
-            raise TrainingError(
-                f"loss became NaN/inf in epoch {epoch} (optimizer step {self.state.step}); "
-                f"last good checkpoint: {last}. Lower --lr, add --optim.grad_clip, or use fp32/bf16")
+            raise self.nonfinite("loss", epoch)
+
+    def nonfinite(self, what: str, epoch: int) -> TrainingError:
+        last = f"epoch {self.state.epoch}" if self.state.epoch else "none (no epoch finished)"
+        return TrainingError(f"{what} became NaN/inf in epoch {epoch} (optimizer step {self.state.step}); "
+                             f"last good checkpoint: {last}. Lower --lr, add --optim.grad_clip, or use fp32/bf16")
 
     # ---- evaluation --------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:

@@ -13,41 +13,77 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from ddplab.errors import ConfigError
+from ddplab.errors import ConfigError, DataError
 
 
 def load_run(run_dir: str | Path) -> dict[str, Any]:
+    """A finished run's summary and epoch records; one-line errors for anything else."""
     run_dir = Path(run_dir)
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-        history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    except FileNotFoundError:
-        raise ConfigError(f"{run_dir} is not a finished ddplab run (no summary.json / metrics.jsonl)") from None
+    if not run_dir.is_dir():
+        raise ConfigError(f"{run_dir} is not a folder: give run folders (each holding summary.json and metrics.jsonl)")
+    summary = read_json(run_dir / "summary.json", run_dir)
+    history = read_jsonl(run_dir / "metrics.jsonl", run_dir)
+    if not isinstance(summary, dict) or not all(isinstance(r, dict) for r in history):
+        raise DataError(f"{run_dir}: summary.json or metrics.jsonl does not hold ddplab records")
     return {"dir": run_dir, "summary": summary, "history": history}
+
+
+def read_json(path: Path, run_dir: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{run_dir} is not a finished ddplab run (no {path.name})") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"{path} cannot be read ({type(exc).__name__}): truncated or not JSON") from None
+
+
+def read_jsonl(path: Path, run_dir: Path) -> list[Any]:
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        raise ConfigError(f"{run_dir} is not a finished ddplab run (no {path.name})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path} cannot be read ({type(exc).__name__})") from None
+    records = []
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                raise DataError(f"{path} line {number} is not JSON (a truncated write?)") from None
+    return records
 
 
 def scaling_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for run in runs:
-        s, history = run["summary"], run["history"]
-        steady = history[1:] or history  # the first epoch carries warm-up
-        train_s = sum(r["train_s"] for r in steady)
-        images = sum(r["train_samples"] for r in steady)
-        share = {k: sum(r.get(k, 0.0) for r in steady) / train_s if train_s else 0.0
-                 for k in ("data_s", "forward_backward_s", "optimizer_s", "comm_wait_s")}
-        rows.append({
-            "run": run["dir"].name, "strategy": s["run"]["strategy"], "world_size": s["run"]["world_size"],
-            "local_batch": s["batch"]["local"], "global_batch": s["batch"]["global"], "precision": s["run"]["precision"],
-            "test_acc": s["final"]["test_acc"], "epoch_s": statistics.fmean(r["epoch_s"] for r in steady),
-            "images_per_s": images / train_s if train_s else 0.0,
-            **{f"{k.removesuffix('_s')}_share": v for k, v in share.items()},
-            "peak_mib": max(s["memory"].values()) if s["memory"] else None,
-        })
+        try:
+            rows.append(scaling_row(run))
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+            raise DataError(f"{run['dir']}: summary.json / metrics.jsonl lack a field ddplab writes ({exc!r}); "
+                            "written by another version, or edited?") from None
     base = min(rows, key=lambda r: r["world_size"]) if rows else None
     for row in rows:
         row["speedup"] = row["images_per_s"] / base["images_per_s"] if base["images_per_s"] else 0.0
         row["efficiency"] = row["speedup"] / (row["world_size"] / base["world_size"])
     return rows
+
+
+def scaling_row(run: dict[str, Any]) -> dict[str, Any]:
+    s, history = run["summary"], run["history"]
+    steady = history[1:] or history  # the first epoch carries warm-up
+    train_s = sum(r["train_s"] for r in steady)
+    images = sum(r["train_samples"] for r in steady)
+    share = {k: sum(r.get(k, 0.0) for r in steady) / train_s if train_s else 0.0
+             for k in ("data_s", "forward_backward_s", "optimizer_s", "comm_wait_s")}
+    return {
+        "run": run["dir"].name, "strategy": s["run"]["strategy"], "world_size": s["run"]["world_size"],
+        "local_batch": s["batch"]["local"], "global_batch": s["batch"]["global"], "precision": s["run"]["precision"],
+        "test_acc": s["final"]["test_acc"], "epoch_s": statistics.fmean(r["epoch_s"] for r in steady),
+        "images_per_s": images / train_s if train_s else 0.0,
+        **{f"{k.removesuffix('_s')}_share": v for k, v in share.items()},
+        "peak_mib": max(s["memory"].values()) if s["memory"] else None,
+    }
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:

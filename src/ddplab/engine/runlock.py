@@ -1,0 +1,108 @@
+"""A run folder belongs to one process tree at a time.
+
+The root of the tree (the CLI process, the built-in launcher, or rank 0 under torchrun /
+srun) holds an exclusive `flock` on `RUN_DIR/.lock` for as long as the run lasts, and
+writes who it is into the file. The kernel drops the lock when that process ends, however
+it ends, so a lock left by a killed run is stale by construction: the next run takes it
+over. A second run on the same folder is refused with the owner's pid, host and command.
+A sweep runs many runs side by side and relies on this.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from ddplab.errors import ConfigError, file_error
+
+LOCK = ".lock"
+HELD_ENV = "DDPLAB_RUN_LOCK_HELD"  # set for a launcher's workers: their folder is held by the launcher
+_held: dict[Path, int] = {}  # run folders this process holds, so nested holds (launch -> train) are no-ops
+
+
+def held_by_this_tree(run_dir: Path) -> bool:
+    """True in this process, or in a worker whose launcher holds `run_dir`."""
+    key = Path(run_dir).resolve()
+    return key in _held or os.environ.get(HELD_ENV) == str(key)
+
+
+def owner_of(run_dir: Path) -> dict | None:
+    """Who wrote the lock file last (the live owner while the folder is locked), or None."""
+    try:
+        return json.loads((Path(run_dir) / LOCK).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def describe(owner: dict | None) -> str:
+    if not owner:
+        return "another process"
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner.get("started", 0)))
+    return f"pid {owner.get('pid')} on {owner.get('host')} ({' '.join(owner.get('argv', []))[:120]}, started {started})"
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Hold `run_dir` for this process tree; ConfigError (exit 2) if a live process holds it."""
+    key = Path(run_dir).resolve()
+    if key in _held:
+        yield
+        return
+    fd = _acquire(Path(run_dir))
+    _held[key] = fd
+    previous = os.environ.get(HELD_ENV)
+    os.environ[HELD_ENV] = str(key)  # inherited by the workers this process starts
+    try:
+        yield
+    finally:
+        del _held[key]
+        if previous is None:
+            os.environ.pop(HELD_ENV, None)
+        else:
+            os.environ[HELD_ENV] = previous
+        with contextlib.suppress(OSError):
+            (Path(run_dir) / LOCK).unlink()
+        os.close(fd)  # releases the flock
+        with contextlib.suppress(OSError):
+            Path(run_dir).rmdir()  # only if the run never wrote anything (a refused start)
+
+
+def _acquire(run_dir: Path) -> int:
+    path = run_dir / LOCK
+    for _ in range(10):
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise file_error(exc, "create the run folder's lock") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ConfigError(f"output.out={str(run_dir)!r} is in use by {describe(owner_of(run_dir))}; wait for that run "
+                              "to end, or choose another --out") from None
+        # The previous owner may have removed the file between our open and our flock: then
+        # we hold a lock on a file nobody else can see, so start again.
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            os.close(fd)
+            continue
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time(), "argv": sys.argv}
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(me).encode(), 0)
+        except OSError as exc:
+            os.close(fd)
+            raise file_error(exc) from None
+        return fd
+    raise ConfigError(f"output.out={str(run_dir)!r}: could not take the run folder's lock; try again")

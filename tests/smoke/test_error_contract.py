@@ -1,0 +1,284 @@
+"""The error contract, one row per bad input or fault: README's promise, checked as a user meets it.
+
+Each row runs `python -m ddplab ...` in a fresh process, as a user would, and checks: the
+exit code (2 config, 3 data, 4 training, 5 file system, 0 when there is nothing wrong), the
+one `ddplab: error:` line (last on stderr, matching a pattern that names cause and fix), no
+traceback unless --debug, no process left behind, and what the run folder holds afterwards.
+Every new option and command gets its rows here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+
+S = ["train", "--dataset", "synthetic", "--data.synthetic_size", "256", "--data.image_size", "16", "--model.width", "0.5",
+     "--epochs", "1", "--device", "cpu", "--output.progress", "false", "--output.tensorboard", "false"]
+SHARED = {}  # one finished run, built once, copied into the rows that need one
+
+
+@dataclass
+class Case:
+    id: str
+    args: list[str]
+    code: int
+    line: str = ""  # regex the one error line must match ("" when code is 0)
+    setup: Callable[[Path], None] | None = None
+    after: Callable[[Path], None] | None = None
+    debug: bool = False  # --debug: a traceback is expected, the line and code stay
+
+
+def finished_run(tmp: Path, name: str = "run") -> Path:
+    """A copy of one finished 1-epoch run (made once per session)."""
+    import shutil
+
+    if "run" not in SHARED:
+        base = SHARED["factory"].mktemp("finished")
+        proc = ddplab(*S, "--out", str(base / "run"))
+        assert proc.returncode == 0, proc.stderr
+        SHARED["run"] = base / "run"
+    shutil.copytree(SHARED["run"], tmp / name)
+    return tmp / name
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def unchanged_after(setup: Callable[[Path], None]):
+    """A setup that records the folder, and an `after` that asserts nothing in it changed."""
+    state = {}
+
+    def do_setup(tmp):
+        setup(tmp)
+        state["before"] = snapshot(tmp)
+
+    def check(tmp):
+        assert snapshot(tmp) == state["before"]
+
+    return do_setup, check
+
+
+def no_folder(name):
+    def check(tmp):
+        assert not (tmp / name).exists(), sorted(p.name for p in (tmp / name).iterdir())
+    return check
+
+
+def strict_json_everywhere(name):
+    def check(tmp):
+        for path in (tmp / name).rglob("*.json*"):
+            for line in path.read_text().splitlines() if path.suffix == ".jsonl" else [path.read_text()]:
+                json.loads(line, parse_constant=lambda c: pytest.fail(f"{path} holds {c}: not JSON"))
+        assert not list((tmp / name).rglob("*.tmp"))
+    return check
+
+
+def foreign_checkpoint(tmp):
+    run = finished_run(tmp)
+    torch.save({"foo": 1}, run / "checkpoints" / "last.pt")
+
+
+def random_bytes_checkpoint(tmp):
+    run = finished_run(tmp)
+    (run / "checkpoints" / "last.pt").write_bytes(os.urandom(4096))
+
+
+def other_model_in_config(tmp):
+    run = finished_run(tmp)
+    config = run / "config.toml"
+    config.write_text(config.read_text().replace('name = "simple_cnn"', 'name = "vgg_small"'))
+
+
+def truncated(name):
+    def setup(tmp):
+        run = finished_run(tmp)
+        text = (run / name).read_bytes()
+        (run / name).write_bytes(text[: len(text) // 2])
+    return setup
+
+
+def corrupt_cifar(tmp):
+    folder = tmp / "data" / "cifar-10-batches-bin"
+    folder.mkdir(parents=True)
+    for name in [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]:
+        (folder / name).write_bytes(bytes(3073) * 3)
+    (folder / "data_batch_2.bin").write_bytes(bytes(3073) * 3 + b"\0" * 100)
+    (folder / "batches.meta.txt").write_text("\n".join("abcdefghij") + "\n")
+
+
+def a_file(tmp):
+    (tmp / "file").write_text("not a folder")
+
+
+def bad_toml(tmp):
+    (tmp / "bad.toml").write_text("[train\nepochs = ")
+
+
+def unknown_section(tmp):
+    (tmp / "x.toml").write_text("[trian]\nepochs = 2\n")
+
+
+resume_nothing_setup, resume_nothing_after = unchanged_after(finished_run)
+foreign_setup, foreign_after = unchanged_after(foreign_checkpoint)
+
+CASES = [
+    # configuration (exit 2): the field, the value and what is allowed
+    Case("batch-size-0", [*S, "--batch-size", "0", "--out", "{tmp}/r"], 2, r"train\.batch_size=0 .*>= 1", after=no_folder("r")),
+    Case("unknown-model", [*S, "--model", "resnet99", "--out", "{tmp}/r"], 2, r"model\.name='resnet99'.*simple_cnn", after=no_folder("r")),
+    Case("epochs-0-debug", [*S, "--epochs", "0", "--debug", "--out", "{tmp}/r"], 2, r"train\.epochs=0", debug=True, after=no_folder("r")),
+    Case("nan-lr", [*S, "--lr", "nan", "--out", "{tmp}/r"], 2, r"optim\.lr='nan'.*finite number"),
+    Case("nproc-without-ddp", [*S, "--nproc", "2", "--out", "{tmp}/r"], 2, r"dist\.nproc=2.*--strategy ddp"),
+    Case("missing-config-file", ["train", "--config", "{tmp}/nope.toml"], 2, r"config file .*nope\.toml does not exist"),
+    Case("bad-toml", ["train", "--config", "{tmp}/bad.toml"], 2, r"bad\.toml is not valid TOML", setup=bad_toml),
+    Case("unknown-section", ["train", "--config", "{tmp}/x.toml"], 2, r"unknown config section \[trian\]", setup=unknown_section),
+    Case("resume-without-run", ["train", "--out", "{tmp}/x", "--resume"], 2, r"holds no run to resume .*without --resume",
+         after=no_folder("x")),
+    Case("finished-run-not-overwritten", [*S, "--out", "{tmp}/run"], 2, r"already holds a finished run", setup=resume_nothing_setup,
+         after=resume_nothing_after),
+    Case("foreign-folder", [*S, "--out", "{tmp}"], 2, r"not a ddplab run folder", setup=a_file),
+    Case("config-edited-to-another-model", ["train", "--out", "{tmp}/run", "--resume", "--epochs", "2"], 2,
+         r"checkpoint .*last\.pt does not fit the configured run .*config\.toml", setup=other_model_in_config),
+    Case("eval-not-a-run", ["eval", "{tmp}"], 2, r"not a ddplab run folder"),
+    Case("compare-a-file", ["compare", "{tmp}/file"], 2, r"is not a folder", setup=a_file),
+    Case("compare-not-a-run", ["compare", "{tmp}"], 2, r"is not a finished ddplab run"),
+    # data (exit 3): which file and what to do
+    Case("missing-dataset", [*S, "--dataset", "cifar10", "--data-dir", "{tmp}", "--data.download", "false", "--out", "{tmp}/r"], 3,
+         r"cifar-10-batches-bin"),
+    Case("truncated-dataset", [*S, "--dataset", "cifar10", "--data-dir", "{tmp}/data", "--data.download", "false",
+                               "--out", "{tmp}/r"], 3, r"data_batch_2\.bin", setup=corrupt_cifar),
+    Case("verify-truncated-dataset", ["data", "verify", "cifar10", "--data-dir", "{tmp}/data"], 3,
+         r"cifar10 in .*: FAILED, 1 error", setup=corrupt_cifar),
+    Case("foreign-checkpoint-eval", ["eval", "{tmp}/run", "--device", "cpu"], 3,
+         r"last\.pt is not a ddplab checkpoint: it lacks model, optimizer", setup=foreign_setup, after=foreign_after),
+    Case("foreign-checkpoint-resume", ["train", "--out", "{tmp}/run", "--resume", "--epochs", "2"], 3,
+         r"last\.pt is not a ddplab checkpoint", setup=foreign_checkpoint),
+    Case("random-bytes-checkpoint", ["eval", "{tmp}/run", "--device", "cpu"], 3,
+         r"last\.pt cannot be read: it is truncated, corrupt or not a PyTorch checkpoint", setup=random_bytes_checkpoint),
+    Case("compare-truncated-summary", ["compare", "{tmp}/run"], 3, r"summary\.json cannot be read", setup=truncated("summary.json")),
+    Case("compare-truncated-metrics", ["compare", "{tmp}/run"], 3, r"metrics\.jsonl line \d+ is not JSON",
+         setup=truncated("metrics.jsonl")),
+    # training (exit 4): what happened, what is kept, what to change
+    Case("non-finite-eval-loss", [*S, "--lr", "1e11", "--batch-size", "512", "--data.synthetic_size", "512",
+                                  "--out", "{tmp}/r"], 4, r"NaN/inf in epoch 1 .*last good checkpoint",
+         after=strict_json_everywhere("r")),
+    Case("cpu-out-of-memory", [*S, "--model.width", "1e7", "--out", "{tmp}/r"], 4,
+         r"ran out of CPU memory .*lower --batch-size or --model\.width"),
+    Case("ddp-worker-out-of-memory", [*S, "--strategy", "ddp", "--nproc", "2", "--model.width", "1e7", "--out", "{tmp}/r"], 4,
+         r"worker rank \d failed: rank \d ran out of CPU memory"),
+    # file system (exit 5): the path and the reason
+    Case("unwritable-out", [*S, "--out", "/sys/ddplab-contract/r"], 5, r"cannot .*/sys/ddplab-contract.*Operation not permitted"),
+    Case("out-under-a-file", [*S, "--out", "{tmp}/file/r"], 5, r"cannot .*file/r.*Not a directory", setup=a_file),
+    Case("ddp-unwritable-out", [*S, "--strategy", "ddp", "--nproc", "2", "--out", "/sys/ddplab-contract/r"], 5,
+         r"cannot .*/sys/ddplab-contract"),
+    # not errors: nothing to do, and said so
+    Case("resume-finished-run", ["train", "--out", "{tmp}/run", "--resume"], 0, setup=resume_nothing_setup,
+         after=resume_nothing_after),
+]
+
+
+def ddplab(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "ddplab", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+
+
+def processes_with(marker: str) -> list[str]:
+    found = []
+    for env_file in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker.encode() in env_file.read_bytes():
+                found.append(env_file.parent.name)
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_error_contract(case, tmp_path, tmp_path_factory):
+    SHARED.setdefault("factory", tmp_path_factory)
+    if case.setup:
+        case.setup(tmp_path)
+    marker = f"DDPLAB_TEST_{uuid.uuid4().hex}"
+    proc = ddplab(*[a.replace("{tmp}", str(tmp_path)) for a in case.args], env={marker: "1"})
+    assert proc.returncode == case.code, proc.stderr[-3000:]
+    if case.code:
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("ddplab: error:")]
+        assert len(errors) == 1 and errors[0] == proc.stderr.strip().splitlines()[-1], proc.stderr[-3000:]
+        assert re.search(case.line, errors[0]), errors[0]
+        assert "weights_only" not in errors[0]  # never advise unsafe loading
+    assert ("Traceback" in proc.stderr) == case.debug, proc.stderr[-3000:]
+    assert processes_with(marker) == []
+    if case.after:
+        case.after(tmp_path)
+
+
+def test_resume_with_nothing_left_says_so(tmp_path, tmp_path_factory):
+    SHARED.setdefault("factory", tmp_path_factory)
+    finished_run(tmp_path)
+    proc = ddplab("train", "--out", str(tmp_path / "run"), "--resume")
+    assert proc.returncode == 0 and "nothing to do" in proc.stdout and "pass a larger --epochs" in proc.stdout
+
+
+def test_two_runs_cannot_share_a_folder(tmp_path):
+    """While one process tree holds a run folder, a second run there is refused with the owner named."""
+    from ddplab.engine.runlock import run_lock
+
+    with run_lock(tmp_path / "r"):
+        proc = ddplab(*S, "--out", str(tmp_path / "r"))
+        assert proc.returncode == 2, proc.stderr
+        line = proc.stderr.strip().splitlines()[-1]
+        assert f"is in use by pid {os.getpid()}" in line and "choose another --out" in line
+        assert sorted(p.name for p in (tmp_path / "r").iterdir()) == [".lock"]
+    # The owner is gone: its lock is stale and the folder is usable.
+    assert ddplab(*S, "--out", str(tmp_path / "r")).returncode == 0
+
+
+def test_a_killed_owner_leaves_a_stale_lock_that_is_taken_over(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
+                             "from ddplab.engine.runlock import run_lock\nwith run_lock(Path(sys.argv[1])):\n"
+                             "    print('held', flush=True); time.sleep(600)", str(tmp_path / "r")],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    assert ddplab(*S, "--out", str(tmp_path / "r")).returncode == 2
+    proc.kill()
+    proc.wait()
+    assert json.loads((tmp_path / "r" / ".lock").read_text())["pid"] == proc.pid  # left behind by SIGKILL
+    assert ddplab(*S, "--out", str(tmp_path / "r")).returncode == 0
+    assert not (tmp_path / "r" / ".lock").exists()
+
+
+def test_a_full_disk_keeps_the_last_good_checkpoint_and_no_temp_file(tmp_path, monkeypatch, capsys):
+    """torch.save reports ENOSPC as a RuntimeError mid-write: one line, exit 5, nothing half-written left."""
+    from ddplab.cli import main
+    from ddplab.engine import checkpoint
+
+    real_save = torch.save
+    calls = []
+
+    def save_until_full(obj, f, *args, **kwargs):
+        calls.append(f)
+        if len(calls) > 2:  # epoch 1's last.pt and best.pt are written; epoch 2 hits a full disk
+            Path(f).write_bytes(b"partial")
+            raise RuntimeError("[enforce fail at inline_container.cc:603] . PytorchStreamWriter failed writing file "
+                               "data/0: file write failed")
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save_until_full)
+    out = tmp_path / "r"
+    assert main([*S, "--epochs", "3", "--out", str(out)]) == 5
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("ddplab: error: cannot write checkpoint") and "disk full" in line and "previous checkpoint is kept" in line
+    assert not list(out.rglob("*.tmp"))
+    monkeypatch.setattr(torch, "save", real_save)
+    assert checkpoint.load(out / "checkpoints" / "last.pt")["train_state"]["epoch"] == 1
+    assert main(["train", "--out", str(out), "--resume"]) == 0  # and the run goes on from there
