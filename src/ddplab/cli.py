@@ -23,7 +23,7 @@ from typing import Any
 
 from ddplab import compat
 from ddplab.config import SECTIONS, RunConfig, build_config, coerce, field_types, load_toml, merge, parse_dotted
-from ddplab.errors import ConfigError, DataError, DdplabError, file_error
+from ddplab.errors import ConfigError, DataError, DdplabError, SweepError, file_error
 
 # Short flags for the settings people change most; every setting also has --section.field.
 SHORTCUTS: dict[str, str] = {
@@ -163,6 +163,41 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from ddplab.sweep import default_out, format_plan, load_sweep, run_sweep
+
+    sweep = load_sweep(args.file, profile=args.profile)
+    out = args.out or default_out(sweep)
+    if args.dry_run:
+        print(format_plan(sweep, out))
+        return 0
+    manifest = run_sweep(sweep, out, timeout_s=args.timeout, echo=lambda line: print(line, flush=True))
+    if not args.no_report:
+        report(out / "report", [out], title=f"ddplab sweep {sweep.name}: {sweep.description}" if sweep.description else None)
+    unfinished = [r for r in manifest["runs"] if r["status"] != "finished"]
+    if unfinished:
+        raise SweepError(f"{len(unfinished)} of {len(manifest['runs'])} runs did not finish (see {out / 'manifest.json'}); "
+                         "run the sweep again to retry them")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    only = args.paths[0] if len(args.paths) == 1 else None
+    out = args.out or (only / "report" if only is not None and (only / "manifest.json").is_file() else Path("report"))
+    report(out, args.paths, title=args.title)
+    return 0
+
+
+def report(out: Path, paths: list[Path], title: str | None = None) -> None:
+    from ddplab.report.build import build_report
+
+    result = build_report(paths, out, title=title)
+    print(f"{result['num_runs']} runs ({result['num_finished']} finished) in {result['num_points']} points:")
+    for line in result["findings"]:
+        print(f"  - {line}")
+    print(f"report: {result['index_html']} (tables: {result['report_md']}, {result['points_csv']})")
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from ddplab.report.compare import format_rows, load_run, scaling_rows
 
@@ -192,6 +227,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dirs", nargs="+", type=Path)
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.set_defaults(func=cmd_compare)
+    p = sub.add_parser("sweep", help="run every point of a sweep file, each in its own process tree, then report")
+    p.add_argument("file", type=Path, help="sweep file (see sweeps/*.toml)")
+    p.add_argument("--out", type=Path, default=None, help="sweep folder (default: runs/<sweep name>); re-running resumes it")
+    p.add_argument("--profile", default=None, help="a [profiles.NAME] of the file (default: gpu on CUDA, else cpu, if present)")
+    p.add_argument("--dry-run", action="store_true", help="list the runs and what would happen to each; run nothing")
+    p.add_argument("--timeout", type=float, default=None, help="seconds one run may take before it is stopped")
+    p.add_argument("--no-report", action="store_true", help="skip the report at the end")
+    p.set_defaults(func=cmd_sweep)
+    p = sub.add_parser("report", help="tables, plots and an HTML page from run and sweep folders")
+    p.add_argument("paths", nargs="+", type=Path, help="run folders, sweep folders, or folders holding them")
+    p.add_argument("--out", type=Path, default=None, help="report folder (default: SWEEP/report for one sweep, else ./report)")
+    p.add_argument("--title", default=None)
+    p.set_defaults(func=cmd_report)
     p = sub.add_parser("models", help="list models with parameter and FLOP counts")
     p.add_argument("--image-size", type=int, default=32)
     p.add_argument("--num-classes", type=int, default=10)

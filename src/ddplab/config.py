@@ -239,7 +239,7 @@ class DistConfig:
 
 @dataclass
 class OutputConfig:
-    out: str | None = opt(None, "run folder (default: runs/<dataset>-<model>-<time>); an existing finished run is never overwritten")
+    out: str | None = opt(None, "run folder (default: runs/<dataset>-<model>-<time>-<random>); an existing finished run is never overwritten")
     resume: bool = opt(False, "continue the run in --out from its last checkpoint")
     progress: bool = opt(True, "show a progress bar (only when the output is a terminal)")
     tensorboard: bool = opt(True, "write TensorBoard events when the tensorboard package is installed")
@@ -253,9 +253,11 @@ class OutputConfig:
         job = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID")
         if job and job != "none":  # torchrun without --standalone says "none"
             return Path("runs") / f"{data.dataset}-{model.name}-{job}"
+        import secrets
         import time
 
-        return Path("runs") / f"{data.dataset}-{model.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        # The second alone collides (two runs started together): a random suffix makes it unique.
+        return Path("runs") / f"{data.dataset}-{model.name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
 
 
 @dataclass

@@ -60,6 +60,14 @@ class DistContext:
         torch.distributed.all_gather(gathered, local)
         return [g.tolist() for g in gathered]
 
+    def gather_objects(self, obj: object) -> list:
+        """Every rank's `obj` (picklable), on every rank: for per-epoch samples, never per step."""
+        if not self.is_distributed:
+            return [obj]
+        out: list = [None] * self.world_size
+        torch.distributed.all_gather_object(out, obj)
+        return out
+
     def any_true(self, flag: bool) -> bool:
         """True on every rank if it is true on any rank, so all ranks stop together."""
         t = torch.tensor([1.0 if flag else 0.0], device=self.device)

@@ -30,6 +30,12 @@ class TrainingError(DdplabError):
     exit_code = 4
 
 
+class SweepError(DdplabError):
+    """Some runs of a sweep did not finish; each one's error is in the sweep's manifest."""
+
+    exit_code = 1
+
+
 class FileSystemError(DdplabError):
     """A file or folder cannot be written or read (read-only, full disk, permissions); the message names the path."""
 

@@ -34,7 +34,8 @@ from ddplab.engine.rundir import nothing_to_resume, prepare_run_dir
 from ddplab.engine.runlock import held_by_this_tree, run_lock
 from ddplab.engine.trainer import Trainer, steps_per_epoch
 from ddplab.errors import ConfigError, TrainingError
-from ddplab.metrics.sinks import JsonlSink, LogSink, NullSink, ProgressBar, SinkGroup, tensorboard_sink
+from ddplab.metrics.sinks import JsonlSink, LogSink, NullSink, ProgressBar, SamplesSink, SinkGroup, tensorboard_sink
+from ddplab.metrics.gpu import GpuSampler
 from ddplab.metrics.summary import build_summary, format_summary
 from ddplab.metrics.system import synchronize
 from ddplab.models import count_flops, count_params, create_model
@@ -169,14 +170,26 @@ def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> 
         precision=Precision(config.train.precision, ctx.device), train_loader=train_loader, eval_loader=eval_loader,
         sinks=NullSink(), early_stopping=EarlyStopping(config.train.early_stop_metric, config.train.patience, config.train.min_delta),
         checkpoint_dir=run_dir / "checkpoints" if ctx.is_main and run_dir is not None else None,
+        gpu_sampler=build_gpu_sampler(config, ctx),
     )
-    info = {"params": params, "flops_per_image": flops, "eval_split": eval_split, "world_size": ctx.world_size,
+    sampler = trainer.gpu_sampler
+    info = {"gpu": {"measured": bool(sampler and sampler.measured),
+                    "reason": sampler.reason if sampler is not None else "no GPU (training on the CPU)"},
+            "params": params, "flops_per_image": flops, "eval_split": eval_split, "world_size": ctx.world_size,
             "train_images": len(train_set), "eval_images": len(eval_set), "steps_per_epoch": num_steps,
             "device": ctx.device, "classes": train_set.classes}
     log.info("%s on %s: %d train / %d %s images, %s params, batch %d local / %d global, %d steps/epoch",
              config.model.name, ctx.device, len(train_set), len(eval_set), eval_split, f"{params:,}",
              config.train.batch_size, config.global_batch_size(ctx.world_size), num_steps)
     return trainer, info
+
+
+def build_gpu_sampler(config: RunConfig, ctx: DistContext) -> GpuSampler | None:
+    """Each rank samples its GPU; DataParallel's one process samples all of them. None on a CPU."""
+    if ctx.device.type != "cuda":
+        return None
+    gpus = list(range(torch.cuda.device_count())) if config.dist.strategy == "dp" else [ctx.device.index or 0]
+    return GpuSampler(gpus, rank=ctx.rank)
 
 
 def build_model(config: RunConfig, data) -> torch.nn.Module:
@@ -241,7 +254,7 @@ def build_sinks(config: RunConfig, ctx: DistContext, run_dir: Path, history: lis
     if not ctx.is_main:
         return NullSink()
     # The bar closes before the epoch's log line is written, so the two never interleave.
-    sinks = [JsonlSink(run_dir / "metrics.jsonl", history),
+    sinks = [JsonlSink(run_dir / "metrics.jsonl", history), SamplesSink(run_dir, keep_through_epoch=len(history)),
              ProgressBar(config.train.epochs, enabled=None if config.output.progress else False),
              LogSink(config.train.epochs)]
     if config.output.tensorboard:

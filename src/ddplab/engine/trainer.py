@@ -32,6 +32,8 @@ from ddplab.engine import checkpoint
 from ddplab.engine.early_stop import EarlyStopping
 from ddplab.engine.precision import Precision
 from ddplab.errors import TrainingError
+from ddplab.metrics.gpu import GpuSampler
+from ddplab.metrics.gpu import summarize as summarize_gpu
 from ddplab.metrics.meters import ClassificationMeter
 from ddplab.metrics.sinks import MetricSink
 from ddplab.metrics.system import Stopwatch, peak_alloc_per_gpu_mib, peak_memory_mib, reset_peak_memory, synchronize
@@ -76,7 +78,7 @@ def steps_per_epoch(num_batches: int, accumulate: int) -> int:
 class Trainer:
     def __init__(self, *, config: RunConfig, ctx: DistContext, model: torch.nn.Module, optimizer, scheduler,
                  precision: Precision, train_loader, eval_loader, sinks: MetricSink, early_stopping: EarlyStopping,
-                 checkpoint_dir: Path | None):
+                 checkpoint_dir: Path | None, gpu_sampler: GpuSampler | None = None):
         self.config, self.ctx = config, ctx
         self.model, self.optimizer, self.scheduler, self.precision = model, optimizer, scheduler, precision
         self.train_loader, self.eval_loader = train_loader, eval_loader
@@ -86,12 +88,14 @@ class Trainer:
         self.accumulate = config.train.accumulate
         self.last_lr = optimizer.param_groups[0]["lr"]
         self.probe_batch: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.gpu_sampler = gpu_sampler  # None: not sampled (no GPU); the same on every rank
+        self.clock_zero = time.perf_counter()  # t_s of step and GPU samples counts from here
 
     # ---- the table of contents -------------------------------------------------------
     def fit(self) -> TrainState:
         while self.should_continue():
             epoch = self.state.epoch + 1
-            record = self.run_epoch(epoch)
+            record, samples = self.run_epoch(epoch)
             if not math.isfinite(record["test_loss"]):  # the same on every rank: it is all-reduced
                 raise self.nonfinite("the evaluation loss", epoch)
             self.state.epoch = epoch
@@ -103,6 +107,8 @@ class Trainer:
             self.state.stopped_early = stop and epoch < self.config.train.epochs
             self.maybe_save_checkpoint()
             self.sinks.epoch_end(record)
+            for name, rows in samples.items():
+                self.sinks.samples(name, rows)
         return self.state
 
     def should_continue(self) -> bool:
@@ -111,8 +117,10 @@ class Trainer:
     def steps_per_epoch(self) -> int:
         return steps_per_epoch(len(self.train_loader), self.accumulate)
 
-    def run_epoch(self, epoch: int) -> dict[str, Any]:
+    def run_epoch(self, epoch: int) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+        """The epoch's record (metrics.jsonl) and its samples: training loss at each refresh, GPU readings."""
         torch.manual_seed(derive_seed(self.config.train.seed, epoch, self.ctx.rank, "dropout"))
+        sampler = self.gpu_sampler.start() if self.gpu_sampler is not None else None
         data_parallel = isinstance(self.model, torch.nn.DataParallel)
         reset_peak_memory(self.ctx.device, all_gpus=data_parallel)
         clock = Stopwatch(self.ctx.device).start()
@@ -126,7 +134,15 @@ class Trainer:
         memory = peak_memory_mib(self.ctx.device)
         if data_parallel:  # one process, many GPUs: one figure per GPU
             memory["gpu_peak_alloc_mib"] = peak_alloc_per_gpu_mib()
-        return {
+        gpu_rows = sampler.stop() if sampler is not None else []
+        gpu = {}
+        if sampler is not None:  # on every rank or none: the figures are gathered
+            figures = summarize_gpu(gpu_rows)
+            gpu = {"gpu_util_pct": figures["mean_util_pct"], "gpu_mem_used_mib": figures["peak_mem_used_mib"]}
+            gpu = {k: math.nan if v is None else v for k, v in gpu.items()}  # NaN -> null in the files: not measured
+            gpu_rows = [{"epoch": epoch, **row} for rows in self.ctx.gather_objects(gpu_rows) for row in rows]
+        steps = [{"epoch": epoch, **row} for row in train.pop("steps")]
+        record = {
             "epoch": epoch,
             "step": self.state.step,
             "lr": self.last_lr,  # the rate the epoch's last step used
@@ -143,8 +159,9 @@ class Trainer:
             **train.get("phases", {}),
             **memory,
             **self.per_rank(train_s=train_s, samples=self.train_loader.num_samples,
-                            **{k: v for k, v in memory.items() if not isinstance(v, list)}),
+                            **{k: v for k, v in memory.items() if not isinstance(v, list)}, **gpu),
         }
+        return record, {"steps": steps, "gpu": gpu_rows}
 
     def per_rank(self, **values: float) -> dict[str, list[float]]:
         """Each rank's own figures, gathered (one collective per epoch): `rank_<name>` lists."""
@@ -211,6 +228,7 @@ class Trainer:
         timer = PhaseTimer(self.ctx.device, enabled=self.config.train.time_breakdown)
         self.sinks.epoch_start(epoch, num_steps)
         batches = iter(self.train_loader)
+        steps = []  # the training loss where it is read anyway (progress refreshes): curves for short runs
         for i in range(num_steps):
             faults.maybe_inject(self.ctx.rank, epoch, i)
             group = [b for _, b in zip(range(self.accumulate), batches)]
@@ -223,8 +241,13 @@ class Trainer:
             should_sync = (i + 1) % refresh == 0 or i + 1 == num_steps
             if should_sync:
                 self.check_finite(nonfinite, epoch)
-            self.sinks.step(sum(len(y) for _, y in group), loss.item() if should_sync else None)
+            value = loss.item() if should_sync else None
+            if value is not None:
+                steps.append({"step": self.state.step, "train_loss": value, "lr": self.last_lr,
+                              "t_s": round(time.perf_counter() - self.clock_zero, 3)})
+            self.sinks.step(sum(len(y) for _, y in group), value)
         result = meter.reduced(self.ctx.all_reduce_sum)
+        result["steps"] = steps
         if timer.enabled:
             result["phases"] = timer.totals
             self.probe_batch = group  # for the communication probe, run outside the epoch's clock

@@ -3,7 +3,9 @@
 Sinks are built once; non-main ranks get a `NullSink`, so the loop never asks which rank it
 is on (contract 6, STYLE rule 7). Hook points, in order, are the only ones there are:
 `epoch_start(epoch, num_steps)`, `step(images, loss)` after every optimizer step (`loss` is
-None between progress refreshes), `epoch_end(record)`, `close()`.
+None between progress refreshes), `epoch_end(record)`, then `samples(name, rows)` once per
+kind of reading taken within the epoch ("steps": the training loss at each progress
+refresh; "gpu": utilization samples), and `close()`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class MetricSink(Protocol):
     def epoch_start(self, epoch: int, num_steps: int) -> None: ...
     def step(self, images: int, loss: float | None) -> None: ...
     def epoch_end(self, record: dict[str, Any]) -> None: ...
+    def samples(self, name: str, rows: list[dict[str, Any]]) -> None: ...
     def close(self) -> None: ...
 
 
@@ -35,6 +38,9 @@ class NullSink:
         pass
 
     def epoch_end(self, record: dict[str, Any]) -> None:
+        pass
+
+    def samples(self, name: str, rows: list[dict[str, Any]]) -> None:
         pass
 
     def close(self) -> None:
@@ -51,6 +57,35 @@ class JsonlSink(NullSink):
 
     def epoch_end(self, record: dict[str, Any]) -> None:
         files.append_line(self.path, files.dumps(record))
+
+
+class SamplesSink(NullSink):
+    """Readings taken within epochs, one JSON line each, in RUN/<name>.jsonl (steps.jsonl, gpu.jsonl).
+
+    Each row carries its epoch; on resume, rows of epochs after the checkpoint are dropped,
+    as metrics.jsonl drops their records.
+    """
+
+    NAMES = ("steps", "gpu")
+
+    def __init__(self, run_dir: Path, keep_through_epoch: int = 0):
+        self.run_dir = run_dir
+        for name in self.NAMES:
+            path = run_dir / f"{name}.jsonl"
+            if path.exists():
+                kept = [line for line in path.read_text().splitlines() if _epoch_of(line) <= keep_through_epoch]
+                files.write_text(path, "".join(line + "\n" for line in kept))
+
+    def samples(self, name: str, rows: list[dict[str, Any]]) -> None:
+        if rows:
+            files.append_line(self.run_dir / f"{name}.jsonl", "\n".join(files.dumps(row) for row in rows))
+
+
+def _epoch_of(line: str) -> float:
+    try:
+        return json.loads(line)["epoch"]
+    except (ValueError, KeyError, TypeError):
+        return math.inf  # a torn line from a crash: dropped
 
 
 class LogSink(NullSink):
@@ -143,6 +178,10 @@ class SinkGroup(NullSink):
     def epoch_end(self, record: dict[str, Any]) -> None:
         for s in self.sinks:
             s.epoch_end(record)
+
+    def samples(self, name: str, rows: list[dict[str, Any]]) -> None:
+        for s in self.sinks:
+            s.samples(name, rows)
 
     def close(self) -> None:
         for s in self.sinks:

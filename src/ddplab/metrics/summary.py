@@ -7,6 +7,7 @@ batch sizes are given local and global (contract 2).
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -63,7 +64,23 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
         if history and "gpu_peak_alloc_mib" in history[-1] else None,
         "phases_s": {k: round(sum(r.get(k, 0.0) for r in history), 3) for k in PHASES if history and k in history[-1]},
         "ranks": per_rank_summary(history),
+        "gpu": gpu_summary(info.get("gpu", {}), history),
     }
+
+
+def gpu_summary(gpu: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean utilization and peak memory used per rank's GPU over the run, or why they were not measured."""
+    if not gpu.get("measured"):
+        return {"measured": False, "reason": gpu.get("reason") or "not measured"}
+    util = [r.get("rank_gpu_util_pct") for r in history if r.get("rank_gpu_util_pct")]
+    mem = [r.get("rank_gpu_mem_used_mib") for r in history if r.get("rank_gpu_mem_used_mib")]
+    per_rank = []
+    for rank, (u, m) in enumerate(zip(zip(*util), zip(*mem))):
+        u = [v for v in u if v is not None and math.isfinite(v)]
+        m = [v for v in m if v is not None and math.isfinite(v)]
+        per_rank.append({"rank": rank, "mean_util_pct": round(statistics.fmean(u), 1) if u else None,
+                         "peak_mem_used_mib": round(max(m), 1) if m else None})
+    return {"measured": True, "reason": None, "per_rank": per_rank}
 
 
 PHASES = ("data_s", "forward_backward_s", "optimizer_s", "comm_wait_s")
@@ -75,6 +92,8 @@ def per_rank_summary(history: list[dict[str, Any]]) -> dict[str, dict[str, Any]]
     keys = [k for k in (history[-1] if history else {}) if k.startswith("rank_")]
     for key in keys:
         columns = list(zip(*(r[key] for r in history)))  # one tuple per rank
+        if key.endswith("_pct"):  # a rate: averaged over epochs, not summed
+            continue
         per_rank = [max(c) if key.endswith("_mib") else sum(c) for c in columns]
         out[key.removeprefix("rank_")] = {"per_rank": [round(v, 3) for v in per_rank], "max": round(max(per_rank), 3),
                                           "mean": round(statistics.fmean(per_rank), 3)}

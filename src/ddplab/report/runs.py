@@ -1,0 +1,292 @@
+"""Find run folders (alone, in sweeps, or anywhere under a folder) and group them into points.
+
+A point is one experiment repeated over seeds: runs whose config.toml files are equal once
+`train.seed` and the `[output]` section are left out. Reading never stops at a run that did
+not finish: it is kept, with its status and error, so the report can list it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddplab.errors import ConfigError, DataError
+from ddplab.report.compare import read_jsonl
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+FINISHED = ("finished", "stopped_early")  # summary.json statuses of a run that ran to its end
+IGNORED_FIELDS = ("train.seed",)  # what may differ between the repeats of one point
+IGNORED_SECTIONS = ("output.",)  # where a run was written, not what it trained
+
+
+@dataclass
+class Run:
+    """One run folder as read from disk; `summary` is None unless it finished."""
+
+    dir: Path
+    name: str
+    status: str  # finished | stopped_early | unfinished | failed | pending | running
+    config: dict[str, Any] = field(default_factory=dict)  # flattened: {"train.batch_size": 32, ...}
+    summary: dict[str, Any] | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    gpu: list[dict[str, Any]] = field(default_factory=list)
+    point: dict[str, Any] = field(default_factory=dict)  # sweep axis values, from the manifest
+    axes: list[str] = field(default_factory=list)  # the manifest's axes; empty outside sweeps
+    error: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.summary is not None
+
+    @property
+    def seed(self) -> Any:
+        return self.config.get("train.seed", (self.summary or {}).get("run", {}).get("seed"))
+
+
+@dataclass
+class Point:
+    """Runs of one configuration over several seeds."""
+
+    label: str
+    runs: list[Run]
+    config: dict[str, Any]  # flattened, without the fields repeats may vary
+    axes: dict[str, Any]  # the values of the report's axes at this point
+
+
+def load_runs(paths: list[Path]) -> list[Run]:
+    """Every run under `paths`, in a stable order, each folder once."""
+    runs: list[Run] = []
+    for path in map(Path, paths):
+        if not path.is_dir():
+            raise ConfigError(f"{path} is not a folder: give run folders, sweep folders, or folders holding them")
+        found = find_runs(path)
+        if not found:
+            raise ConfigError(f"no runs found under {path}: no folder holds summary.json, metrics.jsonl or manifest.json")
+        runs += found
+    unique, seen = [], set()
+    for run in runs:  # a folder given twice (or inside two given folders) counts once
+        if run.dir.resolve() not in seen:
+            seen.add(run.dir.resolve())
+            unique.append(run)
+    name_runs(unique)
+    return unique
+
+
+def find_runs(root: Path) -> list[Run]:
+    """Runs at `root` (a run or a sweep folder), else in the folders below it, not looking inside runs."""
+    if (root / "manifest.json").is_file():
+        return load_sweep(root)
+    if is_run_dir(root):
+        return [load_run(root)]
+    runs: list[Run] = []
+    for sub in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        runs += find_runs(sub)
+    return runs
+
+
+def is_run_dir(path: Path) -> bool:
+    """A folder ddplab trained into: finished, or started (config.toml and env.json written)."""
+    return any((path / f).is_file() for f in ("summary.json", "metrics.jsonl")) or all(
+        (path / f).is_file() for f in ("config.toml", "env.json"))
+
+
+def load_run(run_dir: Path, status: str | None = None) -> Run:
+    """A run with its records; one without summary.json comes back unfinished, with what it left."""
+    run = Run(dir=run_dir, name=run_dir.name, status=status or "unfinished", config=read_config(run_dir))
+    if not (run_dir / "summary.json").is_file():
+        run.error = unfinished_reason(run_dir)
+        return run
+    summary = read_json(run_dir / "summary.json", run_dir)
+    history = read_jsonl(run_dir / "metrics.jsonl", run_dir)
+    if not isinstance(summary, dict) or not all(isinstance(r, dict) for r in history):
+        raise DataError(f"{run_dir}: summary.json or metrics.jsonl does not hold ddplab records")
+    run.summary, run.history = summary, history
+    run.status = str(summary.get("status", "finished"))
+    run.steps = read_optional(run_dir / "steps.jsonl", run_dir)
+    run.gpu = read_optional(run_dir / "gpu.jsonl", run_dir)
+    return run
+
+
+def load_sweep(sweep_dir: Path) -> list[Run]:
+    """The runs a sweep's manifest.json lists, with the axis values of each."""
+    manifest = read_json(sweep_dir / "manifest.json", sweep_dir)
+    entries = manifest.get("runs") if isinstance(manifest, dict) else None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and "dir" in e for e in entries):
+        raise DataError(f"{sweep_dir / 'manifest.json'} is not a ddplab sweep manifest (no list of runs with a 'dir')")
+    if manifest.get("version", 1) != 1:
+        raise DataError(f"{sweep_dir / 'manifest.json'} has version {manifest.get('version')!r}; this ddplab reads version 1")
+    axes = [str(a) for a in manifest.get("axes") or []]
+    return [sweep_run(sweep_dir, entry, axes) for entry in entries]
+
+
+def sweep_run(sweep_dir: Path, entry: dict[str, Any], axes: list[str]) -> Run:
+    run_dir = sweep_dir / str(entry["dir"])
+    status = str(entry.get("status") or "pending")
+    if status == "finished" and run_dir.is_dir():
+        run = load_run(run_dir)
+        if not run.finished:
+            run.error = f"the manifest says finished but {run_dir} has no summary.json"
+    else:
+        run = Run(dir=run_dir, name=run_dir.name, status=status,
+                  config=read_config(run_dir) if run_dir.is_dir() else {})
+        run.error = entry.get("error") or failure_reason(status, entry.get("exit_code"), run_dir)
+    run.name = str(entry.get("name") or run.name)
+    run.point = dict(entry.get("point") or {})
+    run.axes = axes
+    return run
+
+
+def failure_reason(status: str, exit_code: Any, run_dir: Path) -> str:
+    if status == "failed":
+        return f"exit code {exit_code}" if exit_code is not None else "failed without an error message"
+    if status == "finished":
+        return f"the manifest says finished but {run_dir} is missing"
+    return f"{status}: not finished when the report was made"
+
+
+def unfinished_reason(run_dir: Path) -> str:
+    """What a run without summary.json left: epochs recorded and the last error in its log."""
+    try:
+        epochs = len(read_jsonl(run_dir / "metrics.jsonl", run_dir))
+    except (ConfigError, DataError):
+        epochs = 0
+    reason = f"no summary.json: stopped or still running after {epochs} epoch{'s' * (epochs != 1)}"
+    try:
+        lines = (run_dir / "train.log").read_text(errors="replace").splitlines()
+    except OSError:
+        return reason
+    errors = [line.strip() for line in lines if "error" in line.lower()]
+    return f"{reason}; log: {errors[-1][:300]}" if errors else reason
+
+
+def read_json(path: Path, run_dir: Path) -> Any:
+    """A JSON file; a truncated or edited one is a DataError naming the file and the line."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{run_dir} is not a finished ddplab run (no {path.name})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path} cannot be read ({type(exc).__name__})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path} line {exc.lineno} is not JSON ({exc.msg}): truncated or edited?") from None
+
+
+def read_optional(path: Path, run_dir: Path) -> list[dict[str, Any]]:
+    """Records of an optional JSONL file (steps.jsonl, gpu.jsonl); none when it is absent."""
+    if not path.is_file():
+        return []
+    records = read_jsonl(path, run_dir)
+    if not all(isinstance(r, dict) for r in records):
+        raise DataError(f"{path} does not hold JSON objects, one per line")
+    return records
+
+
+def read_config(run_dir: Path) -> dict[str, Any]:
+    """config.toml flattened to dotted names; empty when the run wrote none."""
+    path = run_dir / "config.toml"
+    try:
+        with path.open("rb") as f:
+            return flatten(tomllib.load(f))
+    except FileNotFoundError:
+        return {}
+    except tomllib.TOMLDecodeError as exc:
+        raise DataError(f"{path} is not valid TOML: {str(exc).splitlines()[0]}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path} cannot be read ({type(exc).__name__})") from None
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
+def name_runs(runs: list[Run]) -> None:
+    """Give runs that share a folder name their parent's name too, so every row is told apart."""
+    counts: dict[str, int] = {}
+    for run in runs:
+        counts[run.name] = counts.get(run.name, 0) + 1
+    for run in runs:
+        if counts[run.name] > 1:
+            run.name = f"{run.dir.parent.name}/{run.name}"
+    seen: dict[str, int] = {}
+    for run in runs:  # still equal (same parent names): number them
+        seen[run.name] = seen.get(run.name, 0) + 1
+        if seen[run.name] > 1:
+            run.name = f"{run.name}#{seen[run.name]}"
+
+
+# ---- points -------------------------------------------------------------------------------
+def experiment_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The fields that define what was trained: all but the seed and the output settings."""
+    return {k: v for k, v in config.items() if k not in IGNORED_FIELDS and not k.startswith(IGNORED_SECTIONS)}
+
+
+def group_points(runs: list[Run]) -> list[Point]:
+    """Finished runs grouped over seeds, in order of first appearance, labelled by the axes that vary."""
+    groups: dict[Any, list[Run]] = {}
+    for run in (r for r in runs if r.finished):
+        config = experiment_config(run.config)
+        # Without a config.toml there is nothing to match on: such a run is a point of its own.
+        key = (repr(sorted(config.items(), key=lambda kv: kv[0])), repr(sorted(run.point.items()))) if config else str(run.dir)
+        groups.setdefault(key, []).append(run)
+    configs = [experiment_config(g[0].config) for g in groups.values()]
+    axes = report_axes([g[0] for g in groups.values()], configs)
+    points = []
+    for group, config in zip(groups.values(), configs):
+        values = {a: group[0].point.get(a, config.get(a)) for a in axes}
+        points.append(Point(label="", runs=group, config=config, axes=values))
+    label_points(points)
+    return points
+
+
+def report_axes(first_runs: list[Run], configs: list[dict[str, Any]]) -> list[str]:
+    """The sweeps' axes when every point comes from a sweep, else the config fields that differ."""
+    if first_runs and all(r.axes for r in first_runs):
+        axes = list(dict.fromkeys(a for r in first_runs for a in r.axes if a not in IGNORED_FIELDS))
+        if len(first_runs) == 1 or any(len({repr(p.point.get(a)) for p in first_runs}) > 1 for a in axes):
+            return axes
+    return differing_fields(configs)
+
+
+def differing_fields(configs: list[dict[str, Any]]) -> list[str]:
+    names = list(dict.fromkeys(k for c in configs for k in c))
+    return [k for k in names if len({repr(c.get(k)) for c in configs}) > 1]
+
+
+def label_points(points: list[Point]) -> None:
+    """Short labels from the axis values ("batch_size=32, variant=ddp"); the run name when nothing varies."""
+    names = [a for a in (points[0].axes if points else {})]
+    short = {a: a.rsplit(".", 1)[-1] for a in names}
+    if len(set(short.values())) < len(short):
+        short = {a: a for a in names}
+    for p in points:
+        label = ", ".join(f"{short[a]}={value_text(v)}" for a, v in p.axes.items())
+        p.label = label or p.runs[0].name
+    seen: dict[str, int] = {}
+    for p in points:
+        seen[p.label] = seen.get(p.label, 0) + 1
+        if seen[p.label] > 1:
+            p.label = f"{p.label} ({p.runs[0].name})"
+
+
+def value_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        return "[" + ", ".join(value_text(v) for v in value) + "]"
+    return f"{value:g}" if isinstance(value, float) else str(value)

@@ -1,0 +1,150 @@
+"""Sweep files: expansion into validated runs, names, profiles, the bundled sweeps."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from ddplab.errors import ConfigError
+from ddplab.sweep import check_machine, format_plan, load_sweep, run_name_for
+
+REPO = Path(__file__).resolve().parents[2]
+BUNDLED = sorted((REPO / "sweeps").glob("*.toml"))
+
+SWEEP = """
+[sweep]
+name = "demo"
+repeats = 2
+
+[base.data]
+dataset = "synthetic"
+
+[base.train]
+epochs = 1
+seed = 7
+
+[grid]
+"train.batch_size" = [16, 32]
+
+[[variants]]
+label = "1 worker"
+"dist.strategy" = "single"
+
+[[variants]]
+label = "2 workers"
+"dist.strategy" = "ddp"
+"dist.nproc" = 2
+launch = "torchrun"
+
+[profiles.small.base.train]
+epochs = 3
+
+[profiles.small.grid]
+"train.batch_size" = [8]
+"""
+
+
+def write(tmp_path, text, name="s.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_grid_times_variants_times_repeats(tmp_path):
+    sweep = load_sweep(write(tmp_path, SWEEP))
+    assert sweep.name == "demo" and sweep.axes == ["train.batch_size", "variant"] and sweep.repeats == 2
+    assert [r.name for r in sweep.runs] == [
+        "batch-size-16_1-worker_s7", "batch-size-16_1-worker_s8", "batch-size-16_2-workers_s7", "batch-size-16_2-workers_s8",
+        "batch-size-32_1-worker_s7", "batch-size-32_1-worker_s8", "batch-size-32_2-workers_s7", "batch-size-32_2-workers_s8"]
+    run = sweep.runs[2]
+    assert run.point == {"train.batch_size": 16, "variant": "2 workers"} and run.seed == 7 and run.launch == "torchrun"
+    assert run.config.train.batch_size == 16 and run.config.dist.nproc == 2 and run.config.train.seed == 7
+    assert sweep.runs[3].config.train.seed == 8 and sweep.runs[0].launch == "ddplab"
+    assert sweep.runs[0].config.data.dataset == "synthetic" and sweep.runs[0].config.train.epochs == 1
+
+
+def test_a_profile_overrides_base_and_grid(tmp_path):
+    sweep = load_sweep(write(tmp_path, SWEEP), profile="small")
+    assert sweep.profile == "small" and len(sweep.runs) == 4
+    assert {r.config.train.batch_size for r in sweep.runs} == {8} and {r.config.train.epochs for r in sweep.runs} == {3}
+
+
+def test_several_variant_sets_are_crossed(tmp_path):
+    text = """
+[base.data]
+dataset = "synthetic"
+[[variants.optimizer]]
+label = "adam"
+"optim.name" = "adam"
+[[variants.optimizer]]
+"optim.name" = "sgd"
+[[variants.precision]]
+"train.precision" = "bf16"
+"""
+    sweep = load_sweep(write(tmp_path, text, "two-sets.toml"))
+    assert sweep.name == "two-sets" and sweep.axes == ["optimizer", "precision"]
+    assert [r.point for r in sweep.runs] == [{"optimizer": "adam", "precision": "train.precision=bf16"},
+                                             {"optimizer": "optim.name=sgd", "precision": "train.precision=bf16"}]
+    assert [r.name for r in sweep.runs] == ["adam_train-precision-bf16", "optim-name-sgd_train-precision-bf16"]
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('[grid]\n"train.batch_size" = [0]', "sweep run batch-size-0 ({'train.batch_size': 0}): train.batch_size=0"),
+    ('[grid]\n"train.batch_size" = []', "grid.train.batch_size must be a non-empty list"),
+    ('[grid]\n"batch_size" = [1]', "sweep setting 'batch_size' is not valid: write section.field"),
+    ('[grid]\n"train.batchsize" = [1]', "unknown setting train.batchsize"),
+    ('[sweep]\nrepeats = 0', "sweep.repeats=0 is not valid"),
+    ('[sweep]\nrepeat = 2', "unknown [sweep] setting(s) repeat"),
+    ('[axes]\nx = 1', "unknown table(s) axes"),
+    ('[[variants]]\nlabel = "x"\nlaunch = "mpirun"', "launch='mpirun'"),
+])
+def test_bad_sweep_files_are_one_line(tmp_path, text, needle):
+    with pytest.raises(ConfigError) as exc:
+        load_sweep(write(tmp_path, text))
+    assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_unknown_profile_names_the_ones_there_are(tmp_path):
+    with pytest.raises(ConfigError, match="has no profile 'huge'; it has: small"):
+        load_sweep(write(tmp_path, SWEEP), profile="huge")
+
+
+def test_run_names_are_readable_and_unique(tmp_path):
+    assert run_name_for({"optim.lr": 0.001, "variant": "BatchNorm + Dropout"}, 0, 1) == "lr-0p001_batchnorm-dropout"
+    text = '[base.data]\ndataset = "synthetic"\n[[variants]]\nlabel = "a b"\n[[variants]]\nlabel = "a-b"\n'
+    assert [r.name for r in load_sweep(write(tmp_path, text)).runs] == ["a-b", "a-b-2"]
+
+
+@pytest.mark.parametrize("path", BUNDLED, ids=[p.stem for p in BUNDLED])
+def test_bundled_sweeps_parse_in_both_profiles(path):
+    gpu, cpu = load_sweep(path, profile="gpu"), load_sweep(path, profile="cpu")
+    assert gpu.description and gpu.axes and len(gpu.runs) >= 2 and len(cpu.runs) >= 1
+    assert all(r.config.data.dataset == "cifar10" for r in gpu.runs + cpu.runs)
+    assert all(r.config.train.device == "cpu" and r.config.dist.backend != "nccl" for r in cpu.runs)
+    assert len(cpu.runs) * max(r.config.train.epochs for r in cpu.runs) <= 30  # sized for minutes on 2 cores
+    if not torch.cuda.is_available():
+        check_machine(cpu)  # the CPU profile runs on this machine
+
+
+def test_every_seed_experiment_has_a_bundled_sweep():
+    names = {p.stem for p in BUNDLED}
+    assert {"batch_workers", "strategies", "backends", "precision", "accumulation", "optimizers", "regularization",
+            "launch_modes"} <= names
+    gpu_axes = {p.stem: load_sweep(p, profile="gpu") for p in BUNDLED}
+    assert {r.config.dist.strategy for r in gpu_axes["strategies"].runs} == {"single", "dp", "ddp"}
+    assert {r.config.dist.backend for r in gpu_axes["backends"].runs} == {"nccl", "gloo"}
+    assert {r.config.train.precision for r in gpu_axes["precision"].runs} == {"fp32", "bf16", "fp16"}
+    assert {r.launch for r in gpu_axes["launch_modes"].runs} == {"ddplab", "torchrun"}
+    assert {r.config.optim.name for r in gpu_axes["optimizers"].runs} == {"adam", "sgd", "rmsprop", "adamw"}
+
+
+def test_dry_run_plan_says_what_would_happen(tmp_path):
+    sweep = load_sweep(write(tmp_path, SWEEP), profile="small")
+    out = tmp_path / "out"
+    (out / "runs" / "batch-size-8_1-worker_s7").mkdir(parents=True)
+    (out / "runs" / "batch-size-8_1-worker_s7" / "summary.json").write_text("{}")
+    (out / "runs" / "batch-size-8_1-worker_s8" / "checkpoints").mkdir(parents=True)
+    (out / "runs" / "batch-size-8_1-worker_s8" / "checkpoints" / "last.pt").write_bytes(b"x")
+    lines = format_plan(sweep, out).splitlines()
+    assert lines[0] == f"sweep demo: 4 runs in {out} (profile small)"
+    assert "skip (finished)" in lines[1] and "resume" in lines[2] and " run " in lines[3] and lines[3].endswith("[torchrun]")
