@@ -4,6 +4,8 @@
     ddplab eval RUN_DIR [--weights final|best]
     ddplab data info|verify|download DATASET [--data-dir DIR]
     ddplab compare RUN_DIR [RUN_DIR ...]
+    ddplab sweep FILE.toml [--out DIR] [--profile cpu|gpu] [--dry-run]
+    ddplab report RUN_OR_SWEEP_DIR ... [--out DIR]
     ddplab models [--image-size N] [--num-classes K]
 
 Errors meant for the user (`DdplabError`) print one line and exit with their code (2 for

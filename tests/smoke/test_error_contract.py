@@ -117,6 +117,13 @@ def corrupt_cifar(tmp):
     (folder / "batches.meta.txt").write_text("\n".join("abcdefghij") + "\n")
 
 
+def sweep_file(tmp, grid):
+    if not torch.cuda.is_available() or "nccl" not in grid:
+        (tmp / "s.toml").write_text(f'[base.data]\ndataset = "synthetic"\n[base.train]\ndevice = "cpu"\n[grid]\n{grid}\n')
+    else:  # on a CUDA machine, ask for what no machine has
+        (tmp / "s.toml").write_text('[base.data]\ndataset = "synthetic"\n[base.train]\ndevice = "cuda:99"\n[grid]\n"dist.backend" = ["nccl"]\n')
+
+
 def a_file(tmp):
     (tmp / "file").write_text("not a folder")
 
@@ -152,6 +159,19 @@ CASES = [
     Case("eval-not-a-run", ["eval", "{tmp}"], 2, r"not a ddplab run folder"),
     Case("compare-a-file", ["compare", "{tmp}/file"], 2, r"is not a folder", setup=a_file),
     Case("compare-not-a-run", ["compare", "{tmp}"], 2, r"is not a finished ddplab run"),
+    Case("sweep-missing-file", ["sweep", "{tmp}/nope.toml"], 2, r"sweep file .*nope\.toml does not exist"),
+    Case("sweep-bad-value", ["sweep", "{tmp}/s.toml", "--out", "{tmp}/out"], 2,
+         r"sweep run batch-size-0 .*train\.batch_size=0", setup=lambda tmp: sweep_file(tmp, '"train.batch_size" = [0]'),
+         after=no_folder("out")),
+    Case("sweep-unknown-profile", ["sweep", "{tmp}/s.toml", "--profile", "huge"], 2, r"has no profile 'huge'",
+         setup=lambda tmp: sweep_file(tmp, '"train.batch_size" = [8]')),
+    Case("sweep-cannot-run-here", ["sweep", "{tmp}/s.toml", "--out", "{tmp}/out"], 2, r"cannot run here: dist\.backend='nccl'",
+         setup=lambda tmp: sweep_file(tmp, '"dist.backend" = ["nccl"]\n"dist.strategy" = ["ddp"]'),
+         after=no_folder("out")),
+    Case("report-a-file", ["report", "{tmp}/file"], 2, r"is not a folder", setup=a_file),
+    Case("report-no-runs", ["report", "{tmp}", "--out", "{tmp}/rep"], 2, r"no runs found under"),
+    Case("report-truncated-summary", ["report", "{tmp}/run", "--out", "{tmp}/rep"], 3, r"summary\.json",
+         setup=truncated("summary.json")),
     # data (exit 3): which file and what to do
     Case("missing-dataset", [*S, "--dataset", "cifar10", "--data-dir", "{tmp}", "--data.download", "false", "--out", "{tmp}/r"], 3,
          r"cifar-10-batches-bin"),

@@ -51,3 +51,19 @@ def test_progress_bar_is_silent_when_disabled(capsys):
     bar.step(1, 1.0)
     bar.close()
     assert capsys.readouterr().err == ""
+
+
+def test_a_run_writes_tensorboard_scalars_that_tensorboard_reads_back(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    import ddplab
+    from conftest import tiny_config
+
+    result = ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 2}, output={"tensorboard": True}))
+    events = EventAccumulator(str(tmp_path / "r" / "tensorboard"))
+    events.Reload()
+    for tag, key in (("train/loss", "train_loss"), ("test/acc", "test_acc"), ("images_per_s", "images_per_s")):
+        scalars = events.Scalars(tag)
+        assert [s.step for s in scalars] == [1, 2], tag
+        assert [s.value for s in scalars] == pytest.approx([r[key] for r in result.history], rel=1e-6), tag
