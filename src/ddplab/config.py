@@ -180,8 +180,8 @@ class TrainConfig:
     early_stop_metric: str | None = opt(None, "stop when this metric stops improving: " + " | ".join(EARLY_STOP_METRICS))
     patience: int = opt(3, "early stopping: epochs without improvement before stopping")
     min_delta: float = opt(0.0, "early stopping: smallest change that counts as an improvement")
-    deterministic: bool = opt(True, "use deterministic algorithms (CPU runs are bit-identical either way)")
-    time_breakdown: bool = opt(True, "time data / forward+backward / optimizer / communication wait per epoch (syncs the device each step)")
+    deterministic: bool | None = opt(None, "deterministic algorithms; unset: on for CPU (bit-identical reruns), off on CUDA (cuDNN picks the fastest kernels; set true for bit-identical GPU reruns)")
+    time_breakdown: bool = opt(True, "time data / forward+backward / optimizer / communication wait per epoch (on CUDA measured on 1 step in 20, the device synchronized around it)")
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "accumulate", "eval_batch_size", "patience"):

@@ -193,3 +193,42 @@ def test_only_compiling_runs_warm_up_and_the_summary_says_so(tmp_path, monkeypat
     warmup = warmed.summary["time"]["warmup"]
     assert warmup["batch_sizes"] == {"train": [32], "eval": [64]} and warmup["counted_in"] == "startup_s"
     assert 0 < warmup["s"] < warmed.summary["time"]["startup_s"]
+
+
+def test_cpu_runs_stay_bit_exact_by_default_and_cuda_runs_fast():
+    import torch as t
+
+    from ddplab.engine.run import resolve_deterministic
+
+    cpu, cuda = t.device("cpu"), t.device("cuda", 0)
+    assert resolve_deterministic(tiny_config(), cpu) is True
+    assert resolve_deterministic(tiny_config(), cuda) is False  # cuDNN autotuner: never slower than a plain loop
+    assert resolve_deterministic(tiny_config(train={"deterministic": True}), cuda) is True
+    assert resolve_deterministic(tiny_config(train={"deterministic": False}), cpu) is False
+
+
+def test_the_summary_says_how_the_numbers_were_taken(tmp_path):
+    import ddplab
+
+    result = ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 1}))
+    assert result.summary["engine"] == {"deterministic": True, "cudnn_benchmark": False, "time_breakdown": "every step",
+                                        "progress_syncs_per_epoch": 8}
+
+
+def test_phase_timer_times_one_step_in_n_and_extrapolates(monkeypatch):
+    from ddplab.engine import trainer as trainer_module
+
+    ticks = iter(range(1000))
+    monkeypatch.setattr(trainer_module.time, "perf_counter", lambda: float(next(ticks)))
+    timer = trainer_module.PhaseTimer(torch.device("cpu"), enabled=True, every=3)
+    for i in range(7):  # steps 0, 3 and 6 are timed: 1 s of data and 2 s of compute each (fake clock)
+        timer.begin_step(i)
+        timer.lap("data_s")
+        next(ticks)
+        timer.lap("forward_backward_s")
+    assert timer.timed_steps == 3
+    assert timer.totals(7) == {"data_s": 7.0, "forward_backward_s": 14.0}
+    off = trainer_module.PhaseTimer(torch.device("cpu"), enabled=False)
+    off.begin_step(0)
+    off.lap("data_s")
+    assert off.totals(7) == {}

@@ -32,7 +32,7 @@ from ddplab.engine.optim import build_optimizer, build_scheduler
 from ddplab.engine.precision import Precision
 from ddplab.engine.rundir import nothing_to_resume, prepare_run_dir
 from ddplab.engine.runlock import held_by_this_tree, run_lock
-from ddplab.engine.trainer import Trainer, steps_per_epoch
+from ddplab.engine.trainer import PROGRESS_UPDATES_PER_EPOCH, Trainer, steps_per_epoch
 from ddplab.errors import ConfigError, TrainingError
 from ddplab.metrics.sinks import JsonlSink, LogSink, NullSink, ProgressBar, SamplesSink, SinkGroup, tensorboard_sink
 from ddplab.metrics.gpu import GpuSampler
@@ -151,7 +151,7 @@ def collective_failure(exc: Exception, config: RunConfig, ctx: DistContext) -> E
 
 def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> tuple[Trainer, dict[str, Any]]:
     """Every component of a run, built in order and handed to a Trainer (sinks come later)."""
-    configure_determinism(config)
+    configure_determinism(config, ctx.device)
     train_set, eval_set, eval_split = build_datasets(config, ctx)
     torch.manual_seed(config.train.seed)  # identical initial weights on every rank (contract 3)
     model = build_model(config, train_set)
@@ -173,7 +173,14 @@ def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> 
         gpu_sampler=build_gpu_sampler(config, ctx),
     )
     sampler = trainer.gpu_sampler
-    info = {"gpu": {"measured": bool(sampler and sampler.measured),
+    every = trainer.timed_step_every()
+    info = {"engine": {
+                "deterministic": resolve_deterministic(config, ctx.device),
+                "cudnn_benchmark": torch.backends.cudnn.benchmark,
+                "time_breakdown": ("off" if not config.train.time_breakdown else "every step" if every == 1
+                                   else f"1 step in {every}, the device synchronized around it"),
+                "progress_syncs_per_epoch": min(PROGRESS_UPDATES_PER_EPOCH, num_steps)},
+            "gpu": {"measured": bool(sampler and sampler.measured),
                     "reason": sampler.reason if sampler is not None else "no GPU (training on the CPU)"},
             "params": params, "flops_per_image": flops, "eval_split": eval_split, "world_size": ctx.world_size,
             "train_images": len(train_set), "eval_images": len(eval_set), "steps_per_epoch": num_steps,
@@ -213,8 +220,13 @@ def maybe_fuse_conv_relu(model: torch.nn.Module, config: RunConfig, device: torc
                           "(BatchNorm or another activation sits between them; try --model.batchnorm false)")
 
 
-def configure_determinism(config: RunConfig) -> None:
-    deterministic = config.train.deterministic
+def resolve_deterministic(config: RunConfig, device: torch.device) -> bool:
+    """Unset means: bit-identical reruns on a CPU (free there), the fastest kernels on CUDA."""
+    return config.train.deterministic if config.train.deterministic is not None else device.type != "cuda"
+
+
+def configure_determinism(config: RunConfig, device: torch.device) -> None:
+    deterministic = resolve_deterministic(config, device)
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     # warn_only: a few CUDA backward kernels (e.g. adaptive pooling) have no deterministic version.

@@ -12,16 +12,19 @@ import torch
 
 class ClassificationMeter:
     def __init__(self, device: torch.device):
-        # [loss_sum, correct, count] in float64 so sums over 50k samples stay exact.
-        self.sums = torch.zeros(3, dtype=torch.float64, device=device)
+        # [loss_sum, correct] in float64 so sums over 50k samples stay exact; on the device.
+        self.sums = torch.zeros(2, dtype=torch.float64, device=device)
+        self.count = 0  # known on the host: no tensor built from host data per batch
 
     def update(self, loss_sum: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor) -> None:
         correct = (logits.argmax(dim=1) == targets).sum()
-        self.sums += torch.stack([loss_sum.detach().double(), correct.double(), torch.tensor(float(len(targets)), dtype=torch.float64, device=self.sums.device)])
+        self.sums += torch.stack([loss_sum.detach().double(), correct.double()])
+        self.count += len(targets)
 
     def reduced(self, all_reduce_sum) -> dict[str, float]:
         """Global loss, accuracy and count; `all_reduce_sum` sums a tensor over ranks."""
-        totals = all_reduce_sum(self.sums.clone())
+        count = torch.full((1,), float(self.count), dtype=torch.float64, device=self.sums.device)
+        totals = all_reduce_sum(torch.cat([self.sums, count]))
         loss_sum, correct, count = totals.tolist()  # sync point
         count = max(count, 1.0)
         return {"loss": loss_sum / count, "acc": correct / count, "correct": int(correct), "count": int(count)}

@@ -65,6 +65,8 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
         "phases_s": {k: round(sum(r.get(k, 0.0) for r in history), 3) for k in PHASES if history and k in history[-1]},
         "ranks": per_rank_summary(history),
         "gpu": gpu_summary(info.get("gpu", {}), history),
+        # How the numbers were taken: determinism, cuDNN autotuning, how often the device is synchronized.
+        "engine": info.get("engine"),
     }
 
 
