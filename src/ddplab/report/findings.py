@@ -77,6 +77,11 @@ def single_changes(points: list[dict[str, Any]], configs: list[dict[str, Any]]) 
             done.add((j, fields[0]))
             field = fields[0]
             head = f"{field}={value_text(configs[j].get(field))} vs {value_text(configs[i].get(field))}"
+            # Where other axes vary too, say at which of their values the two points were compared.
+            short = field.rsplit(".", 1)[-1] + "="
+            context = [part for part in str(points[j].get("point", "")).split(", ") if part and not part.startswith(short)]
+            if context and len(points) > 2:
+                head += f" ({', '.join(context)})"
             out.append(compare_sentence(head, points[j], base))
     return out
 
