@@ -298,3 +298,15 @@ def test_report_on_a_real_tiny_run(tmp_path):
     assert row["status"] == "finished" and float(row["final_test_acc"]) == pytest.approx(summary["final"]["test_acc"])
     assert row["memory_label"] == "peak_rss_mib" and row["epochs"] == "2" and float(row["epoch_s"]) > 0
     assert result["index_html"].read_text().count("data:image/png;base64,") == len(result["plots"]) >= 3
+
+
+def test_a_one_field_finding_names_the_other_axes_where_they_vary(tmp_path):
+    """batch 32 vs 128 at 1 worker and at 2 workers are two findings, each saying which."""
+    for name, batch, strategy, nproc, epoch in (("b32-w1", 32, "single", 1, 10.0), ("b128-w1", 128, "single", 1, 5.0),
+                                                ("b32-w2", 32, "ddp", 2, 8.0), ("b128-w2", 128, "ddp", 2, 2.0)):
+        write_run(tmp_path / "runs" / name, batch=batch, strategy=strategy, nproc=nproc, epoch_s=(epoch, epoch))
+    findings = build_report([tmp_path / "runs"], tmp_path / "out")["findings"]
+    sentences = sorted(f for f in findings if f.startswith("train.batch_size=32 vs 128"))  # folders sort b128 first
+    assert sentences == [
+        "train.batch_size=32 vs 128 (strategy=ddp, nproc=2): 4.00x slower, +0.0 points accuracy, single seed: noise not measured",
+        "train.batch_size=32 vs 128 (strategy=single, nproc=1): 2.00x slower, +0.0 points accuracy, single seed: noise not measured"]
