@@ -209,6 +209,18 @@ def resolve_backend(requested: str, device: torch.device) -> str:
     return requested
 
 
+def maybe_share_cores(device: torch.device) -> None:
+    """CPU workers on one node split its cores, unless OMP_NUM_THREADS says otherwise.
+
+    Each process would otherwise start one thread per core: N workers, N x cores threads,
+    and the epoch slows down instead of speeding up (torchrun sets 1 thread for the same
+    reason; the elastic launcher API behind `--nproc` sets nothing).
+    """
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if device.type == "cpu" and local_world > 1 and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
+
+
 @contextlib.contextmanager
 def distributed_context(config: RunConfig) -> Iterator[DistContext]:
     """Join the process group this process was started for, and always leave it.
@@ -226,6 +238,7 @@ def distributed_context(config: RunConfig) -> Iterator[DistContext]:
     if "SLURM_PROCID" in os.environ and "RANK" not in os.environ:
         _slurm_rendezvous_env()
     device = resolve_device(config.train.device, place.local_rank)
+    maybe_share_cores(device)
     backend = resolve_backend(config.dist.backend, device)
     if backend == "gloo" and config.dist.nnodes > 1:
         maybe_set_gloo_interface()

@@ -25,3 +25,23 @@ def test_no_sync_reaches_ddp_through_torch_compile(tmp_path):
 def test_route_address_of_loopback():
     assert route_address("127.0.0.1:29500") == "127.0.0.1"
     assert route_address(None) is None
+
+
+def test_cpu_workers_of_one_node_split_its_cores(monkeypatch):
+    import os
+
+    from ddplab.distributed import maybe_share_cores
+
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setattr(os, "cpu_count", lambda: 16)
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+        maybe_share_cores(torch.device("cpu"))
+        assert torch.get_num_threads() == 4
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's choice wins
+        torch.set_num_threads(7)
+        maybe_share_cores(torch.device("cpu"))
+        assert torch.get_num_threads() == 7
+    finally:
+        torch.set_num_threads(before)
