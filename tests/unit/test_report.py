@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
+from ddplab.config import tomllib  # tomli on Python 3.10
 from ddplab.errors import ConfigError, DataError
 from ddplab.report.build import build_report
 from ddplab.report.findings import compare_sentence, noise_text, overfitting
@@ -310,3 +311,22 @@ def test_a_one_field_finding_names_the_other_axes_where_they_vary(tmp_path):
     assert sentences == [
         "train.batch_size=32 vs 128 (strategy=ddp, nproc=2): 4.00x slower, +0.0 points accuracy, single seed: noise not measured",
         "train.batch_size=32 vs 128 (strategy=single, nproc=1): 2.00x slower, +0.0 points accuracy, single seed: noise not measured"]
+
+
+def test_a_variant_axis_is_compared_even_when_it_changes_several_fields(tmp_path):
+    """An optimizer variant changes name and lr together: compared along the sweep's axis, against the first value."""
+    sweep = tmp_path / "sweep"
+    entries = []
+    for label, lr, epoch, acc in (("adam", 0.001, 10.0, 0.70), ("sgd", 0.05, 8.0, 0.73), ("rmsprop", 0.0005, 10.0, 0.65)):
+        run = write_run(sweep / "runs" / label, epoch_s=(epoch, epoch), test_acc=acc)
+        config = tomllib.loads((run / "config.toml").read_text())
+        config["optim"] = {"name": label, "lr": lr}
+        (run / "config.toml").write_text(tomli_w.dumps(config))
+        entries.append({"name": label, "dir": f"runs/{label}", "point": {"optimizer": label}, "seed": 0,
+                        "status": "finished", "exit_code": 0, "error": None, "wall_s": 1.0})
+    (sweep / "manifest.json").write_text(json.dumps({"version": 1, "name": "opt", "description": "", "sweep_file": "o.toml",
+                                                     "axes": ["optimizer"], "repeats": 1, "runs": entries}))
+    findings = build_report([sweep], tmp_path / "out")["findings"]
+    assert "optimizer=sgd vs adam: 1.25x faster, +3.0 points accuracy, single seed: noise not measured" in findings
+    assert "optimizer=rmsprop vs adam: 1.00x faster, -5.0 points accuracy, single seed: noise not measured" in findings
+    assert not any(f.startswith("optimizer=rmsprop vs sgd") for f in findings)  # each against the first value only

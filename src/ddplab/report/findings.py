@@ -22,7 +22,7 @@ def build_findings(points: list[dict[str, Any]], configs: list[dict[str, Any]], 
     if not points:
         return ["no run finished: nothing to compare (see the runs that did not finish)"]
     return [*best_and_fastest(points), *scaling(points), *single_changes(points, configs),
-            *overfitting_findings(points, curves), *run_notes(runs)]
+            *axis_changes(points, configs), *overfitting_findings(points, curves), *run_notes(runs)]
 
 
 def speed_text(ratio: float) -> str:
@@ -82,6 +82,32 @@ def single_changes(points: list[dict[str, Any]], configs: list[dict[str, Any]]) 
             context = [part for part in str(points[j].get("point", "")).split(", ") if part and not part.startswith(short)]
             if context and len(points) > 2:
                 head += f" ({', '.join(context)})"
+            out.append(compare_sentence(head, points[j], base))
+    return out
+
+
+def axis_changes(points: list[dict[str, Any]], configs: list[dict[str, Any]]) -> list[str]:
+    """Points one sweep axis apart whose configs differ in several fields (a variant: an optimizer
+    with its own lr, BatchNorm with dropout), each against the first value of that axis.
+
+    One-field differences are already said by `single_changes`, and differences in the
+    number of workers by `scaling`.
+    """
+    out, done = [], set()
+    for i, base in enumerate(points):
+        for j in range(i + 1, len(points)):
+            a, b = base.get("axes") or {}, points[j].get("axes") or {}
+            axes = differing(a, b)
+            if len(axes) != 1 or (j, axes[0]) in done or base.get("world_size") != points[j].get("world_size"):
+                continue
+            if configs[i] and configs[j] and len(differing(configs[i], configs[j])) <= 1:
+                continue
+            done.add((j, axes[0]))
+            axis = axes[0]
+            head = f"{axis}={value_text(b.get(axis))} vs {value_text(a.get(axis))}"
+            others = [f"{k}={value_text(v)}" for k, v in b.items() if k != axis]
+            if others:
+                head += f" ({', '.join(others)})"
             out.append(compare_sentence(head, points[j], base))
     return out
 
