@@ -330,3 +330,22 @@ def test_a_variant_axis_is_compared_even_when_it_changes_several_fields(tmp_path
     assert "optimizer=sgd vs adam: 1.25x faster, +3.0 points accuracy, single seed: noise not measured" in findings
     assert "optimizer=rmsprop vs adam: 1.00x faster, -5.0 points accuracy, single seed: noise not measured" in findings
     assert not any(f.startswith("optimizer=rmsprop vs sgd") for f in findings)  # each against the first value only
+
+
+def test_an_axis_value_is_compared_with_the_axis_first_value_never_with_another_variant(tmp_path):
+    """baseline, bn+dropout (two fields), label smoothing (one field): smoothing is said once, against the baseline."""
+    sweep = tmp_path / "sweep"
+    entries = []
+    for label, extra in (("baseline", {}), ("bn-dropout", {"batchnorm": True, "dropout": 0.5}), ("smoothing", {"ls": 0.1})):
+        run = write_run(sweep / "runs" / label)
+        config = tomllib.loads((run / "config.toml").read_text())
+        config["model"].update({k: v for k, v in extra.items() if k != "ls"})
+        config["optim"] = {"label_smoothing": extra.get("ls", 0.0)}
+        (run / "config.toml").write_text(tomli_w.dumps(config))
+        entries.append({"name": label, "dir": f"runs/{label}", "point": {"remedy": label}, "seed": 0,
+                        "status": "finished", "exit_code": 0, "error": None, "wall_s": 1.0})
+    (sweep / "manifest.json").write_text(json.dumps({"version": 1, "name": "reg", "description": "", "sweep_file": "r.toml",
+                                                     "axes": ["remedy"], "repeats": 1, "runs": entries}))
+    findings = build_report([sweep], tmp_path / "out")["findings"]
+    compared = [f.split(":")[0] for f in findings if " vs " in f]
+    assert compared == ["optim.label_smoothing=0.1 vs 0 (remedy=smoothing)", "remedy=bn-dropout vs baseline"]

@@ -100,9 +100,9 @@ def axis_changes(points: list[dict[str, Any]], configs: list[dict[str, Any]]) ->
             axes = differing(a, b)
             if len(axes) != 1 or (j, axes[0]) in done or base.get("world_size") != points[j].get("world_size"):
                 continue
+            done.add((j, axes[0]))  # the first point one axis away is the baseline, said here or not
             if configs[i] and configs[j] and len(differing(configs[i], configs[j])) <= 1:
                 continue
-            done.add((j, axes[0]))
             axis = axes[0]
             head = f"{axis}={value_text(b.get(axis))} vs {value_text(a.get(axis))}"
             others = [f"{k}={value_text(v)}" for k, v in b.items() if k != axis]
