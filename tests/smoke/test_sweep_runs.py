@@ -109,3 +109,34 @@ def test_a_sweep_survives_failures_and_a_rerun_resumes(sweep_file, tmp_path):
     assert (out / "runs" / "single" / "summary.json").stat().st_mtime_ns == before
     # ... and the report is made from the sweep folder at the end.
     assert (out / "report" / "index.html").is_file() and "report:" in proc.stdout
+
+
+def test_ctrl_c_stops_the_sweep_and_its_run_which_resumes_later(tmp_path):
+    import signal
+    import time
+
+    path = tmp_path / "long.toml"
+    path.write_text(TINY.replace("epochs = 2", "epochs = 200").replace('''[[variants]]
+label = "broken"
+"model.batchnorm" = true
+"model.fuse_conv_relu" = true
+''', ""))
+    out = tmp_path / "s"
+    proc = subprocess.Popen([sys.executable, "-m", "ddplab", "sweep", str(path), "--out", str(out), "--no-report"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+    metrics_file = out / "runs" / "single" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics_file.exists() and metrics_file.read_text().strip()):  # the first run is training
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C at the terminal reaches the sweep, not its run's own session
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert err.strip().splitlines()[-1] == "ddplab: interrupted" and "Traceback" not in err
+    runs = manifest(out)
+    assert runs["single"]["status"] == "interrupted" and runs["single"]["exit_code"] == 130
+    assert runs["ddp-x2"]["status"] == "pending"  # never started
+    assert (out / "runs" / "single" / "checkpoints" / "last.pt").is_file()
+    proc = ddplab("sweep", str(path), "--out", str(out), "--dry-run")
+    assert "single" in proc.stdout and "resume" in proc.stdout.splitlines()[1]
