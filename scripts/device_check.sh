@@ -23,13 +23,15 @@ fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 
 # 1. CUDA-relevant tests, the training matrix, kernels check and bench: one table.
-timeout 300 python3 scripts/gpu_check.py --out /tmp/gpu-check --timeout 120 2>&1 | tail -40 | tee "$OUT/gpu_check.txt"
+timeout 270 python3 scripts/gpu_check.py --out /tmp/gpu-check --timeout 120 2>&1 | tail -40 | tee "$OUT/gpu_check.txt"
 cp /tmp/gpu-check/gpu_check.json "$OUT/" 2>/dev/null
-# 2. Seed report D's recipe: a plain PyTorch loop vs ddplab, seconds per epoch.
-timeout 120 python3 scripts/bench_loop.py --device cuda --epochs 3 --out "$OUT/bench_loop.json" 2>&1 | tail -6 \
+# 2. Seed report D's recipe: a plain PyTorch loop vs ddplab, seconds per epoch; then ddplab with CUDA graphs.
+timeout 100 python3 scripts/bench_loop.py --device cuda --epochs 3 --out "$OUT/bench_loop.json" 2>&1 | tail -6 \
   | tee "$OUT/bench_loop.txt"
+timeout 100 python3 scripts/bench_loop.py --device cuda --epochs 3 --out "$OUT/bench_graphs.json" \
+  --ddplab-args "--model.compile true --model.compile_mode reduce-overhead" 2>&1 | tail -6 | tee -a "$OUT/bench_loop.txt"
 # 3. A sweep that fits one GPU, then its run folders (without checkpoints) for the report.
-timeout 100 python3 -m ddplab sweep sweeps/accumulation.toml --profile gpu --out /tmp/sweep-accumulation --no-report \
+timeout 80 python3 -m ddplab sweep sweeps/accumulation.toml --profile gpu --out /tmp/sweep-accumulation --no-report \
   2>&1 | tail -8 | tee "$OUT/sweep.txt"
 tar czf "$OUT/sweep-accumulation.tgz" --exclude=checkpoints -C /tmp sweep-accumulation 2>/dev/null
 ls -la "$OUT"

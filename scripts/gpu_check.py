@@ -44,6 +44,7 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("ddp bf16 hook + sync_bn", ["--strategy", "ddp", "--nproc", "1", "--dist.comm_hook", "bf16", "--dist.sync_bn", "true",
                                  "--model.batchnorm", "true"], "cuda"),
     ("compile", ["--model.compile", "true"], "any"),
+    ("compile reduce-overhead", ["--model.compile", "true", "--model.compile_mode", "reduce-overhead"], "any"),
     ("fused conv+relu", ["--model.fuse_conv_relu", "true"], "any"),
 ]
 CUDA_TESTS = ["tests/kernels", "tests/unit/test_loader.py", "tests/unit/test_trainer.py", "tests/unit/test_compat.py",

@@ -40,6 +40,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 STRATEGIES = ("single", "dp", "ddp")
 BACKENDS = ("auto", "nccl", "gloo", "mpi")
 EARLY_STOP_METRICS = ("test_loss", "test_acc", "train_loss")
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 
 
 def opt(default: Any, help: str) -> Any:
@@ -119,10 +120,14 @@ class ModelConfig:
     batchnorm: bool | None = opt(None, "batch normalization after convolutions (default: the model's own)")
     channels_last: bool = opt(False, "use the channels_last memory format for model and batches")
     compile: bool = opt(False, "torch.compile the model (compiled for every batch shape before training starts: start-up time, not epoch time)")
+    compile_mode: str = opt("default", "torch.compile mode: " + " | ".join(COMPILE_MODES) + " (reduce-overhead: CUDA graphs for forward and backward, for launch-bound steps)")
     fuse_conv_relu: bool = opt(False, "replace Conv2d->ReLU pairs with the fused Triton kernel (on CUDA; on a CPU they compute through PyTorch)")
 
     def __post_init__(self) -> None:
         _choice("model.name", self.name, MODELS)
+        _choice("model.compile_mode", self.compile_mode, COMPILE_MODES)
+        if self.compile_mode != "default" and not self.compile:
+            raise _bad("model.compile_mode", self.compile_mode, "applies with --model.compile true")
         _positive("model.width", self.width)
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise _bad("model.dropout", self.dropout, "must be in [0, 1)")

@@ -297,7 +297,8 @@ def wrap_model(model: nn.Module, config: RunConfig, ctx: DistContext) -> nn.Modu
             gradient_as_bucket_view=d.gradient_as_bucket_view, **compat.ddp_buffer_sync())
         maybe_register_comm_hook(model, d.comm_hook)
     if config.model.compile:
-        model = torch.compile(model)  # after DDP, so DDPOptimizer can split graphs at bucket boundaries
+        # After DDP, so DDPOptimizer can split graphs at bucket boundaries.
+        model = torch.compile(model, mode=None if config.model.compile_mode == "default" else config.model.compile_mode)
     return model
 
 

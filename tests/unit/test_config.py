@@ -81,6 +81,8 @@ def test_the_cli_surface_is_deliberate():
     ({"optim": {"warmup_epochs": float("inf")}}, "optim.warmup_epochs"),
     ({"train": {"seed": 2**70}}, "train.seed"),
     ({"dist": {"timeout_s": 10**12}}, "dist.timeout_s"),
+    ({"model": {"compile": True, "compile_mode": "fast"}}, "model.compile_mode"),
+    ({"model": {"compile_mode": "reduce-overhead"}}, "model.compile_mode"),  # without compile
 ])
 def test_bad_values_name_the_field(values, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):

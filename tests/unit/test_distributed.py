@@ -45,3 +45,14 @@ def test_cpu_workers_of_one_node_split_its_cores(monkeypatch):
         assert torch.get_num_threads() == 7
     finally:
         torch.set_num_threads(before)
+
+
+def test_compile_mode_reaches_torch_compile(monkeypatch):
+    from conftest import tiny_config
+    from ddplab.distributed import DistContext, wrap_model
+
+    seen = []
+    monkeypatch.setattr(torch, "compile", lambda model, **kwargs: seen.append(kwargs) or model)
+    for mode, expected in (("default", None), ("reduce-overhead", "reduce-overhead"), ("max-autotune", "max-autotune")):
+        wrap_model(nn.Linear(2, 2), tiny_config(model={"compile": True, "compile_mode": mode}), DistContext())
+        assert seen.pop() == {"mode": expected}
