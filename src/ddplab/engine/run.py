@@ -9,7 +9,6 @@ the trainer exists, so a failure half-way leaves no half-built trainer behind.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import time
@@ -21,7 +20,7 @@ import torch
 
 from ddplab import files
 from ddplab import log as logsetup
-from ddplab.config import RunConfig, check_environment, save_config
+from ddplab.config import RunConfig, check_environment
 from ddplab.data.augment import AugmentSpec
 from ddplab.data.datasets import load_dataset, make_splits
 from ddplab.data.loader import DeviceLoader
@@ -96,9 +95,10 @@ def memory_errors(config: RunConfig, ctx: DistContext):
 
 
 def finished_result(run_dir: Path) -> RunResult:
-    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").is_file() else {}
-    history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return RunResult(run_dir=run_dir, summary=summary, history=history)
+    from ddplab.report.runs import read_json, read_jsonl
+
+    summary = read_json(run_dir / "summary.json", run_dir) if (run_dir / "summary.json").is_file() else {}
+    return RunResult(run_dir=run_dir, summary=summary, history=read_jsonl(run_dir / "metrics.jsonl", run_dir))
 
 
 def run_worker(config: RunConfig, ctx: DistContext, start: float) -> RunResult:

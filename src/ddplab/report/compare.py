@@ -8,12 +8,12 @@ relative to the run with the fewest processes, efficiency is speedup over the id
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
 
 from ddplab.errors import ConfigError, DataError
+from ddplab.report.runs import read_json, read_jsonl
 
 
 def load_run(run_dir: str | Path) -> dict[str, Any]:
@@ -26,32 +26,6 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
     if not isinstance(summary, dict) or not all(isinstance(r, dict) for r in history):
         raise DataError(f"{run_dir}: summary.json or metrics.jsonl does not hold ddplab records")
     return {"dir": run_dir, "summary": summary, "history": history}
-
-
-def read_json(path: Path, run_dir: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{run_dir} is not a finished ddplab run (no {path.name})") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise DataError(f"{path} cannot be read ({type(exc).__name__}): truncated or not JSON") from None
-
-
-def read_jsonl(path: Path, run_dir: Path) -> list[Any]:
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        raise ConfigError(f"{run_dir} is not a finished ddplab run (no {path.name})") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path} cannot be read ({type(exc).__name__})") from None
-    records = []
-    for number, line in enumerate(lines, 1):
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                raise DataError(f"{path} line {number} is not JSON (a truncated write?)") from None
-    return records
 
 
 def scaling_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from ddplab.errors import ConfigError, DataError
-from ddplab.report.compare import read_jsonl
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -179,6 +178,23 @@ def read_json(path: Path, run_dir: Path) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise DataError(f"{path} line {exc.lineno} is not JSON ({exc.msg}): truncated or edited?") from None
+
+
+def read_jsonl(path: Path, run_dir: Path) -> list[Any]:
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        raise ConfigError(f"{run_dir} is not a finished ddplab run (no {path.name})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path} cannot be read ({type(exc).__name__})") from None
+    records = []
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                raise DataError(f"{path} line {number} is not JSON (a truncated write?)") from None
+    return records
 
 
 def read_optional(path: Path, run_dir: Path) -> list[dict[str, Any]]:
