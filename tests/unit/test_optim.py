@@ -88,3 +88,39 @@ def test_early_stopping_state_round_trip():
 def test_schedules_survive_tiny_runs(schedule, epochs, steps_per_epoch):
     curve = lrs(OptimConfig(schedule=schedule, lr=1.0), epochs=epochs, steps_per_epoch=steps_per_epoch)
     assert len(curve) == epochs * steps_per_epoch and all(0 < lr <= 1.0 for lr in curve)
+
+
+def test_fused_kernels_on_cuda_only_where_the_optimizer_has_one():
+    import inspect
+
+    from ddplab.engine.optim import fused_kwargs
+
+    cuda = torch.device("cuda", 0)
+    assert fused_kwargs(torch.optim.Adam, torch.device("cpu")) == {}
+    assert fused_kwargs(torch.optim.Adam, cuda) == {"fused": True} and fused_kwargs(torch.optim.AdamW, cuda) == {"fused": True}
+
+    class NoFused(torch.optim.Optimizer):  # an optimizer without a fused kernel (RMSprop on older torch)
+        def __init__(self, params, lr=0.1, weight_decay=0.0):
+            super().__init__(params, {"lr": lr})
+
+    assert fused_kwargs(NoFused, cuda) == {}
+    expected = {"fused": True} if "fused" in inspect.signature(torch.optim.SGD).parameters else {}
+    assert fused_kwargs(torch.optim.SGD, cuda) == expected
+
+
+def test_a_checkpoint_from_a_fused_gpu_run_resumes_unfused_here(tmp_path):
+    """The saved param groups say fused=True; the optimizer built on this CPU must stay unfused."""
+    from conftest import tiny_config
+    from ddplab.distributed import DistContext
+    from ddplab.engine.run import build_trainer
+
+    trainer = build_trainer(tiny_config(optim={"name": "adam", "lr": 1e-3}), DistContext(), None)[0]
+    trainer.fit()
+    state = trainer.state_dict()
+    for group in state["optimizer"]["param_groups"]:
+        group["fused"] = True  # as a CUDA run saved it
+    resumed = build_trainer(tiny_config(optim={"name": "adam", "lr": 1e-3}, train={"epochs": 3}), DistContext(), None)[0]
+    resumed.load_state_dict(state)
+    assert all(not g["fused"] for g in resumed.optimizer.param_groups)
+    resumed.fit()  # an Adam step with fused=True on CPU tensors would raise
+    assert resumed.state.epoch == 3

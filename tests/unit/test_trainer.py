@@ -212,7 +212,7 @@ def test_the_summary_says_how_the_numbers_were_taken(tmp_path):
 
     result = ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 1}))
     assert result.summary["engine"] == {"deterministic": True, "cudnn_benchmark": False, "time_breakdown": "every step",
-                                        "progress_syncs_per_epoch": 8}
+                                        "progress_syncs_per_epoch": 8, "fused_optimizer": False}
 
 
 def test_phase_timer_times_one_step_in_n_and_extrapolates(monkeypatch):

@@ -30,7 +30,7 @@ class Precision:
         (self.scaler.scale(loss) if self.scaler else loss).backward()
 
     def unscale(self, optimizer: torch.optim.Optimizer) -> None:
-        """Bring gradients back to true scale before clipping."""
+        """Bring gradients back to true scale (needed before clipping; a fused step does it itself)."""
         if self.scaler:
             self.scaler.unscale_(optimizer)
 

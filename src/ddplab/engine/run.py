@@ -163,7 +163,7 @@ def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> 
         raise ConfigError(f"train.batch_size={config.train.batch_size} with train.drop_last leaves no training batch: "
                           f"this rank has {train_loader.num_samples} training images")
     num_steps = steps_per_epoch(len(train_loader), config.train.accumulate)
-    optimizer = build_optimizer(wrapped.parameters(), config.optim)
+    optimizer = build_optimizer(wrapped.parameters(), config.optim, ctx.device)
     trainer = Trainer(
         config=config, ctx=ctx, model=wrapped, optimizer=optimizer,
         scheduler=build_scheduler(optimizer, config.optim, epochs=config.train.epochs, steps_per_epoch=num_steps),
@@ -179,7 +179,8 @@ def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> 
                 "cudnn_benchmark": torch.backends.cudnn.benchmark,
                 "time_breakdown": ("off" if not config.train.time_breakdown else "every step" if every == 1
                                    else f"1 step in {every}, the device synchronized around it"),
-                "progress_syncs_per_epoch": min(PROGRESS_UPDATES_PER_EPOCH, num_steps)},
+                "progress_syncs_per_epoch": min(PROGRESS_UPDATES_PER_EPOCH, num_steps),
+                "fused_optimizer": bool(optimizer.defaults.get("fused"))},
             "gpu": {"measured": bool(sampler and sampler.measured),
                     "reason": sampler.reason if sampler is not None else "no GPU (training on the CPU)"},
             "params": params, "flops_per_image": flops, "eval_split": eval_split, "world_size": ctx.world_size,

@@ -281,8 +281,8 @@ class Trainer:
         return total / step_samples
 
     def optimizer_step(self) -> None:
-        self.precision.unscale(self.optimizer)
         if self.config.optim.grad_clip is not None:
+            self.precision.unscale(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optim.grad_clip)
         self.precision.step(self.optimizer)
         self.last_lr = self.optimizer.param_groups[0]["lr"]
@@ -340,6 +340,9 @@ class Trainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         unwrap(self.model).load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        for group in self.optimizer.param_groups:  # fused is this machine's choice (a GPU run may resume on a CPU)
+            if "fused" in group:
+                group["fused"] = self.optimizer.defaults.get("fused")
         self.precision.load_state_dict(state["scaler"])
         self.early_stopping.load_state_dict(state["early_stopping"])
         self.state.load_state_dict(state["train_state"])
