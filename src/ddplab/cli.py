@@ -168,7 +168,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from ddplab.sweep import default_out, format_plan, load_sweep, run_sweep
 
-    sweep = load_sweep(args.file, profile=args.profile)
+    sweep = load_sweep(args.file, profile=args.profile, overrides=args.set)
     out = args.out or default_out(sweep)
     if args.dry_run:
         print(format_plan(sweep, out))
@@ -233,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", type=Path, help="sweep file (see sweeps/*.toml)")
     p.add_argument("--out", type=Path, default=None, help="sweep folder (default: runs/<sweep name>); re-running resumes it")
     p.add_argument("--profile", default=None, help="a [profiles.NAME] of the file (default: gpu on CUDA, else cpu, if present)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="a setting for every run, over the file's own (repeatable), e.g. --set train.epochs=3")
     p.add_argument("--dry-run", action="store_true", help="list the runs and what would happen to each; run nothing")
     p.add_argument("--timeout", type=float, default=None, help="seconds one run may take before it is stopped")
     p.add_argument("--no-report", action="store_true", help="skip the report at the end")

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from ddplab import files
-from ddplab.config import RunConfig, build_config, check_environment, load_toml
+from ddplab.config import RunConfig, build_config, check_environment, load_toml, merge, parse_dotted
 from ddplab.errors import ConfigError
 
 MANIFEST = "manifest.json"
@@ -75,13 +75,15 @@ class Sweep:
     file: Path
     profile: str | None = None
     spec: dict[str, Any] = field(default_factory=dict)
+    overrides: list[str] = field(default_factory=list)  # --set settings, as given
 
 
 # ---- reading a sweep file -------------------------------------------------------------
 
 
-def load_sweep(path: str | Path, profile: str | None = None) -> Sweep:
-    """The sweep in `path` with `profile` applied, every run validated."""
+def load_sweep(path: str | Path, profile: str | None = None, overrides: list[str] | None = None) -> Sweep:
+    """The sweep in `path` with `profile` applied, then `overrides` ("section.field=value", on every
+    run, over the file's own values: e.g. dist.nproc=1 on a one-GPU machine), every run validated."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"sweep file {path} does not exist (bundled sweeps are in sweeps/*.toml)")
@@ -97,7 +99,9 @@ def load_sweep(path: str | Path, profile: str | None = None) -> Sweep:
         if profile not in profiles:
             raise ConfigError(f"sweep file {path} has no profile {profile!r}; it has: {', '.join(profiles) or 'none'}")
         spec = apply_profile(spec, profiles[profile])
-    return expand(spec, path, profile)
+    sweep = expand(spec, path, profile, parse_dotted(overrides or []))
+    sweep.overrides = list(overrides or [])
+    return sweep
 
 
 def default_profile(profiles: dict[str, Any]) -> str | None:
@@ -119,7 +123,8 @@ def apply_profile(spec: dict[str, Any], profile: dict[str, Any]) -> dict[str, An
     return out
 
 
-def expand(spec: dict[str, Any], path: Path, profile: str | None = None) -> Sweep:
+def expand(spec: dict[str, Any], path: Path, profile: str | None = None,
+           overrides: dict[str, dict[str, Any]] | None = None) -> Sweep:
     meta = spec.get("sweep", {})
     unknown = set(meta) - SWEEP_KEYS
     if unknown:
@@ -150,7 +155,7 @@ def expand(spec: dict[str, Any], path: Path, profile: str | None = None) -> Swee
         if launch not in LAUNCHERS:
             raise ConfigError(f"launch={launch!r} in sweep point {point} is not valid: choose one of {', '.join(LAUNCHERS)}")
         for r in range(repeats):
-            values = merge_dotted(base, {**settings, "train.seed": seed0 + r})
+            values = merge(merge_dotted(base, {**settings, "train.seed": seed0 + r}), overrides or {})
             run_name = unique(run_name_for(point, seed0 + r, repeats), names)
             try:
                 config = build_config(values)
@@ -245,7 +250,7 @@ def manifest_of(sweep: Sweep, out: Path, previous: dict[str, dict]) -> dict[str,
             entry["status"] = "finished"
         runs.append(entry)
     return {"version": 1, "name": sweep.name, "description": sweep.description, "sweep_file": str(sweep.file),
-            "profile": sweep.profile, "axes": sweep.axes, "repeats": sweep.repeats, "runs": runs}
+            "profile": sweep.profile, "overrides": sweep.overrides, "axes": sweep.axes, "repeats": sweep.repeats, "runs": runs}
 
 
 def read_manifest(out: Path) -> dict[str, dict]:

@@ -168,6 +168,8 @@ CASES = [
     Case("sweep-cannot-run-here", ["sweep", "{tmp}/s.toml", "--out", "{tmp}/out"], 2, r"cannot run here: dist\.backend='nccl'",
          setup=lambda tmp: sweep_file(tmp, '"dist.backend" = ["nccl"]\n"dist.strategy" = ["ddp"]'),
          after=no_folder("out")),
+    Case("sweep-bad-set", ["sweep", "{tmp}/s.toml", "--set", "epochs=3"], 2, r"override 'epochs=3' is not valid: write section\.field=value",
+         setup=lambda tmp: sweep_file(tmp, '"train.batch_size" = [8]')),
     Case("report-a-file", ["report", "{tmp}/file"], 2, r"is not a folder", setup=a_file),
     Case("report-no-runs", ["report", "{tmp}", "--out", "{tmp}/rep"], 2, r"no runs found under"),
     Case("report-truncated-summary", ["report", "{tmp}/run", "--out", "{tmp}/rep"], 3, r"summary\.json",

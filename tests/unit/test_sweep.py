@@ -148,3 +148,14 @@ def test_dry_run_plan_says_what_would_happen(tmp_path):
     lines = format_plan(sweep, out).splitlines()
     assert lines[0] == f"sweep demo: 4 runs in {out} (profile small)"
     assert "skip (finished)" in lines[1] and "resume" in lines[2] and " run " in lines[3] and lines[3].endswith("[torchrun]")
+
+
+def test_settings_from_the_command_line_apply_to_every_run(tmp_path):
+    """--set wins over the base, the grid and the variants: one GPU runs a 2-worker sweep as 1 worker."""
+    sweep = load_sweep(write(tmp_path, SWEEP), profile="small", overrides=["dist.nproc=1", "train.epochs=5"])
+    assert {r.config.dist.nproc for r in sweep.runs} == {1} and {r.config.train.epochs for r in sweep.runs} == {5}
+    assert [r.name for r in sweep.runs][:2] == ["batch-size-8_1-worker_s7", "batch-size-8_1-worker_s8"]  # names keep the point
+    with pytest.raises(ConfigError, match="train.epochs='many' is not valid"):
+        load_sweep(write(tmp_path, SWEEP), overrides=["train.epochs=many"])
+    with pytest.raises(ConfigError, match="write section.field=value"):
+        load_sweep(write(tmp_path, SWEEP), overrides=["epochs=3"])
