@@ -50,13 +50,13 @@ class AugmentSpec:
         for name in ("crop_padding", "translate", "cutout"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ConfigError(f"augment.{name} must be an integer >= 0 (pixels), got {value!r}")
+                raise ConfigError(f"data.{name} must be an integer >= 0 (pixels), got {value!r}")
         if self.pad_mode not in PAD_MODES:
-            raise ConfigError(f"augment.pad_mode must be one of {PAD_MODES}, got {self.pad_mode!r}")
-        if not 0.0 <= self.jitter <= 1.0:
-            raise ConfigError(f"augment.jitter must be in [0, 1] (factors stay >= 0), got {self.jitter!r}")
+            raise ConfigError(f"AugmentSpec.pad_mode must be one of {PAD_MODES}, got {self.pad_mode!r}")
+        if not 0.0 <= self.jitter < 1.0:  # the same rule as DataConfig's: factors stay > 0
+            raise ConfigError(f"data.jitter must be in [0, 1), got {self.jitter!r}")
         if not 0.0 <= self.rotate <= 180.0:
-            raise ConfigError(f"augment.rotate must be in [0, 180] degrees, got {self.rotate!r}")
+            raise ConfigError(f"data.rotate must be in [0, 180] degrees, got {self.rotate!r}")
 
     def is_identity(self) -> bool:
         return not (self.crop_padding or self.translate or self.flip or self.cutout or self.jitter or self.rotate)
@@ -73,7 +73,7 @@ def random_crop(x: torch.Tensor, padding: int, generator: torch.Generator, mode:
         return x
     b, _, h, w = x.shape
     if mode == "reflect" and padding >= min(h, w):
-        raise ConfigError(f"augment.crop_padding={padding} needs images larger than it for reflect padding, got {h}x{w}")
+        raise ConfigError(f"data.crop_padding={padding} needs images larger than it for reflect padding, got {h}x{w}")
     offsets = torch.randint(0, 2 * padding + 1, (2, b), generator=generator, device=x.device) - padding
     rows = offsets[0][:, None] + torch.arange(h, device=x.device)  # [B, H] source rows, maybe outside
     cols = offsets[1][:, None] + torch.arange(w, device=x.device)  # [B, W]
