@@ -20,6 +20,18 @@ def pytest_configure(config):
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
+def leftover_processes(marker):
+    """Processes whose environment carries `marker` (the workers of one test run)."""
+    found = []
+    for env_file in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker.encode() in env_file.read_bytes():
+                found.append(env_file.parent.name)
+        except OSError:
+            pass
+    return found
+
+
 def cifar10_root() -> Path | None:
     """The data root holding cifar-10-batches-bin, from DDPLAB_DATA or ../shared."""
     for cand in (os.environ.get("DDPLAB_DATA"), SHARED_CIFAR):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import tiny_config
+from conftest import leftover_processes
 from ddplab import compat
 from ddplab.engine import checkpoint
 
@@ -137,18 +137,6 @@ def test_killed_worker_is_restarted_and_the_run_ends_bit_identical(ddp_run, tmp_
     assert metrics(tmp_path / "killed") == metrics(ddp_run)
     for key, value in weights(ddp_run).items():
         assert torch.equal(weights(tmp_path / "killed")[key], value), key
-
-
-def leftover_processes(marker):
-    """Processes whose environment carries `marker` (the workers of one test run)."""
-    found = []
-    for env_file in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            if marker.encode() in env_file.read_bytes():
-                found.append(env_file.parent.name)
-        except OSError:
-            pass
-    return found
 
 
 @pytest.mark.parametrize("fault, code, needle", [

@@ -22,6 +22,8 @@ from typing import Callable
 import pytest
 import torch
 
+from conftest import leftover_processes
+
 S = ["train", "--dataset", "synthetic", "--data.synthetic_size", "256", "--data.image_size", "16", "--model.width", "0.5",
      "--epochs", "1", "--device", "cpu", "--output.progress", "false", "--output.tensorboard", "false"]
 SHARED = {}  # one finished run, built once, copied into the rows that need one
@@ -214,17 +216,6 @@ def ddplab(*args, env=None):
                           env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
 
 
-def processes_with(marker: str) -> list[str]:
-    found = []
-    for env_file in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            if marker.encode() in env_file.read_bytes():
-                found.append(env_file.parent.name)
-        except OSError:
-            pass
-    return found
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_error_contract(case, tmp_path, tmp_path_factory):
     SHARED.setdefault("factory", tmp_path_factory)
@@ -239,7 +230,7 @@ def test_error_contract(case, tmp_path, tmp_path_factory):
         assert re.search(case.line, errors[0]), errors[0]
         assert "weights_only" not in errors[0]  # never advise unsafe loading
     assert ("Traceback" in proc.stderr) == case.debug, proc.stderr[-3000:]
-    assert processes_with(marker) == []
+    assert leftover_processes(marker) == []
     if case.after:
         case.after(tmp_path)
 

@@ -313,19 +313,27 @@ def test_a_one_field_finding_names_the_other_axes_where_they_vary(tmp_path):
         "train.batch_size=32 vs 128 (strategy=single, nproc=1): 2.00x slower, +0.0 points accuracy, single seed: noise not measured"]
 
 
+def write_axis_sweep(sweep: Path, axis: str, variants: list[tuple[str, dict, dict]]) -> Path:
+    """A finished one-axis sweep: per variant (label, config sections to update, write_run keywords)."""
+    entries = []
+    for label, sections, run_kwargs in variants:
+        run = write_run(sweep / "runs" / label, **run_kwargs)
+        config = tomllib.loads((run / "config.toml").read_text())
+        for section, values in sections.items():
+            config.setdefault(section, {}).update(values)
+        (run / "config.toml").write_text(tomli_w.dumps(config))
+        entries.append({"name": label, "dir": f"runs/{label}", "point": {axis: label}, "seed": 0,
+                        "status": "finished", "exit_code": 0, "error": None, "wall_s": 1.0})
+    (sweep / "manifest.json").write_text(json.dumps({"version": 1, "name": axis, "description": "", "sweep_file": "s.toml",
+                                                     "axes": [axis], "repeats": 1, "runs": entries}))
+    return sweep
+
+
 def test_a_variant_axis_is_compared_even_when_it_changes_several_fields(tmp_path):
     """An optimizer variant changes name and lr together: compared along the sweep's axis, against the first value."""
-    sweep = tmp_path / "sweep"
-    entries = []
-    for label, lr, epoch, acc in (("adam", 0.001, 10.0, 0.70), ("sgd", 0.05, 8.0, 0.73), ("rmsprop", 0.0005, 10.0, 0.65)):
-        run = write_run(sweep / "runs" / label, epoch_s=(epoch, epoch), test_acc=acc)
-        config = tomllib.loads((run / "config.toml").read_text())
-        config["optim"] = {"name": label, "lr": lr}
-        (run / "config.toml").write_text(tomli_w.dumps(config))
-        entries.append({"name": label, "dir": f"runs/{label}", "point": {"optimizer": label}, "seed": 0,
-                        "status": "finished", "exit_code": 0, "error": None, "wall_s": 1.0})
-    (sweep / "manifest.json").write_text(json.dumps({"version": 1, "name": "opt", "description": "", "sweep_file": "o.toml",
-                                                     "axes": ["optimizer"], "repeats": 1, "runs": entries}))
+    sweep = write_axis_sweep(tmp_path / "sweep", "optimizer", [
+        (label, {"optim": {"name": label, "lr": lr}}, {"epoch_s": (epoch, epoch), "test_acc": acc})
+        for label, lr, epoch, acc in (("adam", 0.001, 10.0, 0.70), ("sgd", 0.05, 8.0, 0.73), ("rmsprop", 0.0005, 10.0, 0.65))])
     findings = build_report([sweep], tmp_path / "out")["findings"]
     assert "optimizer=sgd vs adam: 1.25x faster, +3.0 points accuracy, single seed: noise not measured" in findings
     assert "optimizer=rmsprop vs adam: 1.00x faster, -5.0 points accuracy, single seed: noise not measured" in findings
@@ -334,18 +342,10 @@ def test_a_variant_axis_is_compared_even_when_it_changes_several_fields(tmp_path
 
 def test_an_axis_value_is_compared_with_the_axis_first_value_never_with_another_variant(tmp_path):
     """baseline, bn+dropout (two fields), label smoothing (one field): smoothing is said once, against the baseline."""
-    sweep = tmp_path / "sweep"
-    entries = []
-    for label, extra in (("baseline", {}), ("bn-dropout", {"batchnorm": True, "dropout": 0.5}), ("smoothing", {"ls": 0.1})):
-        run = write_run(sweep / "runs" / label)
-        config = tomllib.loads((run / "config.toml").read_text())
-        config["model"].update({k: v for k, v in extra.items() if k != "ls"})
-        config["optim"] = {"label_smoothing": extra.get("ls", 0.0)}
-        (run / "config.toml").write_text(tomli_w.dumps(config))
-        entries.append({"name": label, "dir": f"runs/{label}", "point": {"remedy": label}, "seed": 0,
-                        "status": "finished", "exit_code": 0, "error": None, "wall_s": 1.0})
-    (sweep / "manifest.json").write_text(json.dumps({"version": 1, "name": "reg", "description": "", "sweep_file": "r.toml",
-                                                     "axes": ["remedy"], "repeats": 1, "runs": entries}))
+    sweep = write_axis_sweep(tmp_path / "sweep", "remedy", [
+        ("baseline", {"optim": {"label_smoothing": 0.0}}, {}),
+        ("bn-dropout", {"model": {"batchnorm": True, "dropout": 0.5}, "optim": {"label_smoothing": 0.0}}, {}),
+        ("smoothing", {"optim": {"label_smoothing": 0.1}}, {})])
     findings = build_report([sweep], tmp_path / "out")["findings"]
     compared = [f.split(":")[0] for f in findings if " vs " in f]
     assert compared == ["optim.label_smoothing=0.1 vs 0 (remedy=smoothing)", "remedy=bn-dropout vs baseline"]
