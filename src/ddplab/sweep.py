@@ -74,7 +74,6 @@ class Sweep:
     runs: list[SweepRun]
     file: Path
     profile: str | None = None
-    spec: dict[str, Any] = field(default_factory=dict)
     overrides: list[str] = field(default_factory=list)  # --set settings, as given
 
 
@@ -165,7 +164,7 @@ def expand(spec: dict[str, Any], path: Path, profile: str | None = None,
     if not runs:
         raise ConfigError(f"sweep file {path} defines no runs")
     return Sweep(name=name, description=str(meta.get("description", "")), axes=[a for a, _ in axes], repeats=repeats,
-                 runs=runs, file=path, profile=profile, spec=spec)
+                 runs=runs, file=path, profile=profile)
 
 
 def variant_entry(set_name: str, index: int, entry: Any) -> tuple[Any, dict[str, Any]]:
