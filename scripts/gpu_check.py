@@ -46,8 +46,13 @@ ROWS: list[tuple[str, list[str], str]] = [
     ("compile", ["--model.compile", "true"], "any"),
     ("compile reduce-overhead", ["--model.compile", "true", "--model.compile_mode", "reduce-overhead"], "any"),
     ("fused conv+relu", ["--model.fuse_conv_relu", "true"], "any"),
+    ("cuda graphs", ["--train.cuda_graphs", "true"], "cuda"),
+    ("cuda graphs bf16 + accumulate 2", ["--train.cuda_graphs", "true", "--precision", "bf16", "--train.accumulate", "2"], "cuda"),
+    ("ddp nccl xN cuda graphs", ["--strategy", "ddp", "--nproc", "{n}", "--backend", "nccl", "--train.cuda_graphs", "true"],
+     "multi-cuda"),
 ]
 CUDA_TESTS = ["tests/kernels", "tests/unit/test_loader.py", "tests/unit/test_trainer.py", "tests/unit/test_compat.py",
+              "tests/unit/test_graphed_step.py",
               "tests/distributed", "tests/smoke"]
 
 

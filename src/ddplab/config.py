@@ -186,6 +186,7 @@ class TrainConfig:
     patience: int = opt(3, "early stopping: epochs without improvement before stopping")
     min_delta: float = opt(0.0, "early stopping: smallest change that counts as an improvement")
     deterministic: bool | None = opt(None, "deterministic algorithms; unset: on for CPU (bit-identical reruns), off on CUDA (cuDNN picks the fastest kernels; set true for bit-identical GPU reruns)")
+    cuda_graphs: bool = opt(False, "capture the whole training step (forward, backward, all-reduce, optimizer) in a CUDA graph and replay it: for steps bound by kernel launches (small models and batches); the learning rate lives on the device; fp32/bf16, nccl")
     time_breakdown: bool = opt(True, "time data / forward+backward / optimizer / communication wait per epoch (on CUDA measured on 1 step in 20, the device synchronized around it)")
 
     def __post_init__(self) -> None:
@@ -279,6 +280,24 @@ class RunConfig:
             raise _bad("dist.strategy", "dp", "DataParallel needs CUDA devices; use --strategy ddp --backend gloo on CPU")
         if self.model.compile and self.dist.strategy == "dp":
             raise _bad("model.compile", True, "torch.compile is not supported with DataParallel; use ddp")
+        if self.train.cuda_graphs:
+            self.check_cuda_graphs()
+
+    def check_cuda_graphs(self) -> None:
+        """What a captured step cannot hold: host-side decisions inside the step, or a non-CUDA collective."""
+        refuse = {
+            "train.precision": (self.train.precision == "fp16", "fp16's gradient scaler decides on the host whether to "
+                                "skip each step; use bf16 (same speed, no scaler) or fp32"),
+            "dist.strategy": (self.dist.strategy == "dp", "DataParallel scatters batches from the host every step; use ddp"),
+            "dist.backend": (self.dist.backend in ("gloo", "mpi"), "only NCCL collectives can be captured; use nccl"),
+            "model.compile_mode": (self.model.compile_mode == "reduce-overhead",
+                                   "reduce-overhead already captures forward and backward in CUDA graphs; "
+                                   "use --model.compile_mode default with --train.cuda_graphs"),
+        }
+        for name, (bad, why) in refuse.items():
+            if bad:
+                section, key = name.split(".")
+                raise _bad(name, getattr(getattr(self, section), key), f"with train.cuda_graphs: {why}")
 
     # Derived quantities live here, not in the loop (contract 2).
     def world_size(self) -> int:
@@ -436,6 +455,8 @@ def check_environment(config: RunConfig) -> None:
     resolved = backend if backend != "auto" else ("nccl" if on_cuda else "gloo")
     if config.dist.comm_hook == "bf16" and resolved != "nccl":
         raise _bad("dist.comm_hook", "bf16", "bf16 gradient compression needs NCCL (CUDA); use fp16 with gloo")
+    if config.train.cuda_graphs and not on_cuda:
+        raise _bad("train.cuda_graphs", True, "CUDA graphs need a CUDA device, and this machine has none")
     if config.dist.sync_bn and not on_cuda:
         raise _bad("dist.sync_bn", True, "SyncBatchNorm runs on CUDA devices only")
     if backend == "mpi" and not _mpi_available():

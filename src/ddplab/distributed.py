@@ -291,10 +291,13 @@ def wrap_model(model: nn.Module, config: RunConfig, ctx: DistContext) -> nn.Modu
     if d.strategy == "dp":
         model = nn.DataParallel(model)
     elif ctx.is_distributed:
-        model = nn.parallel.DistributedDataParallel(
-            model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
-            bucket_cap_mb=d.bucket_cap_mb, static_graph=d.static_graph,
-            gradient_as_bucket_view=d.gradient_as_bucket_view, **compat.ddp_buffer_sync())
+        # A step captured in a CUDA graph needs DDP built off the default stream (PyTorch's CUDA graph notes).
+        side = config.train.cuda_graphs and ctx.device.type == "cuda"
+        with torch.cuda.stream(torch.cuda.Stream(ctx.device)) if side else contextlib.nullcontext():
+            model = nn.parallel.DistributedDataParallel(
+                model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+                bucket_cap_mb=d.bucket_cap_mb, static_graph=d.static_graph,
+                gradient_as_bucket_view=d.gradient_as_bucket_view, **compat.ddp_buffer_sync())
         maybe_register_comm_hook(model, d.comm_hook)
     if config.model.compile:
         # After DDP, so DDPOptimizer can split graphs at bucket boundaries.

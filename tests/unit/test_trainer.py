@@ -141,7 +141,7 @@ def test_torch_compile_path_trains_like_eager(tmp_path):
     eager = eager_trainer.fit().history[-1]
     compiled_trainer = trainer_for(tiny_config(train={"epochs": 1}, model={"compile": True, "dropout": 0.0}), run_dir=tmp_path)
     assert compiled_trainer.should_warm_up()
-    assert compiled_trainer.warm_up() == {"train": [32], "eval": [64]}
+    assert compiled_trainer.warm_up() == {"batch_sizes": {"train": [32], "eval": [64]}}
     from torch._dynamo.utils import counters
 
     graphs = counters["stats"]["unique_graphs"]
@@ -171,7 +171,7 @@ def test_warm_up_changes_nothing_the_run_depends_on():
     module = unwrap(trainer.model)
     before = {k: v.clone() for k, v in module.state_dict().items()}
     rng = torch.get_rng_state()
-    assert trainer.warm_up() == {"train": [32, 200 % 32], "eval": [64]}  # the ragged last batch too
+    assert trainer.warm_up_shapes() == {"train": [32, 200 % 32], "eval": [64]}  # the ragged last batch too
     assert torch.equal(torch.get_rng_state(), rng)
     assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())  # weights and BatchNorm statistics
     assert all(p.grad is None for p in module.parameters()) and trainer.state.step == 0
@@ -188,7 +188,7 @@ def test_only_compiling_runs_warm_up_and_the_summary_says_so(tmp_path, monkeypat
     assert not trainer_for(tiny_config(model={"fuse_conv_relu": True})).should_warm_up()  # no autotuning on a CPU
     result = ddplab.train(tiny_config(tmp_path / "plain", train={"epochs": 1}))
     assert result.summary["time"]["warmup"] is None
-    monkeypatch.setattr(Trainer, "should_warm_up", lambda self: True)  # as a compiled run would
+    monkeypatch.setattr(Trainer, "should_warm_up_shapes", lambda self: True)  # as a compiled run would
     warmed = ddplab.train(tiny_config(tmp_path / "warm", train={"epochs": 1}))
     warmup = warmed.summary["time"]["warmup"]
     assert warmup["batch_sizes"] == {"train": [32], "eval": [64]} and warmup["counted_in"] == "startup_s"
@@ -212,7 +212,7 @@ def test_the_summary_says_how_the_numbers_were_taken(tmp_path):
 
     result = ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 1}))
     assert result.summary["engine"] == {"deterministic": True, "cudnn_benchmark": False, "time_breakdown": "every step",
-                                        "progress_syncs_per_epoch": 8, "fused_optimizer": False}
+                                        "progress_syncs_per_epoch": 8, "fused_optimizer": False, "cuda_graphs": False}
 
 
 def test_phase_timer_times_one_step_in_n_and_extrapolates(monkeypatch):

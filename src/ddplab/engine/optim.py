@@ -6,6 +6,7 @@ size change the number of steps but never the shape of the curve over the run.
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
@@ -15,7 +16,8 @@ from torch.optim.lr_scheduler import LambdaLR, LRScheduler, OneCycleLR
 from ddplab.config import OptimConfig
 
 
-def build_optimizer(params, cfg: OptimConfig, device: torch.device | str = "cpu") -> Optimizer:
+def build_optimizer(params, cfg: OptimConfig, device: torch.device | str = "cpu", *, capturable: bool = False) -> Optimizer:
+    """`capturable`: the update may be recorded in a CUDA graph (state and step count stay on the device)."""
     params = list(params)
     cls, kwargs = {
         "sgd": (torch.optim.SGD, dict(momentum=cfg.momentum, nesterov=cfg.nesterov)),
@@ -23,6 +25,8 @@ def build_optimizer(params, cfg: OptimConfig, device: torch.device | str = "cpu"
         "adamw": (torch.optim.AdamW, dict(betas=tuple(cfg.betas), eps=cfg.eps)),
         "rmsprop": (torch.optim.RMSprop, dict(alpha=cfg.alpha, eps=cfg.eps, momentum=cfg.momentum)),
     }[cfg.name]
+    if capturable and "capturable" in inspect.signature(cls).parameters:
+        kwargs["capturable"] = True
     return cls(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **kwargs, **fused_kwargs(cls, torch.device(device)))
 
 
@@ -33,8 +37,6 @@ def fused_kwargs(cls: type, device: torch.device) -> dict[str, bool]:
     gradient scaler no device-to-host sync per step: the scaler hands its inf check to the
     kernel instead of reading it on the host.
     """
-    import inspect
-
     if device.type != "cuda" or "fused" not in inspect.signature(cls).parameters:
         return {}
     return {"fused": True}

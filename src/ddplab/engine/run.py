@@ -132,11 +132,11 @@ def maybe_warm_up(trainer: Trainer) -> dict[str, Any] | None:
     if not trainer.should_warm_up() or not trainer.should_continue():
         return None
     clock = time.perf_counter()
-    shapes = trainer.warm_up()
+    done = trainer.warm_up()
     synchronize(trainer.ctx.device)
     warmup_s = time.perf_counter() - clock
-    log.info("warm-up (compilation, autotuning) of batch sizes %s took %.1f s, counted in start-up", shapes, warmup_s)
-    return {"s": round(warmup_s, 3), "batch_sizes": shapes, "counted_in": "startup_s"}
+    log.info("warm-up (compilation, autotuning, capture: %s) took %.1f s, counted in start-up", done, warmup_s)
+    return {"s": round(warmup_s, 3), **done, "counted_in": "startup_s"}
 
 
 def collective_failure(exc: Exception, config: RunConfig, ctx: DistContext) -> Exception:
@@ -163,7 +163,7 @@ def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> 
         raise ConfigError(f"train.batch_size={config.train.batch_size} with train.drop_last leaves no training batch: "
                           f"this rank has {train_loader.num_samples} training images")
     num_steps = steps_per_epoch(len(train_loader), config.train.accumulate)
-    optimizer = build_optimizer(wrapped.parameters(), config.optim, ctx.device)
+    optimizer = build_optimizer(wrapped.parameters(), config.optim, ctx.device, capturable=config.train.cuda_graphs)
     trainer = Trainer(
         config=config, ctx=ctx, model=wrapped, optimizer=optimizer,
         scheduler=build_scheduler(optimizer, config.optim, epochs=config.train.epochs, steps_per_epoch=num_steps),
@@ -180,7 +180,8 @@ def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> 
                 "time_breakdown": ("off" if not config.train.time_breakdown else "every step" if every == 1
                                    else f"1 step in {every}, the device synchronized around it"),
                 "progress_syncs_per_epoch": min(PROGRESS_UPDATES_PER_EPOCH, num_steps),
-                "fused_optimizer": bool(optimizer.defaults.get("fused"))},
+                "fused_optimizer": bool(optimizer.defaults.get("fused")),
+                "cuda_graphs": config.train.cuda_graphs},
             "gpu": {"measured": bool(sampler and sampler.measured),
                     "reason": sampler.reason if sampler is not None else "no GPU (training on the CPU)"},
             "params": params, "flops_per_image": flops, "eval_split": eval_split, "world_size": ctx.world_size,

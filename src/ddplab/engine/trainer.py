@@ -30,6 +30,7 @@ from ddplab.config import RunConfig
 from ddplab.distributed import DistContext, ddp_module, no_sync, unwrap
 from ddplab.engine import checkpoint
 from ddplab.engine.early_stop import EarlyStopping
+from ddplab.engine.graphed import WARMUP_STEPS, WARMUP_STEPS_DDP, GraphedStep
 from ddplab.engine.precision import Precision
 from ddplab.errors import TrainingError
 from ddplab.metrics.gpu import GpuSampler
@@ -90,6 +91,7 @@ class Trainer:
         self.last_lr = optimizer.param_groups[0]["lr"]
         self.probe_batch: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.gpu_sampler = gpu_sampler  # None: not sampled (no GPU); the same on every rank
+        self.graphed: GraphedStep | None = None  # the captured step, with --train.cuda_graphs
         self.clock_zero = time.perf_counter()  # t_s of step and GPU samples counts from here
 
     # ---- the table of contents -------------------------------------------------------
@@ -175,11 +177,39 @@ class Trainer:
 
     # ---- start-up ----------------------------------------------------------------------
     def should_warm_up(self) -> bool:
-        """Compilation (torch.compile) and Triton autotuning (fused Conv+ReLU on CUDA) happen per shape."""
+        """Compilation (torch.compile) and Triton autotuning (fused Conv+ReLU on CUDA) happen per shape;
+        a CUDA graph is captured once."""
+        return self.should_warm_up_shapes() or self.config.train.cuda_graphs
+
+    def should_warm_up_shapes(self) -> bool:
         m = self.config.model
         return m.compile or (m.fuse_conv_relu and self.ctx.device.type == "cuda")
 
-    def warm_up(self) -> dict[str, list[int]]:
+    def warm_up(self) -> dict[str, Any]:
+        """Everything compiled, tuned or captured before the clocks start; what was done."""
+        done: dict[str, Any] = {}
+        if self.should_warm_up_shapes():
+            done["batch_sizes"] = self.warm_up_shapes()
+        if self.config.train.cuda_graphs:
+            done["cuda_graph"] = self.capture_step()
+        return done
+
+    def capture_step(self, capture: bool | None = None) -> str:
+        """Record the full optimizer step in a CUDA graph (`capture=False`: the same buffers, run eagerly)."""
+        loader = self.train_loader
+        if batch_sizes(loader)[:1] != [loader.batch_size] or len(loader) < self.accumulate:
+            return "not captured: the epoch has no full step (every step runs eagerly)"
+        self.graphed = GraphedStep(self.device_step, optimizer=self.optimizer, accumulate=self.accumulate,
+                                   batch_size=loader.batch_size, image_shape=tuple(loader.images.shape[1:]),
+                                   device=self.ctx.device, channels_last=loader.channels_last, capture=capture)
+        warmup = WARMUP_STEPS_DDP if ddp_module(self.model) is not None else WARMUP_STEPS
+        self.model.train()
+        self.graphed.prepare(self.model, warmup_steps=warmup)
+        ragged = self.steps_per_epoch() * self.accumulate * loader.batch_size != loader.num_samples
+        return (f"the whole step captured after {warmup} warm-up steps (undone)"
+                + ("; the ragged last step of each epoch runs eagerly" if ragged else ""))
+
+    def warm_up_shapes(self) -> dict[str, list[int]]:
         """Run every batch shape of the run once, before the clocks start (contract 7).
 
         Without this, the first epoch's training time carried the compilation and its
@@ -199,7 +229,7 @@ class Trainer:
             for size in shapes["train"]:
                 with no_sync(self.model, skip_sync=True):
                     self.forward_backward([self.blank_batch(size)], None)
-            self.optimizer.zero_grad(set_to_none=True)
+            self.zero_grad()
             self.model.eval()
             with torch.no_grad():
                 for size in shapes["eval"]:
@@ -238,10 +268,7 @@ class Trainer:
             faults.maybe_inject(self.ctx.rank, epoch, i)
             group = [b for _, b in zip(range(self.accumulate), batches)]
             timer.lap("data_s")
-            loss = self.forward_backward(group, meter)
-            timer.lap("forward_backward_s")
-            self.optimizer_step()
-            timer.lap("optimizer_s")
+            loss = self.train_step(group, meter, timer)
             nonfinite |= ~torch.isfinite(loss)
             should_sync = (i + 1) % refresh == 0 or i + 1 == num_steps
             if should_sync:
@@ -257,6 +284,27 @@ class Trainer:
             result["phases"] = timer.totals(num_steps)
             self.probe_batch = group  # for the communication probe, run outside the epoch's clock
         return result
+
+    def train_step(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], meter: ClassificationMeter,
+                   timer: PhaseTimer) -> torch.Tensor:
+        """One optimizer step; its mean loss. A captured step has no separate optimizer phase:
+        forward_backward_s holds its whole replay, optimizer_s the host's schedule update."""
+        if self.graphed is not None and self.graphed.fits(micro_batches):
+            loss = self.graphed.replay(micro_batches, meter)
+            timer.lap("forward_backward_s")
+        else:
+            loss = self.forward_backward(micro_batches, meter)
+            timer.lap("forward_backward_s")
+            self.update_weights()
+        self.advance_schedule()
+        timer.lap("optimizer_s")
+        return loss
+
+    def device_step(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], meter: ClassificationMeter) -> torch.Tensor:
+        """The step's device work, the part a CUDA graph records."""
+        loss = self.forward_backward(micro_batches, meter)
+        self.update_weights()
+        return loss
 
     def forward_backward(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], meter: ClassificationMeter | None) -> torch.Tensor:
         """Gradients of one optimizer step, summed over `micro_batches`.
@@ -280,13 +328,20 @@ class Trainer:
             total += loss_sum.detach()
         return total / step_samples
 
-    def optimizer_step(self) -> None:
+    def update_weights(self) -> None:
         if self.config.optim.grad_clip is not None:
             self.precision.unscale(self.optimizer)
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optim.grad_clip)
         self.precision.step(self.optimizer)
+        self.zero_grad()
+
+    def zero_grad(self) -> None:
+        """Freed gradients are cheapest, except under a CUDA graph, which writes into the same ones every step."""
+        self.optimizer.zero_grad(set_to_none=self.graphed is None)
+
+    def advance_schedule(self) -> None:
+        """The host's part of a step: the rate it used, the next one, the count."""
         self.last_lr = self.optimizer.param_groups[0]["lr"]
-        self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.state.step += 1
 
@@ -309,7 +364,7 @@ class Trainer:
                 with no_sync(self.model, skip_sync=not sync):
                     self.forward_backward(micro_batches[-1:], None)
                 times[sync].append(clock.stop())
-                self.optimizer.zero_grad(set_to_none=True)
+                self.zero_grad()
         self.model.train(was_training)
         return max(0.0, statistics.median(times[True]) - statistics.median(times[False]))
 
@@ -340,9 +395,10 @@ class Trainer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         unwrap(self.model).load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
-        for group in self.optimizer.param_groups:  # fused is this machine's choice (a GPU run may resume on a CPU)
-            if "fused" in group:
-                group["fused"] = self.optimizer.defaults.get("fused")
+        for group in self.optimizer.param_groups:  # this machine's choices (a GPU run may resume on a CPU)
+            for key in ("fused", "capturable"):
+                if key in group:
+                    group[key] = self.optimizer.defaults.get(key)
         self.precision.load_state_dict(state["scaler"])
         self.early_stopping.load_state_dict(state["early_stopping"])
         self.state.load_state_dict(state["train_state"])

@@ -21,6 +21,11 @@ class ClassificationMeter:
         self.sums += torch.stack([loss_sum.detach().double(), correct.double()])
         self.count += len(targets)
 
+    def add(self, sums: torch.Tensor, count: int) -> None:
+        """Fold in another meter's [loss_sum, correct] over `count` samples (a captured step's)."""
+        self.sums += sums
+        self.count += count
+
     def reduced(self, all_reduce_sum) -> dict[str, float]:
         """Global loss, accuracy and count; `all_reduce_sum` sums a tensor over ranks."""
         count = torch.full((1,), float(self.count), dtype=torch.float64, device=self.sums.device)

@@ -1,0 +1,161 @@
+"""The captured training step (--train.cuda_graphs): its logic on a CPU, its capture on CUDA.
+
+On a CPU `Trainer.capture_step(capture=False)` sets up everything a capture does (static
+input buffers, the learning rate as a device tensor, persistent gradients, warm-up steps
+undone) and runs the step eagerly on those buffers, so the tests compare that path with
+the plain loop. The CUDA tests capture for real and skip here.
+"""
+
+import pytest
+import torch
+
+from conftest import tiny_config
+from ddplab.config import build_config, check_environment
+from ddplab.distributed import DistContext, unwrap
+from ddplab.engine.run import build_trainer
+from ddplab.errors import ConfigError
+
+NO_RANDOMNESS = {"crop_padding": 0, "flip": False}
+CLOCKS = ("_s", "_per_s", "_mib")
+
+
+def trainer_for(cfg):
+    return build_trainer(cfg, DistContext(), None)[0]
+
+
+def learning_curve(history):
+    return [{k: v for k, v in r.items() if not k.endswith(CLOCKS) and not k.startswith("rank_")} for r in history]
+
+
+def flat_params(trainer):
+    return torch.cat([p.detach().flatten() for p in unwrap(trainer.model).parameters()])
+
+
+# 256 images in micro-batches of 24, accumulate 3: 3 full steps and a ragged one (2 micro-batches, the last of 16).
+RAGGED = dict(train={"epochs": 2, "batch_size": 24, "accumulate": 3})
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw", "rmsprop"])
+@pytest.mark.parametrize("shape", ["even", "ragged"])
+def test_static_step_trains_like_the_plain_loop_cpu(optimizer, shape):
+    sections = dict(RAGGED) if shape == "ragged" else dict(train={"epochs": 2, "batch_size": 32})
+    lr = {"sgd": 0.05, "adamw": 3e-3, "rmsprop": 3e-4}[optimizer]
+    sections.update(optim={"name": optimizer, "lr": lr, "grad_clip": 1.0}, model={"batchnorm": True})
+    plain = trainer_for(tiny_config(**sections))
+    plain.fit()
+    graphed = trainer_for(tiny_config(**sections))
+    graphed.capture_step(capture=False)
+    graphed.fit()
+    full_steps = 3 if shape == "ragged" else 8
+    assert graphed.graphed.replays == 2 * full_steps and graphed.state.step == plain.state.step
+    # The learning rate reaches the update as a float32 tensor instead of a Python float: equal to float tolerance.
+    torch.testing.assert_close(flat_params(graphed), flat_params(plain), rtol=1e-4, atol=1e-5)
+    for g, p in zip(learning_curve(graphed.state.history), learning_curve(plain.state.history)):
+        assert g.keys() == p.keys()
+        for key in g:
+            assert g[key] == pytest.approx(p[key], rel=1e-4, abs=1e-6), key
+
+
+def test_learning_rate_tensor_follows_the_schedule_every_step_cpu():
+    trainer = trainer_for(tiny_config(train={"epochs": 1}, optim={"schedule": "onecycle"}))
+    trainer.capture_step(capture=False)
+    seen = []
+    step_fn = trainer.graphed.step_fn
+
+    def recording(micro_batches, meter):
+        seen.append((trainer.optimizer.param_groups[0]["lr"].item(), trainer.last_lr))
+        return step_fn(micro_batches, meter)
+
+    trainer.graphed.step_fn = recording
+    trainer.fit()
+    assert len(seen) == 8 and len({lr for lr, _ in seen}) == 8  # onecycle changes the rate every step
+    # The rate a step reads on the device is the one the host's schedule gave it (float32 rounding apart).
+    lrs = [lr for lr, _ in seen]
+    expected = [lr for _, lr in seen][1:] + [trainer.last_lr]  # last_lr is set after the step that used it
+    assert lrs == pytest.approx(expected, rel=1e-6)
+    assert isinstance(trainer.optimizer.param_groups[0]["lr"], float)  # the tensor is in the group only inside the step
+
+
+def test_capture_preparation_changes_nothing_the_run_depends_on_cpu():
+    trainer = trainer_for(tiny_config(train={"epochs": 1}, optim={"name": "adamw", "lr": 3e-3}, model={"batchnorm": True}))
+    module = unwrap(trainer.model)
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    rng = torch.get_rng_state()
+    info = trainer.capture_step(capture=False)
+    assert info.startswith("the whole step captured after 3 warm-up steps")
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())  # weights and BatchNorm statistics
+    assert all(p.grad is not None and not p.grad.any() for p in module.parameters())  # kept, zeroed
+    state = trainer.optimizer.state
+    assert state and all(not v.any() for s in state.values() for v in s.values())  # as lazily built: zeros, step 0
+    assert trainer.state.step == 0
+
+
+def test_gradients_keep_their_storage_across_steps_cpu():
+    trainer = trainer_for(tiny_config(train={"epochs": 1}, **{k: v for k, v in RAGGED.items() if k != "train"}))
+    trainer.capture_step(capture=False)
+    pointers = [p.grad.data_ptr() for p in unwrap(trainer.model).parameters()]
+    trainer.fit()
+    assert [p.grad.data_ptr() for p in unwrap(trainer.model).parameters()] == pointers
+
+
+def test_a_loader_with_no_full_step_captures_nothing_cpu():
+    trainer = trainer_for(tiny_config(train={"epochs": 1, "batch_size": 300}))  # 256 images: one ragged batch
+    assert trainer.capture_step(capture=False).startswith("not captured")
+    assert trainer.graphed is None
+
+
+@pytest.mark.parametrize("setting, value, match", [
+    (("train", "precision"), "fp16", "train.precision='fp16'.*gradient scaler"),
+    (("dist", "strategy"), "dp", "dist.strategy='dp'.*DataParallel"),
+    (("dist", "backend"), "gloo", "dist.backend='gloo'.*NCCL"),
+    (("model", "compile_mode"), "reduce-overhead", "model.compile_mode='reduce-overhead'"),
+])
+def test_cuda_graphs_refuse_what_a_graph_cannot_hold(setting, value, match):
+    section, key = setting
+    values = {"train": {"cuda_graphs": True, "device": "cuda"}}
+    values.setdefault(section, {})[key] = value
+    if key == "compile_mode":
+        values["model"]["compile"] = True
+    if key == "backend":
+        values["dist"] = {"strategy": "ddp", "backend": value}
+    with pytest.raises(ConfigError, match=match):
+        build_config(values)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_cuda_graphs_without_cuda_is_refused_before_anything_runs():
+    with pytest.raises(ConfigError, match="train.cuda_graphs=True.*no"):
+        check_environment(build_config({"train": {"cuda_graphs": True}}))
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graph capture needs a CUDA device")
+
+
+@needs_cuda
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_captured_step_trains_like_eager_on_cuda(optimizer):
+    lr = {"sgd": 0.05, "adamw": 3e-3}[optimizer]
+    sections = dict(train={**RAGGED["train"], "device": "cuda", "deterministic": True},
+                    optim={"name": optimizer, "lr": lr, "grad_clip": 1.0}, model={"batchnorm": True, "dropout": 0.0})
+    eager = trainer_for(tiny_config(**sections))
+    eager.fit()
+    sections["train"]["cuda_graphs"] = True
+    graphed = trainer_for(tiny_config(**sections))
+    assert "captured" in graphed.warm_up()["cuda_graph"]
+    assert graphed.graphed.graph is not None
+    graphed.fit()
+    assert graphed.graphed.replays == 6
+    torch.testing.assert_close(flat_params(graphed), flat_params(eager), rtol=1e-3, atol=1e-4)
+    for g, e in zip(graphed.state.history, eager.state.history):
+        assert g["train_loss"] == pytest.approx(e["train_loss"], rel=1e-3)
+        assert g["test_acc"] == pytest.approx(e["test_acc"], abs=0.02)
+
+
+@needs_cuda
+def test_cuda_graphs_run_records_the_capture_in_its_summary(tmp_path):
+    import ddplab
+
+    result = ddplab.train(tiny_config(tmp_path / "run", train={"epochs": 1, "device": "cuda", "cuda_graphs": True}))
+    assert result.summary["engine"]["cuda_graphs"] is True
+    assert "captured" in result.summary["time"]["warmup"]["cuda_graph"]
