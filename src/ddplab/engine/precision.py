@@ -15,8 +15,10 @@ _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class Precision:
-    def __init__(self, precision: str, device: torch.device):
+    def __init__(self, precision: str, device: torch.device, *, cache_casts: bool = True):
+        """`cache_casts=False` under CUDA graph capture, where PyTorch asks for autocast without its cast cache."""
         self.precision = precision
+        self.cache_casts = cache_casts
         self.device_type = device.type
         self.dtype = _DTYPES.get(precision)
         self.scaler = torch.amp.GradScaler(self.device_type) if precision == "fp16" else None
@@ -24,7 +26,7 @@ class Precision:
     def autocast(self) -> contextlib.AbstractContextManager:
         if self.dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device_type, dtype=self.dtype)
+        return torch.autocast(device_type=self.device_type, dtype=self.dtype, cache_enabled=self.cache_casts)
 
     def backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale(loss) if self.scaler else loss).backward()

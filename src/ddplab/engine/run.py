@@ -167,7 +167,7 @@ def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> 
     trainer = Trainer(
         config=config, ctx=ctx, model=wrapped, optimizer=optimizer,
         scheduler=build_scheduler(optimizer, config.optim, epochs=config.train.epochs, steps_per_epoch=num_steps),
-        precision=Precision(config.train.precision, ctx.device), train_loader=train_loader, eval_loader=eval_loader,
+        precision=Precision(config.train.precision, ctx.device, cache_casts=not config.train.cuda_graphs), train_loader=train_loader, eval_loader=eval_loader,
         sinks=NullSink(), early_stopping=EarlyStopping(config.train.early_stop_metric, config.train.patience, config.train.min_delta),
         checkpoint_dir=run_dir / "checkpoints" if ctx.is_main and run_dir is not None else None,
         gpu_sampler=build_gpu_sampler(config, ctx),
