@@ -59,6 +59,8 @@ def _is_bool(hint: Any) -> bool:
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="TOML config file (e.g. a run's config.toml)")
+    parser.add_argument("--preset", default=argparse.SUPPRESS, metavar="NAME",
+                        help="a recipe that ships with ddplab, as a base for the flags: " + ", ".join(list_presets()))
     for flag, key in SHORTCUTS.items():
         section, name = key.split(".")
         parser.add_argument(flag, dest=key, metavar=name.upper(), default=argparse.SUPPRESS, help=f"same as --{key}")
@@ -85,7 +87,11 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     overrides = parse_dotted([f"{k}={v}" for k, v in vars(args).items() if "." in k])
     output = overrides.get("output", {})
     resume = coerce("output.resume", output.get("resume", False), bool)
-    if hasattr(args, "config"):
+    if hasattr(args, "config") and hasattr(args, "preset"):
+        raise ConfigError("--config and --preset both give a base recipe: choose one, and change single settings with flags")
+    if hasattr(args, "preset"):
+        base = load_toml(preset_path(args.preset))
+    elif hasattr(args, "config"):
         base = load_toml(args.config)
     elif resume and "out" in output:  # resume with the run's own settings
         saved = Path(output["out"]) / "config.toml"
@@ -99,6 +105,20 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     if config.output.out is None:
         config.output.out = str(config.output.run_dir(config.data, config.model))
     return config
+
+
+PRESETS = Path(__file__).parent / "presets"
+
+
+def list_presets() -> list[str]:
+    return sorted(p.stem for p in PRESETS.glob("*.toml"))
+
+
+def preset_path(name: str) -> Path:
+    path = PRESETS / f"{name}.toml"
+    if name not in list_presets():
+        raise ConfigError(f"--preset {name!r} does not exist: presets are " + ", ".join(list_presets()))
+    return path
 
 
 def cmd_train(args: argparse.Namespace) -> int:

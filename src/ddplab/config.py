@@ -33,14 +33,16 @@ import tomli_w
 from ddplab.errors import ConfigError
 
 DATASETS = ("cifar10", "cifar100", "stl10", "imagefolder", "synthetic")
-MODELS = ("simple_cnn", "vgg_small", "resnet18", "fastnet")
-OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop")
+MODELS = ("simple_cnn", "vgg_small", "resnet18", "fastnet", "speednet")
+OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop", "muon")
 SCHEDULES = ("onecycle", "cosine", "step", "none")
 PRECISIONS = ("fp32", "bf16", "fp16")
 STRATEGIES = ("single", "dp", "ddp")
 BACKENDS = ("auto", "nccl", "gloo", "mpi")
 EARLY_STOP_METRICS = ("test_loss", "test_acc", "train_loss")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
+FLIP_MODES = ("random", "alternate")
+TTA_MODES = ("none", "flip", "flip_translate")
 
 
 def opt(default: Any, help: str) -> Any:
@@ -81,6 +83,7 @@ class DataConfig:
     crop_padding: int = opt(4, "augment: random crop after reflect-padding by this many pixels (0 = off)")
     translate: int = opt(0, "augment: random shift by up to this many pixels, zero fill (0 = off)")
     flip: bool = opt(True, "augment: random horizontal flip")
+    flip_mode: str = opt("random", "augment: random (each image, each epoch, p = 0.5) | alternate (a random half in epoch 1, then each image flips every other epoch)")
     cutout: int = opt(0, "augment: cutout square side in pixels (0 = off)")
     jitter: float = opt(0.0, "augment: color jitter strength for brightness, contrast, saturation (0 = off)")
     rotate: float = opt(0.0, "augment: random rotation up to this many degrees (0 = off)")
@@ -88,6 +91,7 @@ class DataConfig:
     def __post_init__(self) -> None:
         _choice("data.dataset", self.dataset, DATASETS)
         _choice("data.cifar100_labels", self.cifar100_labels, ("fine", "coarse"))
+        _choice("data.flip_mode", self.flip_mode, FLIP_MODES)
         for name in ("image_size", "subset", "synthetic_size"):
             _positive(f"data.{name}", getattr(self, name), none_ok=True)
         if not 0.0 <= self.val_fraction < 1.0:
@@ -136,8 +140,9 @@ class ModelConfig:
 @dataclass
 class OptimConfig:
     name: str = opt("sgd", "optimizer: " + " | ".join(OPTIMIZERS))
-    lr: float = opt(0.05, "peak learning rate (per optimizer step, not scaled with batch size)")
-    momentum: float = opt(0.9, "SGD / RMSprop momentum")
+    lr: float = opt(0.05, "peak learning rate (per optimizer step, not scaled with batch size); muon: of the parameters that are not conv filters")
+    muon_lr: float = opt(0.05, "muon: peak learning rate of the conv filters, whose momentum is orthogonalized")
+    momentum: float = opt(0.9, "SGD / RMSprop / Muon momentum")
     nesterov: bool = opt(True, "SGD Nesterov momentum")
     betas: list[float] = opt([0.9, 0.999], "Adam / AdamW betas")
     eps: float = opt(1e-8, "Adam / AdamW / RMSprop epsilon")
@@ -150,16 +155,19 @@ class OptimConfig:
     min_lr_ratio: float = opt(0.0, "cosine: final learning rate as a fraction of lr")
     label_smoothing: float = opt(0.1, "label smoothing of the cross-entropy target")
     grad_clip: float | None = opt(None, "clip the global gradient norm to this value")
+    lookahead_steps: int = opt(0, "lookahead: every this many steps pull slow weights towards the fast ones and restart from them (0 = off)")
+    lookahead_alpha: float = opt(0.5, "lookahead: fraction of the way the slow weights move")
 
     def __post_init__(self) -> None:
         _choice("optim.name", self.name, OPTIMIZERS)
         _choice("optim.schedule", self.schedule, SCHEDULES)
         _positive("optim.lr", self.lr)
+        _positive("optim.muon_lr", self.muon_lr)
         for name in ("momentum", "weight_decay", "warmup_epochs", "min_lr_ratio"):
             _positive(f"optim.{name}", getattr(self, name), zero_ok=True)
         if self.momentum >= 1:
             raise _bad("optim.momentum", self.momentum, "must be in [0, 1)")
-        if self.nesterov and self.name == "sgd" and self.momentum == 0:
+        if self.nesterov and self.name in ("sgd", "muon") and self.momentum == 0:
             raise _bad("optim.nesterov", True, "Nesterov needs optim.momentum > 0 (or set --optim.nesterov false)")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise _bad("optim.betas", self.betas, "two numbers in [0, 1)")
@@ -170,6 +178,9 @@ class OptimConfig:
         if not 0.0 <= self.label_smoothing < 1.0:
             raise _bad("optim.label_smoothing", self.label_smoothing, "must be in [0, 1)")
         _positive("optim.grad_clip", self.grad_clip, none_ok=True)
+        _positive("optim.lookahead_steps", self.lookahead_steps, zero_ok=True)
+        if not 0.0 < self.lookahead_alpha <= 1.0:
+            raise _bad("optim.lookahead_alpha", self.lookahead_alpha, "must be in (0, 1]")
 
 
 @dataclass
@@ -178,6 +189,7 @@ class TrainConfig:
     batch_size: int = opt(128, "images per process per micro-step (global = batch_size x world size x accumulate)")
     accumulate: int = opt(1, "micro-steps per optimizer step (gradient accumulation)")
     eval_batch_size: int = opt(1000, "images per process per evaluation batch")
+    tta: str = opt("none", "test-time augmentation at evaluation, logits averaged: none | flip (2 views) | flip_translate (6 views: also shifted 1 pixel both ways)")
     precision: str = opt("fp32", "precision: fp32 | bf16 | fp16 (autocast; fp16 uses a gradient scaler on CUDA)")
     device: str = opt("auto", "device: auto | cpu | cuda | cuda:N (auto = cuda when available)")
     seed: int = opt(0, "seed for weights, data order and augmentation")
@@ -195,6 +207,7 @@ class TrainConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise _bad(f"train.{name}", value, "must be an integer >= 1")
         _choice("train.precision", self.precision, PRECISIONS)
+        _choice("train.tta", self.tta, TTA_MODES)
         if not (self.device in ("auto", "cpu", "cuda") or _is_cuda_index(self.device)):
             raise _bad("train.device", self.device, "auto, cpu, cuda or cuda:N")
         if not 0 <= self.seed < 2**62:

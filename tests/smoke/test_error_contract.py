@@ -151,6 +151,8 @@ CASES = [
          r"train\.precision='fp16' .*cuda_graphs: fp16's gradient scaler", after=no_folder("r")),
     Case("cuda-graphs-on-cpu", [*S, "--train.cuda_graphs", "true", "--out", "{tmp}/r"], 2,
          r"train\.cuda_graphs=True .*CUDA graphs need a CUDA device", after=no_folder("r")),
+    Case("unknown-preset", ["train", "--preset", "fastest", "--out", "{tmp}/r"], 2,
+         r"--preset 'fastest' does not exist: presets are speedrun", after=no_folder("r")),
     Case("nproc-without-ddp", [*S, "--nproc", "2", "--out", "{tmp}/r"], 2, r"dist\.nproc=2.*--strategy ddp"),
     Case("missing-config-file", ["train", "--config", "{tmp}/nope.toml"], 2, r"config file .*nope\.toml does not exist"),
     Case("bad-toml", ["train", "--config", "{tmp}/bad.toml"], 2, r"bad\.toml is not valid TOML", setup=bad_toml),

@@ -49,7 +49,7 @@ def test_the_cli_surface_is_deliberate():
     """Changing the set of train flags must be a conscious act (update this list)."""
     flags = sorted(o for a in build_parser()._subparsers._group_actions[0].choices["train"]._actions
                    for o in a.option_strings if not o.startswith("--") or "." not in o)
-    assert flags == sorted(["-h", "--help", "--config", "--resume", "--debug", *SHORTCUTS])
+    assert flags == sorted(["-h", "--help", "--config", "--preset", "--resume", "--debug", *SHORTCUTS])
 
 
 @pytest.mark.parametrize("values, field", [

@@ -35,11 +35,11 @@ def flat_params(trainer):
 RAGGED = dict(train={"epochs": 2, "batch_size": 24, "accumulate": 3})
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adamw", "rmsprop"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw", "rmsprop", "muon"])
 @pytest.mark.parametrize("shape", ["even", "ragged"])
 def test_static_step_trains_like_the_plain_loop_cpu(optimizer, shape):
     sections = dict(RAGGED) if shape == "ragged" else dict(train={"epochs": 2, "batch_size": 32})
-    lr = {"sgd": 0.05, "adamw": 3e-3, "rmsprop": 3e-4}[optimizer]
+    lr = {"sgd": 0.05, "adamw": 3e-3, "rmsprop": 3e-4, "muon": 0.05}[optimizer]
     sections.update(optim={"name": optimizer, "lr": lr, "grad_clip": 1.0}, model={"batchnorm": True})
     plain = trainer_for(tiny_config(**sections))
     plain.fit()

@@ -10,7 +10,7 @@ Order of ops, and of random draws (a disabled op draws nothing):
 
 1. crop       `randint(0, 2p+1, (2, B))`: row then column window offsets in the padded image
 2. translate  `randint(0, 2t+1, (2, B))`: same code, zero padding
-3. flip       `rand(B)`: mirror where < 0.5
+3. flip       `rand(B)`: mirror where < 0.5 (flip_mode "alternate": no draw, the loader's mask)
 4. rotate     `rand(B)`: angle = d * (2u - 1) degrees
 5. jitter     `rand(3, B)`: brightness, contrast, saturation factors 1 + s * (2u - 1)
    -- then the loader normalizes with the dataset's mean/std --
@@ -42,6 +42,7 @@ class AugmentSpec:
     pad_mode: str = "reflect"  # padding for the crop: "reflect" or "zeros"
     translate: int = 0  # random shift by up to +-t pixels, zero fill
     flip: bool = False  # horizontal mirror with p = 0.5
+    flip_mode: str = "random"  # "alternate": which images to mirror comes from the loader (see DeviceLoader)
     cutout: int = 0  # side in pixels of one zeroed square per image (after normalization)
     jitter: float = 0.0  # brightness/contrast/saturation factors uniform in [1-s, 1+s]
     rotate: float = 0.0  # max degrees; angle uniform in [-d, d], bilinear, zero fill
@@ -51,6 +52,8 @@ class AugmentSpec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(f"data.{name} must be an integer >= 0 (pixels), got {value!r}")
+        if self.flip_mode not in ("random", "alternate"):
+            raise ConfigError(f"data.flip_mode must be random or alternate, got {self.flip_mode!r}")
         if self.pad_mode not in PAD_MODES:
             raise ConfigError(f"AugmentSpec.pad_mode must be one of {PAD_MODES}, got {self.pad_mode!r}")
         if not 0.0 <= self.jitter < 1.0:  # the same rule as DataConfig's: factors stay > 0
@@ -176,14 +179,20 @@ class Augmenter:
     def __init__(self, spec: AugmentSpec) -> None:
         self.spec = spec
 
-    def __call__(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        """Steps 1-5 on pixels in [0, 1]; returns a new tensor, x is left untouched."""
+    def __call__(self, x: torch.Tensor, generator: torch.Generator, mirror: torch.Tensor | None = None) -> torch.Tensor:
+        """Steps 1-5 on pixels in [0, 1]; returns a new tensor, x is left untouched.
+
+        `mirror` ([B] bool) says which images to flip when flip_mode is "alternate"."""
         if not x.is_floating_point() or x.dim() != 4:
             raise ValueError(f"Augmenter wants a float batch [B, C, H, W], got {x.dtype} {tuple(x.shape)}")
         s = self.spec
         out = random_crop(x, s.crop_padding, generator, s.pad_mode)
         out = random_crop(out, s.translate, generator, "zeros")
-        if s.flip:
+        if s.flip and s.flip_mode == "alternate":
+            if mirror is None:
+                raise ValueError("flip_mode='alternate' needs the loader's mirror mask")
+            out = torch.where(mirror[:, None, None, None], out.flip(3), out)
+        elif s.flip:
             out = random_flip(out, generator)
         out = random_rotate(out, s.rotate, generator)
         out = color_jitter(out, s.jitter, generator)

@@ -95,6 +95,11 @@ class DeviceLoader:
         use_aug = train and augment is not None and not augment.is_identity()
         self.augmenter = Augmenter(augment) if use_aug else None
         self.epoch = 0
+        self.flip_parity: torch.Tensor | None = None  # alternating flip: each image's epoch-1 choice
+        if self.augmenter is not None and augment.flip and augment.flip_mode == "alternate":
+            g = torch.Generator()
+            g.manual_seed(derive_seed(seed, 0, 0, "flip"))  # the same on every rank: an image's flips agree
+            self.flip_parity = torch.randint(0, 2, (len(self.labels),), generator=g, dtype=torch.uint8).to(self.device)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -135,12 +140,18 @@ class DeviceLoader:
         gen = self.generator() if self.augmenter is not None else None
         for i in range(len(self)):
             batch = index[i * self.batch_size : (i + 1) * self.batch_size]
-            yield self._make_batch(self.images.index_select(0, batch), gen), self.labels.index_select(0, batch)
+            yield self._make_batch(self.images.index_select(0, batch), gen, batch), self.labels.index_select(0, batch)
 
-    def _make_batch(self, raw: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
+    def mirror_mask(self, batch: torch.Tensor) -> torch.Tensor | None:
+        """Alternating flip: image i is mirrored in epochs where (its parity + epoch) is even."""
+        if self.flip_parity is None:
+            return None
+        return (self.flip_parity.index_select(0, batch) + self.epoch) % 2 == 0
+
+    def _make_batch(self, raw: torch.Tensor, gen: torch.Generator | None, batch: torch.Tensor | None = None) -> torch.Tensor:
         x = raw.float().div_(255)
         if self.augmenter is not None:
-            x = self.augmenter(x, gen)
+            x = self.augmenter(x, gen, self.mirror_mask(batch) if batch is not None else None)
         x = x.sub_(self.mean).div_(self.std)
         if self.augmenter is not None:
             x = self.augmenter.apply_cutout(x, gen)

@@ -43,5 +43,5 @@ def evaluate_run(run_dir: str | Path, *, weights: str = "final", device: str = "
     model.to(ctx.device)
     loader = DeviceLoader(eval_set, batch_size=config.train.eval_batch_size, device=ctx.device, train=False)
     with torch.inference_mode(False):
-        result = evaluate(model, loader, Precision(config.train.precision, ctx.device), ctx)
+        result = evaluate(model, loader, Precision(config.train.precision, ctx.device), ctx, tta=config.train.tta)
     return {**result, "run_dir": str(run_dir), "weights": weights, "epoch": epoch, "split": split}

@@ -155,6 +155,7 @@ def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> 
     train_set, eval_set, eval_split = build_datasets(config, ctx)
     torch.manual_seed(config.train.seed)  # identical initial weights on every rank (contract 3)
     model = build_model(config, train_set)
+    data_init_s = maybe_init_from_data(model, train_set, ctx.device)
     params, flops = count_params(model), count_flops(model, train_set.image_shape)
     maybe_fuse_conv_relu(model, config, ctx.device)
     wrapped = wrap_model(model, config, ctx)
@@ -184,13 +185,26 @@ def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> 
                 "cuda_graphs": config.train.cuda_graphs},
             "gpu": {"measured": bool(sampler and sampler.measured),
                     "reason": sampler.reason if sampler is not None else "no GPU (training on the CPU)"},
-            "params": params, "flops_per_image": flops, "eval_split": eval_split, "world_size": ctx.world_size,
+            "data_init_s": data_init_s, "params": params, "flops_per_image": flops, "eval_split": eval_split, "world_size": ctx.world_size,
             "train_images": len(train_set), "eval_images": len(eval_set), "steps_per_epoch": num_steps,
             "device": ctx.device, "classes": train_set.classes}
     log.info("%s on %s: %d train / %d %s images, %s params, batch %d local / %d global, %d steps/epoch",
              config.model.name, ctx.device, len(train_set), len(eval_set), eval_split, f"{params:,}",
              config.train.batch_size, config.global_batch_size(ctx.world_size), num_steps)
     return trainer, info
+
+
+def maybe_init_from_data(model: torch.nn.Module, train_set, device: torch.device) -> float | None:
+    """The whitening stem's weights from the training images, timed (None: the model has no such layer)."""
+    from ddplab.engine.data_init import init_whitening, wants_data_init
+
+    if not wants_data_init(model):
+        return None
+    synchronize(device)
+    clock = time.perf_counter()
+    init_whitening(model.whitening, train_set, device)
+    synchronize(device)
+    return round(time.perf_counter() - clock, 4)
 
 
 def build_gpu_sampler(config: RunConfig, ctx: DistContext) -> GpuSampler | None:
@@ -255,7 +269,7 @@ def build_datasets(config: RunConfig, ctx: DistContext):
 
 def build_loaders(config: RunConfig, ctx: DistContext, train_set, eval_set) -> tuple[DeviceLoader, DeviceLoader]:
     d, t = config.data, config.train
-    spec = AugmentSpec(crop_padding=d.crop_padding, translate=d.translate, flip=d.flip, cutout=d.cutout,
+    spec = AugmentSpec(crop_padding=d.crop_padding, translate=d.translate, flip=d.flip, flip_mode=d.flip_mode, cutout=d.cutout,
                        jitter=d.jitter, rotate=d.rotate)
     common = dict(device=ctx.device, seed=t.seed, rank=ctx.rank, world_size=ctx.world_size,
                   channels_last=config.model.channels_last)

@@ -31,6 +31,7 @@ from ddplab.distributed import DistContext, ddp_module, no_sync, unwrap
 from ddplab.engine import checkpoint
 from ddplab.engine.early_stop import EarlyStopping
 from ddplab.engine.graphed import WARMUP_STEPS, WARMUP_STEPS_DDP, GraphedStep
+from ddplab.engine.lookahead import Lookahead
 from ddplab.engine.precision import Precision
 from ddplab.errors import TrainingError
 from ddplab.metrics.gpu import GpuSampler
@@ -92,6 +93,9 @@ class Trainer:
         self.probe_batch: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.gpu_sampler = gpu_sampler  # None: not sampled (no GPU); the same on every rank
         self.graphed: GraphedStep | None = None  # the captured step, with --train.cuda_graphs
+        o = config.optim
+        self.lookahead = Lookahead(unwrap(model).parameters(), every=o.lookahead_steps, alpha=o.lookahead_alpha) \
+            if o.lookahead_steps else None
         self.clock_zero = time.perf_counter()  # t_s of step and GPU samples counts from here
 
     # ---- the table of contents -------------------------------------------------------
@@ -261,6 +265,8 @@ class Trainer:
         refresh = max(1, num_steps // PROGRESS_UPDATES_PER_EPOCH)
         timer = PhaseTimer(self.ctx.device, enabled=self.config.train.time_breakdown, every=self.timed_step_every())
         self.sinks.epoch_start(epoch, num_steps)
+        if self.lookahead is not None:
+            self.lookahead.reset()
         batches = iter(self.train_loader)
         steps = []  # the training loss where it is read anyway (progress refreshes): curves for short runs
         for i in range(num_steps):
@@ -278,6 +284,8 @@ class Trainer:
                 steps.append({"step": self.state.step, "train_loss": value, "lr": self.last_lr,
                               "t_s": round(time.perf_counter() - self.clock_zero, 3)})
             self.sinks.step(sum(len(y) for _, y in group), value)
+        if self.lookahead is not None:  # evaluation and the checkpoint see the slow weights
+            self.lookahead.sync()
         result = meter.reduced(self.ctx.all_reduce_sum)
         result["steps"] = steps
         if timer.enabled:
@@ -344,6 +352,8 @@ class Trainer:
         self.last_lr = self.optimizer.param_groups[0]["lr"]
         self.scheduler.step()
         self.state.step += 1
+        if self.lookahead is not None:
+            self.lookahead.after_step(self.state.step)
 
     def comm_wait_per_step(self, micro_batches, repeats: int = 3) -> float:
         """Seconds per step that backward spends waiting for the gradient all-reduce.
@@ -379,7 +389,7 @@ class Trainer:
 
     # ---- evaluation --------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
-        return evaluate(self.model, self.eval_loader, self.precision, self.ctx)
+        return evaluate(self.model, self.eval_loader, self.precision, self.ctx, tta=self.config.train.tta)
 
     # ---- state -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -422,19 +432,32 @@ class Trainer:
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, loader, precision: Precision, ctx: DistContext) -> dict[str, float]:
+def evaluate(model: torch.nn.Module, loader, precision: Precision, ctx: DistContext, tta: str = "none") -> dict[str, float]:
     """Plain cross-entropy and accuracy over the whole evaluation set, each sample once.
 
     The loader shards without padding, so the all-reduced sums count every sample exactly
-    once whatever the world size (contract 1).
+    once whatever the world size (contract 1). With test-time augmentation the loss and
+    accuracy are those of the logits averaged over the views.
     """
     model.eval()
     meter = ClassificationMeter(ctx.device)
     for x, y in loader:
         with precision.autocast():
-            logits = model(x)
-        meter.update(F.cross_entropy(logits.float(), y, reduction="sum"), logits, y)
+            logits = torch.stack([model(view).float() for view in tta_views(x, tta)]).mean(dim=0)
+        meter.update(F.cross_entropy(logits, y, reduction="sum"), logits, y)
     return meter.reduced(ctx.all_reduce_sum)
+
+
+def tta_views(x: torch.Tensor, mode: str) -> list[torch.Tensor]:
+    """The batch, its mirror image, and (flip_translate) both shifted one pixel down-right and up-left."""
+    if mode == "none":
+        return [x]
+    views = [x]
+    if mode == "flip_translate":
+        padded = F.pad(x, (1, 1, 1, 1), mode="reflect")
+        h, w = x.shape[-2:]
+        views += [padded[..., :h, :w], padded[..., 2:, 2:]]
+    return views + [v.flip(-1) for v in views]
 
 
 class PhaseTimer:

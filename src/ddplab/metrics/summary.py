@@ -50,6 +50,7 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
             "startup_s": round(startup_s, 3),
             # Compilation and autotuning run on every batch shape before the clocks (None: nothing to warm up).
             "warmup": info.get("warmup"),
+            "data_init_s": info.get("data_init_s"),  # the whitening stem's init from the data (None: none)
             "train_s": round(sum(r["train_s"] for r in history), 3),
             "eval_s": round(sum(r["eval_s"] for r in history), 3),
             "total_s": round(total_s, 3),
@@ -57,6 +58,10 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
             # The first epoch still warms caches (cuDNN, the allocator): show the steady state apart.
             "mean_epoch_s_after_first": round(statistics.fmean(epoch_s[1:]), 3) if len(epoch_s) > 1 else None,
             "images_per_s": round(statistics.fmean(r["images_per_s"] for r in history), 1) if history else None,
+            # As the CIFAR-10 speed records time a run: data init + every epoch's training + the last evaluation;
+            # start-up, compilation and the earlier epochs' evaluations are left out (each is reported above).
+            "record_s": round((info.get("data_init_s") or 0.0) + sum(r["train_s"] for r in history)
+                              + history[-1]["eval_s"], 3) if history else None,
         },
         "memory": {k: max(r.get(k, 0.0) for r in history) for k in memory_keys},
         # DataParallel: per-GPU peaks, where GPU 0's extra load shows (PITFALLS row 14).

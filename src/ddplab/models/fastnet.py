@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ddplab.errors import ConfigError
 from ddplab.models.registry import norm2d, register_model, scale_channels
 
 # airbench's `scaling_factor` (found by tuning there): a fixed softmax temperature. The
@@ -108,3 +109,45 @@ def fastnet(
         dropout=dropout,
         batchnorm=batchnorm,
     )
+
+
+class SpeedNet(FastNet):
+    """FastNet's body behind a patch-whitening stem: the speedrun preset's net.
+
+    The stem is a 2x2 convolution (no padding) with 2 x C x 4 output channels: each
+    principal direction of the training set's 2x2 patches, scaled to unit variance, and
+    its negative (so the GELU after it passes both signs). Its weights are set from the
+    data and frozen by `ddplab.engine.data_init` (models hold no training code); at
+    construction they are a random init, so the model also runs without it. Each group's
+    convolutions start as partial identities (the first min(in, out) channels pass through
+    unchanged), which lets a few-epoch run start from a net that forwards the whitened input.
+    """
+
+    def __init__(self, *, num_classes: int, in_channels: int, widths: tuple[int, ...], dropout: float, batchnorm: bool):
+        patch = 2
+        super().__init__(num_classes=num_classes, in_channels=in_channels, stem_width=2 * in_channels * patch * patch,
+                         widths=widths, dropout=dropout, batchnorm=batchnorm)
+        self.whitening = nn.Conv2d(in_channels, 2 * in_channels * patch * patch, kernel_size=patch, padding=0, bias=True)
+        self.stem = nn.Sequential(self.whitening, nn.GELU())
+        with torch.no_grad():
+            for group in self.groups:
+                for conv in (group.conv1, group.conv2):
+                    n = min(conv.in_channels, conv.out_channels)
+                    nn.init.dirac_(conv.weight[:n, :n])
+
+
+@register_model("speednet")
+def speednet(
+    *,
+    num_classes: int,
+    in_channels: int = 3,
+    image_size: tuple[int, int] = (32, 32),
+    width: float = 1.0,
+    dropout: float = 0.0,
+    batchnorm: bool = True,
+) -> SpeedNet:
+    """FastNet with a data-whitened 2x2 stem and identity-initialized convs; `width` scales 64/256/256."""
+    if min(image_size) < 2:
+        raise ConfigError(f"speednet needs images of at least 2x2 pixels (its stem reads 2x2 patches), got {image_size}")
+    return SpeedNet(num_classes=num_classes, in_channels=in_channels,
+                    widths=tuple(scale_channels(c, width) for c in (64, 256, 256)), dropout=dropout, batchnorm=batchnorm)

@@ -1,0 +1,83 @@
+"""Muon: momentum whose update is orthogonalized, for convolution filters; Nesterov SGD for the rest.
+
+A filter bank's gradient, viewed as a matrix (out channels x in*k*k), is dominated by a
+few directions; Muon replaces the momentum matrix M = U S V^T by (approximately) U V^T,
+so every direction moves at the same rate. The orthogonalization is a few steps of a
+quintic Newton-Schulz iteration in bfloat16 on M scaled to unit Frobenius norm: cheap
+matrix products instead of an SVD. Its singular values come out spread around 1 rather
+than exactly 1, which does not hurt training.
+
+torch.optim.Muon (torch 2.9+) takes 2-D parameters only and one rule for all of them;
+ddplab's loop holds one optimizer per run, and a CNN also has filters (4-D), biases, norm
+scales and a head that want plain momentum. So this one optimizer holds both kinds of
+group, marked `orthogonalize`; on 2-D parameters its update is torch.optim.Muon's
+(tested against it where the installed torch has it). Every operation accepts a learning
+rate that is a device tensor, so a CUDA graph can capture the step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+# The quintic's coefficients (Jordan et al., 2024), chosen to push small singular values up fast.
+NEWTON_SCHULZ = (3.4445, -4.7750, 2.0315)
+
+
+def orthogonalize(m: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
+    """Approximately U V^T of the 2-D `m` = U S V^T, in bfloat16."""
+    a, b, c = NEWTON_SCHULZ
+    x = m.bfloat16()
+    tall = x.shape[0] > x.shape[1]
+    if tall:  # iterate on the smaller Gram matrix
+        x = x.T
+    x = x / x.norm().clamp(min=eps)
+    for _ in range(steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.T if tall else x
+
+
+def split_params(params) -> list[dict]:
+    """Two groups: filters (4-D, trainable) orthogonalized; everything else plain momentum."""
+    params = [p for p in params if p.requires_grad]
+    filters = [p for p in params if p.dim() == 4]
+    others = [p for p in params if p.dim() != 4]
+    return [g for g in ({"params": filters, "orthogonalize": True}, {"params": others, "orthogonalize": False}) if g["params"]]
+
+
+class Muon(torch.optim.Optimizer):
+    """`lr` for the orthogonalized groups, `other_lr` for the rest (a group's own "lr" wins)."""
+
+    def __init__(self, params, *, lr: float, other_lr: float, momentum: float = 0.9, nesterov: bool = True,
+                 weight_decay: float = 0.0, ns_steps: int = 5):
+        groups = [{**g, "lr": g.get("lr", lr if g.get("orthogonalize") else other_lr)} for g in params]
+        super().__init__(groups, dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
+                                      ns_steps=ns_steps, orthogonalize=False))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            lr, momentum = group["lr"], group["momentum"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = torch.zeros_like(p)
+                buf = state["momentum_buffer"].mul_(momentum).add_(p.grad)
+                update = p.grad.add(buf, alpha=momentum) if group["nesterov"] else buf
+                if group["orthogonalize"]:
+                    rows = p.shape[0]
+                    cols = p[0].numel()
+                    update = orthogonalize(update.reshape(rows, cols), group["ns_steps"]).view_as(p).to(p.dtype)
+                    update = update * math.sqrt(max(1.0, rows / cols))
+                if group["weight_decay"]:
+                    p.mul_(1 - lr * group["weight_decay"])
+                p.sub_(update * lr)  # works for a float and a device-tensor rate alike
+        return loss

@@ -1,0 +1,245 @@
+"""The speedrun preset's pieces: whitening init, Muon, lookahead, alternating flip, TTA, the preset itself."""
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import tiny_config
+from ddplab.data.augment import AugmentSpec
+from ddplab.data.dataset import ImageDataset
+from ddplab.data.loader import DeviceLoader
+from ddplab.distributed import DistContext
+from ddplab.engine.data_init import init_whitening
+from ddplab.engine.lookahead import Lookahead
+from ddplab.engine.muon import Muon, orthogonalize, split_params
+from ddplab.engine.precision import Precision
+from ddplab.engine.run import build_trainer
+from ddplab.engine.trainer import evaluate, tta_views
+from ddplab.errors import ConfigError
+from ddplab.models import create_model
+
+SPEEDNET = {"name": "speednet", "width": 0.125}
+
+
+def images(n=400, size=12, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randint(0, 256, (n, 3, size, size), generator=g)
+    # Correlated channels and neighbouring pixels, as in photos: whitening has something to undo.
+    smooth = (base + base.roll(1, dims=3) + base.roll(1, dims=2)) / 3
+    mixed = torch.stack([smooth[:, 0], 0.7 * smooth[:, 0] + 0.3 * smooth[:, 1], smooth[:, 2]], dim=1)
+    return ImageDataset(images=mixed.round().to(torch.uint8), labels=torch.randint(0, 4, (n,), generator=g),
+                        classes=list("abcd"))
+
+
+def test_whitening_stem_outputs_unit_variance_uncorrelated_patches():
+    data = images()
+    model = create_model("speednet", num_classes=4, width=0.125)
+    init_whitening(model.whitening, data)
+    x = (data.images.float() / 255 - torch.tensor(data.mean).view(1, 3, 1, 1)) / torch.tensor(data.std).view(1, 3, 1, 1)
+    with torch.no_grad():
+        out = model.whitening(x)  # [N, 24, H-1, W-1]
+    channels = out.transpose(0, 1).reshape(24, -1).double()
+    first, second = channels[:12], channels[12:]
+    torch.testing.assert_close(second, -first)  # each direction and its negative
+    assert first.mean(dim=1).abs().max() < 1e-4  # the bias removes the patch mean
+    cov = torch.cov(first)
+    # Unit variance up to eps / (lambda + eps), uncorrelated: the identity.
+    torch.testing.assert_close(cov, torch.eye(12, dtype=torch.float64), atol=0.02, rtol=0)
+    assert not model.whitening.weight.requires_grad and model.whitening.bias.requires_grad
+
+
+def test_a_speednet_run_initializes_its_stem_from_the_data_and_times_it(tmp_path):
+    import ddplab
+
+    result = ddplab.train(tiny_config(tmp_path / "r", model=SPEEDNET, train={"epochs": 1}))
+    assert result.summary["time"]["data_init_s"] > 0
+    history = result.history
+    assert result.summary["time"]["record_s"] == pytest.approx(
+        result.summary["time"]["data_init_s"] + history[0]["train_s"] + history[0]["eval_s"], abs=2e-3)
+    plain = ddplab.train(tiny_config(tmp_path / "p", train={"epochs": 1}))
+    assert plain.summary["time"]["data_init_s"] is None
+
+
+def test_muon_update_on_matrices_is_torch_muons():
+    if not hasattr(torch.optim, "Muon"):
+        pytest.skip(f"torch {torch.__version__} has no torch.optim.Muon")
+    torch.manual_seed(0)
+    w = torch.randn(48, 80)
+    ours_w, ref_w = w.clone().requires_grad_(), w.clone().requires_grad_()
+    ours = Muon([{"params": [ours_w], "orthogonalize": True}], lr=0.02, other_lr=1.0, momentum=0.95, weight_decay=0.01)
+    ref = torch.optim.Muon([ref_w], lr=0.02, momentum=0.95, nesterov=True, weight_decay=0.01, adjust_lr_fn="original")
+    for _ in range(4):
+        g = torch.randn(48, 80)
+        before_ours, before_ref = ours_w.detach().clone(), ref_w.detach().clone()
+        ours_w.grad, ref_w.grad = g.clone(), g.clone()
+        ours.step()
+        ref.step()
+        d_ours, d_ref = (ours_w - before_ours).detach().flatten(), (ref_w - before_ref).detach().flatten()
+        # Both orthogonalize in bfloat16, with the operations in another order: the same step to bf16 precision.
+        assert F.cosine_similarity(d_ours, d_ref, dim=0) > 0.998
+        assert d_ours.norm() / d_ref.norm() == pytest.approx(1.0, abs=0.02)
+
+
+def test_orthogonalize_flattens_the_spectrum_of_tall_and_wide_matrices():
+    torch.manual_seed(0)
+    for shape in [(32, 72), (72, 32)]:
+        m = torch.randn(*shape) @ torch.diag(torch.logspace(-2, 1, shape[1]))  # singular values over decades
+        before, after = torch.linalg.svdvals(m), torch.linalg.svdvals(orthogonalize(m).float())
+        # Five Newton-Schulz steps pull every singular value towards 1 (a spread around it, not U V^T exactly).
+        assert after.max() < 1.25 and after.max() / after.min() < (before.max() / before.min()) / 10
+
+
+def test_muon_orthogonalizes_filters_only_and_trains():
+    model = create_model("simple_cnn", num_classes=4, width=0.5)
+    groups = split_params(model.parameters())
+    assert [g["orthogonalize"] for g in groups] == [True, False]
+    assert all(p.dim() == 4 for p in groups[0]["params"]) and all(p.dim() != 4 for p in groups[1]["params"])
+    cfg = tiny_config(train={"epochs": 3}, optim={"name": "muon", "lr": 0.05, "muon_lr": 0.05})
+    trainer = build_trainer(cfg, DistContext(), None)[0]
+    assert [g["lr"] for g in trainer.optimizer.param_groups] != [None]
+    state = trainer.fit()
+    assert state.history[-1]["test_acc"] >= 0.6  # 4 classes: chance is 0.25
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")
+def test_onecycle_gives_each_muon_group_its_own_peak():
+    cfg = tiny_config(train={"epochs": 1}, optim={"name": "muon", "lr": 0.1, "muon_lr": 0.02, "warmup_epochs": 0.5})
+    trainer = build_trainer(cfg, DistContext(), None)[0]
+    peaks = [0.0, 0.0]
+    for _ in range(trainer.steps_per_epoch()):
+        peaks = [max(p, g["lr"]) for p, g in zip(peaks, trainer.optimizer.param_groups)]
+        trainer.scheduler.step()
+    assert peaks == pytest.approx([0.02, 0.1], rel=1e-6)
+
+
+def test_lookahead_moves_slow_weights_part_way_and_restarts_the_fast_ones():
+    w = torch.nn.Parameter(torch.zeros(3))
+    la = Lookahead([w], every=2, alpha=0.25)
+    with torch.no_grad():
+        w.add_(4.0)
+    la.after_step(1)  # not a multiple of 2: nothing
+    assert w.tolist() == [4.0] * 3
+    la.after_step(2)
+    assert w.tolist() == [1.0] * 3 and la.slow[0].tolist() == [1.0] * 3  # 0 + 0.25 * (4 - 0)
+
+
+def test_an_interrupted_speedrun_style_run_resumes_bit_identically(tmp_path, monkeypatch):
+    """Every piece at once (whitening, Muon, lookahead, alternating flip, TTA): nothing is lost at an epoch boundary."""
+    import ddplab
+    from ddplab.engine.trainer import Trainer
+
+    cfg = dict(model=SPEEDNET, train={"epochs": 3, "tta": "flip_translate"}, data={"flip_mode": "alternate"},
+               optim={"name": "muon", "lr": 0.05, "muon_lr": 0.05, "lookahead_steps": 3})
+    whole = ddplab.train(tiny_config(tmp_path / "whole", **cfg))
+    real_run_epoch = Trainer.run_epoch
+
+    def crash_in_epoch_2(self, epoch):
+        if epoch == 2:
+            raise KeyboardInterrupt
+        return real_run_epoch(self, epoch)
+
+    monkeypatch.setattr(Trainer, "run_epoch", crash_in_epoch_2)
+    with pytest.raises(KeyboardInterrupt):
+        ddplab.train(tiny_config(tmp_path / "cut", **cfg))
+    monkeypatch.setattr(Trainer, "run_epoch", real_run_epoch)
+    resumed = ddplab.train(tiny_config(tmp_path / "cut", output={"resume": True, "progress": False, "tensorboard": False},
+                                       **cfg))
+    keys = ("train_loss", "train_acc", "test_loss", "test_acc")
+    assert [[r[k] for k in keys] for r in resumed.history] == [[r[k] for k in keys] for r in whole.history]
+    without = ddplab.train(tiny_config(tmp_path / "plain", **{**cfg, "optim": {**cfg["optim"], "lookahead_steps": 0}}))
+    assert without.history[-1]["test_loss"] != whole.history[-1]["test_loss"]  # lookahead changed the run
+
+
+def loader(flip_mode, *, rank=0, world_size=1):
+    data = images(n=64)
+    return DeviceLoader(data, batch_size=16, device="cpu", train=True, seed=3, rank=rank, world_size=world_size,
+                        augment=AugmentSpec(flip=True, flip_mode=flip_mode))
+
+
+def mirrored(ld, epoch):
+    """Which dataset images this loader mirrors in `epoch`, from the batches themselves."""
+    ld.set_epoch(epoch)
+    index = ld.indices()
+    raw = ld.images.float().div(255).sub(ld.mean).div(ld.std)
+    seen = {}
+    for i, (x, _) in enumerate(ld):
+        for j, image in enumerate(x):
+            k = int(index[i * 16 + j])
+            seen[k] = torch.equal(image, raw[k].flip(2)) and not torch.equal(image, raw[k])
+    return seen
+
+
+def test_alternating_flip_mirrors_each_image_every_other_epoch():
+    ld = loader("alternate")
+    epochs = [mirrored(ld, e) for e in (1, 2, 3)]
+    assert 16 <= sum(epochs[0].values()) <= 48  # about half in the first epoch
+    assert all(epochs[1][k] == (not epochs[0][k]) for k in epochs[0])  # the other half in the next
+    assert epochs[2] == epochs[0]
+    random = loader("random")
+    first, second = mirrored(random, 1), mirrored(random, 2)
+    assert any(first[k] == second[k] for k in first)  # random flips do repeat
+
+
+def test_alternating_flip_agrees_between_ranks():
+    a, b = loader("alternate", rank=0, world_size=2), loader("alternate", rank=1, world_size=2)
+    assert torch.equal(a.flip_parity, b.flip_parity)
+
+
+def test_tta_averages_the_logits_of_its_views():
+    x = torch.randn(2, 3, 8, 8)
+    assert len(tta_views(x, "none")) == 1 and len(tta_views(x, "flip")) == 2 and len(tta_views(x, "flip_translate")) == 6
+    shifted = tta_views(x, "flip_translate")[1]
+    assert torch.equal(shifted[..., 1:, 1:], x[..., :-1, :-1])  # one pixel down and right
+    torch.manual_seed(0)
+    model = create_model("simple_cnn", num_classes=4, in_channels=3, image_size=8, width=0.5).eval()
+    data = images(n=40, size=8)
+    ld = DeviceLoader(data, batch_size=40, device="cpu", train=False)
+    batch, y = next(iter(ld))
+    with torch.no_grad():
+        logits = (model(batch) + model(batch.flip(3))) / 2
+    result = evaluate(model, ld, Precision("fp32", torch.device("cpu")), DistContext(), tta="flip")
+    assert result["loss"] == pytest.approx(F.cross_entropy(logits, y).item(), rel=1e-5)
+    assert result["correct"] == int((logits.argmax(1) == y).sum())
+
+
+def test_speedrun_preset_is_a_valid_recipe_and_trains(tmp_path, monkeypatch):
+    from ddplab.cli import build_parser, config_from_args
+
+    monkeypatch.chdir(tmp_path)
+    args = build_parser().parse_args(["train", "--preset", "speedrun", "--device", "cpu"])
+    cfg = config_from_args(args)
+    assert (cfg.model.name, cfg.optim.name, cfg.data.flip_mode, cfg.train.tta) == ("speednet", "muon", "alternate",
+                                                                                   "flip_translate")
+    import subprocess
+    import sys
+
+    small = ["--dataset", "synthetic", "--data.synthetic_size", "256", "--data.image_size", "16", "--data.num_classes", "4",
+             "--model.compile", "false", "--model.width", "0.125", "--epochs", "2", "--batch-size", "64",
+             "--train.eval_batch_size", "64", "--device", "cpu", "--output.progress", "false",
+             "--output.tensorboard", "false", "--out", str(tmp_path / "run")]
+    proc = subprocess.run([sys.executable, "-m", "ddplab", "train", "--preset", "speedrun", *small],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["run"]["optimizer"] == "muon" and summary["time"]["data_init_s"] > 0
+    assert math.isfinite(summary["final"]["test_loss"]) and summary["final"]["test_acc"] > 0.4
+
+
+def test_unknown_preset_and_two_bases_are_config_errors():
+    from ddplab.cli import build_parser, config_from_args
+
+    with pytest.raises(ConfigError, match="--preset 'fast' does not exist: presets are speedrun"):
+        config_from_args(build_parser().parse_args(["train", "--preset", "fast"]))
+    with pytest.raises(ConfigError, match="choose one"):
+        config_from_args(build_parser().parse_args(["train", "--preset", "speedrun", "--config", "x.toml"]))
+
+
+def test_speednet_weights_start_as_partial_identities():
+    model = create_model("speednet", num_classes=10, width=0.25)
+    conv = model.groups[1].conv2  # 64 -> 64
+    n = conv.in_channels
+    centre = conv.weight[:n, :n, 1, 1]
+    assert torch.equal(centre, torch.eye(n)) and not conv.weight[:n, :n, 0, 0].any()
