@@ -1,0 +1,129 @@
+"""benchmarks/*.py: each script runs end to end in --quick mode on the CPU and writes sane JSON.
+
+The figures of a --quick run mean nothing (tiny synthetic data, a shared machine); what is
+checked is the shape of the result, that both sides of a comparison did the same work (same
+images, same batches), and that the reported ratios are the ones the raw numbers give.
+"""
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def run_bench(name, tmp_path, *args):
+    out = tmp_path / f"{name}.json"
+    # One thread per process: quick runs, and no waiting on a second core that other work holds.
+    proc = subprocess.run([sys.executable, str(BENCH / f"{name}.py"), "--device", "cpu", "--quick", "--out", str(out), *args],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    payload = json.loads(out.read_text())
+    assert payload["benchmark"] == name and payload["args"]["device"] == "cpu" and payload["args"]["quick"] is True
+    machine = payload["machine"]
+    assert machine["device"] == "cpu" and machine["torch"] and machine["cpu_cores"] >= 1 and machine["cpu_model"]
+    assert payload["table"] in proc.stdout and payload["table"].count("\n|") >= 2
+    return payload["results"], proc.stdout
+
+
+def check_comparison(throughput, a, b, repeats):
+    """compare()'s block: medians of per-repeat rates, ratio b/a of the medians, paired ratios."""
+    for side in (a, b):
+        values = throughput[side]["values"]
+        assert len(values) == repeats and all(v > 0 and math.isfinite(v) for v in values)
+        assert throughput[side]["median"] == pytest.approx(statistics.median(values))
+    assert throughput["ratio"] > 0
+    assert throughput["ratio"] == pytest.approx(throughput[b]["median"] / throughput[a]["median"])
+    assert throughput["paired_ratios"] == pytest.approx([y / x for x, y in zip(throughput[a]["values"],
+                                                                                throughput[b]["values"])])
+
+
+def test_loop_overhead_times_both_loops_interleaved(tmp_path):
+    results, stdout = run_bench("loop_overhead", tmp_path)
+    runs = results["runs"]
+    assert [r["repeat"] for r in runs["plain"]] == [r["repeat"] for r in runs["ddplab"]] == [1, 2]
+    for side in ("plain", "ddplab"):
+        for run in runs[side]:
+            assert len(run["epoch_s"]) == len(run["images"]) == 2 and all(t > 0 for t in run["epoch_s"])
+            assert run["images"] == [256, 256]  # every image once per epoch, on both sides
+            assert run["images_per_s"] == pytest.approx(256 / run["epoch_s"][1])  # the first epoch left out
+    assert results["images"] == 256 and results["images_per_epoch"] == {"plain": [256], "ddplab": [256]}
+    check_comparison(results["throughput"], "plain", "ddplab", 2)
+    assert results["speed_ratio"] == results["throughput"]["ratio"]
+    assert "deterministic" in results["engine"]
+    assert "| plain PyTorch loop" in stdout and "| ddplab (" in stdout and "ddplab / plain throughput:" in stdout
+
+
+def test_data_path_feeds_the_same_batches_both_ways(tmp_path):
+    results, stdout = run_bench("data_path", tmp_path)
+    assert results["images"] == 1024 and results["expected_batches"] == 8
+    for side in ("dataloader", "ddplab"):
+        assert len(results["runs"][side]) == 2
+        for run in results["runs"][side]:
+            assert (run["images"], run["batches"]) == (1024, 8) and run["seconds"] > 0
+        first = results["first_batch"][side]  # normalized float batches of the same shape on both sides
+        assert first["shape"] == [128, 3, 32, 32] and first["dtype"] == "torch.float32"
+        assert abs(first["mean"]) < 0.5 and 0.5 < first["std"] < 1.5
+        assert results["setup_s"][side] > 0
+    check_comparison(results["throughput"], "dataloader", "ddplab", 2)
+    assert "| per-sample DataLoader (2 workers)" in stdout and "ddplab / DataLoader:" in stdout
+
+
+def test_time_to_accuracy_reads_the_first_epoch_at_the_target(tmp_path):
+    results, stdout = run_bench("time_to_accuracy", tmp_path)
+    assert results["target"] == 0.5 and results["reached_in"] == 1
+    (run,) = results["runs"]
+    epochs = run["epochs"]
+    assert [e["epoch"] for e in epochs] == [1, 2, 3]
+    k = run["epoch"]
+    assert all(e["test_acc"] < 0.5 for e in epochs[: k - 1]) and epochs[k - 1]["test_acc"] == run["test_acc"] >= 0.5
+    expected = run["startup_s"] + sum(e["epoch_s"] for e in epochs[:k])
+    assert run["time_to_target_s"] == pytest.approx(expected) and results["time_to_target_s"]["median"] == pytest.approx(expected)
+    assert all(a["cumulative_s"] < b["cumulative_s"] for a, b in zip(epochs, epochs[1:]))
+    # The process's own clock includes the interpreter's start and the between-epoch work.
+    assert run["wall_to_target_s"] >= run["time_to_target_s"] and run["process_wall_s"] >= run["wall_to_target_s"]
+    assert "| 50% | 1/1 |" in stdout
+
+
+@pytest.mark.dist
+def test_ddp_scaling_runs_both_sides_on_the_same_global_batch(tmp_path):
+    results, stdout = run_bench("ddp_scaling", tmp_path)
+    single, ddp = results["runs"]["single"][0], results["runs"]["ddp"][0]
+    assert (single["world_size"], ddp["world_size"]) == (1, 2) and results["nproc"] == 2 and results["backend"] == "gloo"
+    assert (single["batch_local"], ddp["batch_local"]) == (64, 32) and single["batch_global"] == ddp["batch_global"] == 64
+    assert single["steps_per_epoch"] == ddp["steps_per_epoch"] == 8
+    assert single["train_images_per_epoch"] == ddp["train_images_per_epoch"] == [512, 512]
+    assert single["test_images_per_epoch"] == ddp["test_images_per_epoch"] == [128, 128]
+    for run in (single, ddp):
+        assert run["images_per_s"] > 0 and run["median_epoch_s"] > 0 and 0 <= run["test_acc"] <= 1
+        # The phases make up the training time (comm wait is the part of fwd+bwd spent waiting).
+        assert 0.5 < sum(v for k, v in run["phase_share"].items() if k != "comm_wait_s") < 1.05
+    assert single["phase_share"]["comm_wait_s"] == 0.0
+    check_comparison(results["throughput"], "single", "ddp", 1)
+    assert results["speedup"] == results["throughput"]["ratio"]
+    assert results["efficiency"] == pytest.approx(results["speedup"] / 2)
+    assert "| single, 1 thread |" in stdout and "| ddp gloo, 2 x 1 thread |" in stdout
+
+
+def test_speedrun_reports_mean_and_std_over_seeds_and_the_flops_floor(tmp_path):
+    results, stdout = run_bench("speedrun", tmp_path, "--seeds", "2", "--runs-dir", str(tmp_path / "runs"))
+    runs = results["runs"]
+    assert [r["seed"] for r in runs] == [0, 1]
+    for r in runs:  # the records' clock: data init + training + the final evaluation, nothing else
+        assert r["record_s"] == pytest.approx(r["data_init_s"] + r["train_s"] + r["final_eval_s"], abs=2e-3)
+        assert r["data_init_s"] > 0 and 0 <= r["test_acc"] <= 1
+    accs = [r["test_acc"] for r in runs]
+    assert results["test_acc"] == pytest.approx({"mean": statistics.fmean(accs), "std": statistics.stdev(accs)})
+    summary = json.loads((tmp_path / "runs" / "seed-0" / "summary.json").read_text())
+    per_image = summary["model"]["flops_per_image"]
+    # 3 forward-equivalents per training image seen (512 images x 2 epochs) + 6 TTA views of each test image (128).
+    assert results["flops_per_run"] == per_image * (3 * 512 * 2 + 6 * 128)
+    assert results["floor"]["seconds"] == pytest.approx(results["flops_per_run"] / (results["floor"]["bf16_tflops"] * 1e12))
+    assert "--preset" in results["train_args"] and "speedrun" in results["train_args"]
