@@ -193,6 +193,7 @@ class TrainConfig:
     precision: str = opt("fp32", "precision: fp32 | bf16 | fp16 (autocast; fp16 uses a gradient scaler on CUDA)")
     device: str = opt("auto", "device: auto | cpu | cuda | cuda:N (auto = cuda when available)")
     seed: int = opt(0, "seed for weights, data order and augmentation")
+    threads: int | None = opt(None, "CPU: intra-op threads per process (default: $OMP_NUM_THREADS, else every core this process may use, split between the workers of a node)")
     drop_last: bool = opt(False, "drop the last incomplete training batch of each epoch")
     early_stop_metric: str | None = opt(None, "stop when this metric stops improving: " + " | ".join(EARLY_STOP_METRICS))
     patience: int = opt(3, "early stopping: epochs without improvement before stopping")
@@ -202,6 +203,8 @@ class TrainConfig:
     time_breakdown: bool = opt(True, "time data / forward+backward / optimizer / communication wait per epoch (on CUDA measured on 1 step in 20, the device synchronized around it)")
 
     def __post_init__(self) -> None:
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1):
+            raise _bad("train.threads", self.threads, "must be an integer >= 1")
         for name in ("epochs", "batch_size", "accumulate", "eval_batch_size", "patience"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

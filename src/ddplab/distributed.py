@@ -209,16 +209,29 @@ def resolve_backend(requested: str, device: torch.device) -> str:
     return requested
 
 
-def maybe_share_cores(device: torch.device) -> None:
-    """CPU workers on one node split its cores, unless OMP_NUM_THREADS says otherwise.
+def set_cpu_threads(device: torch.device, threads: int | None = None) -> None:
+    """Intra-op threads of a CPU process: `threads` (--train.threads), else $OMP_NUM_THREADS, else
+    torch's default, except that CPU workers on one node split the cores they may run on.
 
-    Each process would otherwise start one thread per core: N workers, N x cores threads,
-    and the epoch slows down instead of speeding up (torchrun sets 1 thread for the same
-    reason; the elastic launcher API behind `--nproc` sets nothing).
+    Each worker would otherwise start one thread per core: N workers, N x cores threads, and
+    the epoch slows down instead of speeding up (torchrun sets 1 thread for the same reason;
+    the elastic launcher API behind `--nproc` sets nothing). Cores are counted from this
+    process's CPU affinity, which containers and taskset restrict, not from the machine's.
     """
+    if device.type != "cpu":
+        return
+    if threads is not None:
+        torch.set_num_threads(threads)
+        return
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    if device.type == "cpu" and local_world > 1 and "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world))
+    if local_world > 1 and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, usable_cores() // local_world))
+
+
+def usable_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 @contextlib.contextmanager
@@ -233,12 +246,14 @@ def distributed_context(config: RunConfig) -> Iterator[DistContext]:
         if config.dist.strategy == "ddp" and config.world_size() > 1:
             raise ConfigError("dist.strategy=ddp: this process was not started by a launcher; "
                               "use `ddplab train --nproc N` or torchrun")
-        yield DistContext(device=resolve_device(config.train.device))
+        ctx = DistContext(device=resolve_device(config.train.device))
+        set_cpu_threads(ctx.device, config.train.threads)
+        yield ctx
         return
     if "SLURM_PROCID" in os.environ and "RANK" not in os.environ:
         _slurm_rendezvous_env()
     device = resolve_device(config.train.device, place.local_rank)
-    maybe_share_cores(device)
+    set_cpu_threads(device, config.train.threads)
     backend = resolve_backend(config.dist.backend, device)
     if backend == "gloo" and config.dist.nnodes > 1:
         maybe_set_gloo_interface()

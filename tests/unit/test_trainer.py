@@ -212,7 +212,8 @@ def test_the_summary_says_how_the_numbers_were_taken(tmp_path):
 
     result = ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 1}))
     assert result.summary["engine"] == {"deterministic": True, "cudnn_benchmark": False, "time_breakdown": "every step",
-                                        "progress_syncs_per_epoch": 8, "fused_optimizer": False, "cuda_graphs": False}
+                                        "progress_syncs_per_epoch": 8, "fused_optimizer": False, "cuda_graphs": False,
+                                        "cpu_threads": torch.get_num_threads()}
 
 
 def test_phase_timer_times_one_step_in_n_and_extrapolates(monkeypatch):
@@ -232,3 +233,14 @@ def test_phase_timer_times_one_step_in_n_and_extrapolates(monkeypatch):
     off.begin_step(0)
     off.lap("data_s")
     assert off.totals(7) == {}
+
+
+def test_train_threads_sets_the_cpu_threads_and_the_summary_says_so(tmp_path):
+    import ddplab
+
+    before = torch.get_num_threads()
+    try:
+        result = ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 1, "threads": 1}))
+        assert result.summary["engine"]["cpu_threads"] == 1 == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
