@@ -11,8 +11,8 @@ from ddplab.kernels.conv_relu import triton_unavailable_reason
 from ddplab.models import create_model, list_models
 
 # Conv2d -> [Identity] -> ReLU pairs per model with batchnorm off (resnet18's blocks apply
-# F.relu in forward(), so only its stem is a Sequential pair; fastnet uses GELU).
-EXPECTED_PAIRS = {"simple_cnn": 3, "vgg_small": 6, "resnet18": 1, "fastnet": 0}
+# F.relu in forward(), so only its stem is a Sequential pair; fastnet and speednet use GELU).
+EXPECTED_PAIRS = {"simple_cnn": 3, "vgg_small": 6, "resnet18": 1, "fastnet": 0, "speednet": 0}
 
 
 def small_model(name: str, batchnorm: bool = False) -> nn.Module:

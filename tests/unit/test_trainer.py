@@ -239,8 +239,23 @@ def test_train_threads_sets_the_cpu_threads_and_the_summary_says_so(tmp_path):
     import ddplab
 
     before = torch.get_num_threads()
+    torch.set_num_threads(2)
     try:
         result = ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 1, "threads": 1}))
-        assert result.summary["engine"]["cpu_threads"] == 1 == torch.get_num_threads()
+        assert result.summary["engine"]["cpu_threads"] == 1
+        assert torch.get_num_threads() == 2  # the caller's setting is back when train() returns
     finally:
         torch.set_num_threads(before)
+
+
+def test_train_gives_the_caller_its_torch_settings_back(tmp_path):
+    import ddplab
+
+    torch.use_deterministic_algorithms(False)
+    torch.backends.cudnn.benchmark = True
+    try:
+        result = ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 1}))  # deterministic on CPU
+        assert result.summary["engine"]["deterministic"] is True
+        assert not torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.benchmark
+    finally:
+        torch.backends.cudnn.benchmark = False

@@ -65,13 +65,27 @@ def train(config: RunConfig) -> RunResult:
     place = place_from_env()
     holds = not held_by_this_tree(run_dir) and (place is None or place.rank == 0)
     holder = run_lock(run_dir) if holds else contextlib.nullcontext()
-    with holder:
+    with holder, torch_settings_restored():
         note = nothing_to_resume(config)
         if note is not None:  # a finished run folder is never rewritten
             print(f"ddplab: nothing to do: {note}", flush=True)
             return finished_result(run_dir)
         with distributed_context(config) as ctx, memory_errors(config, ctx):
             return run_worker(config, ctx, start)
+
+
+@contextlib.contextmanager
+def torch_settings_restored():
+    """A run sets process-wide torch state (determinism, cuDNN autotuning, CPU threads); a caller
+    of the Python API gets its own back when the run returns or fails."""
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+             torch.backends.cudnn.benchmark, torch.get_num_threads())
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+        torch.backends.cudnn.benchmark = saved[2]
+        torch.set_num_threads(saved[3])
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
