@@ -27,7 +27,7 @@ from ddplab.config import RunConfig, build_config, check_environment
 from ddplab.distributed import place_from_env, route_address
 from ddplab.engine import checkpoint
 from ddplab.engine.rundir import check_run_dir, nothing_to_resume
-from ddplab.engine.runlock import run_lock
+from ddplab.engine.runlock import run_lock, should_hold
 
 RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 SHUTDOWN_TIMEOUT_S = 5
@@ -45,9 +45,7 @@ def launch(config: RunConfig):
     place = place_from_env()  # set inside torchrun / srun: this process is one worker
     if place is not None:
         maybe_resume_after_restart(config)
-    # The root of the process tree holds the folder: this process (its workers are told so), or
-    # global rank 0 of torchrun / srun. Multi-node, the rank-0 worker holds it (see engine.run.train).
-    holds = (place is None and config.dist.nnodes == 1) or (place is not None and place.rank == 0)
+    holds = should_hold(Path(config.output.out), place.rank if place else None, launching_nodes=config.dist.nnodes)
     holder = run_lock(Path(config.output.out)) if holds else contextlib.nullcontext()
     check_run_dir(config)  # on every rank, before the group forms: a refusal stops all ranks at once
     with holder:

@@ -30,7 +30,7 @@ from ddplab.engine.early_stop import EarlyStopping
 from ddplab.engine.optim import build_optimizer, build_scheduler
 from ddplab.engine.precision import Precision
 from ddplab.engine.rundir import nothing_to_resume, prepare_run_dir
-from ddplab.engine.runlock import held_by_this_tree, run_lock
+from ddplab.engine.runlock import run_lock, should_hold
 from ddplab.engine.trainer import PROGRESS_UPDATES_PER_EPOCH, Trainer, steps_per_epoch
 from ddplab.errors import ConfigError, TrainingError
 from ddplab.metrics.sinks import JsonlSink, LogSink, NullSink, ProgressBar, SamplesSink, SinkGroup, tensorboard_sink
@@ -60,10 +60,8 @@ def train(config: RunConfig) -> RunResult:
     if config.output.out is None:
         config.output.out = str(config.output.run_dir(config.data, config.model))
     run_dir = Path(config.output.out)
-    # Held by the root of this process tree (see launch), else here: by the Python API's caller,
-    # or by global rank 0 of a multi-node run (ranks are known only now). Other ranks never write.
-    place = place_from_env()
-    holds = not held_by_this_tree(run_dir) and (place is None or place.rank == 0)
+    place = place_from_env()  # a multi-node run's rank-0 worker holds the folder: only now is its rank known
+    holds = should_hold(run_dir, place.rank if place else None)
     holder = run_lock(run_dir) if holds else contextlib.nullcontext()
     with holder, torch_settings_restored():
         note = nothing_to_resume(config)

@@ -33,6 +33,24 @@ def held_by_this_tree(run_dir: Path) -> bool:
     return key in _held or os.environ.get(HELD_ENV) == str(key)
 
 
+def should_hold(run_dir: Path, rank: int | None, *, launching_nodes: int = 1) -> bool:
+    """Whether this process takes `run_dir`'s lock: the one rule for who holds a run folder.
+
+    The root of the process tree holds it, once: a process started by no launcher (`rank`
+    None: the CLI, the built-in launcher, a Python caller), or global rank 0 of torchrun /
+    srun. A launcher that starts one node of a multi-node run does not know whether its
+    node holds global rank 0, so there the rank-0 worker takes it instead. A worker whose
+    launcher holds the folder, or a nested call in a holding process, takes nothing; a process
+    that no launcher started is a root whatever its environment says (it may have inherited a
+    holder's variables without being its worker).
+    """
+    if Path(run_dir).resolve() in _held:
+        return False
+    if rank is None:
+        return launching_nodes == 1
+    return rank == 0 and not held_by_this_tree(run_dir)
+
+
 def owner_of(run_dir: Path) -> dict | None:
     """Who wrote the lock file last (the live owner while the folder is locked), or None."""
     try:
