@@ -115,26 +115,12 @@ def plain_run(args, data) -> tuple[list[float], list[int]]:
     return times, images
 
 
-@contextlib.contextmanager
-def torch_globals_restored():
-    """ddplab.train sets process-wide flags (deterministic algorithms, cuDNN autotuning): the
-    plain loop that runs next in this process must get PyTorch's own settings, not ddplab's."""
-    saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-             torch.backends.cudnn.benchmark, torch.get_num_threads())
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
-        torch.backends.cudnn.benchmark = saved[2]
-        torch.set_num_threads(saved[3])
-
-
 def ddplab_run(args, dataset: str, root: Path | None) -> tuple[list[float], list[int], dict]:
     """Seconds and images of each epoch of one `ddplab.train` run, and its `engine` summary."""
     from ddplab import train
     from ddplab.config import build_config, merge, parse_dotted
 
-    with tempfile.TemporaryDirectory() as tmp, torch_globals_restored():
+    with tempfile.TemporaryDirectory() as tmp:  # ddplab.train gives this process its torch settings back
         values = {
             "data": {"dataset": dataset, "subset": args.subset, "crop_padding": 0, "flip": False, "download": False,
                      **({"data_dir": str(root)} if root else {"synthetic_size": args.subset or 8192,

@@ -24,9 +24,6 @@ from pathlib import Path
 
 import _common as common
 
-TTA_VIEWS = {"none": 1, "flip": 2, "flip_translate": 6}
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -66,11 +63,18 @@ def floor_rate(device: str, quick: bool) -> dict:
     return {"bf16_tflops": peaks["tflops"], "how": peaks["how"]}
 
 
-def run_flops(summary: dict, config_tta: str) -> float:
+def run_flops(run_dir: Path, summary: dict) -> float:
     """Forward FLOPs x (3 per training image seen: forward + backward's two products) + the final evaluation's views."""
+    import torch
+
+    from ddplab.config import load_toml
+    from ddplab.engine.trainer import tta_views
+
+    tta = load_toml(run_dir / "config.toml").get("train", {}).get("tta", "none")  # the mode the run evaluated with
+    views = len(tta_views(torch.zeros(1, 1, 2, 2), tta))
     per_image = summary["model"]["flops_per_image"]
     seen = summary["data"]["train_images"] * summary["run"]["epochs_done"]
-    return per_image * (3 * seen + TTA_VIEWS[config_tta] * summary["data"]["eval_images"])
+    return per_image * (3 * seen + views * summary["data"]["eval_images"])
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -97,11 +101,7 @@ def main(argv=None) -> int:
                      "other_evals_s": t["eval_s"] - last["eval_s"], "warmup_s": (t.get("warmup") or {}).get("s"),
                      "startup_s": t["startup_s"], "process_s": proc["wall_s"], "summary": s})
         print(f"seed {seed}: test acc {runs[-1]['test_acc']:.2%}, record {runs[-1]['record_s']:.2f} s", flush=True)
-    tta = "flip_translate"
-    for arg, value in zip(args.extra, args.extra[1:]):
-        if arg == "--train.tta":
-            tta = value
-    flops = run_flops(runs[0]["summary"], tta)
+    flops = run_flops(args.runs_dir / "seed-0", runs[0]["summary"])
     rate = floor_rate(args.device, args.quick)
     floor_s = flops / (rate["bf16_tflops"] * 1e12)
     acc, acc_std = mean_std([r["test_acc"] for r in runs])

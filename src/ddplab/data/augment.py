@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ddplab.config import FLIP_MODES
 from ddplab.errors import ConfigError
 
 PAD_MODES = ("reflect", "zeros")
@@ -52,8 +53,8 @@ class AugmentSpec:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ConfigError(f"data.{name} must be an integer >= 0 (pixels), got {value!r}")
-        if self.flip_mode not in ("random", "alternate"):
-            raise ConfigError(f"data.flip_mode must be random or alternate, got {self.flip_mode!r}")
+        if self.flip_mode not in FLIP_MODES:
+            raise ConfigError(f"data.flip_mode must be one of {FLIP_MODES}, got {self.flip_mode!r}")
         if self.pad_mode not in PAD_MODES:
             raise ConfigError(f"AugmentSpec.pad_mode must be one of {PAD_MODES}, got {self.pad_mode!r}")
         if not 0.0 <= self.jitter < 1.0:  # the same rule as DataConfig's: factors stay > 0

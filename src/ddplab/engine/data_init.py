@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ddplab.data.dataset import ImageDataset
+from ddplab.data.loader import DeviceLoader
 
 WHITENING_IMAGES = 5000  # the first N training images: enough for a stable d x d covariance (d = 12 on RGB)
 WHITENING_EPS = 5e-4  # added to the eigenvalues: directions with almost no variance are not blown up
@@ -34,10 +35,8 @@ def init_whitening(conv: torch.nn.Conv2d, data: ImageDataset, device: torch.devi
     d = c * k * k
     if conv.out_channels != 2 * d or conv.kernel_size[0] != conv.kernel_size[1] or conv.groups != 1:
         raise ValueError(f"a whitening conv needs 2 x C x k x k = {2 * d} outputs and square k x k kernels, got {conv}")
-    x = data.images[:num_images].to(device=device, dtype=torch.float32).div_(255)
-    mean = torch.tensor(data.mean, device=device, dtype=torch.float32).view(1, c, 1, 1)
-    std = torch.tensor(data.std, device=device, dtype=torch.float32).view(1, c, 1, 1)
-    patches = F.unfold((x - mean) / std, kernel_size=k).transpose(1, 2).reshape(-1, d).double()  # [N x L, C*k*k]
+    x, _ = next(iter(DeviceLoader(data, batch_size=num_images, device=device, train=False)))  # the first N, normalized
+    patches = F.unfold(x, kernel_size=k).transpose(1, 2).reshape(-1, d).double()  # [N x L, C*k*k]
     center = patches.mean(dim=0)
     centered = patches - center
     covariance = centered.T @ centered / len(patches)

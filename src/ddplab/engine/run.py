@@ -36,7 +36,7 @@ from ddplab.errors import ConfigError, TrainingError
 from ddplab.metrics.sinks import JsonlSink, LogSink, NullSink, ProgressBar, SamplesSink, SinkGroup, tensorboard_sink
 from ddplab.metrics.gpu import GpuSampler
 from ddplab.metrics.summary import build_summary, format_summary
-from ddplab.metrics.system import synchronize
+from ddplab.metrics.system import Stopwatch, synchronize
 from ddplab.models import count_flops, count_params, create_model
 
 log = logging.getLogger("ddplab")
@@ -213,11 +213,9 @@ def maybe_init_from_data(model: torch.nn.Module, train_set, device: torch.device
 
     if not wants_data_init(model):
         return None
-    synchronize(device)
-    clock = time.perf_counter()
+    clock = Stopwatch(device).start()
     init_whitening(model.whitening, train_set, device)
-    synchronize(device)
-    return round(time.perf_counter() - clock, 4)
+    return round(clock.stop(), 4)
 
 
 def build_gpu_sampler(config: RunConfig, ctx: DistContext) -> GpuSampler | None:
