@@ -1,40 +1,63 @@
-"""`ddplab compare`: scaling figures computed from run folders alone."""
+"""`ddplab compare`: the report's figures for runs picked by hand, scaled against the one with the fewest workers."""
 
-import json
+import csv
 
 import pytest
+from run_folders import write_run
 
 from ddplab.cli import main
-from ddplab.report.compare import load_run, scaling_rows
+from ddplab.report.build import build_report
+from ddplab.report.compare import format_rows, load_run, scaling_rows
 
 
-def fake_run(root, name, world, images_per_epoch, train_s, comm_s, acc):
-    run = root / name
-    run.mkdir()
-    summary = {"run": {"strategy": "ddp" if world > 1 else "single", "world_size": world, "precision": "fp32"},
-               "batch": {"local": 64, "global": 64 * world}, "final": {"test_acc": acc}, "memory": {"peak_rss_mib": 900.0}}
-    (run / "summary.json").write_text(json.dumps(summary))
-    epochs = [{"epoch": e, "train_s": train_s * (3 if e == 1 else 1), "epoch_s": train_s + 1, "train_samples": images_per_epoch,
-               "data_s": 0.1 * train_s, "forward_backward_s": 0.8 * train_s, "optimizer_s": 0.0, "comm_wait_s": comm_s}
-              for e in (1, 2, 3)]
-    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in epochs))
-    return run
-
-
-def test_speedup_and_efficiency_against_the_smallest_world(tmp_path):
-    one = fake_run(tmp_path, "one", 1, 50_000, 100.0, 0.0, 0.70)
-    four = fake_run(tmp_path, "four", 4, 50_000, 40.0, 4.0, 0.69)
+def test_speedup_and_efficiency_against_the_fewest_workers(tmp_path):
+    one = write_run(tmp_path / "one", epoch_s=(12.0, 10.0, 10.0))
+    four = write_run(tmp_path / "four", strategy="ddp", nproc=4, epoch_s=(8.0, 4.0, 4.0), comm_share=0.1, test_acc=0.69)
     rows = {r["run"]: r for r in scaling_rows([load_run(four), load_run(one)])}
-    assert rows["one"]["images_per_s"] == pytest.approx(500.0)  # first (warm-up) epoch left out
+    assert rows["one"]["images_per_s"] == pytest.approx(1000 / 9)  # first (warm-up) epoch left out; train_s = epoch_s - 1
     assert rows["four"]["speedup"] == pytest.approx(2.5) and rows["four"]["efficiency"] == pytest.approx(0.625)
     assert rows["four"]["comm_wait_share"] == pytest.approx(0.1) and rows["four"]["data_share"] == pytest.approx(0.1)
-    assert rows["one"]["speedup"] == 1.0 and rows["four"]["global_batch"] == 256
+    assert rows["one"]["speedup"] == 1.0 and rows["four"]["global_batch"] == 128
+    assert {r["baseline"] for r in rows.values()} == {"one"}
+    assert rows["four"]["final_test_acc"] == 0.69
+
+
+def test_without_a_one_worker_run_efficiency_is_against_the_smallest_world(tmp_path):
+    two = write_run(tmp_path / "two", strategy="ddp", nproc=2, epoch_s=(6.0, 5.0, 5.0))
+    four = write_run(tmp_path / "four", strategy="ddp", nproc=4, epoch_s=(4.0, 3.0, 3.0))
+    rows = {r["run"]: r for r in scaling_rows([load_run(four), load_run(two)])}
+    assert rows["four"]["speedup"] == pytest.approx(5 / 3) and rows["four"]["efficiency"] == pytest.approx(5 / 6)
+    assert rows["four"]["baseline"] == "two"
+
+
+def test_compare_and_report_give_the_same_speedup(tmp_path):
+    """One definition: a 1-worker and a DDP x2 run of the same config read the same in both commands."""
+    runs = [write_run(tmp_path / "runs" / "a"),
+            write_run(tmp_path / "runs" / "b", strategy="ddp", nproc=2, epoch_s=(8.0, 6.25, 6.25))]
+    compared = {r["run"]: r["speedup"] for r in scaling_rows([load_run(r) for r in runs])}
+    result = build_report([tmp_path / "runs"], tmp_path / "report")
+    with open(result["points_csv"]) as f:
+        reported = sorted(float(p["speedup"]) for p in csv.DictReader(f))
+    assert reported == pytest.approx([1.0, 1.6])
+    assert sorted(compared.values()) == pytest.approx(reported)
+
+
+def test_runs_sharing_a_folder_name_are_told_apart(tmp_path):
+    runs = [write_run(tmp_path / "x" / "run"), write_run(tmp_path / "y" / "run", epoch_s=(5.0, 5.0, 5.0))]
+    rows = scaling_rows([load_run(r) for r in runs])
+    assert [r["run"] for r in rows] == ["x/run", "y/run"] and rows[1]["speedup"] == pytest.approx(2.0)
+    assert "x/run's epoch time" in format_rows(rows)
 
 
 def test_compare_command_prints_table_and_refuses_non_runs(tmp_path, capsys):
-    fake_run(tmp_path, "a", 1, 1000, 10.0, 0.0, 0.5)
+    write_run(tmp_path / "a")
     assert main(["compare", str(tmp_path / "a")]) == 0
-    assert "speedup" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "speedup" in out and "1.00x" in out and "70.00" in out
     (tmp_path / "empty").mkdir()
     assert main(["compare", str(tmp_path / "empty")]) == 2
     assert "not a finished ddplab run" in capsys.readouterr().err
+    (tmp_path / "started").mkdir()
+    (tmp_path / "started" / "metrics.jsonl").write_text('{"epoch": 1}\n')
+    assert main(["compare", str(tmp_path / "started")]) == 2
+    assert "after 1 epoch" in capsys.readouterr().err

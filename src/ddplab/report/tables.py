@@ -132,13 +132,28 @@ def add_scaling(rows: list[dict[str, Any]], points: list[Point]) -> None:
         config = {k: v for k, v in experiment_config(p.config).items() if not k.startswith("dist.")}
         groups.setdefault(repr(sorted(config.items())) if config else row["point"], []).append(row)
     for members in groups.values():
-        singles = [r for r in members if r["world_size"] == 1 and r["epoch_s"]]
-        base = next((r for r in singles if r["strategy"] == "single"), singles[0] if singles else None)
-        for row in members:
-            fast = base is not None and row["epoch_s"] and isinstance(row["world_size"], int)
-            row["speedup"] = base["epoch_s"] / row["epoch_s"] if fast else None
-            row["efficiency"] = row["speedup"] / row["world_size"] if fast else None
-            row["baseline"] = base["point"] if fast else None
+        base = fewest_workers(members)
+        scale(members, base if base is not None and base["world_size"] == 1 else None, "point")
+
+
+def fewest_workers(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The timed row with the fewest workers, a single-process one first; None when no row was timed."""
+    timed = [r for r in rows if r.get("epoch_s") and isinstance(r.get("world_size"), int)]
+    if not timed:
+        return None
+    least = [r for r in timed if r["world_size"] == min(t["world_size"] for t in timed)]
+    return next((r for r in least if r["strategy"] == "single"), least[0])
+
+
+def scale(rows: list[dict[str, Any]], base: dict[str, Any] | None, name: str) -> None:
+    """The one definition of scaling, for the report and for `ddplab compare`: speedup is the baseline's
+    epoch time over this row's (epochs after the first), efficiency is speedup over the ideal
+    (world size / the baseline's). `baseline` names the row compared against, by its `name` field."""
+    for row in rows:
+        fast = base is not None and bool(row.get("epoch_s")) and isinstance(row.get("world_size"), int)
+        row["speedup"] = base["epoch_s"] / row["epoch_s"] if fast else None
+        row["efficiency"] = row["speedup"] / (row["world_size"] / base["world_size"]) if fast else None
+        row["baseline"] = base[name] if fast else None
 
 
 # ---- CSV ---------------------------------------------------------------------------------
@@ -184,11 +199,13 @@ def point_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
 
 def share_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """Where training time went (epochs after the first); communication wait is part of forward+backward."""
-    names = {"data_share": "data %", "forward_backward_share": "forward+backward %", "optimizer_share": "optimizer %",
-             "comm_wait_share": "comm wait %"}
-    columns: list[Column] = [("point", lambda r: r["point"])]
-    columns += [(title, lambda r, k=k: pm(r, k, percent_value)) for k, title in names.items()]
-    return render(columns, rows)
+    return render([("point", lambda r: r["point"]), *share_columns()], rows)
+
+
+def share_columns() -> list[Column]:
+    titles = {"data_share": "data %", "forward_backward_share": "forward+backward %", "optimizer_share": "optimizer %",
+              "comm_wait_share": "comm wait %"}
+    return [(title, lambda r, k=k: pm(r, k, percent_value)) for k, title in titles.items()]
 
 
 def run_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
