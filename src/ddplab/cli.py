@@ -131,8 +131,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_eval(args: argparse.Namespace) -> int:
     from ddplab.engine.evaluate import evaluate_run
 
-    result = evaluate_run(args.run_dir, weights=args.weights, device=args.device, data_dir=args.data_dir)
-    print(f"{result['run_dir']} ({result['weights']} weights, epoch {result['epoch']}): "
+    result = evaluate_run(args.run_dir, weights=args.weights, device=args.device, data_dir=args.data_dir, tta=args.tta)
+    views = "" if result["tta"] == "none" else f", tta {result['tta']}"
+    print(f"{result['run_dir']} ({result['weights']} weights, epoch {result['epoch']}{views}): "
           f"{result['split']} acc {result['acc']:.4%} ({result['correct']}/{result['count']}), "
           f"{result['split']} loss {result['loss']:.4f}")
     return 0
@@ -239,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", choices=("final", "best"), default="final")
     p.add_argument("--device", default="auto")
     p.add_argument("--data-dir", default=None, help="data root, if it moved since training")
+    p.add_argument("--tta", default=None, help="test-time augmentation: none | flip | flip_translate (default: the run's own)")
     p.set_defaults(func=cmd_eval)
     p = sub.add_parser("data", help="dataset info, verification and download")
     p.add_argument("action", choices=("info", "verify", "download"))

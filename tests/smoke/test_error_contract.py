@@ -175,6 +175,8 @@ CASES = [
     Case("config-edited-to-another-model", ["train", "--out", "{tmp}/run", "--resume", "--epochs", "2"], 2,
          r"checkpoint .*last\.pt does not fit the configured run .*config\.toml", setup=other_model_in_config),
     Case("eval-not-a-run", ["eval", "{tmp}"], 2, r"not a ddplab run folder"),
+    Case("eval-unknown-tta", ["eval", "{tmp}/run", "--device", "cpu", "--tta", "mirror"], 2, r"train\.tta=.mirror. is not valid: choose one of none, flip, flip_translate",
+         setup=finished_run),
     Case("compare-a-file", ["compare", "{tmp}/file"], 2, r"is not a folder", setup=a_file),
     Case("compare-not-a-run", ["compare", "{tmp}"], 2, r"is not a finished ddplab run"),
     Case("sweep-missing-file", ["sweep", "{tmp}/nope.toml"], 2, r"sweep file .*nope\.toml does not exist"),

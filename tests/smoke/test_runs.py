@@ -96,6 +96,12 @@ def test_eval_command_matches_the_run(tmp_path, capsys):
     assert best["acc"] == result.summary["best"]["test_acc"] and best["epoch"] == result.summary["best"]["epoch"]
     assert main(["eval", str(result.run_dir), "--device", "cpu"]) == 0
     assert "test acc" in capsys.readouterr().out
+    # TTA added afterwards: the same weights over 2 views, named in the output; the run's own setting otherwise.
+    flipped = evaluate_run(result.run_dir, device="cpu", tta="flip")
+    assert final["tta"] == "none" and flipped["tta"] == "flip" and flipped["count"] == 64
+    assert flipped["loss"] != pytest.approx(final["loss"], rel=1e-6)
+    assert main(["eval", str(result.run_dir), "--device", "cpu", "--tta", "flip"]) == 0
+    assert "tta flip" in capsys.readouterr().out
 
 
 def test_a_finished_run_is_never_overwritten(tmp_path, capsys):

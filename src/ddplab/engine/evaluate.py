@@ -19,7 +19,9 @@ from ddplab.engine.trainer import evaluate
 from ddplab.errors import ConfigError
 
 
-def evaluate_run(run_dir: str | Path, *, weights: str = "final", device: str = "auto", data_dir: str | None = None) -> dict:
+def evaluate_run(run_dir: str | Path, *, weights: str = "final", device: str = "auto", data_dir: str | None = None,
+                 tta: str | None = None) -> dict:
+    """`tta` overrides the run's own test-time augmentation (to see what it adds, or to add it afterwards)."""
     from ddplab.engine.run import build_datasets, build_model
 
     run_dir = Path(run_dir)
@@ -30,6 +32,8 @@ def evaluate_run(run_dir: str | Path, *, weights: str = "final", device: str = "
     if data_dir is not None:
         values["data"]["data_dir"] = data_dir
     values.setdefault("train", {})["device"] = device
+    if tta is not None:
+        values["train"]["tta"] = tta  # checked by build_config like any setting
     values.setdefault("dist", {}).update(strategy="single", nproc=1, nnodes=1)
     config = build_config(values)
     check_environment(config)  # e.g. --device cuda on a machine without CUDA: one line, not a traceback
@@ -44,4 +48,5 @@ def evaluate_run(run_dir: str | Path, *, weights: str = "final", device: str = "
     loader = DeviceLoader(eval_set, batch_size=config.train.eval_batch_size, device=ctx.device, train=False)
     with torch.inference_mode(False):
         result = evaluate(model, loader, Precision(config.train.precision, ctx.device), ctx, tta=config.train.tta)
-    return {**result, "run_dir": str(run_dir), "weights": weights, "epoch": epoch, "split": split}
+    return {**result, "run_dir": str(run_dir), "weights": weights, "epoch": epoch, "split": split,
+            "tta": config.train.tta}
