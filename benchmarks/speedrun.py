@@ -45,7 +45,8 @@ def train_args(args: argparse.Namespace, seed: int) -> list[str]:
     if args.quick:  # tiny synthetic data, no compilation: checks the plumbing only
         base += ["--dataset", "synthetic", "--data.synthetic_size", "512", "--data.image_size", "16",
                  "--data.num_classes", "4", "--model.width", "0.125", "--model.compile", "false", "--epochs", "2",
-                 "--batch-size", "128", "--train.eval_batch_size", "128"]
+                 "--batch-size", "128", "--train.eval_batch_size", "128",
+                 "--optim.lr", str(0.053 * 128)]  # the preset's rate is 0.053 per image of its batch
     elif common.cifar_root(args.data_dir) is not None:
         base += ["--data-dir", str(args.data_dir), "--data.download", "false"]
     if args.device == "cpu" and not args.quick:

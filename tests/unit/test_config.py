@@ -59,7 +59,7 @@ def test_the_cli_surface_is_deliberate():
     ({"optim": {"lr": -0.1}}, "optim.lr"),
     ({"optim": {"lr": 0}}, "optim.lr"),
     ({"optim": {"name": "lion"}}, "optim.name"),
-    ({"optim": {"schedule": "linear"}}, "optim.schedule"),
+    ({"optim": {"schedule": "exponential"}}, "optim.schedule"),
     ({"optim": {"momentum": 1.5}}, "optim.momentum"),
     ({"optim": {"label_smoothing": 1.0}}, "optim.label_smoothing"),
     ({"optim": {"betas": [0.9]}}, "optim.betas"),

@@ -35,12 +35,18 @@ def flat_params(trainer):
 RAGGED = dict(train={"epochs": 2, "batch_size": 24, "accumulate": 3})
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adamw", "rmsprop", "muon"])
+# The speedrun preset's Muon: filter norms held fixed, its own momentum, a linear schedule.
+SPEEDRUN_MUON = {"name": "muon", "muon_normalize": True, "muon_momentum": 0.6, "muon_ns_steps": 3, "schedule": "linear",
+                 "weight_decay": 1e-3}
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw", "rmsprop", "muon", "speedrun_muon"])
 @pytest.mark.parametrize("shape", ["even", "ragged"])
 def test_static_step_trains_like_the_plain_loop_cpu(optimizer, shape):
     sections = dict(RAGGED) if shape == "ragged" else dict(train={"epochs": 2, "batch_size": 32})
-    lr = {"sgd": 0.05, "adamw": 3e-3, "rmsprop": 3e-4, "muon": 0.05}[optimizer]
-    sections.update(optim={"name": optimizer, "lr": lr, "grad_clip": 1.0}, model={"batchnorm": True})
+    lr = {"sgd": 0.05, "adamw": 3e-3, "rmsprop": 3e-4, "muon": 0.05, "speedrun_muon": 0.05}[optimizer]
+    optim = SPEEDRUN_MUON if optimizer == "speedrun_muon" else {"name": optimizer}
+    sections.update(optim={**optim, "lr": lr, "grad_clip": 1.0}, model={"batchnorm": True})
     plain = trainer_for(tiny_config(**sections))
     plain.fit()
     graphed = trainer_for(tiny_config(**sections))

@@ -83,11 +83,19 @@ def test_early_stopping_state_round_trip():
     assert b == a
 
 
-@pytest.mark.parametrize("schedule", ["onecycle", "cosine", "step", "none"])
+@pytest.mark.parametrize("schedule", ["onecycle", "cosine", "linear", "step", "none"])
 @pytest.mark.parametrize("epochs, steps_per_epoch", [(1, 1), (2, 1), (1, 2), (3, 1), (1, 3)])
 def test_schedules_survive_tiny_runs(schedule, epochs, steps_per_epoch):
     curve = lrs(OptimConfig(schedule=schedule, lr=1.0), epochs=epochs, steps_per_epoch=steps_per_epoch)
     assert len(curve) == epochs * steps_per_epoch and all(0 < lr <= 1.0 for lr in curve)
+
+
+def test_linear_schedule_warms_up_then_falls_straight_to_the_floor():
+    straight = lrs(OptimConfig(schedule="linear", lr=1.0, warmup_epochs=0.0))  # 40 steps
+    assert straight == pytest.approx([1 - k / 40 for k in range(40)])
+    warm = lrs(OptimConfig(schedule="linear", lr=1.0, warmup_epochs=1.0, min_lr_ratio=0.1))
+    assert warm[:10] == pytest.approx([(k + 1) / 10 for k in range(10)])
+    assert warm[10:] == pytest.approx([0.1 + 0.9 * (1 - k / 30) for k in range(30)])
 
 
 def test_fused_kernels_on_cuda_only_where_the_optimizer_has_one():

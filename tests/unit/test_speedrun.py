@@ -83,6 +83,99 @@ def test_muon_update_on_matrices_is_torch_muons():
         assert d_ours.norm() / d_ref.norm() == pytest.approx(1.0, abs=0.02)
 
 
+def test_muon_steps_the_other_parameters_like_nesterov_sgd_with_l2():
+    torch.manual_seed(0)
+    start = [torch.randn(10, 16), torch.randn(16)]
+    ours_p = [w.clone().requires_grad_() for w in start]
+    ref_p = [w.clone().requires_grad_() for w in start]
+    ours = Muon([{"params": ours_p, "orthogonalize": False}], lr=0.02, other_lr=0.3, momentum=0.6, other_momentum=0.85,
+                weight_decay=1e-2)
+    ref = torch.optim.SGD(ref_p, lr=0.3, momentum=0.85, nesterov=True, weight_decay=1e-2, foreach=False)
+    for _ in range(5):
+        grads = [torch.randn_like(w) for w in start]
+        for a, b, g in zip(ours_p, ref_p, grads):
+            a.grad, b.grad = g.clone(), g.clone()
+        ours.step()
+        ref.step()
+    for a, b in zip(ours_p, ref_p):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_muon_settings_reach_the_filter_group_only():
+    from ddplab.config import OptimConfig
+    from ddplab.engine.optim import build_optimizer
+
+    model = create_model("speednet", num_classes=10, width=0.125)
+    init_whitening(model.whitening, images())  # freezes the stem's filters
+    cfg = OptimConfig(name="muon", lr=3.0, muon_lr=0.2, momentum=0.85, muon_momentum=0.6, muon_ns_steps=3,
+                      muon_normalize=True)
+    filters, others = build_optimizer(model.parameters(), cfg).param_groups
+    assert (filters["orthogonalize"], filters["lr"], filters["momentum"]) == (True, 0.2, 0.6)
+    assert (others["orthogonalize"], others["lr"], others["momentum"]) == (False, 3.0, 0.85)
+    assert filters["ns_steps"] == 3 and filters["normalize"] is True
+    # Frozen: the whitening filters and every norm's scale; trained: the shifts, the whitening bias, the head.
+    assert not any(p is model.whitening.weight for p in filters["params"])
+    assert len(others["params"]) == 1 + 6 + 1 and all(p.dim() == 1 or p is model.head.weight for p in others["params"])
+    default = build_optimizer(model.parameters(), OptimConfig(name="muon", momentum=0.9)).param_groups
+    assert [g["momentum"] for g in default] == [0.9, 0.9]
+
+
+def test_normalized_muon_step_does_not_depend_on_the_filters_scale():
+    torch.manual_seed(0)
+    w, g = torch.randn(8, 4, 3, 3), torch.randn(8, 4, 3, 3)
+    results = {}
+    for normalize in (True, False):
+        for scale in (1.0, 10.0):
+            p = (w * scale).requires_grad_()
+            opt = Muon([{"params": [p], "orthogonalize": True}], lr=0.1, other_lr=1.0, momentum=0.6,
+                       weight_decay=0.01, normalize=normalize)
+            p.grad = g.clone()
+            opt.step()
+            results[normalize, scale] = p.detach()
+    torch.testing.assert_close(results[True, 1.0], results[True, 10.0])
+    assert not torch.allclose(results[False, 1.0], results[False, 10.0] / 10)  # a plain step is a fixed size
+    # Before its step a normalized bank has norm sqrt(out channels): the step is a fixed fraction of it.
+    step = results[True, 1.0] - w * (math.sqrt(8) / w.norm())
+    assert step.norm() / math.sqrt(8) == pytest.approx(0.1, rel=0.5)
+
+
+def test_speednet_norms_follow_recent_batches_and_train_only_their_shift():
+    model = create_model("speednet", num_classes=10, width=0.125)
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert len(norms) == 6
+    assert all(n.momentum == 0.4 and n.eps == 1e-12 and not n.weight.requires_grad and n.bias.requires_grad for n in norms)
+    assert model.groups[0].pool.ceil_mode is False
+
+
+def test_speednet_head_under_one_rate_steps_like_the_records_head_under_its_own():
+    """SGD at rate r on W' x * s moves the logits as SGD at rate r * HEAD_RATE_RATIO on W x / width does."""
+    from ddplab.models.fastnet import HEAD_RATE_RATIO
+
+    torch.manual_seed(0)
+    model = create_model("speednet", num_classes=10, width=0.125)
+    width = model.head.in_features
+    head = model.head.weight.detach()
+    assert (head * width * model.logit_scale).std() == pytest.approx(1.0, rel=1e-5)  # the record's W has unit std
+    x, y = torch.randn(64, width), torch.randint(0, 10, (64,))
+    ours = head.clone().requires_grad_()
+    record = (head * width * model.logit_scale).requires_grad_()  # the same function
+    rate = 5.0
+    for w, logits, lr in ((ours, lambda: x @ ours.T * model.logit_scale, rate),
+                          (record, lambda: x @ record.T / width, rate * HEAD_RATE_RATIO)):
+        opt = torch.optim.SGD([w], lr=lr, momentum=0.85, nesterov=True)
+        for _ in range(3):
+            opt.zero_grad()
+            F.cross_entropy(logits(), y).backward()
+            opt.step()
+    torch.testing.assert_close(x @ ours.T * model.logit_scale, x @ record.T / width, rtol=1e-4, atol=1e-5)
+
+
+def test_speednet_refuses_images_its_poolings_would_empty():
+    assert create_model("speednet", num_classes=10, width=0.125, image_size=9)(torch.randn(2, 3, 9, 9)).shape == (2, 10)
+    with pytest.raises(ConfigError, match="at least 9x9 pixels"):
+        create_model("speednet", num_classes=10, width=0.125, image_size=8)
+
+
 def test_orthogonalize_flattens_the_spectrum_of_tall_and_wide_matrices():
     torch.manual_seed(0)
     for shape in [(32, 72), (72, 32)]:
@@ -203,6 +296,12 @@ def test_tta_averages_the_logits_of_its_views():
     result = evaluate(model, ld, Precision("fp32", torch.device("cpu")), DistContext(), tta="flip")
     assert result["loss"] == pytest.approx(F.cross_entropy(logits, y).item(), rel=1e-5)
     assert result["correct"] == int((logits.argmax(1) == y).sum())
+    # Six views: the unshifted pair weighs as much as the four shifted ones together.
+    with torch.no_grad():
+        out = [model(v) for v in tta_views(batch, "flip_translate")]
+    logits = 0.25 * (out[0] + out[3]) + 0.125 * (out[1] + out[2] + out[4] + out[5])
+    result = evaluate(model, ld, Precision("fp32", torch.device("cpu")), DistContext(), tta="flip_translate")
+    assert result["loss"] == pytest.approx(F.cross_entropy(logits, y).item(), rel=1e-5)
 
 
 def test_speedrun_preset_is_a_valid_recipe_and_trains(tmp_path, monkeypatch):
@@ -218,6 +317,7 @@ def test_speedrun_preset_is_a_valid_recipe_and_trains(tmp_path, monkeypatch):
 
     small = ["--dataset", "synthetic", "--data.synthetic_size", "256", "--data.image_size", "16", "--data.num_classes", "4",
              "--model.compile", "false", "--model.width", "0.125", "--epochs", "2", "--batch-size", "64",
+             "--optim.lr", str(0.053 * 64),  # the preset's 106 is 0.053 per image of its batch of 2000
              "--train.eval_batch_size", "64", "--device", "cpu", "--output.progress", "false",
              "--output.tensorboard", "false", "--out", str(tmp_path / "run")]
     proc = subprocess.run([sys.executable, "-m", "ddplab", "train", "--preset", "speedrun", *small],

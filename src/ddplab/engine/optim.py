@@ -22,8 +22,10 @@ def build_optimizer(params, cfg: OptimConfig, device: torch.device | str = "cpu"
     if cfg.name == "muon":
         from ddplab.engine.muon import Muon, split_params
 
-        return Muon(split_params(params), lr=cfg.muon_lr, other_lr=cfg.lr, momentum=cfg.momentum, nesterov=cfg.nesterov,
-                    weight_decay=cfg.weight_decay)
+        return Muon(split_params(params), lr=cfg.muon_lr, other_lr=cfg.lr,
+                    momentum=cfg.momentum if cfg.muon_momentum is None else cfg.muon_momentum,
+                    other_momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=cfg.weight_decay,
+                    ns_steps=cfg.muon_ns_steps, normalize=cfg.muon_normalize)
     cls, kwargs = {
         "sgd": (torch.optim.SGD, dict(momentum=cfg.momentum, nesterov=cfg.nesterov)),
         "adam": (torch.optim.Adam, dict(betas=tuple(cfg.betas), eps=cfg.eps)),
@@ -47,18 +49,19 @@ def fused_kwargs(cls: type, device: torch.device) -> dict[str, bool]:
     return {"fused": True}
 
 
-class _WarmupCosine:
-    """Linear warm-up from ~0 to 1, then cosine from 1 to `min_ratio` (a picklable lambda)."""
+class _WarmupDecay:
+    """Linear warm-up from ~0 to 1, then cosine or straight down from 1 to `min_ratio` (a picklable lambda)."""
 
-    def __init__(self, warmup_steps: int, total_steps: int, min_ratio: float):
-        self.warmup_steps, self.total_steps, self.min_ratio = warmup_steps, total_steps, min_ratio
+    def __init__(self, warmup_steps: int, total_steps: int, min_ratio: float, shape: str = "cosine"):
+        self.warmup_steps, self.total_steps, self.min_ratio, self.shape = warmup_steps, total_steps, min_ratio, shape
 
     def __call__(self, step: int) -> float:
         if step < self.warmup_steps:
             return (step + 1) / self.warmup_steps
         span = max(1, self.total_steps - self.warmup_steps)
         progress = min(1.0, (step - self.warmup_steps) / span)
-        return self.min_ratio + (1 - self.min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+        left = 1 - progress if self.shape == "linear" else 0.5 * (1 + math.cos(math.pi * progress))
+        return self.min_ratio + (1 - self.min_ratio) * left
 
 
 class _StepDecay:
@@ -84,8 +87,8 @@ def build_scheduler(optimizer: Optimizer, cfg: OptimConfig, *, epochs: int, step
         return OneCycleLR(optimizer, max_lr=peaks, total_steps=total, pct_start=pct,
                           anneal_strategy="linear", div_factor=10.0, final_div_factor=100.0,
                           cycle_momentum=False)
-    if cfg.schedule == "cosine":
-        return LambdaLR(optimizer, _WarmupCosine(max(warmup, 0), total, cfg.min_lr_ratio))
+    if cfg.schedule in ("cosine", "linear"):
+        return LambdaLR(optimizer, _WarmupDecay(max(warmup, 0), total, cfg.min_lr_ratio, cfg.schedule))
     if cfg.schedule == "step":
         return LambdaLR(optimizer, _StepDecay(cfg.step_epochs * steps_per_epoch, cfg.gamma))
     return LambdaLR(optimizer, _constant)

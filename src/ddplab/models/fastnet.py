@@ -15,6 +15,10 @@ What differs from airbench94, and why:
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from functools import partial
+
 import torch
 from torch import nn
 
@@ -40,13 +44,15 @@ class ConvGroup(nn.Module):
     on 4x fewer pixels; ceil_mode keeps odd sizes whole and never reaches 0.
     """
 
-    def __init__(self, c_in: int, c_out: int, batchnorm: bool) -> None:
+    def __init__(self, c_in: int, c_out: int, batchnorm: bool, norm: Callable[[int], nn.Module] | None = None,
+                 ceil_mode: bool = True) -> None:
         super().__init__()
+        norm = norm or partial(norm2d, batchnorm=batchnorm)
         self.conv1 = _conv3x3(c_in, c_out, bias=not batchnorm)
-        self.pool = nn.MaxPool2d(2, ceil_mode=True)
-        self.norm1 = norm2d(c_out, batchnorm)
+        self.pool = nn.MaxPool2d(2, ceil_mode=ceil_mode)
+        self.norm1 = norm(c_out)
         self.conv2 = _conv3x3(c_out, c_out, bias=not batchnorm)
-        self.norm2 = norm2d(c_out, batchnorm)
+        self.norm2 = norm(c_out)
         self.act = nn.GELU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -66,6 +72,8 @@ class FastNet(nn.Module):
         widths: tuple[int, ...] = (64, 256, 256),
         dropout: float,
         batchnorm: bool,
+        norm: Callable[[int], nn.Module] | None = None,
+        ceil_mode: bool = True,
     ) -> None:
         super().__init__()
         self.stem = nn.Sequential(
@@ -76,7 +84,7 @@ class FastNet(nn.Module):
         groups: list[nn.Module] = []
         c_in = stem_width
         for c_out in widths:
-            groups.append(ConvGroup(c_in, c_out, batchnorm))
+            groups.append(ConvGroup(c_in, c_out, batchnorm, norm, ceil_mode))
             c_in = c_out
         self.groups = nn.Sequential(*groups)
         self.pool = nn.AdaptiveMaxPool2d(1)
@@ -111,6 +119,24 @@ def fastnet(
     )
 
 
+# The speed records' head: logits = W x / width with W of unit standard deviation at the start,
+# and an SGD rate for W 12.6x the one for the norm shifts (0.67 vs 0.053 there). SpeedNet writes
+# the same function as W' x * s, W' = W / (width * s): an SGD step at rate r moves the logits by
+# r * s^2 * (...), so with s = sqrt(12.6) / width one rate, the norm shifts', moves the head as
+# the records' two did, step for step. One optimizer group instead of two, the same training.
+HEAD_RATE_RATIO = 0.67 / 0.053
+MIN_SPEEDNET_SIZE = 9  # pixels: 9 -> 8 after the stem -> 4 -> 2 -> 1
+
+
+def speed_batchnorm(channels: int) -> nn.BatchNorm2d:
+    """BatchNorm as the speed records set it: running statistics that follow the last few batches
+    (momentum 0.4), eps 1e-12, and the scale frozen at 1 (only the shift trains: the next
+    conv's filters set the scale, and Muon keeps their norm fixed)."""
+    norm = nn.BatchNorm2d(channels, momentum=0.4, eps=1e-12)
+    norm.weight.requires_grad_(False)
+    return norm
+
+
 class SpeedNet(FastNet):
     """FastNet's body behind a patch-whitening stem: the speedrun preset's net.
 
@@ -121,19 +147,26 @@ class SpeedNet(FastNet):
     construction they are a random init, so the model also runs without it. Each group's
     convolutions start as partial identities (the first min(in, out) channels pass through
     unchanged), which lets a few-epoch run start from a net that forwards the whitened input.
+    Norms are `speed_batchnorm`; pooling rounds down (31 -> 15 -> 7 -> 3 on CIFAR: a fifth
+    fewer FLOPs than rounding up); the head is scaled as HEAD_RATE_RATIO says.
     """
 
     def __init__(self, *, num_classes: int, in_channels: int, widths: tuple[int, ...], dropout: float, batchnorm: bool):
         patch = 2
         super().__init__(num_classes=num_classes, in_channels=in_channels, stem_width=2 * in_channels * patch * patch,
-                         widths=widths, dropout=dropout, batchnorm=batchnorm)
+                         widths=widths, dropout=dropout, batchnorm=batchnorm,
+                         norm=speed_batchnorm if batchnorm else None, ceil_mode=False)
         self.whitening = nn.Conv2d(in_channels, 2 * in_channels * patch * patch, kernel_size=patch, padding=0, bias=True)
         self.stem = nn.Sequential(self.whitening, nn.GELU())
+        width = self.head.in_features
+        self.logit_scale = math.sqrt(HEAD_RATE_RATIO) / width
         with torch.no_grad():
             for group in self.groups:
                 for conv in (group.conv1, group.conv2):
                     n = min(conv.in_channels, conv.out_channels)
                     nn.init.dirac_(conv.weight[:n, :n])
+            w = self.head.weight
+            w.mul_(1 / (width * self.logit_scale) / w.std())  # W' = W / (width * s), W of unit std
 
 
 @register_model("speednet")
@@ -147,7 +180,9 @@ def speednet(
     batchnorm: bool = True,
 ) -> SpeedNet:
     """FastNet with a data-whitened 2x2 stem and identity-initialized convs; `width` scales 64/256/256."""
-    if min(image_size) < 2:
-        raise ConfigError(f"speednet needs images of at least 2x2 pixels (its stem reads 2x2 patches), got {image_size}")
+    if min(image_size) < MIN_SPEEDNET_SIZE:
+        raise ConfigError(f"speednet needs images of at least {MIN_SPEEDNET_SIZE}x{MIN_SPEEDNET_SIZE} pixels (a 2x2 stem "
+                          f"and three poolings that round down), got {image_size[0]}x{image_size[1]}")
     return SpeedNet(num_classes=num_classes, in_channels=in_channels,
                     widths=tuple(scale_channels(c, width) for c in (64, 256, 256)), dropout=dropout, batchnorm=batchnorm)
+
