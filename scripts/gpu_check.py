@@ -30,26 +30,27 @@ REPO = Path(__file__).resolve().parents[1]
 # Children import this checkout's ddplab, installed or not (the GPU machine runs it from source).
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
 
-# name, extra `ddplab train` arguments, what it needs: "any" | "cuda" | "multi" (2+ workers: GPUs, or CPU processes)
+# name, extra `ddplab train` arguments, what it needs: "any" | "cuda" | "multi" (2+ workers: GPUs, or CPU processes).
+# The rows no GPU has run yet come first, so that a run cut short still has them. "ddp nccl x1" is world
+# size 1, which takes the single-process path (no process group): it checks that the settings are accepted.
 ROWS: list[tuple[str, list[str], str]] = [
     ("fp32", [], "any"),
+    ("cuda graphs", ["--train.cuda_graphs", "true"], "cuda"),
+    ("cuda graphs bf16 + accumulate 2", ["--train.cuda_graphs", "true", "--precision", "bf16", "--train.accumulate", "2"], "cuda"),
     ("bf16", ["--precision", "bf16"], "any"),
     ("fp16", ["--precision", "fp16"], "any"),
     ("bf16 channels_last", ["--precision", "bf16", "--model.channels_last", "true"], "any"),
+    ("fused conv+relu", ["--model.fuse_conv_relu", "true"], "any"),
     ("dp", ["--strategy", "dp"], "cuda"),
     ("ddp nccl x1", ["--strategy", "ddp", "--nproc", "1", "--backend", "nccl"], "cuda"),
-    ("ddp gloo x1", ["--strategy", "ddp", "--nproc", "1", "--backend", "gloo"], "any"),
     ("ddp nccl xN", ["--strategy", "ddp", "--nproc", "{n}", "--backend", "nccl"], "multi-cuda"),
     ("ddp gloo xN", ["--strategy", "ddp", "--nproc", "{n}", "--backend", "gloo"], "multi"),
-    ("ddp bf16 hook + sync_bn", ["--strategy", "ddp", "--nproc", "1", "--dist.comm_hook", "bf16", "--dist.sync_bn", "true",
-                                 "--model.batchnorm", "true"], "cuda"),
-    ("compile", ["--model.compile", "true"], "any"),
-    ("compile reduce-overhead", ["--model.compile", "true", "--model.compile_mode", "reduce-overhead"], "any"),
-    ("fused conv+relu", ["--model.fuse_conv_relu", "true"], "any"),
-    ("cuda graphs", ["--train.cuda_graphs", "true"], "cuda"),
-    ("cuda graphs bf16 + accumulate 2", ["--train.cuda_graphs", "true", "--precision", "bf16", "--train.accumulate", "2"], "cuda"),
+    ("ddp bf16 hook + sync_bn", ["--strategy", "ddp", "--nproc", "{n}", "--dist.comm_hook", "bf16", "--dist.sync_bn", "true",
+                                 "--model.batchnorm", "true"], "multi-cuda"),
     ("ddp nccl xN cuda graphs", ["--strategy", "ddp", "--nproc", "{n}", "--backend", "nccl", "--train.cuda_graphs", "true"],
      "multi-cuda"),
+    ("compile", ["--model.compile", "true"], "any"),
+    ("compile reduce-overhead", ["--model.compile", "true", "--model.compile_mode", "reduce-overhead"], "any"),
 ]
 CUDA_TESTS = ["tests/kernels", "tests/unit/test_loader.py", "tests/unit/test_trainer.py", "tests/unit/test_compat.py",
               "tests/unit/test_graphed_step.py",
@@ -127,6 +128,7 @@ def run_row(name: str, extra: list[str], common: list[str], out: Path, timeout: 
             "test_acc": s["final"]["test_acc"], "train_s": t["train_s"], "epoch_s_after_first": t["mean_epoch_s_after_first"],
             "startup_s": t["startup_s"], "warmup_s": (t.get("warmup") or {}).get("s"), "images_per_s": t["images_per_s"],
             "peak_mib": peak, "peak_kind": "peak_alloc_mib" if "peak_alloc_mib" in mem else "peak_rss_mib",
+            "peak_reserved_mib": mem.get("peak_reserved_mib"),  # a CUDA graph's pool shows here only
             "wall_s": round(wall_s, 1), "command": cmd}
 
 
@@ -155,6 +157,8 @@ def table(results: list[dict]) -> str:
     for r in results:
         warm = f" ({r['warmup_s']:.1f})" if r.get("warmup_s") is not None else ""
         peak = f"{r['peak_mib']:,.0f} {'alloc' if r.get('peak_kind') == 'peak_alloc_mib' else 'RSS'}" if r.get("peak_mib") else ""
+        if r.get("peak_reserved_mib"):
+            peak += f" / {r['peak_reserved_mib']:,.0f} reserved"
         lines.append(f"| {r['row']} | {r['status']} | {r.get('world_size', '')} | {fmt(r.get('test_acc'), '.2%')} | "
                      f"{fmt(r.get('train_s'), '.1f')} | {fmt(r.get('epoch_s_after_first'), '.2f')} | "
                      f"{fmt(r.get('startup_s'), '.1f')}{warm} | {fmt(r.get('images_per_s'), ',.0f')} | {peak} |")
@@ -180,7 +184,14 @@ def main(argv=None) -> int:
     if unknown:
         print(f"gpu_check: error: unknown rows {sorted(unknown)}; rows are: " + ", ".join(r[0] for r in ROWS), file=sys.stderr)
         return 2
-    results = []
+    header = (f"gpu_check on {info['device']} ({gpus} GPU(s)), torch {info['torch']}, CUDA {info['cuda']}, "
+              f"triton {info['triton']}, Python {info['python']}, {info['cpus']} CPUs\n\n")
+    results: list[dict] = []
+
+    def save() -> None:  # after every row: a run stopped from outside still leaves what it measured
+        (args.out / "gpu_check.md").write_text(header + table(results) + "\n")
+        (args.out / "gpu_check.json").write_text(json.dumps({"machine": info, "results": results}, indent=2) + "\n")
+
     tests = args.tests if args.tests != "auto" else ("cuda" if on_cuda else "none")
     if tests != "none" and (wanted is None or "tests" in wanted):
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
@@ -189,6 +200,7 @@ def main(argv=None) -> int:
         cmd += CUDA_TESTS if tests == "cuda" else []
         print(f"running tests: {' '.join(cmd[3:])}", flush=True)
         results.append(run_command("tests", cmd, args.out, timeout=3600))
+        save()
     common = [*data_args(args, on_cuda), "--epochs", str(args.epochs), "--device", "cuda" if on_cuda else "cpu"]
     for name, extra, need in ROWS:
         if wanted is not None and name not in wanted:
@@ -199,18 +211,17 @@ def main(argv=None) -> int:
             continue
         print(f"training: {name}", flush=True)
         results.append(run_row(name, [a.replace("{n}", n) for a in extra], common, args.out, args.timeout))
+        save()
+        print(f"  {results[-1]['status']}", flush=True)
     kernel_device = "cuda" if on_cuda else "cpu"
     for name, sub in (("kernels check", ["check", "--device", kernel_device]),
                       ("kernels bench", ["bench", "--device", kernel_device, *(["--quick"] if args.quick or not on_cuda else [])])):
         if wanted is None or name in wanted:
             print(f"running: ddplab kernels {' '.join(sub)}", flush=True)
-            results.append(run_command(name, [sys.executable, "-m", "ddplab", "kernels", *sub], args.out, timeout=1800))
-    text = table(results)
-    print(text)
-    header = (f"gpu_check on {info['device']} ({gpus} GPU(s)), torch {info['torch']}, CUDA {info['cuda']}, "
-              f"triton {info['triton']}, Python {info['python']}, {info['cpus']} CPUs\n\n")
-    (args.out / "gpu_check.md").write_text(header + text + "\n")
-    (args.out / "gpu_check.json").write_text(json.dumps({"machine": info, "results": results}, indent=2) + "\n")
+            results.append(run_command(name, [sys.executable, "-m", "ddplab", "kernels", *sub], args.out,
+                                       timeout=args.timeout))
+    save()
+    print(table(results))
     return 1 if any(r["status"].startswith("FAILED") for r in results) else 0
 
 

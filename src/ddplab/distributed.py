@@ -306,9 +306,7 @@ def wrap_model(model: nn.Module, config: RunConfig, ctx: DistContext) -> nn.Modu
     if d.strategy == "dp":
         model = nn.DataParallel(model)
     elif ctx.is_distributed:
-        # A step captured in a CUDA graph needs DDP built off the default stream (PyTorch's CUDA graph notes).
-        side = config.train.cuda_graphs and ctx.device.type == "cuda"
-        with torch.cuda.stream(torch.cuda.Stream(ctx.device)) if side else contextlib.nullcontext():
+        with side_stream(ctx.device) if config.train.cuda_graphs else contextlib.nullcontext():
             model = nn.parallel.DistributedDataParallel(
                 model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
                 bucket_cap_mb=d.bucket_cap_mb, static_graph=d.static_graph,
@@ -318,6 +316,22 @@ def wrap_model(model: nn.Module, config: RunConfig, ctx: DistContext) -> nn.Modu
         # After DDP, so DDPOptimizer can split graphs at bucket boundaries.
         model = torch.compile(model, mode=None if config.model.compile_mode == "default" else config.model.compile_mode)
     return model
+
+
+@contextlib.contextmanager
+def side_stream(device: torch.device):
+    """Work on a fresh CUDA stream, ordered after what the current stream queued and before what it
+    queues next. A step captured in a CUDA graph needs DDP built off the default stream (PyTorch's
+    CUDA graph notes); the waits keep DDP's parameter broadcast after the model's move to the GPU
+    and its initialization, which were queued on the default stream. Nothing to do off CUDA."""
+    if device.type != "cuda":
+        yield
+        return
+    current, side = torch.cuda.current_stream(device), torch.cuda.Stream(device)
+    side.wait_stream(current)
+    with torch.cuda.stream(side):
+        yield
+    current.wait_stream(side)
 
 
 def maybe_register_comm_hook(model: nn.parallel.DistributedDataParallel, name: str) -> None:

@@ -11,7 +11,7 @@ import torch
 
 from conftest import tiny_config
 from ddplab.config import build_config, check_environment
-from ddplab.distributed import DistContext, unwrap
+from ddplab.distributed import DistContext, resolve_device, unwrap
 from ddplab.engine.run import build_trainer
 from ddplab.errors import ConfigError
 
@@ -20,7 +20,8 @@ CLOCKS = ("_s", "_per_s", "_mib")
 
 
 def trainer_for(cfg):
-    return build_trainer(cfg, DistContext(), None)[0]
+    """A single-process trainer on the config's device, as `ddplab train` would place it."""
+    return build_trainer(cfg, DistContext(device=resolve_device(cfg.train.device)), None)[0]
 
 
 def learning_curve(history):
@@ -88,7 +89,7 @@ def test_capture_preparation_changes_nothing_the_run_depends_on_cpu():
     before = {k: v.clone() for k, v in module.state_dict().items()}
     rng = torch.get_rng_state()
     info = trainer.capture_step(capture=False)
-    assert info.startswith("the whole step captured after 3 warm-up steps")
+    assert info.startswith("static step prepared (not captured) after 3 warm-up steps")
     assert torch.equal(torch.get_rng_state(), rng)
     assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())  # weights and BatchNorm statistics
     assert all(p.grad is not None and not p.grad.any() for p in module.parameters())  # kept, zeroed

@@ -210,7 +210,8 @@ class Trainer:
         self.model.train()
         self.graphed.prepare(self.model, warmup_steps=warmup)
         ragged = self.steps_per_epoch() * self.accumulate * loader.batch_size != loader.num_samples
-        return (f"the whole step captured after {warmup} warm-up steps (undone)"
+        what = "the whole step captured" if self.graphed.graph is not None else "static step prepared (not captured)"
+        return (f"{what} after {warmup} warm-up steps (undone)"
                 + ("; the ragged last step of each epoch runs eagerly" if ragged else ""))
 
     def warm_up_shapes(self) -> dict[str, list[int]]:
