@@ -15,6 +15,7 @@ import torch
 from conftest import leftover_processes
 from ddplab import compat
 from ddplab.engine import checkpoint
+from ddplab.metrics.records import PHASES
 
 pytestmark = pytest.mark.dist
 
@@ -254,9 +255,10 @@ def test_ddp_knobs_run(ddp_run, tmp_path):
 def test_per_rank_table_and_time_breakdown(ddp_run):
     record = json.loads((ddp_run / "metrics.jsonl").read_text().splitlines()[-1])
     assert record["rank_samples"] == [128.0, 128.0] and len(record["rank_train_s"]) == 2
-    assert {"data_s", "forward_backward_s", "optimizer_s", "comm_wait_s"} <= record.keys()
+    assert set(PHASES) <= record.keys()  # the names the summary and the report read
     assert record["data_s"] + record["forward_backward_s"] + record["optimizer_s"] <= record["train_s"]
     summary = json.loads((ddp_run / "summary.json").read_text())
+    assert list(summary["phases_s"]) == list(PHASES)
     assert summary["ranks"]["samples"] == {"per_rank": [256.0, 256.0], "max": 256.0, "mean": 256.0}
 
 

@@ -12,6 +12,7 @@ import statistics
 from typing import Any
 
 from ddplab.config import RunConfig
+from ddplab.metrics.records import PHASES
 
 
 def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: float, total_s: float) -> dict[str, Any]:
@@ -88,9 +89,6 @@ def gpu_summary(gpu: dict[str, Any], history: list[dict[str, Any]]) -> dict[str,
         per_rank.append({"rank": rank, "mean_util_pct": round(statistics.fmean(u), 1) if u else None,
                          "peak_mem_used_mib": round(max(m), 1) if m else None})
     return {"measured": True, "reason": None, "per_rank": per_rank}
-
-
-PHASES = ("data_s", "forward_backward_s", "optimizer_s", "comm_wait_s")
 
 
 def per_rank_summary(history: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -14,11 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 from ddplab.errors import DataError
+from ddplab.metrics.records import PHASES  # the file format's names, torch-free
 from ddplab.report.runs import Point, Run, experiment_config, value_text
 
-# The epoch record's phase fields (metrics.jsonl). Not imported from ddplab.metrics: the report
-# depends on the file format only, never on the training stack (which imports torch).
-PHASES = ("data_s", "forward_backward_s", "optimizer_s", "comm_wait_s")
 SHARES = tuple(p.removesuffix("_s") + "_share" for p in PHASES)
 TEXT = ("strategy", "device", "precision", "backend", "memory_label")
 SETTINGS = ("world_size", "local_batch", "global_batch", "accumulate")  # equal over a point's seeds
