@@ -78,6 +78,18 @@ def steps_per_epoch(num_batches: int, accumulate: int) -> int:
     return math.ceil(num_batches / accumulate)
 
 
+@dataclass
+class EpochTraining:
+    """What an epoch of training hands to `run_epoch`, which adds evaluation and clocks for the record."""
+
+    loss: float  # global mean training loss (all ranks)
+    acc: float
+    count: int  # training images seen, all ranks
+    steps: list[dict[str, Any]]  # the training loss at each progress refresh (steps.jsonl)
+    phases: dict[str, float] | None  # seconds per phase of the step; None with time_breakdown off
+    last_step: list[tuple[torch.Tensor, torch.Tensor]]  # its micro-batches: what the communication probe replays
+
+
 class Trainer:
     def __init__(self, *, config: RunConfig, ctx: DistContext, model: torch.nn.Module, optimizer, scheduler,
                  precision: Precision, train_loader, eval_loader, sinks: MetricSink, early_stopping: EarlyStopping,
@@ -90,7 +102,6 @@ class Trainer:
         self.state = TrainState()
         self.accumulate = config.train.accumulate
         self.last_lr = optimizer.param_groups[0]["lr"]
-        self.probe_batch: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.gpu_sampler = gpu_sampler  # None: not sampled (no GPU); the same on every rank
         self.graphed: GraphedStep | None = None  # the captured step, with --train.cuda_graphs
         o = config.optim
@@ -136,8 +147,9 @@ class Trainer:
         clock = Stopwatch(self.ctx.device).start()
         train = self.train_epoch(epoch)
         train_s = clock.stop()
-        if "phases" in train:
-            train["phases"]["comm_wait_s"] = self.comm_wait_per_step(self.probe_batch) * self.steps_per_epoch()
+        phases = {}
+        if train.phases is not None:  # the communication probe runs outside the epoch's clock
+            phases = {**train.phases, "comm_wait_s": self.comm_wait_per_step(train.last_step) * self.steps_per_epoch()}
         eval_clock = Stopwatch(self.ctx.device).start()
         test = self.evaluate()
         eval_s = eval_clock.stop()
@@ -151,22 +163,22 @@ class Trainer:
             gpu = {"gpu_util_pct": figures["mean_util_pct"], "gpu_mem_used_mib": figures["peak_mem_used_mib"]}
             gpu = {k: math.nan if v is None else v for k, v in gpu.items()}  # NaN -> null in the files: not measured
             gpu_rows = [{"epoch": epoch, **row} for rows in self.ctx.gather_objects(gpu_rows) for row in rows]
-        steps = [{"epoch": epoch, **row} for row in train.pop("steps")]
+        steps = [{"epoch": epoch, **row} for row in train.steps]
         record = {
             "epoch": epoch,
             "step": self.state.step,
             "lr": self.last_lr,  # the rate the epoch's last step used
-            "train_loss": train["loss"],
-            "train_acc": train["acc"],
+            "train_loss": train.loss,
+            "train_acc": train.acc,
             "test_loss": test["loss"],
             "test_acc": test["acc"],
-            "train_samples": train["count"],
+            "train_samples": train.count,
             "test_samples": test["count"],
             "epoch_s": train_s + eval_s,
             "train_s": train_s,
             "eval_s": eval_s,
-            "images_per_s": train["count"] / train_s if train_s > 0 else 0.0,
-            **train.get("phases", {}),
+            "images_per_s": train.count / train_s if train_s > 0 else 0.0,
+            **phases,
             **memory,
             **self.per_rank(train_s=train_s, samples=self.train_loader.num_samples,
                             **{k: v for k, v in memory.items() if not isinstance(v, list)}, **gpu),
@@ -257,7 +269,7 @@ class Trainer:
         return x, torch.zeros(size, dtype=torch.long, device=self.ctx.device)
 
     # ---- training ----------------------------------------------------------------------
-    def train_epoch(self, epoch: int) -> dict[str, float]:
+    def train_epoch(self, epoch: int) -> EpochTraining:
         self.model.train()
         self.train_loader.set_epoch(epoch)
         meter = ClassificationMeter(self.ctx.device)
@@ -287,12 +299,9 @@ class Trainer:
             self.sinks.step(sum(len(y) for _, y in group), value)
         if self.lookahead is not None:  # evaluation and the checkpoint see the slow weights
             self.lookahead.sync()
-        result = meter.reduced(self.ctx.all_reduce_sum)
-        result["steps"] = steps
-        if timer.enabled:
-            result["phases"] = timer.totals(num_steps)
-            self.probe_batch = group  # for the communication probe, run outside the epoch's clock
-        return result
+        totals = meter.reduced(self.ctx.all_reduce_sum)
+        return EpochTraining(loss=totals["loss"], acc=totals["acc"], count=totals["count"], steps=steps,
+                             phases=timer.totals(num_steps) if timer.enabled else None, last_step=group)
 
     def train_step(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], meter: ClassificationMeter,
                    timer: PhaseTimer) -> torch.Tensor:
