@@ -15,9 +15,12 @@ from ddplab.models import create_model, list_models
 EXPECTED_PAIRS = {"simple_cnn": 3, "vgg_small": 6, "resnet18": 1, "fastnet": 0, "speednet": 0}
 
 
+SIDE = 9  # the smallest images every registry model takes (speednet's stem and poolings need 9x9)
+
+
 def small_model(name: str, batchnorm: bool = False) -> nn.Module:
     torch.manual_seed(0)
-    return create_model(name, num_classes=3, image_size=8, width=0.125, dropout=0.0, batchnorm=batchnorm)
+    return create_model(name, num_classes=3, image_size=SIDE, width=0.125, dropout=0.0, batchnorm=batchnorm)
 
 
 def outputs_and_grads(model: nn.Module, x: torch.Tensor):
@@ -39,7 +42,7 @@ def test_fused_registry_model_gives_identical_outputs_and_gradients(name):
     assert fuse_conv_relu(fused, backend="reference") == EXPECTED_PAIRS[name]
     assert sum(isinstance(m, FusedConvReLU) for m in fused.modules()) == EXPECTED_PAIRS[name]
     assert list(fused.state_dict()) == list(model.state_dict())  # checkpoints stay interchangeable
-    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    x = torch.randn(2, 3, SIDE, SIDE, generator=torch.Generator().manual_seed(1))
     y, gx, grads = outputs_and_grads(model, x)
     y_f, gx_f, grads_f = outputs_and_grads(fused, x)
     assert torch.equal(y, y_f) and torch.equal(gx, gx_f)
@@ -57,7 +60,7 @@ def test_fused_model_on_the_triton_kernel_matches(device, full_fp32):
     model = small_model("simple_cnn").to(device)
     fused = copy.deepcopy(model)
     assert fuse_conv_relu(fused, backend="triton") == 3
-    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(2)).to(device)
+    x = torch.randn(2, 3, SIDE, SIDE, generator=torch.Generator().manual_seed(2)).to(device)
     y, gx, grads = outputs_and_grads(model, x)
     y_f, gx_f, grads_f = outputs_and_grads(fused, x)
     torch.testing.assert_close(y_f, y, rtol=1e-4, atol=1e-4)

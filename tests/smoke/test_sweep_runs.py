@@ -122,9 +122,12 @@ label = "broken"
 "model.fuse_conv_relu" = true
 ''', ""))
     out = tmp_path / "s"
+    # SIGINT as a terminal delivers it, also when the suite itself runs in the background (`cmd &`), where the
+    # shell hands every child SIGINT ignored and Python keeps it so.
     proc = subprocess.Popen([sys.executable, "-m", "ddplab", "sweep", str(path), "--out", str(out), "--no-report"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+                            env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     metrics_file = out / "runs" / "single" / "metrics.jsonl"
     deadline = time.monotonic() + 120
     while not (metrics_file.exists() and metrics_file.read_text().strip()):  # the first run is training
