@@ -215,9 +215,32 @@ def maybe_resume_after_restart(config: RunConfig) -> None:
 _ERROR_TYPES = {cls.__name__: cls for cls in (errors.ConfigError, errors.DataError, errors.TrainingError, errors.FileSystemError)}
 
 
+ROOT_CAUSE_WINDOW_S = 2  # failures this close to the first count as one event
+
+
+def root_failure(failures: dict) -> tuple[int, object]:
+    """The failed rank that caused the others: among the failures of the first moment, one that
+    recorded an exception before one that merely died.
+
+    When a rank raises, its peers often die in the collective they were waiting in (Gloo aborts
+    the process: SIGABRT) within the same second, and the agent's timestamps are whole seconds
+    (a death's is when the agent noticed it): its own "first failure" then picks the lowest
+    rank, the collateral one. A death well before any exception (an OOM kill) stays the cause.
+    """
+    first = min(f.timestamp for f in failures.values())
+    moment = [r for r, f in failures.items() if f.timestamp - first <= ROOT_CAUSE_WINDOW_S]
+
+    def key(rank):
+        failure = failures[rank]  # an exception leaves an error file (torch elastic's @record); a signal none
+        return (not os.path.isfile(str(failure.error_file)), failure.timestamp, rank)
+
+    rank = min(moment, key=key)
+    return rank, failures[rank]
+
+
 def worker_failure(exc, max_restarts: int) -> errors.DdplabError:
-    """One line naming the first failed rank and its cause, keeping the error's exit code."""
-    rank, failure = exc.get_first_failure()
+    """One line naming the failed rank that caused the rest and its cause, keeping the error's exit code."""
+    rank, failure = root_failure(exc.failures)
     raw = failure.message
     message = raw.get("message", "") if isinstance(raw, dict) else str(raw)
     match = re.match(r"^(\w+): (.*)$", message, re.S)

@@ -62,3 +62,26 @@ def test_compile_mode_reaches_torch_compile(monkeypatch):
     for mode, expected in (("default", None), ("reduce-overhead", "reduce-overhead"), ("max-autotune", "max-autotune")):
         wrap_model(nn.Linear(2, 2), tiny_config(model={"compile": True, "compile_mode": mode}), DistContext())
         assert seen.pop() == {"mode": expected}
+
+
+def test_the_rank_that_raised_is_the_root_cause_not_a_peer_that_died_with_it(tmp_path):
+    """Rank 1 raises; rank 0 dies (SIGABRT) in the collective it waited in, in the same second or
+    noticed a moment later: the one line names rank 1. A death well before any exception stays the cause."""
+    import json
+
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    from ddplab.launch import root_failure
+
+    def raised(local_rank, timestamp):
+        error_file = tmp_path / f"error-{local_rank}.json"
+        error_file.write_text(json.dumps({"message": "TrainingError: injected fault", "timestamp": str(timestamp)}))
+        return ProcessFailure(local_rank=local_rank, pid=100 + local_rank, exitcode=1, error_file=str(error_file))
+
+    died = ProcessFailure(local_rank=0, pid=100, exitcode=-6, error_file=str(tmp_path / "none.json"))
+    now = died.timestamp
+    for later in (0, 1):  # same second, or a second later
+        rank, failure = root_failure({0: died, 1: raised(1, now + later)})
+        assert rank == 1 and "injected fault" in str(failure.message)
+    rank, _ = root_failure({0: died, 1: raised(1, now + 30)})
+    assert rank == 0
