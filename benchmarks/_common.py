@@ -130,9 +130,10 @@ def compare(name_a: str, a: Sequence[float], name_b: str, b: Sequence[float]) ->
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
+    """The report's Markdown table (ddplab.report.tables), for cells of any type."""
+    from ddplab.report.tables import markdown_table as table
+
+    return table(list(headers), [[str(c) for c in row] for row in rows])
 
 
 def fmt_rate(value: float) -> str:
