@@ -55,8 +55,6 @@ class ImageDataset:
             std=self.std,
         )
 
-    def to(self, device: torch.device | str) -> "ImageDataset":
-        return ImageDataset(self.images.to(device), self.labels.to(device), self.classes, self.name, self.mean, self.std)
 
 
 def channel_stats(images: torch.Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:

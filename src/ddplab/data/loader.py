@@ -158,12 +158,3 @@ class DeviceLoader:
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
         return x
-
-    def state_dict(self) -> dict[str, int]:
-        return {"epoch": self.epoch, "seed": self.seed}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        """Resume at an epoch boundary; a different seed would silently change the data order."""
-        if "seed" in state and state["seed"] != self.seed:
-            raise ValueError(f"loader state was saved with seed={state['seed']}, this loader has seed={self.seed}")
-        self.epoch = int(state["epoch"])
