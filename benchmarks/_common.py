@@ -27,6 +27,8 @@ if str(REPO / "src") not in sys.path:  # run from a checkout without installing 
 
 import torch  # noqa: E402
 
+from ddplab.data.download import missing_files  # noqa: E402
+
 
 def add_common_args(parser: argparse.ArgumentParser, name: str, *, repeats: int = 3) -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
@@ -58,7 +60,7 @@ def apply_threads(threads: int | None) -> None:
 
 def cifar_root(data_dir: str | os.PathLike | None) -> Path | None:
     """The data root if it holds CIFAR-10's binary files, else None (the caller uses synthetic data)."""
-    if data_dir and (Path(data_dir) / "cifar-10-batches-bin" / "test_batch.bin").is_file():
+    if data_dir and not missing_files("cifar10", data_dir):
         return Path(data_dir)
     return None
 

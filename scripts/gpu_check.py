@@ -29,6 +29,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 # Children import this checkout's ddplab, installed or not (the GPU machine runs it from source).
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))}
+if str(REPO / "src") not in sys.path:  # and so does this script
+    sys.path.insert(0, str(REPO / "src"))
+
+from ddplab.data.download import missing_files  # noqa: E402 (torch-free)
 
 # name, extra `ddplab train` arguments, what it needs: "any" | "cuda" | "multi" (2+ workers: GPUs, or CPU processes).
 # The rows no GPU has run yet come first, so that a run cut short still has them. "ddp nccl x1" is world
@@ -87,7 +91,7 @@ def machine() -> dict:
 
 
 def data_args(args, on_cuda: bool) -> list[str]:
-    cifar = args.data_dir and (Path(args.data_dir) / "cifar-10-batches-bin" / "test_batch.bin").is_file()
+    cifar = args.data_dir and not missing_files("cifar10", args.data_dir)
     if args.quick or not cifar:
         size = "1024" if args.quick else "8192"
         return ["--dataset", "synthetic", "--data.synthetic_size", size, "--data.image_size", "16" if args.quick else "32",

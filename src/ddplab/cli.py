@@ -101,10 +101,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         base = load_toml(saved)
     else:
         base = {}
-    config = build_config(merge(base, overrides))
-    if config.output.out is None:
-        config.output.out = str(config.output.run_dir(config.data, config.model))
-    return config
+    return build_config(merge(base, overrides))
 
 
 PRESETS = Path(__file__).parent / "presets"

@@ -321,6 +321,17 @@ class RunConfig:
                 section, key = name.split(".")
                 raise _bad(name, getattr(getattr(self, section), key), f"with train.cuda_graphs: {why}")
 
+    def with_out_folder(self) -> RunConfig:
+        """This config with `output.out` set, naming a new folder when unset.
+
+        Named once, by whoever starts the run, and then passed on: every process of the run,
+        and the caller's own config, see one folder.
+        """
+        if self.output.out is not None:
+            return self
+        out = str(self.output.run_dir(self.data, self.model))
+        return dataclasses.replace(self, output=dataclasses.replace(self.output, out=out))
+
     # Derived quantities live here, not in the loop (contract 2).
     def world_size(self) -> int:
         return self.dist.nproc * self.dist.nnodes if self.dist.strategy == "ddp" else 1

@@ -12,6 +12,7 @@ folder.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -41,10 +42,11 @@ def launch(config: RunConfig):
     """Run `config` the way it asks to be run; returns the RunResult (rank 0's, when it has one)."""
     from ddplab.engine.run import train
 
+    config = config.with_out_folder()
     check_environment(config)
     place = place_from_env()  # set inside torchrun / srun: this process is one worker
     if place is not None:
-        maybe_resume_after_restart(config)
+        config = resumed_after_restart(config)
     holds = should_hold(Path(config.output.out), place.rank if place else None, launching_nodes=config.dist.nnodes)
     holder = run_lock(Path(config.output.out)) if holds else contextlib.nullcontext()
     check_run_dir(config)  # on every rank, before the group forms: a refusal stops all ranks at once
@@ -179,8 +181,7 @@ def run_worker(config_values: dict):
     # handler never runs; the default action ends it at once (checkpoints are atomic).
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     watch_launcher()
-    config = build_config(config_values)
-    maybe_resume_after_restart(config)
+    config = resumed_after_restart(build_config(config_values))
     try:
         result = train(config)
     except OSError as exc:  # as the CLI reports it, and with its class name the launcher maps to exit code 5
@@ -205,11 +206,12 @@ def watch_launcher(poll_s: float = 0.5) -> None:
     threading.Thread(target=watch, name="ddplab-launcher-watch", daemon=True).start()
 
 
-def maybe_resume_after_restart(config: RunConfig) -> None:
+def resumed_after_restart(config: RunConfig) -> RunConfig:
     """A restarted worker group (elastic agent or torchrun) continues from the last checkpoint."""
     restarts = int(os.environ.get(RESTART_COUNT, "0"))
     if restarts > 0 and (Path(config.output.out) / "checkpoints" / checkpoint.LAST).exists():
-        config.output.resume = True
+        return dataclasses.replace(config, output=dataclasses.replace(config.output, resume=True))
+    return config
 
 
 _ERROR_TYPES = {cls.__name__: cls for cls in (errors.ConfigError, errors.DataError, errors.TrainingError, errors.FileSystemError)}

@@ -174,3 +174,14 @@ def test_the_test_suite_collects_every_test_folder():
                          cwd=root, capture_output=True, text=True, timeout=300).stdout
     for folder in (p for p in (root / "tests").iterdir() if p.is_dir() and any(p.glob("test_*.py"))):
         assert f"tests/{folder.name}/" in out, f"tests/{folder.name} is not collected"
+
+
+def test_the_run_folder_is_named_once_and_the_callers_config_is_left_alone(monkeypatch):
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    unnamed = build_config({"data": {"dataset": "synthetic"}, "model": {"name": "simple_cnn"}})
+    named = unnamed.with_out_folder()
+    assert unnamed.output.out is None  # the API's caller keeps its config
+    assert Path(named.output.out).parent == Path("runs") and Path(named.output.out).name.startswith("synthetic-simple_cnn-")
+    assert named.with_out_folder() is named  # every later step (the workers, train()) sees the same folder
+    assert unnamed.with_out_folder().output.out != named.output.out  # two runs started together never share one

@@ -85,3 +85,19 @@ def test_the_rank_that_raised_is_the_root_cause_not_a_peer_that_died_with_it(tmp
         assert rank == 1 and "injected fault" in str(failure.message)
     rank, _ = root_failure({0: died, 1: raised(1, now + 30)})
     assert rank == 0
+
+
+def test_a_restarted_worker_group_resumes_only_where_a_checkpoint_exists(tmp_path, monkeypatch):
+    from ddplab.config import build_config
+    from ddplab.engine import checkpoint
+    from ddplab.launch import RESTART_COUNT, resumed_after_restart
+
+    config = build_config({"output": {"out": str(tmp_path)}})
+    monkeypatch.setenv(RESTART_COUNT, "1")
+    assert resumed_after_restart(config) is config  # restarted before the first checkpoint: start over
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / checkpoint.LAST).write_bytes(b"")
+    resumed = resumed_after_restart(config)
+    assert resumed.output.resume is True and config.output.resume is False
+    monkeypatch.setenv(RESTART_COUNT, "0")
+    assert resumed_after_restart(config) is config  # a first start never resumes on its own

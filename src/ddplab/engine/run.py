@@ -56,9 +56,8 @@ class RunResult:
 def train(config: RunConfig) -> RunResult:
     """Train as configured and return the finished run (the Python API)."""
     start = time.perf_counter()
+    config = config.with_out_folder()
     check_environment(config)
-    if config.output.out is None:
-        config.output.out = str(config.output.run_dir(config.data, config.model))
     run_dir = Path(config.output.out)
     place = place_from_env()  # a multi-node run's rank-0 worker holds the folder: only now is its rank known
     holds = should_hold(run_dir, place.rank if place else None)
