@@ -7,7 +7,9 @@
 #   bash scripts/device_check.sh perf       loop overhead vs a plain loop (eager, CUDA graphs,
 #                                           reduce-overhead) and one 1-GPU sweep's run folders
 #                                           (checkpoints left out), for `ddplab report` here
-#   bash scripts/device_check.sh speedrun   the speedrun preset over 5 seeds, and 3 with CUDA graphs
+#   bash scripts/device_check.sh speedrun   the speedrun preset over 5 seeds, and 3 with CUDA graphs; a
+#                                           torch.profiler table of seed report D's step (its ops by
+#                                           device time), where the loop's time goes on a GPU
 #
 # Carry (git-ignored paths named in `carry`):
 #   .device/cifar10-jpeg.pack and .device/unpack_cifar10_jpeg.py   (copies of ../shared/data/)
@@ -59,6 +61,10 @@ elif [ "$PART" = speedrun ]; then
     --runs-dir /tmp/speedrun/runs 2>&1 | tail -16 | tee "$OUT/speedrun.txt"
   timeout 200 python3 benchmarks/speedrun.py --device cuda --seeds 3 --out /tmp/speedrun/speedrun_graphs.json \
     --runs-dir /tmp/speedrun/runs-graphs -- --train.cuda_graphs true 2>&1 | tail -16 | tee -a "$OUT/speedrun.txt"
+  # Where seed report D's eager step spends its time on the GPU: 20 steps, ops by device time, and the host's share.
+  timeout 60 python3 -m ddplab train --config configs/seed_report_d.toml --subset 8192 --epochs 1 --train.profile_steps 20 \
+    --output.progress false --out /tmp/speedrun/profile-seed-d 2>&1 | tail -14 | tee "$OUT/profile.txt"
+  head -45 /tmp/speedrun/profile-seed-d/profile/ops_rank0.txt >>"$OUT/profile.txt" 2>/dev/null
   tar czf "$OUT/speedrun.tgz" --exclude=checkpoints -C /tmp speedrun 2>/dev/null
 else
   echo "usage: bash scripts/device_check.sh checks|perf|speedrun" >&2

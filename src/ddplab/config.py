@@ -207,6 +207,7 @@ class TrainConfig:
     deterministic: bool | None = opt(None, "deterministic algorithms; unset: on for CPU (bit-identical reruns), off on CUDA (cuDNN picks the fastest kernels; set true for bit-identical GPU reruns)")
     cuda_graphs: bool = opt(False, "capture the whole training step (forward, backward, all-reduce, optimizer) in a CUDA graph and replay it: for steps bound by kernel launches (small models and batches); the learning rate lives on the device; fp32/bf16, nccl")
     time_breakdown: bool = opt(True, "time data / forward+backward / optimizer / communication wait per epoch (on CUDA measured on 1 step in 20, the device synchronized around it)")
+    profile_steps: int = opt(0, "record this many optimizer steps with torch.profiler, from step 7 on (the first 6 warm up): a timeline and a table of ops per rank in RUN/profile/, the slowest ops in the summary; 0: off")
 
     def __post_init__(self) -> None:
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1):
@@ -215,6 +216,8 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise _bad(f"train.{name}", value, "must be an integer >= 1")
+        if not isinstance(self.profile_steps, int) or isinstance(self.profile_steps, bool) or self.profile_steps < 0:
+            raise _bad("train.profile_steps", self.profile_steps, "must be an integer >= 0 (0: no profile)")
         _choice("train.precision", self.precision, PRECISIONS)
         _choice("train.tta", self.tta, TTA_MODES)
         if not (self.device in ("auto", "cpu", "cuda") or _is_cuda_index(self.device)):

@@ -262,6 +262,18 @@ def test_per_rank_table_and_time_breakdown(ddp_run):
     assert summary["ranks"]["samples"] == {"per_rank": [256.0, 256.0], "max": 256.0, "mean": 256.0}
 
 
+def test_profiling_a_ddp_run_writes_every_ranks_files_and_changes_no_number(ddp_run, tmp_path):
+    ddplab("--strategy", "ddp", "--nproc", "2", "--backend", "gloo", "--batch-size", "16", "--epochs", "2", *EXACT,
+           "--train.profile_steps", "4", "--out", str(tmp_path / "profiled"))
+    assert metrics(tmp_path / "profiled") == metrics(ddp_run)
+    assert torch.equal(flat(weights(tmp_path / "profiled")), flat(weights(ddp_run)))
+    folder = tmp_path / "profiled" / "profile"
+    assert sorted(p.name for p in folder.iterdir()) == ["ops_rank0.txt", "ops_rank1.txt", "trace_rank0.json", "trace_rank1.json"]
+    for rank in (0, 1):  # each rank's own timeline, its all-reduces in it
+        assert "c10d::allreduce_" in (folder / f"ops_rank{rank}.txt").read_text()
+    assert json.loads((tmp_path / "profiled" / "summary.json").read_text())["profile"]["steps"] == 4
+
+
 def test_slurm_srun_environment_just_works(ddp_run, tmp_path):
     """Two processes as srun starts them: ranks from SLURM_*, rank 0 hosts the store."""
     port = free_port()

@@ -167,6 +167,8 @@ CASES = [
          r"optim\.lookahead_alpha=0\.0 .*\(0, 1\]", after=no_folder("r")),
     Case("threads-0", [*S, "--train.threads", "0", "--out", "{tmp}/r"], 2, r"train\.threads=0 .*integer >= 1",
          after=no_folder("r")),
+    Case("profile-steps-negative", [*S, "--train.profile_steps", "-1", "--out", "{tmp}/r"], 2,
+         r"train\.profile_steps=-1 .*integer >= 0", after=no_folder("r")),
     Case("nproc-without-ddp", [*S, "--nproc", "2", "--out", "{tmp}/r"], 2, r"dist\.nproc=2.*--strategy ddp"),
     Case("missing-config-file", ["train", "--config", "{tmp}/nope.toml"], 2, r"config file .*nope\.toml does not exist"),
     Case("bad-toml", ["train", "--config", "{tmp}/bad.toml"], 2, r"bad\.toml is not valid TOML", setup=bad_toml),

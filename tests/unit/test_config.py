@@ -67,6 +67,8 @@ def test_the_cli_surface_is_deliberate():
     ({"train": {"device": "tpu"}}, "train.device"),
     ({"train": {"epochs": "many"}}, "train.epochs"),
     ({"train": {"early_stop_metric": "val_f1"}}, "train.early_stop_metric"),
+    ({"train": {"profile_steps": -1}}, "train.profile_steps"),
+    ({"train": {"profile_steps": True}}, "train.profile_steps"),
     ({"data": {"dataset": "mnist"}}, "data.dataset"),
     ({"data": {"val_fraction": 1.0}}, "data.val_fraction"),
     ({"data": {"fold": 3}}, "data.fold"),

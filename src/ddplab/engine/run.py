@@ -35,6 +35,7 @@ from ddplab.engine.trainer import PROGRESS_UPDATES_PER_EPOCH, Trainer, steps_per
 from ddplab.errors import ConfigError, TrainingError
 from ddplab.metrics.sinks import JsonlSink, LogSink, NullSink, ProgressBar, SamplesSink, SinkGroup, tensorboard_sink
 from ddplab.metrics.gpu import GpuSampler
+from ddplab.metrics.profiler import build_profiler
 from ddplab.metrics.summary import build_summary, format_summary
 from ddplab.metrics.system import Stopwatch, synchronize
 from ddplab.models import count_flops, count_params, create_model
@@ -122,15 +123,18 @@ def run_worker(config: RunConfig, ctx: DistContext, start: float) -> RunResult:
         log.info("resumed from epoch %d (step %d)", trainer.state.epoch, trainer.state.step)
     trainer.sinks = build_sinks(config, ctx, run_dir, trainer.state.history)
     info["warmup"] = maybe_warm_up(trainer)
+    trainer.profiler = build_profiler(config.train.profile_steps, ctx.device, ctx.rank, run_dir)
     startup_s = time.perf_counter() - start
     try:
-        state = trainer.fit()
+        with trainer.profiler or contextlib.nullcontext():
+            state = trainer.fit()
     except RuntimeError as exc:  # Gloo/NCCL report a timed-out or broken collective as RuntimeError
         if not ctx.is_distributed or is_out_of_memory(exc):
             raise
         raise collective_failure(exc, config, ctx) from exc
     finally:
         trainer.sinks.close()
+    info["profile"] = trainer.profiler.result() if trainer.profiler is not None else None
     summary = build_summary(config, info, state, startup_s=startup_s, total_s=time.perf_counter() - start)
     if ctx.is_main:
         files.write_json(run_dir / "summary.json", summary)

@@ -37,6 +37,7 @@ from ddplab.errors import TrainingError
 from ddplab.metrics.gpu import GpuSampler
 from ddplab.metrics.gpu import summarize as summarize_gpu
 from ddplab.metrics.meters import ClassificationMeter
+from ddplab.metrics.profiler import StepProfiler
 from ddplab.metrics.sinks import MetricSink
 from ddplab.metrics.system import Stopwatch, peak_alloc_per_gpu_mib, peak_memory_mib, reset_peak_memory, synchronize
 from ddplab.seeding import derive_seed
@@ -104,6 +105,7 @@ class Trainer:
         self.last_lr = optimizer.param_groups[0]["lr"]
         self.gpu_sampler = gpu_sampler  # None: not sampled (no GPU); the same on every rank
         self.graphed: GraphedStep | None = None  # the captured step, with --train.cuda_graphs
+        self.profiler: StepProfiler | None = None  # --train.profile_steps: told of every optimizer step
         o = config.optim
         self.lookahead = Lookahead(unwrap(model).parameters(), every=o.lookahead_steps, alpha=o.lookahead_alpha) \
             if o.lookahead_steps else None
@@ -297,6 +299,8 @@ class Trainer:
                 steps.append({"step": self.state.step, "train_loss": value, "lr": self.last_lr,
                               "t_s": round(time.perf_counter() - self.clock_zero, 3)})
             self.sinks.step(sum(len(y) for _, y in group), value)
+            if self.profiler is not None:
+                self.profiler.step()
         if self.lookahead is not None:  # evaluation and the checkpoint see the slow weights
             self.lookahead.sync()
         totals = meter.reduced(self.ctx.all_reduce_sum)

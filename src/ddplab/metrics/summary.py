@@ -73,6 +73,8 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
         "gpu": gpu_summary(info.get("gpu", {}), history),
         # How the numbers were taken: determinism, cuDNN autotuning, how often the device is synchronized.
         "engine": info.get("engine"),
+        # --train.profile_steps: the window, its files under RUN/profile/, the ops with the most self time.
+        "profile": info.get("profile"),
     }
 
 
@@ -135,6 +137,13 @@ def format_summary(s: dict[str, Any]) -> str:
         lines.append("  memory        " + ", ".join(f"{k.replace('_mib', '')} {v:,.0f} MiB" for k, v in s["memory"].items()))
     if s["phases_s"]:
         lines.append("  train time    " + ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.1f} s" for k, v in s["phases_s"].items()))
+    profile = s.get("profile")
+    if profile and profile["steps"]:
+        ops = ", ".join(f"{o['op']} {o['share']:.0%}" for o in profile["top_ops"])
+        lines.append(f"  profile       {profile['steps']} steps from step {profile['first_step']}, {profile['time']} self time: "
+                     f"{ops} (profile/{profile['ops']}, profile/{profile['trace']})")
+    elif profile:
+        lines.append(f"  profile       none written: {profile['reason']}")
     if run["world_size"] > 1:
         for key, stats in s["ranks"].items():
             lines.append(f"  per rank      {key}: " + " / ".join(f"{v:,.1f}" for v in stats["per_rank"])
