@@ -24,9 +24,9 @@ NEWER_APIS: dict[str, str] = {
         "torch waits up to 30 s (ddplab's workers exit at once on SIGTERM, so in practice nothing is lost)"),
     "DistributedDataParallel(forward_sync_buffers=)": (
         "torch 2.13+ renames broadcast_buffers; older torch gets broadcast_buffers=True, the same behaviour"),
-    "TORCHELASTIC_SIGNALS_TO_HANDLE": (
-        "torch 2.10+: Ctrl-C reaches the launcher alone, which stops its workers; older torch forwards SIGINT to "
-        "workers, and one still starting up may print a KeyboardInterrupt traceback"),
+    "LaunchConfig.signals_to_handle": (
+        "torch 2.10+: Ctrl-C reaches the launcher alone, which stops its workers with SIGTERM at once; older torch "
+        "forwards SIGINT to workers, and one still starting up may print a KeyboardInterrupt traceback"),
     "torch.library.custom_op schema inference": (
         "torch 2.7+ infers an op's schema from list[int] and string annotations; older torch could not, so the "
         "kernels write their schemas out and nothing is lost"),
@@ -75,26 +75,19 @@ def ddp_buffer_sync() -> dict[str, bool]:
     return {"forward_sync_buffers": True} if "forward_sync_buffers" in params else {"broadcast_buffers": True}
 
 
-ELASTIC_SIGNALS_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"
-
-
 def elastic_signals_configurable() -> bool:
-    """Whether the elastic agent reads which signals to handle from ELASTIC_SIGNALS_ENV (torch 2.10+).
+    """Whether the elastic agent can be told which signals to handle (`LaunchConfig.signals_to_handle`, torch 2.10+).
 
-    Only the agent's source tells (no signature carries it), so the installed code is read.
+    The agent exports the field to its process tree (TORCHELASTIC_SIGNALS_TO_HANDLE), replacing
+    whatever that variable held: the field is the one way to set it.
     """
-    import inspect
+    from torch.distributed.launcher.api import LaunchConfig
 
-    from torch.distributed.elastic.multiprocessing import api
-
-    try:
-        return ELASTIC_SIGNALS_ENV in inspect.getsource(api)
-    except (OSError, TypeError):
-        return False
+    return "signals_to_handle" in {f.name for f in dataclasses.fields(LaunchConfig)}
 
 
 def launch_config(**kwargs: Any):
     """torch's elastic LaunchConfig, built with only the fields this torch release has."""
     from torch.distributed.launcher.api import LaunchConfig
 
-    return LaunchConfig(**accepted_kwargs(LaunchConfig, kwargs, optional={"shutdown_timeout"}))
+    return LaunchConfig(**accepted_kwargs(LaunchConfig, kwargs, optional={"shutdown_timeout", "signals_to_handle"}))

@@ -172,7 +172,7 @@ def test_ctrl_c_stops_every_worker(tmp_path):
     marker = f"DDPLAB_TEST_{uuid.uuid4().hex}"
     env = {**os.environ, "OMP_NUM_THREADS": "1", marker: "1"}
     proc = subprocess.Popen([sys.executable, "-m", "ddplab", "train", *TINY, "--strategy", "ddp", "--nproc", "2",
-                             "--batch-size", "8", "--epochs", "50", "--out", str(tmp_path / "r")],
+                             "--batch-size", "8", "--epochs", "50", "--out", str(tmp_path / "r"), "--debug"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     metrics_file = tmp_path / "r" / "metrics.jsonl"
     deadline = time.monotonic() + 120
@@ -184,6 +184,10 @@ def test_ctrl_c_stops_every_worker(tmp_path):
     assert proc.returncode == 130, err[-3000:]
     assert "interrupted" in err.strip().splitlines()[-1]
     assert leftover_processes(marker) == []
+    # --debug keeps the elastic agent's log: it stopped each worker with SIGTERM, and none needed SIGKILL.
+    assert "forcefully exiting" not in err, err[-3000:]
+    if compat.elastic_signals_configurable():
+        assert err.count("via signal SIGTERM") == 2, err[-3000:]
     assert (tmp_path / "r" / "checkpoints" / checkpoint.LAST).exists()
 
 

@@ -77,6 +77,22 @@ def test_the_launch_configuration_builds_against_the_oldest_signature(monkeypatc
     assert built.shutdown_timeout == 30  # the old torch's fixed wait, not ddplab's 5 s
 
 
+@pytest.mark.skipif(not compat.elastic_signals_configurable(), reason="this torch's LaunchConfig has no signals_to_handle")
+def test_the_elastic_agent_is_told_to_leave_sigint_to_the_launcher(monkeypatch, tmp_path):
+    """Its default includes SIGINT: it would forward Ctrl-C to workers that block it, then SIGKILL them."""
+    import torch.distributed.launcher.api as api
+
+    seen = {}
+
+    def fake_elastic_launch(config, entrypoint):
+        seen["config"] = config
+        return lambda *args: {0: None, 1: None}
+
+    monkeypatch.setattr(api, "elastic_launch", fake_elastic_launch)
+    launch.launch_workers(tiny_config(tmp_path / "r", dist={"strategy": "ddp", "nproc": 2}))
+    assert seen["config"].signals_to_handle == launch.AGENT_SIGNALS == "SIGTERM,SIGHUP,SIGQUIT"
+
+
 def test_every_newer_api_says_what_is_lost():
     for name, what in compat.NEWER_APIS.items():
         assert "torch 2." in what and ("older" in what or "without" in what), name
