@@ -275,6 +275,13 @@ def test_count_params_skips_frozen_parameters():
     assert count_params(model) == total - 3 * 32 * 9
 
 
+def test_ddplab_models_counts_what_training_counts():
+    """The whitening stem's weights are frozen from the start, not only once the data set them."""
+    model = create_model("speednet", num_classes=10)
+    assert not model.whitening.weight.requires_grad and model.whitening.bias.requires_grad
+    assert model_info("speednet", num_classes=10)["params"] == count_params(model)
+
+
 def test_model_info_builds_nothing_real_and_leaves_the_rng_alone():
     rng = torch.random.get_rng_state()
     info = model_info("simple_cnn", num_classes=10, in_channels=1, image_size=(17, 23))

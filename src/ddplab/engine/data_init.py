@@ -4,8 +4,8 @@ A model that wants it exposes a `whitening` Conv2d with 2 x d output channels, d
 for k x k patches. Its weights are set so that, on the training images as the loader
 presents them (scaled to [0, 1], normalized, no augmentation), the first d channels output
 the patches' principal components with unit variance and the other d their negatives;
-the bias subtracts the patch mean. The weights are then frozen (the optimizer skips them)
-and the bias keeps training.
+the bias subtracts the patch mean. The model keeps the weights frozen (the optimizer skips
+them) and trains the bias.
 
 Every rank computes the same numbers from the same images, and DDP broadcasts rank 0's
 parameters anyway, so ranks agree.
@@ -30,7 +30,7 @@ def wants_data_init(model: torch.nn.Module) -> bool:
 @torch.no_grad()
 def init_whitening(conv: torch.nn.Conv2d, data: ImageDataset, device: torch.device | str = "cpu",
                    num_images: int = WHITENING_IMAGES, eps: float = WHITENING_EPS) -> None:
-    """Set `conv` to whiten k x k patches of `data`'s first `num_images` training images, and freeze its weights."""
+    """Set `conv` to whiten k x k patches of `data`'s first `num_images` training images."""
     c, k = conv.in_channels, conv.kernel_size[0]
     d = c * k * k
     if conv.out_channels != 2 * d or conv.kernel_size[0] != conv.kernel_size[1] or conv.groups != 1:
@@ -46,4 +46,3 @@ def init_whitening(conv: torch.nn.Conv2d, data: ImageDataset, device: torch.devi
     conv.weight.copy_(weight.view(2 * d, c, k, k).to(conv.weight))
     if conv.bias is not None:
         conv.bias.copy_((-weight @ center).to(conv.bias))
-    conv.weight.requires_grad_(False)

@@ -157,6 +157,7 @@ class SpeedNet(FastNet):
                          widths=widths, dropout=dropout, batchnorm=batchnorm,
                          norm=speed_batchnorm if batchnorm else None, ceil_mode=False)
         self.whitening = nn.Conv2d(in_channels, 2 * in_channels * patch * patch, kernel_size=patch, padding=0, bias=True)
+        self.whitening.weight.requires_grad_(False)  # set from the training data (engine/data_init.py), never trained
         self.stem = nn.Sequential(self.whitening, nn.GELU())
         width = self.head.in_features
         self.logit_scale = math.sqrt(HEAD_RATE_RATIO) / width
