@@ -25,6 +25,15 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO / "src") not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(REPO / "src"))
 
+from ddplab.compat import check_torch  # noqa: E402 (torch-free)
+from ddplab.errors import ConfigError  # noqa: E402
+
+try:  # no torch, or one below the floor: one line, as from every ddplab command
+    check_torch()
+except ConfigError as exc:
+    print(f"{Path(sys.argv[0]).stem}: error: {exc}", file=sys.stderr)
+    sys.exit(2)
+
 import torch  # noqa: E402
 
 from ddplab.data.download import missing_files  # noqa: E402

@@ -32,7 +32,9 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src
 if str(REPO / "src") not in sys.path:  # and so does this script
     sys.path.insert(0, str(REPO / "src"))
 
-from ddplab.data.download import missing_files  # noqa: E402 (torch-free)
+from ddplab.compat import check_torch  # noqa: E402 (these three are torch-free)
+from ddplab.data.download import missing_files  # noqa: E402
+from ddplab.errors import ConfigError  # noqa: E402
 
 # name, extra `ddplab train` arguments, what it needs: "any" | "cuda" | "multi" (2+ workers: GPUs, or CPU processes).
 # The rows no GPU has run yet come first, so that a run cut short still has them. "ddp nccl x1" is world
@@ -171,6 +173,11 @@ def table(results: list[dict]) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    try:
+        check_torch()  # no torch, or one below the floor: one line, as from every ddplab command
+    except ConfigError as exc:
+        print(f"gpu_check: error: {exc}", file=sys.stderr)
+        return 2
     import torch
 
     on_cuda = torch.cuda.is_available() and args.device != "cpu"

@@ -99,7 +99,7 @@ def test_torchrun_gives_the_same_run(ddp_run, tmp_path):
 
 
 def test_launcher_signature_of_the_oldest_supported_torch_gives_the_same_run(ddp_run, tmp_path):
-    """torch 2.11's LaunchConfig had no shutdown_timeout and every multi-worker run died with a TypeError."""
+    """torch 2.4's LaunchConfig fields only (no shutdown_timeout: on torch 2.11 every multi-worker run died with a TypeError)."""
     script = ("import sys, old_torch; old_torch.use_old_launch_config(); from ddplab.cli import main; "
               "sys.exit(main(sys.argv[1:]))")
     tests_dir = str(Path(__file__).resolve().parents[1])

@@ -1,6 +1,7 @@
 """The supported torch floor: older torch is refused in one line, newer APIs are optional."""
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
@@ -44,6 +45,22 @@ def test_old_torch_gets_one_line_from_every_command(monkeypatch, capsys, tmp_pat
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("ddplab: error: ddplab needs torch >= 2.4"), err
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("script", ["scripts/gpu_check.py", "benchmarks/loop_overhead.py", "benchmarks/speedrun.py"])
+def test_old_torch_gets_one_line_from_the_scripts_too(script):
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    path = repo / script
+    code = ("import runpy, sys, torch; torch.__version__ = '2.1.2'; "
+            f"sys.path.insert(0, {str(path.parent)!r}); sys.argv = [{str(path)!r}, '--quick']; "
+            f"runpy.run_path({str(path)!r}, run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=repo)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and f"{path.stem}: error: ddplab needs torch >= 2.4, this Python has torch 2.1.2" in err[0], err
 
 
 def test_optional_launch_fields_are_dropped_only_where_torch_lacks_them():
