@@ -36,6 +36,7 @@ DATASETS = ("cifar10", "cifar100", "stl10", "imagefolder", "synthetic")
 MODELS = ("simple_cnn", "vgg_small", "resnet18", "fastnet", "speednet")
 OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop", "muon")
 SCHEDULES = ("onecycle", "cosine", "linear", "step", "none")
+SCHEDULES_OVER_THE_RUN = ("onecycle", "cosine", "linear")  # planned over train.epochs: extending a run re-plans them
 PRECISIONS = ("fp32", "bf16", "fp16")
 STRATEGIES = ("single", "dp", "ddp")
 BACKENDS = ("auto", "nccl", "gloo", "mpi")

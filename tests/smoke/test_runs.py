@@ -55,12 +55,32 @@ def test_interrupted_then_resumed_run_is_bit_identical(tmp_path, monkeypatch):
     monkeypatch.setattr(Trainer, "run_epoch", crash_in_epoch_3)
     with pytest.raises(KeyboardInterrupt):
         ddplab.train(tiny_config(tmp_path / "cut", **cfg))
-    assert checkpoint.load(tmp_path / "cut" / "checkpoints" / checkpoint.LAST)["train_state"]["epoch"] == 2
+    first_session = checkpoint.load(tmp_path / "cut" / "checkpoints" / checkpoint.LAST)["train_state"]
+    assert first_session["epoch"] == 2
     monkeypatch.setattr(Trainer, "run_epoch", real_run_epoch)
     # Through the CLI, as a user would: --resume takes the run's own config.toml.
     assert main(["train", "--out", str(tmp_path / "cut"), "--resume"]) == 0
     assert metrics(tmp_path / "cut") == metrics(whole.run_dir)
     assert_same_weights(final_weights(tmp_path / "cut"), final_weights(whole.run_dir))
+    # The resumed run's total time holds both sessions: the first to its checkpoint, then the second.
+    times = json.loads((tmp_path / "cut" / "summary.json").read_text())["time"]
+    epochs = [json.loads(line) for line in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    assert first_session["earlier_sessions_s"] >= sum(r["epoch_s"] for r in epochs[:2])
+    assert times["total_s"] >= first_session["earlier_sessions_s"] + sum(r["epoch_s"] for r in epochs[2:]) + times["startup_s"]
+
+
+@pytest.mark.parametrize("schedule, warned", [("onecycle", True), ("none", False)])
+def test_extending_a_run_says_when_it_replans_the_schedule(tmp_path, schedule, warned):
+    ddplab.train(tiny_config(tmp_path / "r", optim={"schedule": schedule}))
+    extended = ddplab.train(tiny_config(tmp_path / "r", optim={"schedule": schedule}, train={"epochs": 3},
+                                        output={"resume": True}))
+    log = (tmp_path / "r" / "train.log").read_text()
+    assert ("WARNING extending from 2 to 3 epochs re-plans the onecycle schedule over 3: the learning rate goes from "
+            f"{extended.history[1]['lr']:.3g} (the last step's) to ") in log if warned else "WARNING" not in log
+    assert 'epochs = 3' in (tmp_path / "r" / "config.toml").read_text()
+    planned = ddplab.train(tiny_config(tmp_path / "planned", optim={"schedule": schedule}, train={"epochs": 3}))
+    # Without a re-plan, the extension is the run that was planned that long; with one, it is not.
+    assert (metrics(tmp_path / "r") == metrics(planned.run_dir)) is not warned
 
 
 def test_run_folder_holds_config_metrics_summary_and_reproduces(tmp_path):

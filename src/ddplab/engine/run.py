@@ -20,7 +20,7 @@ import torch
 
 from ddplab import files
 from ddplab import log as logsetup
-from ddplab.config import RunConfig, check_environment
+from ddplab.config import SCHEDULES_OVER_THE_RUN, RunConfig, check_environment
 from ddplab.data.augment import AugmentSpec
 from ddplab.data.datasets import load_dataset, make_splits
 from ddplab.data.loader import DeviceLoader
@@ -29,7 +29,7 @@ from ddplab.engine import checkpoint
 from ddplab.engine.early_stop import EarlyStopping
 from ddplab.engine.optim import build_optimizer, build_scheduler
 from ddplab.engine.precision import Precision
-from ddplab.engine.rundir import nothing_to_resume, prepare_run_dir
+from ddplab.engine.rundir import extended_from, nothing_to_resume, prepare_run_dir
 from ddplab.engine.runlock import run_lock, should_hold
 from ddplab.engine.trainer import PROGRESS_UPDATES_PER_EPOCH, Trainer, steps_per_epoch
 from ddplab.errors import ConfigError, TrainingError
@@ -114,13 +114,21 @@ def finished_result(run_dir: Path) -> RunResult:
 
 
 def run_worker(config: RunConfig, ctx: DistContext, start: float) -> RunResult:
+    planned_epochs = extended_from(config)  # read before the folder's config.toml is rewritten
     run_dir = prepare_run_dir(config, ctx)
     logsetup.init_logging(ctx.rank, run_dir / "train.log" if ctx.is_main else None, debug=config.output.debug)
     trainer, info = build_trainer(config, ctx, run_dir)
+    trainer.session_start = start
     if config.output.resume:
         path = run_dir / "checkpoints" / checkpoint.LAST
         checkpoint.restore(path, trainer.load_state_dict, checkpoint.load(path, ctx.device))
         log.info("resumed from epoch %d (step %d)", trainer.state.epoch, trainer.state.step)
+        if ctx.is_main and planned_epochs is not None and config.optim.schedule in SCHEDULES_OVER_THE_RUN:
+            log.warning("extending from %d to %d epochs re-plans the %s schedule over %d: the learning rate goes "
+                        "from %.3g (the last step's) to %.3g; config.toml now says %d epochs, and --config with it "
+                        "trains them all under the new plan", planned_epochs, config.train.epochs,
+                        config.optim.schedule, config.train.epochs, trainer.state.history[-1]["lr"],
+                        trainer.optimizer.param_groups[0]["lr"], config.train.epochs)
     trainer.sinks = build_sinks(config, ctx, run_dir, trainer.state.history)
     info["warmup"] = maybe_warm_up(trainer)
     trainer.profiler = build_profiler(config.train.profile_steps, ctx.device, ctx.rank, run_dir)
@@ -135,7 +143,7 @@ def run_worker(config: RunConfig, ctx: DistContext, start: float) -> RunResult:
     finally:
         trainer.sinks.close()
     info["profile"] = trainer.profiler.result() if trainer.profiler is not None else None
-    summary = build_summary(config, info, state, startup_s=startup_s, total_s=time.perf_counter() - start)
+    summary = build_summary(config, info, state, startup_s=startup_s, total_s=trainer.elapsed_s())
     if ctx.is_main:
         files.write_json(run_dir / "summary.json", summary)
         print(format_summary(summary), flush=True)

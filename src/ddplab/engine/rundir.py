@@ -78,6 +78,15 @@ def nothing_to_resume(config: RunConfig) -> str | None:
     return None
 
 
+def extended_from(config: RunConfig) -> int | None:
+    """The epoch count a resumed run was planned with, when this resume changes it (an extension)."""
+    saved = Path(config.output.out) / "config.toml"
+    if not config.output.resume or not saved.is_file():
+        return None
+    planned = build_config(load_toml(saved)).train.epochs
+    return planned if planned != config.train.epochs else None
+
+
 def config_differences(saved: dict, config: RunConfig) -> set[str]:
     ours = config.to_dict()
     theirs = build_config(saved).to_dict()

@@ -56,6 +56,9 @@ class TrainState:
     best_epoch: int = 0
     stopped_early: bool = False
     history: list[dict[str, Any]] = field(default_factory=list)
+    # Wall time of the sessions a resumed run continues, each to its last checkpoint (work lost
+    # after it is not part of the run): the summary's total_s adds this session's to it.
+    earlier_sessions_s: float = 0.0
 
     def state_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -110,6 +113,7 @@ class Trainer:
         self.lookahead = Lookahead(unwrap(model).parameters(), every=o.lookahead_steps, alpha=o.lookahead_alpha) \
             if o.lookahead_steps else None
         self.clock_zero = time.perf_counter()  # t_s of step and GPU samples counts from here
+        self.session_start = self.clock_zero  # this session's wall clock; `train()` sets its own start
 
     # ---- the table of contents -------------------------------------------------------
     def fit(self) -> TrainState:
@@ -413,8 +417,12 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.precision.state_dict(),
             "early_stopping": self.early_stopping.state_dict(),
-            "train_state": self.state.state_dict(),
+            "train_state": {**self.state.state_dict(), "earlier_sessions_s": self.elapsed_s()},
         }
+
+    def elapsed_s(self) -> float:
+        """The run's wall time so far, earlier sessions included."""
+        return self.state.earlier_sessions_s + time.perf_counter() - self.session_start
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         unwrap(self.model).load_state_dict(state["model"])

@@ -54,7 +54,7 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
             "data_init_s": info.get("data_init_s"),  # the whitening stem's init from the data (None: none)
             "train_s": round(sum(r["train_s"] for r in history), 3),
             "eval_s": round(sum(r["eval_s"] for r in history), 3),
-            "total_s": round(total_s, 3),
+            "total_s": round(total_s, 3),  # a resumed run's: every session's, each to its last checkpoint
             "mean_epoch_s": round(statistics.fmean(epoch_s), 3) if epoch_s else None,
             # The first epoch still warms caches (cuDNN, the allocator): show the steady state apart.
             "mean_epoch_s_after_first": round(statistics.fmean(epoch_s[1:]), 3) if len(epoch_s) > 1 else None,
