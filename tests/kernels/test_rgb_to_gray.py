@@ -59,7 +59,7 @@ def test_float_matches_float64_reference(impl, dtype, device):
     torch.testing.assert_close(got.double(), expected, rtol=FLOAT_TOL[dtype], atol=FLOAT_TOL[dtype])
 
 
-@pytest.mark.parametrize("impl", ["torch", "triton"])
+@pytest.mark.parametrize("impl", ["torch", "triton", "cuda"])
 def test_non_contiguous_and_empty_inputs(impl, device):
     base = random_rgb((2, 9, 13, 3), torch.uint8, device)
     x = base.permute(0, 3, 1, 2)[:, :, ::2]  # NHWC storage, every other row
