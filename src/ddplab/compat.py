@@ -86,6 +86,17 @@ def elastic_signals_configurable() -> bool:
     return "signals_to_handle" in {f.name for f in dataclasses.fields(LaunchConfig)}
 
 
+ELASTIC_SIGNALS_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"  # where the agent exports signals_to_handle
+
+
+def agent_signals_without_sigint() -> str:
+    """The elastic agent's own signals (LaunchConfig.signals_to_handle's default) less SIGINT, which the launcher keeps."""
+    from torch.distributed.launcher.api import LaunchConfig
+
+    default = next(f.default for f in dataclasses.fields(LaunchConfig) if f.name == "signals_to_handle")
+    return ",".join(s for s in default.split(",") if s.strip() != "SIGINT")
+
+
 def launch_config(**kwargs: Any):
     """torch's elastic LaunchConfig, built with only the fields this torch release has."""
     from torch.distributed.launcher.api import LaunchConfig

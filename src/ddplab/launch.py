@@ -32,7 +32,6 @@ from ddplab.engine.runlock import run_lock, should_hold
 
 RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 SHUTDOWN_TIMEOUT_S = 5
-AGENT_SIGNALS = "SIGTERM,SIGHUP,SIGQUIT"  # the elastic agent's; SIGINT is the launcher's own (see below)
 
 
 class Interrupted(errors.DdplabError):
@@ -78,7 +77,7 @@ def launch_workers(config: RunConfig):
         # After Ctrl-C / SIGTERM, wait this long for the workers before the agent's SIGKILL
         # (torch 2.12+; older releases wait their fixed 30 s).
         shutdown_timeout=SHUTDOWN_TIMEOUT_S,
-        **({"signals_to_handle": AGENT_SIGNALS} if launcher_takes_sigint() else {}),
+        **({"signals_to_handle": compat.agent_signals_without_sigint()} if launcher_takes_sigint() else {}),
     )
     if not config.output.debug:
         quiet_elastic_logs()
@@ -120,7 +119,7 @@ def sigint_only_for_the_launcher():
     workers spawned from this thread never see it. This process still gets it: a helper
     thread that does not block SIGINT receives it, and Python runs the handler in the main
     thread. The handler turns it into SIGTERM for the elastic agent, which is told to leave
-    SIGINT alone (`AGENT_SIGNALS`, torch 2.10+), and stops the workers with SIGTERM: they die
+    SIGINT alone (`compat.agent_signals_without_sigint`, torch 2.10+), and stops the workers with SIGTERM: they die
     at once, silently. (Were SIGINT among its signals, it would forward SIGINT, which the
     workers block, and SIGKILL them after its shutdown timeout.) Yields a list that holds
     True once Ctrl-C came. An orphaned worker ends itself (`watch_launcher`).
@@ -138,6 +137,7 @@ def sigint_only_for_the_launcher():
         interrupted.append(True)
         os.kill(os.getpid(), signal.SIGTERM)
 
+    previous_env = os.environ.get(compat.ELASTIC_SIGNALS_ENV)  # the agent exports its signals_to_handle there
     previous_handler = signal.signal(signal.SIGINT, on_sigint)
     receiver = threading.Event()
     threading.Thread(target=receiver.wait, name="ddplab-sigint-receiver", daemon=True).start()
@@ -148,6 +148,10 @@ def sigint_only_for_the_launcher():
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         signal.signal(signal.SIGINT, previous_handler)
         receiver.set()
+        if previous_env is None:  # a Python caller's later child processes must not inherit the agent's choice
+            os.environ.pop(compat.ELASTIC_SIGNALS_ENV, None)
+        else:
+            os.environ[compat.ELASTIC_SIGNALS_ENV] = previous_env
 
 
 def c10d_configs(endpoint: str | None) -> dict:
