@@ -32,11 +32,11 @@ try:  # no torch, or one below the floor: one line, as from every ddplab command
     check_torch()
 except ConfigError as exc:
     print(f"{Path(sys.argv[0]).stem}: error: {exc}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(exc.exit_code)
 
 import torch  # noqa: E402
 
-from ddplab.data.download import missing_files  # noqa: E402
+from ddplab.data.datasets import holds_cifar10  # noqa: E402
 
 
 def add_common_args(parser: argparse.ArgumentParser, name: str, *, repeats: int = 3) -> None:
@@ -68,8 +68,8 @@ def apply_threads(threads: int | None) -> None:
 
 
 def cifar_root(data_dir: str | os.PathLike | None) -> Path | None:
-    """The data root if it holds CIFAR-10's binary files, else None (the caller uses synthetic data)."""
-    if data_dir and not missing_files("cifar10", data_dir):
+    """The data root if it holds CIFAR-10 (either format), else None (the caller uses synthetic data)."""
+    if data_dir and holds_cifar10(data_dir):
         return Path(data_dir)
     return None
 

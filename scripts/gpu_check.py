@@ -32,8 +32,7 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src
 if str(REPO / "src") not in sys.path:  # and so does this script
     sys.path.insert(0, str(REPO / "src"))
 
-from ddplab.compat import check_torch  # noqa: E402 (these three are torch-free)
-from ddplab.data.download import missing_files  # noqa: E402
+from ddplab.compat import check_torch  # noqa: E402 (both torch-free)
 from ddplab.errors import ConfigError  # noqa: E402
 
 # name, extra `ddplab train` arguments, what it needs: "any" | "cuda" | "multi" (2+ workers: GPUs, or CPU processes).
@@ -93,7 +92,9 @@ def machine() -> dict:
 
 
 def data_args(args, on_cuda: bool) -> list[str]:
-    cifar = args.data_dir and not missing_files("cifar10", args.data_dir)
+    from ddplab.data.datasets import holds_cifar10  # imports torch: checked by now
+
+    cifar = args.data_dir and holds_cifar10(args.data_dir)
     if args.quick or not cifar:
         size = "1024" if args.quick else "8192"
         return ["--dataset", "synthetic", "--data.synthetic_size", size, "--data.image_size", "16" if args.quick else "32",
@@ -177,7 +178,7 @@ def main(argv=None) -> int:
         check_torch()  # no torch, or one below the floor: one line, as from every ddplab command
     except ConfigError as exc:
         print(f"gpu_check: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_code
     import torch
 
     on_cuda = torch.cuda.is_available() and args.device != "cpu"

@@ -33,9 +33,11 @@ def leftover_processes(marker):
 
 
 def cifar10_root() -> Path | None:
-    """The data root holding cifar-10-batches-bin, from DDPLAB_DATA or ../shared."""
+    """The data root holding CIFAR-10, from DDPLAB_DATA or ../shared."""
+    from ddplab.data.datasets import holds_cifar10
+
     for cand in (os.environ.get("DDPLAB_DATA"), SHARED_CIFAR):
-        if cand and (Path(cand) / "cifar-10-batches-bin" / "test_batch.bin").is_file():
+        if cand and holds_cifar10(cand):
             return Path(cand)
     return None
 

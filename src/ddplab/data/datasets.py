@@ -55,6 +55,11 @@ def dataset_folder(name: str, root: Path) -> Path:
     return root / dl.ARCHIVES[_ARCHIVE_KEY[name]].folder if name in _ARCHIVE_KEY else root
 
 
+def holds_cifar10(root: str | os.PathLike) -> bool:
+    """Whether `root` holds all of CIFAR-10 in a format the loader reads (binary or python)."""
+    return not dl.missing_files("cifar10", root) or not dl.missing_files("cifar10-python", root)
+
+
 def _cifar10_archive(root: Path, fmt: str) -> str:
     """ARCHIVES key for CIFAR-10: "auto" prefers a complete binary folder, then a python one."""
     if fmt == "python" or (fmt == "auto" and dl.missing_files("cifar10", root)
