@@ -64,7 +64,7 @@ elif [ "$PART" = speedrun ]; then
   # Where seed report D's eager step spends its time on the GPU: 20 steps, ops by device time, and the host's share.
   timeout 60 python3 -m ddplab train --config configs/seed_report_d.toml --subset 8192 --epochs 1 --train.profile_steps 20 \
     --output.progress false --out /tmp/speedrun/profile-seed-d 2>&1 | tail -14 | tee "$OUT/profile.txt"
-  head -45 /tmp/speedrun/profile-seed-d/profile/ops_rank0.txt >>"$OUT/profile.txt" 2>/dev/null
+  cat /tmp/speedrun/profile-seed-d/profile/ops_rank0_*.txt 2>/dev/null | head -45 >>"$OUT/profile.txt"
   tar czf "$OUT/speedrun.tgz" --exclude=checkpoints -C /tmp speedrun 2>/dev/null
 else
   echo "usage: bash scripts/device_check.sh checks|perf|speedrun" >&2

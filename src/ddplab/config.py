@@ -36,7 +36,6 @@ DATASETS = ("cifar10", "cifar100", "stl10", "imagefolder", "synthetic")
 MODELS = ("simple_cnn", "vgg_small", "resnet18", "fastnet", "speednet")
 OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop", "muon")
 SCHEDULES = ("onecycle", "cosine", "linear", "step", "none")
-SCHEDULES_OVER_THE_RUN = ("onecycle", "cosine", "linear")  # planned over train.epochs: extending a run re-plans them
 PRECISIONS = ("fp32", "bf16", "fp16")
 STRATEGIES = ("single", "dp", "ddp")
 BACKENDS = ("auto", "nccl", "gloo", "mpi")
@@ -208,7 +207,7 @@ class TrainConfig:
     deterministic: bool | None = opt(None, "deterministic algorithms; unset: on for CPU (bit-identical reruns), off on CUDA (cuDNN picks the fastest kernels; set true for bit-identical GPU reruns)")
     cuda_graphs: bool = opt(False, "capture the whole training step (forward, backward, all-reduce, optimizer) in a CUDA graph and replay it: for steps bound by kernel launches (small models and batches); the learning rate lives on the device; fp32/bf16, nccl")
     time_breakdown: bool = opt(True, "time data / forward+backward / optimizer / communication wait per epoch (on CUDA measured on 1 step in 20, the device synchronized around it)")
-    profile_steps: int = opt(0, "record this many optimizer steps with torch.profiler, from step 7 on (the first 6 warm up): a timeline and a table of ops per rank in RUN/profile/, the slowest ops in the summary; 0: off")
+    profile_steps: int = opt(0, "record up to this many optimizer steps with torch.profiler, from the session's 7th on (the first 6 warm up) and inside its first epoch: a timeline and a table of ops per rank in RUN/profile/, the ops with the most self time in the summary; 0: off")
 
     def __post_init__(self) -> None:
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1):
@@ -316,6 +315,8 @@ class RunConfig:
                                 "skip each step; use bf16 (same speed, no scaler) or fp32"),
             "dist.strategy": (self.dist.strategy == "dp", "DataParallel scatters batches from the host every step; use ddp"),
             "dist.backend": (self.dist.backend in ("gloo", "mpi"), "only NCCL collectives can be captured; use nccl"),
+            "train.profile_steps": (self.train.profile_steps > 0, "torch.profiler's CUPTI teardown can hang or crash "
+                                    "while CUDA graphs it did not capture replay (pytorch#135003); profile the eager step"),
             "model.compile_mode": (self.model.compile_mode == "reduce-overhead",
                                    "reduce-overhead already captures forward and backward in CUDA graphs; "
                                    "use --model.compile_mode default with --train.cuda_graphs"),
@@ -331,9 +332,12 @@ class RunConfig:
         Named once, by whoever starts the run, and then passed on: every process of the run,
         and the caller's own config, see one folder.
         """
-        if self.output.out is not None:
+        if self.output.out is None and (self.dist.nnodes > 1 or os.environ.get("TORCHELASTIC_RUN_ID") == "none"):
+            raise _bad("output.out", None, "the processes of a multi-node run (or of torchrun without --standalone or "
+                       "--rdzv-id) cannot agree on a new folder's name: pass --out, on a filesystem every node sees")
+        out = str(self.output.run_dir(self.data, self.model))  # a given one with ~ expanded
+        if out == self.output.out:
             return self
-        out = str(self.output.run_dir(self.data, self.model))
         return dataclasses.replace(self, output=dataclasses.replace(self.output, out=out))
 
     # Derived quantities live here, not in the loop (contract 2).

@@ -272,10 +272,13 @@ def test_profiling_a_ddp_run_writes_every_ranks_files_and_changes_no_number(ddp_
     assert metrics(tmp_path / "profiled") == metrics(ddp_run)
     assert torch.equal(flat(weights(tmp_path / "profiled")), flat(weights(ddp_run)))
     folder = tmp_path / "profiled" / "profile"
-    assert sorted(p.name for p in folder.iterdir()) == ["ops_rank0.txt", "ops_rank1.txt", "trace_rank0.json", "trace_rank1.json"]
+    # 8 steps an epoch, 6 to warm up: 2 of the 4 asked fit inside the epoch.
+    names = ["ops_rank0_steps7-8.txt", "ops_rank1_steps7-8.txt", "trace_rank0_steps7-8.json", "trace_rank1_steps7-8.json"]
+    assert sorted(p.name for p in folder.iterdir()) == names
     for rank in (0, 1):  # each rank's own timeline, its all-reduces in it
-        assert "c10d::allreduce_" in (folder / f"ops_rank{rank}.txt").read_text()
-    assert json.loads((tmp_path / "profiled" / "summary.json").read_text())["profile"]["steps"] == 4
+        assert "c10d::allreduce_" in (folder / f"ops_rank{rank}_steps7-8.txt").read_text()
+    profile = json.loads((tmp_path / "profiled" / "summary.json").read_text())["profile"]
+    assert (profile["steps"], profile["requested"]) == (2, 4)
 
 
 def test_slurm_srun_environment_just_works(ddp_run, tmp_path):

@@ -75,8 +75,14 @@ def test_extending_a_run_says_when_it_replans_the_schedule(tmp_path, schedule, w
     extended = ddplab.train(tiny_config(tmp_path / "r", optim={"schedule": schedule}, train={"epochs": 3},
                                         output={"resume": True}))
     log = (tmp_path / "r" / "train.log").read_text()
-    assert ("WARNING extending from 2 to 3 epochs re-plans the onecycle schedule over 3: the learning rate goes from "
-            f"{extended.history[1]['lr']:.3g} (the last step's) to ") in log if warned else "WARNING" not in log
+    if warned:
+        start = (f"WARNING changing from 2 to 3 epochs re-plans the onecycle schedule over 3: the learning rate goes "
+                 f"from {extended.history[1]['lr']:.3g} (the last step's) to ")
+        assert start in log
+        jumped_to = float(log.split(start)[1].split(";")[0])
+        assert jumped_to > 10 * extended.history[1]["lr"]  # the end of a 2-epoch plan vs 2/3 into a 3-epoch one
+    else:
+        assert "WARNING" not in log
     assert 'epochs = 3' in (tmp_path / "r" / "config.toml").read_text()
     planned = ddplab.train(tiny_config(tmp_path / "planned", optim={"schedule": schedule}, train={"epochs": 3}))
     # Without a re-plan, the extension is the run that was planned that long; with one, it is not.

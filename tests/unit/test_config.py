@@ -69,6 +69,7 @@ def test_the_cli_surface_is_deliberate():
     ({"train": {"early_stop_metric": "val_f1"}}, "train.early_stop_metric"),
     ({"train": {"profile_steps": -1}}, "train.profile_steps"),
     ({"train": {"profile_steps": True}}, "train.profile_steps"),
+    ({"train": {"profile_steps": 5, "cuda_graphs": True}}, "train.profile_steps"),
     ({"data": {"dataset": "mnist"}}, "data.dataset"),
     ({"data": {"val_fraction": 1.0}}, "data.val_fraction"),
     ({"data": {"fold": 3}}, "data.fold"),
@@ -187,3 +188,16 @@ def test_the_run_folder_is_named_once_and_the_callers_config_is_left_alone(monke
     assert Path(named.output.out).parent == Path("runs") and Path(named.output.out).name.startswith("synthetic-simple_cnn-")
     assert named.with_out_folder() is named  # every later step (the workers, train()) sees the same folder
     assert unnamed.with_out_folder().output.out != named.output.out  # two runs started together never share one
+
+
+def test_a_run_folder_that_processes_cannot_agree_on_is_refused_and_a_given_one_is_expanded(monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")  # torchrun without --standalone or --rdzv-id
+    with pytest.raises(ConfigError, match=r"output\.out.*pass --out"):
+        build_config({}).with_out_folder()
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID")
+    two_nodes = {"dist": {"strategy": "ddp", "nnodes": 2, "rdzv_endpoint": "10.0.0.1:29500"}}
+    with pytest.raises(ConfigError, match="multi-node"):
+        build_config(two_nodes).with_out_folder()
+    given = build_config({**two_nodes, "output": {"out": "~/runs/x"}}).with_out_folder()
+    assert given.output.out == str(Path.home() / "runs" / "x")

@@ -282,6 +282,14 @@ def test_ddplab_models_counts_what_training_counts():
     assert model_info("speednet", num_classes=10)["params"] == count_params(model)
 
 
+def test_the_models_list_and_a_training_run_count_the_same_parameters(tmp_path):
+    from conftest import tiny_config
+    from ddplab.engine.run import train
+
+    run = train(tiny_config(tmp_path / "r", model={"name": "speednet", "width": 0.125}, train={"epochs": 1}))
+    assert run.summary["model"]["params"] == model_info("speednet", num_classes=4, image_size=16, width=0.125)["params"]
+
+
 def test_model_info_builds_nothing_real_and_leaves_the_rng_alone():
     rng = torch.random.get_rng_state()
     info = model_info("simple_cnn", num_classes=10, in_channels=1, image_size=(17, 23))

@@ -106,7 +106,7 @@ def test_muon_settings_reach_the_filter_group_only():
     from ddplab.engine.optim import build_optimizer
 
     model = create_model("speednet", num_classes=10, width=0.125)
-    init_whitening(model.whitening, images())  # freezes the stem's filters
+    init_whitening(model.whitening, images())  # the stem's filters, frozen since construction
     cfg = OptimConfig(name="muon", lr=3.0, muon_lr=0.2, momentum=0.85, muon_momentum=0.6, muon_ns_steps=3,
                       muon_normalize=True)
     filters, others = build_optimizer(model.parameters(), cfg).param_groups

@@ -20,14 +20,14 @@ import torch
 
 from ddplab import files
 from ddplab import log as logsetup
-from ddplab.config import SCHEDULES_OVER_THE_RUN, RunConfig, check_environment
+from ddplab.config import RunConfig, check_environment
 from ddplab.data.augment import AugmentSpec
 from ddplab.data.datasets import load_dataset, make_splits
 from ddplab.data.loader import DeviceLoader
 from ddplab.distributed import DistContext, distributed_context, place_from_env, wrap_model
 from ddplab.engine import checkpoint
 from ddplab.engine.early_stop import EarlyStopping
-from ddplab.engine.optim import build_optimizer, build_scheduler
+from ddplab.engine.optim import SCHEDULES_OVER_THE_RUN, build_optimizer, build_scheduler
 from ddplab.engine.precision import Precision
 from ddplab.engine.rundir import extended_from, nothing_to_resume, prepare_run_dir
 from ddplab.engine.runlock import run_lock, should_hold
@@ -114,7 +114,7 @@ def finished_result(run_dir: Path) -> RunResult:
 
 
 def run_worker(config: RunConfig, ctx: DistContext, start: float) -> RunResult:
-    planned_epochs = extended_from(config)  # read before the folder's config.toml is rewritten
+    planned_epochs = extended_from(config) if ctx.is_main else None  # read before config.toml is rewritten
     run_dir = prepare_run_dir(config, ctx)
     logsetup.init_logging(ctx.rank, run_dir / "train.log" if ctx.is_main else None, debug=config.output.debug)
     trainer, info = build_trainer(config, ctx, run_dir)
@@ -124,14 +124,15 @@ def run_worker(config: RunConfig, ctx: DistContext, start: float) -> RunResult:
         checkpoint.restore(path, trainer.load_state_dict, checkpoint.load(path, ctx.device))
         log.info("resumed from epoch %d (step %d)", trainer.state.epoch, trainer.state.step)
         if ctx.is_main and planned_epochs is not None and config.optim.schedule in SCHEDULES_OVER_THE_RUN:
-            log.warning("extending from %d to %d epochs re-plans the %s schedule over %d: the learning rate goes "
+            log.warning("changing from %d to %d epochs re-plans the %s schedule over %d: the learning rate goes "
                         "from %.3g (the last step's) to %.3g; config.toml now says %d epochs, and --config with it "
                         "trains them all under the new plan", planned_epochs, config.train.epochs,
                         config.optim.schedule, config.train.epochs, trainer.state.history[-1]["lr"],
                         trainer.optimizer.param_groups[0]["lr"], config.train.epochs)
     trainer.sinks = build_sinks(config, ctx, run_dir, trainer.state.history)
     info["warmup"] = maybe_warm_up(trainer)
-    trainer.profiler = build_profiler(config.train.profile_steps, ctx.device, ctx.rank, run_dir)
+    trainer.profiler = build_profiler(config.train.profile_steps, ctx.device, ctx.rank, run_dir,
+                                      first_step=trainer.state.step, steps_per_epoch=trainer.steps_per_epoch())
     startup_s = time.perf_counter() - start
     try:
         with trainer.profiler or contextlib.nullcontext():

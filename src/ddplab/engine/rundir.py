@@ -21,7 +21,7 @@ from ddplab.engine import checkpoint
 from ddplab.engine.runlock import LOCK
 from ddplab.errors import ConfigError
 
-RESUMABLE_DIFFERENCES = {"train.epochs"}
+RESUMABLE_DIFFERENCES = {"train.epochs", "train.profile_steps"}  # the length, and an observer that changes no number
 
 
 def run_state(run_dir: Path) -> str:
@@ -49,7 +49,7 @@ def check_run_dir(config: RunConfig) -> Path:
         differing = config_differences(load_toml(run_dir / "config.toml"), config) - RESUMABLE_DIFFERENCES
         if differing:
             raise ConfigError(f"output.resume: the config differs from the run's saved config.toml in "
-                              f"{', '.join(sorted(differing))}; resume with the same settings (only train.epochs may change)")
+                              f"{', '.join(sorted(differing))}; resume with the same settings (only train.epochs and train.profile_steps may change)")
         done = checkpoint.load(run_dir / "checkpoints" / checkpoint.LAST)["train_state"]["epoch"]
         if config.train.epochs < done:
             raise ConfigError(f"train.epochs={config.train.epochs} is not valid: {run_dir} has already trained {done} epochs")

@@ -140,8 +140,9 @@ def format_summary(s: dict[str, Any]) -> str:
     profile = s.get("profile")
     if profile and profile["steps"]:
         ops = ", ".join(f"{o['op']} {o['share']:.0%}" for o in profile["top_ops"])
-        lines.append(f"  profile       {profile['steps']} steps from step {profile['first_step']}, {profile['time']} self time: "
-                     f"{ops} (profile/{profile['ops']}, profile/{profile['trace']})")
+        busy = f", GPU busy {profile['device_busy_share']:.0%}" if profile.get("device_busy_share") is not None else ""
+        lines.append(f"  profile       steps {profile['first_step']}-{profile['last_step']}, {profile['step_ms']:.1f} ms a "
+                     f"step{busy}; {profile['time']} self time: {ops} (profile/{profile['ops']}, profile/{profile['trace']})")
     elif profile:
         lines.append(f"  profile       none written: {profile['reason']}")
     if run["world_size"] > 1:

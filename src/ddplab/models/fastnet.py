@@ -143,8 +143,9 @@ class SpeedNet(FastNet):
     The stem is a 2x2 convolution (no padding) with 2 x C x 4 output channels: each
     principal direction of the training set's 2x2 patches, scaled to unit variance, and
     its negative (so the GELU after it passes both signs). Its weights are set from the
-    data and frozen by `ddplab.engine.data_init` (models hold no training code); at
-    construction they are a random init, so the model also runs without it. Each group's
+    data by `ddplab.engine.data_init` (models hold no training code) and never trained (frozen
+    here, so every count of trainable parameters agrees); at construction they are a random
+    init, so the model also runs without it. Each group's
     convolutions start as partial identities (the first min(in, out) channels pass through
     unchanged), which lets a few-epoch run start from a net that forwards the whitened input.
     Norms are `speed_batchnorm`; pooling rounds down (31 -> 15 -> 7 -> 3 on CIFAR: a fifth
