@@ -56,7 +56,6 @@ class ImageDataset:
         )
 
 
-
 def channel_stats(images: torch.Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Population mean/std per channel in [0, 1] units, from 256-bin histograms.
 

@@ -39,11 +39,11 @@ QUIET_KINETO = {"KINETO_LOG_LEVEL": "6"}  # its start/stop banners on a CPU; on 
 class StepProfiler:
     """A context around training; `step()` after every optimizer step; `result()` for the summary."""
 
-    def __init__(self, steps: int, device: torch.device, rank: int, folder: Path, *, first_step: int = 0,
-                 steps_per_epoch: int | None = None):
+    def __init__(self, steps: int, device: torch.device, rank: int, folder: Path, *, first_step: int,
+                 steps_per_epoch: int):
         self.requested, self.device, self.rank, self.folder = steps, device, rank, Path(folder)
         self.first_step = first_step  # optimizer steps the run had taken before this session
-        room = steps if steps_per_epoch is None else steps_per_epoch - SKIP_STEPS - WARMUP_STEPS
+        room = steps_per_epoch - SKIP_STEPS - WARMUP_STEPS
         self.steps = max(0, min(steps, room))
         self.too_short = None if room > 0 else (f"an epoch has {steps_per_epoch} optimizer steps; the window needs "
                                                 f"{SKIP_STEPS + WARMUP_STEPS + 1} inside one")
