@@ -75,6 +75,7 @@ class DataConfig:
     download: bool = opt(True, "download the official archive when the dataset is missing")
     image_size: int | None = opt(None, "resize images to this square size in pixels (default: native size)")
     subset: int | None = opt(None, "train on the first N training images only")
+    test_subset: int | None = opt(None, "evaluate on the first N test images only (a quicker, noisier test figure)")
     val_fraction: float = opt(0.0, "hold out this fraction of the training images and evaluate on it instead of the test set")
     fold: int | None = opt(None, "STL-10 labelled fold 0-9 to train on (default: the whole train split)")
     cifar100_labels: str = opt("fine", "CIFAR-100 label set: fine | coarse")
@@ -92,10 +93,13 @@ class DataConfig:
         _choice("data.dataset", self.dataset, DATASETS)
         _choice("data.cifar100_labels", self.cifar100_labels, ("fine", "coarse"))
         _choice("data.flip_mode", self.flip_mode, FLIP_MODES)
-        for name in ("image_size", "subset", "synthetic_size"):
+        for name in ("image_size", "subset", "test_subset", "synthetic_size"):
             _positive(f"data.{name}", getattr(self, name), none_ok=True)
         if not 0.0 <= self.val_fraction < 1.0:
             raise _bad("data.val_fraction", self.val_fraction, "must be in [0, 1)")
+        if self.test_subset is not None and self.val_fraction > 0:
+            raise _bad("data.test_subset", self.test_subset, "with data.val_fraction the evaluation set is the held-out "
+                       "split, not the test set: leave test_subset unset")
         if self.fold is not None and not 0 <= self.fold <= 9:
             raise _bad("data.fold", self.fold, "STL-10 has folds 0-9")
         if self.fold is not None and self.dataset != "stl10":
@@ -195,6 +199,7 @@ class TrainConfig:
     batch_size: int = opt(128, "images per process per micro-step (global = batch_size x world size x accumulate)")
     accumulate: int = opt(1, "micro-steps per optimizer step (gradient accumulation)")
     eval_batch_size: int = opt(1000, "images per process per evaluation batch")
+    eval_train_images: int = opt(2000, "after each epoch, evaluate the first N training images as the test set is (eval mode, no augmentation): the train side of the train-test gap (train_acc is a running mean over augmented batches); 0: off")
     tta: str = opt("none", "test-time augmentation at evaluation, logits averaged: none | flip (2 views) | flip_translate (6 views: also shifted 1 pixel both ways; the unshifted pair weighs as much as the four shifted)")
     precision: str = opt("fp32", "precision: fp32 | bf16 | fp16 (autocast; fp16 uses a gradient scaler on CUDA)")
     device: str = opt("auto", "device: auto | cpu | cuda | cuda:N (auto = cuda when available)")
@@ -216,6 +221,8 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise _bad(f"train.{name}", value, "must be an integer >= 1")
+        if not isinstance(self.eval_train_images, int) or isinstance(self.eval_train_images, bool) or self.eval_train_images < 0:
+            raise _bad("train.eval_train_images", self.eval_train_images, "must be an integer >= 0 (0: off)")
         if not isinstance(self.profile_steps, int) or isinstance(self.profile_steps, bool) or self.profile_steps < 0:
             raise _bad("train.profile_steps", self.profile_steps, "must be an integer >= 0 (0: no profile)")
         _choice("train.precision", self.precision, PRECISIONS)

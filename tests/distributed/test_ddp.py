@@ -15,11 +15,10 @@ import torch
 from conftest import leftover_processes
 from ddplab import compat
 from ddplab.engine import checkpoint
-from ddplab.metrics.records import PHASES
+from ddplab.metrics.records import PHASES, is_machine_field
 
 pytestmark = pytest.mark.dist
 
-WALL_CLOCK = ("_s", "_per_s", "_mib")
 TINY = ["--dataset", "synthetic", "--data.synthetic_size", "256", "--data.image_size", "16", "--data.num_classes", "4",
         "--model.width", "0.5", "--device", "cpu", "--output.progress", "false", "--output.tensorboard", "false"]
 EXACT = ["--data.crop_padding", "0", "--data.flip", "false", "--model.dropout", "0"]  # no per-rank randomness
@@ -38,7 +37,7 @@ def ddplab(*args, **kw):
 
 def metrics(run_dir):
     records = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not k.endswith(WALL_CLOCK) and not k.startswith("rank_")} for r in records]
+    return [{k: v for k, v in r.items() if not is_machine_field(k) and not k.startswith("rank_")} for r in records]
 
 
 def weights(run_dir):

@@ -8,18 +8,18 @@ import sys
 import pytest
 import torch
 
+from ddplab.metrics.records import is_machine_field
 import ddplab
 from conftest import tiny_config
 from ddplab.cli import main
 from ddplab.engine import checkpoint
 from ddplab.engine.trainer import Trainer
 
-WALL_CLOCK = ("_s", "_per_s", "_mib")  # fields that measure the machine, not the math
 
 
 def metrics(run_dir):
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not k.endswith(WALL_CLOCK)} for r in records]
+    return [{k: v for k, v in r.items() if not is_machine_field(k)} for r in records]
 
 
 def final_weights(run_dir):
@@ -101,7 +101,10 @@ def test_run_folder_holds_config_metrics_summary_and_reproduces(tmp_path):
     assert summary["batch"] == {"local": 32, "accumulate": 1, "global": 32, "steps_per_epoch": 8, "optimizer_steps": 24}
     losses = [r["test_loss"] for r in history]
     assert summary["overfitting"]["test_loss_rise"] == pytest.approx(losses[-1] - min(losses))
-    assert summary["overfitting"]["train_test_acc_gap"] == pytest.approx(history[-1]["train_acc"] - history[-1]["test_acc"])
+    # The gap is read from training images measured as the test set is (eval mode), not the running train acc.
+    assert summary["overfitting"]["gap_from"] == "train_eval_acc"
+    assert summary["overfitting"]["train_test_acc_gap"] == pytest.approx(history[-1]["train_eval_acc"] - history[-1]["test_acc"])
+    assert summary["final"]["train_eval_acc"] == history[-1]["train_eval_acc"] and summary["data"]["train_eval_images"] == 256
     assert summary["time"]["startup_s"] > 0 and "peak_rss_mib" in summary["memory"]
     for record in history:
         assert record["train_samples"] == 256 and record["test_samples"] == 64

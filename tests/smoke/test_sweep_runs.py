@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from ddplab.metrics.records import is_machine_field
+
 TINY = """
 [sweep]
 name = "tiny"
@@ -46,7 +48,6 @@ label = "broken"
 "model.batchnorm" = true
 "model.fuse_conv_relu" = true
 """
-WALL_CLOCK = ("_s", "_per_s", "_mib")
 
 
 def ddplab(*args, env=None):
@@ -56,7 +57,7 @@ def ddplab(*args, env=None):
 
 def metrics(run_dir):
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not k.endswith(WALL_CLOCK) and not k.startswith("rank_")} for r in records]
+    return [{k: v for k, v in r.items() if not is_machine_field(k) and not k.startswith("rank_")} for r in records]
 
 
 def manifest(out):

@@ -391,9 +391,20 @@ def test_make_splits_subset_and_validation():
     again = make_splits(train, test, subset=100, val_fraction=0.2, seed=3)[1]
     other = make_splits(train, test, subset=100, val_fraction=0.2, seed=4)[1]
     assert torch.equal(again.images, ev.images) and not torch.equal(other.images, ev.images)
-    for bad in ({"subset": 301, "val_fraction": 0.0}, {"subset": None, "val_fraction": 1.0}):
+    for bad in ({"subset": 301, "val_fraction": 0.0}, {"subset": None, "val_fraction": 1.0},
+                {"subset": None, "val_fraction": 0.0, "test_subset": 51}):
         with pytest.raises(ConfigError):
             make_splits(train, test, seed=0, **bad)
+
+
+def test_test_subset_is_the_first_test_images_with_the_training_statistics():
+    train = formats.synthetic(300, 5, 8, seed=0)
+    test = formats.synthetic(50, 5, 8, seed=0, split="test")
+    tr, ev, name = make_splits(train, test, subset=None, val_fraction=0.0, seed=0, test_subset=20)
+    assert name == "test" and torch.equal(ev.images, test.images[:20]) and torch.equal(ev.labels, test.labels[:20])
+    assert ev.mean == test.mean and tr is train
+    with pytest.raises(ConfigError, match="data.test_subset=0 must be between 1 and 50"):
+        make_splits(train, test, subset=None, val_fraction=0.0, seed=0, test_subset=0)
 
 
 def test_info_and_verify_on_test_made_files(tmp_path):

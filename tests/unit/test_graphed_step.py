@@ -10,13 +10,13 @@ import pytest
 import torch
 
 from conftest import tiny_config
+from ddplab.metrics.records import is_machine_field
 from ddplab.config import build_config, check_environment
 from ddplab.distributed import DistContext, resolve_device, unwrap
 from ddplab.engine.run import build_trainer
 from ddplab.errors import ConfigError
 
 NO_RANDOMNESS = {"crop_padding": 0, "flip": False}
-CLOCKS = ("_s", "_per_s", "_mib")
 
 
 def trainer_for(cfg):
@@ -25,7 +25,7 @@ def trainer_for(cfg):
 
 
 def learning_curve(history):
-    return [{k: v for k, v in r.items() if not k.endswith(CLOCKS) and not k.startswith("rank_")} for r in history]
+    return [{k: v for k, v in r.items() if not is_machine_field(k) and not k.startswith("rank_")} for r in history]
 
 
 def flat_params(trainer):

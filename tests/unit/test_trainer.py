@@ -6,9 +6,11 @@ import pytest
 import torch
 
 from conftest import tiny_config
+from ddplab.metrics.records import is_machine_field
 from ddplab.distributed import DistContext, unwrap
 from ddplab.engine import checkpoint
 from ddplab.engine.run import build_trainer
+from ddplab.engine.trainer import evaluate
 from ddplab.errors import TrainingError
 
 NO_RANDOMNESS = {"crop_padding": 0, "flip": False}  # augmentation draws depend on the batch size
@@ -175,8 +177,7 @@ def test_warm_up_changes_nothing_the_run_depends_on():
     assert torch.equal(torch.get_rng_state(), rng)
     assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())  # weights and BatchNorm statistics
     assert all(p.grad is None for p in module.parameters()) and trainer.state.step == 0
-    walls = ("_s", "_per_s", "_mib")
-    strip = lambda history: [{k: v for k, v in r.items() if not k.endswith(walls) and not k.startswith("rank_")} for r in history]
+    strip = lambda history: [{k: v for k, v in r.items() if not is_machine_field(k) and not k.startswith("rank_")} for r in history]
     assert strip(trainer.fit().history) == strip(plain)
 
 
@@ -259,3 +260,19 @@ def test_train_gives_the_caller_its_torch_settings_back(tmp_path):
         assert not torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.benchmark
     finally:
         torch.backends.cudnn.benchmark = False
+
+
+def test_training_images_are_measured_as_the_test_set_is():
+    """train_eval_* is the eval-mode loss and accuracy on the first N training images, unaugmented:
+    what evaluate() gives on them after the epoch; the running train_acc (dropout, augmentation) is not it."""
+    cfg = tiny_config(train={"epochs": 2, "eval_train_images": 100}, model={"dropout": 0.5})
+    trainer = trainer_for(cfg)
+    record = trainer.fit().history[-1]
+    loader = trainer.train_eval_loader
+    assert len(loader.labels) == 100 and torch.equal(loader.labels, trainer.train_loader.labels[:100])
+    again = evaluate(trainer.model, loader, trainer.precision, trainer.ctx)
+    assert (record["train_eval_loss"], record["train_eval_acc"]) == (again["loss"], again["acc"])
+    assert record["train_eval_acc"] != record["train_acc"]
+    assert "train_eval_acc" not in trainer_for(tiny_config(train={"epochs": 1, "eval_train_images": 0})).fit().history[0]
+    # More than the training set holds: all of it.
+    assert len(trainer_for(tiny_config(train={"eval_train_images": 10**6})).train_eval_loader.labels) == 256

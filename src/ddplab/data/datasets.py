@@ -161,6 +161,13 @@ def _class_quota(counts: torch.Tensor, fraction: float) -> torch.Tensor:
     return torch.minimum(take, (counts - 1).clamp_min(0))  # keep one image of each class to train on
 
 
+def first_n(name: str, n: int, data: ImageDataset, split: str = "training") -> int:
+    if not isinstance(n, int) or not 1 <= n <= len(data):
+        raise ConfigError(f"{name}={n!r} must be between 1 and {len(data)}, the size of the "
+                          f"{data.name + ' ' if data.name else ''}{split} set")
+    return n
+
+
 def _stratified_holdout(labels: torch.Tensor, fraction: float, seed: int) -> torch.Tensor:
     """Seeded, class-stratified validation indices (sorted), `_class_quota` per class."""
     labels = labels.cpu()
@@ -177,21 +184,21 @@ def _stratified_holdout(labels: torch.Tensor, fraction: float, seed: int) -> tor
 
 
 def make_splits(train: ImageDataset, test: ImageDataset, *, subset: int | None, val_fraction: float,
-                seed: int) -> tuple[ImageDataset, ImageDataset, str]:
+                seed: int, test_subset: int | None = None) -> tuple[ImageDataset, ImageDataset, str]:
     """(train, eval, eval_name): the first `subset` training images, minus a held-out validation set.
 
     With val_fraction > 0, a seeded, class-stratified fraction of the (subsetted) training set
-    becomes the evaluation set ("val") and the test set is not used; else eval is the test set.
-    Both keep the loaded training statistics, and both keep the original image order.
+    becomes the evaluation set ("val") and the test set is not used; else eval is the test set,
+    or its first `test_subset` images. Both keep the loaded training statistics, and both keep
+    the original image order.
     """
     if subset is not None:
-        if not isinstance(subset, int) or not 1 <= subset <= len(train):
-            raise ConfigError(f"data.subset={subset!r} must be between 1 and {len(train)}, "
-                              f"the size of the {train.name or 'training'} set")
-        train = train.select(slice(0, subset))
+        train = train.select(slice(0, first_n("data.subset", subset, train)))
     if not 0.0 <= val_fraction < 1.0:
         raise ConfigError(f"data.val_fraction={val_fraction!r} must be in [0, 1)")
     if val_fraction == 0.0:
+        if test_subset is not None:
+            test = test.select(slice(0, first_n("data.test_subset", test_subset, test, split="test")))
         return train, test, "test"
     val_idx = _stratified_holdout(train.labels, val_fraction, seed)
     keep = torch.ones(len(train), dtype=torch.bool)

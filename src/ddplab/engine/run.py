@@ -38,7 +38,7 @@ from ddplab.metrics.gpu import GpuSampler
 from ddplab.metrics.profiler import build_profiler
 from ddplab.metrics.summary import build_summary, format_summary
 from ddplab.metrics.system import Stopwatch, synchronize
-from ddplab.models import count_flops, count_params, create_model
+from ddplab.models import count_flops, count_params, create_model, describe_layers
 
 log = logging.getLogger("ddplab")
 
@@ -147,7 +147,7 @@ def run_worker(config: RunConfig, ctx: DistContext, start: float) -> RunResult:
     summary = build_summary(config, info, state, startup_s=startup_s, total_s=trainer.elapsed_s())
     if ctx.is_main:
         files.write_json(run_dir / "summary.json", summary)
-        print(format_summary(summary), flush=True)
+        print(format_summary(summary, run_dir), flush=True)
     return RunResult(run_dir=run_dir, summary=summary, history=list(state.history))
 
 
@@ -183,7 +183,7 @@ def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> 
     params, flops = count_params(model), count_flops(model, train_set.image_shape)
     maybe_fuse_conv_relu(model, config, ctx.device)
     wrapped = wrap_model(model, config, ctx)
-    train_loader, eval_loader = build_loaders(config, ctx, train_set, eval_set)
+    train_loader, eval_loader, train_eval_loader = build_loaders(config, ctx, train_set, eval_set)
     if len(train_loader) == 0:
         raise ConfigError(f"train.batch_size={config.train.batch_size} with train.drop_last leaves no training batch: "
                           f"this rank has {train_loader.num_samples} training images")
@@ -195,7 +195,7 @@ def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> 
         precision=Precision(config.train.precision, ctx.device, cache_casts=not config.train.cuda_graphs), train_loader=train_loader, eval_loader=eval_loader,
         sinks=NullSink(), early_stopping=EarlyStopping(config.train.early_stop_metric, config.train.patience, config.train.min_delta),
         checkpoint_dir=run_dir / "checkpoints" if ctx.is_main and run_dir is not None else None,
-        gpu_sampler=build_gpu_sampler(config, ctx),
+        gpu_sampler=build_gpu_sampler(config, ctx), train_eval_loader=train_eval_loader,
     )
     sampler = trainer.gpu_sampler
     every = trainer.timed_step_every()
@@ -212,6 +212,7 @@ def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> 
                     "reason": sampler.reason if sampler is not None else "no GPU (training on the CPU)"},
             "data_init_s": data_init_s, "params": params, "flops_per_image": flops, "eval_split": eval_split, "world_size": ctx.world_size,
             "train_images": len(train_set), "eval_images": len(eval_set), "steps_per_epoch": num_steps,
+            "train_eval_images": train_eval_loader and len(train_eval_loader.labels), "layers": describe_layers(model),
             "device": ctx.device, "classes": train_set.classes}
     log.info("%s on %s: %d train / %d %s images, %s params, batch %d local / %d global, %d steps/epoch",
              config.model.name, ctx.device, len(train_set), len(eval_set), eval_split, f"{params:,}",
@@ -287,10 +288,12 @@ def build_datasets(config: RunConfig, ctx: DistContext):
     train = load_dataset(d.dataset, root, "train", **common)
     test = None if d.val_fraction > 0 else load_dataset(d.dataset, root, "test", **common)
     return make_splits(train, test if test is not None else train, subset=d.subset, val_fraction=d.val_fraction,
-                       seed=config.train.seed)
+                       seed=config.train.seed, test_subset=d.test_subset)
 
 
-def build_loaders(config: RunConfig, ctx: DistContext, train_set, eval_set) -> tuple[DeviceLoader, DeviceLoader]:
+def build_loaders(config: RunConfig, ctx: DistContext, train_set, eval_set) -> tuple[DeviceLoader, DeviceLoader, DeviceLoader | None]:
+    """Training batches, evaluation batches, and the first `train.eval_train_images` training images
+    cut like evaluation batches (None when that check is off)."""
     d, t = config.data, config.train
     spec = AugmentSpec(crop_padding=d.crop_padding, translate=d.translate, flip=d.flip, flip_mode=d.flip_mode, cutout=d.cutout,
                        jitter=d.jitter, rotate=d.rotate)
@@ -298,7 +301,10 @@ def build_loaders(config: RunConfig, ctx: DistContext, train_set, eval_set) -> t
                   channels_last=config.model.channels_last)
     train_loader = DeviceLoader(train_set, batch_size=t.batch_size, train=True, augment=spec, drop_last=t.drop_last, **common)
     eval_loader = DeviceLoader(eval_set, batch_size=t.eval_batch_size, train=False, **common)
-    return train_loader, eval_loader
+    seen = min(t.eval_train_images, len(train_set))
+    train_eval_loader = DeviceLoader(train_set.select(slice(0, seen)), batch_size=t.eval_batch_size, train=False,
+                                     **common) if seen else None
+    return train_loader, eval_loader, train_eval_loader
 
 
 def build_sinks(config: RunConfig, ctx: DistContext, run_dir: Path, history: list[dict]):

@@ -7,6 +7,7 @@ requested one except for the number of epochs and output settings.
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -136,6 +137,7 @@ def environment(ctx: DistContext) -> dict:
         "device_name": device_name(ctx.device),
         "world_size": ctx.world_size,
         "torch_threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
         "argv": sys.argv,
     }
 

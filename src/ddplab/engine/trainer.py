@@ -34,6 +34,7 @@ from ddplab.engine.graphed import WARMUP_STEPS, WARMUP_STEPS_DDP, GraphedStep
 from ddplab.engine.lookahead import Lookahead
 from ddplab.engine.precision import Precision
 from ddplab.errors import TrainingError
+from ddplab.metrics import contention
 from ddplab.metrics.gpu import GpuSampler
 from ddplab.metrics.gpu import summarize as summarize_gpu
 from ddplab.metrics.meters import ClassificationMeter
@@ -97,10 +98,11 @@ class EpochTraining:
 class Trainer:
     def __init__(self, *, config: RunConfig, ctx: DistContext, model: torch.nn.Module, optimizer, scheduler,
                  precision: Precision, train_loader, eval_loader, sinks: MetricSink, early_stopping: EarlyStopping,
-                 checkpoint_dir: Path | None, gpu_sampler: GpuSampler | None = None):
+                 checkpoint_dir: Path | None, gpu_sampler: GpuSampler | None = None, train_eval_loader=None):
         self.config, self.ctx = config, ctx
         self.model, self.optimizer, self.scheduler, self.precision = model, optimizer, scheduler, precision
         self.train_loader, self.eval_loader = train_loader, eval_loader
+        self.train_eval_loader = train_eval_loader  # training images evaluated like the test set; None: off
         self.sinks, self.early_stopping = sinks, early_stopping
         self.checkpoint_dir = checkpoint_dir  # None on ranks that do not write
         self.state = TrainState()
@@ -150,15 +152,21 @@ class Trainer:
         sampler = self.gpu_sampler.start() if self.gpu_sampler is not None else None
         data_parallel = isinstance(self.model, torch.nn.DataParallel)
         reset_peak_memory(self.ctx.device, all_gpus=data_parallel)
+        cpu_start = contention.snapshot()
         clock = Stopwatch(self.ctx.device).start()
         train = self.train_epoch(epoch)
         train_s = clock.stop()
+        cpu_end = contention.snapshot()
         phases = {}
         if train.phases is not None:  # the communication probe runs outside the epoch's clock
             phases = {**train.phases, "comm_wait_s": self.comm_wait_per_step(train.last_step) * self.steps_per_epoch()}
         eval_clock = Stopwatch(self.ctx.device).start()
         test = self.evaluate()
+        train_eval = self.evaluate_training_images()
         eval_s = eval_clock.stop()
+        gpu_other = self.gpu_sampler.other_processes() if self.gpu_sampler is not None else None
+        load = contention.epoch_contention(
+            self.ctx.all_gather_floats(contention.rank_interval(cpu_start, cpu_end, gpu_other)), train_s)
         memory = peak_memory_mib(self.ctx.device)
         if data_parallel:  # one process, many GPUs: one figure per GPU
             memory["gpu_peak_alloc_mib"] = peak_alloc_per_gpu_mib()
@@ -178,6 +186,7 @@ class Trainer:
             "train_acc": train.acc,
             "test_loss": test["loss"],
             "test_acc": test["acc"],
+            **({"train_eval_loss": train_eval["loss"], "train_eval_acc": train_eval["acc"]} if train_eval else {}),
             "train_samples": train.count,
             "test_samples": test["count"],
             "epoch_s": train_s + eval_s,
@@ -185,6 +194,7 @@ class Trainer:
             "eval_s": eval_s,
             "images_per_s": train.count / train_s if train_s > 0 else 0.0,
             **phases,
+            **load,
             **memory,
             **self.per_rank(train_s=train_s, samples=self.train_loader.num_samples,
                             **{k: v for k, v in memory.items() if not isinstance(v, list)}, **gpu),
@@ -408,6 +418,14 @@ class Trainer:
     # ---- evaluation --------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
         return evaluate(self.model, self.eval_loader, self.precision, self.ctx, tta=self.config.train.tta)
+
+    def evaluate_training_images(self) -> dict[str, float] | None:
+        """Loss and accuracy on training images measured as the test set is (eval mode, no augmentation):
+        the train side of the train-test gap. The running `train_acc` is over augmented batches
+        with dropout on and weights that changed during the epoch, so it is not comparable."""
+        if self.train_eval_loader is None:
+            return None
+        return evaluate(self.model, self.train_eval_loader, self.precision, self.ctx, tta=self.config.train.tta)
 
     # ---- state -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -88,6 +88,20 @@ class GpuSampler:
                          "mem_used_mib": round(memory.used / 2**20, 1), "power_w": power_w})
         return rows
 
+    def other_processes(self) -> int | None:
+        """The most processes on one of this rank's GPUs besides this one (None: not measured).
+
+        A count, not a list of PIDs: in a container NVML reports the host's PIDs, which
+        this process cannot match against its own.
+        """
+        if not self.measured:
+            return None
+        try:
+            counts = [len(self.nvml.nvmlDeviceGetComputeRunningProcesses(h)) for h in self.handles]
+        except Exception:  # an old driver without the call, or NVML gone: not measured
+            return None
+        return max((max(c - 1, 0) for c in counts), default=0)
+
     def start(self) -> GpuSampler:
         self.samples = []
         if self.measured:

@@ -35,13 +35,18 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
             "global": config.global_batch_size(info["world_size"]),
             "steps_per_epoch": info["steps_per_epoch"], "optimizer_steps": state.step,
         },
-        "model": {"params": info["params"], "flops_per_image": info["flops_per_image"]},
+        "model": {"params": info["params"], "flops_per_image": info["flops_per_image"], "layers": info.get("layers")},
         "data": {"train_images": info["train_images"], "eval_images": info["eval_images"],
-                 "eval_split": info["eval_split"], "num_classes": len(info["classes"])},
-        "final": {k: last.get(k) for k in ("epoch", "train_loss", "train_acc", "test_loss", "test_acc")},
+                 "eval_split": info["eval_split"], "num_classes": len(info["classes"]),
+                 "train_eval_images": info.get("train_eval_images")},
+        "final": {k: last.get(k) for k in ("epoch", "train_loss", "train_acc", "train_eval_loss", "train_eval_acc",
+                                           "test_loss", "test_acc")},
         "best": {"epoch": state.best_epoch, "test_acc": state.best_test_acc},
         "overfitting": {
-            "train_test_acc_gap": _diff(last.get("train_acc"), last.get("test_acc")),
+            # Training images measured as the test set is (eval mode, no augmentation) when the run
+            # checked them; else the running train accuracy, which is not the same kind of figure.
+            "train_test_acc_gap": _diff(last.get("train_eval_acc", last.get("train_acc")), last.get("test_acc")),
+            "gap_from": "train_eval_acc" if "train_eval_acc" in last else "train_acc (running, augmented)",
             "min_test_loss": min_loss.get("test_loss"),
             "min_test_loss_epoch": min_loss.get("epoch"),
             "test_loss_rise": _diff(last.get("test_loss"), min_loss.get("test_loss")),
@@ -69,6 +74,8 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
         "gpu_peak_alloc_mib": [max(col) for col in zip(*(r["gpu_peak_alloc_mib"] for r in history))]
         if history and "gpu_peak_alloc_mib" in history[-1] else None,
         "phases_s": {k: round(sum(r.get(k, 0.0) for r in history), 3) for k in PHASES if history and k in history[-1]},
+        # What else ran on the machine while this run trained (metrics/contention.py), worst epoch.
+        "contention": contention_summary(history),
         "ranks": per_rank_summary(history),
         "gpu": gpu_summary(info.get("gpu", {}), history),
         # How the numbers were taken: determinism, cuDNN autotuning, how often the device is synchronized.
@@ -76,6 +83,18 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
         # --train.profile_steps: the window, its files under RUN/profile/, the ops with the most self time.
         "profile": info.get("profile"),
     }
+
+
+CONTENTION_KEYS = ("other_cpu_share", "steal_share", "cpu_pressure_share", "load_avg_1m", "gpu_other_processes")
+
+
+def contention_summary(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """The highest reading of each contention figure over the epochs (None: never measured)."""
+    out = {}
+    for key in CONTENTION_KEYS:
+        values = [r[key] for r in history if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+        out[f"max_{key}"] = max(values) if values else None
+    return out
 
 
 def gpu_summary(gpu: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
@@ -111,8 +130,8 @@ def _diff(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
-def format_summary(s: dict[str, Any]) -> str:
-    """One screen of plain text, the way a person reads a finished run."""
+def format_summary(s: dict[str, Any], run_dir: Any = None) -> str:
+    """One screen of plain text, the way a person reads a finished run; `run_dir` ends it."""
     run, batch, final, best, over, t = s["run"], s["batch"], s["final"], s["best"], s["overfitting"], s["time"]
     split = s["data"]["eval_split"]
     lines = [
@@ -126,7 +145,10 @@ def format_summary(s: dict[str, Any]) -> str:
     if final["epoch"] is not None:
         lines += [
             f"  final         {split} acc {final['test_acc']:.2%}  {split} loss {final['test_loss']:.4f}   "
-            f"train acc {final['train_acc']:.2%}  train loss {final['train_loss']:.4f}",
+            + (f"train acc {final['train_eval_acc']:.2%}  train loss {final['train_eval_loss']:.4f} "
+               f"({s['data']['train_eval_images']:,} training images, eval mode)"
+               if final.get("train_eval_acc") is not None else
+               f"train acc {final['train_acc']:.2%}  train loss {final['train_loss']:.4f} (running, augmented)"),
             f"  best          {split} acc {best['test_acc']:.2%} at epoch {best['epoch']}",
             f"  overfitting   train-{split} acc gap {over['train_test_acc_gap']:+.2%}; {split} loss min "
             f"{over['min_test_loss']:.4f} at epoch {over['min_test_loss_epoch']}, now {over['test_loss_rise']:+.4f} from it",
@@ -145,8 +167,16 @@ def format_summary(s: dict[str, Any]) -> str:
                      f"step{busy}; {profile['time']} self time: {ops} (profile/{profile['ops']}, profile/{profile['trace']})")
     elif profile:
         lines.append(f"  profile       none written: {profile['reason']}")
+    load = s.get("contention") or {}
+    if load.get("max_other_cpu_share") is not None:
+        gpu = load.get("max_gpu_other_processes")
+        lines.append(f"  other load    other processes used up to {load['max_other_cpu_share']:.0%} of the CPUs while "
+                     f"it trained (load average up to {load['max_load_avg_1m']})"
+                     + (f", up to {gpu} other process(es) on its GPU" if gpu else ""))
     if run["world_size"] > 1:
         for key, stats in s["ranks"].items():
             lines.append(f"  per rank      {key}: " + " / ".join(f"{v:,.1f}" for v in stats["per_rank"])
                          + f"  (max {stats['max']:,.1f}, mean {stats['mean']:,.1f})")
+    if run_dir is not None:
+        lines.append(f"  run folder    {run_dir}")
     return "\n".join(lines)

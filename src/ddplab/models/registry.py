@@ -172,6 +172,36 @@ def count_flops(model: nn.Module, input_shape: tuple[int, int, int]) -> int:
     return total
 
 
+def describe_layers(model: nn.Module) -> str:
+    """The model's layers in forward order, one short token each, repeats folded ("ReLU x2"):
+    the architecture line of a run's summary and report."""
+    tokens: list[str] = []
+    for module in model.modules():
+        if next(module.children(), None) is not None or isinstance(module, (nn.Identity, nn.Flatten)):
+            continue  # containers, and layers that compute nothing
+        tokens.append(_layer_token(module))
+    folded: list[list] = []
+    for token in tokens:
+        if folded and folded[-1][0] == token:
+            folded[-1][1] += 1
+        else:
+            folded.append([token, 1])
+    return " > ".join(t if n == 1 else f"{t} x{n}" for t, n in folded)
+
+
+def _layer_token(m: nn.Module) -> str:
+    if isinstance(m, nn.Conv2d):
+        k, s = m.kernel_size, m.stride
+        return f"Conv{k[0]}x{k[1]}({m.in_channels}->{m.out_channels}{f', stride {s[0]}' if s[0] != 1 else ''})"
+    if isinstance(m, nn.Linear):
+        return f"Linear({m.in_features}->{m.out_features})"
+    if isinstance(m, (nn.MaxPool2d, nn.AvgPool2d)):
+        return f"{type(m).__name__.removesuffix('2d')}{m.kernel_size}"
+    if isinstance(m, nn.Dropout):
+        return f"Dropout({m.p:g})"
+    return type(m).__name__.removesuffix("2d")
+
+
 def model_info(
     name: str,
     *,
