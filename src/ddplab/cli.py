@@ -15,8 +15,9 @@ config errors); `--debug` shows the traceback instead.
 from __future__ import annotations
 
 import argparse
-import json
 import dataclasses
+import json
+import math
 import sys
 import traceback
 import typing
@@ -184,9 +185,15 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from ddplab.sweep import default_out, format_plan, load_sweep, run_sweep
+    from ddplab.sweep import bundled_sweeps, default_out, format_plan, load_sweep, run_sweep, sweep_file
 
-    sweep = load_sweep(args.file, profile=args.profile, overrides=args.set)
+    if args.list:
+        for name, description in bundled_sweeps().items():
+            print(f"{name:<16} {description}")
+        return 0
+    if args.file is None:
+        raise ConfigError("ddplab sweep: give a sweep file or a bundled sweep's name (ddplab sweep --list)")
+    sweep = load_sweep(sweep_file(args.file), profile=args.profile, overrides=args.set)
     out = args.out or default_out(sweep)
     if args.dry_run:
         print(format_plan(sweep, out))
@@ -201,6 +208,26 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_sweep_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", type=Path, default=None, help="sweep folder (default: runs/<sweep name>); re-running resumes it")
+    p.add_argument("--profile", default=None, help="a [profiles.NAME] of the file (default: gpu on CUDA, else cpu, if present)")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                   help="a setting for every run that no axis of the sweep sets (repeatable), e.g. --set train.epochs=3")
+    p.add_argument("--dry-run", action="store_true", help="list the runs and what would happen to each; run nothing")
+    p.add_argument("--timeout", type=positive_seconds, default=None, help="seconds one run may take before it is stopped")
+    p.add_argument("--no-report", action="store_true", help="skip the report at the end")
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
+    return value
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     only = args.paths[0] if len(args.paths) == 1 else None
     out = args.out or (only / "report" if only is not None and (only / "manifest.json").is_file() else Path("report"))
@@ -212,9 +239,11 @@ def report(out: Path, paths: list[Path], title: str | None = None) -> None:
     from ddplab.report.build import build_report
 
     result = build_report(paths, out, title=title)
-    print(f"{result['num_runs']} runs ({result['num_finished']} finished) in {result['num_points']} points:")
-    for line in result["findings"]:
-        print(f"  - {line}")
+    print(f"{result['num_runs']} runs ({result['num_finished']} finished), {len(result['sections'])} section(s):")
+    for section in result["sections"]:
+        print(f"{section['title']}")
+        for line in section["findings"]:
+            print(f"  - {line}")
     print(f"report: {result['index_html']} (tables: {result['report_md']}, {result['points_csv']})")
 
 
@@ -249,15 +278,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("sweep", help="run every point of a sweep file, each in its own process tree, then report")
-    p.add_argument("file", type=Path, help="sweep file (see sweeps/*.toml)")
-    p.add_argument("--out", type=Path, default=None, help="sweep folder (default: runs/<sweep name>); re-running resumes it")
-    p.add_argument("--profile", default=None, help="a [profiles.NAME] of the file (default: gpu on CUDA, else cpu, if present)")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                   help="a setting for every run, over the file's own (repeatable), e.g. --set train.epochs=3")
-    p.add_argument("--dry-run", action="store_true", help="list the runs and what would happen to each; run nothing")
-    p.add_argument("--timeout", type=float, default=None, help="seconds one run may take before it is stopped")
-    p.add_argument("--no-report", action="store_true", help="skip the report at the end")
+    p.add_argument("file", nargs="?", default=None, help="sweep file, or the name of a bundled sweep (ddplab sweep --list)")
+    p.add_argument("--list", action="store_true", help="list the bundled sweeps")
+    add_sweep_options(p)
     p.set_defaults(func=cmd_sweep)
+    p = sub.add_parser("assignment", help="the distributed-ML assignment's six questions in one sweep, then one report")
+    add_sweep_options(p)
+    p.set_defaults(func=cmd_sweep, file="assignment", list=False)
     p = sub.add_parser("report", help="tables, plots and an HTML page from run and sweep folders")
     p.add_argument("paths", nargs="+", type=Path, help="run folders, sweep folders, or folders holding them")
     p.add_argument("--out", type=Path, default=None, help="report folder (default: SWEEP/report for one sweep, else ./report)")

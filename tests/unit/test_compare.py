@@ -11,22 +11,30 @@ from ddplab.report.compare import format_rows, load_run, scaling_rows
 
 
 def test_speedup_and_efficiency_against_the_fewest_workers(tmp_path):
-    one = write_run(tmp_path / "one", epoch_s=(12.0, 10.0, 10.0))
-    four = write_run(tmp_path / "four", strategy="ddp", nproc=4, epoch_s=(8.0, 4.0, 4.0), comm_share=0.1, test_acc=0.69)
+    """Speedup on training throughput (epochs after the first; train_s = epoch_s - 1 here); on GPUs the ideal is the GPU count."""
+    one = write_run(tmp_path / "one", epoch_s=(12.0, 10.0, 10.0), device="cuda:0")
+    four = write_run(tmp_path / "four", strategy="ddp", nproc=4, epoch_s=(8.0, 4.0, 4.0), comm_share=0.1, test_acc=0.69,
+                     device="cuda:0")
     rows = {r["run"]: r for r in scaling_rows([load_run(four), load_run(one)])}
-    assert rows["one"]["images_per_s"] == pytest.approx(1000 / 9)  # first (warm-up) epoch left out; train_s = epoch_s - 1
-    assert rows["four"]["speedup"] == pytest.approx(2.5) and rows["four"]["efficiency"] == pytest.approx(0.625)
+    assert rows["one"]["images_per_s"] == pytest.approx(2000 / 18)
+    assert rows["four"]["speedup"] == pytest.approx(3.0) and rows["four"]["efficiency"] == pytest.approx(0.75)
     assert rows["four"]["comm_wait_share"] == pytest.approx(0.1) and rows["four"]["data_share"] == pytest.approx(0.1)
-    assert rows["one"]["speedup"] == 1.0 and rows["four"]["global_batch"] == 128
-    assert {r["baseline"] for r in rows.values()} == {"one"}
-    assert rows["four"]["final_test_acc"] == 0.69
+    assert rows["one"]["speedup"] is None and rows["one"]["is_baseline"] and rows["four"]["global_batch"] == 128
+    assert rows["four"]["baseline"] == "one" and rows["four"]["final_test_acc"] == 0.69
+
+
+def test_on_a_cpu_workers_share_the_cores_so_the_ideal_is_1x(tmp_path):
+    one = write_run(tmp_path / "one", epoch_s=(12.0, 10.0, 10.0))
+    two = write_run(tmp_path / "two", strategy="ddp", nproc=2, epoch_s=(12.0, 8.2, 8.2))
+    rows = {r["run"]: r for r in scaling_rows([load_run(one), load_run(two)])}
+    assert rows["two"]["ideal"] == 1 and rows["two"]["efficiency"] == pytest.approx(rows["two"]["speedup"]) == pytest.approx(1.25)
 
 
 def test_without_a_one_worker_run_efficiency_is_against_the_smallest_world(tmp_path):
-    two = write_run(tmp_path / "two", strategy="ddp", nproc=2, epoch_s=(6.0, 5.0, 5.0))
-    four = write_run(tmp_path / "four", strategy="ddp", nproc=4, epoch_s=(4.0, 3.0, 3.0))
+    two = write_run(tmp_path / "two", strategy="ddp", nproc=2, epoch_s=(6.0, 5.0, 5.0), device="cuda:0")
+    four = write_run(tmp_path / "four", strategy="ddp", nproc=4, epoch_s=(4.0, 3.0, 3.0), device="cuda:0")
     rows = {r["run"]: r for r in scaling_rows([load_run(four), load_run(two)])}
-    assert rows["four"]["speedup"] == pytest.approx(5 / 3) and rows["four"]["efficiency"] == pytest.approx(5 / 6)
+    assert rows["four"]["speedup"] == pytest.approx(2.0) and rows["four"]["efficiency"] == pytest.approx(1.0)
     assert rows["four"]["baseline"] == "two"
 
 
@@ -37,23 +45,22 @@ def test_compare_and_report_give_the_same_speedup(tmp_path):
     compared = {r["run"]: r["speedup"] for r in scaling_rows([load_run(r) for r in runs])}
     result = build_report([tmp_path / "runs"], tmp_path / "report")
     with open(result["points_csv"]) as f:
-        reported = sorted(float(p["speedup"]) for p in csv.DictReader(f))
-    assert reported == pytest.approx([1.0, 1.6])
-    assert sorted(compared.values()) == pytest.approx(reported)
+        reported = [float(p["speedup"]) for p in csv.DictReader(f) if p["speedup"]]
+    assert reported == pytest.approx([18 / 10.5]) and compared["b"] == pytest.approx(reported[0])
 
 
 def test_runs_sharing_a_folder_name_are_told_apart(tmp_path):
     runs = [write_run(tmp_path / "x" / "run"), write_run(tmp_path / "y" / "run", epoch_s=(5.0, 5.0, 5.0))]
     rows = scaling_rows([load_run(r) for r in runs])
-    assert [r["run"] for r in rows] == ["x/run", "y/run"] and rows[1]["speedup"] == pytest.approx(2.0)
-    assert "x/run's epoch time" in format_rows(rows)
+    assert [r["run"] for r in rows] == ["x/run", "y/run"] and rows[1]["speedup"] == pytest.approx(2.25)
+    assert "over x/run's" in format_rows(rows)
 
 
 def test_compare_command_prints_table_and_refuses_non_runs(tmp_path, capsys):
     write_run(tmp_path / "a")
     assert main(["compare", str(tmp_path / "a")]) == 0
     out = capsys.readouterr().out
-    assert "speedup" in out and "1.00x" in out and "70.00" in out
+    assert "speedup" in out and "baseline" in out and "70.00" in out
     (tmp_path / "empty").mkdir()
     assert main(["compare", str(tmp_path / "empty")]) == 2
     assert "not a finished ddplab run" in capsys.readouterr().err

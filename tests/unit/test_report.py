@@ -1,8 +1,10 @@
-"""`build_report`: run and sweep folders in, exact tables, findings, PNGs and one offline HTML page out."""
+"""`build_report`: run and sweep folders in; sections with exact tables, findings that never call noise an
+effect, PNGs and one offline HTML page out."""
 
 import csv
 import json
 import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -12,12 +14,15 @@ import tomli_w
 
 from ddplab.config import tomllib  # tomli on Python 3.10
 from ddplab.errors import ConfigError, DataError
+from ddplab.report import noise
 from ddplab.report.build import build_report
-from ddplab.report.findings import compare_sentence, noise_text, overfitting
+from ddplab.report.figures import early_stop_epoch, overfitting
 from ddplab.report.runs import group_points, load_runs
-from run_folders import write_run
+from run_folders import write_manifest, write_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
 def write_sweep(root: Path) -> Path:
     """1 worker vs DDP x2, two seeds each, plus one failed run: epoch times 10 s and 6.25 s after the first."""
     sweep = root / "sweep"
@@ -51,30 +56,52 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def test_points_average_seeds_and_scale_against_the_one_worker_point(sweep_report):
+def numbers(text: str) -> list[str]:
+    return re.findall(r"(?<![\w.])\d+(?:,\d{3})*(?:\.\d+)?", text)
+
+
+def section_text(section: dict) -> str:
+    cells = [c for _, _, (headers, rows) in section["tables"] for c in [*headers, *(x for r in rows for x in r)]]
+    return " ".join([section["setup"], *cells])
+
+
+def assert_findings_restate_tables(result: dict) -> None:
+    """Every number a finding gives is one the section's tables (or its setup line) give, as written there."""
+    for section in result["sections"]:
+        shown = section_text(section)
+        for finding in section["findings"]:
+            for number in numbers(finding):
+                assert number in shown, f"{number!r} of {finding!r} is in no table of {section['title']!r}"
+
+
+def test_speed_is_training_throughput_and_speedup_is_against_the_one_worker_point(sweep_report):
     result, _ = sweep_report
-    assert (result["num_runs"], result["num_points"], result["num_not_finished"]) == (5, 2, 1)
+    assert (result["num_runs"], result["num_finished"], result["num_points"], result["num_not_finished"]) == (5, 4, 2, 1)
     points = {r["point"]: r for r in read_csv(result["points_csv"])}
     one, two = points["workers=1"], points["workers=2"]
     assert one["workers"] == "1" and one["seeds"] == "2" and one["world_size"] == "1" and two["world_size"] == "2"
     assert float(one["final_test_acc"]) == pytest.approx(0.71)
     assert float(one["final_test_acc_std"]) == pytest.approx(0.0141421356)  # sample std of 0.70, 0.72
-    assert float(two["epoch_s"]) == pytest.approx(6.25)  # the first epoch is left out
-    assert float(two["speedup"]) == pytest.approx(1.6) and float(two["efficiency"]) == pytest.approx(0.8)
-    assert float(one["speedup"]) == pytest.approx(1.0) and two["baseline"] == "workers=1"
-    assert float(two["comm_wait_share"]) == pytest.approx(0.1) and float(one["data_share"]) == pytest.approx(0.1)
-    assert float(one["images_per_s"]) == pytest.approx(2000 / 18)
+    assert float(one["images_per_s"]) == pytest.approx(2000 / 18)  # training time only, the first epoch left out
+    assert float(two["images_per_s"]) == pytest.approx(2000 / 10.5)
+    assert float(two["speedup"]) == pytest.approx(18 / 10.5) and two["baseline"] == "workers=1"
+    assert float(two["efficiency"]) == pytest.approx(18 / 10.5)  # on a CPU the ideal is 1x: same cores
+    assert one["speedup"] == "" and float(two["comm_wait_share"]) == pytest.approx(0.1)
     assert float(two["peak_mib"]) == 450.0 and two["memory_label"] == "peak_rss_mib" and two["backend"] == "gloo"
+    assert one["gap_basis"] == "running, augmented"  # these folders predate eval-mode train accuracy
 
 
-def test_findings_say_speedup_efficiency_overfitting_and_failures(sweep_report):
-    findings = sweep_report[0]["findings"]
-    assert "ddp x2 (batch 32): 1.60x faster per epoch than 1 worker, 80% efficiency, communication 10% of step time" in findings
-    assert ("workers=1 (mean of 2 seeds) overfits from epoch 2: test loss +25% from its minimum while train loss falls; "
-            "train-test accuracy gap 20.0 points") in findings
-    assert not any(f.startswith("workers=2") and "overfits" in f for f in findings)
-    assert "best accuracy: workers=1, 71.00% ± 1.41 final test accuracy" in findings
-    assert "1 run did not finish (1 failed): listed at the end" in findings
+def test_a_super_linear_speedup_is_flagged_not_stated(sweep_report):
+    (section,) = sweep_report[0]["sections"]
+    scaling = next(f for f in section["findings"] if f.startswith("workers=2: 1.71x the training throughput"))
+    assert "(190 vs 111 images/s), 171% of the ideal 1x; beyond noise (±3%, over seeds; load not recorded for" in scaling
+    assert "On a CPU both sides share the same 2 cores" in scaling
+    check = next(f for f in section["findings"] if "super-linear" in f)
+    assert check.startswith("workers=2 is super-linear (171% of the ideal)") and "likely cause" in check
+
+
+def test_findings_restate_the_tables(sweep_report):
+    assert_findings_restate_tables(sweep_report[0])
 
 
 def test_runs_csv_lists_every_run_with_failures_and_their_errors(sweep_report):
@@ -88,10 +115,10 @@ def test_runs_csv_lists_every_run_with_failures_and_their_errors(sweep_report):
     assert failed["final_test_acc"] == ""
 
 
-def test_markdown_has_tables_with_mean_and_std(sweep_report):
+def test_markdown_has_the_sections_tables(sweep_report):
     md = sweep_report[0]["report_md"].read_text()
-    assert "| workers=1 | 1 | 2 | single | 1 | 32/32 | fp32 | none | 71.00 ± 1.41 |" in md
-    assert "1.60x | 80% |" in md
+    assert "| workers=1 | 2 | 71.00 ± 1.41 | 91.00 ± 1.41 | +20.0 | 1.000 | 0.800 (2) |" in md
+    assert "| workers=2 | workers=1 | 1.71x | 171% (ideal 1x) |" in md
     assert "- w4-s0 (failed): training diverged: loss is nan at epoch 2" in md
 
 
@@ -102,19 +129,23 @@ def test_html_is_self_contained_with_embedded_pngs(sweep_report):
     assert "http://" not in page and "https://" not in page and "<script" not in page.lower()
     assert page.count('src="data:image/png;base64,') == len(result["plots"])
     names = {p.name for p in result["plots"]}
-    assert {"loss_curves.png", "accuracy_curves.png", "step_loss.png", "accuracy_vs_time.png", "throughput.png",
-            "time_breakdown.png", "gpu_utilization.png"} <= names
-    assert "batch_size.png" not in names  # batch size does not vary here
+    assert names == {"s01-curves.png", "s01-speed.png", "s01-time-breakdown.png", "s01-step-loss.png",
+                     "s01-gpu-utilization.png"}  # three epochs: short enough for a per-step curve
     assert "GPU utilization: not measured" not in page and "training diverged" in page
     for path in result["plots"]:
         assert path.read_bytes().startswith(PNG_MAGIC)
 
 
-def test_text_from_runs_is_escaped_in_html(tmp_path):
-    write_run(tmp_path / "runs" / "<em>x&y")
-    page = build_report([tmp_path / "runs"], tmp_path / "out", title="a <script> title")["index_html"].read_text()
-    assert "<em>x&y" not in page and "&lt;em&gt;x&amp;y" in page and "<script>" not in page
-    assert "GPU utilization: not measured" in page
+def test_text_from_runs_is_escaped_in_html_markdown_and_csv(tmp_path):
+    evil, formula = "<img src=x onerror=alert(1)>", "=cmd|calc"
+    sweep = write_axis_sweep(tmp_path / "s", "config", [(evil, {}, {}), (formula, {"optim": {"lr": 0.1}}, {})])
+    result = build_report([sweep], tmp_path / "out", title="a <script> title")
+    page = result["index_html"].read_text()
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page and "<script>" not in page
+    md = result["report_md"].read_text()
+    assert "<img" not in md and "<script>" not in md and "&lt;img src=x onerror=alert(1)&gt;" in md
+    rows = read_csv(result["points_csv"])
+    assert [r["point"] for r in rows] == [evil, "'" + formula]  # a formula stays text in a spreadsheet
 
 
 def test_runs_differing_only_in_seed_and_output_form_one_point(tmp_path):
@@ -126,46 +157,84 @@ def test_runs_differing_only_in_seed_and_output_form_one_point(tmp_path):
     assert points[0].axes == {"train.batch_size": 32}
 
 
-def test_one_field_changes_compare_speed_accuracy_and_noise(tmp_path):
-    for name, precision, seed, acc, epoch in (("a0", "fp32", 0, 0.70, 10.0), ("a1", "fp32", 1, 0.72, 10.0),
-                                              ("b0", "bf16", 0, 0.69, 8.0), ("b1", "bf16", 1, 0.71, 8.0)):
-        write_run(tmp_path / "runs" / name, precision=precision, seed=seed, test_acc=acc, epoch_s=(epoch, epoch),
-                  train_loss=(1.0, 0.9), test_loss=(1.0, 0.95))
-    result = build_report([tmp_path / "runs"], tmp_path / "out")
-    assert "train.precision=bf16 vs fp32: 1.25x faster, -1.0 points accuracy, within noise (std 1.4)" in result["findings"]
-    assert "fastest: precision=bf16, 8.00 s per epoch (143 images/s)" in result["findings"]
-    assert ("precision=fp32 (mean of 2 seeds): train accuracy 20.0 points above test, though test loss has not "
-            "risen 10% above its minimum") in result["findings"]
-    assert not any("overfits" in f for f in result["findings"])
+def precision_runs(root: Path, bf16_epoch: float, spread: float, other_cpu=None) -> Path:
+    """fp32 and bf16, two seeds each; bf16's epochs take `bf16_epoch` s (train_s 1 s less), seeds apart by `spread` s."""
+    for name, precision, seed, acc, epoch in (("a0", "fp32", 0, 0.70, 10.0), ("a1", "fp32", 1, 0.72, 10.0 + spread),
+                                              ("b0", "bf16", 0, 0.69, bf16_epoch),
+                                              ("b1", "bf16", 1, 0.71, bf16_epoch + spread)):
+        write_run(root / name, precision=precision, seed=seed, test_acc=acc, epoch_s=(epoch, epoch),
+                  train_loss=(1.0, 0.9), test_loss=(1.0, 0.95), other_cpu=0.0 if other_cpu is None or name != "b1" else other_cpu)
+    return root
 
 
-def test_noise_verdicts():
-    base = {"epoch_s": 10.0, "final_test_acc": 0.70, "final_test_acc_std": None}
-    new = {"epoch_s": 12.5, "final_test_acc": 0.73, "final_test_acc_std": None}
-    assert compare_sentence("x=1 vs 0", new, base) == "x=1 vs 0: 1.25x slower, +3.0 points accuracy, single seed: noise not measured"
-    assert noise_text(3.0, [0.01, 0.005]) == "beyond noise (std 1.0)"
-    assert noise_text(-2.0, [0.01, None]) == "within noise (std 1.0)"
+def test_a_timing_difference_beyond_noise_is_an_effect(tmp_path):
+    result = build_report([precision_runs(tmp_path / "runs", bf16_epoch=8.0, spread=0.0)], tmp_path / "out")
+    (finding,) = [f for f in result["findings"] if f.startswith("precision=bf16 vs precision=fp32")]
+    assert finding == ("precision=bf16 vs precision=fp32: 1.29x faster (143 vs 111 training images/s, beyond noise "
+                       "(±3%, over seeds)); test accuracy 70.00% vs 71.00% (-1.0 points, within noise (noise 1.4 "
+                       "points, std over seeds))")
+    assert_findings_restate_tables(result)
+
+
+def test_a_timing_difference_within_the_seeds_spread_is_not_an_effect(tmp_path):
+    """bf16 2% faster, but the seeds of each point are 5% apart: noise, said so."""
+    result = build_report([precision_runs(tmp_path / "runs", bf16_epoch=9.8, spread=0.5)], tmp_path / "out")
+    (finding,) = [f for f in result["findings"] if f.startswith("precision=bf16 vs precision=fp32")]
+    assert "within noise (±" in finding.split(";")[0] and "beyond noise" not in finding
+
+
+def test_a_comparison_with_a_contended_run_is_unreliable_whatever_the_numbers(tmp_path):
+    result = build_report([precision_runs(tmp_path / "runs", bf16_epoch=5.0, spread=0.0, other_cpu=0.35)], tmp_path / "out")
+    (finding,) = [f for f in result["findings"] if f.startswith("precision=bf16 vs precision=fp32")]
+    assert ("unreliable (the clocks measured other work; b1: other processes used up to 35% of the CPUs)" in finding
+            and "beyond noise (±" not in finding)
+    page = result["index_html"].read_text()
+    assert '<li class="unreliable">precision=bf16 vs precision=fp32' in page and "35% CPU (contended)" in page
+    assert_findings_restate_tables(result)
+
+
+def test_accuracy_noise_is_the_seeds_spread_or_the_test_sets_own():
+    a = {"final_test_acc": 0.70, "final_test_acc_std": None, "test_images": 10_000}
+    b = {"final_test_acc": 0.73, "final_test_acc_std": None, "test_images": 10_000}
+    verdict = noise.accuracy_verdict(0.03, b, a)  # sampling noise, the larger side's: sqrt(.7 * .3 / 10000) = 0.46 points
+    assert verdict.text() == "beyond noise (noise 0.5 points, one seed: test-set sampling noise only)"
+    small = {**a, "test_images": 200}  # sqrt(.7 * .3 / 200) = 3.2 points: 3 points is within it
+    assert noise.accuracy_verdict(0.03, {**b, "test_images": 200}, small).word == "within noise"
+    seeds = {**a, "final_test_acc_std": 0.02}
+    assert noise.accuracy_verdict(0.03, {**b, "final_test_acc_std": 0.01}, seeds).text() == \
+        "within noise (noise 2.0 points, std over seeds)"
+
+
+def test_timing_noise_of_one_run_is_its_windows_standard_error():
+    steps = [{"epoch": 2, "step": s, "t_s": t} for s, t in ((0, 0.0), (1, 1.0), (2, 2.1), (3, 3.0), (4, 4.1), (5, 5.0), (6, 6.1))]
+    rates = noise.window_rates(steps, images_per_step=100, epochs=2)
+    assert rates == pytest.approx([100.0, 100 / 1.1, 100 / 0.9, 100 / 1.1, 100 / 0.9, 100 / 1.1])
+    assert noise.within_run_noise(rates) == pytest.approx(statistics.stdev(rates) / statistics.fmean(rates) / 6 ** 0.5)
+    assert noise.within_run_noise(rates[:4]) is None  # too few windows to say
+    one = noise.point_timing([100.0], [0.02])
+    assert (one.noise, one.basis) == (0.02, "within-run")
+    two = noise.point_timing([100.0, 110.0], [0.01, 0.01])
+    assert two.basis == "seeds" and two.noise == pytest.approx(7.0711 / 105, rel=1e-4)
+    quiet = {"a": noise.Load(0.0, 0.0, None)}
+    verdict = noise.timing_verdict(1.05, one, one, quiet)  # 2 x hypot(2%, 2%) = 5.7%
+    assert verdict.text() == "within noise (±6%, within-run only: repeat the runs for run-to-run noise)"
+    steady = noise.Timing(100.0, 0.005, "seeds")  # 2 x hypot(0.5%, 0.5%) = 1.4%: the 3% floor applies
+    assert noise.timing_verdict(1.02, steady, steady, quiet).text() == "within noise (±3%, over seeds)"
+    assert noise.timing_verdict(1.04, steady, steady, quiet).word == "beyond noise"
 
 
 def test_overfitting_needs_test_loss_up_10_percent_while_train_loss_falls():
     def curve(train, test):
-        return [{"epoch": i, "train_loss": a, "test_loss": b} for i, (a, b) in enumerate(zip(train, test), 1)]
+        return [{"epoch": i, "train_loss": a, "test_loss": b, "test_acc": 0.5 + i / 100}
+                for i, (a, b) in enumerate(zip(train, test), 1)]
 
-    assert overfitting(curve([1.0, 0.8, 0.6, 0.4], [1.0, 0.5, 0.6, 0.7])) == {"epoch": 2, "rise": pytest.approx(0.4)}
-    assert overfitting(curve([1.0, 0.8, 0.6, 0.4], [1.0, 0.5, 0.52, 0.55])) is None  # +10% exactly: not beyond
-    assert overfitting(curve([1.0, 0.5, 0.6, 0.7], [1.0, 0.5, 0.6, 0.7])) is None  # train loss rises too: diverging
+    found = overfitting(curve([1.0, 0.8, 0.6, 0.4], [1.0, 0.5, 0.6, 0.7]))
+    assert (found["overfits"], found["min_epoch"], found["rise"]) == (True, 2, pytest.approx(0.4))
+    assert (found["stop_epoch"], found["stop_test_acc"]) == (4, 0.54)  # patience 2: epochs 3 and 4 did not improve
+    assert not overfitting(curve([1.0, 0.8, 0.6, 0.4], [1.0, 0.5, 0.52, 0.55]))["overfits"]  # +10% exactly: not beyond
+    assert not overfitting(curve([1.0, 0.5, 0.6, 0.7], [1.0, 0.5, 0.6, 0.7]))["overfits"]  # train loss rises too
     assert overfitting(curve([1.0], [1.0])) is None
-
-
-def test_batch_size_plot_when_batch_varies(tmp_path):
-    for batch, epoch, peak in ((16, 12.0, 200.0), (32, 10.0, 400.0), (64, 9.0, 800.0)):
-        write_run(tmp_path / "runs" / f"b{batch}", batch=batch, epoch_s=(epoch, epoch), peak_mib=peak,
-                  train_loss=(1.0, 0.9), test_loss=(1.0, 0.95))
-    result = build_report([tmp_path / "runs"], tmp_path / "out")
-    names = {p.name for p in result["plots"]}
-    assert "batch_size.png" in names and "throughput.png" not in names and "step_loss.png" not in names
-    assert "train.batch_size=32 vs 16: 1.20x faster, +0.0 points accuracy, single seed: noise not measured, " \
-           "peak memory 400 vs 200 MiB" in result["findings"]
+    assert early_stop_epoch([{"epoch": i, "test_loss": v} for i, v in enumerate([3, 2, 1], 1)], 2) is None
 
 
 def test_unfinished_run_is_listed_not_fatal(tmp_path):
@@ -227,6 +296,17 @@ def test_bad_inputs_give_one_line_config_or_data_errors(tmp_path):
     with pytest.raises(DataError) as e:
         build_report([sweep], tmp_path / "out")
     assert "not a ddplab sweep manifest" in one_line(e)
+    for outside in ("../../elsewhere", str(tmp_path / "badtoml")):  # the manifest is data: stay inside the sweep
+        (sweep / "manifest.json").write_text(json.dumps({"version": 2, "runs": [{"name": "x", "dir": outside}]}))
+        with pytest.raises(DataError) as e:
+            build_report([sweep], tmp_path / "out")
+        assert "has its folder outside the sweep" in one_line(e)
+
+
+def test_a_folder_linking_to_itself_is_read_once(tmp_path):
+    write_run(tmp_path / "runs" / "a")
+    (tmp_path / "runs" / "latest").symlink_to(".")
+    assert [r.name for r in load_runs([tmp_path / "runs"])] == ["a"]
 
 
 def test_report_never_imports_torch(tmp_path):
@@ -248,59 +328,124 @@ def test_report_on_a_real_tiny_run(tmp_path):
            "--output.progress", "false", "--output.tensorboard", "false", "--out", str(run)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == f"  run folder    {run}"
     result = build_report([tmp_path], tmp_path / "out")
     (row,) = read_csv(result["runs_csv"])
     summary = json.loads((run / "summary.json").read_text())
     assert row["status"] == "finished" and float(row["final_test_acc"]) == pytest.approx(summary["final"]["test_acc"])
-    assert row["memory_label"] == "peak_rss_mib" and row["epochs"] == "2" and float(row["epoch_s"]) > 0
-    assert result["index_html"].read_text().count("data:image/png;base64,") == len(result["plots"]) >= 3
+    assert float(row["train_eval_acc"]) == pytest.approx(summary["final"]["train_eval_acc"])
+    assert row["gap_basis"] == "eval mode" and row["memory_label"] == "peak_rss_mib" and row["epochs"] == "2"
+    assert float(row["other_cpu"]) >= 0 and row["torch"] and row["device_name"].startswith("CPU")
+    assert result["index_html"].read_text().count("data:image/png;base64,") == len(result["plots"]) >= 2
 
 
-def test_a_one_field_finding_names_the_other_axes_where_they_vary(tmp_path):
-    """batch 32 vs 128 at 1 worker and at 2 workers are two findings, each saying which."""
-    for name, batch, strategy, nproc, epoch in (("b32-w1", 32, "single", 1, 10.0), ("b128-w1", 128, "single", 1, 5.0),
-                                                ("b32-w2", 32, "ddp", 2, 8.0), ("b128-w2", 128, "ddp", 2, 2.0)):
-        write_run(tmp_path / "runs" / name, batch=batch, strategy=strategy, nproc=nproc, epoch_s=(epoch, epoch))
-    findings = build_report([tmp_path / "runs"], tmp_path / "out")["findings"]
-    sentences = sorted(f for f in findings if f.startswith("train.batch_size=32 vs 128"))  # folders sort b128 first
-    assert sentences == [
-        "train.batch_size=32 vs 128 (strategy=ddp, nproc=2): 4.00x slower, +0.0 points accuracy, single seed: noise not measured",
-        "train.batch_size=32 vs 128 (strategy=single, nproc=1): 2.00x slower, +0.0 points accuracy, single seed: noise not measured"]
-
-
-def write_axis_sweep(sweep: Path, axis: str, variants: list[tuple[str, dict, dict]]) -> Path:
+def write_axis_sweep(sweep: Path, axis: str, variants: list[tuple[str, dict, dict]], version=1, sections=None) -> Path:
     """A finished one-axis sweep: per variant (label, config sections to update, write_run keywords)."""
-    entries = []
-    for label, sections, run_kwargs in variants:
+    runs = []
+    for label, sections_, run_kwargs in variants:
         run = write_run(sweep / "runs" / label, **run_kwargs)
         config = tomllib.loads((run / "config.toml").read_text())
-        for section, values in sections.items():
+        for section, values in sections_.items():
             config.setdefault(section, {}).update(values)
         (run / "config.toml").write_text(tomli_w.dumps(config))
-        entries.append({"name": label, "dir": f"runs/{label}", "point": {axis: label}, "seed": 0,
-                        "status": "finished", "exit_code": 0, "error": None, "wall_s": 1.0})
-    (sweep / "manifest.json").write_text(json.dumps({"version": 1, "name": axis, "description": "", "sweep_file": "s.toml",
-                                                     "axes": [axis], "repeats": 1, "runs": entries}))
-    return sweep
+        runs.append({"name": label, "point": {axis: label}, "seed": 0})
+    return write_manifest(sweep, runs, axes=[axis], sections=sections, name=sweep.name, version=version)
 
 
-def test_a_variant_axis_is_compared_even_when_it_changes_several_fields(tmp_path):
+def test_a_variant_axis_is_compared_against_its_first_value(tmp_path):
     """An optimizer variant changes name and lr together: compared along the sweep's axis, against the first value."""
     sweep = write_axis_sweep(tmp_path / "sweep", "optimizer", [
         (label, {"optim": {"name": label, "lr": lr}}, {"epoch_s": (epoch, epoch), "test_acc": acc})
         for label, lr, epoch, acc in (("adam", 0.001, 10.0, 0.70), ("sgd", 0.05, 8.0, 0.73), ("rmsprop", 0.0005, 10.0, 0.65))])
     findings = build_report([sweep], tmp_path / "out")["findings"]
-    assert "optimizer=sgd vs adam: 1.25x faster, +3.0 points accuracy, single seed: noise not measured" in findings
-    assert "optimizer=rmsprop vs adam: 1.00x faster, -5.0 points accuracy, single seed: noise not measured" in findings
-    assert not any(f.startswith("optimizer=rmsprop vs sgd") for f in findings)  # each against the first value only
+    compared = [f.split(":")[0] for f in findings if " vs " in f.split(":")[0]]
+    assert compared == ["sgd vs adam", "rmsprop vs adam"]  # each against the first value only
+    sgd = next(f for f in findings if f.startswith("sgd vs adam"))
+    assert sgd.startswith("sgd vs adam: 1.29x faster (143 vs 111 training images/s, noise not measured (one timing "
+                          "window or run per side)); test accuracy 73.00% vs 70.00% (+3.0 points, beyond noise (noise "
+                          "0.5 points, one seed: test-set sampling noise only))")
+    assert next(f for f in findings if f.startswith("best test accuracy")).startswith("best test accuracy: sgd, 73.00%; ahead of adam")
 
 
-def test_an_axis_value_is_compared_with_the_axis_first_value_never_with_another_variant(tmp_path):
-    """baseline, bn+dropout (two fields), label smoothing (one field): smoothing is said once, against the baseline."""
-    sweep = write_axis_sweep(tmp_path / "sweep", "remedy", [
-        ("baseline", {"optim": {"label_smoothing": 0.0}}, {}),
-        ("bn-dropout", {"model": {"batchnorm": True, "dropout": 0.5}, "optim": {"label_smoothing": 0.0}}, {}),
-        ("smoothing", {"optim": {"label_smoothing": 0.1}}, {})])
-    findings = build_report([sweep], tmp_path / "out")["findings"]
-    compared = [f.split(":")[0] for f in findings if " vs " in f]
-    assert compared == ["optim.label_smoothing=0.1 vs 0 (remedy=smoothing)", "remedy=bn-dropout vs baseline"]
+def test_two_sweeps_make_two_sections_and_nothing_is_compared_across(tmp_path):
+    first = write_axis_sweep(tmp_path / "optimizers", "optimizer", [
+        ("adam", {"optim": {"name": "adam"}}, {}), ("sgd", {"optim": {"name": "sgd"}}, {"test_acc": 0.75})])
+    second = write_axis_sweep(tmp_path / "precision", "precision", [
+        ("fp32", {}, {}), ("bf16", {}, {"precision": "bf16", "epoch_s": (5.0, 5.0, 5.0)})])
+    result = build_report([first, second], tmp_path / "out")
+    titles = [s["title"] for s in result["sections"]]
+    assert titles == ["optimizers sweep", "precision sweep"]
+    mine = {s["title"]: " ".join(s["findings"]) for s in result["sections"]}
+    assert "fp32" not in mine["optimizers sweep"] and "adam" not in mine["precision sweep"]
+    assert "bf16 vs fp32" in mine["precision sweep"] and "sgd vs adam" in mine["optimizers sweep"]
+    page = result["index_html"].read_text()
+    assert page.count("<section id=") == 2 and '<a href="#1-optimizers-sweep">' in page
+
+
+SECTIONS = [
+    {"title": "Q2. Scaling", "question": "Does DDP pay?", "kind": "scaling", "note": "Background.",
+     "runs": ["one", "ddp", "dp"], "baseline_runs": ["one"],
+     "not_measured": [{"point": "nccl", "reason": "NCCL needs CUDA GPUs"}]},
+    {"title": "Q3. Overfitting", "kind": "overfitting", "runs": ["one", "ddp"], "baseline_runs": ["one"],
+     "not_measured": []},
+    {"title": "Q5. Remedies", "kind": "regularization", "runs": ["one", "aug"], "baseline_runs": ["one"],
+     "not_measured": []},
+]
+
+
+def write_sectioned_sweep(sweep: Path) -> Path:
+    losses = {"one": (1.0, 0.7, 0.9, 1.2, 1.3), "ddp": (1.0, 0.7, 0.9, 1.2, 1.3), "aug": (1.0, 0.8, 0.75, 0.74, 0.74)}
+    for name, kwargs in (("one", {}), ("ddp", {"strategy": "ddp", "nproc": 2, "batch": 16}),
+                         ("aug", {"config": {"data": {"crop_padding": 4}}, "test_acc": 0.78})):
+        write_run(sweep / "runs" / name, epoch_s=(3.0,) * 5, train_loss=(1.2, 0.9, 0.6, 0.3, 0.2),
+                  test_loss=losses[name], train_eval_acc=0.95 if name != "aug" else 0.80, other_cpu=0.01, cpu_s=4.0,
+                  **kwargs)
+    runs = [{"name": n, "point": {"config": n}, "seed": 0} for n in ("one", "ddp", "aug")]
+    runs.append({"name": "dp", "point": {"config": "dp x2"}, "seed": 0, "status": "skipped",
+                 "error": "not run on this machine: DataParallel needs CUDA devices"})
+    return write_manifest(sweep, runs, sections=SECTIONS)
+
+
+def test_a_sweeps_sections_answer_their_questions(tmp_path):
+    result = build_report([write_sectioned_sweep(tmp_path / "study")], tmp_path / "out")
+    scaling, over, remedies = result["sections"]
+    assert [s["title"] for s in result["sections"]] == ["Q2. Scaling", "Q3. Overfitting", "Q5. Remedies"]
+    assert scaling["findings"][0].startswith("ddp: 1.00x the training throughput of one (500 vs 500 images/s), 100% of the ideal 1x")
+    assert "(the same global batch of 32: the same optimizer steps)" in scaling["findings"][0]
+    assert scaling["findings"][-2:] == ["not measured here: nccl: NCCL needs CUDA GPUs",
+                                        "not measured here: dp x2: not run on this machine: DataParallel needs CUDA devices"]
+    assert over["findings"][0] == (
+        "one overfits: its test loss was lowest at epoch 2 (0.700) and ends +86% above it (1.300 at epoch 5) while the "
+        "training loss on training images in eval mode kept falling; train accuracy 95.00% (training images in eval "
+        "mode) vs test 70.00%, a gap of +25.0 points. Early stopping on test loss (patience 2) would have stopped after "
+        "epoch 4, at 70.00% test accuracy (the same run, cut short)")
+    assert remedies["findings"][0].startswith("aug vs one: 1.00x faster (500 vs 500 training images/s, ")
+    assert "test loss +0% from its lowest at the end (one: +86%), train-test gap +2.0 vs +25.0 points" in remedies["findings"][0]
+    assert remedies["findings"][1].startswith("one overfits")  # the baseline, for reference
+    for s in result["sections"]:
+        assert "Speed" in [t[0] for t in s["tables"]]
+    assert "Overfitting" in [t[0] for t in over["tables"]] and "Scaling" in [t[0] for t in scaling["tables"]]
+    assert scaling["setup"] == ("simple_cnn (1,000 parameters, 2.0 MFLOP/image); synthetic: 1,000 training / 10,000 "
+                                "test images; 5 epochs; adam lr 0.001 (schedule none); on CPU Test (2 CPUs), torch 2.13.0")
+    assert_findings_restate_tables(result)
+    page = result["index_html"].read_text()
+    assert "<blockquote>Does DDP pay?</blockquote>" in page and "Background." in page
+
+
+def test_plots_name_every_point_in_full_and_never_crowd_a_panel(tmp_path):
+    long = "batchnorm + dropout 0.5 in the head, with weight decay 5e-4 and label smoothing 0.1"
+    variants = [(long if i == 0 else f"variant {i}", {"optim": {"lr": 0.001 * (i + 1)}}, {"test_acc": 0.6 + i / 100})
+                for i in range(6)]
+    few = build_report([write_axis_sweep(tmp_path / "few", "config", variants[:3])], tmp_path / "few-out")
+    (curves,) = [p for p in few["sections"][0]["plots"] if p.name == "curves"]
+    assert curves.legend == [long, "variant 1", "variant 2"] and curves.max_lines == 6  # 3 points x train, test
+    many = build_report([write_axis_sweep(tmp_path / "many", "config", variants)], tmp_path / "many-out")
+    for plot in many["sections"][0]["plots"]:
+        assert plot.max_lines <= 8 and all("…" not in entry for entry in plot.legend)
+    (curves,) = [p for p in many["sections"][0]["plots"] if p.name == "curves"]
+    assert curves.max_lines == 2  # six points: one panel each
+
+
+def test_labels_are_text_not_mathtext(tmp_path):
+    sweep = write_axis_sweep(tmp_path / "s", "config", [("cost $\\notacommand$", {}, {}), ("b", {"optim": {"lr": 0.1}}, {})])
+    assert build_report([sweep], tmp_path / "out")["index_html"].is_file()

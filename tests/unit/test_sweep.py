@@ -97,6 +97,33 @@ label = "adam"
     ('[sweep]\nrepeat = 2', "unknown [sweep] setting(s) repeat"),
     ('[axes]\nx = 1', "unknown table(s) axes"),
     ('[[variants]]\nlabel = "x"\nlaunch = "mpirun"', "launch='mpirun'"),
+    # Nothing runs other than what its name says (a setting has one source; the seed comes from repeats).
+    ('[grid]\n"train.seed" = [1, 2, 3]', "grid.train.seed: the seed is set by [sweep] repeats"),
+    ('[grid]\n"optim.lr" = [0.1, 0.3]\n[[variants]]\nlabel = "fast"\n"optim.lr" = 0.2',
+     "optim.lr is set by two axes (optim.lr and variant)"),
+    ('[[variants.a]]\n"optim.lr" = 0.1\n[[variants.b]]\n"optim.lr" = 0.2', "optim.lr is set by two axes (a and b)"),
+    ('[profiles.cpu.bse.train]\nepochs = 1', "[profiles.cpu]: unknown table(s) bse"),
+    ('[base.output]\nresume = true', "[base.output] resume is not valid in a sweep"),
+    ('[grid]\n"output.out" = ["a", "b"]', "sweep setting 'output.out' is not valid"),
+    # Wrong types are one line, not a traceback.
+    ("grid = 5", "[grid] must be a table, got 5"),
+    ("base = 5", "[base] must be a table, got 5"),
+    ("sweep = 5", "[sweep] must be a table, got 5"),
+    ("profiles = 5", "[profiles] must be a table, got 5"),
+    ("[base]\ntrain = 5", "[base.train] must be a table, got 5"),
+    ('[base.train]\nseed = "zero"', "train.seed='zero' in [base.train] is not valid"),
+    ("[variants]\nx = 5", "variants.x must be an array of tables"),
+    ("variants = 5", "[variants] must be a table, got 5"),
+    ('[sweep]\norder = "random"', "sweep.order='random' is not valid: choose one of listed, interleaved"),
+    ('[sweep]\nname = 5', "sweep.name=5 is not valid: expected text"),
+    # Unbounded work is refused before any is done.
+    ('[grid]\n"train.batch_size" = [' + ", ".join(["1"] * 1000) + ']\n"train.epochs" = [' + ", ".join(["1"] * 1000) + "]",
+     "expands to 1,000,000 runs"),
+    # Sections name points that exist, or say why not.
+    ('[[sections]]\ntitle = "x"\npoints = ["nope"]', "names point 'nope', which no run has"),
+    ('[[sections]]\ntitle = "x"\nkind = "vibes"', "kind='vibes' is not valid"),
+    ('[[sections]]\nquestion = "x"', "sections[0] needs a title"),
+    ('sections = 5', "sections must be an array of tables"),
 ])
 def test_bad_sweep_files_are_one_line(tmp_path, text, needle):
     with pytest.raises(ConfigError) as exc:
@@ -121,7 +148,8 @@ def test_bundled_sweeps_parse_in_both_profiles(path):
     assert gpu.description and gpu.axes and len(gpu.runs) >= 2 and len(cpu.runs) >= 1
     assert all(r.config.data.dataset == "cifar10" for r in gpu.runs + cpu.runs)
     assert all(r.config.train.device == "cpu" and r.config.dist.backend != "nccl" for r in cpu.runs)
-    assert len(cpu.runs) * max(r.config.train.epochs for r in cpu.runs) <= 30  # sized for minutes on 2 cores
+    trained = sum(r.config.train.epochs * r.config.data.subset for r in cpu.runs)
+    assert 0 < trained <= 250_000  # images trained in all: sized for minutes on 2 cores
     if not torch.cuda.is_available():
         check_machine(cpu)  # the CPU profile runs on this machine
 
@@ -151,11 +179,69 @@ def test_dry_run_plan_says_what_would_happen(tmp_path):
 
 
 def test_settings_from_the_command_line_apply_to_every_run(tmp_path):
-    """--set wins over the base, the grid and the variants: one GPU runs a 2-worker sweep as 1 worker."""
-    sweep = load_sweep(write(tmp_path, SWEEP), profile="small", overrides=["dist.nproc=1", "train.epochs=5"])
-    assert {r.config.dist.nproc for r in sweep.runs} == {1} and {r.config.train.epochs for r in sweep.runs} == {5}
-    assert [r.name for r in sweep.runs][:2] == ["batch-size-8_1-worker_s7", "batch-size-8_1-worker_s8"]  # names keep the point
+    """--set wins over the base; over a sweep's own axis it is refused (the names would lie)."""
+    sweep = load_sweep(write(tmp_path, SWEEP), profile="small", overrides=["train.epochs=5", "optim.lr=0.01"])
+    assert {r.config.train.epochs for r in sweep.runs} == {5} and {r.config.optim.lr for r in sweep.runs} == {0.01}
+    assert [r.name for r in sweep.runs][:2] == ["batch-size-8_1-worker_s7", "batch-size-8_1-worker_s8"]
+    with pytest.raises(ConfigError, match="--set dist.nproc would replace the sweep's own axis variant"):
+        load_sweep(write(tmp_path, SWEEP), overrides=["dist.nproc=1"])
+    with pytest.raises(ConfigError, match="--set train.batch_size would replace the sweep's own axis train.batch_size"):
+        load_sweep(write(tmp_path, SWEEP), overrides=["train.batch_size=4"])
     with pytest.raises(ConfigError, match="train.epochs='many' is not valid"):
         load_sweep(write(tmp_path, SWEEP), overrides=["train.epochs=many"])
     with pytest.raises(ConfigError, match="write section.field=value"):
         load_sweep(write(tmp_path, SWEEP), overrides=["epochs=3"])
+
+
+SECTIONED = """
+[sweep]
+name = "study"
+repeats = 2
+order = "interleaved"
+
+[base.data]
+dataset = "synthetic"
+
+[[variants.config]]
+label = "one"
+[[variants.config]]
+label = "two"
+"dist.strategy" = "ddp"
+"dist.nproc" = 2
+[[variants.config]]
+label = "bf16"
+"train.precision" = "bf16"
+
+[[sections]]
+title = "Scaling"
+kind = "scaling"
+points = ["one", "two", "dp"]
+
+[[sections]]
+title = "Precision"
+kind = "compare"
+points = ["two", "bf16"]
+baseline = "two"
+
+[not_measured]
+dp = "DataParallel needs two GPUs"
+"""
+
+
+def test_interleaved_order_turns_round_every_repeat(tmp_path):
+    sweep = load_sweep(write(tmp_path, SECTIONED))
+    assert [r.name for r in sweep.runs] == ["one_s0", "two_s0", "bf16_s0", "bf16_s1", "two_s1", "one_s1"]
+    listed = load_sweep(write(tmp_path, SECTIONED.replace('order = "interleaved"', ""), "listed.toml"))
+    assert [r.name for r in listed.runs] == ["one_s0", "one_s1", "two_s0", "two_s1", "bf16_s0", "bf16_s1"]
+
+
+def test_sections_resolve_to_runs_and_say_what_is_not_measured(tmp_path):
+    sweep = load_sweep(write(tmp_path, SECTIONED))
+    scaling, precision = sweep.section_records()
+    assert scaling["kind"] == "scaling" and scaling["runs"] == ["one_s0", "one_s1", "two_s0", "two_s1"]
+    assert scaling["baseline_runs"] == ["one_s0", "one_s1"]
+    assert scaling["not_measured"] == [{"point": "dp", "reason": "DataParallel needs two GPUs"}]
+    assert precision["runs"] == ["two_s0", "two_s1", "bf16_s0", "bf16_s1"] and precision["baseline_runs"] == ["two_s0", "two_s1"]
+    # Without [[sections]]: one section over every run.
+    (whole,) = load_sweep(write(tmp_path, SWEEP)).section_records()
+    assert whole["title"] == "demo" and len(whole["runs"]) == 8 and whole["not_measured"] == []

@@ -1,4 +1,4 @@
-"""`build_report`: run and sweep folders in, report.md, CSVs, PNG plots and index.html out.
+"""`build_report`: run and sweep folders in; index.html, report.md, CSVs and PNG plots out, a section per question.
 
 The one entry point of `ddplab report`. It reads run folders only and never imports torch,
 so a report can be made on a laptop from folders copied off a GPU machine. It prints
@@ -11,40 +11,79 @@ from pathlib import Path
 from typing import Any
 
 from ddplab import files
-from ddplab.report import html, plots, tables
-from ddplab.report.findings import build_findings
-from ddplab.report.runs import group_points, load_runs
+from ddplab.report import figures, html, plots, tables
+from ddplab.report.findings import section_findings
+from ddplab.report.runs import load_runs
+from ddplab.report.sections import Section, architecture, build_sections, setup_text
+
+RESULTS_NOTE = ("Mean ± std over seeds. Train accuracy is measured on training images as the test set is (eval mode, "
+                "no augmentation) where the runs did so; gap = train - test accuracy. Acc noise: the larger of the seed "
+                "std and the test set's sampling noise.")
+SPEED_NOTE = ("Training images per second of training time (epochs after the first). Noise: over seeds, else "
+              "within one run. Cores busy: CPU cores the run's processes kept busy. Other load: the share of the "
+              "machine's CPUs that other processes used while it trained (worst epoch); contended runs' clocks are "
+              "unreliable.")
+SCALING_NOTE = ("Speedup: training throughput over the baseline's; of ideal: speedup over the devices added "
+                "(GPUs; on a CPU, processes on one machine share its cores: ideal 1x). A timing verdict is "
+                "'beyond noise' only past 2 noises and 3%.")
 
 
 def build_report(paths: list[Path], out: Path, title: str | None = None) -> dict[str, Any]:
-    """Write the report under `out`; return its file paths, run/point counts and findings."""
+    """Write the report under `out`; return its files, counts, and findings (as text, by section)."""
     paths, out = [Path(p) for p in paths], Path(out)
     runs = load_runs(paths)
-    points = group_points(runs)
-    label_of = {r.name: p.label for p in points for r in p.runs}
-    run_rows = [tables.run_row(r, label_of.get(r.name, "")) for r in runs]
-    point_rows = tables.point_rows(points, {row["run"]: row for row in run_rows})
-    curves = [tables.mean_curve([r.history for r in p.runs]) for p in points]
-    findings = build_findings(point_rows, [p.config for p in points], curves, run_rows)
-    problems = [row for row, run in zip(run_rows, runs) if not run.finished]
-    title = title or "ddplab report: " + ", ".join(p.name or str(p) for p in paths)
-
+    run_rows = {r.name: figures.run_row(r) for r in runs}
+    sections = build_sections(runs, run_rows)
+    for section in reversed(sections):  # a run's point label is the one of the first section it is in
+        for p, row in zip(section.points, section.rows):
+            for r in p.runs:
+                run_rows[r.name].update(point=p.label, section=section.title)
     files.make_dir(out / "plots")
-    made = plots.make_plots(points, point_rows, curves, out / "plots")
-    result = {"out": out, "report_md": out / "report.md", "runs_csv": out / "runs.csv",
-              "points_csv": out / "points.csv", "index_html": out / "index.html", "plots": list(made.values()),
-              "num_runs": len(runs), "num_finished": len(runs) - len(problems), "num_points": len(points),
-              "num_not_finished": len(problems), "findings": findings}
-    files.write_text(result["runs_csv"], tables.csv_text(run_rows, tables.RUN_COLUMNS))
+    views = [section_view(s, out / "plots", f"s{i:02d}") for i, s in enumerate(sections, 1)]
+    title = title or "ddplab report: " + ", ".join(p.name or str(p) for p in paths)
+    finished = sum(r.finished for r in runs)
+    meta = (f"{len(runs)} runs ({finished} finished) in {len(sections)} section{'s' * (len(sections) != 1)}, from "
+            + ", ".join(str(p) for p in paths))
+    for s in sections:  # the CSV's speedup: against the point's first baseline (its 1-worker point first)
+        for c in sorted(s.pairs, key=lambda c: not c["scaling"]):
+            if c["row"].get("baseline") is None:
+                c["row"].update(speedup=c["speedup"], efficiency=c["efficiency"], baseline=c["baseline"])
+    point_rows = [{**row, "section": s.title} for s in sections for row in s.rows]
+    result = {"out": out, "report_md": out / "report.md", "runs_csv": out / "runs.csv", "points_csv": out / "points.csv",
+              "index_html": out / "index.html", "plots": [p.path for v in views for p in v.plots],
+              "num_runs": len(runs), "num_finished": finished, "num_points": len(point_rows),
+              "num_not_finished": sum(not r.finished and r.status != "skipped" for r in runs),
+              "sections": [{"title": v.title, "findings": [f.text for f in v.findings], "tables": v.tables + v.details,
+                            "setup": v.setup, "plots": v.plots, "kind": s.kind} for v, s in zip(views, sections)],
+              "findings": [f.text for v in views for f in v.findings]}
+    files.write_text(result["runs_csv"], tables.csv_text(list(run_rows.values()), tables.RUN_COLUMNS))
     files.write_text(result["points_csv"], tables.csv_text(point_rows, tables.point_columns(point_rows)))
-    relative = {name: f"plots/{path.name}" for name, path in made.items()}
-    files.write_text(result["report_md"], tables.markdown_report(title, findings, point_rows, run_rows, problems, relative))
-    files.write_text(result["index_html"], html.page(title, meta(runs, points, paths), findings,
-                                                     tables.sections(point_rows, run_rows), made, problems))
+    files.write_text(result["report_md"], html.markdown(title, meta, views, "plots"))
+    anchors = [f"{i}-{s.slug}" for i, s in enumerate(sections, 1)]
+    files.write_text(result["index_html"], html.page(title, meta, views, anchors, any(r.gpu for r in runs)))
     return result
 
 
-def meta(runs: list[Any], points: list[Any], paths: list[Path]) -> str:
-    finished = sum(r.finished for r in runs)
-    return (f"{len(runs)} runs ({finished} finished) in {len(points)} points, from "
-            + ", ".join(str(p) for p in paths))
+def section_view(section: Section, plot_dir: Path, prefix: str) -> html.SectionView:
+    rows = section.rows
+    shown: list[html.Table] = []
+    if rows:
+        shown += [("Results", RESULTS_NOTE, tables.results_table(rows)), ("Speed", SPEED_NOTE, tables.speed_table(rows))]
+    scaling = [c for c in section.pairs if c["scaling"]]
+    others = [c for c in section.pairs if not c["scaling"]]
+    if scaling:
+        shown.append(("Scaling", SCALING_NOTE, tables.comparison_table(scaling, scaling=True)))
+    if others:
+        shown.append(("Comparisons", "Each point against its baseline: speed (training throughput) and test accuracy, "
+                      "each with its verdict.", tables.comparison_table(others, scaling=False)))
+    if section.kind in ("overfitting", "regularization") or any((r.get("overfit") or {}).get("overfits") for r in rows):
+        shown.append(("Overfitting", "Overfits: the test loss ends more than 10% above its lowest while the training "
+                      "loss keeps falling. Early stopping: on test loss with patience 2, ddplab's own rule, applied to "
+                      "the mean curve.", tables.overfitting_table(rows)))
+    details = [("Clocks and where the training time went", "Epoch s and shares leave out the first epoch; "
+                "communication wait is part of forward+backward.", tables.detail_table(rows))] if rows else []
+    return html.SectionView(
+        title=section.title, source=section.source, question=section.question, note=section.note,
+        setup=setup_text(section), architecture=architecture(section), findings=section_findings(section),
+        tables=shown, details=details, plots=plots.make_plots(section, plot_dir, prefix) if rows else [],
+        not_measured=section.not_measured, problems=section.problems)

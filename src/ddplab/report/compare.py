@@ -1,6 +1,6 @@
 """`ddplab compare RUN...`: runs picked by hand, side by side, scaled against the one with the fewest workers.
 
-A view over the report's figures: `report/tables.py` computes every number and owns the
+A view over the report's figures: `report/figures.py` computes every number and owns the
 definition of speedup, so the two commands never disagree. What compare adds is the choice of
 baseline: runs named by hand need not share a config, so it is simply the run with the fewest
 workers (a single-process one first) rather than the 1-worker point of the same experiment.
@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from ddplab.errors import ConfigError
+from ddplab.report import figures, tables
 from ddplab.report import runs as run_folders
-from ddplab.report import tables
 
 
 def load_run(run_dir: str | Path) -> run_folders.Run:
@@ -33,19 +33,26 @@ def load_run(run_dir: str | Path) -> run_folders.Run:
 def scaling_rows(runs: list[run_folders.Run]) -> list[dict[str, Any]]:
     """The report's per-run figures, plus speedup and efficiency against the run with the fewest workers."""
     run_folders.name_runs(runs)
-    rows = [tables.run_row(run) for run in runs]
-    tables.scale(rows, tables.fewest_workers(rows), "run")
+    rows = [figures.run_row(run) for run in runs]
+    figures.scale(rows, figures.fewest_workers(rows), "run")
     return rows
 
 
 def columns() -> list[tables.Column]:
-    return [("run", lambda r: r["run"]), *tables.setting_columns(),
+    shares = {"data_share": "data %", "forward_backward_share": "fwd+bwd %", "comm_wait_share": "of which comm %",
+              "optimizer_share": "optim %"}
+    return [("run", lambda r: r["run"]), ("strategy", lambda r: str(r["strategy"])),
+            ("workers", lambda r: str(r["world_size"])),
+            ("batch local/global", lambda r: f"{r['local_batch']}/{r['global_batch']}"),
+            ("precision", lambda r: str(r["precision"])), ("backend", lambda r: str(r["backend"])),
             ("test acc %", lambda r: tables.pm(r, "final_test_acc", tables.percent_value)),
             ("epoch s", lambda r: tables.pm(r, "epoch_s", tables.seconds)),
-            ("images/s", lambda r: tables.pm(r, "images_per_s", lambda v: f"{v:,.0f}")),
-            ("speedup", lambda r: tables.times(r["speedup"])), ("efficiency", lambda r: tables.percent(r["efficiency"], 0)),
-            *tables.share_columns(),
-            ("peak MiB", lambda r: tables.pm(r, "peak_mib", lambda v: f"{v:,.0f}"))]
+            ("train images/s", lambda r: tables.pm(r, "images_per_s", tables.rate)),
+            ("speedup", lambda r: "baseline" if r.get("is_baseline") else tables.times(r["speedup"])),
+            ("of ideal", lambda r: tables.percent(r["efficiency"], 0)),
+            *[(title, lambda r, k=k: tables.pm(r, k, tables.percent_value)) for k, title in shares.items()],
+            ("other load", tables.load_cell),
+            ("peak MiB", lambda r: tables.pm(r, "peak_mib", tables.mib))]
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:
@@ -54,8 +61,11 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
     lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths))]
     lines.append("-" * len(lines[0]))
     lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
-    base = next((r["baseline"] for r in rows if r.get("baseline")), None)
-    lines.append(f"speedup: {base}'s epoch time / each run's; efficiency: speedup / (world / {base}'s world); "
-                 "times and shares are of the epochs after the first" if base else
-                 "no run has epoch times to scale against")
+    base = next((r["run"] for r in rows if r.get("is_baseline")), None)
+    lines.append(f"speedup: each run's training images/s over {base}'s; of ideal: speedup over the devices it adds "
+                 "(GPUs; on a CPU, processes of one machine share its cores: ideal 1x); epochs after the first"
+                 if base else "no run has training times to scale against")
+    contended = [r["run"] for r in rows if r.get("load") is not None and r["load"].contended]
+    if contended:
+        lines.append(f"unreliable clocks: {', '.join(contended)} shared the machine with other work while training")
     return "\n".join(lines)

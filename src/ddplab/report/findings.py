@@ -1,179 +1,201 @@
-"""Sentences that answer the questions users ask of their runs, computed from the report's tables.
+"""Sentences that answer a section's question, each restating cells of the section's tables.
 
-Does more workers pay off, and what eats the time? Does one change (precision, backend,
-optimizer...) matter beyond seed noise? Does a run overfit? Which point is best, which
-fastest? Every function here is pure: rows and curves in, strings out.
+Does more workers pay off, and if it seems to pay more than it can, why? Does one change
+(precision, backend, a remedy) matter beyond noise? Does a run overfit, where would early
+stopping have stopped? A timing is never stated as an effect when its own data mark it as
+noise or as measured under load (`report.noise`); every figure is formatted by
+`report.tables`, as in the tables. Pure functions: a section in, findings out.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from ddplab.report.runs import value_text
+from ddplab.report import figures, noise
+from ddplab.report.sections import Section, cpu_count
+from ddplab.report.tables import faster, loss, memory_title, mib, percent_value, points_value, rate, seconds, times
 
-OVERFIT_RISE = 0.10  # test loss this far above its minimum at the end counts as overfitting
-SCALING_FIELDS = ("dist.nproc", "dist.nnodes")  # covered by the scaling sentences
 DATA_BOUND_SHARE = 0.25  # a data share this large is worth saying: the input pipeline limits the step
+GAP_WORTH_SAYING = 0.10  # train accuracy this far above test is said even without a rising test loss
+MEMORY_CHANGE = 0.05  # peak memory differences under 5% are not mentioned
+IDLE_CORES = 0.85  # a baseline that kept fewer than 85% of the cores busy left room for more processes
 
 
-def build_findings(points: list[dict[str, Any]], configs: list[dict[str, Any]], curves: list[list[dict[str, Any]]],
-                   runs: list[dict[str, Any]]) -> list[str]:
-    """All findings, in reading order: outcome, scaling, single changes, overfitting, runs to check."""
-    if not points:
-        return ["no run finished: nothing to compare (see the runs that did not finish)"]
-    return [*best_and_fastest(points), *scaling(points), *single_changes(points, configs),
-            *axis_changes(points, configs), *overfitting_findings(points, curves), *run_notes(runs)]
+@dataclass(frozen=True)
+class Finding:
+    text: str
+    flag: str = ""  # "" | "unreliable": the data cannot support it as an effect | "check": a result to question
+
+    def __str__(self) -> str:
+        return self.text
 
 
-def speed_text(ratio: float) -> str:
-    return f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
+def section_findings(section: Section) -> list[Finding]:
+    """The section's answer, in reading order."""
+    if not section.rows:
+        out = [Finding("no run of this section finished: nothing to compare (see the runs that did not finish)")]
+        return out + not_measured(section)
+    by_kind = {
+        "run": lambda: run_findings(section.rows),
+        "scaling": lambda: scaling_findings(section),
+        "overfitting": lambda: overfitting_findings(section.rows),
+        "regularization": lambda: comparison_findings(section.pairs, overfit=True) + overfitting_findings(
+            [r for r in section.rows if r.get("is_baseline")]),
+        "compare": lambda: comparison_findings(section.pairs),
+        "all": lambda: (best_accuracy(section.rows) + scaling_findings(section)
+                        + comparison_findings([p for p in section.pairs if not p["scaling"]])
+                        + overfitting_findings(section.rows, brief=True)),
+    }
+    return by_kind.get(section.kind, by_kind["all"])() + not_measured(section) + run_notes(section)
 
 
-def best_and_fastest(points: list[dict[str, Any]]) -> list[str]:
-    scored = [p for p in points if p.get("final_test_acc") is not None]
-    timed = [p for p in points if p.get("epoch_s")]
+def pct(row: dict[str, Any], key: str) -> str:
+    return f"{percent_value(row[key])}%" if row.get(key) is not None else "-"
+
+
+def train_acc(row: dict[str, Any]) -> str:
+    key = "train_eval_acc" if row.get("train_eval_acc") is not None else "final_train_acc"
+    basis = "training images in eval mode" if key == "train_eval_acc" else "running mean over augmented batches"
+    return f"{pct(row, key)} ({basis})"
+
+
+# ---- one run's figures (what a single device did) ------------------------------------------------
+def run_findings(rows: list[dict[str, Any]]) -> list[Finding]:
     out = []
-    if scored:
-        best = max(scored, key=lambda p: p["final_test_acc"])
-        std = best.get("final_test_acc_std")
-        spread = f" ± {100 * std:.2f}" if std is not None else ""
-        out.append(f"best accuracy: {best['point']}, {100 * best['final_test_acc']:.2f}%{spread} final test accuracy")
-    if len(timed) > 1:
-        fast = min(timed, key=lambda p: p["epoch_s"])
-        rate = f" ({fast['images_per_s']:,.0f} images/s)" if fast.get("images_per_s") else ""
-        out.append(f"fastest: {fast['point']}, {fast['epoch_s']:.2f} s per epoch{rate}")
+    for r in rows:
+        text = (f"{r['point']}: test accuracy {pct(r, 'final_test_acc')}, train accuracy {train_acc(r)}: a gap of "
+                f"{points_value(r.get('acc_gap'))} points; {r['epochs']:g} epochs in {seconds(r['total_s'])} s, of which "
+                f"{seconds(r['train_s'])} s training")
+        if r.get("images_per_s"):
+            text += f" at {rate(r['images_per_s'])} training images/s"
+        out.append(Finding(text))
     return out
 
 
-def scaling(points: list[dict[str, Any]]) -> list[str]:
-    """One sentence per multi-worker point with a 1-worker baseline: speedup, efficiency, shares."""
-    scaled = [p for p in points if p.get("speedup") and isinstance(p.get("world_size"), int) and p["world_size"] > 1]
-    names = [f"{p['strategy']} x{p['world_size']} (batch {p['local_batch']})" for p in scaled]
+# ---- scaling ---------------------------------------------------------------------------------------
+def scaling_findings(section: Section) -> list[Finding]:
     out = []
-    for p, name in zip(scaled, names):
-        if names.count(name) > 1:  # other axes differ too: say which point
-            name = f"{name} [{p['point']}]"
-        text = f"{name}: {speed_text(p['speedup'])} per epoch than 1 worker, {p['efficiency']:.0%} efficiency"
-        if p.get("comm_wait_share") is not None:
-            text += f", communication {p['comm_wait_share']:.0%} of step time"
-        if (p.get("data_share") or 0) >= DATA_BOUND_SHARE:
-            text += f", data loading {p['data_share']:.0%} (input-bound)"
-        out.append(text)
+    cpus = cpu_count(section)
+    for c in (p for p in section.pairs if p["scaling"]):
+        r, b, verdict = c["row"], c["base"], c["timing_verdict"]
+        if c["speedup"] is None:
+            out.append(Finding(f"{c['point']}: not timed"))
+            continue
+        text = (f"{c['point']}: {times(c['speedup'])} the training throughput of {c['baseline']} "
+                f"({rate(r['images_per_s'])} vs {rate(b['images_per_s'])} images/s), "
+                f"{c['efficiency']:.0%} of the ideal {c['ideal']:g}x; {verdict.text()}")
+        if c["ideal"] == 1 and not str(r.get("device", "")).startswith("cuda"):
+            text += (f". On a CPU both sides share the same {cpus or ''}{' ' if cpus else ''}cores: the workers add "
+                     "no compute, so the ideal is 1x and this shows what splitting the work costs or gains")
+        if c["acc_diff"] is not None:
+            text += f". Test accuracy {pct(r, 'final_test_acc')} vs {pct(b, 'final_test_acc')}: {c['acc_verdict'].text()}"
+            if r.get("global_batch") == b.get("global_batch"):
+                text += f" (the same global batch of {r['global_batch']}: the same optimizer steps)"
+        if r.get("comm_wait_share") is not None and r["comm_wait_share"] > 0:
+            text += f"; communication wait {pct(r, 'comm_wait_share')} of training time"
+        if (r.get("data_share") or 0) >= DATA_BOUND_SHARE:
+            text += f"; data loading {pct(r, 'data_share')} of it (input-bound)"
+        out.append(Finding(text, "unreliable" if verdict.word == "unreliable" else ""))
+        if c["superlinear"]:
+            out.append(Finding(f"{c['point']} is super-linear ({c['efficiency']:.0%} of the ideal), more than extra "
+                               f"hardware can give; likely cause: {superlinear_cause(c, cpus)}", "check"))
     return out
 
 
-def differing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
-    return [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
+def superlinear_cause(c: dict[str, Any], cpus: int | None) -> str:
+    r, b = c["row"], c["base"]
+    if cpus and b.get("cores_busy") is not None and b["cores_busy"] < IDLE_CORES * cpus:
+        busy = f", {c['point']} {r['cores_busy']:.2f}" if r.get("cores_busy") is not None else ""
+        return (f"{c['baseline']} kept {b['cores_busy']:.2f} of {cpus} cores busy{busy}: one process's threads leave "
+                "cores idle on small layers, several processes fill them (a better-tuned single process would close the gap)")
+    if (b.get("data_share") or 0) >= DATA_BOUND_SHARE:
+        return f"{c['baseline']} spent {pct(b, 'data_share')} of its training time on data: the baseline was input-bound"
+    if isinstance(r.get("local_batch"), int) and isinstance(b.get("local_batch"), int) and r["local_batch"] < b["local_batch"]:
+        return (f"each worker's smaller batch ({r['local_batch']} vs {b['local_batch']}) may fit the caches better, or "
+                f"{c['baseline']}'s clock was disturbed: repeat the runs")
+    return f"none in the data: {c['baseline']}'s clock may have been disturbed; repeat the runs"
 
 
-def single_changes(points: list[dict[str, Any]], configs: list[dict[str, Any]]) -> list[str]:
-    """Points that differ from an earlier one in exactly one field, each against its first such baseline."""
-    out, done = [], set()
-    for i, base in enumerate(points):
-        for j in range(i + 1, len(points)):
-            fields = differing(configs[i], configs[j]) if configs[i] and configs[j] else []
-            if len(fields) != 1 or fields[0] in SCALING_FIELDS or (j, fields[0]) in done:
-                continue
-            done.add((j, fields[0]))
-            field = fields[0]
-            head = f"{field}={value_text(configs[j].get(field))} vs {value_text(configs[i].get(field))}"
-            # Where other axes vary too, say at which of their values the two points were compared.
-            short = field.rsplit(".", 1)[-1] + "="
-            context = [part for part in str(points[j].get("point", "")).split(", ") if part and not part.startswith(short)]
-            if context and len(points) > 2:
-                head += f" ({', '.join(context)})"
-            out.append(compare_sentence(head, points[j], base))
-    return out
-
-
-def axis_changes(points: list[dict[str, Any]], configs: list[dict[str, Any]]) -> list[str]:
-    """Points one sweep axis apart whose configs differ in several fields (a variant: an optimizer
-    with its own lr, BatchNorm with dropout), each against the first value of that axis.
-
-    One-field differences are already said by `single_changes`, and differences in the
-    number of workers by `scaling`.
-    """
-    out, done = [], set()
-    for i, base in enumerate(points):
-        for j in range(i + 1, len(points)):
-            a, b = base.get("axes") or {}, points[j].get("axes") or {}
-            axes = differing(a, b)
-            if len(axes) != 1 or (j, axes[0]) in done or base.get("world_size") != points[j].get("world_size"):
-                continue
-            done.add((j, axes[0]))  # the first point one axis away is the baseline, said here or not
-            if configs[i] and configs[j] and len(differing(configs[i], configs[j])) <= 1:
-                continue
-            axis = axes[0]
-            head = f"{axis}={value_text(b.get(axis))} vs {value_text(a.get(axis))}"
-            others = [f"{k}={value_text(v)}" for k, v in b.items() if k != axis]
-            if others:
-                head += f" ({', '.join(others)})"
-            out.append(compare_sentence(head, points[j], base))
-    return out
-
-
-def compare_sentence(head: str, new: dict[str, Any], base: dict[str, Any]) -> str:
-    """`head: 1.40x faster, -0.2 points accuracy, within noise (std 0.3)`, parts missing where data is."""
-    parts = []
-    if new.get("epoch_s") and base.get("epoch_s"):
-        parts.append(speed_text(base["epoch_s"] / new["epoch_s"]))
-    if new.get("final_test_acc") is not None and base.get("final_test_acc") is not None:
-        diff = 100 * (new["final_test_acc"] - base["final_test_acc"])
-        parts.append(f"{diff:+.1f} points accuracy")
-        parts.append(noise_text(diff, [new.get("final_test_acc_std"), base.get("final_test_acc_std")]))
-    mem_new, mem_base = new.get("peak_mib"), base.get("peak_mib")
-    if mem_new and mem_base and new.get("memory_label") == base.get("memory_label") and abs(mem_new / mem_base - 1) >= 0.05:
-        parts.append(f"peak memory {mem_new:,.0f} vs {mem_base:,.0f} MiB")
-    return f"{head}: {', '.join(parts)}" if parts else f"{head}: no figures to compare"
-
-
-def noise_text(diff_points: float, stds: list[float | None]) -> str:
-    """Within noise when the difference is at most twice the larger seed std (both in points)."""
-    known = [100 * s for s in stds if s is not None]
-    if not known:
-        return "single seed: noise not measured"
-    std = max(known)
-    return f"{'within' if abs(diff_points) <= 2 * std else 'beyond'} noise (std {std:.1f})"
-
-
-def overfitting(curve: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Where test loss bottomed out, if it ends >10% above that minimum while train loss kept falling."""
-    usable = [r for r in curve if r.get("test_loss") is not None and r.get("train_loss") is not None]
-    if len(usable) < 2:
-        return None
-    low, last = min(usable, key=lambda r: r["test_loss"]), usable[-1]
-    # Rounded, so a rise of exactly 10% is not pushed over the line by float error.
-    rise = round(last["test_loss"] / low["test_loss"] - 1, 9) if low["test_loss"] > 0 else 0.0
-    if rise > OVERFIT_RISE and last["train_loss"] < low["train_loss"]:
-        return {"epoch": low["epoch"], "rise": rise}
-    return None
-
-
-def overfitting_findings(points: list[dict[str, Any]], curves: list[list[dict[str, Any]]]) -> list[str]:
+# ---- one change at a time ---------------------------------------------------------------------------
+def comparison_findings(pairs: list[dict[str, Any]], overfit: bool = False) -> list[Finding]:
     out = []
-    for p, curve in zip(points, curves):
-        who = f"run {p['runs']}" if p["seeds"] == 1 else f"{p['point']} (mean of {p['seeds']} seeds)"
-        found = overfitting(curve)
-        gap = p.get("acc_gap")
-        if found:
-            text = (f"{who} overfits from epoch {found['epoch']}: test loss {found['rise']:+.0%} from its minimum "
-                    "while train loss falls")
-            out.append(text + (f"; train-test accuracy gap {100 * gap:.1f} points" if gap is not None else ""))
-        elif gap is not None and gap >= 0.10:
-            out.append(f"{who}: train accuracy {100 * gap:.1f} points above test, though test loss has not risen "
-                       f"{OVERFIT_RISE:.0%} above its minimum")
-    if not out and any(len(c) > 1 for c in curves):
-        out.append(f"no overfitting: every point's test loss ends within {OVERFIT_RISE:.0%} of its minimum")
+    for c in pairs:
+        r, b, verdict = c["row"], c["base"], c["timing_verdict"]
+        head = f"{c['point']} vs {c['baseline']}"
+        parts = []
+        if c["speedup"] is not None:
+            parts.append(f"{faster(c['speedup'])} ({rate(r['images_per_s'])} vs {rate(b['images_per_s'])} training "
+                         f"images/s, {verdict.text()})")
+        if c["acc_diff"] is not None:
+            parts.append(f"test accuracy {pct(r, 'final_test_acc')} vs {pct(b, 'final_test_acc')} "
+                         f"({points_value(c['acc_diff'])} points, {c['acc_verdict'].text()})")
+        if overfit and r.get("overfit") and b.get("overfit"):
+            o, ob = r["overfit"], b["overfit"]
+            parts.append(f"test loss {o['rise']:+.0%} from its lowest at the end ({c['baseline']}: {ob['rise']:+.0%}), "
+                         f"train-test gap {points_value(r.get('acc_gap'))} vs {points_value(b.get('acc_gap'))} points")
+        m, mb = r.get("peak_mib"), b.get("peak_mib")
+        if m and mb and r.get("memory_label") == b.get("memory_label") and abs(m / mb - 1) >= MEMORY_CHANGE:
+            parts.append(f"{memory_title([r])} {mib(m)} vs {mib(mb)}")
+        out.append(Finding(f"{head}: {'; '.join(parts) or 'no figures to compare'}",
+                           "unreliable" if verdict.word == "unreliable" else ""))
     return out
 
 
-def run_notes(runs: list[dict[str, Any]]) -> list[str]:
+def best_accuracy(rows: list[dict[str, Any]]) -> list[Finding]:
+    scored = sorted((r for r in rows if r.get("final_test_acc") is not None), key=lambda r: -r["final_test_acc"])
+    if len(scored) < 2:
+        return []
+    best, second = scored[0], scored[1]
+    verdict = noise.accuracy_verdict(best["final_test_acc"] - second["final_test_acc"], best, second)
+    lead = "ahead of" if verdict.word == "beyond noise" else "not distinguishable from"
+    return [Finding(f"best test accuracy: {best['point']}, {pct(best, 'final_test_acc')}; {lead} {second['point']} "
+                    f"({pct(second, 'final_test_acc')}): {verdict.text()}")]
+
+
+# ---- overfitting --------------------------------------------------------------------------------------
+def overfitting_findings(rows: list[dict[str, Any]], brief: bool = False) -> list[Finding]:
+    out = []
+    for r in rows:
+        o = r.get("overfit")
+        if o is None:
+            continue
+        low = f"lowest at epoch {o['min_epoch']} ({loss(o['min_test_loss'])})"
+        if o["overfits"]:
+            train = "on training images in eval mode" if o["train_key"] == "train_eval_loss" else "(running)"
+            text = (f"{r['point']} overfits: its test loss was {low} and ends {o['rise']:+.0%} above it "
+                    f"({loss(o['final_test_loss'])} at epoch {o['epochs']}) while the training loss {train} kept "
+                    f"falling; train accuracy {train_acc(r)} vs test {pct(r, 'final_test_acc')}, a gap of "
+                    f"{points_value(r.get('acc_gap'))} points")
+        else:
+            text = f"{r['point']} does not overfit in {o['epochs']} epochs: its test loss ends {o['rise']:+.0%} from its {low}"
+            if (r.get("acc_gap") or 0) >= GAP_WORTH_SAYING:
+                text += f", though train accuracy is {points_value(r['acc_gap'])} points above test"
+        if not brief:
+            if o["stop_epoch"] is not None and o["stop_epoch"] < o["epochs"]:
+                text += (f". Early stopping on test loss (patience {figures.EARLY_STOP_PATIENCE}) would have stopped after "
+                         f"epoch {o['stop_epoch']}, at {percent_value(o['stop_test_acc'])}% test accuracy (the same run, "
+                         "cut short)")
+            else:
+                text += f". Early stopping (patience {figures.EARLY_STOP_PATIENCE}) would not have stopped it sooner"
+        if brief and not o["overfits"] and (r.get("acc_gap") or 0) < GAP_WORTH_SAYING:
+            continue  # nothing worth a line in a plain sweep
+        out.append(Finding(text))
+    return out
+
+
+# ---- what is missing ---------------------------------------------------------------------------------
+def not_measured(section: Section) -> list[Finding]:
+    return [Finding(f"not measured here: {point}: {why}", "unreliable") for point, why in section.not_measured]
+
+
+def run_notes(section: Section) -> list[Finding]:
     """Runs that stopped early, and how many did not finish."""
-    out = [f"run {r['run']} stopped early after {r['epochs']} epochs (test loss stopped improving)"
-           for r in runs if r["status"] == "stopped_early" and r.get("epochs")]
-    problems = [r for r in runs if "final_test_acc" not in r]
-    if problems:
-        kinds = {s: sum(r["status"] == s for r in problems) for s in dict.fromkeys(r["status"] for r in problems)}
+    out = [Finding(f"run {r.name} stopped early after {len(r.history)} epochs (test loss stopped improving)")
+           for p in section.points for r in p.runs if r.status == "stopped_early"]
+    if section.problems:
+        kinds = {s: sum(r["status"] == s for r in section.problems) for s in dict.fromkeys(r["status"] for r in section.problems)}
         listing = ", ".join(f"{n} {s}" for s, n in kinds.items())
-        out.append(f"{len(problems)} run{'s' * (len(problems) != 1)} did not finish ({listing}): listed at the end")
+        n = len(section.problems)
+        out.append(Finding(f"{n} run{'s' * (n != 1)} did not finish ({listing}): listed at the end", "unreliable"))
     return out

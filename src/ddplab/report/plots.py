@@ -1,46 +1,66 @@
-"""PNG figures of a report: curves, scaling, time and memory, GPU utilization.
+"""PNG figures of a report section: curves, speed, scaling, time and memory, GPU utilization.
 
-matplotlib draws off-screen (Agg), so a report builds on a machine without a display. Each
-function returns the file it wrote, or None when the runs hold nothing for it to draw.
+matplotlib draws off-screen (Agg), so a report builds on a machine without a display. A
+plot never holds more lines than a reader can tell apart: curves of more than
+`MAX_POINTS_TOGETHER` points become small multiples, one panel per point. Legend entries
+are the points' full labels, wrapped, never cut; text from runs is drawn as text, never as
+mathtext. Each function returns the `Plot` it wrote (its file, its legend entries and the
+most lines on one panel, which the tests check), or None when there is nothing to draw.
 """
 
 from __future__ import annotations
 
+import math
+import textwrap
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
+matplotlib.rcParams["text.parse_math"] = False  # a label like "cost $x$" is text, not a formula
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ddplab.errors import file_error  # noqa: E402
-from ddplab.report.runs import Point, experiment_config, value_text  # noqa: E402
+from ddplab.report.runs import Point  # noqa: E402
 
-FIGSIZE = (8.0, 4.8)
 DPI = 100
+MAX_POINTS_TOGETHER = 4  # more points than this: one panel each
 MAX_GPU_PANELS = 8
+LEGEND_WIDTH = 28  # characters per legend line: long labels wrap, never truncate
 
 
-def make_plots(points: list[Point], rows: list[dict[str, Any]], curves: list[list[dict[str, Any]]],
-               out_dir: Path) -> dict[str, Path]:
-    """Every plot there is data for, by name; absent names had nothing to draw."""
+@dataclass
+class Plot:
+    name: str
+    path: Path
+    caption: str
+    legend: list[str] = field(default_factory=list)  # legend entries, unwrapped
+    max_lines: int = 0  # the most lines drawn on one panel
+
+
+def make_plots(section: Any, out_dir: Path, prefix: str) -> list[Plot]:
+    """Every plot a section has data for, named `prefix-NAME.png`, in reading order."""
+    rows, points, curves = section.rows, section.points, section.curves
     labels = [r["point"] for r in rows]
-    made = {
-        "loss_curves": plot_curves(labels, curves, "loss", out_dir / "loss_curves.png"),
-        "accuracy_curves": plot_curves(labels, curves, "acc", out_dir / "accuracy_curves.png"),
-        "step_loss": plot_step_loss(points, out_dir / "step_loss.png"),
-        "batch_size": plot_batch_size(points, rows, out_dir / "batch_size.png"),
-        "accuracy_vs_time": plot_accuracy_vs_time(rows, out_dir / "accuracy_vs_time.png"),
-        "throughput": plot_throughput(points, rows, out_dir / "throughput.png"),
-        "time_breakdown": plot_time_breakdown(rows, out_dir / "time_breakdown.png"),
-        "gpu_utilization": plot_gpu_utilization(points, out_dir / "gpu_utilization.png"),
-    }
-    return {name: path for name, path in made.items() if path is not None}
+    marks = section.kind in ("overfitting", "regularization")
+    made = [
+        plot_curves(labels, curves, rows if marks else None, out_dir / f"{prefix}-curves.png"),
+        plot_speed(rows, out_dir / f"{prefix}-speed.png") if section.kind != "run" else None,
+        plot_batch_size(points, rows, out_dir / f"{prefix}-batch-size.png"),
+        plot_time_breakdown(rows, out_dir / f"{prefix}-time-breakdown.png") if section.kind in ("scaling", "all") else None,
+        plot_step_loss(points, out_dir / f"{prefix}-step-loss.png") if section.kind in ("run", "all") else None,
+        plot_gpu_utilization(points, out_dir / f"{prefix}-gpu-utilization.png"),
+    ]
+    return [p for p in made if p is not None]
 
 
-def save(fig: Any, path: Path) -> Path:
+def save(fig: Any, path: Path, caption: str) -> Plot:
+    legend = [t.get_text().replace("\n", " ") for leg in [*fig.legends, *(ax.get_legend() for ax in fig.axes)]
+              if leg is not None for t in leg.get_texts()]
+    lines = max((len(ax.get_lines()) for ax in fig.axes), default=0)
     fig.tight_layout()
     try:
         fig.savefig(path, dpi=DPI)
@@ -48,85 +68,164 @@ def save(fig: Any, path: Path) -> Path:
         raise file_error(exc) from None
     finally:
         plt.close(fig)
-    return path
+    return Plot(path.stem.split("-", 1)[-1], path, caption, legend, lines)
 
 
 def color(i: int, n: int) -> Any:
     return plt.get_cmap("tab10" if n <= 10 else "tab20")(i % 20)
 
 
-def short(label: str, width: int = 40) -> str:
-    return label if len(label) <= width else label[: width - 1] + "…"
+def wrap(label: str) -> str:
+    return textwrap.fill(label, LEGEND_WIDTH, break_long_words=False, break_on_hyphens=False)
 
 
-def plot_curves(labels: list[str], curves: list[list[dict[str, Any]]], metric: str, path: Path) -> Path | None:
-    """Train (dashed) and test (solid) loss or accuracy per epoch, one colour per point, std shaded."""
-    if not any(curves):
-        return None
-    fig, ax = plt.subplots(figsize=FIGSIZE)
+# ---- curves ----------------------------------------------------------------------------------------
+def curve_series(curve: list[dict[str, Any]], metric: str) -> dict[str, tuple[list, list, list]]:
+    """(epochs, means, stds) of train and test `metric` ("loss" or "acc"); train on training images in
+    eval mode when the runs measured it, else the running train figure."""
     scale = 100.0 if metric == "acc" else 1.0
-    for i, (label, curve) in enumerate(zip(labels, curves)):
-        for split, style in (("train", "--"), ("test", "-")):
-            key = f"{split}_{metric}"
-            pts = [(r["epoch"], r[key] * scale, (r.get(f"{key}_std") or 0.0) * scale) for r in curve if r.get(key) is not None]
-            if not pts:
-                continue
-            x, y, s = zip(*pts)
-            ax.plot(x, y, style, marker="o", markersize=3, color=color(i, len(labels)),
-                    label=short(label) if split == "test" else None)
-            if any(s):
-                ax.fill_between(x, [a - b for a, b in zip(y, s)], [a + b for a, b in zip(y, s)],
-                                color=color(i, len(labels)), alpha=0.15)
-    name = "accuracy (%)" if metric == "acc" else "cross-entropy loss"
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set(title=f"{'Accuracy' if metric == 'acc' else 'Loss'} per epoch (solid: test, dashed: train; mean over seeds)",
-           xlabel="epoch", ylabel=name)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", title="point")
-    return save(fig, path)
-
-
-def step_positions(steps: list[dict[str, Any]], steps_per_epoch: int | None) -> list[tuple[float, float]]:
-    """(epoch as a fraction, loss) per step record: x = step / steps per epoch when the step count is global."""
-    out = []
-    is_global = bool(steps_per_epoch) and any(r.get("step", 0) > steps_per_epoch for r in steps)
-    for r in steps:
-        if r.get("train_loss") is None or r.get("step") is None:
-            continue
-        if steps_per_epoch:
-            x = r["step"] / steps_per_epoch if is_global else r.get("epoch", 1) - 1 + r["step"] / steps_per_epoch
-        else:
-            x = r["step"]
-        out.append((x, r["train_loss"]))
+    train_key = f"train_eval_{metric}" if curve and all(r.get(f"train_eval_{metric}") is not None for r in curve) \
+        else f"train_{metric}"
+    out = {}
+    for split, key in (("train", train_key), ("test", f"test_{metric}")):
+        pts = [(r["epoch"], r[key] * scale, (r.get(f"{key}_std") or 0.0) * scale) for r in curve if r.get(key) is not None]
+        if pts:
+            out[split] = tuple(map(list, zip(*pts)))
     return out
 
 
-def plot_step_loss(points: list[Point], path: Path) -> Path | None:
-    """Training loss at each recorded step (steps.jsonl), mean over seeds, so short runs still show a curve."""
-    series = []
-    for p in points:
-        per_x: dict[float, list[float]] = {}
-        for run in p.runs:
-            spe = (run.summary or {}).get("batch", {}).get("steps_per_epoch")
-            for x, loss in step_positions(run.steps, spe):
-                per_x.setdefault(round(x, 6), []).append(loss)
-        if per_x:
-            xs = sorted(per_x)
-            series.append((p.label, xs, [sum(per_x[x]) / len(per_x[x]) for x in xs]))
-    if not series:
+def draw_curve(ax: Any, series: dict[str, tuple], c: Any, label: str | None) -> None:
+    for split, style in (("train", "--"), ("test", "-")):
+        if split not in series:
+            continue
+        x, y, s = series[split]
+        ax.plot(x, y, style, marker="o", markersize=3, color=c, label=label if split == "test" else None)
+        if any(s):
+            ax.fill_between(x, [a - b for a, b in zip(y, s)], [a + b for a, b in zip(y, s)], color=c, alpha=0.15)
+
+
+def mark_overfitting(ax: Any, row: dict[str, Any], c: Any) -> None:
+    """The epoch of lowest test loss (a ring) and where early stopping would stop (a dotted line)."""
+    o = row.get("overfit")
+    if not o:
+        return
+    ax.axvline(o["min_epoch"], color=c, linestyle=":", linewidth=1)
+    if o["stop_epoch"] is not None and o["stop_epoch"] < o["epochs"]:
+        ax.axvline(o["stop_epoch"], color=c, linestyle="-.", linewidth=1)
+
+
+def plot_curves(labels: list[str], curves: list[list[dict[str, Any]]], rows: list[dict[str, Any]] | None,
+                path: Path) -> Plot | None:
+    """Loss and accuracy per epoch, train dashed and test solid: together for a few points, else one panel each."""
+    if not any(curves):
         return None
-    fig, ax = plt.subplots(figsize=FIGSIZE)
-    for i, (label, xs, ys) in enumerate(series):
-        ax.plot(xs, ys, color=color(i, len(series)), label=short(label), linewidth=1.2)
-    ax.set(title="Training loss per step (mean over seeds)", xlabel="epoch (steps as fractions of an epoch)",
-           ylabel="train loss (cross-entropy)")
+    eval_mode = all(r.get("train_eval_loss") is not None for c in curves for r in c)
+    train = "train (training images, eval mode)" if eval_mode else "train (running, augmented)"
+    caption = f"Loss and accuracy per epoch: solid test, dashed {train}; mean over seeds, shaded ± std."
+    if rows is not None:
+        caption += " Dotted line: the epoch of lowest test loss; dash-dot: where early stopping (patience 2) would stop."
+    if len(labels) <= MAX_POINTS_TOGETHER:
+        fig, (ax_l, ax_a) = plt.subplots(1, 2, figsize=(12.0, 4.6))
+        for i, (label, curve) in enumerate(zip(labels, curves)):
+            for ax, metric in ((ax_l, "loss"), (ax_a, "acc")):
+                draw_curve(ax, curve_series(curve, metric), color(i, len(labels)), wrap(label))
+                if rows is not None and metric == "loss":
+                    mark_overfitting(ax, rows[i], color(i, len(labels)))
+        style_curve_axes(ax_l, "loss")
+        style_curve_axes(ax_a, "acc")
+        ax_a.legend(fontsize="small", title="point (solid test, dashed train)", loc="center left", bbox_to_anchor=(1.02, 0.5))
+        return save(fig, path, caption)
+    cols = min(4, len(labels))
+    nrows = math.ceil(len(labels) / cols)
+    fig, axes = plt.subplots(2 * nrows, cols, figsize=(3.6 * cols, 3.0 * 2 * nrows), squeeze=False, sharex=True)
+    for i, (label, curve) in enumerate(zip(labels, curves)):
+        r, col = divmod(i, cols)
+        for k, metric in enumerate(("loss", "acc")):
+            ax = axes[2 * r + k][col]
+            draw_curve(ax, curve_series(curve, metric), color(0, 2), None)
+            if rows is not None and metric == "loss":
+                mark_overfitting(ax, rows[i], "grey")
+            style_curve_axes(ax, metric)
+            ax.set_title(wrap(label), fontsize="small")
+    for i in range(len(labels), nrows * cols):
+        r, col = divmod(i, cols)
+        axes[2 * r][col].set_visible(False)
+        axes[2 * r + 1][col].set_visible(False)
+    fig.suptitle("Loss (upper) and accuracy (lower) per epoch, one panel per point: solid test, dashed train")
+    return save(fig, path, caption)
+
+
+def style_curve_axes(ax: Any, metric: str) -> None:
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set(xlabel="epoch", ylabel="accuracy (%)" if metric == "acc" else "cross-entropy loss")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", title="point")
-    return save(fig, path)
+
+
+# ---- speed -------------------------------------------------------------------------------------------
+def plot_speed(rows: list[dict[str, Any]], path: Path) -> Plot | None:
+    """Training throughput per point with its noise; hatched where the run competed with other work."""
+    timed = [r for r in rows if r.get("images_per_s")]
+    if len(timed) < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(9.0, max(2.4, 0.9 + 0.5 * len(timed))))
+    labels = [wrap(r["point"]) for r in timed]
+    values = [r["images_per_s"] for r in timed]
+    errors = [r["images_per_s"] * (r["timing"].noise or 0.0) if r.get("timing") else 0.0 for r in timed]
+    bars = ax.barh(labels, values, xerr=errors, capsize=3,
+                   color=[color(1 if r.get("is_baseline") else 0, 10) for r in timed])
+    for bar, r in zip(bars, timed):
+        if r["load"].contended:
+            bar.set_hatch("//")
+    ax.invert_yaxis()  # first point on top, as in the tables
+    ax.set(title="Training throughput (error bars: noise)", xlabel="training images per second (epochs after the first)", xlim=(0, max(v + e for v, e in zip(values, errors)) * 1.1))
+    ax.grid(alpha=0.3, axis="x")
+    return save(fig, path, "Training images per second of each point (orange: the baseline), with the noise of the "
+                           "timing; a hatched bar's runs shared the machine with other work, so its clock is unreliable.")
+
+
+def plot_batch_size(points: list[Point], rows: list[dict[str, Any]], path: Path) -> Plot | None:
+    """Throughput and peak memory against the local batch size, one line per other setting; both axes from 0."""
+    if len({r["local_batch"] for r in rows if isinstance(r.get("local_batch"), int)}) < 2:
+        return None
+    if not any(a.endswith("batch_size") for p in points for a in p.axes):
+        return None  # the batch differs along with something else (a DDP point's share of one batch): not a batch sweep
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12.0, 4.6))
+    groups = groups_without(points, rows, ("train.batch_size",))
+    for g, members in enumerate(groups):
+        sel = sorted((rows[i] for i in members if isinstance(rows[i].get("local_batch"), int)), key=lambda r: r["local_batch"])
+        label = wrap(group_label(points, members)) if len(groups) > 1 else "all points"
+        for ax, key in ((ax_t, "images_per_s"), (ax_m, "peak_mib")):
+            pts = [(r["local_batch"], r[key], r.get(f"{key}_std") or 0.0) for r in sel if r.get(key) is not None]
+            if pts:
+                x, y, s = zip(*pts)
+                ax.errorbar(x, y, yerr=s, marker="o", capsize=3, color=color(g, len(groups)), label=label)
+    ax_t.set(title="Training throughput vs batch size", xlabel="local batch size (images per rank)",
+             ylabel="training images/s (epochs after the first)")
+    ax_m.set(title="Peak memory vs batch size", xlabel="local batch size (images per rank)",
+             ylabel=memory_axis(rows))
+    batches = sorted({r["local_batch"] for r in rows if isinstance(r.get("local_batch"), int)})
+    for ax in (ax_t, ax_m):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(batches, [str(b) for b in batches])
+        ax.minorticks_off()
+        ax.set_ylim(bottom=0)  # a change from 820 to 852 MiB must look like what it is
+        ax.grid(alpha=0.3)
+    ax_m.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.02, 0.5))
+    return save(fig, path, "Training throughput and peak memory per rank against the local batch size (axes from 0).")
+
+
+def memory_axis(rows: list[dict[str, Any]]) -> str:
+    labels = {r.get("memory_label") for r in rows if r.get("memory_label")}
+    label = labels.pop() if len(labels) == 1 else None
+    return {"peak_rss_mib": "peak RSS per rank (MiB; the whole process: data, torch)",
+            "peak_alloc_mib": "peak allocated per rank (MiB)",
+            "peak_reserved_mib": "peak reserved per rank (MiB)"}.get(label, "peak memory per rank (MiB)")
 
 
 def groups_without(points: list[Point], rows: list[dict[str, Any]], prefixes: tuple[str, ...]) -> list[list[int]]:
     """Indexes of points whose configs are equal once the fields starting with `prefixes` are left out."""
+    from ddplab.report.runs import experiment_config
+
     groups: dict[str, list[int]] = {}
     for i, p in enumerate(points):
         config = {k: v for k, v in experiment_config(p.config).items() if not k.startswith(prefixes)}
@@ -136,83 +235,11 @@ def groups_without(points: list[Point], rows: list[dict[str, Any]], prefixes: tu
 
 def group_label(points: list[Point], members: list[int]) -> str:
     """What a group of points shares: the axis values equal across it, or its first point's label."""
+    from ddplab.report.runs import axis_text
+
     first = points[members[0]].axes
     same = {a: v for a, v in first.items() if all(points[i].axes.get(a) == v for i in members)}
-    return ", ".join(f"{a.rsplit('.', 1)[-1]}={value_text(v)}" for a, v in same.items()) or points[members[0]].label
-
-
-def plot_batch_size(points: list[Point], rows: list[dict[str, Any]], path: Path) -> Path | None:
-    """Time per epoch and peak memory against the local batch size, one line per other setting."""
-    if len({r["local_batch"] for r in rows if isinstance(r.get("local_batch"), int)}) < 2:
-        return None
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11.0, 4.6))
-    groups = groups_without(points, rows, ("train.batch_size",))
-    for g, members in enumerate(groups):
-        sel = sorted((rows[i] for i in members if isinstance(rows[i].get("local_batch"), int)), key=lambda r: r["local_batch"])
-        label = short(group_label(points, members) if len(groups) > 1 else "all points")
-        for ax, key in ((ax_t, "epoch_s"), (ax_m, "peak_mib")):
-            pts = [(r["local_batch"], r[key], r.get(f"{key}_std") or 0.0) for r in sel if r.get(key) is not None]
-            if pts:
-                x, y, s = zip(*pts)
-                ax.errorbar(x, y, yerr=s, marker="o", capsize=3, color=color(g, len(groups)), label=label)
-    labels = {r.get("memory_label") for r in rows if r.get("memory_label")}
-    memory = labels.pop().removesuffix("_mib").replace("_", " ") if len(labels) == 1 else "peak memory"
-    ax_t.set(title="Time per epoch vs batch size", xlabel="local batch size (images per rank)",
-             ylabel="time per epoch (s, epochs after the first)")
-    ax_m.set(title="Peak memory vs batch size", xlabel="local batch size (images per rank)",
-             ylabel=f"{memory} per rank (MiB)")
-    batches = sorted({r["local_batch"] for r in rows if isinstance(r.get("local_batch"), int)})
-    for ax in (ax_t, ax_m):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(batches, [str(b) for b in batches])
-        ax.minorticks_off()
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
-    return save(fig, path)
-
-
-def plot_accuracy_vs_time(rows: list[dict[str, Any]], path: Path) -> Path | None:
-    """Each point's final test accuracy against its total run time: the cost of each percent."""
-    sel = [r for r in rows if r.get("final_test_acc") is not None and r.get("total_s") is not None]
-    if not sel:
-        return None
-    fig, ax = plt.subplots(figsize=FIGSIZE)
-    for i, r in enumerate(sel):
-        ax.errorbar(r["total_s"], 100 * r["final_test_acc"], xerr=r.get("total_s_std") or 0.0,
-                    yerr=100 * (r.get("final_test_acc_std") or 0.0), fmt="o", capsize=3, color=color(i, len(sel)),
-                    label=short(r["point"]))
-    ax.set(title="Final test accuracy vs total run time", xlabel="total time (s, start-up included)",
-           ylabel="final test accuracy (%)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small", title="point")
-    return save(fig, path)
-
-
-def plot_throughput(points: list[Point], rows: list[dict[str, Any]], path: Path) -> Path | None:
-    """Training images per second against world size, with the ideal (linear) line from 1 worker."""
-    if len({r["world_size"] for r in rows if isinstance(r.get("world_size"), int)}) < 2:
-        return None
-    fig, ax = plt.subplots(figsize=FIGSIZE)
-    groups = groups_without(points, rows, ("dist.",))
-    for g, members in enumerate(groups):
-        sel = sorted((rows[i] for i in members if rows[i].get("images_per_s") and isinstance(rows[i]["world_size"], int)),
-                     key=lambda r: r["world_size"])
-        if not sel:
-            continue
-        x, y = [r["world_size"] for r in sel], [r["images_per_s"] for r in sel]
-        s = [r.get("images_per_s_std") or 0.0 for r in sel]
-        label = short(group_label(points, members)) if len(groups) > 1 else "measured"
-        ax.errorbar(x, y, yerr=s, marker="o", capsize=3, color=color(g, len(groups)), label=label)
-        base = next((r for r in sel if r["world_size"] == 1), None)
-        if base is not None:
-            ax.plot(x, [base["images_per_s"] * w for w in x], ":", color=color(g, len(groups)),
-                    label="ideal (linear)" if g == 0 else None)
-    ax.set(title="Throughput vs world size", xlabel="world size (processes, or GPUs under DataParallel)",
-           ylabel="training images/s (epochs after the first)")
-    ax.set_xticks(sorted({r["world_size"] for r in rows if isinstance(r.get("world_size"), int)}))
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
-    return save(fig, path)
+    return ", ".join(axis_text(a, a.rsplit('.', 1)[-1], v) for a, v in same.items()) or points[members[0]].label
 
 
 def time_parts(row: dict[str, Any]) -> dict[str, float]:
@@ -225,27 +252,69 @@ def time_parts(row: dict[str, Any]) -> dict[str, float]:
     return parts
 
 
-def plot_time_breakdown(rows: list[dict[str, Any]], path: Path) -> Path | None:
+def plot_time_breakdown(rows: list[dict[str, Any]], path: Path) -> Plot | None:
     """Stacked bars: where each point's training time went (epochs after the first)."""
     sel = [r for r in rows if r.get("forward_backward_share") is not None]
     if not sel:
         return None
-    fig, ax = plt.subplots(figsize=(FIGSIZE[0], max(2.5, 1.0 + 0.45 * len(sel))))
+    fig, ax = plt.subplots(figsize=(9.0, max(2.5, 1.0 + 0.5 * len(sel))))
     names = list(time_parts(sel[0]))
     left = [0.0] * len(sel)
-    labels = [short(r["point"]) for r in sel]
+    labels = [wrap(r["point"]) for r in sel]
     for k, name in enumerate(names):
         widths = [100 * time_parts(r)[name] for r in sel]
         ax.barh(labels, widths, left=left, color=color(k, len(names)), label=name)
         left = [a + b for a, b in zip(left, widths)]
-    ax.set(title="Training time breakdown per point", xlabel="share of training time (%)", xlim=(0, max(100.0, *left)))
-    ax.invert_yaxis()  # first point on top, as in the tables
+    ax.set(title="Where training time went (epochs after the first)", xlabel="share of training time (%)",
+           xlim=(0, max(100.0, *left)))
+    ax.invert_yaxis()
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3, axis="x")
-    return save(fig, path)
+    return save(fig, path, "Where training time went; communication wait shown apart from forward+backward.")
 
 
-def plot_gpu_utilization(points: list[Point], path: Path) -> Path | None:
+def step_positions(steps: list[dict[str, Any]], steps_per_epoch: int | None) -> list[tuple[float, float]]:
+    """(epoch as a fraction, loss) per step record: x = step / steps per epoch when the step count is global."""
+    out = []
+    is_global = bool(steps_per_epoch) and any(r.get("step", 0) > steps_per_epoch for r in steps)
+    for r in steps:
+        if not isinstance(r.get("train_loss"), (int, float)) or not isinstance(r.get("step"), (int, float)):
+            continue
+        if steps_per_epoch:
+            x = r["step"] / steps_per_epoch if is_global else r.get("epoch", 1) - 1 + r["step"] / steps_per_epoch
+        else:
+            x = r["step"]
+        out.append((x, r["train_loss"]))
+    return out
+
+
+def plot_step_loss(points: list[Point], path: Path) -> Plot | None:
+    """Training loss at each recorded step, mean over seeds: a curve for runs too short for epoch curves."""
+    if not points or len(points) > MAX_POINTS_TOGETHER or max(len(r.history) for p in points for r in p.runs) > 3:
+        return None
+    series = []
+    for p in points:
+        per_x: dict[float, list[float]] = {}
+        for run in p.runs:
+            spe = (run.summary or {}).get("batch", {}).get("steps_per_epoch")
+            for x, value in step_positions(run.steps, spe):
+                per_x.setdefault(round(x, 6), []).append(value)
+        if per_x:
+            xs = sorted(per_x)
+            series.append((p.label, xs, [sum(per_x[x]) / len(per_x[x]) for x in xs]))
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(9.0, 4.6))
+    for i, (label, xs, ys) in enumerate(series):
+        ax.plot(xs, ys, color=color(i, len(series)), label=wrap(label), linewidth=1.2)
+    ax.set(title="Training loss per step (mean over seeds)", xlabel="epoch (steps as fractions of an epoch)",
+           ylabel="train loss (cross-entropy)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small", title="point", loc="center left", bbox_to_anchor=(1.02, 0.5))
+    return save(fig, path, "Training loss per recorded step (steps.jsonl): a curve for runs of a few epochs.")
+
+
+def plot_gpu_utilization(points: list[Point], path: Path) -> Plot | None:
     """GPU utilization over time (gpu.jsonl), one panel per run, one line per GPU; None when not measured."""
     runs = [r for p in points for r in p.runs if r.gpu][:MAX_GPU_PANELS]
     if not runs:
@@ -257,14 +326,16 @@ def plot_gpu_utilization(points: list[Point], path: Path) -> Path | None:
         gpus = sorted({(r.get("rank", 0), r.get("gpu", 0)) for r in run.gpu})
         for k, (rank, gpu) in enumerate(gpus):
             pts = sorted((r["t_s"], r["util_pct"]) for r in run.gpu
-                         if (r.get("rank", 0), r.get("gpu", 0)) == (rank, gpu) and r.get("util_pct") is not None)
+                         if (r.get("rank", 0), r.get("gpu", 0)) == (rank, gpu)
+                         and isinstance(r.get("util_pct"), (int, float)) and isinstance(r.get("t_s"), (int, float)))
             if pts:
                 x, y = zip(*pts)
                 ax.plot(x, y, color=color(k, len(gpus)), label=f"GPU {gpu} (rank {rank})", linewidth=1.2)
-        ax.set(title=short(run.name, 50), xlabel="time since start (s)", ylabel="utilization (%)", ylim=(0, 105))
+        ax.set(title=wrap(run.name), xlabel="time since start (s)", ylabel="utilization (%)", ylim=(0, 105))
         ax.grid(alpha=0.3)
         ax.legend(fontsize="x-small")
     for ax in list(axes.flat)[len(runs):]:
         ax.set_visible(False)
     fig.suptitle("GPU utilization over time")
-    return save(fig, path)
+    return save(fig, path, "GPU utilization sampled during training (gpu.jsonl).")
+

@@ -21,8 +21,20 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 FINISHED = ("finished", "stopped_early")  # summary.json statuses of a run that ran to its end
+MANIFEST_VERSIONS = (1, 2)  # 2 added the run order, the sections and the points not measured
 IGNORED_FIELDS = ("train.seed",)  # what may differ between the repeats of one point
 IGNORED_SECTIONS = ("output.",)  # where a run was written, not what it trained
+
+
+@dataclass
+class SweepFolder:
+    """A sweep as its manifest describes it: the report makes one section per entry of `sections`."""
+
+    dir: Path
+    name: str
+    description: str = ""
+    axes: list[str] = field(default_factory=list)
+    sections: list[dict[str, Any]] = field(default_factory=list)  # version 2; [] means one over every run
 
 
 @dataclass
@@ -40,6 +52,8 @@ class Run:
     point: dict[str, Any] = field(default_factory=dict)  # sweep axis values, from the manifest
     axes: list[str] = field(default_factory=list)  # the manifest's axes; empty outside sweeps
     error: str | None = None
+    sweep: SweepFolder | None = None  # the sweep it belongs to; None for a run given on its own
+    env: dict[str, Any] = field(default_factory=dict)  # env.json: versions, device name, host
 
     @property
     def finished(self) -> bool:
@@ -79,15 +93,23 @@ def load_runs(paths: list[Path]) -> list[Run]:
     return unique
 
 
-def find_runs(root: Path) -> list[Run]:
-    """Runs at `root` (a run or a sweep folder), else in the folders below it, not looking inside runs."""
+def find_runs(root: Path, seen: set[Path] | None = None) -> list[Run]:
+    """Runs at `root` (a run or a sweep folder), else in the folders below it, not looking inside runs.
+
+    Each real folder is read once: a link back up the tree (`latest -> .`) is not walked again.
+    """
+    seen = set() if seen is None else seen
+    real = root.resolve()
+    if real in seen:
+        return []
+    seen.add(real)
     if (root / "manifest.json").is_file():
         return load_sweep(root)
     if is_run_dir(root):
         return [load_run(root)]
     runs: list[Run] = []
     for sub in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        runs += find_runs(sub)
+        runs += find_runs(sub, seen)
     return runs
 
 
@@ -111,6 +133,8 @@ def load_run(run_dir: Path, status: str | None = None) -> Run:
     run.status = str(summary.get("status", "finished"))
     run.steps = read_optional(run_dir / "steps.jsonl", run_dir)
     run.gpu = read_optional(run_dir / "gpu.jsonl", run_dir)
+    env = read_json(run_dir / "env.json", run_dir) if (run_dir / "env.json").is_file() else {}
+    run.env = env if isinstance(env, dict) else {}
     return run
 
 
@@ -120,14 +144,26 @@ def load_sweep(sweep_dir: Path) -> list[Run]:
     entries = manifest.get("runs") if isinstance(manifest, dict) else None
     if not isinstance(entries, list) or not all(isinstance(e, dict) and "dir" in e for e in entries):
         raise DataError(f"{sweep_dir / 'manifest.json'} is not a ddplab sweep manifest (no list of runs with a 'dir')")
-    if manifest.get("version", 1) != 1:
-        raise DataError(f"{sweep_dir / 'manifest.json'} has version {manifest.get('version')!r}; this ddplab reads version 1")
+    if manifest.get("version", 1) not in MANIFEST_VERSIONS:
+        raise DataError(f"{sweep_dir / 'manifest.json'} has version {manifest.get('version')!r}; this ddplab reads "
+                        f"versions {', '.join(map(str, MANIFEST_VERSIONS))}")
     axes = [str(a) for a in manifest.get("axes") or []]
-    return [sweep_run(sweep_dir, entry, axes) for entry in entries]
+    sections = manifest.get("sections") or []
+    if not isinstance(sections, list) or not all(isinstance(s, dict) for s in sections):
+        raise DataError(f"{sweep_dir / 'manifest.json'}: 'sections' is not a list of sections")
+    folder = SweepFolder(dir=sweep_dir, name=str(manifest.get("name") or sweep_dir.name),
+                         description=str(manifest.get("description") or ""), axes=axes, sections=sections)
+    runs = [sweep_run(sweep_dir, entry, axes) for entry in entries]
+    for run in runs:
+        run.sweep = folder
+    return runs
 
 
 def sweep_run(sweep_dir: Path, entry: dict[str, Any], axes: list[str]) -> Run:
     run_dir = sweep_dir / str(entry["dir"])
+    if not run_dir.resolve().is_relative_to(sweep_dir.resolve()):  # the manifest is data: stay inside the sweep
+        raise DataError(f"{sweep_dir / 'manifest.json'}: run {entry.get('name')!r} has its folder outside the sweep "
+                        f"({entry['dir']}); a sweep's runs are under its runs/")
     status = str(entry.get("status") or "pending")
     if status == "finished" and run_dir.is_dir():
         run = load_run(run_dir)
@@ -271,11 +307,14 @@ def group_points(runs: list[Run]) -> list[Point]:
 
 
 def report_axes(first_runs: list[Run], configs: list[dict[str, Any]]) -> list[str]:
-    """The sweeps' axes when every point comes from a sweep, else the config fields that differ."""
+    """The sweeps' axes that vary here when every point comes from a sweep, else the config fields that differ."""
     if first_runs and all(r.axes for r in first_runs):
         axes = list(dict.fromkeys(a for r in first_runs for a in r.axes if a not in IGNORED_FIELDS))
-        if len(first_runs) == 1 or any(len({repr(p.point.get(a)) for p in first_runs}) > 1 for a in axes):
+        varying = [a for a in axes if len({repr(p.point.get(a)) for p in first_runs}) > 1]
+        if len(first_runs) == 1:
             return axes
+        if varying:
+            return varying
     return differing_fields(configs)
 
 
@@ -285,19 +324,28 @@ def differing_fields(configs: list[dict[str, Any]]) -> list[str]:
 
 
 def label_points(points: list[Point]) -> None:
-    """Short labels from the axis values ("batch_size=32, variant=ddp"); the run name when nothing varies."""
+    """Short labels from the axis values: a variant's label as written, a setting as name=value
+    ("batch_size=32, 2 workers"); the run name when nothing varies."""
     names = [a for a in (points[0].axes if points else {})]
     short = {a: a.rsplit(".", 1)[-1] for a in names}
     if len(set(short.values())) < len(short):
         short = {a: a for a in names}
     for p in points:
-        label = ", ".join(f"{short[a]}={value_text(v)}" for a, v in p.axes.items())
+        label = ", ".join(axis_text(a, short[a], v) for a, v in p.axes.items())
         p.label = label or p.runs[0].name
     seen: dict[str, int] = {}
     for p in points:
         seen[p.label] = seen.get(p.label, 0) + 1
         if seen[p.label] > 1:
             p.label = f"{p.label} ({p.runs[0].name})"
+
+
+def axis_text(axis: str, short: str, value: Any) -> str:
+    """A sweep's variant sets (no dot in their name) are labelled by their own labels when those are words;
+    settings, and bare numbers, by name=value."""
+    if "." not in axis and isinstance(value, str) and any(c.isalpha() for c in value):
+        return value
+    return f"{short}={value_text(value)}"
 
 
 def value_text(value: Any) -> str:

@@ -1,0 +1,244 @@
+"""The report's numbers: one row per run, one per point (mean and std over seeds), curves, scaling.
+
+Every figure the report, `ddplab compare` and the findings use is computed here, once.
+
+Times are steady-state: throughput, epoch time and time shares leave out the first epoch,
+which still warms caches. Speed is *training throughput* (training images per second of
+training time), so that evaluation, which the settings compared do not change, does not
+dilute it. Speedup is a point's throughput over its baseline's; efficiency is speedup over
+the ideal, the number of devices it adds: GPUs on CUDA, nodes on a CPU (processes on one
+node share its cores, so their ideal is 1x: what they gain or lose is how well they use
+the same cores).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from ddplab.errors import DataError
+from ddplab.metrics.records import PHASES  # the file format's names, torch-free
+from ddplab.report import noise
+from ddplab.report.runs import Point, Run, experiment_config
+
+SHARES = tuple(p.removesuffix("_s") + "_share" for p in PHASES)
+TEXT = ("strategy", "device", "device_name", "precision", "backend", "memory_label", "gap_basis", "torch")
+SETTINGS = ("world_size", "nodes", "local_batch", "global_batch", "accumulate", "train_images", "test_images")
+MEASURED = ("epochs", "final_test_acc", "best_test_acc", "final_train_acc", "train_eval_acc", "acc_gap",
+            "final_test_loss", "min_test_loss", "min_test_loss_epoch", "total_s", "train_s", "eval_s", "epoch_s",
+            "images_per_s", "cores_busy", "peak_mib", *SHARES)
+MEMORY_LABELS = ("peak_alloc_mib", "peak_rss_mib", "peak_reserved_mib")  # first found is reported
+OVERFIT_RISE = 0.10  # test loss this far above its minimum at the end counts as overfitting
+EARLY_STOP_PATIENCE = 2  # epochs without a lower test loss before early stopping would stop (seed report D's)
+
+
+# ---- per run -----------------------------------------------------------------------------
+def run_row(run: Run, point: str = "") -> dict[str, Any]:
+    """The figures of one run; a run that did not finish keeps only its status and error."""
+    row = {"run": run.name, "point": point, "seed": run.seed, "status": run.status, "error": run.error or "",
+           "dir": str(run.dir)}
+    if not run.finished:
+        return row
+    try:
+        return {**row, **run_figures(run)}
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, AttributeError, IndexError) as exc:
+        raise DataError(f"{run.dir}: summary.json / metrics.jsonl lack a field ddplab writes ({exc!r}); "
+                        "written by another version, or edited?") from None
+
+
+def run_figures(run: Run) -> dict[str, Any]:
+    s, history = run.summary, run.history
+    steady = noise.timed_epochs(history)
+    train_s = sum(r["train_s"] for r in steady)
+    label, peak = peak_memory(s)
+    final, last = s["final"], history[-1]
+    train_eval = last.get("train_eval_acc")
+    low = min(history, key=lambda r: r["test_loss"])
+    load = noise.run_load(history)
+    rates = noise.window_rates(run.steps, s["batch"]["global"], len(history))
+    return {
+        "strategy": s["run"]["strategy"], "device": s["run"]["device"], "precision": s["run"]["precision"],
+        "device_name": run.env.get("device_name") or s["run"]["device"], "torch": run.env.get("torch") or "?",
+        "backend": backend(s["run"]["strategy"], run.config.get("dist.backend", "auto"), s["run"]["device"]),
+        "memory_label": label,
+        "world_size": world_size(s), "nodes": run.config.get("dist.nnodes", 1),
+        "local_batch": s["batch"]["local"], "global_batch": s["batch"]["global"], "accumulate": s["batch"].get("accumulate", 1),
+        "train_images": s.get("data", {}).get("train_images"), "test_images": s.get("data", {}).get("eval_images"),
+        "epochs": len(history),
+        "final_test_acc": final["test_acc"], "best_test_acc": s["best"]["test_acc"],
+        "final_train_acc": final["train_acc"], "train_eval_acc": train_eval,
+        # The gap the assignment means is on training images measured as the test set is; runs written
+        # before ddplab measured those only have the running accuracy over augmented batches.
+        "acc_gap": difference(train_eval if train_eval is not None else final["train_acc"], final["test_acc"]),
+        "gap_basis": "eval mode" if train_eval is not None else "running, augmented",
+        "final_test_loss": final["test_loss"], "min_test_loss": low["test_loss"], "min_test_loss_epoch": low.get("epoch"),
+        "total_s": s["time"]["total_s"], "train_s": s["time"]["train_s"], "eval_s": s["time"].get("eval_s"),
+        "epoch_s": statistics.fmean(r["epoch_s"] for r in steady) if steady else None,
+        "images_per_s": sum(r["train_samples"] for r in steady) / train_s if train_s else None,
+        "within_noise": noise.within_run_noise(rates), "load": load, "other_cpu": load.other_cpu,
+        "cores_busy": cores_busy(steady, train_s),
+        "peak_mib": peak,
+        **{share: sum(r.get(phase, 0.0) for r in steady) / train_s if train_s and phase in steady[-1] else None
+           for phase, share in zip(PHASES, SHARES)},
+    }
+
+
+def cores_busy(epochs: list[dict[str, Any]], train_s: float) -> float | None:
+    """CPU cores the run's processes kept busy while training (their CPU seconds over the wall time)."""
+    cpu = [sum(r["rank_cpu_s"]) for r in epochs if isinstance(r.get("rank_cpu_s"), list)]
+    return sum(cpu) / train_s if cpu and len(cpu) == len(epochs) and train_s else None
+
+
+def world_size(summary: dict[str, Any]) -> int:
+    """Workers: processes under DDP, GPUs under DataParallel (one process driving several)."""
+    gpus = summary.get("gpu_peak_alloc_mib")
+    if summary["run"]["strategy"] == "dp" and isinstance(gpus, list) and gpus:
+        return len(gpus)
+    return summary["run"]["world_size"]
+
+
+def backend(strategy: str, requested: str, device: str) -> str:
+    """The collective backend a DDP run used ("auto" resolved as ddplab does); none without DDP."""
+    if strategy != "ddp":
+        return "none"
+    if requested == "auto":
+        return "nccl" if str(device).startswith("cuda") else "gloo"
+    return requested
+
+
+def peak_memory(summary: dict[str, Any]) -> tuple[str | None, float | None]:
+    """The largest per-rank peak, named by what it measures (allocated on CUDA, RSS on CPU)."""
+    ranks, memory = summary.get("ranks") or {}, summary.get("memory") or {}
+    for label in MEMORY_LABELS:
+        if isinstance(ranks.get(label), dict) and ranks[label].get("max") is not None:
+            return label, ranks[label]["max"]
+    for label in MEMORY_LABELS:
+        if memory.get(label) is not None:
+            return label, memory[label]
+    return None, None
+
+
+def difference(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a - b
+
+
+# ---- per point ---------------------------------------------------------------------------
+def mean_std(values: list[Any]) -> tuple[float | None, float | None]:
+    """Mean and sample standard deviation of the values given; std is None below two values."""
+    xs = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if not xs:
+        return None, None
+    return statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else None
+
+
+def point_rows(points: list[Point], run_rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per point: settings, every measured figure as `name` (mean) and `name_std`, the timing
+    with its noise, and the worst load any of its runs saw."""
+    rows = []
+    for p in points:
+        members = [run_rows[r.name] for r in p.runs]
+        row: dict[str, Any] = {"point": p.label, "axes": dict(p.axes), "seeds": len(members),
+                               "runs": " ".join(r.name for r in p.runs)}
+        for key in (*TEXT, *SETTINGS):
+            values = list(dict.fromkeys(m.get(key) for m in members))
+            row[key] = values[0] if len(values) == 1 else "mixed"
+        for key in MEASURED:
+            row[key], row[f"{key}_std"] = mean_std([m.get(key) for m in members])
+        row["timing"] = noise.point_timing([m.get("images_per_s") for m in members], [m.get("within_noise") for m in members])
+        row["images_per_s_noise"] = row["timing"].noise if row["timing"] else None
+        row["load"] = noise.combine_loads([m["load"] for m in members])
+        row["loads"] = {m["run"]: m["load"] for m in members}
+        row["other_cpu"] = row["load"].other_cpu
+        rows.append(row)
+    return rows
+
+
+def scaling_groups(rows: list[dict[str, Any]], points: list[Point]) -> None:
+    """Speedup and efficiency of each point against the 1-worker point of its group: the same config
+    apart from dist.* (None without one)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for row, p in zip(rows, points):
+        config = {k: v for k, v in experiment_config(p.config).items() if not k.startswith("dist.")}
+        groups.setdefault(repr(sorted(config.items())) if config else row["point"], []).append(row)
+    for members in groups.values():
+        base = fewest_workers(members)
+        scale(members, base if base is not None and base["world_size"] == 1 else None, "point")
+
+
+def fewest_workers(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The timed row with the fewest workers, a single-process one first; None when no row was timed."""
+    timed = [r for r in rows if r.get("images_per_s") and isinstance(r.get("world_size"), int)]
+    if not timed:
+        return None
+    least = [r for r in timed if r["world_size"] == min(t["world_size"] for t in timed)]
+    return next((r for r in least if r["strategy"] == "single"), least[0])
+
+
+def devices(row: dict[str, Any]) -> int:
+    """The hardware a row's workers bring: GPUs on CUDA; on a CPU its nodes (one node's processes share its cores)."""
+    if str(row.get("device", "")).startswith("cuda"):
+        return row["world_size"] if isinstance(row.get("world_size"), int) else 1
+    return row["nodes"] if isinstance(row.get("nodes"), int) else 1
+
+
+def scale(rows: list[dict[str, Any]], base: dict[str, Any] | None, name: str) -> None:
+    """The one definition of scaling, for the report and for `ddplab compare`: speedup is this row's
+    training throughput over the baseline's (epochs after the first); efficiency is speedup over
+    the ideal, the devices this row has over the baseline's. `baseline` names the row compared
+    against, by its `name` field; the baseline itself gets none (it is 1x by definition)."""
+    for row in rows:
+        fast = (base is not None and row is not base and bool(row.get("images_per_s")) and bool(base.get("images_per_s"))
+                and isinstance(row.get("world_size"), int))
+        row["speedup"] = row["images_per_s"] / base["images_per_s"] if fast else None
+        row["ideal"] = devices(row) / devices(base) if fast else None
+        row["efficiency"] = row["speedup"] / row["ideal"] if fast else None
+        row["baseline"] = base[name] if fast else None
+        row["is_baseline"] = base is not None and row is base
+
+
+# ---- curves --------------------------------------------------------------------------------
+CURVE_KEYS = ("train_loss", "test_loss", "train_acc", "test_acc", "train_eval_loss", "train_eval_acc")
+
+
+def mean_curve(histories: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per-epoch mean and std over a point's seeds, up to the epoch every seed reached."""
+    curve = []
+    for i in range(min((len(h) for h in histories), default=0)):
+        record: dict[str, Any] = {"epoch": histories[0][i].get("epoch", i + 1)}
+        for key in CURVE_KEYS:
+            record[key], record[f"{key}_std"] = mean_std([h[i].get(key) for h in histories])
+        curve.append(record)
+    return curve
+
+
+def overfitting(curve: list[dict[str, Any]], patience: int = EARLY_STOP_PATIENCE) -> dict[str, Any] | None:
+    """What a point's mean curve says about overfitting; None with fewer than two epochs.
+
+    `overfits`: the test loss ends more than OVERFIT_RISE above its minimum while the training
+    loss (on training images in eval mode when measured) kept falling after that minimum.
+    `stop_epoch`: where early stopping on the test loss with `patience` would have stopped
+    (None: it would have run to the end); an early-stopped run with the same seed is this run
+    cut short there.
+    """
+    usable = [r for r in curve if r.get("test_loss") is not None and r.get("train_loss") is not None]
+    if len(usable) < 2:
+        return None
+    train_key = "train_eval_loss" if all(r.get("train_eval_loss") is not None for r in usable) else "train_loss"
+    low = min(usable, key=lambda r: r["test_loss"])
+    last = usable[-1]
+    # Rounded, so a rise of exactly 10% is not pushed over the line by float error.
+    rise = round(last["test_loss"] / low["test_loss"] - 1, 9) if low["test_loss"] > 0 else 0.0
+    stop = early_stop_epoch(usable, patience)
+    stopped = next((r for r in usable if r["epoch"] == stop), None)
+    return {"min_epoch": low["epoch"], "min_test_loss": low["test_loss"], "final_test_loss": last["test_loss"],
+            "rise": rise, "overfits": rise > OVERFIT_RISE and last[train_key] < low[train_key],
+            "train_key": train_key, "stop_epoch": stop, "stop_test_acc": stopped.get("test_acc") if stopped else None,
+            "epochs": last["epoch"]}
+
+
+def early_stop_epoch(curve: list[dict[str, Any]], patience: int) -> int | None:
+    """The epoch after which training's own early stopping (on test loss, `patience`) would have stopped."""
+    from ddplab.engine.early_stop import EarlyStopping  # torch-free: the rule has one owner
+
+    rule = EarlyStopping("test_loss", patience)
+    return next((r["epoch"] for r in curve if rule.update(r["epoch"], r)), None)

@@ -1,0 +1,196 @@
+"""When a difference between two points is an effect, when it is noise, and when the clocks cannot say.
+
+The report states a difference as an effect only when its own data support it:
+
+Timing. A point's training throughput (images per second of training, epochs after the
+first) has a noise: over seeds, the relative standard deviation of the runs' throughputs
+(run-to-run noise); for a single run, the relative standard error of its throughput over
+equal windows of training (steps.jsonl; within-run only, said so). Two points differ
+*beyond noise* when their ratio is further from 1 than `NOISE_SIGMAS` times the two
+noises combined, and at least `MIN_TIMING_EFFECT`. A comparison is *unreliable* when a run
+on either side competed with other work while it trained (`contended`): other processes
+used `CONTENDED_OTHER_CPU` of the CPUs or the hypervisor stole `CONTENDED_STEAL`, or
+another process shared its GPU. The clocks then measured the load, not the setting.
+
+Accuracy. A difference of final test accuracy is within noise when it is at most
+`NOISE_SIGMAS` times the larger of: each side's standard deviation over seeds, and the
+sampling noise of the test set itself (sqrt(p(1-p)/n) for n test images). With one seed
+per side the seed noise is unknown, and the verdict says so.
+
+Pure functions over the report's rows and runs; no torch.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+NOISE_SIGMAS = 2.0  # a difference beyond this many standard deviations is an effect
+MIN_TIMING_EFFECT = 0.03  # timing ratios closer to 1 than 3% are never called an effect (run-to-run drift)
+CONTENDED_OTHER_CPU = 0.10  # other processes used at least 10% of the machine's CPU time while it trained
+CONTENDED_STEAL = 0.05  # the hypervisor took at least 5% of the CPU time
+MIN_WINDOWS = 5  # fewer timing windows than this give no within-run noise
+WARMUP_FRACTION = 0.2  # a one-epoch run's first 20% of windows still warm up: left out
+
+
+# ---- what a run competed with -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Load:
+    """The worst contention a run's timed epochs saw; None fields were not measured."""
+
+    other_cpu: float | None
+    steal: float | None
+    gpu_others: int | None
+
+    @property
+    def measured(self) -> bool:
+        return self.other_cpu is not None or self.gpu_others is not None
+
+    @property
+    def contended(self) -> bool:
+        return ((self.other_cpu or 0.0) >= CONTENDED_OTHER_CPU or (self.steal or 0.0) >= CONTENDED_STEAL
+                or (self.gpu_others or 0) > 0)
+
+    def why(self) -> str:
+        parts = []
+        if (self.other_cpu or 0.0) >= CONTENDED_OTHER_CPU:
+            parts.append(f"other processes used up to {self.other_cpu:.0%} of the CPUs")
+        if (self.steal or 0.0) >= CONTENDED_STEAL:
+            parts.append(f"the hypervisor took {self.steal:.0%} of the CPU time")
+        if self.gpu_others:
+            parts.append(f"{self.gpu_others} other process(es) shared its GPU")
+        return " and ".join(parts)
+
+
+def timed_epochs(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The epochs whose clocks the report uses: all but the first (it warms caches), unless there is one."""
+    return history[1:] or history
+
+
+def run_load(history: list[dict[str, Any]]) -> Load:
+    epochs = timed_epochs(history)
+
+    def worst(key: str) -> float | None:
+        values = [r[key] for r in epochs if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+        return max(values) if values else None
+
+    gpu = worst("gpu_other_processes")
+    return Load(other_cpu=worst("other_cpu_share"), steal=worst("steal_share"), gpu_others=None if gpu is None else int(gpu))
+
+
+def combine_loads(loads: list[Load]) -> Load:
+    """A point's load: the worst of its runs'."""
+    def worst(values: list[Any]) -> Any:
+        known = [v for v in values if v is not None]
+        return max(known) if known else None
+
+    return Load(other_cpu=worst([x.other_cpu for x in loads]), steal=worst([x.steal for x in loads]),
+                gpu_others=worst([x.gpu_others for x in loads]))
+
+
+# ---- timing noise ------------------------------------------------------------------------------
+def window_rates(steps: list[dict[str, Any]], images_per_step: int, epochs: int) -> list[float]:
+    """Training images per second between consecutive progress refreshes of one epoch (steps.jsonl),
+    over the epochs the report times; a one-epoch run's first windows are left out as warm-up."""
+    by_epoch: dict[Any, list[dict[str, Any]]] = {}
+    for r in steps:
+        if isinstance(r.get("t_s"), (int, float)) and isinstance(r.get("step"), (int, float)):
+            by_epoch.setdefault(r.get("epoch"), []).append(r)
+    rates = []
+    for epoch, records in by_epoch.items():
+        if epochs > 1 and epoch == 1:
+            continue
+        for a, b in zip(records, records[1:]):
+            dt, ds = b["t_s"] - a["t_s"], b["step"] - a["step"]
+            if dt > 0 and ds > 0:
+                rates.append(ds * images_per_step / dt)
+    if epochs <= 1:
+        rates = rates[int(len(rates) * WARMUP_FRACTION):]
+    return rates
+
+
+def within_run_noise(rates: list[float]) -> float | None:
+    """Relative standard error of a run's mean throughput from its windows; None with too few."""
+    if len(rates) < MIN_WINDOWS:
+        return None
+    mean = statistics.fmean(rates)
+    return statistics.stdev(rates) / mean / math.sqrt(len(rates)) if mean > 0 else None
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A point's training throughput with its relative noise and where the noise comes from."""
+
+    images_per_s: float
+    noise: float | None  # relative (0.02 = ±2%); None: not measured
+    basis: str  # "seeds" (run-to-run) | "within-run" | "none"
+
+
+def point_timing(rates: list[float | None], within: list[float | None]) -> Timing | None:
+    """From each run's throughput and within-run noise: over seeds the run-to-run spread (never less
+    than the runs' own noise), for one run its within-run noise."""
+    known = [r for r in rates if r]
+    if not known:
+        return None
+    mean = statistics.fmean(known)
+    inner = [w for w in within if w is not None]
+    if len(known) > 1:
+        spread = statistics.stdev(known) / mean
+        return Timing(mean, max([spread, *inner]), "seeds")
+    return Timing(mean, inner[0] if inner else None, "within-run" if inner else "none")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    word: str  # "beyond noise" | "within noise" | "unreliable" | "noise not measured"
+    why: str = ""  # what the word rests on, said after it
+
+    def text(self) -> str:
+        return f"{self.word} ({self.why})" if self.why else self.word
+
+
+def timing_verdict(ratio: float, a: Timing | None, b: Timing | None, loads: dict[str, Load]) -> Verdict:
+    """Is `ratio` (a's throughput over b's) an effect of the setting? `loads`: each side's runs' load, by name."""
+    contended = [f"{name}: {load.why()}" for name, load in loads.items() if load.contended]
+    if contended:
+        return Verdict("unreliable", "the clocks measured other work; " + "; ".join(contended))
+    if a is None or b is None or a.noise is None or b.noise is None:
+        return Verdict("noise not measured", "one timing window or run per side")
+    threshold = max(NOISE_SIGMAS * math.hypot(a.noise, b.noise), MIN_TIMING_EFFECT)
+    basis = "over seeds" if a.basis == b.basis == "seeds" else "within-run only: repeat the runs for run-to-run noise"
+    word = "beyond noise" if abs(math.log(ratio)) > math.log1p(threshold) else "within noise"
+    why = f"±{threshold:.0%}, {basis}"
+    unknown = [name for name, load in loads.items() if not load.measured]
+    if unknown:
+        why += f"; load not recorded for {', '.join(unknown)}"
+    return Verdict(word, why)
+
+
+# ---- accuracy noise ----------------------------------------------------------------------------
+def sampling_std(acc: float | None, count: int | None) -> float | None:
+    """The standard deviation of an accuracy measured on `count` images (the test set's own noise)."""
+    if acc is None or not count:
+        return None
+    return math.sqrt(max(acc * (1 - acc), 0.0) / count)
+
+
+def accuracy_noise(row: dict[str, Any]) -> tuple[float | None, bool]:
+    """(noise of the point's final test accuracy, whether seeds measured it)."""
+    seed_std = row.get("final_test_acc_std")
+    sampling = sampling_std(row.get("final_test_acc"), row.get("test_images"))
+    known = [v for v in (seed_std, sampling) if v is not None]
+    return (max(known) if known else None), seed_std is not None
+
+
+def accuracy_verdict(diff: float, a: dict[str, Any], b: dict[str, Any]) -> Verdict:
+    """`diff` (a - b, a fraction) against both points' noise."""
+    (na, seeds_a), (nb, seeds_b) = accuracy_noise(a), accuracy_noise(b)
+    known = [n for n in (na, nb) if n is not None]
+    if not known:
+        return Verdict("noise not measured")
+    noise = max(known)
+    word = "beyond noise" if abs(diff) > NOISE_SIGMAS * noise else "within noise"
+    basis = "std over seeds" if seeds_a and seeds_b else "one seed: test-set sampling noise only"
+    return Verdict(word, f"noise {100 * noise:.1f} points, {basis}")

@@ -1,0 +1,217 @@
+"""A report is sections: one per question a sweep asks ([[sections]]), one per sweep that asks none,
+one for the runs given on their own. Nothing is compared across sections.
+
+Each section holds its points (runs grouped over seeds, labelled by what varies inside it),
+their rows, mean curves and overfitting analysis, and its comparisons: which point is set
+against which, with the speed and accuracy verdicts of `report.noise`. A section with a
+declared baseline compares every point with the baseline point closest to it (fewest axes
+apart); one without (a plain sweep, loose runs) compares multi-worker points with the
+1-worker point of the same config, and points one axis apart with that axis's first value.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddplab.report import figures, noise
+from ddplab.report.runs import Point, Run, axis_text, experiment_config, group_points, value_text
+
+SCALING_FIELDS = ("dist.nproc", "dist.nnodes", "dist.strategy")  # what a scaling comparison varies
+
+
+@dataclass
+class Section:
+    title: str
+    kind: str  # run | scaling | overfitting | regularization | compare | all
+    source: str  # the sweep folder, or "runs given on their own"
+    runs: list[Run]
+    question: str = ""
+    note: str = ""
+    baseline_runs: set[str] = field(default_factory=set)
+    not_measured: list[tuple[str, str]] = field(default_factory=list)  # (point, why)
+    points: list[Point] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    curves: list[list[dict[str, Any]]] = field(default_factory=list)
+    pairs: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[dict[str, Any]] = field(default_factory=list)  # run rows of runs that did not finish
+
+    @property
+    def slug(self) -> str:
+        return re.sub(r"[^a-z0-9]+", "-", self.title.lower()).strip("-")[:40] or "section"
+
+
+def build_sections(runs: list[Run], run_rows: dict[str, dict[str, Any]]) -> list[Section]:
+    """Sections in the order their runs were given, each analysed."""
+    sections: list[Section] = []
+    sweeps = list(dict.fromkeys(r.sweep.dir for r in runs if r.sweep is not None))
+    for sweep_dir in sweeps:
+        members = [r for r in runs if r.sweep is not None and r.sweep.dir == sweep_dir]
+        sections += sweep_sections(members)
+    loose = [r for r in runs if r.sweep is None]
+    if loose:
+        sections.append(Section(title="Runs", kind="all", source="runs given on their own", runs=loose))
+    for section in sections:
+        analyse(section, run_rows)
+    return sections
+
+
+def sweep_sections(runs: list[Run]) -> list[Section]:
+    sweep = runs[0].sweep
+    by_name = {r.name.rsplit("/", 1)[-1]: r for r in runs}  # report names may carry the parent folder
+    specs = sweep.sections or [{"title": sweep.description or sweep.name, "kind": "all", "runs": list(by_name)}]
+    out = []
+    for spec in specs:
+        members = [by_name[n] for n in spec.get("runs", []) if n in by_name]
+        not_measured = [(str(m.get("point")), str(m.get("reason"))) for m in spec.get("not_measured", [])]
+        for run in members:
+            if run.status == "skipped":
+                not_measured.append((point_label(run), run.error or "not run"))
+        out.append(Section(title=str(spec.get("title") or sweep.name), kind=str(spec.get("kind") or "all"),
+                           source=str(sweep.dir), runs=[r for r in members if r.status != "skipped"],
+                           question=str(spec.get("question") or ""), note=str(spec.get("note") or ""),
+                           baseline_runs={by_name[n].name for n in spec.get("baseline_runs", []) if n in by_name},
+                           not_measured=list(dict.fromkeys(not_measured))))
+    return out
+
+
+def point_label(run: Run) -> str:
+    return ", ".join(axis_text(a, a.rsplit(".", 1)[-1], v) for a, v in run.point.items()) or run.name
+
+
+def analyse(section: Section, run_rows: dict[str, dict[str, Any]]) -> None:
+    section.points = group_points(section.runs)
+    section.rows = figures.point_rows(section.points, run_rows)
+    section.curves = [figures.mean_curve([r.history for r in p.runs]) for p in section.points]
+    for row, curve in zip(section.rows, section.curves):
+        row["overfit"] = figures.overfitting(curve)
+        row["acc_noise"] = noise.accuracy_noise(row)[0]
+    section.problems = [run_rows[r.name] for r in section.runs if not r.finished]
+    if section.kind in ("run", "overfitting"):
+        section.pairs = []  # these answer from each point's own figures
+    elif section.baseline_runs and section.kind != "all":
+        section.pairs = declared_pairs(section)
+    else:
+        section.pairs = scaling_pairs(section) + axis_pairs(section)
+
+
+# ---- who is compared with whom ---------------------------------------------------------------
+def declared_pairs(section: Section) -> list[dict[str, Any]]:
+    """Every point against the baseline point nearest to it (the fewest config fields apart, then axes)."""
+    base_idx = [i for i, p in enumerate(section.points) if any(r.name in section.baseline_runs for r in p.runs)]
+    for i in base_idx:
+        section.rows[i]["is_baseline"] = True
+    out = []
+    for i, point in enumerate(section.points):
+        if i in base_idx or not base_idx:
+            continue
+        j = min(base_idx, key=lambda b: (len(differing(experiment_config(section.points[b].config), experiment_config(point.config))),
+                                         sum(section.points[b].axes.get(a) != v for a, v in point.axes.items())))
+        out.append(pair(section, i, j, scaling=section.kind == "scaling"))
+    return out
+
+
+def scaling_pairs(section: Section) -> list[dict[str, Any]]:
+    """Multi-worker points against the 1-worker point of the same config (dist.* aside)."""
+    groups: dict[str, list[int]] = {}
+    for i, p in enumerate(section.points):
+        config = {k: v for k, v in experiment_config(p.config).items() if not k.startswith("dist.")}
+        groups.setdefault(repr(sorted(config.items())) if config else p.label, []).append(i)
+    out = []
+    for members in groups.values():
+        base = figures.fewest_workers([section.rows[i] for i in members])
+        if base is None or base["world_size"] != 1:
+            continue
+        j = next(i for i in members if section.rows[i] is base)
+        base["is_baseline"] = True
+        out += [pair(section, i, j, scaling=True) for i in members
+                if i != j and isinstance(section.rows[i].get("world_size"), int) and section.rows[i]["world_size"] > 1]
+    return out
+
+
+def axis_pairs(section: Section) -> list[dict[str, Any]]:
+    """Points one axis (or one config field) apart, at the same world size, each against the first
+    value of that axis; a difference in the number of workers is left to the scaling pairs."""
+    out, done = [], set()
+    configs = [p.config for p in section.points]
+    for i, base in enumerate(section.points):
+        for j in range(i + 1, len(section.points)):
+            fields = differing(configs[i], configs[j]) if configs[i] and configs[j] else []
+            axes = differing(base.axes, section.points[j].axes)
+            if section.rows[i].get("world_size") != section.rows[j].get("world_size"):
+                continue
+            changed = fields[0] if len(fields) == 1 else axes[0] if len(axes) == 1 else None
+            if changed is None or changed in SCALING_FIELDS or j in done:
+                continue
+            done.add(j)
+            out.append(pair(section, j, i, scaling=False, changed=changed))
+    return out
+
+
+def differing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    return [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
+
+
+def pair(section: Section, i: int, j: int, scaling: bool, changed: str | None = None) -> dict[str, Any]:
+    """Point i against point j: speed ratio (training throughput) and accuracy difference, each with its verdict."""
+    row, base = section.rows[i], section.rows[j]
+    ratio = row["images_per_s"] / base["images_per_s"] if row.get("images_per_s") and base.get("images_per_s") else None
+    ideal = figures.devices(row) / figures.devices(base) if scaling else None
+    loads = {**{n: x for n, x in row["loads"].items()}, **{n: x for n, x in base["loads"].items()}}
+    acc_diff = figures.difference(row.get("final_test_acc"), base.get("final_test_acc"))
+    timing = (noise.timing_verdict(ratio, row["timing"], base["timing"], loads) if ratio is not None
+              else noise.Verdict("not timed"))
+    return {"point": row["point"], "baseline": base["point"], "row": row, "base": base, "changed": changed,
+            "scaling": scaling, "speedup": ratio, "ideal": ideal,
+            "efficiency": ratio / ideal if ratio is not None and ideal else None,
+            "timing_verdict": timing, "acc_diff": acc_diff,
+            "acc_verdict": noise.accuracy_verdict(acc_diff, row, base) if acc_diff is not None else noise.Verdict("-"),
+            "superlinear": bool(scaling and ratio is not None and ideal and ratio / ideal > 1
+                                and timing.word == "beyond noise")}
+
+
+# ---- what a section's runs share ------------------------------------------------------------------
+def setup_text(section: Section) -> str:
+    """One line of what every point of the section shares: model, data, recipe, machine, software."""
+    runs = [r for p in section.points for r in p.runs]
+    if not runs:
+        return ""
+
+    def same(get) -> Any:
+        values = {repr(get(r)): get(r) for r in runs}
+        return next(iter(values.values())) if len(values) == 1 else None
+
+    s = lambda r: r.summary  # noqa: E731
+    parts = []
+    model, params, flops = same(lambda r: s(r)["run"].get("model")), same(lambda r: s(r)["model"]["params"]), \
+        same(lambda r: s(r)["model"]["flops_per_image"])
+    if model:
+        parts.append(f"{model}" + (f" ({params:,} parameters, {flops / 1e6:,.1f} MFLOP/image)" if params and flops else ""))
+    data = same(lambda r: (s(r)["run"].get("dataset"), s(r)["data"]["train_images"], s(r)["data"]["eval_images"]))
+    if data and data[0]:
+        parts.append(f"{data[0]}: {data[1]:,} training / {data[2]:,} test images")
+    epochs = same(lambda r: s(r)["run"].get("epochs_planned"))
+    if epochs:
+        parts.append(f"{epochs} epochs")
+    optim = same(lambda r: (s(r)["run"].get("optimizer"), s(r)["run"].get("lr"), s(r)["run"].get("schedule")))
+    if optim and optim[0]:
+        parts.append(f"{optim[0]} lr {value_text(optim[1])} (schedule {optim[2]})")
+    machine = same(lambda r: (re.sub(r" \(\d+ threads?\)$", "", r.env.get("device_name") or s(r)["run"].get("device")),
+                              r.env.get("cpus") if not s(r)["run"].get("device", "").startswith("cuda") else None,
+                              r.env.get("torch")))
+    if machine and machine[0]:
+        parts.append(f"on {machine[0]}" + (f" ({machine[1]} CPUs)" if machine[1] else "")
+                     + (f", torch {machine[2]}" if machine[2] else ""))
+    return "; ".join(parts)
+
+
+def architecture(section: Section) -> str | None:
+    layers = {r.summary["model"].get("layers") for p in section.points for r in p.runs if r.summary}
+    return layers.pop() if len(layers) == 1 and None not in layers else None
+
+
+def cpu_count(section: Section) -> int | None:
+    """The CPUs of the machine the section's runs trained on (env.json), when they all say the same."""
+    found = {r.env.get("cpus") for p in section.points for r in p.runs}
+    return found.pop() if len(found) == 1 and None not in found else None

@@ -1,0 +1,56 @@
+"""manifest.json: which run folder is which point of a sweep, what became of each, and the report's sections.
+
+Version 2 adds the run order, the sections (resolved to run names) and the points a sweep
+does not run, with why; the report still reads version 1. The file is rewritten atomically
+whenever a run starts or ends, so it is valid JSON at every moment.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ddplab import files
+from ddplab.sweep.spec import Sweep
+
+MANIFEST = "manifest.json"
+VERSION = 2
+KEPT = ("status", "exit_code", "error", "wall_s")  # what a re-run keeps of a run's earlier entry
+
+
+def manifest_of(sweep: Sweep, previous: dict[str, dict], states: dict[str, str],
+                unavailable: dict[str, str]) -> dict[str, Any]:
+    """The manifest for `sweep`: each run's earlier outcome kept, finished runs marked so from their
+    folders (`states`: run name -> rundir.run_state), runs this machine cannot start marked skipped."""
+    runs = []
+    for run in sweep.runs:
+        entry = {"name": run.name, "dir": f"runs/{run.name}", "point": run.point, "seed": run.seed, "launch": run.launch,
+                 "config": f"configs/{run.name}.toml", "status": "pending", "exit_code": None, "error": None, "wall_s": None}
+        old = previous.get(run.name)
+        if old is not None and old.get("status") != "skipped":
+            entry.update({k: old.get(k) for k in KEPT})
+        if states.get(run.name) == "finished":
+            entry["status"] = "finished"
+        elif run.name in unavailable:
+            entry.update(status="skipped", error=unavailable[run.name])
+        runs.append(entry)
+    return {"version": VERSION, "name": sweep.name, "description": sweep.description, "sweep_file": str(sweep.file),
+            "profile": sweep.profile, "overrides": sweep.overrides, "axes": sweep.axes, "repeats": sweep.repeats,
+            "order": sweep.order, "sections": sweep.section_records(), "runs": runs}
+
+
+def read_manifest(out: Path) -> dict[str, dict]:
+    """The runs of the manifest in `out`, by name; empty when there is none or it is damaged (it is
+    rebuilt from the run folders)."""
+    path = Path(out) / MANIFEST
+    if not path.is_file():
+        return {}
+    try:
+        return {r["name"]: r for r in json.loads(path.read_text()).get("runs", [])}
+    except (ValueError, KeyError, TypeError, AttributeError, OSError):
+        return {}
+
+
+def write_manifest(out: Path, manifest: dict[str, Any]) -> None:
+    files.write_json(Path(out) / MANIFEST, manifest)

@@ -1,0 +1,269 @@
+"""Run a `Sweep`: every run its own process tree, supervised, one after another, with its progress shown.
+
+Every run config is checked against this machine before the first starts (a run it cannot
+start stops the sweep, or with `unavailable = "skip"` is recorded as not measured). Each run
+is `python -m ddplab train` (or torchrun) in its own session, so a crash, a CUDA error or a
+hang cannot poison the next; it writes its own run folder `runs/<name>`. While it trains
+the sweep shows one line per epoch (accuracy, seconds per epoch, time left) and where its
+log is. A failed run is recorded with its exit code and error line and the sweep goes on.
+Running the same sweep again skips finished runs and resumes interrupted ones, after
+checking that each was trained with the settings the file asks for now. Ctrl-C or SIGTERM
+stops the current run as Ctrl-C stops a run (it stays resumable) and ends the sweep with 130;
+a run whose sweep is killed outright is sent SIGTERM by the kernel (Linux).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ddplab import files
+from ddplab.config import check_environment, load_toml
+from ddplab.errors import ConfigError
+from ddplab.sweep.manifest import manifest_of, read_manifest, write_manifest
+from ddplab.sweep.spec import Sweep, SweepRun, slug
+
+POLL_S = 1.0  # how often a running run's progress is read
+STOP_GRACE_S = 30  # after SIGINT/SIGTERM, how long a run's tree may take to stop before SIGKILL
+
+
+def run_states(sweep: Sweep, out: Path) -> dict[str, str]:
+    """Each run's folder as it stands: new | finished | unfinished | foreign (rundir.run_state)."""
+    from ddplab.engine.rundir import run_state
+
+    return {run.name: run_state(out / "runs" / run.name) for run in sweep.runs}
+
+
+def unavailable_runs(sweep: Sweep) -> dict[str, str]:
+    """Runs this machine cannot start, with the reason; with `unavailable = "refuse"` the first is an error."""
+    found = {}
+    for run in sweep.runs:
+        try:
+            check_environment(run.config)
+        except ConfigError as exc:
+            if sweep.unavailable == "refuse":
+                raise ConfigError(f"sweep run {run.name} ({run.point}) cannot run here: {exc}") from None
+            found[run.name] = f"not run on this machine: {exc}"
+    return found
+
+
+def check_machine(sweep: Sweep) -> None:
+    """This machine's checks for every run, before the first one starts."""
+    unavailable_runs(sweep)
+
+
+def stale_runs(sweep: Sweep, out: Path, states: dict[str, str]) -> None:
+    """Refuse to keep or continue a run folder trained with other settings than the file asks for now
+    (the file or --set changed since): its results would be reported under a name they do not have."""
+    from ddplab.engine.rundir import config_differences
+
+    for run in sweep.runs:
+        state, run_dir = states[run.name], out / "runs" / run.name
+        if state == "foreign":
+            raise ConfigError(f"{run_dir} exists and is not a ddplab run folder: move it, or use another --out")
+        if state in ("finished", "unfinished"):
+            differing = config_differences(load_toml(run_dir / "config.toml"), run.config)
+            if state == "unfinished":
+                differing -= {"train.profile_steps"}  # changes no number (as --resume allows)
+            if differing:
+                raise ConfigError(f"{run_dir} was trained with other settings than the sweep now asks for "
+                                  f"({', '.join(sorted(differing))} differ): the sweep file or --set changed since; "
+                                  "use another --out, or move that run folder away")
+
+
+def plan(sweep: Sweep, out: Path) -> list[tuple[SweepRun, str]]:
+    """Each run with what a sweep would do with it now."""
+    states = run_states(sweep, out)
+    unavailable = unavailable_runs(sweep)
+    action = {"new": "run", "unfinished": "resume", "finished": "skip (finished)", "foreign": "refuse (not a run)"}
+    return [(run, "skip (unavailable)" if run.name in unavailable else action[states[run.name]]) for run in sweep.runs]
+
+
+def format_plan(sweep: Sweep, out: Path) -> str:
+    lines = [f"sweep {sweep.name}: {len(sweep.runs)} runs in {out}" + (f" (profile {sweep.profile})" if sweep.profile else "")
+             + (", interleaved" if sweep.order == "interleaved" else "")]
+    for run, action in plan(sweep, out):
+        point = ", ".join(f"{k}={v}" for k, v in run.point.items())
+        lines.append(f"  {run.name:<40} {action:<18} seed {run.seed}  {point}"
+                     + ("  [torchrun]" if run.launch == "torchrun" else ""))
+    for name, reason in sweep.not_measured.items():
+        lines.append(f"  {'(' + name + ')':<40} {'not in this sweep':<18} {reason}")
+    return "\n".join(lines)
+
+
+def command(run: SweepRun, config_file: Path, run_dir: Path, resume: bool) -> list[str]:
+    args = ["train", "--config", str(config_file), "--out", str(run_dir), "--output.progress", "false",
+            *(["--resume"] if resume else [])]
+    if run.launch == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                str(run.config.dist.nproc), "-m", "ddplab", *args]
+    return [sys.executable, "-m", "ddplab", *args]
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM at the sweep: handled as Ctrl-C is (the run stops resumable, the sweep exits 130)."""
+
+
+def raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+def run_sweep(sweep: Sweep, out: Path, *, timeout_s: float | None = None, echo=print) -> dict[str, Any]:
+    """Run every unfinished run of `sweep` into `out`; returns the final manifest."""
+    unavailable = unavailable_runs(sweep)
+    states = run_states(sweep, out)
+    stale_runs(sweep, out, states)
+    for sub in ("runs", "configs", "logs"):
+        files.make_dir(out / sub)
+    if sweep.file.resolve() != (out / "sweep.toml").resolve():
+        files.write_text(out / "sweep.toml", sweep.file.read_text())
+    manifest = manifest_of(sweep, read_manifest(out), states, unavailable)
+    write_manifest(out, manifest)
+    todo = [(run, entry) for run, entry in zip(sweep.runs, manifest["runs"]) if entry["status"] not in ("finished", "skipped")]
+    skipped = sum(e["status"] == "skipped" for e in manifest["runs"])
+    echo(f"sweep {sweep.name}: {len(sweep.runs)} runs, {len(sweep.runs) - len(todo) - skipped} already finished, "
+         f"{len(todo)} to run" + (f", {skipped} not runnable here (see the report)" if skipped else ""))
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    started = time.perf_counter()
+    try:
+        for i, (run, entry) in enumerate(todo, 1):
+            run_one(run, entry, out, manifest, f"[{i}/{len(todo)}] {run.name}", timeout_s, echo)
+            echo(f"  sweep: {i} of {len(todo)} done, {duration(time.perf_counter() - started)} so far")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return manifest
+
+
+def run_one(run: SweepRun, entry: dict[str, Any], out: Path, manifest: dict[str, Any], tag: str,
+            timeout_s: float | None, echo) -> None:
+    run_dir, config_file, log_path = out / entry["dir"], out / entry["config"], out / "logs" / f"{run.name}.log"
+    files.write_text(config_file, run.config.to_toml())
+    resume = (run_dir / "checkpoints" / "last.pt").is_file() and not (run_dir / "summary.json").is_file()
+    echo(f"{tag}: {'resuming' if resume else 'running'} (log: {log_path})")
+    entry.update(status="running", exit_code=None, error=None)
+    write_manifest(out, manifest)
+    watch = EpochWatch(run_dir / "metrics.jsonl", run.config.train.epochs)
+    code, wall_s, error = supervise(command(run, config_file, run_dir, resume), log_path, timeout_s,
+                                    lambda: [echo(f"{tag}: {line}") for line in watch.new_lines()])
+    status = "finished" if code == 0 and (run_dir / "summary.json").is_file() else "failed"
+    if code == 0 and status == "failed":
+        error = "the run exited 0 but left no summary.json"
+    entry.update(status="interrupted" if code == 130 else status, exit_code=code, error=error, wall_s=round(wall_s, 1))
+    write_manifest(out, manifest)
+    echo(f"{tag}: " + (f"finished in {duration(wall_s)}" if status == "finished" else f"FAILED (exit {code}): {error}"))
+    if code == 130:
+        raise KeyboardInterrupt
+
+
+class EpochWatch:
+    """The epochs a running run adds to its metrics.jsonl, as progress lines with the time left."""
+
+    def __init__(self, path: Path, epochs: int):
+        self.path, self.epochs = path, epochs
+        self.seen = self.count()  # a resumed run's earlier epochs are not news
+        self.times: list[float] = []
+
+    def count(self) -> int:
+        try:
+            return sum(1 for line in self.path.read_text().splitlines() if line.strip())
+        except OSError:
+            return 0
+
+    def new_lines(self) -> list[str]:
+        try:
+            records = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
+        except (OSError, ValueError):
+            return []  # not written yet, or a line being written: next time
+        lines = []
+        for record in records[self.seen:]:
+            self.times.append(float(record.get("epoch_s") or 0.0))
+            left = (self.epochs - record.get("epoch", 0)) * sum(self.times) / len(self.times)
+            acc = record.get("test_acc")
+            lines.append(f"epoch {record.get('epoch')}/{self.epochs}"
+                         + (f", test acc {acc:.2%}" if isinstance(acc, float) else "")
+                         + f", {self.times[-1]:.1f} s/epoch" + (f", about {duration(left)} left" if left > 0 else ""))
+        self.seen = len(records)
+        return lines
+
+
+def supervise(cmd: list[str], log_path: Path, timeout_s: float | None, on_poll) -> tuple[int, float, str | None]:
+    """Run one command as its own process tree, calling `on_poll` every POLL_S; (exit code, seconds,
+    its error line or None). The log is appended to, never truncated: an earlier attempt's
+    output stays, and so does a straggler's."""
+    start = time.perf_counter()
+    with open(log_path, "a") as log:
+        log.write(f"\n$ {' '.join(cmd)}\n")
+        log.flush()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=die_with_parent if sys.platform == "linux" else None)
+        try:
+            code = wait(proc, start, timeout_s, on_poll)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM at the sweep: stop the run the way Ctrl-C stops it alone
+            stop_tree(proc, signal.SIGINT)
+            code = 130
+        except subprocess.TimeoutExpired:
+            stop_tree(proc, signal.SIGTERM)
+            log.write(f"\nddplab: error: the run did not finish within {timeout_s:g} s (sweep --timeout); stopped\n")
+            code = 124
+    on_poll()
+    return code, time.perf_counter() - start, error_line(log_path) if code else None
+
+
+def wait(proc: subprocess.Popen, start: float, timeout_s: float | None, on_poll) -> int:
+    while True:
+        try:
+            return proc.wait(timeout=POLL_S)
+        except subprocess.TimeoutExpired:
+            on_poll()
+            if timeout_s is not None and time.perf_counter() - start > timeout_s:
+                raise
+
+
+def die_with_parent() -> None:
+    """In the child, before exec: the kernel sends it SIGTERM if the sweep dies (even by SIGKILL), so
+    no run trains on unsupervised. The run stops as SIGTERM stops it, resumable from its checkpoint."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not glibc: no such safety net, the run goes on
+        pass
+
+
+def stop_tree(proc: subprocess.Popen, sig: int, grace_s: float = STOP_GRACE_S) -> None:
+    """Signal the run's whole process group, then SIGKILL whatever is left after `grace_s`."""
+    try:
+        os.killpg(proc.pid, sig)
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
+
+
+def error_line(log_path: Path) -> str:
+    """The last `ddplab: error:` line of the log's last attempt, else its last line."""
+    text = log_path.read_text(errors="replace")
+    lines = text[text.rfind("\n$ ") + 1:].strip().splitlines()[1:]
+    errors = [line.removeprefix("ddplab: error: ") for line in lines if line.startswith("ddplab: error:")]
+    return errors[-1] if errors else (lines[-1][:300] if lines else "no output")
+
+
+def duration(seconds: float) -> str:
+    seconds = max(seconds, 0.0)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, sec = divmod(round(seconds), 60)
+    return f"{minutes}m{sec:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def default_out(sweep: Sweep) -> Path:
+    return Path("runs") / slug(sweep.name)
