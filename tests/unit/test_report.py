@@ -100,6 +100,17 @@ def test_a_super_linear_speedup_is_flagged_not_stated(sweep_report):
     assert check.startswith("workers=2 is super-linear (171% of the ideal)") and "likely cause" in check
 
 
+def test_a_super_linear_speedup_of_single_runs_is_flagged_too(tmp_path):
+    """One run each (the seed reports' 283%): no noise to call it an effect, and a 'check' with a cause."""
+    write_run(tmp_path / "runs" / "one", epoch_s=(12.0, 10.0, 10.0), other_cpu=0.0, cpu_s=9.0 * 0.5)
+    write_run(tmp_path / "runs" / "two", strategy="ddp", nproc=2, epoch_s=(5.0, 3.5, 3.5), other_cpu=0.0)
+    findings = build_report([tmp_path / "runs"], tmp_path / "out")["findings"]
+    speedup = next(f for f in findings if "the training throughput of" in f)
+    assert "single run (one run per side cannot tell an effect from run-to-run noise" in speedup
+    check = next(f for f in findings if "super-linear" in f)
+    assert "% of the ideal), more than extra hardware can give; likely cause: " in check
+
+
 def test_findings_restate_the_tables(sweep_report):
     assert_findings_restate_tables(sweep_report[0])
 
@@ -180,14 +191,16 @@ def test_a_timing_difference_within_the_seeds_spread_is_not_an_effect(tmp_path):
     """bf16 2% faster, but the seeds of each point are 5% apart: noise, said so."""
     result = build_report([precision_runs(tmp_path / "runs", bf16_epoch=9.8, spread=0.5)], tmp_path / "out")
     (finding,) = [f for f in result["findings"] if f.startswith("precision=bf16 vs precision=fp32")]
-    assert "within noise (±" in finding.split(";")[0] and "beyond noise" not in finding
+    assert finding.startswith("precision=bf16 vs precision=fp32: within noise: 1.02x faster (")
+    assert "beyond noise" not in finding.split("test accuracy")[0]
 
 
 def test_a_comparison_with_a_contended_run_is_unreliable_whatever_the_numbers(tmp_path):
     result = build_report([precision_runs(tmp_path / "runs", bf16_epoch=5.0, spread=0.0, other_cpu=0.35)], tmp_path / "out")
     (finding,) = [f for f in result["findings"] if f.startswith("precision=bf16 vs precision=fp32")]
-    assert ("unreliable (the clocks measured other work; b1: other processes used up to 35% of the CPUs)" in finding
-            and "beyond noise (±" not in finding)
+    assert finding.startswith("precision=bf16 vs precision=fp32: unreliable: 2.25x faster (250 vs 111 training images/s; "
+                              "the clocks measured other work; b1: other processes used up to 35% of the CPUs)")
+    assert "beyond noise (±" not in finding
     page = result["index_html"].read_text()
     assert '<li class="unreliable">precision=bf16 vs precision=fp32' in page and "35% CPU (contended)" in page
     assert_findings_restate_tables(result)
@@ -197,7 +210,8 @@ def test_accuracy_noise_is_the_seeds_spread_or_the_test_sets_own():
     a = {"final_test_acc": 0.70, "final_test_acc_std": None, "test_images": 10_000}
     b = {"final_test_acc": 0.73, "final_test_acc_std": None, "test_images": 10_000}
     verdict = noise.accuracy_verdict(0.03, b, a)  # sampling noise, the larger side's: sqrt(.7 * .3 / 10000) = 0.46 points
-    assert verdict.text() == "beyond noise (noise 0.5 points, one seed: test-set sampling noise only)"
+    assert verdict.text() == ("single seed (beyond the test set's sampling noise of 0.5 points; the spread over seeds "
+                              "is not measured: set sweep.repeats)")
     small = {**a, "test_images": 200}  # sqrt(.7 * .3 / 200) = 3.2 points: 3 points is within it
     assert noise.accuracy_verdict(0.03, {**b, "test_images": 200}, small).word == "within noise"
     seeds = {**a, "final_test_acc_std": 0.02}
@@ -216,8 +230,11 @@ def test_timing_noise_of_one_run_is_its_windows_standard_error():
     two = noise.point_timing([100.0, 110.0], [0.01, 0.01])
     assert two.basis == "seeds" and two.noise == pytest.approx(7.0711 / 105, rel=1e-4)
     quiet = {"a": noise.Load(0.0, 0.0, None)}
-    verdict = noise.timing_verdict(1.05, one, one, quiet)  # 2 x hypot(2%, 2%) = 5.7%
-    assert verdict.text() == "within noise (±6%, within-run only: repeat the runs for run-to-run noise)"
+    # One run per side: a run's own spread says nothing of the next run's, however large the ratio.
+    for ratio in (1.05, 3.0):
+        assert noise.timing_verdict(ratio, one, one, quiet).text() == (
+            "single run (one run per side cannot tell an effect from run-to-run noise: set sweep.repeats)")
+    assert noise.timing_verdict(3.0, two, one, quiet).word == "single run"
     steady = noise.Timing(100.0, 0.005, "seeds")  # 2 x hypot(0.5%, 0.5%) = 1.4%: the 3% floor applies
     assert noise.timing_verdict(1.02, steady, steady, quiet).text() == "within noise (±3%, over seeds)"
     assert noise.timing_verdict(1.04, steady, steady, quiet).word == "beyond noise"
@@ -361,9 +378,10 @@ def test_a_variant_axis_is_compared_against_its_first_value(tmp_path):
     compared = [f.split(":")[0] for f in findings if " vs " in f.split(":")[0]]
     assert compared == ["sgd vs adam", "rmsprop vs adam"]  # each against the first value only
     sgd = next(f for f in findings if f.startswith("sgd vs adam"))
-    assert sgd.startswith("sgd vs adam: 1.29x faster (143 vs 111 training images/s, noise not measured (one timing "
-                          "window or run per side)); test accuracy 73.00% vs 70.00% (+3.0 points, beyond noise (noise "
-                          "0.5 points, one seed: test-set sampling noise only))")
+    assert sgd.startswith("sgd vs adam: single run: 1.29x faster (143 vs 111 training images/s; one run per side "
+                          "cannot tell an effect from run-to-run noise: set sweep.repeats); test accuracy 73.00% vs "
+                          "70.00% (+3.0 points, single seed (beyond the test set's sampling noise of 0.5 points; the "
+                          "spread over seeds is not measured: set sweep.repeats))")
     assert next(f for f in findings if f.startswith("best test accuracy")).startswith("best test accuracy: sgd, 73.00%; ahead of adam")
 
 
@@ -419,7 +437,7 @@ def test_a_sweeps_sections_answer_their_questions(tmp_path):
         "training loss on training images in eval mode kept falling; train accuracy 95.00% (training images in eval "
         "mode) vs test 70.00%, a gap of +25.0 points. Early stopping on test loss (patience 2) would have stopped after "
         "epoch 4, at 70.00% test accuracy (the same run, cut short)")
-    assert remedies["findings"][0].startswith("aug vs one: 1.00x faster (500 vs 500 training images/s, ")
+    assert remedies["findings"][0].startswith("aug vs one: single run: 1.00x faster (500 vs 500 training images/s; ")
     assert "test loss +0% from its lowest at the end (one: +86%), train-test gap +2.0 vs +25.0 points" in remedies["findings"][0]
     assert remedies["findings"][1].startswith("one overfits")  # the baseline, for reference
     for s in result["sections"]:
@@ -442,6 +460,8 @@ def test_plots_name_every_point_in_full_and_never_crowd_a_panel(tmp_path):
     many = build_report([write_axis_sweep(tmp_path / "many", "config", variants)], tmp_path / "many-out")
     for plot in many["sections"][0]["plots"]:
         assert plot.max_lines <= 8 and all("…" not in entry for entry in plot.legend)
+    for plot in few["sections"][0]["plots"] + many["sections"][0]["plots"]:
+        assert not plot.clipped, (plot.name, plot.clipped)  # every legend inside its figure
     (curves,) = [p for p in many["sections"][0]["plots"] if p.name == "curves"]
     assert curves.max_lines == 2  # six points: one panel each
 

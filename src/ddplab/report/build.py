@@ -76,7 +76,8 @@ def section_view(section: Section, plot_dir: Path, prefix: str) -> html.SectionV
     if others:
         shown.append(("Comparisons", "Each point against its baseline: speed (training throughput) and test accuracy, "
                       "each with its verdict.", tables.comparison_table(others, scaling=False)))
-    if section.kind in ("overfitting", "regularization") or any((r.get("overfit") or {}).get("overfits") for r in rows):
+    overfits = any((r.get("overfit") or {}).get("overfits") for r in rows)
+    if section.kind in ("overfitting", "regularization") or (section.kind == "all" and overfits):
         shown.append(("Overfitting", "Overfits: the test loss ends more than 10% above its lowest while the training "
                       "loss keeps falling. Early stopping: on test loss with patience 2, ddplab's own rule, applied to "
                       "the mean curve.", tables.overfitting_table(rows)))

@@ -26,6 +26,7 @@ IDLE_CORES = 0.85  # a baseline that kept fewer than 85% of the cores busy left 
 class Finding:
     text: str
     flag: str = ""  # "" | "unreliable": the data cannot support it as an effect | "check": a result to question
+    #                 | "missing": what was not measured or did not finish (the text says which)
 
     def __str__(self) -> str:
         return self.text
@@ -34,7 +35,7 @@ class Finding:
 def section_findings(section: Section) -> list[Finding]:
     """The section's answer, in reading order."""
     if not section.rows:
-        out = [Finding("no run of this section finished: nothing to compare (see the runs that did not finish)")]
+        out = [Finding("no run of this section finished: nothing to compare (see the runs that did not finish)", "missing")]
         return out + not_measured(section)
     by_kind = {
         "run": lambda: run_findings(section.rows),
@@ -125,8 +126,11 @@ def comparison_findings(pairs: list[dict[str, Any]], overfit: bool = False) -> l
         head = f"{c['point']} vs {c['baseline']}"
         parts = []
         if c["speedup"] is not None:
-            parts.append(f"{faster(c['speedup'])} ({rate(r['images_per_s'])} vs {rate(b['images_per_s'])} training "
-                         f"images/s, {verdict.text()})")
+            rates = f"{rate(r['images_per_s'])} vs {rate(b['images_per_s'])} training images/s"
+            if verdict.word == "beyond noise":
+                parts.append(f"{faster(c['speedup'])} ({rates}, {verdict.text()})")
+            else:  # the verdict first, so that the ratio is not read as an effect
+                parts.append(f"{verdict.word}: {faster(c['speedup'])} ({rates}; {verdict.why})")
         if c["acc_diff"] is not None:
             parts.append(f"test accuracy {pct(r, 'final_test_acc')} vs {pct(b, 'final_test_acc')} "
                          f"({points_value(c['acc_diff'])} points, {c['acc_verdict'].text()})")
@@ -148,7 +152,7 @@ def best_accuracy(rows: list[dict[str, Any]]) -> list[Finding]:
         return []
     best, second = scored[0], scored[1]
     verdict = noise.accuracy_verdict(best["final_test_acc"] - second["final_test_acc"], best, second)
-    lead = "ahead of" if verdict.word == "beyond noise" else "not distinguishable from"
+    lead = "ahead of" if verdict.word in ("beyond noise", "single seed") else "not distinguishable from"
     return [Finding(f"best test accuracy: {best['point']}, {pct(best, 'final_test_acc')}; {lead} {second['point']} "
                     f"({pct(second, 'final_test_acc')}): {verdict.text()}")]
 
@@ -186,7 +190,7 @@ def overfitting_findings(rows: list[dict[str, Any]], brief: bool = False) -> lis
 
 # ---- what is missing ---------------------------------------------------------------------------------
 def not_measured(section: Section) -> list[Finding]:
-    return [Finding(f"not measured here: {point}: {why}", "unreliable") for point, why in section.not_measured]
+    return [Finding(f"not measured here: {point}: {why}", "missing") for point, why in section.not_measured]
 
 
 def run_notes(section: Section) -> list[Finding]:
@@ -197,5 +201,5 @@ def run_notes(section: Section) -> list[Finding]:
         kinds = {s: sum(r["status"] == s for r in section.problems) for s in dict.fromkeys(r["status"] for r in section.problems)}
         listing = ", ".join(f"{n} {s}" for s, n in kinds.items())
         n = len(section.problems)
-        out.append(Finding(f"{n} run{'s' * (n != 1)} did not finish ({listing}): listed at the end", "unreliable"))
+        out.append(Finding(f"{n} run{'s' * (n != 1)} did not finish ({listing}): listed at the end", "missing"))
     return out

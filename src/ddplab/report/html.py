@@ -28,8 +28,8 @@ h3 { font-size: 1.05rem; margin: 1.2rem 0 0.4rem; }
 .meta, .note, .source { color: #555; font-size: 0.9rem; }
 blockquote { margin: 0.6rem 0; padding: 0.4rem 0.9rem; border-left: 4px solid #99b; background: #f6f6fb; }
 ul.findings li { margin: 0.3rem 0; }
-li.unreliable { color: #8a4b00; } li.check { color: #8a1c1c; }
-li.unreliable::before { content: "unreliable or missing: "; font-weight: 600; }
+li.unreliable { color: #8a4b00; } li.check { color: #8a1c1c; } li.missing { color: #666; }
+li.unreliable::before { content: "unreliable: "; font-weight: 600; }
 li.check::before { content: "check: "; font-weight: 600; }
 .setup { background: #f4f4f6; padding: 0.4rem 0.7rem; font-size: 0.9rem; }
 .scroll { overflow-x: auto; }
@@ -50,12 +50,14 @@ READING = [
      "evaluation is left out, since the settings compared do not change it."),
     ("Speedup", "a point's training throughput over its baseline's. Efficiency: speedup over the ideal, the devices it "
      "adds (GPUs; on a CPU the processes of one machine share its cores, so their ideal is 1x)."),
-    ("Noise of a timing", "over seeds, the spread of the runs' throughputs; for one run, the standard error over equal "
-     "windows of its training (within-run only). A difference is an effect only beyond 2 noises and 3%."),
+    ("Noise of a timing", "the spread of the runs' throughputs over seeds (never less than a run's own spread). A "
+     "difference is an effect only beyond 2 noises and 3%. With one run per side the verdict is 'single run': separate "
+     "runs on one machine can differ by more than either run's own spread, so one run each cannot tell."),
     ("Unreliable", "a run competed with other work while it trained (other processes used 10% of the CPUs, the "
      "hypervisor took 5%, or another process shared its GPU): its clock measured the load, not the setting."),
     ("Accuracy noise", "the larger of the standard deviation over seeds and the test set's own sampling noise "
-     "(sqrt(p(1-p)/n)); a difference within 2 noises is not an effect. One seed: seed noise unknown."),
+     "(sqrt(p(1-p)/n)); a difference within 2 noises is not an effect. With one seed, a difference beyond the sampling "
+     "noise is 'single seed': the spread over seeds, usually larger, is not measured."),
     ("Train-test gap", "train accuracy on training images measured as the test set is (eval mode, no augmentation) "
      "minus test accuracy; the running train accuracy over augmented batches with dropout is not comparable."),
 ]
@@ -163,7 +165,8 @@ def markdown(title: str, meta: str, views: list[SectionView], plot_dir: str) -> 
         if v.question:
             parts.append(f"> {md_text(v.question)}")
         parts += ["### Answer, from the data", "\n".join(
-            f"- {'**' + f.flag + ':** ' if f.flag else ''}{md_text(f.text)}" for f in v.findings)]
+            f"- {'**' + f.flag + ':** ' if f.flag in ('unreliable', 'check') else ''}{md_text(f.text)}"
+            for f in v.findings)]
         if v.note:
             parts.append(md_text(v.note))
         if v.setup:

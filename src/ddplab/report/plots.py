@@ -39,6 +39,7 @@ class Plot:
     caption: str
     legend: list[str] = field(default_factory=list)  # legend entries, unwrapped
     max_lines: int = 0  # the most lines drawn on one panel
+    clipped: list[str] = field(default_factory=list)  # entries of legends that reach past the figure's edge
 
 
 def make_plots(section: Any, out_dir: Path, prefix: str) -> list[Plot]:
@@ -48,7 +49,7 @@ def make_plots(section: Any, out_dir: Path, prefix: str) -> list[Plot]:
     marks = section.kind in ("overfitting", "regularization")
     made = [
         plot_curves(labels, curves, rows if marks else None, out_dir / f"{prefix}-curves.png"),
-        plot_speed(rows, out_dir / f"{prefix}-speed.png") if section.kind != "run" else None,
+        plot_speed(rows, out_dir / f"{prefix}-speed.png") if section.kind not in ("run", "overfitting") else None,
         plot_batch_size(points, rows, out_dir / f"{prefix}-batch-size.png"),
         plot_time_breakdown(rows, out_dir / f"{prefix}-time-breakdown.png") if section.kind in ("scaling", "all") else None,
         plot_step_loss(points, out_dir / f"{prefix}-step-loss.png") if section.kind in ("run", "all") else None,
@@ -58,17 +59,22 @@ def make_plots(section: Any, out_dir: Path, prefix: str) -> list[Plot]:
 
 
 def save(fig: Any, path: Path, caption: str) -> Plot:
-    legend = [t.get_text().replace("\n", " ") for leg in [*fig.legends, *(ax.get_legend() for ax in fig.axes)]
-              if leg is not None for t in leg.get_texts()]
+    legends = [leg for leg in [*fig.legends, *(ax.get_legend() for ax in fig.axes)] if leg is not None]
+    legend = [t.get_text().replace("\n", " ") for leg in legends for t in leg.get_texts()]
     lines = max((len(ax.get_lines()) for ax in fig.axes), default=0)
     fig.tight_layout()
+    fig.canvas.draw()
+    edge = fig.bbox.padded(1)  # a pixel of rounding
+    clipped = [t.get_text().replace("\n", " ") for leg in legends
+               if not edge.contains(*leg.get_window_extent().p0) or not edge.contains(*leg.get_window_extent().p1)
+               for t in leg.get_texts()]
     try:
         fig.savefig(path, dpi=DPI)
     except OSError as exc:
         raise file_error(exc) from None
     finally:
         plt.close(fig)
-    return Plot(path.stem.split("-", 1)[-1], path, caption, legend, lines)
+    return Plot(path.stem.split("-", 1)[-1], path, caption, legend, lines, clipped)
 
 
 def color(i: int, n: int) -> Any:

@@ -168,7 +168,7 @@ def pair(section: Section, i: int, j: int, scaling: bool, changed: str | None = 
             "timing_verdict": timing, "acc_diff": acc_diff,
             "acc_verdict": noise.accuracy_verdict(acc_diff, row, base) if acc_diff is not None else noise.Verdict("-"),
             "superlinear": bool(scaling and ratio is not None and ideal and ratio / ideal > 1
-                                and timing.word == "beyond noise")}
+                                and timing.word in ("beyond noise", "single run"))}
 
 
 # ---- what a section's runs share ------------------------------------------------------------------

@@ -107,9 +107,17 @@ def results_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]
         (train, lambda r: pm(r, "train_eval_acc" if r.get("train_eval_acc") is not None else "final_train_acc", percent_value)),
         ("gap (points)", lambda r: points_value(r.get("acc_gap"))),
         ("test loss", lambda r: loss(r.get("final_test_loss"))),
-        ("min test loss (epoch)", lambda r: f"{loss(r.get('min_test_loss'))} ({epoch_text(r.get('min_test_loss_epoch'))})"),
+        ("min test loss (epoch)", lowest_test_loss),
         ("acc noise (points)", lambda r: "-" if r.get("acc_noise") is None else f"{100 * r['acc_noise']:.1f}"),
     ], rows)
+
+
+def lowest_test_loss(row: dict[str, Any]) -> str:
+    """The lowest point of the mean test-loss curve, as the overfitting table and findings give it; a
+    single run's lowest epoch where there is no curve (a mean of the seeds' epochs is no epoch)."""
+    if row.get("overfit"):
+        return f"{loss(row['overfit']['min_test_loss'])} ({row['overfit']['min_epoch']})"
+    return f"{loss(row.get('min_test_loss'))} ({epoch_text(row.get('min_test_loss_epoch'))})"
 
 
 def epoch_text(v: Any) -> str:
