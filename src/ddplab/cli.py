@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import sys
 import traceback
 import typing
@@ -240,8 +241,8 @@ def report(out: Path, paths: list[Path], title: str | None = None) -> None:
 
     result = build_report(paths, out, title=title)
     print(f"{result['num_runs']} runs ({result['num_finished']} finished), {len(result['sections'])} section(s):")
-    for section in result["sections"]:
-        print(f"{section['title']}")
+    for number, section in enumerate(result["sections"], 1):
+        print(f"{number}. {section['title']}")
         for line in section["findings"]:
             print(f"  - {line}")
     print(f"report: {result['index_html']} (tables: {result['report_md']}, {result['points_csv']})")
@@ -305,7 +306,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         compat.check_torch()  # first: the parser imports the kernels, and an older torch lacks what they use
         args = build_parser().parse_args(argv)
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # here, where a closed pipe is handled, not at exit
+        return code
+    except BrokenPipeError:  # the reader went away (ddplab models | head): stop quietly, as shell tools do
+        quiet_stdout()
+        return 141
     except (DdplabError, OSError) as exc:
         error = exc if isinstance(exc, DdplabError) else file_error(exc, "use")  # a read-only or full disk, ...
         if debug:
@@ -315,6 +321,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("ddplab: interrupted", file=sys.stderr)
         return 130
+
+
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that Python's flush at exit does not hit the closed pipe again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no file (captured, closed): nothing to flush there
+        pass
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -266,6 +266,15 @@ def test_resume_with_nothing_left_says_so(tmp_path, tmp_path_factory):
     assert proc.returncode == 0 and "nothing to do" in proc.stdout and "pass a larger --epochs" in proc.stdout
 
 
+def test_a_reader_that_goes_away_stops_the_command_quietly():
+    """`ddplab models | head -1`: the closed pipe ends the command with 141 (as SIGPIPE would), no error line."""
+    proc = subprocess.Popen([sys.executable, "-m", "ddplab", "models"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    proc.stdout.close()  # long before the interpreter has started, let alone written
+    assert proc.wait(timeout=120) == 141
+    assert proc.stderr.read() == ""
+
+
 def test_two_runs_cannot_share_a_folder(tmp_path):
     """While one process tree holds a run folder, a second run there is refused with the owner named."""
     from ddplab.engine.runlock import run_lock
