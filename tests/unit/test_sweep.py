@@ -169,13 +169,21 @@ def test_every_seed_experiment_has_a_bundled_sweep():
 def test_dry_run_plan_says_what_would_happen(tmp_path):
     sweep = load_sweep(write(tmp_path, SWEEP), profile="small")
     out = tmp_path / "out"
-    (out / "runs" / "batch-size-8_1-worker_s7").mkdir(parents=True)
-    (out / "runs" / "batch-size-8_1-worker_s7" / "summary.json").write_text("{}")
-    (out / "runs" / "batch-size-8_1-worker_s8" / "checkpoints").mkdir(parents=True)
-    (out / "runs" / "batch-size-8_1-worker_s8" / "checkpoints" / "last.pt").write_bytes(b"x")
+    finished, unfinished = (out / "runs" / r.name for r in sweep.runs[:2])
+    (unfinished / "checkpoints").mkdir(parents=True)
+    (unfinished / "checkpoints" / "last.pt").write_bytes(b"x")
+    finished.mkdir(parents=True)
+    (finished / "summary.json").write_text("{}")
+    for run, run_dir in zip(sweep.runs, (finished, unfinished)):
+        (run_dir / "config.toml").write_text(run.config.to_toml())
     lines = format_plan(sweep, out).splitlines()
     assert lines[0] == f"sweep demo: 4 runs in {out} (profile small)"
     assert "skip (finished)" in lines[1] and "resume" in lines[2] and " run " in lines[3] and lines[3].endswith("[torchrun]")
+    assert len(lines) == 5
+    # The same folder with other settings: the dry run says what the sweep would refuse, and why.
+    other = format_plan(load_sweep(write(tmp_path, SWEEP), profile="small", overrides=["train.epochs=5"]), out).splitlines()
+    assert "refuse (other settings)" in other[1] and "refuse (other settings)" in other[2]
+    assert other[-1].startswith(f"the sweep would stop before running anything: {finished} was trained with other")
 
 
 def test_settings_from_the_command_line_apply_to_every_run(tmp_path):

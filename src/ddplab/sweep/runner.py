@@ -58,23 +58,31 @@ def check_machine(sweep: Sweep) -> None:
     unavailable_runs(sweep)
 
 
-def stale_runs(sweep: Sweep, out: Path, states: dict[str, str]) -> None:
-    """Refuse to keep or continue a run folder trained with other settings than the file asks for now
-    (the file or --set changed since): its results would be reported under a name they do not have."""
+def stale_reason(run: SweepRun, out: Path, state: str) -> str | None:
+    """Why a run folder cannot be kept or continued for this run, or None: not a run folder, or trained
+    with other settings than the file asks for now (its results would be reported under a wrong name)."""
     from ddplab.engine.rundir import config_differences
 
+    run_dir = out / "runs" / run.name
+    if state == "foreign":
+        return f"{run_dir} exists and is not a ddplab run folder: move it, or use another --out"
+    if state in ("finished", "unfinished"):
+        differing = config_differences(load_toml(run_dir / "config.toml"), run.config)
+        if state == "unfinished":
+            differing -= {"train.profile_steps"}  # changes no number (as --resume allows)
+        if differing:
+            return (f"{run_dir} was trained with other settings than the sweep now asks for "
+                    f"({', '.join(sorted(differing))} differ): the sweep file, its profile or --set changed since; "
+                    "use another --out, or move that run folder away")
+    return None
+
+
+def stale_runs(sweep: Sweep, out: Path, states: dict[str, str]) -> None:
+    """Refuse, before anything runs, a sweep with a run folder it cannot keep or continue."""
     for run in sweep.runs:
-        state, run_dir = states[run.name], out / "runs" / run.name
-        if state == "foreign":
-            raise ConfigError(f"{run_dir} exists and is not a ddplab run folder: move it, or use another --out")
-        if state in ("finished", "unfinished"):
-            differing = config_differences(load_toml(run_dir / "config.toml"), run.config)
-            if state == "unfinished":
-                differing -= {"train.profile_steps"}  # changes no number (as --resume allows)
-            if differing:
-                raise ConfigError(f"{run_dir} was trained with other settings than the sweep now asks for "
-                                  f"({', '.join(sorted(differing))} differ): the sweep file or --set changed since; "
-                                  "use another --out, or move that run folder away")
+        reason = stale_reason(run, out, states[run.name])
+        if reason:
+            raise ConfigError(reason)
 
 
 def plan(sweep: Sweep, out: Path) -> list[tuple[SweepRun, str]]:
@@ -82,7 +90,15 @@ def plan(sweep: Sweep, out: Path) -> list[tuple[SweepRun, str]]:
     states = run_states(sweep, out)
     unavailable = unavailable_runs(sweep)
     action = {"new": "run", "unfinished": "resume", "finished": "skip (finished)", "foreign": "refuse (not a run)"}
-    return [(run, "skip (unavailable)" if run.name in unavailable else action[states[run.name]]) for run in sweep.runs]
+
+    def what(run: SweepRun) -> str:
+        if run.name in unavailable:
+            return "skip (unavailable)"
+        if states[run.name] != "foreign" and stale_reason(run, out, states[run.name]):
+            return "refuse (other settings)"
+        return action[states[run.name]]
+
+    return [(run, what(run)) for run in sweep.runs]
 
 
 def format_plan(sweep: Sweep, out: Path) -> str:
@@ -94,6 +110,10 @@ def format_plan(sweep: Sweep, out: Path) -> str:
                      + ("  [torchrun]" if run.launch == "torchrun" else ""))
     for name, reason in sweep.not_measured.items():
         lines.append(f"  {'(' + name + ')':<40} {'not in this sweep':<18} {reason}")
+    states = run_states(sweep, out)
+    refused = next((r for r in (stale_reason(run, out, states[run.name]) for run in sweep.runs) if r), None)
+    if refused:
+        lines.append(f"the sweep would stop before running anything: {refused}")
     return "\n".join(lines)
 
 
