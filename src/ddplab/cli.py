@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import math
 import os
@@ -256,8 +257,46 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+class Parser(argparse.ArgumentParser):
+    """ddplab's argument parser: a usage error is one line with a pointer to --help (never the usage
+    screen), and flags are never abbreviated: `--train.epoch` is an error that names
+    `--train.epochs`, not a silent match. Subcommands inherit it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"ddplab: error: {message}{self.suggestion(message)} (see {self.prog} --help)\n")
+
+    def suggestion(self, message: str) -> str:
+        """'; did you mean --x?' for the first unknown flag of an 'unrecognized arguments' message."""
+        if not message.startswith("unrecognized arguments:"):
+            return ""
+        unknown = next((w.split("=")[0] for w in message.split(":", 1)[1].split() if w.startswith("--")), None)
+        if unknown is None:
+            return ""
+        owners = self.all_flags()
+        if unknown in owners:  # a flag of another command: the typo is the command's, not the flag's
+            return f"; {unknown} is an option of {' and '.join(owners[unknown])}"
+        close = difflib.get_close_matches(unknown, list(owners), n=1)
+        return f"; did you mean {close[0]}?" if close else ""
+
+    def all_flags(self) -> dict[str, list[str]]:
+        """Each long flag of this parser and its subcommands' (argparse reports a subcommand's unknown
+        flags here), with the commands that have it."""
+        flags: dict[str, list[str]] = {f: [self.prog] for f in self._option_string_actions if f.startswith("--")}
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for p in action.choices.values():
+                    if isinstance(p, Parser):
+                        for flag, progs in p.all_flags().items():
+                            flags.setdefault(flag, []).extend(progs)
+        return flags
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ddplab", description="Train CNN image classifiers on one device or many.")
+    parser = Parser(prog="ddplab", description="Train CNN image classifiers on one device or many.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="train a model (see --help for every setting)")
     add_config_arguments(p)
@@ -298,7 +337,19 @@ def build_parser() -> argparse.ArgumentParser:
     from ddplab.kernels.cli import add_parser as add_kernels_parser
 
     add_kernels_parser(sub)
+    add_debug(parser)
     return parser
+
+
+def add_debug(parser: argparse.ArgumentParser) -> None:
+    """`--debug` on every command (train's also sets output.debug): an error keeps its line and exit
+    code and adds the traceback (main reads the flag before parsing)."""
+    subcommands = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    for action in subcommands:
+        for p in action.choices.values():
+            add_debug(p)
+    if not subcommands and "--debug" not in parser._option_string_actions:
+        parser.add_argument("--debug", action="store_true", help="on an error, show the traceback too")
 
 
 def main(argv: list[str] | None = None) -> int:

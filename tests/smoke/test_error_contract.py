@@ -38,6 +38,7 @@ class Case:
     setup: Callable[[Path], None] | None = None
     after: Callable[[Path], None] | None = None
     debug: bool = False  # --debug: a traceback is expected, the line and code stay
+    alone: bool = False  # the error line is all of stderr (no usage screen, no log lines)
 
 
 def finished_run(tmp: Path, name: str = "run") -> Path:
@@ -139,9 +140,21 @@ def unknown_section(tmp):
 
 
 resume_nothing_setup, resume_nothing_after = unchanged_after(finished_run)
+sweep_into_run_setup, sweep_into_run_after = unchanged_after(
+    lambda tmp: (finished_run(tmp), sweep_file(tmp, '"train.batch_size" = [8]')))
 foreign_setup, foreign_after = unchanged_after(foreign_checkpoint)
 
 CASES = [
+    # Usage errors: one line with a pointer to --help; a flag is never abbreviated into another.
+    Case("abbreviated-flag", [*S, "--train.epoch", "3", "--out", "{tmp}/r"], 2,
+         r"unrecognized arguments: --train\.epoch 3; did you mean --train\.epochs\? \(see ddplab --help\)$",
+         alone=True, after=no_folder("r")),
+    Case("misspelt-command", ["trian"], 2, r"invalid choice: 'trian' .*\(see ddplab --help\)$", alone=True),
+    Case("flag-without-value", ["train", "--lr"], 2, r"argument --lr: expected one argument \(see ddplab train --help\)$",
+         alone=True),
+    Case("sweep-flag-typo", ["sweep", "assignment", "--dryrun"], 2, r"did you mean --dry-run\?", alone=True),
+    Case("flag-of-another-command", ["report", "{tmp}", "--resume"], 2, r"--resume is an option of ddplab train", alone=True),
+    Case("sweep-debug", ["sweep", "{tmp}/nope.toml", "--debug"], 2, r"sweep file .*nope\.toml does not exist", debug=True),
     # configuration (exit 2): the field, the value and what is allowed
     Case("batch-size-0", [*S, "--batch-size", "0", "--out", "{tmp}/r"], 2, r"train\.batch_size=0 .*>= 1", after=no_folder("r")),
     Case("unknown-model", [*S, "--model", "resnet99", "--out", "{tmp}/r"], 2, r"model\.name='resnet99'.*simple_cnn", after=no_folder("r")),
@@ -196,6 +209,9 @@ CASES = [
          after=no_folder("out")),
     Case("sweep-bad-set", ["sweep", "{tmp}/s.toml", "--set", "epochs=3"], 2, r"override 'epochs=3' is not valid: write section\.field=value",
          setup=lambda tmp: sweep_file(tmp, '"train.batch_size" = [8]')),
+    Case("sweep-into-a-run-folder", ["sweep", "{tmp}/s.toml", "--out", "{tmp}/run"], 2,
+         r"--out .*/run is a run folder, not a sweep folder .*choose another --out", setup=sweep_into_run_setup,
+         after=sweep_into_run_after),
     Case("report-a-file", ["report", "{tmp}/file"], 2, r"is not a folder", setup=a_file),
     Case("report-no-runs", ["report", "{tmp}", "--out", "{tmp}/rep"], 2, r"no runs found under"),
     Case("report-truncated-summary", ["report", "{tmp}/run", "--out", "{tmp}/rep"], 3, r"summary\.json",
@@ -253,6 +269,7 @@ def test_error_contract(case, tmp_path, tmp_path_factory):
         assert len(errors) == 1 and errors[0] == proc.stderr.strip().splitlines()[-1], proc.stderr[-3000:]
         assert re.search(case.line, errors[0]), errors[0]
         assert "weights_only" not in errors[0]  # never advise unsafe loading
+        assert not case.alone or proc.stderr.strip() == errors[0], proc.stderr[-3000:]
     assert ("Traceback" in proc.stderr) == case.debug, proc.stderr[-3000:]
     assert leftover_processes(marker) == []
     if case.after:
@@ -287,6 +304,19 @@ def test_two_runs_cannot_share_a_folder(tmp_path):
         assert sorted(p.name for p in (tmp_path / "r").iterdir()) == [".lock"]
     # The owner is gone: its lock is stale and the folder is usable.
     assert ddplab(*S, "--out", str(tmp_path / "r")).returncode == 0
+
+
+def test_two_sweeps_cannot_share_a_folder(tmp_path):
+    """A sweep holds its folder for as long as it runs: a second sweep there is refused, and runs nothing."""
+    from ddplab.engine.runlock import run_lock
+
+    sweep_file(tmp_path, '"train.batch_size" = [8]')
+    with run_lock(tmp_path / "out", "sweep"):
+        proc = ddplab("sweep", str(tmp_path / "s.toml"), "--out", str(tmp_path / "out"))
+        assert proc.returncode == 2, proc.stderr
+        line = proc.stderr.strip().splitlines()[-1]
+        assert f"is in use by pid {os.getpid()}" in line and "wait for that sweep to end, or choose another --out" in line
+        assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".lock"]
 
 
 def test_a_killed_owner_leaves_a_stale_lock_that_is_taken_over(tmp_path):
