@@ -67,13 +67,14 @@ def describe(owner: dict | None) -> str:
 
 
 @contextlib.contextmanager
-def run_lock(run_dir: Path) -> Iterator[None]:
-    """Hold `run_dir` for this process tree; ConfigError (exit 2) if a live process holds it."""
+def run_lock(run_dir: Path, what: str = "run") -> Iterator[None]:
+    """Hold `run_dir` (a run's folder, or a sweep's: `what`) for this process tree; ConfigError (exit 2)
+    if a live process holds it."""
     key = Path(run_dir).resolve()
     if key in _held:
         yield
         return
-    fd = _acquire(Path(run_dir))
+    fd = _acquire(Path(run_dir), what)
     _held[key] = fd
     previous = os.environ.get(HELD_ENV)
     os.environ[HELD_ENV] = str(key)  # inherited by the workers this process starts
@@ -92,7 +93,7 @@ def run_lock(run_dir: Path) -> Iterator[None]:
             Path(run_dir).rmdir()  # only if the run never wrote anything (a refused start)
 
 
-def _acquire(run_dir: Path) -> int:
+def _acquire(run_dir: Path, what: str) -> int:
     path = run_dir / LOCK
     for _ in range(10):
         try:
@@ -104,8 +105,8 @@ def _acquire(run_dir: Path) -> int:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise ConfigError(f"output.out={str(run_dir)!r} is in use by {describe(owner_of(run_dir))}; wait for that run "
-                              "to end, or choose another --out") from None
+            raise ConfigError(f"output.out={str(run_dir)!r} is in use by {describe(owner_of(run_dir))}; wait for that "
+                              f"{what} to end, or choose another --out") from None
         # The previous owner may have removed the file between our open and our flock: then
         # we hold a lock on a file nobody else can see, so start again.
         try:

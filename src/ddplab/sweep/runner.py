@@ -25,6 +25,7 @@ from typing import Any
 
 from ddplab import files
 from ddplab.config import check_environment, load_toml
+from ddplab.engine.runlock import run_lock
 from ddplab.errors import ConfigError
 from ddplab.sweep.manifest import manifest_of, read_manifest, write_manifest
 from ddplab.sweep.spec import Sweep, SweepRun, slug
@@ -135,7 +136,16 @@ def raise_terminated(signum: int, frame: Any) -> None:
 
 
 def run_sweep(sweep: Sweep, out: Path, *, timeout_s: float | None = None, echo=print) -> dict[str, Any]:
-    """Run every unfinished run of `sweep` into `out`; returns the final manifest."""
+    """Run every unfinished run of `sweep` into `out`, which it holds for the whole sweep (one sweep per
+    folder, as one run per run folder); returns the final manifest."""
+    if any((out / name).is_file() for name in ("config.toml", "metrics.jsonl")):
+        raise ConfigError(f"--out {out} is a run folder, not a sweep folder (a run folder is never rewritten): "
+                          "choose another --out")
+    with run_lock(out, "sweep"):
+        return run_held(sweep, out, timeout_s, echo)
+
+
+def run_held(sweep: Sweep, out: Path, timeout_s: float | None, echo) -> dict[str, Any]:
     unavailable = unavailable_runs(sweep)
     states = run_states(sweep, out)
     stale_runs(sweep, out, states)
