@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ddplab.errors import ConfigError
-from ddplab.sweep import check_machine, format_plan, load_sweep, run_name_for
+from ddplab.sweep import check_machine, format_plan, load_sweep, run_name_for, run_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLED = sorted((REPO / "sweeps").glob("*.toml"))
@@ -184,6 +184,12 @@ def test_dry_run_plan_says_what_would_happen(tmp_path):
     other = format_plan(load_sweep(write(tmp_path, SWEEP), profile="small", overrides=["train.epochs=5"]), out).splitlines()
     assert "refuse (other settings)" in other[1] and "refuse (other settings)" in other[2]
     assert other[-1].startswith(f"the sweep would stop before running anything: {finished} was trained with other")
+    # ... and the sweep itself stops there: before any run, with nothing written.
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    with pytest.raises(ConfigError, match=r"was trained with other settings than the sweep now asks for \(train\.epochs "
+                                          r"differ\): the sweep file, its profile or --set changed since"):
+        run_sweep(load_sweep(write(tmp_path, SWEEP), profile="small", overrides=["train.epochs=5"]), out)
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
 
 
 def test_settings_from_the_command_line_apply_to_every_run(tmp_path):
