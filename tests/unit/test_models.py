@@ -372,3 +372,11 @@ def test_count_flops_agrees_with_flop_counter_mode(name):
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         model(torch.zeros(1, 3, 17, 23))
     assert count_flops(model, (3, 17, 23)) == counter.get_total_flops()
+
+
+def test_layers_are_listed_in_forward_order_with_repeats_folded():
+    from ddplab.models import describe_layers
+
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2), nn.ReLU(), nn.ReLU(), nn.Sequential(nn.MaxPool2d(2), nn.Flatten()),
+                          nn.Identity(), nn.Dropout(0.5), nn.Linear(8, 2))
+    assert describe_layers(model) == "Conv3x3(3->8, stride 2) > ReLU x2 > MaxPool2 > Dropout(0.5) > Linear(8->2)"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import itertools
 import math
 import numbers
 from collections.abc import Callable
@@ -180,12 +181,7 @@ def describe_layers(model: nn.Module) -> str:
         if next(module.children(), None) is not None or isinstance(module, (nn.Identity, nn.Flatten)):
             continue  # containers, and layers that compute nothing
         tokens.append(_layer_token(module))
-    folded: list[list] = []
-    for token in tokens:
-        if folded and folded[-1][0] == token:
-            folded[-1][1] += 1
-        else:
-            folded.append([token, 1])
+    folded = [(token, len(list(run))) for token, run in itertools.groupby(tokens)]
     return " > ".join(t if n == 1 else f"{t} x{n}" for t, n in folded)
 
 

@@ -86,33 +86,36 @@ def stale_runs(sweep: Sweep, out: Path, states: dict[str, str]) -> None:
             raise ConfigError(reason)
 
 
-def plan(sweep: Sweep, out: Path) -> list[tuple[SweepRun, str]]:
-    """Each run with what a sweep would do with it now."""
+def plan(sweep: Sweep, out: Path) -> list[tuple[SweepRun, str, str | None]]:
+    """Each run with what a sweep would do with it now, and why the sweep would refuse its folder
+    (None: it would not; `stale_reason`)."""
     states = run_states(sweep, out)
     unavailable = unavailable_runs(sweep)
     action = {"new": "run", "unfinished": "resume", "finished": "skip (finished)", "foreign": "refuse (not a run)"}
-
-    def what(run: SweepRun) -> str:
+    rows = []
+    for run in sweep.runs:
+        state, reason = states[run.name], stale_reason(run, out, states[run.name])
         if run.name in unavailable:
-            return "skip (unavailable)"
-        if states[run.name] != "foreign" and stale_reason(run, out, states[run.name]):
-            return "refuse (other settings)"
-        return action[states[run.name]]
-
-    return [(run, what(run)) for run in sweep.runs]
+            what = "skip (unavailable)"
+        elif reason and state != "foreign":
+            what = "refuse (other settings)"
+        else:
+            what = action[state]
+        rows.append((run, what, reason))
+    return rows
 
 
 def format_plan(sweep: Sweep, out: Path) -> str:
     lines = [f"sweep {sweep.name}: {len(sweep.runs)} runs in {out}" + (f" (profile {sweep.profile})" if sweep.profile else "")
              + (", interleaved" if sweep.order == "interleaved" else "")]
-    for run, action in plan(sweep, out):
+    rows = plan(sweep, out)
+    for run, action, _ in rows:
         point = ", ".join(f"{k}={v}" for k, v in run.point.items())
         lines.append(f"  {run.name:<40} {action:<18} seed {run.seed}  {point}"
                      + ("  [torchrun]" if run.launch == "torchrun" else ""))
     for name, reason in sweep.not_measured.items():
         lines.append(f"  {'(' + name + ')':<40} {'not in this sweep':<18} {reason}")
-    states = run_states(sweep, out)
-    refused = next((r for r in (stale_reason(run, out, states[run.name]) for run in sweep.runs) if r), None)
+    refused = next((reason for _, _, reason in rows if reason), None)
     if refused:
         lines.append(f"the sweep would stop before running anything: {refused}")
     return "\n".join(lines)

@@ -153,6 +153,7 @@ def sweep_file(name: str | Path) -> Path:
         return BUNDLED / f"{name}.toml"
     raise ConfigError(f"{name!r} is neither a sweep file nor a bundled sweep; bundled: {', '.join(bundled_sweeps())}")
 
+
 def load_sweep(path: str | Path, profile: str | None = None, overrides: list[str] | None = None) -> Sweep:
     """The sweep in `path` with `profile` applied, then `overrides` ("section.field=value" on every run,
     for settings no axis sets: e.g. train.epochs=3), every run validated."""
