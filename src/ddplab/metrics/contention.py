@@ -9,7 +9,7 @@ says, per node, what the *other* processes used in that interval:
     other_cpu_share     (machine busy CPU time - this run's processes' CPU time) / (wall x CPUs)
     steal_share         CPU time the hypervisor gave to other guests / (wall x CPUs)
     cpu_pressure_share  share of the wall time in which some runnable task waited for a CPU (PSI)
-    load_avg_1m         the kernel's one-minute load average when the epoch's training ended
+    load_avg_1m         the kernel's one-minute load average at the end of the epoch
 
 and each rank's own CPU seconds (`rank_cpu_s`: divided by `train_s` it is the cores the rank
 kept busy). On CUDA the GPU sampler adds `gpu_other_processes`, the processes on a rank's

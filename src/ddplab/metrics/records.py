@@ -4,6 +4,8 @@ The trainer writes them, the summary adds them up, the report (which reads run f
 anywhere and never imports torch) turns them into shares: one list, here, torch-free.
 """
 
+import math
+
 # Where an epoch's training time went, each summed over its steps. `comm_wait_s` is a probe
 # of the all-reduce's wait, measured inside `forward_backward_s`, so the shares of training
 # time may add up to more than 100%.
@@ -20,6 +22,17 @@ def is_machine_field(name: str) -> bool:
     return name.endswith(MACHINE_SUFFIXES) or name in MACHINE_FIELDS
 
 
-def math_only(record: dict) -> dict:
-    """`record` without the fields that measure the machine."""
-    return {k: v for k, v in record.items() if not is_machine_field(k)}
+def gap_train_acc(record: dict) -> tuple[float | None, str]:
+    """The train side of the train-test gap in an epoch record, and which field it is: training images
+    measured as the test set is when the run checked them (train.eval_train_images), else the running
+    accuracy over augmented batches, which is not the same kind of figure."""
+    if record.get("train_eval_acc") is not None:
+        return record["train_eval_acc"], "train_eval_acc"
+    return record.get("train_acc"), "train_acc (running, augmented)"
+
+
+def worst_reading(records: list[dict], key: str) -> float | None:
+    """The highest finite reading of `key` over epoch records (None: never measured), as the summary
+    and the report judge a run's load."""
+    values = [r[key] for r in records if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    return max(values) if values else None

@@ -12,7 +12,7 @@ import statistics
 from typing import Any
 
 from ddplab.config import RunConfig
-from ddplab.metrics.records import PHASES
+from ddplab.metrics.records import PHASES, gap_train_acc, worst_reading
 
 
 def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: float, total_s: float) -> dict[str, Any]:
@@ -22,6 +22,7 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
                           and not isinstance(v, list)})
     epoch_s = [r["epoch_s"] for r in history]
     min_loss = min(history, key=lambda r: r["test_loss"]) if history else {}
+    gap_train, gap_from = gap_train_acc(last)
     return {
         "status": "stopped_early" if state.stopped_early else "finished",
         "run": {
@@ -43,10 +44,8 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
                                            "test_loss", "test_acc")},
         "best": {"epoch": state.best_epoch, "test_acc": state.best_test_acc},
         "overfitting": {
-            # Training images measured as the test set is (eval mode, no augmentation) when the run
-            # checked them; else the running train accuracy, which is not the same kind of figure.
-            "train_test_acc_gap": _diff(last.get("train_eval_acc", last.get("train_acc")), last.get("test_acc")),
-            "gap_from": "train_eval_acc" if "train_eval_acc" in last else "train_acc (running, augmented)",
+            "train_test_acc_gap": _diff(gap_train, last.get("test_acc")),
+            "gap_from": gap_from,
             "min_test_loss": min_loss.get("test_loss"),
             "min_test_loss_epoch": min_loss.get("epoch"),
             "test_loss_rise": _diff(last.get("test_loss"), min_loss.get("test_loss")),
@@ -90,11 +89,7 @@ CONTENTION_KEYS = ("other_cpu_share", "steal_share", "cpu_pressure_share", "load
 
 def contention_summary(history: list[dict[str, Any]]) -> dict[str, Any]:
     """The highest reading of each contention figure over the epochs (None: never measured)."""
-    out = {}
-    for key in CONTENTION_KEYS:
-        values = [r[key] for r in history if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
-        out[f"max_{key}"] = max(values) if values else None
-    return out
+    return {f"max_{key}": worst_reading(history, key) for key in CONTENTION_KEYS}
 
 
 def gpu_summary(gpu: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:

@@ -17,9 +17,9 @@ import statistics
 from typing import Any
 
 from ddplab.errors import DataError
-from ddplab.metrics.records import PHASES  # the file format's names, torch-free
+from ddplab.metrics.records import PHASES, gap_train_acc  # the file format's rules, torch-free
 from ddplab.report import noise
-from ddplab.report.runs import Point, Run, experiment_config
+from ddplab.report.runs import Point, Run
 
 SHARES = tuple(p.removesuffix("_s") + "_share" for p in PHASES)
 TEXT = ("strategy", "device", "device_name", "precision", "backend", "memory_label", "gap_basis", "torch")
@@ -52,7 +52,7 @@ def run_figures(run: Run) -> dict[str, Any]:
     train_s = sum(r["train_s"] for r in steady)
     label, peak = peak_memory(s)
     final, last = s["final"], history[-1]
-    train_eval = last.get("train_eval_acc")
+    gap_train, gap_from = gap_train_acc(last)
     low = min(history, key=lambda r: r["test_loss"])
     load = noise.run_load(history)
     rates = noise.window_rates(run.steps, s["batch"]["global"], len(history))
@@ -66,11 +66,9 @@ def run_figures(run: Run) -> dict[str, Any]:
         "train_images": s.get("data", {}).get("train_images"), "test_images": s.get("data", {}).get("eval_images"),
         "epochs": len(history),
         "final_test_acc": final["test_acc"], "best_test_acc": s["best"]["test_acc"],
-        "final_train_acc": final["train_acc"], "train_eval_acc": train_eval,
-        # The gap the assignment means is on training images measured as the test set is; runs written
-        # before ddplab measured those only have the running accuracy over augmented batches.
-        "acc_gap": difference(train_eval if train_eval is not None else final["train_acc"], final["test_acc"]),
-        "gap_basis": "eval mode" if train_eval is not None else "running, augmented",
+        "final_train_acc": final["train_acc"], "train_eval_acc": last.get("train_eval_acc"),
+        "acc_gap": difference(gap_train, final["test_acc"]),
+        "gap_basis": "eval mode" if gap_from == "train_eval_acc" else "running, augmented",
         "final_test_loss": final["test_loss"], "min_test_loss": low["test_loss"], "min_test_loss_epoch": low.get("epoch"),
         "total_s": s["time"]["total_s"], "train_s": s["time"]["train_s"], "eval_s": s["time"].get("eval_s"),
         "epoch_s": statistics.fmean(r["epoch_s"] for r in steady) if steady else None,
@@ -153,18 +151,6 @@ def point_rows(points: list[Point], run_rows: dict[str, dict[str, Any]]) -> list
     return rows
 
 
-def scaling_groups(rows: list[dict[str, Any]], points: list[Point]) -> None:
-    """Speedup and efficiency of each point against the 1-worker point of its group: the same config
-    apart from dist.* (None without one)."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for row, p in zip(rows, points):
-        config = {k: v for k, v in experiment_config(p.config).items() if not k.startswith("dist.")}
-        groups.setdefault(repr(sorted(config.items())) if config else row["point"], []).append(row)
-    for members in groups.values():
-        base = fewest_workers(members)
-        scale(members, base if base is not None and base["world_size"] == 1 else None, "point")
-
-
 def fewest_workers(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The timed row with the fewest workers, a single-process one first; None when no row was timed."""
     timed = [r for r in rows if r.get("images_per_s") and isinstance(r.get("world_size"), int)]
@@ -181,16 +167,26 @@ def devices(row: dict[str, Any]) -> int:
     return row["nodes"] if isinstance(row.get("nodes"), int) else 1
 
 
+def speedup(row: dict[str, Any], base: dict[str, Any]) -> float | None:
+    """The one definition of speedup, for the report's sections and `ddplab compare`: this row's training
+    throughput over the baseline's (epochs after the first); None unless both were timed."""
+    return row["images_per_s"] / base["images_per_s"] if row.get("images_per_s") and base.get("images_per_s") else None
+
+
+def ideal_speedup(row: dict[str, Any], base: dict[str, Any]) -> float:
+    """What perfect scaling would give: the devices this row has over the baseline's."""
+    return devices(row) / devices(base)
+
+
 def scale(rows: list[dict[str, Any]], base: dict[str, Any] | None, name: str) -> None:
-    """The one definition of scaling, for the report and for `ddplab compare`: speedup is this row's
-    training throughput over the baseline's (epochs after the first); efficiency is speedup over
-    the ideal, the devices this row has over the baseline's. `baseline` names the row compared
-    against, by its `name` field; the baseline itself gets none (it is 1x by definition)."""
+    """Speedup and efficiency (speedup over the ideal) of each row against `base`, for `ddplab compare`.
+    `baseline` names the row compared against, by its `name` field; the baseline itself gets none
+    (it is 1x by definition)."""
     for row in rows:
-        fast = (base is not None and row is not base and bool(row.get("images_per_s")) and bool(base.get("images_per_s"))
+        fast = (base is not None and row is not base and speedup(row, base) is not None
                 and isinstance(row.get("world_size"), int))
-        row["speedup"] = row["images_per_s"] / base["images_per_s"] if fast else None
-        row["ideal"] = devices(row) / devices(base) if fast else None
+        row["speedup"] = speedup(row, base) if fast else None
+        row["ideal"] = ideal_speedup(row, base) if fast else None
         row["efficiency"] = row["speedup"] / row["ideal"] if fast else None
         row["baseline"] = base[name] if fast else None
         row["is_baseline"] = base is not None and row is base

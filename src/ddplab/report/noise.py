@@ -4,10 +4,11 @@ The report states a difference as an effect only when its own data support it:
 
 Timing. A point's training throughput (images per second of training, epochs after the
 first) has a noise: over seeds, the relative standard deviation of the runs' throughputs
-(run-to-run noise); for a single run, the relative standard error of its throughput over
-equal windows of training (steps.jsonl; within-run only, said so). Two points differ
-*beyond noise* when their ratio is further from 1 than `NOISE_SIGMAS` times the two
-noises combined, and at least `MIN_TIMING_EFFECT`. A comparison is *unreliable* when a run
+(run-to-run noise). Two points differ *beyond noise* when their ratio is further from 1
+than `NOISE_SIGMAS` times the two noises combined, and at least `MIN_TIMING_EFFECT`. With
+one run on either side the verdict is *single run*, never an effect: a run's own spread
+over equal windows of training (steps.jsonl, shown beside it) says nothing of the next
+run's. A comparison is *unreliable* when a run
 on either side competed with other work while it trained (`contended`): other processes
 used `CONTENDED_OTHER_CPU` of the CPUs or the hypervisor stole `CONTENDED_STEAL`, or
 another process shared its GPU. The clocks then measured the load, not the setting.
@@ -26,6 +27,8 @@ import math
 import statistics
 from dataclasses import dataclass
 from typing import Any
+
+from ddplab.metrics.records import worst_reading
 
 NOISE_SIGMAS = 2.0  # a difference beyond this many standard deviations is an effect
 MIN_TIMING_EFFECT = 0.03  # timing ratios closer to 1 than 3% are never called an effect (run-to-run drift)
@@ -71,13 +74,9 @@ def timed_epochs(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def run_load(history: list[dict[str, Any]]) -> Load:
     epochs = timed_epochs(history)
-
-    def worst(key: str) -> float | None:
-        values = [r[key] for r in epochs if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
-        return max(values) if values else None
-
-    gpu = worst("gpu_other_processes")
-    return Load(other_cpu=worst("other_cpu_share"), steal=worst("steal_share"), gpu_others=None if gpu is None else int(gpu))
+    gpu = worst_reading(epochs, "gpu_other_processes")
+    return Load(other_cpu=worst_reading(epochs, "other_cpu_share"), steal=worst_reading(epochs, "steal_share"),
+                gpu_others=None if gpu is None else int(gpu))
 
 
 def combine_loads(loads: list[Load]) -> Load:

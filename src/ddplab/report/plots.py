@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ddplab.errors import file_error  # noqa: E402
-from ddplab.report.runs import Point  # noqa: E402
+from ddplab.report.runs import Point, groups_without  # noqa: E402
 
 DPI = 100
 MAX_POINTS_TOGETHER = 4  # more points than this: one panel each
@@ -111,7 +111,7 @@ def draw_curve(ax: Any, series: dict[str, tuple], c: Any, label: str | None) -> 
 
 
 def mark_overfitting(ax: Any, row: dict[str, Any], c: Any) -> None:
-    """The epoch of lowest test loss (a ring) and where early stopping would stop (a dotted line)."""
+    """The epoch of lowest test loss (a dotted line) and where early stopping would stop (dash-dot)."""
     o = row.get("overfit")
     if not o:
         return
@@ -196,7 +196,7 @@ def plot_batch_size(points: list[Point], rows: list[dict[str, Any]], path: Path)
     if not any(a.endswith("batch_size") for p in points for a in p.axes):
         return None  # the batch differs along with something else (a DDP point's share of one batch): not a batch sweep
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12.0, 4.6))
-    groups = groups_without(points, rows, ("train.batch_size",))
+    groups = groups_without(points, ("train.batch_size",))
     for g, members in enumerate(groups):
         sel = sorted((rows[i] for i in members if isinstance(rows[i].get("local_batch"), int)), key=lambda r: r["local_batch"])
         label = wrap(group_label(points, members)) if len(groups) > 1 else "all points"
@@ -226,17 +226,6 @@ def memory_axis(rows: list[dict[str, Any]]) -> str:
     return {"peak_rss_mib": "peak RSS per rank (MiB; the whole process: data, torch)",
             "peak_alloc_mib": "peak allocated per rank (MiB)",
             "peak_reserved_mib": "peak reserved per rank (MiB)"}.get(label, "peak memory per rank (MiB)")
-
-
-def groups_without(points: list[Point], rows: list[dict[str, Any]], prefixes: tuple[str, ...]) -> list[list[int]]:
-    """Indexes of points whose configs are equal once the fields starting with `prefixes` are left out."""
-    from ddplab.report.runs import experiment_config
-
-    groups: dict[str, list[int]] = {}
-    for i, p in enumerate(points):
-        config = {k: v for k, v in experiment_config(p.config).items() if not k.startswith(prefixes)}
-        groups.setdefault(repr(sorted(config.items())) if config else rows[i]["point"], []).append(i)
-    return list(groups.values())
 
 
 def group_label(points: list[Point], members: list[int]) -> str:

@@ -288,6 +288,16 @@ def experiment_config(config: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in config.items() if k not in IGNORED_FIELDS and not k.startswith(IGNORED_SECTIONS)}
 
 
+def groups_without(points: list[Point], prefixes: tuple[str, ...]) -> list[list[int]]:
+    """Indexes of points whose configs are equal once the fields starting with `prefixes` are left out
+    (a point without a config is a group of its own): the points a scaling or batch-size line joins."""
+    groups: dict[str, list[int]] = {}
+    for i, p in enumerate(points):
+        config = {k: v for k, v in experiment_config(p.config).items() if not k.startswith(prefixes)}
+        groups.setdefault(repr(sorted(config.items())) if config else p.label, []).append(i)
+    return list(groups.values())
+
+
 def group_points(runs: list[Run]) -> list[Point]:
     """Finished runs grouped over seeds, in order of first appearance, labelled by the axes that vary."""
     groups: dict[Any, list[Run]] = {}

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddplab.report import figures, noise
-from ddplab.report.runs import Point, Run, axis_text, experiment_config, group_points, value_text
+from ddplab.report.runs import Point, Run, axis_text, experiment_config, group_points, groups_without, value_text
 
 SCALING_FIELDS = ("dist.nproc", "dist.nnodes", "dist.strategy")  # what a scaling comparison varies
 
@@ -114,12 +114,8 @@ def declared_pairs(section: Section) -> list[dict[str, Any]]:
 
 def scaling_pairs(section: Section) -> list[dict[str, Any]]:
     """Multi-worker points against the 1-worker point of the same config (dist.* aside)."""
-    groups: dict[str, list[int]] = {}
-    for i, p in enumerate(section.points):
-        config = {k: v for k, v in experiment_config(p.config).items() if not k.startswith("dist.")}
-        groups.setdefault(repr(sorted(config.items())) if config else p.label, []).append(i)
     out = []
-    for members in groups.values():
+    for members in groups_without(section.points, ("dist.",)):
         base = figures.fewest_workers([section.rows[i] for i in members])
         if base is None or base["world_size"] != 1:
             continue
@@ -156,9 +152,9 @@ def differing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 def pair(section: Section, i: int, j: int, scaling: bool, changed: str | None = None) -> dict[str, Any]:
     """Point i against point j: speed ratio (training throughput) and accuracy difference, each with its verdict."""
     row, base = section.rows[i], section.rows[j]
-    ratio = row["images_per_s"] / base["images_per_s"] if row.get("images_per_s") and base.get("images_per_s") else None
-    ideal = figures.devices(row) / figures.devices(base) if scaling else None
-    loads = {**{n: x for n, x in row["loads"].items()}, **{n: x for n, x in base["loads"].items()}}
+    ratio = figures.speedup(row, base)
+    ideal = figures.ideal_speedup(row, base) if scaling else None
+    loads = {**row["loads"], **base["loads"]}
     acc_diff = figures.difference(row.get("final_test_acc"), base.get("final_test_acc"))
     timing = (noise.timing_verdict(ratio, row["timing"], base["timing"], loads) if ratio is not None
               else noise.Verdict("not timed"))
