@@ -212,6 +212,13 @@ CASES = [
     Case("sweep-into-a-run-folder", ["sweep", "{tmp}/s.toml", "--out", "{tmp}/run"], 2,
          r"--out .*/run is a run folder, not a sweep folder .*choose another --out", setup=sweep_into_run_setup,
          after=sweep_into_run_after),
+    Case("sweep-negative-timeout", ["sweep", "assignment", "--timeout", "-5"], 2,
+         r"argument --timeout: '-5' is not a number of seconds > 0", alone=True),
+    Case("sweep-nan-timeout", ["assignment", "--timeout", "nan"], 2, r"argument --timeout: 'nan' is not a number of seconds > 0",
+         alone=True),
+    Case("sweep-without-file", ["sweep"], 2, r"give a sweep file or a bundled sweep's name \(ddplab sweep --list\)"),
+    Case("sweep-unknown-name", ["sweep", "precison"], 2, r"'precison' is neither a sweep file nor a bundled sweep; "
+         r"bundled: .*precision"),
     Case("report-a-file", ["report", "{tmp}/file"], 2, r"is not a folder", setup=a_file),
     Case("report-no-runs", ["report", "{tmp}", "--out", "{tmp}/rep"], 2, r"no runs found under"),
     Case("report-truncated-summary", ["report", "{tmp}/run", "--out", "{tmp}/rep"], 3, r"summary\.json",
