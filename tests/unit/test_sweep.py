@@ -1,12 +1,13 @@
 """Sweep files: expansion into validated runs, names, profiles, the bundled sweeps."""
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
 from ddplab.errors import ConfigError
-from ddplab.sweep import check_machine, format_plan, load_sweep, run_name_for, run_sweep
+from ddplab.sweep import check_machine, format_plan, load_sweep, plan, run_name_for, run_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLED = sorted((REPO / "sweeps").glob("*.toml"))
@@ -259,3 +260,30 @@ def test_sections_resolve_to_runs_and_say_what_is_not_measured(tmp_path):
     # Without [[sections]]: one section over every run.
     (whole,) = load_sweep(write(tmp_path, SWEEP)).section_records()
     assert whole["title"] == "demo" and len(whole["runs"]) == 8 and whole["not_measured"] == []
+
+
+def test_runs_this_machine_cannot_start_are_skipped_with_the_reason_or_refused(tmp_path):
+    text = ('[sweep]\nunavailable = "skip"\n[base.data]\ndataset = "synthetic"\n[base.train]\ndevice = "cpu"\n'
+            '[[variants]]\nlabel = "here"\n[[variants]]\nlabel = "there"\n"train.device" = "cuda:99"\n')
+    sweep = load_sweep(write(tmp_path, text))
+    actions = {run.name: action for run, action, _ in plan(sweep, tmp_path / "out")}
+    assert actions == {"here": "run", "there": "skip (unavailable)"}
+    with pytest.raises(ConfigError, match=r"sweep run there \(\{'variant': 'there'\}\) cannot run here: "):
+        check_machine(load_sweep(write(tmp_path, text.replace('"skip"', '"refuse"'))))
+
+
+def test_a_running_run_shows_each_new_epoch_with_the_time_left(tmp_path):
+    from ddplab.sweep.runner import EpochWatch
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(json.dumps({"epoch": 1, "epoch_s": 9.0, "test_acc": 0.5}) + "\n")
+    watch = EpochWatch(path, epochs=4)
+    assert watch.new_lines() == []  # a resumed run's earlier epochs are not news
+    with path.open("a") as f:
+        f.write(json.dumps({"epoch": 2, "epoch_s": 3.0, "test_acc": 0.625}) + "\n" + '{"epoch": 3, "ep')
+    assert watch.new_lines() == []  # a line still being written: read it next time
+    with path.open("a") as f:
+        f.write('och_s": 5.0}\n')
+    assert watch.new_lines() == ["epoch 2/4, test acc 62.50%, 3.0 s/epoch, about 6.0 s left",
+                                 "epoch 3/4, 5.0 s/epoch, about 4.0 s left"]  # the mean epoch so far, times epochs left
+    assert watch.new_lines() == []
