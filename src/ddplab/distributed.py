@@ -26,6 +26,7 @@ import torch.nn as nn
 from ddplab import compat
 from ddplab.config import RunConfig
 from ddplab.errors import ConfigError
+from ddplab.topology import ProcessPlace
 
 
 @dataclass(frozen=True)
@@ -102,25 +103,6 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     if device.type == "cuda":
         torch.cuda.set_device(device)  # before any allocation, or every rank touches GPU 0
     return device
-
-
-@dataclass(frozen=True)
-class ProcessPlace:
-    """Where this process sits, as the launcher (elastic agent, torchrun, srun) said."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-
-
-def place_from_env(env: dict[str, str] | None = None) -> ProcessPlace | None:
-    """torchrun / elastic agent (RANK, WORLD_SIZE, LOCAL_RANK) or Slurm's srun; None if neither."""
-    env = dict(os.environ) if env is None else env
-    if "RANK" in env and "WORLD_SIZE" in env:
-        return ProcessPlace(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", "0")))
-    if "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1")) > 1:
-        return ProcessPlace(int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", "0")))
-    return None
 
 
 def _slurm_rendezvous_env() -> None:
@@ -209,7 +191,7 @@ def resolve_backend(requested: str, device: torch.device) -> str:
     return requested
 
 
-def set_cpu_threads(device: torch.device, threads: int | None = None) -> None:
+def set_cpu_threads(device: torch.device, threads: int | None = None, local_world: int = 1) -> None:
     """Intra-op threads of a CPU process: `threads` (--train.threads), else $OMP_NUM_THREADS, else
     torch's default, except that CPU workers on one node split the cores they may run on.
 
@@ -223,7 +205,6 @@ def set_cpu_threads(device: torch.device, threads: int | None = None) -> None:
     if threads is not None:
         torch.set_num_threads(threads)
         return
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     if local_world > 1 and "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(max(1, usable_cores() // local_world))
 
@@ -235,14 +216,13 @@ def usable_cores() -> int:
 
 
 @contextlib.contextmanager
-def distributed_context(config: RunConfig) -> Iterator[DistContext]:
-    """Join the process group this process was started for, and always leave it.
+def distributed_context(config: RunConfig, place: ProcessPlace | None) -> Iterator[DistContext]:
+    """Join the process group this process was started for (`place`, see topology.py), and always leave it.
 
-    Without a launcher's environment this is a single process and no group is made. The
-    group is destroyed on success and on error alike, so no rank is left waiting in NCCL.
+    Without a place this is a single process and no group is made. The group is destroyed
+    on success and on error alike, so no rank is left waiting in NCCL.
     """
-    place = place_from_env()
-    if place is None or place.world_size == 1:
+    if place is None:
         if config.dist.strategy == "ddp" and config.world_size() > 1:
             raise ConfigError("dist.strategy=ddp: this process was not started by a launcher; "
                               "use `ddplab train --nproc N` or torchrun")
@@ -250,10 +230,10 @@ def distributed_context(config: RunConfig) -> Iterator[DistContext]:
         set_cpu_threads(ctx.device, config.train.threads)
         yield ctx
         return
-    if "SLURM_PROCID" in os.environ and "RANK" not in os.environ:
+    if place.launcher == "srun":
         _slurm_rendezvous_env()
     device = resolve_device(config.train.device, place.local_rank)
-    set_cpu_threads(device, config.train.threads)
+    set_cpu_threads(device, config.train.threads, place.local_world_size)
     backend = resolve_backend(config.dist.backend, device)
     if backend == "gloo" and config.dist.nnodes > 1:
         maybe_set_gloo_interface()

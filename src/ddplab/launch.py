@@ -18,6 +18,7 @@ import os
 import re
 import signal
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -25,10 +26,11 @@ from pathlib import Path
 
 from ddplab import compat, errors
 from ddplab.config import RunConfig, build_config, check_environment
-from ddplab.distributed import place_from_env, route_address
+from ddplab.distributed import route_address
 from ddplab.engine import checkpoint
 from ddplab.engine.rundir import check_run_dir, nothing_to_resume
 from ddplab.engine.runlock import run_lock, should_hold
+from ddplab.topology import as_launched, placement
 
 RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 SHUTDOWN_TIMEOUT_S = 5
@@ -42,11 +44,14 @@ def launch(config: RunConfig):
     """Run `config` the way it asks to be run; returns the RunResult (rank 0's, when it has one)."""
     from ddplab.engine.run import train
 
+    where = placement(config.dist.strategy)  # refuses a worker asked for one process, before anything else
+    if where.ignored:
+        print(f"ddplab: note: {where.ignored}", file=sys.stderr, flush=True)
+    place = where.place
+    if place is not None:
+        config = resumed_after_restart(as_launched(config, place))
     config = config.with_out_folder()
     check_environment(config)
-    place = place_from_env()  # set inside torchrun / srun: this process is one worker
-    if place is not None:
-        config = resumed_after_restart(config)
     holds = should_hold(Path(config.output.out), place.rank if place else None, launching_nodes=config.dist.nnodes)
     holder = run_lock(Path(config.output.out)) if holds else contextlib.nullcontext()
     check_run_dir(config)  # on every rank, before the group forms: a refusal stops all ranks at once

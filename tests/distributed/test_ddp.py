@@ -14,6 +14,7 @@ import torch
 
 from conftest import leftover_processes
 from ddplab import compat
+from ddplab.config import load_toml
 from ddplab.engine import checkpoint
 from ddplab.metrics.records import PHASES, is_machine_field
 
@@ -95,6 +96,20 @@ def test_torchrun_gives_the_same_run(ddp_run, tmp_path):
     assert metrics(tmp_path / "tr") == metrics(ddp_run)
     for key, value in weights(ddp_run).items():
         assert torch.equal(weights(tmp_path / "tr")[key], value), key
+    # The record says what ran: two processes on Gloo, and config.toml re-runs that shape.
+    assert json.loads((tmp_path / "tr" / "summary.json").read_text())["run"]["backend"] == "gloo"
+    assert load_toml(tmp_path / "tr" / "config.toml")["dist"]["nproc"] == 2
+
+
+def test_torchrun_without_ddp_is_refused_on_every_rank(tmp_path):
+    """torchrun --nproc-per-node 2 with the default strategy used to train DDP while recording 'single'."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "ddplab", "train",
+         *TINY, "--out", str(tmp_path / "tr")], capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=300)
+    assert proc.returncode != 0
+    assert proc.stderr.count("but dist.strategy=single trains one process: pass --strategy ddp") == 2, proc.stderr[-3000:]
+    assert not (tmp_path / "tr").exists()
 
 
 def test_launcher_signature_of_the_oldest_supported_torch_gives_the_same_run(ddp_run, tmp_path):
@@ -288,7 +303,7 @@ def test_slurm_srun_environment_just_works(ddp_run, tmp_path):
     procs = []
     for rank in (0, 1):
         env = {**os.environ, "OMP_NUM_THREADS": "1", "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2",
-               "SLURM_LOCALID": str(rank), "SLURM_JOB_ID": "4242", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+               "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NUM_NODES": "1", "SLURM_LOCALID": str(rank), "SLURM_JOB_ID": "4242", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
         procs.append(subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
     outputs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outputs]

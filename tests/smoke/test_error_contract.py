@@ -39,6 +39,8 @@ class Case:
     after: Callable[[Path], None] | None = None
     debug: bool = False  # --debug: a traceback is expected, the line and code stay
     alone: bool = False  # the error line is all of stderr (no usage screen, no log lines)
+    env: dict[str, str] | None = None  # set for the command, on top of this process's environment
+    note: str = ""  # regex stderr must match besides the error line (a note on what was ignored)
 
 
 def finished_run(tmp: Path, name: str = "run") -> Path:
@@ -252,7 +254,27 @@ CASES = [
     Case("out-under-a-file", [*S, "--out", "{tmp}/file/r"], 5, r"cannot .*file/r.*Not a directory", setup=a_file),
     Case("ddp-unwritable-out", [*S, "--strategy", "ddp", "--nproc", "2", "--out", "/sys/ddplab-contract/r"], 5,
          r"cannot .*/sys/ddplab-contract"),
-    # not errors: nothing to do, and said so
+    # stray launcher variables: partial sets are ignored and named; a full set asks for DDP; malformed is one line
+    Case("torchrun-set-without-ddp", [*S, "--out", "{tmp}/r"], 2,
+         r"started by torchrun as rank 0 of 2 \(RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT are set\), but "
+         r"dist\.strategy=single trains one process: pass --strategy ddp", alone=True, after=no_folder("r"),
+         env={"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "9"}),
+    Case("srun-step-without-ddp", [*S, "--out", "{tmp}/r"], 2, r"started by srun as rank 1 of 2 .*pass --strategy ddp",
+         alone=True, after=no_folder("r"), env={"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2", "SLURM_NTASKS": "2"}),
+    Case("malformed-rank", [*S, "--strategy", "ddp", "--out", "{tmp}/r"], 2, r"environment variable RANK='abc' is not a "
+         r"whole number >= 0", alone=True, after=no_folder("r"),
+         env={"RANK": "abc", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "9"}),
+    Case("malformed-local-world-size", [*S, "--strategy", "ddp", "--out", "{tmp}/r"], 2,
+         r"LOCAL_WORLD_SIZE='abc' is not a whole number >= 1", alone=True, after=no_folder("r"),
+         env={"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "abc", "MASTER_ADDR": "127.0.0.1",
+              "MASTER_PORT": "9"}),
+    # not errors: nothing to do, and said so; stray launcher variables ignored, and said so
+    Case("sbatch-without-srun", [*S, "--out", "{tmp}/r"], 0, env={"SLURM_PROCID": "0", "SLURM_NTASKS": "2"},
+         note=r"ddplab: note: ignored SLURM_NTASKS=2: srun did not start this process"),
+    Case("rank-without-master", [*S, "--out", "{tmp}/r"], 0, env={"RANK": "0", "WORLD_SIZE": "2"},
+         note=r"ddplab: note: ignored RANK, WORLD_SIZE: without MASTER_ADDR, MASTER_PORT"),
+    Case("malformed-but-ignored", [*S, "--out", "{tmp}/r"], 0, env={"RANK": "abc", "LOCAL_WORLD_SIZE": "abc"},
+         note=r"ddplab: note: ignored RANK: without WORLD_SIZE, MASTER_ADDR, MASTER_PORT"),
     Case("resume-finished-run", ["train", "--out", "{tmp}/run", "--resume"], 0, setup=resume_nothing_setup,
          after=resume_nothing_after),
 ]
@@ -269,7 +291,7 @@ def test_error_contract(case, tmp_path, tmp_path_factory):
     if case.setup:
         case.setup(tmp_path)
     marker = f"DDPLAB_TEST_{uuid.uuid4().hex}"
-    proc = ddplab(*[a.replace("{tmp}", str(tmp_path)) for a in case.args], env={marker: "1"})
+    proc = ddplab(*[a.replace("{tmp}", str(tmp_path)) for a in case.args], env={marker: "1", **(case.env or {})})
     assert proc.returncode == case.code, proc.stderr[-3000:]
     if case.code:
         errors = [line for line in proc.stderr.splitlines() if line.startswith("ddplab: error:")]
@@ -278,6 +300,7 @@ def test_error_contract(case, tmp_path, tmp_path_factory):
         assert "weights_only" not in errors[0]  # never advise unsafe loading
         assert not case.alone or proc.stderr.strip() == errors[0], proc.stderr[-3000:]
     assert ("Traceback" in proc.stderr) == case.debug, proc.stderr[-3000:]
+    assert re.search(case.note, proc.stderr), proc.stderr[-3000:]
     assert leftover_processes(marker) == []
     if case.after:
         case.after(tmp_path)

@@ -1,6 +1,7 @@
 """Config: TOML round trip, overrides, and one clear ConfigError per bad value."""
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -148,13 +149,79 @@ def test_readme_reference_is_current():
     assert reference_markdown() in readme, "run: python scripts/readme_reference.py"
 
 
-def test_process_place_from_launcher_environments():
-    from ddplab.distributed import ProcessPlace, place_from_env
+TORCHRUN = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1",
+            "MASTER_PORT": "29500"}
+SRUN = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_STEP_NUM_TASKS": "8",
+        "SLURM_STEP_NUM_NODES": "2"}
 
-    assert place_from_env({}) is None
-    assert place_from_env({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}) == ProcessPlace(3, 4, 1)
-    assert place_from_env({"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1"}) == ProcessPlace(5, 8, 1)
-    assert place_from_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}) is None  # a plain sbatch step
+
+def test_a_launchers_full_set_makes_a_worker_and_says_where_it_sits():
+    from ddplab.topology import ProcessPlace, placement
+
+    assert placement("ddp", {}).place is None
+    assert placement("ddp", TORCHRUN).place == ProcessPlace(3, 4, 1, 2, "torchrun")
+    assert placement("ddp", SRUN).place == ProcessPlace(5, 8, 1, 4, "srun")
+    assert placement("ddp", SRUN).place.nnodes == 2
+    one = {**TORCHRUN, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"}
+    assert placement("single", one).place is None  # torchrun --nproc 1: one process, no group
+
+
+@pytest.mark.parametrize("env, ignored", [
+    ({"RANK": "0", "WORLD_SIZE": "2"}, "ignored RANK, WORLD_SIZE: without MASTER_ADDR, MASTER_PORT"),
+    ({"RANK": "abc", "LOCAL_RANK": "x"}, "ignored RANK, LOCAL_RANK: without WORLD_SIZE, MASTER_ADDR, MASTER_PORT"),
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "7"}, "ignored SLURM_NTASKS=2: srun did not start"),
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, None),  # a one-task sbatch job: nothing to say
+    ({"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}, None),  # a multi-node user's shell: used by --nproc
+])
+@pytest.mark.parametrize("strategy", ["single", "ddp"])
+def test_stray_launcher_variables_are_ignored_and_named(env, ignored, strategy):
+    from ddplab.topology import placement
+
+    got = placement(strategy, env)
+    assert got.place is None
+    assert (got.ignored or None) == ignored or got.ignored.startswith(ignored)
+
+
+@pytest.mark.parametrize("env, message", [
+    ({**TORCHRUN, "RANK": "abc"}, "environment variable RANK='abc' is not a whole number >= 0"),
+    ({**TORCHRUN, "WORLD_SIZE": "0"}, "WORLD_SIZE='0' is not a whole number >= 1"),
+    ({**TORCHRUN, "LOCAL_WORLD_SIZE": "abc"}, "LOCAL_WORLD_SIZE='abc' is not a whole number"),
+    ({**TORCHRUN, "RANK": "9" * 400}, "RANK='9999"),
+    ({**TORCHRUN, "RANK": "4"}, "RANK=4 but the group has 4 processes"),
+    ({**TORCHRUN, "LOCAL_WORLD_SIZE": "3"}, "LOCAL_RANK=1 with 3 processes per node does not fit a group of 4"),
+    ({k: v for k, v in TORCHRUN.items() if k not in ("LOCAL_RANK",)}, "LOCAL_RANK is not set"),
+    ({**SRUN, "SLURM_STEP_NUM_NODES": "3"}, "srun started 8 tasks on 3 nodes"),
+    ({**SRUN, "SLURM_PROCID": "-1"}, "SLURM_PROCID='-1' is not a whole number >= 0"),
+])
+def test_a_malformed_launcher_variable_that_would_be_used_is_one_line(env, message):
+    from ddplab.errors import ConfigError
+    from ddplab.topology import placement
+
+    with pytest.raises(ConfigError, match=re.escape(message)) as info:
+        placement("ddp", env)
+    assert "\n" not in str(info.value) and len(str(info.value)) < 400
+
+
+@pytest.mark.parametrize("env, launcher", [(TORCHRUN, "torchrun as rank 3 of 4"), (SRUN, "srun as rank 5 of 8")])
+@pytest.mark.parametrize("strategy", ["single", "dp"])
+def test_a_worker_that_asks_for_one_process_is_refused(env, launcher, strategy):
+    from ddplab.errors import ConfigError
+    from ddplab.topology import placement
+
+    with pytest.raises(ConfigError, match=f"started by {launcher} .* dist.strategy={strategy} trains one process: "
+                                          "pass --strategy ddp"):
+        placement(strategy, env)
+
+
+def test_a_worker_records_the_shape_its_launcher_gave():
+    from ddplab.topology import as_launched, placement
+
+    config = build_config({"dist": {"strategy": "ddp"}})
+    ran = as_launched(config, placement("ddp", SRUN).place)
+    assert (ran.dist.nproc, ran.dist.nnodes, ran.dist.node_rank, ran.world_size()) == (4, 2, 1, 8)
+    assert ran.dist.rdzv_endpoint  # a multi-node config must name one, or it would not load again
+    assert build_config(ran.to_dict()).world_size() == 8
+    assert as_launched(ran, placement("ddp", SRUN).place) is ran
 
 
 def test_registries_and_config_choices_agree():

@@ -37,16 +37,14 @@ def test_cpu_workers_of_one_node_split_the_cores_they_may_use(monkeypatch):
         monkeypatch.setattr(os, "cpu_count", lambda: 64)  # the machine's cores: not the ones this process may use
         monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-        monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
-        set_cpu_threads(torch.device("cpu"))
+        set_cpu_threads(torch.device("cpu"), local_world=4)
         assert torch.get_num_threads() == 4
-        set_cpu_threads(torch.device("cpu"), threads=3)  # --train.threads wins
+        set_cpu_threads(torch.device("cpu"), threads=3, local_world=4)  # --train.threads wins
         assert torch.get_num_threads() == 3
         monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's environment wins over the split
         torch.set_num_threads(7)
-        set_cpu_threads(torch.device("cpu"))
+        set_cpu_threads(torch.device("cpu"), local_world=4)
         assert torch.get_num_threads() == 7
-        monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
         set_cpu_threads(torch.device("cuda"), threads=2)  # nothing to do for a GPU process
         assert torch.get_num_threads() == 7
     finally:

@@ -24,7 +24,7 @@ from ddplab.config import RunConfig, check_environment
 from ddplab.data.augment import AugmentSpec
 from ddplab.data.datasets import load_dataset, make_splits
 from ddplab.data.loader import DeviceLoader
-from ddplab.distributed import DistContext, distributed_context, place_from_env, wrap_model
+from ddplab.distributed import DistContext, distributed_context, wrap_model
 from ddplab.engine import checkpoint
 from ddplab.engine.early_stop import EarlyStopping
 from ddplab.engine.optim import SCHEDULES_OVER_THE_RUN, build_optimizer, build_scheduler
@@ -37,6 +37,7 @@ from ddplab.metrics.sinks import JsonlSink, LogSink, NullSink, ProgressBar, Samp
 from ddplab.metrics.gpu import GpuSampler
 from ddplab.metrics.profiler import build_profiler
 from ddplab.metrics.summary import build_summary, format_summary
+from ddplab.topology import as_launched, placement
 from ddplab.metrics.system import Stopwatch, synchronize
 from ddplab.models import count_flops, count_params, create_model, describe_layers
 
@@ -57,10 +58,13 @@ class RunResult:
 def train(config: RunConfig) -> RunResult:
     """Train as configured and return the finished run (the Python API)."""
     start = time.perf_counter()
+    place = placement(config.dist.strategy).place
+    if place is not None:
+        config = as_launched(config, place)
     config = config.with_out_folder()
     check_environment(config)
     run_dir = Path(config.output.out)
-    place = place_from_env()  # a multi-node run's rank-0 worker holds the folder: only now is its rank known
+    # A multi-node run's rank-0 worker holds the folder: only now is its rank known.
     holds = should_hold(run_dir, place.rank if place else None)
     holder = run_lock(run_dir) if holds else contextlib.nullcontext()
     with holder, torch_settings_restored():
@@ -68,7 +72,7 @@ def train(config: RunConfig) -> RunResult:
         if note is not None:  # a finished run folder is never rewritten
             print(f"ddplab: nothing to do: {note}", flush=True)
             return finished_result(run_dir)
-        with distributed_context(config) as ctx, memory_errors(config, ctx):
+        with distributed_context(config, place) as ctx, memory_errors(config, ctx):
             return run_worker(config, ctx, start)
 
 
@@ -211,6 +215,7 @@ def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> 
             "gpu": {"measured": bool(sampler and sampler.measured),
                     "reason": sampler.reason if sampler is not None else "no GPU (training on the CPU)"},
             "data_init_s": data_init_s, "params": params, "flops_per_image": flops, "eval_split": eval_split, "world_size": ctx.world_size,
+            "backend": ctx.backend,
             "train_images": len(train_set), "eval_images": len(eval_set), "steps_per_epoch": num_steps,
             "train_eval_images": train_eval_loader and len(train_eval_loader.labels), "layers": describe_layers(model),
             "device": ctx.device, "classes": train_set.classes}

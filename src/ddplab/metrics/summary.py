@@ -27,7 +27,8 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
         "status": "stopped_early" if state.stopped_early else "finished",
         "run": {
             "dataset": config.data.dataset, "model": config.model.name, "strategy": config.dist.strategy,
-            "world_size": info["world_size"], "device": str(info["device"]), "precision": config.train.precision,
+            "world_size": info["world_size"], "backend": info.get("backend") or "none",
+            "device": str(info["device"]), "precision": config.train.precision,
             "optimizer": config.optim.name, "lr": config.optim.lr, "schedule": config.optim.schedule,
             "seed": config.train.seed, "epochs_planned": config.train.epochs, "epochs_done": state.epoch,
         },

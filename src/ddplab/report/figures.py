@@ -59,7 +59,8 @@ def run_figures(run: Run) -> dict[str, Any]:
     return {
         "strategy": s["run"]["strategy"], "device": s["run"]["device"], "precision": s["run"]["precision"],
         "device_name": run.env.get("device_name") or s["run"]["device"], "torch": run.env.get("torch") or "?",
-        "backend": backend(s["run"]["strategy"], run.config.get("dist.backend", "auto"), s["run"]["device"]),
+        "backend": s["run"].get("backend") or backend(s["run"]["strategy"], run.config.get("dist.backend", "auto"),
+                                                       s["run"]["device"]),
         "memory_label": label,
         "world_size": world_size(s), "nodes": run.config.get("dist.nnodes", 1),
         "local_batch": s["batch"]["local"], "global_batch": s["batch"]["global"], "accumulate": s["batch"].get("accumulate", 1),
@@ -96,7 +97,8 @@ def world_size(summary: dict[str, Any]) -> int:
 
 
 def backend(strategy: str, requested: str, device: str) -> str:
-    """The collective backend a DDP run used ("auto" resolved as ddplab does); none without DDP."""
+    """The collective backend of a run folder written before summaries recorded it ("auto" resolved as
+    ddplab resolved it then); none without DDP."""
     if strategy != "ddp":
         return "none"
     if requested == "auto":
