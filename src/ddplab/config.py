@@ -347,6 +347,17 @@ class RunConfig:
             return self
         return dataclasses.replace(self, output=dataclasses.replace(self.output, out=out))
 
+    def with_data_root(self) -> RunConfig:
+        """This config with the data root it reads as an absolute path (--data-dir, else $DDPLAB_DATA,
+        else ./data, from this working directory), so that the run folder's config.toml finds the
+        same data from anywhere (`ddplab eval`, `--resume`, `--config`). Synthetic data has none."""
+        if self.data.dataset == "synthetic" or (self.data.dataset == "imagefolder" and not self.data.data_dir):
+            return self
+        root = str(self.data.root().resolve())
+        if root == self.data.data_dir:
+            return self
+        return dataclasses.replace(self, data=dataclasses.replace(self.data, data_dir=root))
+
     # Derived quantities live here, not in the loop (contract 2).
     def world_size(self) -> int:
         return self.dist.nproc * self.dist.nnodes if self.dist.strategy == "ddp" else 1

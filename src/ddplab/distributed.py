@@ -15,6 +15,7 @@ import contextlib
 import os
 import re
 import socket
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -78,20 +79,36 @@ class DistContext:
         if self.is_distributed:
             torch.distributed.barrier()
 
-    def missing_ranks(self, timeout_s: float) -> list[int]:
+    def missing_ranks(self, timeout_s: float, *, quiet: bool = True) -> list[int]:
         """Ranks that do not reach a barrier within `timeout_s` (known on rank 0 only).
 
         Gloo's monitored_barrier names the ranks that did not arrive, which turns a
-        collective timeout into "rank 3 is stuck" instead of a bare timeout.
+        collective timeout into "rank 3 is stuck" instead of a bare timeout. Its own log
+        lines say the same on stderr, so they are silenced unless `quiet` is False (--debug).
         """
         if not self.is_distributed:
             return []
         try:
-            dist.monitored_barrier(group=self.monitor, timeout=timedelta(seconds=timeout_s), wait_all_ranks=True)
+            with stderr_silenced() if quiet else contextlib.nullcontext():
+                dist.monitored_barrier(group=self.monitor, timeout=timedelta(seconds=timeout_s), wait_all_ranks=True)
         except RuntimeError as exc:
             found = re.search(r"[Rr]anks? ([\d, ]+) failed to pass", str(exc))
             return sorted(int(r) for r in found.group(1).replace(" ", "").split(",") if r) if found else []
         return []
+
+
+@contextlib.contextmanager
+def stderr_silenced() -> Iterator[None]:
+    """File descriptor 2 to /dev/null for a moment: C++ logs (Gloo, c10) write there, not to sys.stderr."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:

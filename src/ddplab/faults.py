@@ -1,7 +1,8 @@
 """Deliberate failures, for testing that recovery really recovers.
 
 `DDPLAB_FAULT="kill:rank=1:epoch=2:step=3"` makes rank 1 SIGKILL itself before optimizer
-step 3 of epoch 2; `raise:...` raises instead, `hang:...` sleeps forever (a stuck rank). The fault fires while the elastic restart
+step 3 of epoch 2; `raise:...` raises instead, `hang:...` sleeps forever (a stuck rank), `stop:...` stops itself
+(SIGSTOP: a rank frozen by a debugger or the OS, deaf to everything but SIGKILL and SIGCONT). The fault fires while the elastic restart
 count is below `attempts` (default 1: the first attempt only, so a restarted group runs
 clean). Unset, this costs one comparison per step.
 """
@@ -20,8 +21,8 @@ ENV = "DDPLAB_FAULT"
 def parse(spec: str) -> tuple[str, dict[str, int]]:
     action, *fields = spec.split(":")
     where = {k: int(v) for k, v in (f.split("=") for f in fields)}
-    if action not in ("kill", "raise", "hang") or not set(where) <= {"rank", "epoch", "step", "attempts"}:
-        raise ValueError(f"{ENV}={spec!r}: expected kill|raise|hang[:rank=R][:epoch=E][:step=S][:attempts=N]")
+    if action not in ("kill", "raise", "hang", "stop") or not set(where) <= {"rank", "epoch", "step", "attempts"}:
+        raise ValueError(f"{ENV}={spec!r}: expected kill|raise|hang|stop[:rank=R][:epoch=E][:step=S][:attempts=N]")
     return action, where
 
 
@@ -38,6 +39,9 @@ def maybe_inject(rank: int, epoch: int, step: int) -> None:
     if all(here[k] == v for k, v in where.items() if k != "attempts"):
         if action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if action == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)
+            return  # continued: train on, as a rank that was frozen for a while does
         if action == "hang":
             while True:
                 time.sleep(3600)

@@ -60,7 +60,36 @@ def launch(config: RunConfig):
             check_run_dir(config)  # again: another run may have used the folder before we held it
         if place is None and config.dist.strategy == "ddp" and config.world_size() > 1 and not nothing_to_resume(config):
             return launch_workers(config)
-        return train(config)
+        if place is not None:
+            return train(config)  # its launcher stops it: SIGTERM keeps its default action
+        with interrupts_said(config):
+            return train(config)
+
+
+@contextlib.contextmanager
+def interrupts_said(config: RunConfig):
+    """A single process stops on SIGTERM as on Ctrl-C, with the line and exit code (130) of a DDP
+    run's launcher: a scheduler's SIGTERM (Slurm's time limit, a sweep) used to end it with 143 and
+    nothing said. Its checkpoints stay, as the last finished epoch left them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread; a Python caller's thread keeps KeyboardInterrupt
+        return
+    received: list[str] = []
+
+    def on_sigterm(signum, frame) -> None:
+        received.append("SIGTERM")
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one while the run unwinds changes nothing
+        name = received[0] if received else "SIGINT"
+        raise Interrupted(f"interrupted by {name}; checkpoints are kept: continue with "
+                          f"ddplab train --out {config.output.out} --resume") from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def launch_workers(config: RunConfig):
@@ -86,25 +115,29 @@ def launch_workers(config: RunConfig):
     )
     if not config.output.debug:
         quiet_elastic_logs()
-    with sigint_only_for_the_launcher() as interrupted:
+    with sigint_only_for_the_launcher() as interrupted, stopped_workers_woken_to_die():
         try:
             results = elastic_launch(launch_config, run_worker)(config.to_dict())
         except ChildFailedError as exc:
             raise worker_failure(exc, d.max_restarts) from None
         except SignalException as exc:  # Ctrl-C / SIGTERM: the agent has already stopped every worker
             name = "SIGINT" if interrupted else exc.sigval.name
-            raise Interrupted(f"interrupted by {name}; every worker was stopped, checkpoints are kept") from None
+            raise Interrupted(f"interrupted by {name}; every worker was stopped, checkpoints are kept: continue with "
+                              f"ddplab train --out {config.output.out} --resume") from None
     return next((r for r in results.values() if r is not None), None)
 
 
 def quiet_elastic_logs() -> None:
-    """The agent logs every worker's traceback and each signal; the one-line root cause is enough.
+    """The agent logs every worker's traceback and each signal, and the process context each
+    SIGTERM and SIGKILL it sends; the one-line root cause is enough.
 
     Its modules set their loggers' own levels (LOGLEVEL, default WARNING) when imported, so
     each one is quieted, not only their common parent.
     """
+    import torch.multiprocessing.spawn  # noqa: F401  (its logger exists from here on)
+
     for name in list(logging.root.manager.loggerDict):
-        if name.startswith("torch.distributed.elastic"):
+        if name.startswith(("torch.distributed.elastic", "torch.multiprocessing")):
             logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
@@ -157,6 +190,54 @@ def sigint_only_for_the_launcher():
             os.environ.pop(compat.ELASTIC_SIGNALS_ENV, None)
         else:
             os.environ[compat.ELASTIC_SIGNALS_ENV] = previous_env
+
+
+@contextlib.contextmanager
+def stopped_workers_woken_to_die(poll_s: float = 0.2):
+    """A worker frozen by SIGSTOP (a debugger, the OS, Ctrl-Z) that the agent has sent SIGTERM gets
+    SIGCONT, so that it dies of that SIGTERM now.
+
+    A stopped process hears nothing but SIGKILL and SIGCONT: the agent would wait out its
+    shutdown timeout (30 s in torch's failure path, which ignores `shutdown_timeout`) before
+    killing it. Only a worker with SIGTERM already pending is woken: it dies before running
+    a line (workers keep SIGTERM's default action), so it can neither train on nor fail in
+    words of its own that would be taken for the run's cause.
+    """
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(poll_s):
+            for pid in children(os.getpid()):
+                if stopped_with_sigterm_pending(pid):
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGCONT)
+
+    watcher = threading.Thread(target=watch, name="ddplab-stopped-workers", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+
+
+def children(parent: int) -> list[int]:
+    """Process ids whose parent is `parent` (Linux /proc; none elsewhere)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if int(entry.read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                found.append(int(entry.parent.name))
+    return found
+
+
+def stopped_with_sigterm_pending(pid: int) -> bool:
+    try:
+        status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    except OSError:
+        return False
+    pending = int(status.get("ShdPnd", "0").strip(), 16) | int(status.get("SigPnd", "0").strip(), 16)
+    return status.get("State", "").strip().startswith("T") and bool(pending >> (signal.SIGTERM - 1) & 1)
 
 
 def c10d_configs(endpoint: str | None) -> dict:

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -254,6 +255,19 @@ def test_a_stuck_rank_becomes_an_error_naming_it(tmp_path):
                "--dist.timeout_s", "5", "--out", str(tmp_path / "r"), env={"DDPLAB_FAULT": "hang:rank=1:epoch=1:step=2"})
     assert proc.returncode == 4, proc.stderr[-3000:]
     assert "rank 1 did not reach the collective within dist.timeout_s=5 s" in proc.stderr.strip().splitlines()[-1]
+    # Nothing but ddplab's own lines: no Gloo barrier log, no launcher SIGTERM/SIGKILL chatter.
+    assert [line for line in proc.stderr.splitlines() if not re.match(r"\d\d:\d\d:\d\d \[rank \d\] ", line)] == [
+        proc.stderr.strip().splitlines()[-1]], proc.stderr[-3000:]
+
+
+def test_a_stopped_rank_is_named_and_ended_without_the_launchers_long_wait(tmp_path):
+    """SIGSTOP leaves a rank deaf to the launcher's SIGTERM; it is woken so that SIGTERM ends it at once,
+    instead of torch's 30 s wait and SIGKILL (its log, shown under --debug, would say 'forcefully exiting')."""
+    proc = run("train", *TINY, "--strategy", "ddp", "--nproc", "2", "--batch-size", "16", "--epochs", "1", "--debug",
+               "--dist.timeout_s", "5", "--out", str(tmp_path / "r"), env={"DDPLAB_FAULT": "stop:rank=1:epoch=1:step=2"})
+    assert proc.returncode == 4, proc.stderr[-3000:]
+    assert "rank 1 did not reach the collective within dist.timeout_s=5 s" in proc.stderr.strip().splitlines()[-1]
+    assert "forcefully exiting" not in proc.stderr, proc.stderr[-3000:]
 
 
 def test_ddp_knobs_run(ddp_run, tmp_path):
@@ -380,7 +394,8 @@ def test_ctrl_c_while_workers_start_is_one_line(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-3000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
-    assert err.strip().splitlines()[-1] == "ddplab: error: interrupted by SIGINT; every worker was stopped, checkpoints are kept"
+    assert err.strip().splitlines()[-1] == ("ddplab: error: interrupted by SIGINT; every worker was stopped, checkpoints "
+                                            f"are kept: continue with ddplab train --out {tmp_path / 'r'} --resume")
     assert leftover_processes(marker) == []
 
 

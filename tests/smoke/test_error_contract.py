@@ -122,6 +122,18 @@ def corrupt_cifar(tmp):
     (folder / "batches.meta.txt").write_text("\n".join("abcdefghij") + "\n")
 
 
+def image_folder_with(*classes):
+    """An image folder whose train split has these classes, an empty one named 'empty' left empty."""
+    def setup(tmp):
+        from PIL import Image
+
+        for cls in classes:
+            (tmp / "imgs" / "train" / cls).mkdir(parents=True)
+            if cls != "empty":
+                Image.new("RGB", (8, 8)).save(tmp / "imgs" / "train" / cls / "1.png")
+    return setup
+
+
 def sweep_file(tmp, grid):
     if not torch.cuda.is_available() or "nccl" not in grid:
         (tmp / "s.toml").write_text(f'[base.data]\ndataset = "synthetic"\n[base.train]\ndevice = "cpu"\n[grid]\n{grid}\n')
@@ -230,6 +242,12 @@ CASES = [
          r"cifar-10-batches-bin"),
     Case("truncated-dataset", [*S, "--dataset", "cifar10", "--data-dir", "{tmp}/data", "--data.download", "false",
                                "--out", "{tmp}/r"], 3, r"data_batch_2\.bin", setup=corrupt_cifar),
+    Case("empty-class-folder", [*S, "--dataset", "imagefolder", "--data-dir", "{tmp}/imgs", "--data.val_fraction", "0.5",
+                                "--out", "{tmp}/r"], 3, r"class folder .*imgs/train/empty holds no images",
+         setup=image_folder_with("cat", "empty")),
+    Case("one-class", [*S, "--dataset", "imagefolder", "--data-dir", "{tmp}/imgs", "--data.val_fraction", "0.5",
+                       "--out", "{tmp}/r"], 3, r"has 1 class sub-folder \(cat\): a classifier needs at least 2",
+         setup=image_folder_with("cat")),
     Case("verify-truncated-dataset", ["data", "verify", "cifar10", "--data-dir", "{tmp}/data"], 3,
          r"cifar10 in .*: FAILED, 1 error", setup=corrupt_cifar),
     Case("foreign-checkpoint-eval", ["eval", "{tmp}/run", "--device", "cpu"], 3,

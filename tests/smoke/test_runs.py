@@ -2,8 +2,11 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import torch
@@ -12,6 +15,7 @@ from ddplab.metrics.records import is_machine_field
 import ddplab
 from conftest import tiny_config
 from ddplab.cli import main
+from ddplab.config import load_toml
 from ddplab.engine import checkpoint
 from ddplab.engine.trainer import Trainer
 
@@ -158,10 +162,37 @@ def test_foreign_folder_is_refused(tmp_path, capsys):
     assert "not a ddplab run folder" in capsys.readouterr().err
 
 
-def cli(*args, env=None):
+def cli(*args, env=None, cwd=None):
     """Run `python -m ddplab` in a fresh process, as a user would."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "ddplab", *args], capture_output=True, text=True, env=full_env, timeout=300)
+    return subprocess.run([sys.executable, "-m", "ddplab", *args], capture_output=True, text=True, env=full_env, timeout=300,
+                          cwd=cwd)
+
+
+def test_a_run_on_a_relative_data_path_is_found_from_anywhere(tmp_path):
+    """config.toml records the data root it read as an absolute path: `ddplab eval` and `--resume` work
+    from another working directory (a relative --data-dir, or DDPLAB_DATA, used to be read from there)."""
+    from PIL import Image
+
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for split, count in (("train", 24), ("test", 8)):
+        for label, cls in enumerate(("cat", "dog")):
+            (work / "imgs" / split / cls).mkdir(parents=True)
+            for i in range(count):
+                Image.new("RGB", (8, 8), (40 + 150 * label, 7 * i, 90)).save(work / "imgs" / split / cls / f"{i}.png")
+    common = ["--dataset", "imagefolder", "--epochs", "1", "--batch-size", "8", "--device", "cpu", "--model.width",
+              "0.25", "--output.progress", "false", "--output.tensorboard", "false"]
+    first = cli("train", *common, "--data-dir", "imgs", "--out", "run", cwd=work)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert load_toml(work / "run" / "config.toml")["data"]["data_dir"] == str((work / "imgs").resolve())
+    evaluated = cli("eval", str(work / "run"), "--device", "cpu", cwd=elsewhere)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    resumed = cli("train", "--out", str(work / "run"), "--resume", "--epochs", "2", cwd=elsewhere)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    # The same run asked for again with the relative path, from where it was started, is the same run.
+    again = cli("train", *common, "--epochs", "2", "--data-dir", "imgs", "--out", "run", "--resume", cwd=work)
+    assert again.returncode == 0 and "nothing to do" in again.stdout, again.stderr[-3000:]
 
 
 def assert_one_line_error(proc, code, *needles):
@@ -171,6 +202,64 @@ def assert_one_line_error(proc, code, *needles):
     assert "Traceback" not in proc.stderr
     for needle in needles:
         assert needle in errors[0], errors[0]
+
+
+def test_two_threads_cannot_train_into_one_folder(tmp_path, monkeypatch):
+    """The folder's lock is per call, not per process: a second thread's train() on the same --out is
+    refused while the first trains (they used to interleave metrics.jsonl and overwrite checkpoints)."""
+    from ddplab.errors import ConfigError
+
+    first_training, second_done = threading.Event(), threading.Event()
+    real_fit = Trainer.fit
+
+    def fit_that_waits(self):
+        first_training.set()
+        assert second_done.wait(120)
+        return real_fit(self)
+
+    monkeypatch.setattr(Trainer, "fit", fit_that_waits)
+    results = {}
+    first = threading.Thread(target=lambda: results.setdefault("first", ddplab.train(tiny_config(tmp_path / "r"))))
+    first.start()
+    assert first_training.wait(120)
+    try:
+        with pytest.raises(ConfigError, match=r"in use by another thread of this process"):
+            ddplab.train(tiny_config(tmp_path / "r"))
+    finally:
+        second_done.set()
+        first.join(120)
+    assert results["first"].summary["status"] == "finished" and len(metrics(tmp_path / "r")) == 2
+    monkeypatch.setattr(Trainer, "fit", real_fit)
+    assert ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 3}, output={"resume": True})).summary[
+        "run"]["epochs_done"] == 3  # once the first call ended, the folder is free again
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_single_process_run_says_so_and_resumes(tmp_path, sig):
+    """SIGTERM (a scheduler's time limit, a sweep) stops a single process as Ctrl-C does, and as a DDP
+    run's launcher says it: exit 130, one line with the way to continue; it used to be 143 and silence."""
+    out = tmp_path / "r"
+    proc = subprocess.Popen([sys.executable, "-m", "ddplab", "train", "--dataset", "synthetic", "--data.synthetic_size",
+                             "256", "--data.image_size", "16", "--model.width", "0.5", "--epochs", "500", "--device",
+                             "cpu", "--output.progress", "false", "--output.tensorboard", "false", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while not (out / "metrics.jsonl").is_file() or not (out / "metrics.jsonl").read_text().count("\n") >= 2:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == (f"ddplab: error: interrupted by {sig.name}; checkpoints are kept: continue "
+                                            f"with ddplab train --out {out} --resume")
+    done = checkpoint.load(out / "checkpoints" / checkpoint.LAST)["train_state"]["epoch"]
+    assert done >= 2 and len(metrics(out)) == done  # no half-written record past the checkpoint
+    resumed = cli("train", "--out", str(out), "--resume", "--epochs", str(done + 1))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert len(metrics(out)) == done + 1
 
 
 @pytest.mark.parametrize("args, needles", [

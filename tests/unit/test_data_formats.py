@@ -317,6 +317,27 @@ def test_image_folder_layouts(tmp_path):
     assert len(formats.read_image_folder(split, "test")) == 2  # val/ serves as the test split
 
 
+def test_image_folder_degenerate_classes_are_refused(tmp_path):
+    """An empty class folder (a failed copy) and a single class are not datasets; each is one DataError."""
+    _save(tmp_path / "train" / "cat" / "1.png", np.zeros((4, 4, 3), np.uint8))
+    with pytest.raises(DataError, match=r"has 1 class sub-folder \(cat\): a classifier needs at least 2"):
+        formats.read_image_folder(tmp_path, "train")
+    (tmp_path / "train" / "dog").mkdir()
+    (tmp_path / "train" / "dog" / "readme.txt").write_text("no images here")
+    with pytest.raises(DataError, match=r"class folder .*train/dog holds no images .*add its images, or remove"):
+        formats.read_image_folder(tmp_path, "train")
+    _save(tmp_path / "train" / "dog" / "1.png", np.zeros((4, 4, 3), np.uint8))
+    for cls in ("cat", "dog"):
+        (tmp_path / "test" / cls).mkdir(parents=True)
+    _save(tmp_path / "test" / "cat" / "1.png", np.zeros((4, 4, 3), np.uint8))
+    assert len(formats.read_image_folder(tmp_path, "train")) == 2
+    with pytest.raises(DataError, match=r"class folder .*test/dog holds no images"):
+        formats.read_image_folder(tmp_path, "test")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match=r"empty has no class sub-folders: a classifier needs at least 2"):
+        formats.read_image_folder(tmp_path / "empty", "train")
+
+
 # ----------------------------------------------------------------------------- synthetic
 def test_synthetic_is_seeded_and_learnable():
     a = formats.synthetic(400, 10, 16, seed=1, split="train")

@@ -336,6 +336,9 @@ def _list_images(split_dir: Path, classes: list[str]) -> tuple[list[Path], list[
     for label, cls in enumerate(classes):
         found = sorted(p for p in (split_dir / cls).iterdir()
                        if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_EXTENSIONS)
+        if not found:  # a class nothing teaches or tests: a failed copy, not a dataset
+            raise DataError(f"class folder {split_dir / cls} holds no images ({', '.join(IMAGE_EXTENSIONS)}): add its "
+                            "images, or remove the folder from every split")
         files += found
         labels += [label] * len(found)
     return files, labels
@@ -351,8 +354,10 @@ def image_folder_index(root: str | Path, split: str) -> tuple[list[Path], list[i
         raise DataError(f"image folder {root} has no test split ({hint}): add {root}/test/<class>/..., "
                         f"or hold out a validation split from train (data.val_fraction)")
     classes = [p.name for p in class_folders(splits["train"])]
-    if not classes:
-        raise DataError(f"image folder {splits['train']} has no class sub-folders (expected <class>/*.png)")
+    if len(classes) < 2:
+        raise DataError(f"image folder {splits['train']} has {len(classes) or 'no'} class sub-folder{'' if classes else 's'}"
+                        f"{' (' + classes[0] + ')' if classes else ''}: a classifier needs at least 2 "
+                        "(expected <class>/*.png)")
     if split == "test":
         test_classes = [p.name for p in class_folders(splits["test"])]
         if test_classes != classes:
@@ -360,8 +365,6 @@ def image_folder_index(root: str | Path, split: str) -> tuple[list[Path], list[i
             raise DataError(f"{splits['test']} must have the same class folders as {splits['train']}: "
                             f"missing {missing}, extra {extra}")
     files, labels = _list_images(splits[split], classes)
-    if not files:
-        raise DataError(f"{splits[split]} holds no images ({', '.join(IMAGE_EXTENSIONS)}) in its class folders")
     return files, labels, classes
 
 

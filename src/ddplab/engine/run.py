@@ -169,7 +169,7 @@ def maybe_warm_up(trainer: Trainer) -> dict[str, Any] | None:
 
 def collective_failure(exc: Exception, config: RunConfig, ctx: DistContext) -> Exception:
     """A collective failed or timed out: find out, and say, which ranks never arrived."""
-    missing = ctx.missing_ranks(timeout_s=min(30, config.dist.timeout_s))
+    missing = ctx.missing_ranks(timeout_s=min(30, config.dist.timeout_s), quiet=not config.output.debug)
     if missing:
         who = ", ".join(map(str, missing))
         return TrainingError(f"rank {who} did not reach the collective within dist.timeout_s={config.dist.timeout_s} s "

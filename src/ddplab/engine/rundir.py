@@ -89,8 +89,13 @@ def extended_from(config: RunConfig) -> int | None:
 
 
 def config_differences(saved: dict, config: RunConfig) -> set[str]:
-    ours = config.to_dict()
-    theirs = build_config(saved).to_dict()
+    """Settings (section.field) in which `config` asks for another run than a saved config.toml.
+
+    Data roots compare as the absolute folders they name: a folder written before config.toml
+    recorded its root, or a config that leaves it to $DDPLAB_DATA, differs only if the folders do.
+    """
+    ours = config.with_data_root().to_dict()
+    theirs = build_config(saved).with_data_root().to_dict()
     keys = set()
     for section in ours.keys() | theirs.keys():
         if section == "output":
@@ -115,8 +120,9 @@ def prepare_run_dir(config: RunConfig, ctx: DistContext) -> Path:
 
 
 def reproducible(config: RunConfig) -> RunConfig:
-    """The config as saved: without the folder and resume flag, so `--config` starts a fresh run."""
-    values = config.to_dict()
+    """The config as saved: without the folder and resume flag, so `--config` starts a fresh run;
+    with the data root absolute, so the folder finds its data from any working directory."""
+    values = config.with_data_root().to_dict()
     values["output"].pop("out", None)
     values["output"]["resume"] = False
     return build_config(values)

@@ -16,6 +16,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +25,9 @@ from ddplab.errors import ConfigError, file_error
 
 LOCK = ".lock"
 HELD_ENV = "DDPLAB_RUN_LOCK_HELD"  # set for a launcher's workers: their folder is held by the launcher
-_held: dict[Path, int] = {}  # run folders this process holds, so nested holds (launch -> train) are no-ops
+# Run folders this process holds: (lock fd, holding thread). A nested hold in the holding thread
+# (launch -> train) is a no-op; another thread of this process is refused like another process.
+_held: dict[Path, tuple[int, int]] = {}
 
 
 def held_by_this_tree(run_dir: Path) -> bool:
@@ -44,8 +47,9 @@ def should_hold(run_dir: Path, rank: int | None, *, launching_nodes: int = 1) ->
     that no launcher started is a root whatever its environment says (it may have inherited a
     holder's variables without being its worker).
     """
-    if Path(run_dir).resolve() in _held:
-        return False
+    held = _held.get(Path(run_dir).resolve())
+    if held is not None:
+        return held[1] != threading.get_ident()  # another thread's: taking it is refused
     if rank is None:
         return launching_nodes == 1
     return rank == 0 and not held_by_this_tree(run_dir)
@@ -72,10 +76,13 @@ def run_lock(run_dir: Path, what: str = "run") -> Iterator[None]:
     if a live process holds it."""
     key = Path(run_dir).resolve()
     if key in _held:
+        if _held[key][1] != threading.get_ident():
+            raise ConfigError(f"output.out={str(run_dir)!r} is in use by another thread of this process (pid "
+                              f"{os.getpid()}); wait for that {what} to end, or choose another --out")
         yield
         return
     fd = _acquire(Path(run_dir), what)
-    _held[key] = fd
+    _held[key] = (fd, threading.get_ident())
     previous = os.environ.get(HELD_ENV)
     os.environ[HELD_ENV] = str(key)  # inherited by the workers this process starts
     try:
