@@ -134,6 +134,18 @@ def image_folder_with(*classes):
     return setup
 
 
+def one_good_one_truncated(tmp):
+    finished_run(tmp, "good")
+    bad = finished_run(tmp, "bad")
+    text = (bad / "summary.json").read_bytes()
+    (bad / "summary.json").write_bytes(text[: len(text) // 2])
+
+
+def report_lists_the_unreadable_run(tmp):
+    md = (tmp / "rep" / "report.md").read_text()
+    assert "- bad (unreadable): " in md and "summary.json line" in md and "good" in md
+
+
 def sweep_file(tmp, grid):
     if not torch.cuda.is_available() or "nccl" not in grid:
         (tmp / "s.toml").write_text(f'[base.data]\ndataset = "synthetic"\n[base.train]\ndevice = "cpu"\n[grid]\n{grid}\n')
@@ -293,6 +305,8 @@ CASES = [
          note=r"ddplab: note: ignored RANK, WORLD_SIZE: without MASTER_ADDR, MASTER_PORT"),
     Case("malformed-but-ignored", [*S, "--out", "{tmp}/r"], 0, env={"RANK": "abc", "LOCAL_WORLD_SIZE": "abc"},
          note=r"ddplab: note: ignored RANK: without WORLD_SIZE, MASTER_ADDR, MASTER_PORT"),
+    Case("report-skips-an-unreadable-run", ["report", "{tmp}", "--out", "{tmp}/rep"], 0, setup=one_good_one_truncated,
+         after=report_lists_the_unreadable_run),
     Case("resume-finished-run", ["train", "--out", "{tmp}/run", "--resume"], 0, setup=resume_nothing_setup,
          after=resume_nothing_after),
 ]

@@ -144,3 +144,93 @@ label = "broken"
     assert (out / "runs" / "single" / "checkpoints" / "last.pt").is_file()
     proc = ddplab("sweep", str(path), "--out", str(out), "--dry-run")
     assert "single" in proc.stdout and "resume" in proc.stdout.splitlines()[1]
+
+
+def long_sweep(tmp_path, epochs=200):
+    """TINY's single-process run alone (named "single"), long enough to be stopped while it trains."""
+    path = tmp_path / "long.toml"
+    path.write_text(TINY.split("[[variants]]")[0].replace("epochs = 2", f"epochs = {epochs}")
+                    + '[[variants]]\nlabel = "single"\n"dist.strategy" = "single"\n')
+    return path
+
+
+def start_sweep(path, out, marker):
+    import signal
+
+    return subprocess.Popen([sys.executable, "-m", "ddplab", "sweep", str(path), "--out", str(out), "--no-report"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", marker: "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def wait_for_epochs(proc, metrics_file, count=1):
+    import time
+
+    deadline = time.monotonic() + 120
+    while not (metrics_file.exists() and metrics_file.read_text().count("\n") >= count):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_a_killed_sweep_leaves_no_run_training_and_a_rerun_finishes_it(tmp_path, how):
+    """SIGTERM at the sweep stops it as Ctrl-C does (130, one line); SIGKILL leaves the kernel to stop its run
+    (PR_SET_PDEATHSIG). Either way no process trains on unsupervised, the run stays resumable, and a re-run
+    finishes it without truncating its log or marking it failed."""
+    import signal
+    import time
+    import uuid
+
+    from conftest import leftover_processes
+
+    path, out, marker = long_sweep(tmp_path, epochs=40), tmp_path / "s", f"DDPLAB_TEST_{uuid.uuid4().hex}"
+    proc = start_sweep(path, out, marker)
+    wait_for_epochs(proc, out / "runs" / "single" / "metrics.jsonl")
+    os.kill(proc.pid, getattr(signal, how))
+    _, err = proc.communicate(timeout=120)
+    if how == "SIGTERM":
+        assert proc.returncode == 130 and err.strip().splitlines()[-1] == "ddplab: interrupted", err[-3000:]
+        assert manifest(out)["single"]["status"] == "interrupted"
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 60
+    while leftover_processes(marker):  # the run stops itself: it does not train on to its end
+        assert time.monotonic() < deadline, leftover_processes(marker)
+        time.sleep(0.1)
+    assert not (out / "runs" / "single" / "summary.json").exists()
+    assert (out / "runs" / "single" / "checkpoints" / "last.pt").is_file()
+    rerun = ddplab("sweep", str(path), "--out", str(out), "--no-report", env={marker: "1"})
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert manifest(out)["single"]["status"] == "finished"
+    assert "resuming" in rerun.stdout
+    log = (out / "logs" / "single.log").read_text()
+    assert "\0" not in log and log.count("\n$ ") == 2  # both attempts, whole
+    assert len(metrics(out / "runs" / "single")) == 40
+    assert leftover_processes(marker) == []
+
+
+def test_a_rerun_waits_for_a_live_owner_of_a_run_folder(tmp_path):
+    """A run folder still held by a live process (a killed sweep's run, stopping) is waited for, never run
+    beside: the re-run says whom it waits for, and goes on once the folder is free."""
+    import uuid
+
+    path, out = long_sweep(tmp_path, epochs=1), tmp_path / "s"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from ddplab.engine.runlock import run_lock\n"
+                               f"with run_lock(__import__('pathlib').Path({str(out / 'runs' / 'single')!r})):\n"
+                               "    print('held', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    rerun = subprocess.Popen([sys.executable, "-m", "ddplab", "sweep", str(path), "--out", str(out), "--no-report"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "OMP_NUM_THREADS": "1", f"DDPLAB_TEST_{uuid.uuid4().hex}": "1"})
+    lines = []
+    for line in rerun.stdout:
+        lines.append(line)
+        if "waiting for" in line:
+            break
+    assert f"pid {holder.pid}" in lines[-1], lines
+    holder.stdin.close()  # the owner lets go
+    assert holder.wait(60) == 0
+    rest, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, err[-3000:]
+    assert manifest(out)["single"]["status"] == "finished"

@@ -25,3 +25,33 @@ def test_nobody_below_a_holder_takes_the_lock_again(tmp_path, monkeypatch):
     with run_lock(tmp_path):  # a nested call (launch -> train) in the holding process
         assert not should_hold(tmp_path, None)
     assert should_hold(tmp_path, None)
+
+
+def test_a_live_owner_is_seen_waited_for_and_named_after_the_grace(tmp_path):
+    """The sweep asks `live_owner` before it starts a run: a live holder (another process) is waited for, and
+    named in one line if it keeps the folder past the grace; a stale lock file left by a dead one is free."""
+    import subprocess
+    import sys
+
+    from ddplab.engine.runlock import live_owner
+    from ddplab.errors import ConfigError
+    from ddplab.sweep.runner import wait_for_owner
+
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, pathlib; from ddplab.engine.runlock import run_lock\n"
+                               f"with run_lock(pathlib.Path({str(tmp_path)!r})):\n    print('held', flush=True); sys.stdin.read()"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert live_owner(tmp_path)["pid"] == holder.pid
+        said = []
+        with pytest.raises(ConfigError, match=rf"still in use by pid {holder.pid} on .* after 0.3 s: a run of an earlier "
+                                              "sweep training on"):
+            wait_for_owner(tmp_path, "[1/1] run", said.append, grace_s=0.3)
+        assert said == [said[0]] and f"waiting for pid {holder.pid}" in said[0]
+    finally:
+        holder.stdin.close()
+        holder.wait(30)
+    assert live_owner(tmp_path) is None
+    tmp_path.mkdir(exist_ok=True)  # the holder removed the folder it had made nothing in
+    (tmp_path / ".lock").write_text('{"pid": 999999}')  # a lock file nobody holds: stale, free
+    assert live_owner(tmp_path) is None

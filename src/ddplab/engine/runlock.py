@@ -63,6 +63,25 @@ def owner_of(run_dir: Path) -> dict | None:
         return None
 
 
+def live_owner(run_dir: Path) -> dict | None:
+    """Who holds `run_dir` while a live process does ({} if it left no record), else None.
+
+    Tested by trying the lock itself for a moment, so a stale file left by a killed run
+    counts as free, as `run_lock` would take it over.
+    """
+    try:
+        fd = os.open(Path(run_dir) / LOCK, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return owner_of(run_dir) or {}
+    finally:
+        os.close(fd)  # and with it the moment's lock
+    return None
+
+
 def describe(owner: dict | None) -> str:
     if not owner:
         return "another process"

@@ -84,6 +84,8 @@ def load_runs(paths: list[Path]) -> list[Run]:
         if not found:
             raise ConfigError(f"no runs found under {path}: no folder holds summary.json, metrics.jsonl or manifest.json")
         runs += found
+    if runs and all(run.status == "unreadable" for run in runs):
+        raise DataError(runs[0].error)  # nothing to draw: the first file that could not be read
     unique, seen = [], set()
     for run in runs:  # a folder given twice (or inside two given folders) counts once
         if run.dir.resolve() not in seen:
@@ -106,7 +108,7 @@ def find_runs(root: Path, seen: set[Path] | None = None) -> list[Run]:
     if (root / "manifest.json").is_file():
         return load_sweep(root)
     if is_run_dir(root):
-        return [load_run(root)]
+        return [readable_run(root)]
     runs: list[Run] = []
     for sub in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         runs += find_runs(sub, seen)
@@ -117,6 +119,15 @@ def is_run_dir(path: Path) -> bool:
     """A folder ddplab trained into: finished, or started (config.toml and env.json written)."""
     return any((path / f).is_file() for f in ("summary.json", "metrics.jsonl")) or all(
         (path / f).is_file() for f in ("config.toml", "env.json"))
+
+
+def readable_run(run_dir: Path, status: str | None = None) -> Run:
+    """`load_run` for a report over many runs: a run whose files cannot be read (truncated, edited)
+    comes back "unreadable", with the reason, so the report draws the others and lists it."""
+    try:
+        return load_run(run_dir, status)
+    except DataError as exc:
+        return Run(dir=run_dir, name=run_dir.name, status="unreadable", config={}, error=str(exc))
 
 
 def load_run(run_dir: Path, status: str | None = None) -> Run:
@@ -166,8 +177,8 @@ def sweep_run(sweep_dir: Path, entry: dict[str, Any], axes: list[str]) -> Run:
                         f"({entry['dir']}); a sweep's runs are under its runs/")
     status = str(entry.get("status") or "pending")
     if status == "finished" and run_dir.is_dir():
-        run = load_run(run_dir)
-        if not run.finished:
+        run = readable_run(run_dir)
+        if not run.finished and run.status != "unreadable":
             run.error = f"the manifest says finished but {run_dir} has no summary.json"
     else:
         run = Run(dir=run_dir, name=run_dir.name, status=status,

@@ -30,6 +30,8 @@ def manifest_of(sweep: Sweep, previous: dict[str, dict], states: dict[str, str],
         old = previous.get(run.name)
         if old is not None and old.get("status") != "skipped":
             entry.update({k: old.get(k) for k in KEPT})
+            if entry["status"] == "running":  # its sweep died with it running (this sweep holds the folder now)
+                entry["status"] = "interrupted"
         if states.get(run.name) == "finished":
             entry["status"] = "finished"
         elif run.name in unavailable:

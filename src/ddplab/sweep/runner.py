@@ -25,7 +25,7 @@ from typing import Any
 
 from ddplab import files
 from ddplab.config import check_environment, load_toml
-from ddplab.engine.runlock import run_lock
+from ddplab.engine.runlock import describe, live_owner, run_lock
 from ddplab.errors import ConfigError
 from ddplab.sweep.manifest import manifest_of, read_manifest, write_manifest
 from ddplab.sweep.spec import Sweep, SweepRun, slug
@@ -176,8 +176,14 @@ def run_held(sweep: Sweep, out: Path, timeout_s: float | None, echo) -> dict[str
 def run_one(run: SweepRun, entry: dict[str, Any], out: Path, manifest: dict[str, Any], tag: str,
             timeout_s: float | None, echo) -> None:
     run_dir, config_file, log_path = out / entry["dir"], out / entry["config"], out / "logs" / f"{run.name}.log"
+    wait_for_owner(run_dir, tag, echo)
+    if (run_dir / "summary.json").is_file():  # the owner waited for was this run, and it finished
+        entry.update(status="finished", exit_code=0, error=None)
+        write_manifest(out, manifest)
+        echo(f"{tag}: finished (by the process waited for)")
+        return
     files.write_text(config_file, run.config.to_toml())
-    resume = (run_dir / "checkpoints" / "last.pt").is_file() and not (run_dir / "summary.json").is_file()
+    resume = (run_dir / "checkpoints" / "last.pt").is_file()
     echo(f"{tag}: {'resuming' if resume else 'running'} (log: {log_path})")
     entry.update(status="running", exit_code=None, error=None)
     write_manifest(out, manifest)
@@ -192,6 +198,26 @@ def run_one(run: SweepRun, entry: dict[str, Any], out: Path, manifest: dict[str,
     echo(f"{tag}: " + (f"finished in {duration(wall_s)}" if status == "finished" else f"FAILED (exit {code}): {error}"))
     if code == 130:
         raise KeyboardInterrupt
+
+
+def wait_for_owner(run_dir: Path, tag: str, echo, grace_s: float = STOP_GRACE_S) -> None:
+    """Wait, up to `grace_s`, for a live process that holds `run_dir` to let go of it.
+
+    Such an owner is usually the run of a sweep killed a moment ago, still stopping (the
+    kernel sent it SIGTERM). Starting beside it would fail the run ("in use") and mix two
+    processes' output in one log; one still there after the grace is an error for the
+    whole sweep, naming it: nothing of it is marked failed.
+    """
+    owner = live_owner(run_dir)
+    if owner is None:
+        return
+    echo(f"{tag}: waiting for {describe(owner)} to let go of its folder (a run of an earlier sweep, stopping?)")
+    deadline = time.monotonic() + grace_s
+    while (owner := live_owner(run_dir)) is not None:
+        if time.monotonic() > deadline:
+            raise ConfigError(f"{run_dir} is still in use by {describe(owner)} after {grace_s:g} s: a run of an "
+                              "earlier sweep training on? stop it or let it end, then run the sweep again")
+        time.sleep(POLL_S / 10)
 
 
 class EpochWatch:
