@@ -30,6 +30,9 @@ from ddplab import compat
 from ddplab.config import SECTIONS, RunConfig, build_config, coerce, field_types, load_toml, merge, parse_dotted
 from ddplab.errors import ConfigError, DataError, DdplabError, SweepError, file_error
 
+# Commands that only read run folders: they work where torch cannot be imported (a laptop, a CI box).
+TORCH_FREE = ("report", "compare")
+
 # Short flags for the settings people change most; every setting also has --section.field.
 SHORTCUTS: dict[str, str] = {
     "--dataset": "data.dataset",
@@ -122,9 +125,10 @@ def preset_path(name: str) -> Path:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    config = config_from_args(args)  # validated before torch is imported: a bad value is answered at once
     from ddplab.launch import launch
 
-    launch(config_from_args(args))
+    launch(config)
     return 0
 
 
@@ -295,7 +299,9 @@ class Parser(argparse.ArgumentParser):
         return flags
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(with_kernels: bool = True) -> argparse.ArgumentParser:
+    """Every command's parser; `with_kernels=False` stands in a placeholder for `ddplab kernels`, whose
+    parser imports torch."""
     parser = Parser(prog="ddplab", description="Train CNN image classifiers on one device or many.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("train", help="train a model (see --help for every setting)")
@@ -334,11 +340,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image-size", type=int, default=32)
     p.add_argument("--num-classes", type=int, default=10)
     p.set_defaults(func=cmd_models)
-    from ddplab.kernels.cli import add_parser as add_kernels_parser
-
-    add_kernels_parser(sub)
+    add_kernels_placeholder(sub) if not with_kernels else add_kernels_parser(sub)
     add_debug(parser)
     return parser
+
+
+def add_kernels_parser(sub) -> None:
+    try:
+        from ddplab.kernels.cli import add_parser
+    except (ImportError, AttributeError):  # no torch, or one below the floor: `main` says which, in one line
+        add_parser = add_kernels_placeholder
+    add_parser(sub)
+
+
+def add_kernels_placeholder(sub) -> None:
+    """`ddplab kernels` without its own parser: importing the kernels imports torch (3 s here), which
+    no other command's parsing needs, and which may be missing or too old (`main` then says so)."""
+    p = sub.add_parser("kernels", help="custom GPU kernels: benchmark and self-test (needs torch)")
+    p.add_argument("rest", nargs=argparse.REMAINDER)
 
 
 def add_debug(parser: argparse.ArgumentParser) -> None:
@@ -355,8 +374,11 @@ def add_debug(parser: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in (sys.argv[1:] if argv is None else argv)  # known before parsing, which may fail too
     try:
-        compat.check_torch()  # first: the parser imports the kernels, and an older torch lacks what they use
-        args = build_parser().parse_args(argv)
+        argv = sys.argv[1:] if argv is None else argv
+        command = next((a for a in argv if not a.startswith("-")), None)
+        args = build_parser(with_kernels=command == "kernels").parse_args(argv)
+        if args.command not in TORCH_FREE:
+            compat.check_torch()  # before the command imports an API an older torch lacks
         code = args.func(args)
         sys.stdout.flush()  # here, where a closed pipe is handled, not at exit
         return code

@@ -42,16 +42,24 @@ def parse_version(text: str) -> tuple[int, int]:
 
 
 def check_torch() -> None:
-    """Refuse a torch below the floor with one line (contract 8), whatever command was asked."""
+    """Refuse a torch below the floor with one line (contract 8), before any command needs it.
+
+    The version comes from the installed distribution's metadata, not from importing torch
+    (seconds): a usage or config error is answered at once. An imported torch's own version wins.
+    """
+    import importlib.metadata
+    import sys
+
+    need = ".".join(map(str, MIN_TORCH))
+    torch = sys.modules.get("torch", False)
     try:
-        import torch
-    except ImportError:
-        need = ".".join(map(str, MIN_TORCH))
-        raise ConfigError(f"ddplab needs torch >= {need}, and this Python has none: pip install 'torch>={need}'") from None
-    found = parse_version(torch.__version__)
-    if found < MIN_TORCH:
-        need = ".".join(map(str, MIN_TORCH))
-        raise ConfigError(f"ddplab needs torch >= {need}, this Python has torch {torch.__version__}: "
+        version = torch.__version__ if torch else None if torch is None else importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    if version is None:
+        raise ConfigError(f"ddplab needs torch >= {need}, and this Python has none: pip install 'torch>={need}'")
+    if parse_version(version) < MIN_TORCH:
+        raise ConfigError(f"ddplab needs torch >= {need}, this Python has torch {version}: "
                           f"pip install 'torch>={need}' (the build that matches your CUDA)")
 
 

@@ -38,13 +38,43 @@ def test_torch_below_the_floor_is_refused(monkeypatch, version, ok):
             compat.check_torch()
 
 
-def test_old_torch_gets_one_line_from_every_command(monkeypatch, capsys, tmp_path):
+def test_old_torch_gets_one_line_from_every_command_that_needs_torch(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(torch, "__version__", "2.1.2")
-    for argv in (["train", "--dataset", "synthetic", "--out", str(tmp_path / "r")], ["models"], ["compare", str(tmp_path)]):
+    for argv in (["train", "--dataset", "synthetic", "--out", str(tmp_path / "r")], ["models"], ["kernels", "check"],
+                 ["sweep", "precision", "--dry-run"], ["eval", str(tmp_path)]):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("ddplab: error: ddplab needs torch >= 2.4"), err
+        assert len(err) == 1 and err[0].startswith("ddplab: error: ddplab needs torch >= 2.4"), (argv, err)
     assert not (tmp_path / "r").exists()
+
+
+def test_reading_run_folders_needs_no_torch(tmp_path):
+    """`ddplab report` and `ddplab compare` in an interpreter where `import torch` fails (a laptop reading a
+    cluster's run folders); the commands that need torch say so in one line, and a usage error is answered too."""
+    import subprocess
+    import sys
+
+    import ddplab
+    from conftest import tiny_config
+
+    run = ddplab.train(tiny_config(tmp_path / "run")).run_dir
+
+    def without_torch(*argv):
+        code = ("import sys; sys.modules['torch'] = None\nfrom ddplab.cli import main\n"
+                f"code = main({list(argv)!r})\nassert sys.modules['torch'] is None\nsys.exit(code)")
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+
+    report = without_torch("report", str(run), "--out", str(tmp_path / "rep"))
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert (tmp_path / "rep" / "index.html").is_file() and "Traceback" not in report.stderr
+    compare = without_torch("compare", str(run))
+    assert compare.returncode == 0 and "run" in compare.stdout, compare.stderr[-3000:]
+    for argv in (["train", "--out", str(tmp_path / "r")], ["kernels", "check"], ["models"]):
+        proc = without_torch(*argv)
+        assert proc.returncode == 2 and proc.stderr.strip() == ("ddplab: error: ddplab needs torch >= 2.4, and this "
+                                                                "Python has none: pip install 'torch>=2.4'"), proc.stderr
+    usage = without_torch("train", "--train.epoch", "3")
+    assert usage.returncode == 2 and "did you mean --train.epochs?" in usage.stderr
 
 
 @pytest.mark.parametrize("script", ["scripts/gpu_check.py", "benchmarks/loop_overhead.py", "benchmarks/speedrun.py"])
