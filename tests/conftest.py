@@ -7,6 +7,17 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_CIFAR = REPO.parent / "shared" / "data" / "cifar10-jpeg"
 
 
+# Whole folders that spawn processes or train real runs: slow by nature (`pytest -m "not slow"` skips them).
+SLOW_PLACES = ("tests/distributed/", "tests/smoke/", "tests/test_benchmarks.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The fast tier: `-m "not slow"` leaves what runs in-process in about a second or less."""
+    for item in items:
+        if str(Path(item.fspath).relative_to(REPO)).startswith(SLOW_PLACES):
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_configure(config):
     """Under pytest-xdist (-n N), share the cores: torch would give every worker one thread per core.
 

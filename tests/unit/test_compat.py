@@ -48,6 +48,7 @@ def test_old_torch_gets_one_line_from_every_command_that_needs_torch(monkeypatch
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.slow
 def test_reading_run_folders_needs_no_torch(tmp_path):
     """`ddplab report` and `ddplab compare` in an interpreter where `import torch` fails (a laptop reading a
     cluster's run folders); the commands that need torch say so in one line, and a usage error is answered too."""
@@ -77,6 +78,7 @@ def test_reading_run_folders_needs_no_torch(tmp_path):
     assert usage.returncode == 2 and "did you mean --train.epochs?" in usage.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["scripts/gpu_check.py", "benchmarks/loop_overhead.py", "benchmarks/speedrun.py"])
 def test_old_torch_gets_one_line_from_the_scripts_too(script):
     import subprocess

@@ -237,6 +237,7 @@ def test_config_file_that_is_a_folder(tmp_path):
         load_toml(tmp_path)
 
 
+@pytest.mark.slow
 def test_the_test_suite_collects_every_test_folder():
     """pytest skips folders named like build outputs (`dist`, `build`) by default: none of ours may be."""
     import subprocess

@@ -1,5 +1,6 @@
 """Pieces of the distributed plumbing that run in one process."""
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -7,6 +8,7 @@ import torch.nn as nn
 from ddplab.distributed import ddp_module, no_sync, route_address, unwrap
 
 
+@pytest.mark.slow
 def test_no_sync_reaches_ddp_through_torch_compile(tmp_path):
     dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
     try:

@@ -326,6 +326,7 @@ def test_a_folder_linking_to_itself_is_read_once(tmp_path):
     assert [r.name for r in load_runs([tmp_path / "runs"])] == ["a"]
 
 
+@pytest.mark.slow
 def test_report_never_imports_torch(tmp_path):
     sweep = write_sweep(tmp_path)
     code = ("import sys; sys.modules['torch'] = None\n"  # any `import torch` now raises ImportError
@@ -338,6 +339,7 @@ def test_report_never_imports_torch(tmp_path):
     assert (tmp_path / "out" / "index.html").is_file()
 
 
+@pytest.mark.slow
 def test_report_on_a_real_tiny_run(tmp_path):
     run = tmp_path / "run"
     cmd = [sys.executable, "-m", "ddplab", "train", "--dataset", "synthetic", "--data.synthetic_size", "128",
@@ -385,6 +387,7 @@ def test_a_variant_axis_is_compared_against_its_first_value(tmp_path):
     assert next(f for f in findings if f.startswith("best test accuracy")).startswith("best test accuracy: sgd, 73.00%; ahead of adam")
 
 
+@pytest.mark.slow
 def test_two_sweeps_make_two_sections_and_nothing_is_compared_across(tmp_path):
     first = write_axis_sweep(tmp_path / "optimizers", "optimizer", [
         ("adam", {"optim": {"name": "adam"}}, {}), ("sgd", {"optim": {"name": "sgd"}}, {"test_acc": 0.75})])
@@ -424,6 +427,7 @@ def write_sectioned_sweep(sweep: Path) -> Path:
     return write_manifest(sweep, runs, sections=SECTIONS)
 
 
+@pytest.mark.slow
 def test_a_sweeps_sections_answer_their_questions(tmp_path):
     result = build_report([write_sectioned_sweep(tmp_path / "study")], tmp_path / "out")
     scaling, over, remedies = result["sections"]
@@ -450,6 +454,7 @@ def test_a_sweeps_sections_answer_their_questions(tmp_path):
     assert "<blockquote>Does DDP pay?</blockquote>" in page and "Background." in page
 
 
+@pytest.mark.slow
 def test_plots_name_every_point_in_full_and_never_crowd_a_panel(tmp_path):
     long = "batchnorm + dropout 0.5 in the head, with weight decay 5e-4 and label smoothing 0.1"
     variants = [(long if i == 0 else f"variant {i}", {"optim": {"lr": 0.001 * (i + 1)}}, {"test_acc": 0.6 + i / 100})

@@ -48,7 +48,7 @@ def test_uneven_last_step_is_weighted_by_its_samples():
     assert trainer.state.step == 4 and trainer.state.history[0]["train_samples"] == 256
 
 
-@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+@pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=pytest.mark.slow), pytest.param("fp16", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("optimizer", ["sgd", "adam", "adamw", "rmsprop"])
 def test_every_optimizer_and_precision_learns(optimizer, precision):
     lr = {"sgd": 0.2, "adam": 3e-3, "adamw": 3e-3, "rmsprop": 3e-4}[optimizer]
@@ -137,6 +137,7 @@ def test_fused_conv_relu_on_a_model_without_pairs_is_a_config_error():
         trainer_for(tiny_config(model={"name": "fastnet", "fuse_conv_relu": True}))
 
 
+@pytest.mark.slow
 def test_torch_compile_path_trains_like_eager(tmp_path):
     # No dropout: compiled graphs draw their own dropout masks (Inductor's RNG), eager ones torch's.
     eager_trainer = trainer_for(tiny_config(train={"epochs": 1}, model={"dropout": 0.0}))
