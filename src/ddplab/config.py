@@ -52,8 +52,14 @@ def opt(default: Any, help: str) -> Any:
     return field(default=default, metadata={"help": help})
 
 
+LARGEST_INT = 2**62  # beyond any count ddplab has use for, and beyond what a float (or a C long) holds exactly
+
+
 def _bad(name: str, value: Any, allowed: str) -> ConfigError:
-    return ConfigError(f"{name}={value!r} is not valid: {allowed}")
+    shown = repr(value)
+    if len(shown) > 40:  # a 400-digit number is one line too
+        shown = f"{shown[:20]}... ({len(shown)} characters)"
+    return ConfigError(f"{name}={shown} is not valid: {allowed}")
 
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
@@ -64,6 +70,8 @@ def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
 def _positive(name: str, value: float | int | None, *, zero_ok: bool = False, none_ok: bool = False) -> None:
     if value is None and none_ok:
         return
+    if isinstance(value, int) and value >= LARGEST_INT:
+        raise _bad(name, value, "must be below 2**62")
     if value is None or not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
         raise _bad(name, value, "must be >= 0" if zero_ok else "must be > 0")
 
@@ -397,6 +405,7 @@ def coerce(key: str, raw: Any, hint: Any) -> Any:
     if optional and (raw is None or text is not None and text.lower() in ("none", "null", "")):
         return None
     origin = typing.get_origin(base)
+    too_large = None
     try:
         if base is bool:
             if isinstance(raw, bool):
@@ -409,7 +418,10 @@ def coerce(key: str, raw: Any, hint: Any) -> Any:
         if base is int:
             if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
                 raise ValueError
-            return int(raw)
+            value = int(raw)
+            if abs(value) < LARGEST_INT:
+                return value
+            too_large = value
         if base is float:
             if isinstance(raw, bool) or not math.isfinite(float(raw)):
                 raise ValueError  # NaN and inf are never meant
@@ -424,9 +436,11 @@ def coerce(key: str, raw: Any, hint: Any) -> Any:
             return [coerce(key, item, item_type) for item in items]
     except (TypeError, ValueError):
         pass
+    if too_large is not None:
+        raise _bad(key, too_large, "must be below 2**62 in size")
     type_name = getattr(base, "__name__", str(base))
     expected = "a list" if origin is list else "a finite number" if base is float else type_name
-    raise ConfigError(f"{key}={raw!r} is not valid: expected {expected}")
+    raise _bad(key, raw, f"expected {expected}")
 
 
 def build_config(values: dict[str, Any]) -> RunConfig:

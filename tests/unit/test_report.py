@@ -269,6 +269,18 @@ def test_unfinished_run_is_listed_not_fatal(tmp_path):
     assert rows["crashed"]["error"] == "no summary.json: stopped or still running after 1 epoch; log: TrainingError: loss is nan"
 
 
+def test_records_that_are_not_numbers_are_left_out_and_said(tmp_path):
+    """An edited steps.jsonl line (a string step) costs that line, not the report; the findings say so."""
+    run = write_run(tmp_path / "runs" / "edited", steps=True)
+    lines = (run / "steps.jsonl").read_text().splitlines()
+    record = json.loads(lines[0])
+    record["step"] = "x"
+    (run / "steps.jsonl").write_text("\n".join([json.dumps(record), *lines[1:]]) + "\n")
+    result = build_report([tmp_path / "runs"], tmp_path / "out")
+    assert result["num_finished"] == 1
+    assert f"run edited: 1 of {len(lines)} records of steps.jsonl left out (values that are not numbers)" in result["findings"]
+
+
 def one_line(exc_info) -> str:
     message = str(exc_info.value)
     assert "\n" not in message

@@ -194,9 +194,10 @@ def not_measured(section: Section) -> list[Finding]:
 
 
 def run_notes(section: Section) -> list[Finding]:
-    """Runs that stopped early, and how many did not finish."""
+    """Runs that stopped early, what of a run's files could not be used, and how many runs did not finish."""
     out = [Finding(f"run {r.name} stopped early after {len(r.history)} epochs (test loss stopped improving)")
            for p in section.points for r in p.runs if r.status == "stopped_early"]
+    out += [Finding(f"run {r.name}: {what}", "missing") for p in section.points for r in p.runs for what in r.skipped]
     if section.problems:
         kinds = {s: sum(r["status"] == s for r in section.problems) for s in dict.fromkeys(r["status"] for r in section.problems)}
         listing = ", ".join(f"{n} {s}" for s, n in kinds.items())

@@ -54,6 +54,7 @@ class Run:
     error: str | None = None
     sweep: SweepFolder | None = None  # the sweep it belongs to; None for a run given on its own
     env: dict[str, Any] = field(default_factory=dict)  # env.json: versions, device name, host
+    skipped: list[str] = field(default_factory=list)  # what of its files the report could not use, said in its findings
 
     @property
     def finished(self) -> bool:
@@ -142,8 +143,8 @@ def load_run(run_dir: Path, status: str | None = None) -> Run:
         raise DataError(f"{run_dir}: summary.json or metrics.jsonl does not hold ddplab records")
     run.summary, run.history = summary, history
     run.status = str(summary.get("status", "finished"))
-    run.steps = read_optional(run_dir / "steps.jsonl", run_dir)
-    run.gpu = read_optional(run_dir / "gpu.jsonl", run_dir)
+    run.steps = numeric_records(read_optional(run_dir / "steps.jsonl", run_dir), run_dir / "steps.jsonl", run.skipped)
+    run.gpu = numeric_records(read_optional(run_dir / "gpu.jsonl", run_dir), run_dir / "gpu.jsonl", run.skipped)
     env = read_json(run_dir / "env.json", run_dir) if (run_dir / "env.json").is_file() else {}
     run.env = env if isinstance(env, dict) else {}
     return run
@@ -252,6 +253,20 @@ def read_optional(path: Path, run_dir: Path) -> list[dict[str, Any]]:
     if not all(isinstance(r, dict) for r in records):
         raise DataError(f"{path} does not hold JSON objects, one per line")
     return records
+
+
+def numeric_records(records: list[dict[str, Any]], path: Path, skipped: list[str]) -> list[dict[str, Any]]:
+    """The records of a per-step or per-sample file whose values are numbers (or lists of them, or None), the
+    others left out and counted in `skipped`: one edited line must not cost the whole report."""
+    def number(v: Any) -> bool:
+        return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) or (
+            isinstance(v, list) and all(number(x) for x in v))
+
+    kept = [r for r in records if all(number(v) for v in r.values())]
+    if len(kept) < len(records):
+        skipped.append(f"{len(records) - len(kept)} of {len(records)} records of {path.name} left out (values that "
+                       "are not numbers)")
+    return kept
 
 
 def read_config(run_dir: Path) -> dict[str, Any]:
