@@ -114,12 +114,15 @@ label = "adam"
     ("[base]\ntrain = 5", "[base.train] must be a table, got 5"),
     ('[base.train]\nseed = "zero"', "train.seed='zero' in [base.train] is not valid"),
     ("[variants]\nx = 5", "variants.x must be an array of tables"),
-    ("variants = 5", "[variants] must be a table, got 5"),
+    ("variants = 5", "variants must be an array of tables ([[variants]] or [[variants.NAME]]), got 5"),
     ('[sweep]\norder = "random"', "sweep.order='random' is not valid: choose one of listed, interleaved"),
     ('[sweep]\nname = 5', "sweep.name=5 is not valid: expected text"),
     # Unbounded work is refused before any is done.
-    ('[grid]\n"train.batch_size" = [' + ", ".join(["1"] * 1000) + ']\n"train.epochs" = [' + ", ".join(["1"] * 1000) + "]",
-     "expands to 1,000,000 runs"),
+    ('[grid]\n"train.batch_size" = [' + ", ".join(map(str, range(1, 1001))) + ']\n"train.epochs" = ['
+     + ", ".join(map(str, range(1, 1001))) + "]", "expands to 1,000,000 runs"),
+    # A point listed twice would be one run under two names.
+    ('[grid]\n"train.batch_size" = [8, 16, 8]', "grid.train.batch_size lists 8 twice: the same point would run twice"),
+    ('[[variants]]\nlabel = "a"\n[[variants]]\nlabel = "a"\n"optim.lr" = 0.2', "variants.variant (labels) lists 'a' twice"),
     # Sections name points that exist, or say why not.
     ('[[sections]]\ntitle = "x"\npoints = ["nope"]', "names point 'nope', which no run has"),
     ('[[sections]]\ntitle = "x"\nkind = "vibes"', "kind='vibes' is not valid"),

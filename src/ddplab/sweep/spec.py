@@ -189,7 +189,10 @@ def check_tables(spec: Any, allowed: set[str], where: str) -> None:
         raise ConfigError(f"{where}: unknown table(s) {', '.join(sorted(unknown))}; "
                           f"a sweep file has {', '.join(sorted(allowed))}")
     for key, value in spec.items():
-        if key == "variants" and isinstance(value, list):
+        if key == "variants":
+            if not isinstance(value, (list, dict)):
+                raise ConfigError(f"{where}: variants must be an array of tables ([[variants]] or "
+                                  f"[[variants.NAME]]), got {value!r}")
             continue
         if key == "sections":
             if not isinstance(value, list):
@@ -288,8 +291,20 @@ def grid_axes(grid: dict[str, Any]) -> list[Axis]:
             raise ConfigError(f"grid.{SEED}: the seed is set by [sweep] repeats (seed, seed+1, ...) from "
                               "[base.train] seed; a grid over it would name runs by seeds they do not train with")
         check_dotted(key)
+        no_repeats(values, f"grid.{key}")
         axes.append((key, [(v, {key: v}) for v in values]))
     return axes
+
+
+def no_repeats(values: list[Any], where: str) -> None:
+    """An axis lists each value once: a repeat would be the same run twice under two names (repeats do that,
+    with their own seeds)."""
+    seen = []
+    for value in values:
+        if value in seen:
+            raise ConfigError(f"{where} lists {value!r} twice: the same point would run twice under two names "
+                              "(for repeats, use [sweep] repeats, which gives each its own seed)")
+        seen.append(value)
 
 
 def variant_axes(variants: Any) -> list[Axis]:
@@ -304,7 +319,9 @@ def variant_axes(variants: Any) -> list[Axis]:
         if not isinstance(entries, list):
             raise ConfigError(f"variants.{set_name} must be an array of tables ([[variants.{set_name}]]), got {entries!r}")
         if entries:
-            axes.append((set_name, [variant_entry(set_name, i, e) for i, e in enumerate(entries)]))
+            axis = [variant_entry(set_name, i, e) for i, e in enumerate(entries)]
+            no_repeats([label for label, _ in axis], f"variants.{set_name} (labels)")
+            axes.append((set_name, axis))
     return axes
 
 
