@@ -40,6 +40,12 @@ from ddplab.errors import ConfigError  # noqa: E402
 # size 1, which takes the single-process path (no process group): it checks that the settings are accepted.
 ROWS: list[tuple[str, list[str], str]] = [
     ("fp32", [], "any"),
+    # 2 workers on one GPU over Gloo (--dist.share_device): the multi-worker CUDA path on a 1-GPU machine. A
+    # correctness check (compare its accuracy with fp32's), never a speed figure. The bf16 comm hook needs NCCL,
+    # which refuses two ranks on one device, so it cannot be checked this way.
+    ("ddp x2 one gpu", ["--strategy", "ddp", "--nproc", "2", "--dist.share_device", "true"], "cuda"),
+    ("ddp x2 one gpu sync_bn", ["--strategy", "ddp", "--nproc", "2", "--dist.share_device", "true", "--dist.sync_bn",
+                                "true", "--model.batchnorm", "true"], "cuda"),
     ("cuda graphs", ["--train.cuda_graphs", "true"], "cuda"),
     ("cuda graphs bf16 + accumulate 2", ["--train.cuda_graphs", "true", "--precision", "bf16", "--train.accumulate", "2"], "cuda"),
     ("bf16", ["--precision", "bf16"], "any"),

@@ -261,6 +261,8 @@ class DistConfig:
     gradient_as_bucket_view: bool = opt(False, "ddp: gradients as views into the all-reduce buckets")
     comm_hook: str = opt("none", "ddp: gradient compression hook: none | fp16 | bf16")
     sync_bn: bool = opt(False, "ddp: convert BatchNorm to SyncBatchNorm")
+    share_device: bool = opt(False, "ddp: every worker of a node on one GPU, over Gloo (NCCL refuses two ranks on one "
+                             "device): checks a multi-worker run on a 1-GPU machine; never a speed figure")
 
     def __post_init__(self) -> None:
         _choice("dist.strategy", self.strategy, STRATEGIES)
@@ -281,6 +283,11 @@ class DistConfig:
             raise _bad("dist.node_rank", self.node_rank, f"must be in [0, {self.nnodes})")
         if self.strategy != "ddp" and (self.nproc > 1 or self.nnodes > 1):
             raise _bad("dist.nproc", self.nproc, "several processes need --strategy ddp")
+        if self.share_device and self.strategy != "ddp":
+            raise _bad("dist.share_device", True, "workers share a device only under --strategy ddp")
+        if self.share_device and self.backend not in ("auto", "gloo"):
+            raise _bad("dist.backend", self.backend, "--dist.share_device needs gloo (NCCL refuses two ranks on one "
+                       "device); leave --backend auto, or pass gloo")
 
 
 @dataclass
@@ -516,16 +523,16 @@ def check_environment(config: RunConfig) -> None:
         raise _bad("train.device", device, f"this machine has {torch.cuda.device_count()} CUDA device(s)")
     on_cuda = has_cuda and device != "cpu"
     several = config.dist.strategy == "dp" or config.dist.nproc > 1
-    if _is_cuda_index(device) and several:
+    if _is_cuda_index(device) and several and not config.dist.share_device:
         raise _bad("train.device", device, "with several devices per node use --device cuda: each rank takes cuda:LOCAL_RANK")
-    if on_cuda and config.dist.strategy == "ddp" and config.dist.nproc > torch.cuda.device_count():
+    if on_cuda and config.dist.strategy == "ddp" and not config.dist.share_device and config.dist.nproc > torch.cuda.device_count():
         raise _bad("dist.nproc", config.dist.nproc, f"this node has {torch.cuda.device_count()} CUDA device(s), one per process")
     backend = config.dist.backend
     if backend == "nccl" and not on_cuda:
         raise _bad("dist.backend", "nccl", "NCCL needs CUDA devices; use --backend gloo on CPU")
     if config.dist.strategy == "dp" and not on_cuda:
         raise _bad("dist.strategy", "dp", "DataParallel needs CUDA devices; use --strategy ddp --backend gloo on CPU")
-    resolved = backend if backend != "auto" else ("nccl" if on_cuda else "gloo")
+    resolved = backend if backend != "auto" else ("nccl" if on_cuda and not config.dist.share_device else "gloo")
     if config.dist.comm_hook == "bf16" and resolved != "nccl":
         raise _bad("dist.comm_hook", "bf16", "bf16 gradient compression needs NCCL (CUDA); use fp16 with gloo")
     if config.train.cuda_graphs and not on_cuda:

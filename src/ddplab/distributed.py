@@ -111,12 +111,18 @@ def stderr_silenced() -> Iterator[None]:
         os.close(saved)
 
 
-def resolve_device(name: str, local_rank: int = 0) -> torch.device:
+def device_name(name: str, local_rank: int = 0, *, shared: bool = False, cuda: bool = False) -> str:
+    """The device a rank trains on: `cuda` means cuda:LOCAL_RANK, one GPU per rank, or cuda:0 for every
+    rank when the workers share one (--dist.share_device); "auto" is cuda where there is one."""
     if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
+        name = "cuda" if cuda else "cpu"
     if name == "cuda":
-        name = f"cuda:{local_rank}"
-    device = torch.device(name)
+        name = f"cuda:{0 if shared else local_rank}"
+    return name
+
+
+def resolve_device(name: str, local_rank: int = 0, *, shared: bool = False) -> torch.device:
+    device = torch.device(device_name(name, local_rank, shared=shared, cuda=torch.cuda.is_available()))
     if device.type == "cuda":
         torch.cuda.set_device(device)  # before any allocation, or every rank touches GPU 0
     return device
@@ -202,9 +208,10 @@ def maybe_set_gloo_interface() -> None:
         os.environ["GLOO_SOCKET_IFNAME"] = name
 
 
-def resolve_backend(requested: str, device: torch.device) -> str:
+def resolve_backend(requested: str, device: torch.device, *, shared: bool = False) -> str:
+    """"auto": NCCL on CUDA, Gloo on a CPU or where workers share one GPU (NCCL refuses two ranks on one device)."""
     if requested == "auto":
-        return "nccl" if device.type == "cuda" else "gloo"
+        return "nccl" if device.type == "cuda" and not shared else "gloo"
     return requested
 
 
@@ -249,9 +256,10 @@ def distributed_context(config: RunConfig, place: ProcessPlace | None) -> Iterat
         return
     if place.launcher == "srun":
         _slurm_rendezvous_env()
-    device = resolve_device(config.train.device, place.local_rank)
+    shared = config.dist.share_device
+    device = resolve_device(config.train.device, place.local_rank, shared=shared)
     set_cpu_threads(device, config.train.threads, place.local_world_size)
-    backend = resolve_backend(config.dist.backend, device)
+    backend = resolve_backend(config.dist.backend, device, shared=shared)
     if backend == "gloo" and config.dist.nnodes > 1:
         maybe_set_gloo_interface()
     init_kwargs = {"device_id": device} if backend == "nccl" else {}

@@ -102,6 +102,28 @@ def test_torchrun_gives_the_same_run(ddp_run, tmp_path):
     assert load_toml(tmp_path / "tr" / "config.toml")["dist"]["nproc"] == 2
 
 
+def test_workers_sharing_one_device_train_the_same_run_and_are_marked(ddp_run, tmp_path):
+    """--dist.share_device (2 workers on one GPU, over Gloo) is the same DDP run; its summary says the workers
+    shared a device, and the report never reads its clocks as a speed figure. Here the device is the CPU;
+    the CUDA path (both ranks on cuda:0) is owed to a GPU machine (scripts/device_check.sh)."""
+    from ddplab.report.build import build_report
+
+    ddplab("--strategy", "ddp", "--nproc", "2", "--dist.share_device", "true", "--batch-size", "16", "--epochs", "2",
+           *EXACT, "--out", str(tmp_path / "shared"))
+    assert metrics(tmp_path / "shared") == metrics(ddp_run)
+    summary = json.loads((tmp_path / "shared" / "summary.json").read_text())
+    assert (summary["run"]["shared_device"], summary["run"]["backend"], summary["run"]["world_size"]) == (True, "gloo", 2)
+    assert json.loads((ddp_run / "summary.json").read_text())["run"]["shared_device"] is False
+    result = build_report([ddp_run, tmp_path / "shared"], tmp_path / "report")
+    speed = next(t for t in result["sections"][0]["tables"] if t[0] == "Speed")
+    assert "workers on one GPU: a check, not a speed (contended)" in str(speed)
+    from ddplab.report.noise import Load, timing_verdict
+
+    verdict = timing_verdict(1.5, None, None, {"shared": Load(0.0, 0.0, None, shared_device=True)})
+    assert verdict.text() == ("unreliable (the clocks measured other work; shared: its workers shared one GPU "
+                              "(--dist.share_device: a correctness check, never a speed figure))")
+
+
 def test_torchrun_without_ddp_is_refused_on_every_rank(tmp_path):
     """torchrun --nproc-per-node 2 with the default strategy used to train DDP while recording 'single'."""
     proc = subprocess.run(

@@ -153,6 +153,12 @@ def sweep_file(tmp, grid):
         (tmp / "s.toml").write_text('[base.data]\ndataset = "synthetic"\n[base.train]\ndevice = "cuda:99"\n[grid]\n"dist.backend" = ["nccl"]\n')
 
 
+def sweep_text(text):
+    def setup(tmp):
+        (tmp / "s.toml").write_text(text)
+    return setup
+
+
 def a_file(tmp):
     (tmp / "file").write_text("not a folder")
 
@@ -213,6 +219,11 @@ CASES = [
          after=no_folder("r")),
     Case("profile-steps-negative", [*S, "--train.profile_steps", "-1", "--out", "{tmp}/r"], 2,
          r"train\.profile_steps=-1 .*integer >= 0", after=no_folder("r")),
+    Case("share-device-with-nccl", [*S, "--strategy", "ddp", "--nproc", "2", "--dist.share_device", "true", "--backend",
+                                    "nccl", "--out", "{tmp}/r"], 2,
+         r"dist\.backend='nccl' is not valid: --dist\.share_device needs gloo", alone=True, after=no_folder("r")),
+    Case("share-device-single", [*S, "--dist.share_device", "true", "--out", "{tmp}/r"], 2,
+         r"dist\.share_device=True is not valid: workers share a device only under --strategy ddp", alone=True),
     Case("nproc-without-ddp", [*S, "--nproc", "2", "--out", "{tmp}/r"], 2, r"dist\.nproc=2.*--strategy ddp"),
     Case("missing-config-file", ["train", "--config", "{tmp}/nope.toml"], 2, r"config file .*nope\.toml does not exist"),
     Case("bad-toml", ["train", "--config", "{tmp}/bad.toml"], 2, r"bad\.toml is not valid TOML", setup=bad_toml),
@@ -243,6 +254,22 @@ CASES = [
     Case("sweep-into-a-run-folder", ["sweep", "{tmp}/s.toml", "--out", "{tmp}/run"], 2,
          r"--out .*/run is a run folder, not a sweep folder .*choose another --out", setup=sweep_into_run_setup,
          after=sweep_into_run_after),
+    # sweep files of the wrong shape, or that would run something other than what they name: one line, nothing run
+    Case("sweep-grid-not-a-table", ["sweep", "{tmp}/s.toml", "--out", "{tmp}/out"], 2, r"\[grid\] must be a table, got 5",
+         setup=sweep_text('grid = 5\n[base.data]\ndataset = "synthetic"\n'), alone=True, after=no_folder("out")),
+    Case("sweep-scalar-variants", ["sweep", "{tmp}/s.toml", "--out", "{tmp}/out"], 2,
+         r"variants must be an array of tables", setup=sweep_text("variants = 5\n"), alone=True, after=no_folder("out")),
+    Case("sweep-string-seed", ["sweep", "{tmp}/s.toml", "--out", "{tmp}/out"], 2, r"train\.seed='7' in \[base\.train\] is not valid: expected an integer",
+         setup=sweep_text('[base.train]\nseed = "7"\n'), alone=True, after=no_folder("out")),
+    Case("sweep-grid-over-the-seed", ["sweep", "{tmp}/s.toml", "--out", "{tmp}/out"], 2,
+         r"grid\.train\.seed: the seed is set by \[sweep\] repeats", alone=True, after=no_folder("out"),
+         setup=lambda tmp: sweep_file(tmp, '"train.seed" = [1, 2, 3]')),
+    Case("sweep-value-twice", ["sweep", "{tmp}/s.toml", "--out", "{tmp}/out"], 2,
+         r"grid\.train\.batch_size lists 8 twice", alone=True, after=no_folder("out"),
+         setup=lambda tmp: sweep_file(tmp, '"train.batch_size" = [8, 8]')),
+    Case("sweep-set-over-an-axis", ["sweep", "{tmp}/s.toml", "--out", "{tmp}/out", "--set", "train.batch_size=4"], 2,
+         r"train\.batch_size", alone=True, after=no_folder("out"),
+         setup=lambda tmp: sweep_file(tmp, '"train.batch_size" = [8, 16]')),
     Case("sweep-negative-timeout", ["sweep", "assignment", "--timeout", "-5"], 2,
          r"argument --timeout: '-5' is not a number of seconds > 0", alone=True),
     Case("sweep-nan-timeout", ["assignment", "--timeout", "nan"], 2, r"argument --timeout: 'nan' is not a number of seconds > 0",

@@ -213,6 +213,30 @@ def test_a_worker_that_asks_for_one_process_is_refused(env, launcher, strategy):
         placement(strategy, env)
 
 
+def test_workers_may_share_one_device_over_gloo_only():
+    from ddplab.distributed import device_name
+
+    config = build_config({"dist": {"strategy": "ddp", "nproc": 2, "share_device": True}})
+    assert config.dist.share_device and config.world_size() == 2
+    with pytest.raises(ConfigError, match=r"dist\.backend='nccl' .*share_device needs gloo \(NCCL refuses two ranks"):
+        build_config({"dist": {"strategy": "ddp", "nproc": 2, "share_device": True, "backend": "nccl"}})
+    with pytest.raises(ConfigError, match=r"dist\.share_device=True .*only under --strategy ddp"):
+        build_config({"dist": {"share_device": True}})
+    # Each rank's device: its own GPU, or GPU 0 for all when they share; the CPU is the CPU.
+    assert [device_name("cuda", r, cuda=True) for r in (0, 1)] == ["cuda:0", "cuda:1"]
+    assert [device_name("cuda", r, shared=True, cuda=True) for r in (0, 1)] == ["cuda:0", "cuda:0"]
+    assert device_name("auto", 1, shared=True, cuda=True) == "cuda:0" and device_name("auto", 1) == "cpu"
+    assert device_name("cuda:1", 0, shared=True, cuda=True) == "cuda:1"
+
+
+def test_shared_device_resolves_auto_to_gloo():
+    from ddplab.distributed import resolve_backend
+
+    assert resolve_backend("auto", torch.device("cuda", 0)) == "nccl"
+    assert resolve_backend("auto", torch.device("cuda", 0), shared=True) == "gloo"
+    assert resolve_backend("auto", torch.device("cpu")) == "gloo"
+
+
 def test_a_worker_records_the_shape_its_launcher_gave():
     from ddplab.topology import as_launched, placement
 

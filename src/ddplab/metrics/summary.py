@@ -28,6 +28,8 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
         "run": {
             "dataset": config.data.dataset, "model": config.model.name, "strategy": config.dist.strategy,
             "world_size": info["world_size"], "backend": info.get("backend") or "none",
+            # Workers on one GPU (--dist.share_device): a check that a multi-worker run works, never a speed figure.
+            "shared_device": bool(config.dist.share_device and info["world_size"] > 1),
             "device": str(info["device"]), "precision": config.train.precision,
             "optimizer": config.optim.name, "lr": config.optim.lr, "schedule": config.optim.schedule,
             "seed": config.train.seed, "epochs_planned": config.train.epochs, "epochs_done": state.epoch,

@@ -54,7 +54,7 @@ def run_figures(run: Run) -> dict[str, Any]:
     final, last = s["final"], history[-1]
     gap_train, gap_from = gap_train_acc(last)
     low = min(history, key=lambda r: r["test_loss"])
-    load = noise.run_load(history)
+    load = noise.run_load(history, shared_device=bool(s["run"].get("shared_device")))
     rates = noise.window_rates(run.steps, s["batch"]["global"], len(history))
     return {
         "strategy": s["run"]["strategy"], "device": s["run"]["device"], "precision": s["run"]["precision"],

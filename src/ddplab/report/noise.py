@@ -46,6 +46,7 @@ class Load:
     other_cpu: float | None
     steal: float | None
     gpu_others: int | None
+    shared_device: bool = False  # its workers shared one GPU on purpose (--dist.share_device)
 
     @property
     def measured(self) -> bool:
@@ -54,7 +55,7 @@ class Load:
     @property
     def contended(self) -> bool:
         return ((self.other_cpu or 0.0) >= CONTENDED_OTHER_CPU or (self.steal or 0.0) >= CONTENDED_STEAL
-                or (self.gpu_others or 0) > 0)
+                or (self.gpu_others or 0) > 0 or self.shared_device)
 
     def why(self) -> str:
         parts = []
@@ -62,7 +63,9 @@ class Load:
             parts.append(f"other processes used up to {self.other_cpu:.0%} of the CPUs")
         if (self.steal or 0.0) >= CONTENDED_STEAL:
             parts.append(f"the hypervisor took {self.steal:.0%} of the CPU time")
-        if self.gpu_others:
+        if self.shared_device:
+            parts.append("its workers shared one GPU (--dist.share_device: a correctness check, never a speed figure)")
+        elif self.gpu_others:
             parts.append(f"{self.gpu_others} other process(es) shared its GPU")
         return " and ".join(parts)
 
@@ -72,11 +75,11 @@ def timed_epochs(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return history[1:] or history
 
 
-def run_load(history: list[dict[str, Any]]) -> Load:
+def run_load(history: list[dict[str, Any]], *, shared_device: bool = False) -> Load:
     epochs = timed_epochs(history)
     gpu = worst_reading(epochs, "gpu_other_processes")
     return Load(other_cpu=worst_reading(epochs, "other_cpu_share"), steal=worst_reading(epochs, "steal_share"),
-                gpu_others=None if gpu is None else int(gpu))
+                gpu_others=None if gpu is None else int(gpu), shared_device=shared_device)
 
 
 def combine_loads(loads: list[Load]) -> Load:
@@ -86,7 +89,7 @@ def combine_loads(loads: list[Load]) -> Load:
         return max(known) if known else None
 
     return Load(other_cpu=worst([x.other_cpu for x in loads]), steal=worst([x.steal for x in loads]),
-                gpu_others=worst([x.gpu_others for x in loads]))
+                gpu_others=worst([x.gpu_others for x in loads]), shared_device=any(x.shared_device for x in loads))
 
 
 # ---- timing noise ------------------------------------------------------------------------------

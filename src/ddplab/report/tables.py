@@ -76,10 +76,12 @@ def noise_cell(row: dict[str, Any]) -> str:
 
 def load_cell(row: dict[str, Any]) -> str:
     load = row.get("load")
-    if load is None or not load.measured:
+    if load is None or not (load.measured or load.shared_device):
         return "not recorded"
     parts = [f"{load.other_cpu:.0%} CPU"] if load.other_cpu is not None else []
-    if load.gpu_others:
+    if load.shared_device:
+        parts.append("workers on one GPU: a check, not a speed")
+    elif load.gpu_others:
         parts.append(f"{load.gpu_others} on GPU")
     return ", ".join(parts) + (" (contended)" if load.contended else "")
 
