@@ -31,6 +31,8 @@ from pathlib import Path
 
 import _common as common
 
+from ddplab.topology import resolve_backend  # torch-free; _common puts src on the path
+
 NAME = "ddp_scaling"
 SIDES = ("single", "ddp")
 PHASES = ("data_s", "forward_backward_s", "optimizer_s", "comm_wait_s")
@@ -57,7 +59,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--batch-size {args.batch_size} must divide evenly over --nproc {args.nproc} workers")
     if args.epochs < 1:
         p.error("--epochs must be >= 1")
-    args.backend = args.backend or ("nccl" if args.device.startswith("cuda") else "gloo")
+    args.backend = resolve_backend(args.backend or "auto", on_cuda=args.device.startswith("cuda"))
     return args
 
 

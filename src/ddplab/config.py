@@ -532,7 +532,9 @@ def check_environment(config: RunConfig) -> None:
         raise _bad("dist.backend", "nccl", "NCCL needs CUDA devices; use --backend gloo on CPU")
     if config.dist.strategy == "dp" and not on_cuda:
         raise _bad("dist.strategy", "dp", "DataParallel needs CUDA devices; use --strategy ddp --backend gloo on CPU")
-    resolved = backend if backend != "auto" else ("nccl" if on_cuda and not config.dist.share_device else "gloo")
+    from ddplab.topology import resolve_backend
+
+    resolved = resolve_backend(backend, on_cuda=on_cuda, shared_device=config.dist.share_device)
     if config.dist.comm_hook == "bf16" and resolved != "nccl":
         raise _bad("dist.comm_hook", "bf16", "bf16 gradient compression needs NCCL (CUDA); use fp16 with gloo")
     if config.train.cuda_graphs and not on_cuda:

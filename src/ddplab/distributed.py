@@ -27,7 +27,7 @@ import torch.nn as nn
 from ddplab import compat
 from ddplab.config import RunConfig
 from ddplab.errors import ConfigError
-from ddplab.topology import ProcessPlace
+from ddplab.topology import ProcessPlace, resolve_backend
 
 
 @dataclass(frozen=True)
@@ -208,13 +208,6 @@ def maybe_set_gloo_interface() -> None:
         os.environ["GLOO_SOCKET_IFNAME"] = name
 
 
-def resolve_backend(requested: str, device: torch.device, *, shared: bool = False) -> str:
-    """"auto": NCCL on CUDA, Gloo on a CPU or where workers share one GPU (NCCL refuses two ranks on one device)."""
-    if requested == "auto":
-        return "nccl" if device.type == "cuda" and not shared else "gloo"
-    return requested
-
-
 def set_cpu_threads(device: torch.device, threads: int | None = None, local_world: int = 1) -> None:
     """Intra-op threads of a CPU process: `threads` (--train.threads), else $OMP_NUM_THREADS, else
     torch's default, except that CPU workers on one node split the cores they may run on.
@@ -259,7 +252,7 @@ def distributed_context(config: RunConfig, place: ProcessPlace | None) -> Iterat
     shared = config.dist.share_device
     device = resolve_device(config.train.device, place.local_rank, shared=shared)
     set_cpu_threads(device, config.train.threads, place.local_world_size)
-    backend = resolve_backend(config.dist.backend, device, shared=shared)
+    backend = resolve_backend(config.dist.backend, on_cuda=device.type == "cuda", shared_device=shared)
     if backend == "gloo" and config.dist.nnodes > 1:
         maybe_set_gloo_interface()
     init_kwargs = {"device_id": device} if backend == "nccl" else {}

@@ -127,6 +127,14 @@ def _stray(env: Mapping[str, str]) -> str | None:
     return None
 
 
+def resolve_backend(requested: str, *, on_cuda: bool, shared_device: bool = False) -> str:
+    """The collective backend a DDP run uses: "auto" is NCCL on CUDA, Gloo on a CPU or where the workers
+    share one GPU (NCCL refuses two ranks on one device). The one place "auto" is resolved."""
+    if requested == "auto":
+        return "nccl" if on_cuda and not shared_device else "gloo"
+    return requested
+
+
 def as_launched(config, place: ProcessPlace):
     """The config as it ran under a launcher: the processes per node and nodes the launcher made,
     so config.toml and the summary describe this run, and `--config` re-runs its shape."""

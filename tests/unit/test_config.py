@@ -229,12 +229,13 @@ def test_workers_may_share_one_device_over_gloo_only():
     assert device_name("cuda:1", 0, shared=True, cuda=True) == "cuda:1"
 
 
-def test_shared_device_resolves_auto_to_gloo():
-    from ddplab.distributed import resolve_backend
+def test_backend_auto_is_resolved_in_one_place():
+    from ddplab.topology import resolve_backend
 
-    assert resolve_backend("auto", torch.device("cuda", 0)) == "nccl"
-    assert resolve_backend("auto", torch.device("cuda", 0), shared=True) == "gloo"
-    assert resolve_backend("auto", torch.device("cpu")) == "gloo"
+    assert resolve_backend("auto", on_cuda=True) == "nccl"
+    assert resolve_backend("auto", on_cuda=True, shared_device=True) == "gloo"  # NCCL refuses two ranks on one GPU
+    assert resolve_backend("auto", on_cuda=False) == "gloo"
+    assert resolve_backend("mpi", on_cuda=True) == "mpi"
 
 
 def test_a_worker_records_the_shape_its_launcher_gave():

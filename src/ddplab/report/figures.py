@@ -19,6 +19,7 @@ from typing import Any
 from ddplab.errors import DataError
 from ddplab.metrics.records import PHASES, gap_train_acc  # the file format's rules, torch-free
 from ddplab.report import noise
+from ddplab.topology import resolve_backend  # torch-free
 from ddplab.report.runs import Point, Run
 
 SHARES = tuple(p.removesuffix("_s") + "_share" for p in PHASES)
@@ -101,9 +102,7 @@ def backend(strategy: str, requested: str, device: str) -> str:
     ddplab resolved it then); none without DDP."""
     if strategy != "ddp":
         return "none"
-    if requested == "auto":
-        return "nccl" if str(device).startswith("cuda") else "gloo"
-    return requested
+    return resolve_backend(requested, on_cuda=str(device).startswith("cuda"))
 
 
 def peak_memory(summary: dict[str, Any]) -> tuple[str | None, float | None]:
