@@ -33,3 +33,14 @@ def test_overfitting_signals_and_data_parallel_memory():
     assert s["time"]["mean_epoch_s_after_first"] == 10.0 and s["time"]["images_per_s"] == 200.0
     text = format_summary(s)
     assert "overfitting" in text and "+37.00%" in text and "per rank" in text
+
+
+def test_comm_wait_is_shown_inside_forward_backward_never_beside_it():
+    """The probe's wait for the all-reduce is part of forward+backward: listed beside it, the parts of
+    training time added up to more than all of it (117.7% in a torchrun run)."""
+    from ddplab.metrics.summary import phases_text
+
+    text = phases_text({"data_s": 0.5, "forward_backward_s": 8.0, "optimizer_s": 1.0, "comm_wait_s": 3.25})
+    assert text == "data 0.5 s, forward+backward 8.0 s (of which comm wait 3.2 s), optimizer 1.0 s"
+    assert phases_text({"data_s": 0.5, "forward_backward_s": 8.0, "optimizer_s": 1.0, "comm_wait_s": 0.0}) == (
+        "data 0.5 s, forward+backward 8.0 s, optimizer 1.0 s")  # one process: nothing to wait for

@@ -8,7 +8,7 @@ import math
 
 # Where an epoch's training time went, each summed over its steps. `comm_wait_s` is a probe
 # of the all-reduce's wait, measured inside `forward_backward_s`, so the shares of training
-# time may add up to more than 100%.
+# time add up only with comm wait counted inside forward+backward ("of which", never beside it).
 PHASES = ("data_s", "forward_backward_s", "optimizer_s", "comm_wait_s")
 
 # Fields that measure the machine (clocks, memory, load), not the math: two runs of one config

@@ -156,7 +156,7 @@ def format_summary(s: dict[str, Any], run_dir: Any = None) -> str:
     if s["memory"]:
         lines.append("  memory        " + ", ".join(f"{k.replace('_mib', '')} {v:,.0f} MiB" for k, v in s["memory"].items()))
     if s["phases_s"]:
-        lines.append("  train time    " + ", ".join(f"{k.removesuffix('_s').replace('_', ' ')} {v:.1f} s" for k, v in s["phases_s"].items()))
+        lines.append("  train time    " + phases_text(s["phases_s"]))
     profile = s.get("profile")
     if profile and profile["steps"]:
         ops = ", ".join(f"{o['op']} {o['share']:.0%}" for o in profile["top_ops"])
@@ -178,3 +178,16 @@ def format_summary(s: dict[str, Any], run_dir: Any = None) -> str:
     if run_dir is not None:
         lines.append(f"  run folder    {run_dir}")
     return "\n".join(lines)
+
+
+def phases_text(phases: dict[str, float]) -> str:
+    """Where training time went, the parts adding up: communication wait is inside forward+backward
+    (its probe waits for the all-reduce there), so it is shown as "of which", never beside it."""
+    comm = phases.get("comm_wait_s")
+    names = {"data_s": "data", "forward_backward_s": "forward+backward", "optimizer_s": "optimizer"}
+    parts = []
+    for key, name in names.items():
+        if key in phases:
+            parts.append(f"{name} {phases[key]:.1f} s" + (f" (of which comm wait {comm:.1f} s)"
+                                                         if key == "forward_backward_s" and comm else ""))
+    return ", ".join(parts)
