@@ -18,6 +18,7 @@ from PIL import Image
 from ddplab.data import datasets, formats
 from ddplab.data.datasets import DATASETS, dataset_info, load_dataset, make_splits, verify_dataset
 from ddplab.data.formats import RestrictedUnpickler
+from ddplab.config import build_config
 from ddplab.errors import ConfigError, DataError
 
 CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
@@ -466,3 +467,14 @@ def test_shared_cifar10_exact_facts(cifar_root):
     assert seconds < 6, f"loading CIFAR-10 took {seconds:.1f} s"
     problems = verify_dataset("cifar10", cifar_root)
     assert not [p for p in problems if p.startswith("error:")], problems
+
+
+def test_the_data_layers_own_checks_agree_with_the_config_and_name_their_argument():
+    from ddplab.data.datasets import load_dataset
+
+    with pytest.raises(ConfigError, match=r"load_dataset\(num_classes=1\): a classifier needs at least 2 classes"):
+        load_dataset("synthetic", "unused", "train", num_classes=1)
+    with pytest.raises(ConfigError, match=r"data\.num_classes=1 is not valid: must be >= 2"):
+        build_config({"data": {"dataset": "synthetic", "num_classes": 1}})
+    with pytest.raises(ConfigError, match=r"load_dataset\(cifar10_format='zip'\): choose auto, binary or python"):
+        load_dataset("cifar10", "unused", "train", cifar10_format="zip")

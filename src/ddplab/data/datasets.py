@@ -76,13 +76,13 @@ def _check_options(name: str, split: str, o: _Options) -> None:
     if o.fold is not None and (name != "stl10" or not 0 <= o.fold <= 9):
         raise ConfigError(f"data.fold selects one of STL-10's folds 0..9 (stl10 only), got {o.fold!r} for {name}")
     if o.cifar10_format not in ("auto", "binary", "python"):
-        raise ConfigError(f"cifar10_format must be auto, binary or python, got {o.cifar10_format!r}")
+        raise ConfigError(f"load_dataset(cifar10_format={o.cifar10_format!r}): choose auto, binary or python")
     if o.cifar100_labels not in ("fine", "coarse"):
         raise ConfigError(f"cifar100_labels must be fine or coarse, got {o.cifar100_labels!r}")
     if o.synthetic_size is not None and o.synthetic_size < 1:
         raise ConfigError(f"synthetic_size must be a positive integer, got {o.synthetic_size!r}")
-    if o.num_classes < 1:
-        raise ConfigError(f"num_classes must be a positive integer, got {o.num_classes!r}")
+    if o.num_classes < 2:  # as data.num_classes: a classifier needs two classes
+        raise ConfigError(f"load_dataset(num_classes={o.num_classes!r}): a classifier needs at least 2 classes")
 
 
 def _read(name: str, root: Path, split: str, o: _Options, download: bool, progress: bool) -> ImageDataset:
