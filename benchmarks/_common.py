@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO / "src") not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(REPO / "src"))
 
+from ddplab import runfiles  # noqa: E402 (torch-free)
 from ddplab.compat import check_torch  # noqa: E402 (torch-free)
 from ddplab.errors import ConfigError  # noqa: E402
 
@@ -234,7 +235,7 @@ def run_ddplab(train_args: Sequence[str], run_dir: Path, *, env: dict[str, str],
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / "metrics.jsonl"
+    path = Path(run_dir) / runfiles.METRICS
     if not path.is_file():
         return []
     rows = []
@@ -249,5 +250,5 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
 def read_run(run_dir: Path) -> dict[str, Any]:
     """A finished run folder's metrics (one row per epoch), summary and environment."""
     run_dir = Path(run_dir)
-    return {"metrics": read_metrics(run_dir), "summary": json.loads((run_dir / "summary.json").read_text()),
-            "env": json.loads((run_dir / "env.json").read_text()) if (run_dir / "env.json").is_file() else {}}
+    return {"metrics": read_metrics(run_dir), "summary": json.loads((run_dir / runfiles.SUMMARY).read_text()),
+            "env": json.loads((run_dir / runfiles.ENV).read_text()) if (run_dir / runfiles.ENV).is_file() else {}}

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import _common as common
 
+from ddplab import runfiles  # torch-free; _common puts src on the path
+
 def parse_args(argv=None) -> argparse.Namespace:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -71,7 +73,7 @@ def run_flops(run_dir: Path, summary: dict) -> float:
     from ddplab.config import load_toml
     from ddplab.engine.trainer import tta_views
 
-    tta = load_toml(run_dir / "config.toml").get("train", {}).get("tta", "none")  # the mode the run evaluated with
+    tta = load_toml(run_dir / runfiles.CONFIG).get("train", {}).get("tta", "none")  # the mode the run evaluated with
     views = len(tta_views(torch.zeros(1, 1, 2, 2), tta))
     per_image = summary["model"]["flops_per_image"]
     seen = summary["data"]["train_images"] * summary["run"]["epochs_done"]

@@ -32,6 +32,7 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src
 if str(REPO / "src") not in sys.path:  # and so does this script
     sys.path.insert(0, str(REPO / "src"))
 
+from ddplab import runfiles  # noqa: E402 (torch-free)
 from ddplab.compat import check_torch  # noqa: E402 (both torch-free)
 from ddplab.errors import ConfigError  # noqa: E402
 
@@ -134,7 +135,7 @@ def run_row(name: str, extra: list[str], common: list[str], out: Path, timeout: 
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         return {"row": name, "status": f"FAILED (exit {proc.returncode}): {last[:200]}", "command": cmd, "wall_s": wall_s}
-    s = json.loads((run_dir / "summary.json").read_text())
+    s = json.loads((run_dir / runfiles.SUMMARY).read_text())
     t, mem = s["time"], s["memory"]
     peak = mem.get("peak_alloc_mib", mem.get("peak_rss_mib"))
     return {"row": name, "status": "ok", "world_size": s["run"]["world_size"], "device": s["run"]["device"],

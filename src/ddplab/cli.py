@@ -26,7 +26,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from ddplab import compat
+from ddplab import compat, runfiles
 from ddplab.config import SECTIONS, RunConfig, build_config, coerce, field_types, load_toml, merge, parse_dotted
 from ddplab.errors import ConfigError, DataError, DdplabError, SweepError, file_error
 
@@ -100,7 +100,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     elif hasattr(args, "config"):
         base = load_toml(args.config)
     elif resume and "out" in output:  # resume with the run's own settings
-        saved = Path(output["out"]) / "config.toml"
+        saved = Path(output["out"]) / runfiles.CONFIG
         if not saved.is_file():
             raise ConfigError(f"output.resume: {output['out']} holds no run to resume (no config.toml there); "
                               "start a new run there without --resume")

@@ -24,7 +24,7 @@ import time
 import uuid
 from pathlib import Path
 
-from ddplab import compat, errors
+from ddplab import compat, errors, runfiles
 from ddplab.config import RunConfig, build_config, check_environment
 from ddplab.distributed import route_address
 from ddplab.engine import checkpoint
@@ -301,7 +301,7 @@ def watch_launcher(poll_s: float = 0.5) -> None:
 def resumed_after_restart(config: RunConfig) -> RunConfig:
     """A restarted worker group (elastic agent or torchrun) continues from the last checkpoint."""
     restarts = int(os.environ.get(RESTART_COUNT, "0"))
-    if restarts > 0 and (Path(config.output.out) / "checkpoints" / checkpoint.LAST).exists():
+    if restarts > 0 and (Path(config.output.out) / runfiles.CHECKPOINTS / checkpoint.LAST).exists():
         return dataclasses.replace(config, output=dataclasses.replace(config.output, resume=True))
     return config
 

@@ -14,11 +14,10 @@ from typing import Any
 
 import torch
 
-from ddplab import files
+from ddplab import files, runfiles
 from ddplab.errors import ConfigError, DataError, FileSystemError
 
-LAST = "last.pt"
-BEST = "best.pt"
+LAST, BEST = runfiles.LAST_CHECKPOINT, runfiles.BEST_CHECKPOINT
 
 
 def save_atomic(obj: Any, path: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from ddplab import runfiles
 from ddplab.config import build_config, check_environment, load_toml
 from ddplab.data.loader import DeviceLoader
 from ddplab.distributed import DistContext, resolve_device
@@ -25,9 +26,9 @@ def evaluate_run(run_dir: str | Path, *, weights: str = "final", device: str = "
     from ddplab.engine.run import build_datasets, build_model
 
     run_dir = Path(run_dir)
-    if not (run_dir / "config.toml").is_file():
+    if not (run_dir / runfiles.CONFIG).is_file():
         raise ConfigError(f"{run_dir} is not a ddplab run folder (no config.toml)")
-    values = load_toml(run_dir / "config.toml")
+    values = load_toml(run_dir / runfiles.CONFIG)
     values.setdefault("data", {})["download"] = False
     if data_dir is not None:
         values["data"]["data_dir"] = data_dir
@@ -38,7 +39,7 @@ def evaluate_run(run_dir: str | Path, *, weights: str = "final", device: str = "
     config = build_config(values)
     check_environment(config)  # e.g. --device cuda on a machine without CUDA: one line, not a traceback
     ctx = DistContext(device=resolve_device(device))
-    path = run_dir / "checkpoints" / (checkpoint.LAST if weights == "final" else checkpoint.BEST)
+    path = run_dir / runfiles.CHECKPOINTS / (checkpoint.LAST if weights == "final" else checkpoint.BEST)
     state = checkpoint.load(path, ctx.device)
     epoch = state["train_state"]["epoch"] if "train_state" in state else state.get("epoch")
     _, eval_set, split = build_datasets(config, ctx)

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ddplab import files
+from ddplab import files, runfiles
 from ddplab import log as logsetup
 from ddplab.config import RunConfig, check_environment
 from ddplab.data.augment import AugmentSpec
@@ -113,18 +113,18 @@ def memory_errors(config: RunConfig, ctx: DistContext):
 def finished_result(run_dir: Path) -> RunResult:
     from ddplab.report.runs import read_json, read_jsonl
 
-    summary = read_json(run_dir / "summary.json", run_dir) if (run_dir / "summary.json").is_file() else {}
-    return RunResult(run_dir=run_dir, summary=summary, history=read_jsonl(run_dir / "metrics.jsonl", run_dir))
+    summary = read_json(run_dir / runfiles.SUMMARY, run_dir) if (run_dir / runfiles.SUMMARY).is_file() else {}
+    return RunResult(run_dir=run_dir, summary=summary, history=read_jsonl(run_dir / runfiles.METRICS, run_dir))
 
 
 def run_worker(config: RunConfig, ctx: DistContext, start: float) -> RunResult:
     planned_epochs = extended_from(config) if ctx.is_main else None  # read before config.toml is rewritten
     run_dir = prepare_run_dir(config, ctx)
-    logsetup.init_logging(ctx.rank, run_dir / "train.log" if ctx.is_main else None, debug=config.output.debug)
+    logsetup.init_logging(ctx.rank, run_dir / runfiles.LOG if ctx.is_main else None, debug=config.output.debug)
     trainer, info = build_trainer(config, ctx, run_dir)
     trainer.session_start = start
     if config.output.resume:
-        path = run_dir / "checkpoints" / checkpoint.LAST
+        path = run_dir / runfiles.CHECKPOINTS / checkpoint.LAST
         checkpoint.restore(path, trainer.load_state_dict, checkpoint.load(path, ctx.device))
         log.info("resumed from epoch %d (step %d)", trainer.state.epoch, trainer.state.step)
         if ctx.is_main and planned_epochs is not None and config.optim.schedule in SCHEDULES_OVER_THE_RUN:
@@ -150,7 +150,7 @@ def run_worker(config: RunConfig, ctx: DistContext, start: float) -> RunResult:
     info["profile"] = trainer.profiler.result() if trainer.profiler is not None else None
     summary = build_summary(config, info, state, startup_s=startup_s, total_s=trainer.elapsed_s())
     if ctx.is_main:
-        files.write_json(run_dir / "summary.json", summary)
+        files.write_json(run_dir / runfiles.SUMMARY, summary)
         print(format_summary(summary, run_dir), flush=True)
     return RunResult(run_dir=run_dir, summary=summary, history=list(state.history))
 
@@ -198,7 +198,7 @@ def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> 
         scheduler=build_scheduler(optimizer, config.optim, epochs=config.train.epochs, steps_per_epoch=num_steps),
         precision=Precision(config.train.precision, ctx.device, cache_casts=not config.train.cuda_graphs), train_loader=train_loader, eval_loader=eval_loader,
         sinks=NullSink(), early_stopping=EarlyStopping(config.train.early_stop_metric, config.train.patience, config.train.min_delta),
-        checkpoint_dir=run_dir / "checkpoints" if ctx.is_main and run_dir is not None else None,
+        checkpoint_dir=run_dir / runfiles.CHECKPOINTS if ctx.is_main and run_dir is not None else None,
         gpu_sampler=build_gpu_sampler(config, ctx), train_eval_loader=train_eval_loader,
     )
     sampler = trainer.gpu_sampler
@@ -316,9 +316,9 @@ def build_sinks(config: RunConfig, ctx: DistContext, run_dir: Path, history: lis
     if not ctx.is_main:
         return NullSink()
     # The bar closes before the epoch's log line is written, so the two never interleave.
-    sinks = [JsonlSink(run_dir / "metrics.jsonl", history), SamplesSink(run_dir, keep_through_epoch=len(history)),
+    sinks = [JsonlSink(run_dir / runfiles.METRICS, history), SamplesSink(run_dir, keep_through_epoch=len(history)),
              ProgressBar(config.train.epochs, enabled=None if config.output.progress else False),
              LogSink(config.train.epochs)]
     if config.output.tensorboard:
-        sinks.append(tensorboard_sink(run_dir / "tensorboard"))
+        sinks.append(tensorboard_sink(run_dir / runfiles.TENSORBOARD))
     return SinkGroup(sinks)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from ddplab import files
+from ddplab import files, runfiles
 from ddplab.config import RunConfig, build_config, load_toml, save_config
 from ddplab.distributed import DistContext
 from ddplab.engine import checkpoint
@@ -31,11 +31,11 @@ def run_state(run_dir: Path) -> str:
         return "new"
     if not run_dir.is_dir():
         return "foreign"
-    if (run_dir / "summary.json").exists():
+    if (run_dir / runfiles.SUMMARY).exists():
         return "finished"
-    if (run_dir / "checkpoints" / checkpoint.LAST).exists():
+    if (run_dir / runfiles.CHECKPOINTS / checkpoint.LAST).exists():
         return "unfinished"
-    if (run_dir / "config.toml").exists():
+    if (run_dir / runfiles.CONFIG).exists():
         return "new"  # created, but no epoch finished: nothing to lose
     return "foreign"
 
@@ -47,11 +47,11 @@ def check_run_dir(config: RunConfig) -> Path:
     if config.output.resume:
         if state not in ("finished", "unfinished"):
             raise ConfigError(f"output.resume: {run_dir} holds no checkpoint to resume from")
-        differing = config_differences(load_toml(run_dir / "config.toml"), config) - RESUMABLE_DIFFERENCES
+        differing = config_differences(load_toml(run_dir / runfiles.CONFIG), config) - RESUMABLE_DIFFERENCES
         if differing:
             raise ConfigError(f"output.resume: the config differs from the run's saved config.toml in "
                               f"{', '.join(sorted(differing))}; resume with the same settings (only train.epochs and train.profile_steps may change)")
-        done = checkpoint.load(run_dir / "checkpoints" / checkpoint.LAST)["train_state"]["epoch"]
+        done = checkpoint.load(run_dir / runfiles.CHECKPOINTS / checkpoint.LAST)["train_state"]["epoch"]
         if config.train.epochs < done:
             raise ConfigError(f"train.epochs={config.train.epochs} is not valid: {run_dir} has already trained {done} epochs")
         return run_dir
@@ -70,7 +70,7 @@ def nothing_to_resume(config: RunConfig) -> str | None:
     if not config.output.resume:
         return None
     run_dir = Path(config.output.out)
-    state = checkpoint.load(run_dir / "checkpoints" / checkpoint.LAST)["train_state"]
+    state = checkpoint.load(run_dir / runfiles.CHECKPOINTS / checkpoint.LAST)["train_state"]
     if state.get("stopped_early"):
         return f"{run_dir} stopped early at epoch {state['epoch']} (no improvement); there is nothing to resume"
     if state["epoch"] >= config.train.epochs:
@@ -81,7 +81,7 @@ def nothing_to_resume(config: RunConfig) -> str | None:
 
 def extended_from(config: RunConfig) -> int | None:
     """The epoch count a resumed run was planned with, when this resume changes it (an extension)."""
-    saved = Path(config.output.out) / "config.toml"
+    saved = Path(config.output.out) / runfiles.CONFIG
     if not config.output.resume or not saved.is_file():
         return None
     planned = build_config(load_toml(saved)).train.epochs
@@ -112,9 +112,9 @@ def prepare_run_dir(config: RunConfig, ctx: DistContext) -> Path:
         check_run_dir(config)
         files.make_dir(run_dir)
         # First: it marks the folder as a run. On resume it records a changed epoch count.
-        save_config(reproducible(config), run_dir / "config.toml")
-        files.make_dir(run_dir / "checkpoints")
-        files.write_json(run_dir / "env.json", environment(ctx))
+        save_config(reproducible(config), run_dir / runfiles.CONFIG)
+        files.make_dir(run_dir / runfiles.CHECKPOINTS)
+        files.write_json(run_dir / runfiles.ENV, environment(ctx))
     ctx.barrier()
     return run_dir
 

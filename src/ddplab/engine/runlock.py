@@ -21,9 +21,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from ddplab import runfiles
 from ddplab.errors import ConfigError, file_error
 
-LOCK = ".lock"
+LOCK = runfiles.LOCK
 HELD_ENV = "DDPLAB_RUN_LOCK_HELD"  # set for a launcher's workers: their folder is held by the launcher
 # Run folders this process holds: (lock fd, holding thread). A nested hold in the holding thread
 # (launch -> train) is a no-op; another thread of this process is refused like another process.

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddplab import runfiles
 from ddplab.errors import ConfigError, DataError
 
 if sys.version_info >= (3, 11):
@@ -118,8 +119,8 @@ def find_runs(root: Path, seen: set[Path] | None = None) -> list[Run]:
 
 def is_run_dir(path: Path) -> bool:
     """A folder ddplab trained into: finished, or started (config.toml and env.json written)."""
-    return any((path / f).is_file() for f in ("summary.json", "metrics.jsonl")) or all(
-        (path / f).is_file() for f in ("config.toml", "env.json"))
+    return any((path / f).is_file() for f in (runfiles.SUMMARY, runfiles.METRICS)) or all(
+        (path / f).is_file() for f in (runfiles.CONFIG, runfiles.ENV))
 
 
 def readable_run(run_dir: Path, status: str | None = None) -> Run:
@@ -134,18 +135,18 @@ def readable_run(run_dir: Path, status: str | None = None) -> Run:
 def load_run(run_dir: Path, status: str | None = None) -> Run:
     """A run with its records; one without summary.json comes back unfinished, with what it left."""
     run = Run(dir=run_dir, name=run_dir.name, status=status or "unfinished", config=read_config(run_dir))
-    if not (run_dir / "summary.json").is_file():
+    if not (run_dir / runfiles.SUMMARY).is_file():
         run.error = unfinished_reason(run_dir)
         return run
-    summary = read_json(run_dir / "summary.json", run_dir)
-    history = read_jsonl(run_dir / "metrics.jsonl", run_dir)
+    summary = read_json(run_dir / runfiles.SUMMARY, run_dir)
+    history = read_jsonl(run_dir / runfiles.METRICS, run_dir)
     if not isinstance(summary, dict) or not all(isinstance(r, dict) for r in history):
         raise DataError(f"{run_dir}: summary.json or metrics.jsonl does not hold ddplab records")
     run.summary, run.history = summary, history
     run.status = str(summary.get("status", "finished"))
-    run.steps = numeric_records(read_optional(run_dir / "steps.jsonl", run_dir), run_dir / "steps.jsonl", run.skipped)
-    run.gpu = numeric_records(read_optional(run_dir / "gpu.jsonl", run_dir), run_dir / "gpu.jsonl", run.skipped)
-    env = read_json(run_dir / "env.json", run_dir) if (run_dir / "env.json").is_file() else {}
+    run.steps = numeric_records(read_optional(run_dir / runfiles.STEPS, run_dir), run_dir / runfiles.STEPS, run.skipped)
+    run.gpu = numeric_records(read_optional(run_dir / runfiles.GPU, run_dir), run_dir / runfiles.GPU, run.skipped)
+    env = read_json(run_dir / runfiles.ENV, run_dir) if (run_dir / runfiles.ENV).is_file() else {}
     run.env = env if isinstance(env, dict) else {}
     return run
 
@@ -202,12 +203,12 @@ def failure_reason(status: str, exit_code: Any, run_dir: Path) -> str:
 def unfinished_reason(run_dir: Path) -> str:
     """What a run without summary.json left: epochs recorded and the last error in its log."""
     try:
-        epochs = len(read_jsonl(run_dir / "metrics.jsonl", run_dir))
+        epochs = len(read_jsonl(run_dir / runfiles.METRICS, run_dir))
     except (ConfigError, DataError):
         epochs = 0
     reason = f"no summary.json: stopped or still running after {epochs} epoch{'s' * (epochs != 1)}"
     try:
-        lines = (run_dir / "train.log").read_text(errors="replace").splitlines()
+        lines = (run_dir / runfiles.LOG).read_text(errors="replace").splitlines()
     except OSError:
         return reason
     errors = [line.strip() for line in lines if "error" in line.lower()]
@@ -271,7 +272,7 @@ def numeric_records(records: list[dict[str, Any]], path: Path, skipped: list[str
 
 def read_config(run_dir: Path) -> dict[str, Any]:
     """config.toml flattened to dotted names; empty when the run wrote none."""
-    path = run_dir / "config.toml"
+    path = run_dir / runfiles.CONFIG
     try:
         with path.open("rb") as f:
             return flatten(tomllib.load(f))

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ddplab import files
+from ddplab import files, runfiles
 from ddplab.config import check_environment, load_toml
 from ddplab.engine.runlock import describe, live_owner, run_lock
 from ddplab.errors import ConfigError
@@ -68,7 +68,7 @@ def stale_reason(run: SweepRun, out: Path, state: str) -> str | None:
     if state == "foreign":
         return f"{run_dir} exists and is not a ddplab run folder: move it, or use another --out"
     if state in ("finished", "unfinished"):
-        differing = config_differences(load_toml(run_dir / "config.toml"), run.config)
+        differing = config_differences(load_toml(run_dir / runfiles.CONFIG), run.config)
         if state == "unfinished":
             differing -= {"train.profile_steps"}  # changes no number (as --resume allows)
         if differing:
@@ -141,7 +141,7 @@ def raise_terminated(signum: int, frame: Any) -> None:
 def run_sweep(sweep: Sweep, out: Path, *, timeout_s: float | None = None, echo=print) -> dict[str, Any]:
     """Run every unfinished run of `sweep` into `out`, which it holds for the whole sweep (one sweep per
     folder, as one run per run folder); returns the final manifest."""
-    if any((out / name).is_file() for name in ("config.toml", "metrics.jsonl")):
+    if any((out / name).is_file() for name in (runfiles.CONFIG, runfiles.METRICS)):
         raise ConfigError(f"--out {out} is a run folder, not a sweep folder (a run folder is never rewritten): "
                           "choose another --out")
     with run_lock(out, "sweep"):
@@ -177,20 +177,20 @@ def run_one(run: SweepRun, entry: dict[str, Any], out: Path, manifest: dict[str,
             timeout_s: float | None, echo) -> None:
     run_dir, config_file, log_path = out / entry["dir"], out / entry["config"], out / "logs" / f"{run.name}.log"
     wait_for_owner(run_dir, tag, echo)
-    if (run_dir / "summary.json").is_file():  # the owner waited for was this run, and it finished
+    if (run_dir / runfiles.SUMMARY).is_file():  # the owner waited for was this run, and it finished
         entry.update(status="finished", exit_code=0, error=None)
         write_manifest(out, manifest)
         echo(f"{tag}: finished (by the process waited for)")
         return
     files.write_text(config_file, run.config.to_toml())
-    resume = (run_dir / "checkpoints" / "last.pt").is_file()
+    resume = (run_dir / runfiles.CHECKPOINTS / runfiles.LAST_CHECKPOINT).is_file()
     echo(f"{tag}: {'resuming' if resume else 'running'} (log: {log_path})")
     entry.update(status="running", exit_code=None, error=None)
     write_manifest(out, manifest)
-    watch = EpochWatch(run_dir / "metrics.jsonl", run.config.train.epochs)
+    watch = EpochWatch(run_dir / runfiles.METRICS, run.config.train.epochs)
     code, wall_s, error = supervise(command(run, config_file, run_dir, resume), log_path, timeout_s,
                                     lambda: [echo(f"{tag}: {line}") for line in watch.new_lines()])
-    status = "finished" if code == 0 and (run_dir / "summary.json").is_file() else "failed"
+    status = "finished" if code == 0 and (run_dir / runfiles.SUMMARY).is_file() else "failed"
     if code == 0 and status == "failed":
         error = "the run exited 0 but left no summary.json"
     entry.update(status="interrupted" if code == 130 else status, exit_code=code, error=error, wall_s=round(wall_s, 1))
