@@ -2,9 +2,11 @@
 
 A run folder is read far from where it was written (the report on a laptop, a sweep's
 re-run, `ddplab eval` years later), so its names are a file format: every reader and writer
-takes them from here. Torch-free. A sweep folder's manifest is named with the manifest
+takes them from here, and what state a folder is in (`run_state`). Torch-free. A sweep folder's manifest is named with the manifest
 (sweep/manifest.py).
 """
+
+from pathlib import Path
 
 CONFIG = "config.toml"  # the run's settings; first written, it marks the folder as a run
 ENV = "env.json"  # versions, device, host
@@ -18,3 +20,18 @@ LAST_CHECKPOINT = "last.pt"  # in CHECKPOINTS: the state after the last finished
 BEST_CHECKPOINT = "best.pt"  # in CHECKPOINTS: the weights with the best test accuracy
 TENSORBOARD = "tensorboard"
 LOCK = ".lock"  # who holds the folder (engine/runlock.py)
+
+
+def run_state(run_dir: Path) -> str:
+    """'new', 'finished', 'unfinished' or 'foreign' (a non-empty folder that is not a run)."""
+    if not run_dir.exists() or (run_dir.is_dir() and not any(p.name != LOCK for p in run_dir.iterdir())):
+        return "new"
+    if not run_dir.is_dir():
+        return "foreign"
+    if (run_dir / SUMMARY).exists():
+        return "finished"
+    if (run_dir / CHECKPOINTS / LAST_CHECKPOINT).exists():
+        return "unfinished"
+    if (run_dir / CONFIG).exists():
+        return "new"  # created, but no epoch finished: nothing to lose
+    return "foreign"

@@ -19,31 +19,15 @@ from ddplab import files, runfiles
 from ddplab.config import RunConfig, build_config, load_toml, save_config
 from ddplab.distributed import DistContext
 from ddplab.engine import checkpoint
-from ddplab.engine.runlock import LOCK
 from ddplab.errors import ConfigError
 
 RESUMABLE_DIFFERENCES = {"train.epochs", "train.profile_steps"}  # the length, and an observer that changes no number
 
 
-def run_state(run_dir: Path) -> str:
-    """'new', 'finished', 'unfinished' or 'foreign' (a non-empty folder that is not a run)."""
-    if not run_dir.exists() or (run_dir.is_dir() and not any(p.name != LOCK for p in run_dir.iterdir())):
-        return "new"
-    if not run_dir.is_dir():
-        return "foreign"
-    if (run_dir / runfiles.SUMMARY).exists():
-        return "finished"
-    if (run_dir / runfiles.CHECKPOINTS / checkpoint.LAST).exists():
-        return "unfinished"
-    if (run_dir / runfiles.CONFIG).exists():
-        return "new"  # created, but no epoch finished: nothing to lose
-    return "foreign"
-
-
 def check_run_dir(config: RunConfig) -> Path:
     """Decide, before any worker starts, whether this run may use its folder."""
     run_dir = Path(config.output.out)
-    state = run_state(run_dir)
+    state = runfiles.run_state(run_dir)
     if config.output.resume:
         if state not in ("finished", "unfinished"):
             raise ConfigError(f"output.resume: {run_dir} holds no checkpoint to resume from")

@@ -22,7 +22,7 @@ KEPT = ("status", "exit_code", "error", "wall_s")  # what a re-run keeps of a ru
 def manifest_of(sweep: Sweep, previous: dict[str, dict], states: dict[str, str],
                 unavailable: dict[str, str]) -> dict[str, Any]:
     """The manifest for `sweep`: each run's earlier outcome kept, finished runs marked so from their
-    folders (`states`: run name -> rundir.run_state), runs this machine cannot start marked skipped."""
+    folders (`states`: run name -> runfiles.run_state), runs this machine cannot start marked skipped."""
     runs = []
     for run in sweep.runs:
         entry = {"name": run.name, "dir": f"runs/{run.name}", "point": run.point, "seed": run.seed, "launch": run.launch,

@@ -35,10 +35,8 @@ STOP_GRACE_S = 30  # after SIGINT/SIGTERM, how long a run's tree may take to sto
 
 
 def run_states(sweep: Sweep, out: Path) -> dict[str, str]:
-    """Each run's folder as it stands: new | finished | unfinished | foreign (rundir.run_state)."""
-    from ddplab.engine.rundir import run_state
-
-    return {run.name: run_state(out / "runs" / run.name) for run in sweep.runs}
+    """Each run's folder as it stands: new | finished | unfinished | foreign (runfiles.run_state)."""
+    return {run.name: runfiles.run_state(out / "runs" / run.name) for run in sweep.runs}
 
 
 def unavailable_runs(sweep: Sweep) -> dict[str, str]:
