@@ -90,6 +90,13 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """Config file (or a resumed run's config.toml), then every flag given, validated."""
+    return config_and_saved(args)[0]
+
+
+def config_and_saved(args: argparse.Namespace) -> tuple[RunConfig, RunConfig | None]:
+    """The config, and for `--resume` the run's saved config.toml as read here: the run's plan compares
+    the two without reading the file again."""
+    saved = None
     overrides = parse_dotted([f"{k}={v}" for k, v in vars(args).items() if "." in k])
     output = overrides.get("output", {})
     resume = coerce("output.resume", output.get("resume", False), bool)
@@ -100,14 +107,15 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     elif hasattr(args, "config"):
         base = load_toml(args.config)
     elif resume and "out" in output:  # resume with the run's own settings
-        saved = Path(output["out"]) / runfiles.CONFIG
-        if not saved.is_file():
+        path = Path(output["out"]) / runfiles.CONFIG
+        if not path.is_file():
             raise ConfigError(f"output.resume: {output['out']} holds no run to resume (no config.toml there); "
                               "start a new run there without --resume")
-        base = load_toml(saved)
+        base = load_toml(path)
+        saved = build_config(base)
     else:
         base = {}
-    return build_config(merge(base, overrides))
+    return build_config(merge(base, overrides)), saved
 
 
 PRESETS = Path(__file__).parent / "presets"
@@ -125,10 +133,10 @@ def preset_path(name: str) -> Path:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    config = config_from_args(args)  # validated before torch is imported: a bad value is answered at once
+    config, saved = config_and_saved(args)  # validated before torch is imported: a bad value is answered at once
     from ddplab.launch import launch
 
-    launch(config)
+    launch(config, saved=saved)
     return 0
 
 

@@ -5,14 +5,13 @@ its own free port (no find-free-port race, two runs on one machine never collide
 failed worker brings the whole group down and, with `--max-restarts K`, back up from the
 last checkpoint. A process already started by torchrun or srun runs as one worker.
 
-Everything is validated here, before any worker exists: the config, the machine, the run
-folder.
+Everything is decided before any worker exists, once (plan.py): the config, the machine, the
+run folder; the workers take the plan.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import os
 import re
@@ -24,15 +23,10 @@ import time
 import uuid
 from pathlib import Path
 
-from ddplab import compat, errors, runfiles
-from ddplab.config import RunConfig, build_config, check_environment
+from ddplab import compat, errors
+from ddplab.config import RunConfig
 from ddplab.distributed import route_address
-from ddplab.engine import checkpoint
-from ddplab.engine.rundir import check_run_dir, nothing_to_resume
-from ddplab.engine.runlock import run_lock, should_hold
-from ddplab.topology import as_launched, placement
-
-RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
+from ddplab.plan import RunPlan, as_worker, prepared
 SHUTDOWN_TIMEOUT_S = 5
 
 
@@ -40,30 +34,25 @@ class Interrupted(errors.DdplabError):
     exit_code = 130
 
 
-def launch(config: RunConfig):
-    """Run `config` the way it asks to be run; returns the RunResult (rank 0's, when it has one)."""
-    from ddplab.engine.run import train
+def launch(config: RunConfig, *, saved: RunConfig | None = None, command: bool = True):
+    """Run `config` the way it asks to be run (the CLI's `ddplab train` and the Python API's
+    `ddplab.train`); returns the RunResult (rank 0's, when it has one). `saved`: the resumed run's
+    config.toml, where the caller has read it already. `command`: this process is a command, whose
+    single-process run stops on SIGTERM as on Ctrl-C, with one line; a Python caller (False) keeps
+    its own signal handlers and gets Ctrl-C as KeyboardInterrupt."""
+    from ddplab.engine.run import finished_result, run
 
-    where = placement(config.dist.strategy)  # refuses a worker asked for one process, before anything else
-    if where.ignored:
-        print(f"ddplab: note: {where.ignored}", file=sys.stderr, flush=True)
-    place = where.place
-    if place is not None:
-        config = resumed_after_restart(as_launched(config, place))
-    config = config.with_out_folder()
-    check_environment(config)
-    holds = should_hold(Path(config.output.out), place.rank if place else None, launching_nodes=config.dist.nnodes)
-    holder = run_lock(Path(config.output.out)) if holds else contextlib.nullcontext()
-    check_run_dir(config)  # on every rank, before the group forms: a refusal stops all ranks at once
-    with holder:
-        if holds:
-            check_run_dir(config)  # again: another run may have used the folder before we held it
-        if place is None and config.dist.strategy == "ddp" and config.world_size() > 1 and not nothing_to_resume(config):
-            return launch_workers(config)
-        if place is not None:
-            return train(config)  # its launcher stops it: SIGTERM keeps its default action
-        with interrupts_said(config):
-            return train(config)
+    with prepared(config, saved=saved) as plan:
+        note = plan.nothing_to_do()
+        if note is not None:  # a finished run folder is never rewritten
+            print(f"ddplab: nothing to do: {note}", flush=True)
+            return finished_result(plan.run_dir)
+        if plan.launches_workers():
+            return launch_workers(plan)
+        if plan.place is not None or not command:
+            return run(plan)  # a worker's launcher stops it: SIGTERM keeps its default action
+        with interrupts_said(plan.config):
+            return run(plan)
 
 
 @contextlib.contextmanager
@@ -92,11 +81,12 @@ def interrupts_said(config: RunConfig):
         signal.signal(signal.SIGTERM, previous)
 
 
-def launch_workers(config: RunConfig):
+def launch_workers(plan: RunPlan):
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import elastic_launch
 
+    config = plan.config
     d = config.dist
     static = d.rdzv_backend == "static"
     launch_config = compat.launch_config(
@@ -117,7 +107,7 @@ def launch_workers(config: RunConfig):
         quiet_elastic_logs()
     with sigint_only_for_the_launcher() as interrupted, stopped_workers_woken_to_die():
         try:
-            results = elastic_launch(launch_config, run_worker)(config.to_dict())
+            results = elastic_launch(launch_config, run_worker)(plan.for_workers())
         except ChildFailedError as exc:
             raise worker_failure(exc, d.max_restarts) from None
         except SignalException as exc:  # Ctrl-C / SIGTERM: the agent has already stopped every worker
@@ -265,17 +255,17 @@ def c10d_configs(endpoint: str | None) -> dict:
     return {"is_host": True}
 
 
-def run_worker(config_values: dict):
+def run_worker(launcher_plan: RunPlan):
     """The body of each spawned worker (module-level, so spawn can import it)."""
-    from ddplab.engine.run import train
+    from ddplab.engine.run import run
 
     # A worker stopped by its agent is usually blocked in a collective, where a Python-level
     # handler never runs; the default action ends it at once (checkpoints are atomic).
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     watch_launcher()
-    config = resumed_after_restart(build_config(config_values))
     try:
-        result = train(config)
+        with as_worker(launcher_plan) as plan:
+            result = run(plan)
     except OSError as exc:  # as the CLI reports it, and with its class name the launcher maps to exit code 5
         raise errors.file_error(exc, "use") from None
     return result if result is not None and int(os.environ.get("RANK", "0")) == 0 else None
@@ -296,14 +286,6 @@ def watch_launcher(poll_s: float = 0.5) -> None:
                 os._exit(1)
 
     threading.Thread(target=watch, name="ddplab-launcher-watch", daemon=True).start()
-
-
-def resumed_after_restart(config: RunConfig) -> RunConfig:
-    """A restarted worker group (elastic agent or torchrun) continues from the last checkpoint."""
-    restarts = int(os.environ.get(RESTART_COUNT, "0"))
-    if restarts > 0 and (Path(config.output.out) / runfiles.CHECKPOINTS / checkpoint.LAST).exists():
-        return dataclasses.replace(config, output=dataclasses.replace(config.output, resume=True))
-    return config
 
 
 _ERROR_TYPES = {cls.__name__: cls for cls in (errors.ConfigError, errors.DataError, errors.TrainingError, errors.FileSystemError)}

@@ -10,6 +10,7 @@ from conftest import tiny_config
 from ddplab import compat, launch
 from ddplab.cli import main
 from ddplab.errors import ConfigError
+from ddplab.plan import RunPlan
 from old_torch import OLDEST, old_launch_config_class
 
 
@@ -120,7 +121,7 @@ def test_the_launch_configuration_builds_against_the_oldest_signature(monkeypatc
 
     monkeypatch.setattr(api, "elastic_launch", fake_elastic_launch)
     config = tiny_config(tmp_path / "r", dist={"strategy": "ddp", "nproc": 2})
-    assert launch.launch_workers(config) is None
+    assert launch.launch_workers(RunPlan(config, None, True, None)) is None
     built = seen["config"]
     assert type(built).__name__ == "LaunchConfig" and built.nproc_per_node == 2 and built.max_restarts == 0
     assert built.shutdown_timeout == 30  # the old torch's fixed wait, not ddplab's 5 s
@@ -138,7 +139,7 @@ def test_the_elastic_agent_is_told_to_leave_sigint_to_the_launcher(monkeypatch, 
         return lambda *args: {0: None, 1: None}
 
     monkeypatch.setattr(api, "elastic_launch", fake_elastic_launch)
-    launch.launch_workers(tiny_config(tmp_path / "r", dist={"strategy": "ddp", "nproc": 2}))
+    launch.launch_workers(RunPlan(tiny_config(tmp_path / "r", dist={"strategy": "ddp", "nproc": 2}), None, True, None))
     assert seen["config"].signals_to_handle == compat.agent_signals_without_sigint() == "SIGTERM,SIGHUP,SIGQUIT"
 
 

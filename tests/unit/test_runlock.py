@@ -1,30 +1,44 @@
-"""Who holds a run folder: the one rule (`should_hold`) that the launcher and the worker both ask."""
+"""Who holds a run folder: the one rule (`should_hold`) that a run's plan asks, for the root and its workers."""
+
+import threading
 
 import pytest
 
-from ddplab.engine.runlock import HELD_ENV, run_lock, should_hold
+from ddplab.engine.runlock import run_lock, should_hold
+from ddplab.errors import ConfigError
 
 
-@pytest.mark.parametrize("rank, nodes, holds", [
-    (None, 1, True),   # the CLI / built-in launcher / a Python caller: the root of its tree
-    (None, 2, False),  # a launcher of one node of many: the rank-0 worker holds instead
-    (0, 1, True),      # torchrun / srun global rank 0
-    (0, 2, True),      # ... also when it is a multi-node run's rank-0 worker
-    (1, 1, False),     # any other rank never writes
+@pytest.mark.parametrize("rank, nodes, launcher_holds, holds", [
+    (None, 1, False, True),   # the CLI / built-in launcher / a Python caller: the root of its tree
+    (None, 2, False, False),  # a launcher of one node of many: the rank-0 worker holds instead
+    (0, 1, False, True),      # torchrun / srun global rank 0
+    (0, 1, True, False),      # ddplab's own launcher's rank 0: its launcher holds the folder
+    (1, 1, False, False),     # any other rank never writes
 ])
-def test_the_root_of_the_process_tree_holds_the_folder(tmp_path, monkeypatch, rank, nodes, holds):
-    monkeypatch.delenv(HELD_ENV, raising=False)
-    assert should_hold(tmp_path, rank, launching_nodes=nodes) is holds
+def test_the_root_of_the_process_tree_holds_the_folder(rank, nodes, launcher_holds, holds):
+    assert should_hold(rank, launching_nodes=nodes, launcher_holds=launcher_holds) is holds
 
 
-def test_nobody_below_a_holder_takes_the_lock_again(tmp_path, monkeypatch):
-    monkeypatch.setenv(HELD_ENV, str(tmp_path.resolve()))  # a worker whose launcher holds this folder
-    assert not should_hold(tmp_path, 0)
-    assert should_hold(tmp_path, None)  # no launcher started this process: it only inherited the variable
-    monkeypatch.delenv(HELD_ENV)
-    with run_lock(tmp_path):  # a nested call (launch -> train) in the holding process
-        assert not should_hold(tmp_path, None)
-    assert should_hold(tmp_path, None)
+def test_a_second_hold_in_one_process_is_refused_from_any_thread(tmp_path):
+    with run_lock(tmp_path):
+        with pytest.raises(ConfigError, match="in use by a run already started in this process"):
+            with run_lock(tmp_path):
+                pass
+        caught = []
+
+        def other():
+            try:
+                with run_lock(tmp_path):
+                    pass
+            except ConfigError as exc:
+                caught.append(str(exc))
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+        assert len(caught) == 1 and "in use by another thread of this process" in caught[0]
+    with run_lock(tmp_path):  # released: free again
+        pass
 
 
 def test_a_live_owner_is_seen_waited_for_and_named_after_the_grace(tmp_path):

@@ -1,7 +1,7 @@
 """One worker's run, from a validated config to a finished run folder.
 
-`train(config)` is the Python API and the body of every worker process: it sets up the
-process's place in the run, builds the components (data, model, optimizer, loaders,
+`run(plan)` is the body of every process that trains (plan.py prepared the run once): it
+joins the process's group, builds the components (data, model, optimizer, loaders,
 sinks), hands them to the `Trainer`, and writes the summary. The building happens before
 the trainer exists, so a failure half-way leaves no half-built trainer behind.
 """
@@ -20,7 +20,7 @@ import torch
 
 from ddplab import files, runfiles
 from ddplab import log as logsetup
-from ddplab.config import RunConfig, check_environment
+from ddplab.config import RunConfig
 from ddplab.data.augment import AugmentSpec
 from ddplab.data.datasets import load_dataset, make_splits
 from ddplab.data.loader import DeviceLoader
@@ -29,15 +29,14 @@ from ddplab.engine import checkpoint
 from ddplab.engine.early_stop import EarlyStopping
 from ddplab.engine.optim import SCHEDULES_OVER_THE_RUN, build_optimizer, build_scheduler
 from ddplab.engine.precision import Precision
-from ddplab.engine.rundir import extended_from, nothing_to_resume, prepare_run_dir
-from ddplab.engine.runlock import run_lock, should_hold
+from ddplab.engine.rundir import prepare_run_dir
 from ddplab.engine.trainer import PROGRESS_UPDATES_PER_EPOCH, Trainer, steps_per_epoch
 from ddplab.errors import ConfigError, TrainingError
 from ddplab.metrics.sinks import JsonlSink, LogSink, NullSink, ProgressBar, SamplesSink, SinkGroup, tensorboard_sink
 from ddplab.metrics.gpu import GpuSampler
 from ddplab.metrics.profiler import build_profiler
 from ddplab.metrics.summary import build_summary, format_summary
-from ddplab.topology import as_launched, placement
+from ddplab.plan import RunPlan
 from ddplab.metrics.system import Stopwatch, synchronize
 from ddplab.models import count_flops, count_params, create_model, describe_layers
 
@@ -56,24 +55,18 @@ class RunResult:
 
 
 def train(config: RunConfig) -> RunResult:
-    """Train as configured and return the finished run (the Python API)."""
+    """Train as configured and return the finished run (the Python API: `ddplab.train`). It goes the
+    CLI's way: prepared once, then trained here or by the launcher's workers."""
+    from ddplab.launch import launch
+
+    return launch(config, command=False)
+
+
+def run(plan: RunPlan) -> RunResult:
+    """This process's part of a prepared run: join its group, build, train, summarize."""
     start = time.perf_counter()
-    place = placement(config.dist.strategy).place
-    if place is not None:
-        config = as_launched(config, place)
-    config = config.with_out_folder()
-    check_environment(config)
-    run_dir = Path(config.output.out)
-    # A multi-node run's rank-0 worker holds the folder: only now is its rank known.
-    holds = should_hold(run_dir, place.rank if place else None)
-    holder = run_lock(run_dir) if holds else contextlib.nullcontext()
-    with holder, torch_settings_restored():
-        note = nothing_to_resume(config)
-        if note is not None:  # a finished run folder is never rewritten
-            print(f"ddplab: nothing to do: {note}", flush=True)
-            return finished_result(run_dir)
-        with distributed_context(config, place) as ctx, memory_errors(config, ctx):
-            return run_worker(config, ctx, start)
+    with torch_settings_restored(), distributed_context(plan.config, plan.place) as ctx, memory_errors(plan.config, ctx):
+        return run_worker(plan, ctx, start)
 
 
 @contextlib.contextmanager
@@ -117,17 +110,18 @@ def finished_result(run_dir: Path) -> RunResult:
     return RunResult(run_dir=run_dir, summary=summary, history=read_jsonl(run_dir / runfiles.METRICS, run_dir))
 
 
-def run_worker(config: RunConfig, ctx: DistContext, start: float) -> RunResult:
-    planned_epochs = extended_from(config) if ctx.is_main else None  # read before config.toml is rewritten
+def run_worker(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
+    config = plan.config
     run_dir = prepare_run_dir(config, ctx)
     logsetup.init_logging(ctx.rank, run_dir / runfiles.LOG if ctx.is_main else None, debug=config.output.debug)
     trainer, info = build_trainer(config, ctx, run_dir)
     trainer.session_start = start
     if config.output.resume:
         path = run_dir / runfiles.CHECKPOINTS / checkpoint.LAST
-        checkpoint.restore(path, trainer.load_state_dict, checkpoint.load(path, ctx.device))
+        checkpoint.restore(path, trainer.load_state_dict, plan.resume.take_checkpoint(path))
         log.info("resumed from epoch %d (step %d)", trainer.state.epoch, trainer.state.step)
-        if ctx.is_main and planned_epochs is not None and config.optim.schedule in SCHEDULES_OVER_THE_RUN:
+        planned_epochs = plan.resume.planned_epochs
+        if ctx.is_main and planned_epochs != config.train.epochs and config.optim.schedule in SCHEDULES_OVER_THE_RUN:
             log.warning("changing from %d to %d epochs re-plans the %s schedule over %d: the learning rate goes "
                         "from %.3g (the last step's) to %.3g; config.toml now says %d epochs, and --config with it "
                         "trains them all under the new plan", planned_epochs, config.train.epochs,

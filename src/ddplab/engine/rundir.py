@@ -7,10 +7,12 @@ requested one except for the number of epochs and output settings.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -24,62 +26,81 @@ from ddplab.errors import ConfigError
 RESUMABLE_DIFFERENCES = {"train.epochs", "train.profile_steps"}  # the length, and an observer that changes no number
 
 
-def check_run_dir(config: RunConfig) -> Path:
-    """Decide, before any worker starts, whether this run may use its folder."""
+@dataclass
+class Resume:
+    """What a run folder that `--resume` continues holds: read once, when the run is prepared."""
+
+    epoch: int  # epochs trained so far
+    stopped_early: bool
+    planned_epochs: int  # train.epochs of the saved config.toml, before this resume rewrites it
+    # last.pt as read for the checks, kept for the one restore in this process (None: not read here).
+    checkpoint: dict | None = field(default=None, repr=False, compare=False)
+
+    def nothing_left(self, run_dir: Path, epochs: int) -> str | None:
+        """Why resuming to `epochs` has no epoch to train, or None when it has work to do."""
+        if self.stopped_early:
+            return f"{run_dir} stopped early at epoch {self.epoch} (no improvement); there is nothing to resume"
+        if self.epoch >= epochs:
+            return f"{run_dir} has already trained {self.epoch} of {epochs} epochs; pass a larger --epochs to extend it"
+        return None
+
+    def take_checkpoint(self, path: Path) -> dict:
+        """last.pt for the restore: the copy read for the checks, handed over once, else read from `path`."""
+        state, self.checkpoint = self.checkpoint, None
+        return state if state is not None else checkpoint.load(path)
+
+    def without_checkpoint(self) -> Resume:
+        """The facts alone, for processes that read the checkpoint themselves (a launcher's workers)."""
+        return dataclasses.replace(self, checkpoint=None)
+
+
+def refuse_by_state(config: RunConfig) -> str:
+    """The refusals that need no file read (a finished, unfinished or foreign folder; nothing to resume):
+    checked before the folder's lock is taken, so a refused run leaves no trace in it. Returns the state."""
     run_dir = Path(config.output.out)
     state = runfiles.run_state(run_dir)
     if config.output.resume:
         if state not in ("finished", "unfinished"):
             raise ConfigError(f"output.resume: {run_dir} holds no checkpoint to resume from")
-        differing = config_differences(load_toml(run_dir / runfiles.CONFIG), config) - RESUMABLE_DIFFERENCES
-        if differing:
-            raise ConfigError(f"output.resume: the config differs from the run's saved config.toml in "
-                              f"{', '.join(sorted(differing))}; resume with the same settings (only train.epochs and train.profile_steps may change)")
-        done = checkpoint.load(run_dir / runfiles.CHECKPOINTS / checkpoint.LAST)["train_state"]["epoch"]
-        if config.train.epochs < done:
-            raise ConfigError(f"train.epochs={config.train.epochs} is not valid: {run_dir} has already trained {done} epochs")
-        return run_dir
-    if state == "finished":
+    elif state == "finished":
         raise ConfigError(f"output.out={str(run_dir)!r} already holds a finished run; choose another --out, "
                           "or --resume it with more --epochs")
-    if state == "unfinished":
+    elif state == "unfinished":
         raise ConfigError(f"output.out={str(run_dir)!r} holds an unfinished run; continue it with --resume, or choose another --out")
-    if state == "foreign":
+    elif state == "foreign":
         raise ConfigError(f"output.out={str(run_dir)!r} exists and is not a ddplab run folder; choose another --out")
-    return run_dir
+    return state
 
 
-def nothing_to_resume(config: RunConfig) -> str | None:
-    """Why a resumed run has no epoch left to train, or None when it has work to do."""
+def check_run_dir(config: RunConfig, saved: RunConfig | None = None) -> Resume | None:
+    """Decide whether this run may use its folder, and read what a resumed one holds (config.toml and
+    last.pt, once each; `saved`: its config.toml, already read by the caller). None for a new run."""
+    refuse_by_state(config)
     if not config.output.resume:
         return None
     run_dir = Path(config.output.out)
-    state = checkpoint.load(run_dir / runfiles.CHECKPOINTS / checkpoint.LAST)["train_state"]
-    if state.get("stopped_early"):
-        return f"{run_dir} stopped early at epoch {state['epoch']} (no improvement); there is nothing to resume"
-    if state["epoch"] >= config.train.epochs:
-        return (f"{run_dir} has already trained {state['epoch']} of {config.train.epochs} epochs; "
-                "pass a larger --epochs to extend it")
-    return None
+    if saved is None:
+        saved = build_config(load_toml(run_dir / runfiles.CONFIG))
+    differing = config_differences(saved, config) - RESUMABLE_DIFFERENCES
+    if differing:
+        raise ConfigError(f"output.resume: the config differs from the run's saved config.toml in "
+                          f"{', '.join(sorted(differing))}; resume with the same settings (only train.epochs and train.profile_steps may change)")
+    state = checkpoint.load(run_dir / runfiles.CHECKPOINTS / checkpoint.LAST)
+    done = state["train_state"]["epoch"]
+    if config.train.epochs < done:
+        raise ConfigError(f"train.epochs={config.train.epochs} is not valid: {run_dir} has already trained {done} epochs")
+    return Resume(epoch=done, stopped_early=bool(state["train_state"].get("stopped_early")),
+                  planned_epochs=saved.train.epochs, checkpoint=state)
 
 
-def extended_from(config: RunConfig) -> int | None:
-    """The epoch count a resumed run was planned with, when this resume changes it (an extension)."""
-    saved = Path(config.output.out) / runfiles.CONFIG
-    if not config.output.resume or not saved.is_file():
-        return None
-    planned = build_config(load_toml(saved)).train.epochs
-    return planned if planned != config.train.epochs else None
-
-
-def config_differences(saved: dict, config: RunConfig) -> set[str]:
-    """Settings (section.field) in which `config` asks for another run than a saved config.toml.
+def config_differences(saved: RunConfig, config: RunConfig) -> set[str]:
+    """Settings (section.field) in which `config` asks for another run than a saved config.toml's.
 
     Data roots compare as the absolute folders they name: a folder written before config.toml
     recorded its root, or a config that leaves it to $DDPLAB_DATA, differs only if the folders do.
     """
     ours = config.with_data_root().to_dict()
-    theirs = build_config(saved).with_data_root().to_dict()
+    theirs = saved.with_data_root().to_dict()
     keys = set()
     for section in ours.keys() | theirs.keys():
         if section == "output":
@@ -90,10 +111,9 @@ def config_differences(saved: dict, config: RunConfig) -> set[str]:
 
 
 def prepare_run_dir(config: RunConfig, ctx: DistContext) -> Path:
-    """Rank 0 checks and creates the folder; the others wait for it."""
+    """Rank 0 creates the folder (checked when the run was prepared); the others wait for it."""
     run_dir = Path(config.output.out)
     if ctx.is_main:
-        check_run_dir(config)
         files.make_dir(run_dir)
         # First: it marks the folder as a run. On resume it records a changed epoch count.
         save_config(reproducible(config), run_dir / runfiles.CONFIG)

@@ -25,35 +25,23 @@ from ddplab import runfiles
 from ddplab.errors import ConfigError, file_error
 
 LOCK = runfiles.LOCK
-HELD_ENV = "DDPLAB_RUN_LOCK_HELD"  # set for a launcher's workers: their folder is held by the launcher
-# Run folders this process holds: (lock fd, holding thread). A nested hold in the holding thread
-# (launch -> train) is a no-op; another thread of this process is refused like another process.
+# Run folders this process holds: (lock fd, holding thread). A second hold in this process, by another
+# thread (two Python callers) or by the same one, is refused as another process's would be.
 _held: dict[Path, tuple[int, int]] = {}
 
 
-def held_by_this_tree(run_dir: Path) -> bool:
-    """True in this process, or in a worker whose launcher holds `run_dir`."""
-    key = Path(run_dir).resolve()
-    return key in _held or os.environ.get(HELD_ENV) == str(key)
-
-
-def should_hold(run_dir: Path, rank: int | None, *, launching_nodes: int = 1) -> bool:
-    """Whether this process takes `run_dir`'s lock: the one rule for who holds a run folder.
+def should_hold(rank: int | None, *, launching_nodes: int = 1, launcher_holds: bool = False) -> bool:
+    """Whether this process takes its run folder's lock: the one rule for who holds a run folder.
 
     The root of the process tree holds it, once: a process started by no launcher (`rank`
     None: the CLI, the built-in launcher, a Python caller), or global rank 0 of torchrun /
     srun. A launcher that starts one node of a multi-node run does not know whether its
     node holds global rank 0, so there the rank-0 worker takes it instead. A worker whose
-    launcher holds the folder, or a nested call in a holding process, takes nothing; a process
-    that no launcher started is a root whatever its environment says (it may have inherited a
-    holder's variables without being its worker).
+    launcher holds the folder (`launcher_holds`, as its run plan says) takes nothing.
     """
-    held = _held.get(Path(run_dir).resolve())
-    if held is not None:
-        return held[1] != threading.get_ident()  # another thread's: taking it is refused
     if rank is None:
         return launching_nodes == 1
-    return rank == 0 and not held_by_this_tree(run_dir)
+    return rank == 0 and not launcher_holds
 
 
 def owner_of(run_dir: Path) -> dict | None:
@@ -96,23 +84,15 @@ def run_lock(run_dir: Path, what: str = "run") -> Iterator[None]:
     if a live process holds it."""
     key = Path(run_dir).resolve()
     if key in _held:
-        if _held[key][1] != threading.get_ident():
-            raise ConfigError(f"output.out={str(run_dir)!r} is in use by another thread of this process (pid "
-                              f"{os.getpid()}); wait for that {what} to end, or choose another --out")
-        yield
-        return
+        whom = "another thread of" if _held[key][1] != threading.get_ident() else "a run already started in"
+        raise ConfigError(f"output.out={str(run_dir)!r} is in use by {whom} this process (pid {os.getpid()}); "
+                          f"wait for that {what} to end, or choose another --out")
     fd = _acquire(Path(run_dir), what)
     _held[key] = (fd, threading.get_ident())
-    previous = os.environ.get(HELD_ENV)
-    os.environ[HELD_ENV] = str(key)  # inherited by the workers this process starts
     try:
         yield
     finally:
         del _held[key]
-        if previous is None:
-            os.environ.pop(HELD_ENV, None)
-        else:
-            os.environ[HELD_ENV] = previous
         with contextlib.suppress(OSError):
             (Path(run_dir) / LOCK).unlink()
         os.close(fd)  # releases the flock

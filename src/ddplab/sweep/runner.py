@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ddplab import files, runfiles
-from ddplab.config import check_environment, load_toml
+from ddplab.config import build_config, check_environment, load_toml
 from ddplab.engine.runlock import describe, live_owner, run_lock
 from ddplab.errors import ConfigError
 from ddplab.sweep.manifest import manifest_of, read_manifest, write_manifest
@@ -66,7 +66,7 @@ def stale_reason(run: SweepRun, out: Path, state: str) -> str | None:
     if state == "foreign":
         return f"{run_dir} exists and is not a ddplab run folder: move it, or use another --out"
     if state in ("finished", "unfinished"):
-        differing = config_differences(load_toml(run_dir / runfiles.CONFIG), run.config)
+        differing = config_differences(build_config(load_toml(run_dir / runfiles.CONFIG)), run.config)
         if state == "unfinished":
             differing -= {"train.profile_steps"}  # changes no number (as --resume allows)
         if differing:

@@ -1,0 +1,89 @@
+"""A run is prepared once (plan.py): a resume reads its folder's config.toml and last.pt once each."""
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+import ddplab
+from conftest import tiny_config
+from ddplab import config as config_module
+from ddplab.cli import main
+from ddplab.engine.rundir import Resume
+from ddplab.plan import RunPlan, prepared
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """How many times each run-folder file was read: config.toml through the TOML reader, checkpoints
+    through torch.load (the only ways ddplab reads them)."""
+    counts = Counter()
+    toml_load, torch_load = config_module.tomllib.load, torch.load
+
+    def counting_toml(f, *args, **kwargs):
+        counts[Path(f.name).name] += 1
+        return toml_load(f, *args, **kwargs)
+
+    def counting_torch(f, *args, **kwargs):
+        counts[Path(f).name] += 1
+        return torch_load(f, *args, **kwargs)
+
+    monkeypatch.setattr(config_module.tomllib, "load", counting_toml)
+    monkeypatch.setattr(torch, "load", counting_torch)
+    return counts
+
+
+def test_a_resume_reads_config_and_last_checkpoint_once_each(tmp_path, reads):
+    """Single process, through the CLI as a user types it: `--resume` takes the run's own config.toml."""
+    out = tmp_path / "run"
+    assert main(["train", "--dataset", "synthetic", "--data.synthetic_size", "64", "--data.image_size", "8",
+                 "--model", "simple_cnn", "--model.width", "0.25", "--epochs", "1", "--device", "cpu",
+                 "--output.progress", "false", "--output.tensorboard", "false", "--out", str(out)]) == 0
+    reads.clear()
+    assert main(["train", "--out", str(out), "--resume", "--epochs", "2"]) == 0
+    assert reads == Counter({"config.toml": 1, "last.pt": 1})
+    assert len(ddplab.engine.run.finished_result(out).history) == 2
+
+
+def test_the_python_api_prepares_once_and_a_finished_resume_reads_nothing_twice(tmp_path, reads):
+    ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 1}))
+    reads.clear()
+    result = ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 2}, output={"resume": True}))
+    assert reads == Counter({"config.toml": 1, "last.pt": 1})
+    assert [r["epoch"] for r in result.history] == [1, 2]
+    reads.clear()
+    again = ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 2}, output={"resume": True}))
+    assert reads == Counter({"config.toml": 1, "last.pt": 1})  # nothing to do: checked, then the summary read back
+    assert again.summary == result.summary
+
+
+def test_a_plan_holds_its_folder_and_hands_its_workers_facts_not_the_checkpoint(tmp_path):
+    ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 1}))
+    with prepared(tiny_config(tmp_path / "r", train={"epochs": 3}, output={"resume": True})) as plan:
+        assert isinstance(plan, RunPlan) and plan.holds_lock and plan.place is None
+        assert plan.run_dir == (tmp_path / "r") and (tmp_path / "r" / ".lock").exists()
+        assert (plan.resume.epoch, plan.resume.planned_epochs, plan.resume.stopped_early) == (1, 1, False)
+        assert plan.nothing_to_do() is None and not plan.launches_workers()
+        assert plan.resume.checkpoint is not None and plan.for_workers().resume.checkpoint is None
+        assert plan.for_workers().resume == plan.resume  # the same facts
+    assert not (tmp_path / "r" / ".lock").exists()
+
+
+def test_what_a_resume_has_left_to_do():
+    r = Resume(epoch=3, stopped_early=False, planned_epochs=3)
+    assert r.nothing_left(Path("run"), 3) == "run has already trained 3 of 3 epochs; pass a larger --epochs to extend it"
+    assert r.nothing_left(Path("run"), 4) is None
+    stopped = Resume(epoch=2, stopped_early=True, planned_epochs=5)
+    assert "stopped early at epoch 2" in stopped.nothing_left(Path("run"), 9)
+
+
+def test_the_checkpoint_read_for_the_checks_is_handed_over_once(tmp_path, reads):
+    ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 1}))
+    reads.clear()
+    with prepared(tiny_config(tmp_path / "r", train={"epochs": 2}, output={"resume": True})) as plan:
+        path = plan.run_dir / "checkpoints" / "last.pt"
+        first = plan.resume.take_checkpoint(path)
+        assert reads["last.pt"] == 1 and first["train_state"]["epoch"] == 1
+        second = plan.resume.take_checkpoint(path)  # a second taker reads the file itself
+        assert reads["last.pt"] == 2 and second is not first
