@@ -30,9 +30,10 @@ else:  # pragma: no cover
 
 import tomli_w
 
+from ddplab.data.options import (CIFAR100_LABELS, DATASETS, FLIP_MODES, STL10_FOLDS, default_root, images_per_rank,
+                                 training_images)
 from ddplab.errors import ConfigError
 
-DATASETS = ("cifar10", "cifar100", "stl10", "imagefolder", "synthetic")
 MODELS = ("simple_cnn", "vgg_small", "resnet18", "fastnet", "speednet")
 OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop", "muon")
 SCHEDULES = ("onecycle", "cosine", "linear", "step", "none")
@@ -41,7 +42,6 @@ STRATEGIES = ("single", "dp", "ddp")
 BACKENDS = ("auto", "nccl", "gloo", "mpi")
 EARLY_STOP_METRICS = ("test_loss", "test_acc", "train_loss")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
-FLIP_MODES = ("random", "alternate")
 TTA_MODES = ("none", "flip", "flip_translate")
 
 
@@ -99,7 +99,7 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         _choice("data.dataset", self.dataset, DATASETS)
-        _choice("data.cifar100_labels", self.cifar100_labels, ("fine", "coarse"))
+        _choice("data.cifar100_labels", self.cifar100_labels, CIFAR100_LABELS)
         _choice("data.flip_mode", self.flip_mode, FLIP_MODES)
         for name in ("image_size", "subset", "test_subset", "synthetic_size"):
             _positive(f"data.{name}", getattr(self, name), none_ok=True)
@@ -108,8 +108,8 @@ class DataConfig:
         if self.test_subset is not None and self.val_fraction > 0:
             raise _bad("data.test_subset", self.test_subset, "with data.val_fraction the evaluation set is the held-out "
                        "split, not the test set: leave test_subset unset")
-        if self.fold is not None and not 0 <= self.fold <= 9:
-            raise _bad("data.fold", self.fold, "STL-10 has folds 0-9")
+        if self.fold is not None and not 0 <= self.fold < STL10_FOLDS:
+            raise _bad("data.fold", self.fold, f"STL-10 has folds 0-{STL10_FOLDS - 1}")
         if self.fold is not None and self.dataset != "stl10":
             raise _bad("data.fold", self.fold, "folds exist only for --dataset stl10")
         if self.num_classes < 2:
@@ -123,8 +123,6 @@ class DataConfig:
 
     def root(self) -> Path:
         """The data root: --data-dir, else $DDPLAB_DATA, else ./data."""
-        from ddplab.data.datasets import default_root
-
         return Path(self.data_dir).expanduser() if self.data_dir else default_root()
 
 
@@ -329,6 +327,23 @@ class RunConfig:
             raise _bad("model.compile", True, "torch.compile is not supported with DataParallel; use ddp")
         if self.train.cuda_graphs:
             self.check_cuda_graphs()
+        if self.train.drop_last:
+            self.check_a_batch_is_left()
+
+    def check_a_batch_is_left(self) -> None:
+        """With train.drop_last, every rank needs one full batch of training images. Checked here where
+        the count is known without the data (the named datasets, synthetic data, a subset); a held-out
+        split only makes it smaller, and an image folder is counted when it is read."""
+        d = self.data
+        images = training_images(d.dataset, subset=d.subset, fold=d.fold, synthetic_size=d.synthetic_size)
+        if images is None:
+            return
+        world = self.world_size()
+        per_rank = images_per_rank(images, world)
+        if per_rank < self.train.batch_size:
+            has = f"each of the {world} processes reads {per_rank} of the {images}" if world > 1 else f"the run has {images}"
+            raise _bad("train.drop_last", True, f"it leaves no training batch: {has} training images, fewer than "
+                       f"train.batch_size={self.train.batch_size}; lower --batch-size or leave drop_last off")
 
     def check_cuda_graphs(self) -> None:
         """What a captured step cannot hold: host-side decisions inside the step, or a non-CUDA collective."""

@@ -122,15 +122,15 @@ def corrupt_cifar(tmp):
     (folder / "batches.meta.txt").write_text("\n".join("abcdefghij") + "\n")
 
 
-def image_folder_with(*classes):
-    """An image folder whose train split has these classes, an empty one named 'empty' left empty."""
+def image_folder_with(*classes, images: int = 1):
+    """An image folder whose train split has these classes (`images` each), an empty one named 'empty' left empty."""
     def setup(tmp):
         from PIL import Image
 
         for cls in classes:
             (tmp / "imgs" / "train" / cls).mkdir(parents=True)
-            if cls != "empty":
-                Image.new("RGB", (8, 8)).save(tmp / "imgs" / "train" / cls / "1.png")
+            for i in range(images if cls != "empty" else 0):
+                Image.new("RGB", (8, 8)).save(tmp / "imgs" / "train" / cls / f"{i}.png")
     return setup
 
 
@@ -292,6 +292,16 @@ CASES = [
     Case("one-class", [*S, "--dataset", "imagefolder", "--data-dir", "{tmp}/imgs", "--data.val_fraction", "0.5",
                        "--out", "{tmp}/r"], 3, r"has 1 class sub-folder \(cat\): a classifier needs at least 2",
          setup=image_folder_with("cat")),
+    # drop_last with fewer images per rank than a batch: from the config where the count is known (before any
+    # worker or data), from the data where only reading counts them (an image folder).
+    Case("drop-last-no-batch", [*S, "--strategy", "ddp", "--nproc", "2", "--batch-size", "200", "--train.drop_last", "true",
+                                "--out", "{tmp}/r"], 2,
+         r"train\.drop_last=True is not valid: it leaves no training batch: each of the 2 processes reads 128 of the 256 "
+         r"training images, fewer than train\.batch_size=200", alone=True, after=no_folder("r")),
+    Case("drop-last-no-batch-image-folder", [*S, "--dataset", "imagefolder", "--data-dir", "{tmp}/imgs", "--data.val_fraction",
+                                             "0.5", "--batch-size", "8", "--train.drop_last", "true", "--out", "{tmp}/r"], 2,
+         r"train\.batch_size=8 with train\.drop_last leaves no training batch: this rank has 2 training images",
+         setup=image_folder_with("cat", "dog", images=2)),
     Case("verify-truncated-dataset", ["data", "verify", "cifar10", "--data-dir", "{tmp}/data"], 3,
          r"cifar10 in .*: FAILED, 1 error", setup=corrupt_cifar),
     Case("foreign-checkpoint-eval", ["eval", "{tmp}/run", "--device", "cpu"], 3,

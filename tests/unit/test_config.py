@@ -250,11 +250,46 @@ def test_a_worker_records_the_shape_its_launcher_gave():
 
 
 def test_registries_and_config_choices_agree():
-    from ddplab.config import DATASETS, MODELS
-    from ddplab.data.datasets import DATASETS as REGISTERED_DATASETS
+    from ddplab.config import MODELS
     from ddplab.models import list_models
 
-    assert sorted(MODELS) == list_models() and DATASETS == REGISTERED_DATASETS
+    assert sorted(MODELS) == list_models()
+
+
+def test_the_data_vocabulary_has_one_torch_free_owner_that_the_config_reads():
+    """config.py reads data/options.py; no module of the data layer imports the config (no import cycle)."""
+    import ast
+
+    src = Path(__file__).parents[2] / "src" / "ddplab"
+    for path in (src / "data").glob("*.py"):
+        imported = {node.module for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom)}
+        assert "ddplab.config" not in imported, path.name
+    options = ast.parse((src / "data" / "options.py").read_text())
+    assert not [n for n in ast.walk(options) if isinstance(n, (ast.Import, ast.ImportFrom))
+                and any("torch" in a.name or "ddplab" in (getattr(n, "module", "") or a.name) for a in n.names)]
+
+
+@pytest.mark.parametrize("data, world, batch, images", [
+    ({"dataset": "cifar10", "subset": 100}, 1, 128, 100),
+    ({"dataset": "cifar10"}, 8, 8192, 6250),              # 50,000 over 8 ranks
+    ({"dataset": "stl10", "fold": 3}, 2, 512, 500),       # a fold is 1,000 images
+    ({"dataset": "synthetic", "synthetic_size": 100}, 3, 40, 34),  # padded to 102: 34 per rank
+])
+def test_drop_last_without_a_batch_is_refused_by_the_config(data, world, batch, images):
+    """Before any process starts or data is read: each rank's share of the training set is smaller than a batch."""
+    values = {"data": data, "train": {"batch_size": batch, "drop_last": True, "device": "cpu"},
+              "dist": {"strategy": "ddp", "nproc": world} if world > 1 else {}}
+    with pytest.raises(ConfigError, match=rf"train\.drop_last=True .* leaves no training batch: .*\b{images}\b"):
+        build_config(values)
+    values["train"]["batch_size"] = images  # exactly one batch each: allowed
+    assert build_config(values).train.drop_last
+    values["train"].update(batch_size=batch, drop_last=False)
+    assert build_config(values).train.batch_size == batch  # a ragged batch is a batch
+
+
+def test_drop_last_of_an_image_folder_is_counted_when_it_is_read(tmp_path):
+    assert build_config({"data": {"dataset": "imagefolder", "data_dir": str(tmp_path)},
+                         "train": {"batch_size": 10**6, "drop_last": True}}).train.drop_last
 
 
 def test_config_file_that_is_a_folder(tmp_path):

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ddplab.config import FLIP_MODES
+from ddplab.data.options import FLIP_MODES
 from ddplab.errors import ConfigError
 
 PAD_MODES = ("reflect", "zeros")

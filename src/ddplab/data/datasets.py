@@ -18,11 +18,10 @@ import torch
 from ddplab.data import download as dl
 from ddplab.data import formats
 from ddplab.data.dataset import ImageDataset
+from ddplab.data.options import (CIFAR10_FORMATS, CIFAR100_LABELS, DATASETS, OFFICIAL_SPLIT_SIZES, STL10_FOLDS,
+                                 SYNTHETIC_TRAIN_SIZE, default_root)
 from ddplab.errors import ConfigError, DataError
 
-DATASETS: tuple[str, ...] = ("cifar10", "cifar100", "stl10", "imagefolder", "synthetic")
-SYNTHETIC_TRAIN_SIZE = 2048  # the synthetic test split is a quarter of the train size
-OFFICIAL_SPLIT_SIZES = {"cifar10": (50_000, 10_000), "cifar100": (50_000, 10_000), "stl10": (5_000, 8_000)}
 _ARCHIVE_KEY = {"cifar10": "cifar10", "cifar100": "cifar100", "stl10": "stl10"}
 _TRAIN_STATS: dict[tuple, tuple[tuple[float, ...], tuple[float, ...]]] = {}
 
@@ -36,11 +35,6 @@ class _Options:
     synthetic_size: int | None
     num_classes: int
     seed: int
-
-
-def default_root() -> Path:
-    """$DDPLAB_DATA if set, else ./data."""
-    return Path(os.environ.get("DDPLAB_DATA") or "data").expanduser()
 
 
 def _check_name(name: str) -> None:
@@ -73,11 +67,11 @@ def _check_options(name: str, split: str, o: _Options) -> None:
         raise ConfigError(f"split must be 'train' or 'test', got {split!r}")
     if o.image_size is not None and (not isinstance(o.image_size, int) or o.image_size < 1):
         raise ConfigError(f"data.image_size must be a positive integer or unset, got {o.image_size!r}")
-    if o.fold is not None and (name != "stl10" or not 0 <= o.fold <= 9):
-        raise ConfigError(f"data.fold selects one of STL-10's folds 0..9 (stl10 only), got {o.fold!r} for {name}")
-    if o.cifar10_format not in ("auto", "binary", "python"):
+    if o.fold is not None and (name != "stl10" or not 0 <= o.fold < STL10_FOLDS):
+        raise ConfigError(f"data.fold selects one of STL-10's folds 0..{STL10_FOLDS - 1} (stl10 only), got {o.fold!r} for {name}")
+    if o.cifar10_format not in CIFAR10_FORMATS:
         raise ConfigError(f"load_dataset(cifar10_format={o.cifar10_format!r}): choose auto, binary or python")
-    if o.cifar100_labels not in ("fine", "coarse"):
+    if o.cifar100_labels not in CIFAR100_LABELS:
         raise ConfigError(f"cifar100_labels must be fine or coarse, got {o.cifar100_labels!r}")
     if o.synthetic_size is not None and o.synthetic_size < 1:
         raise ConfigError(f"synthetic_size must be a positive integer, got {o.synthetic_size!r}")

@@ -18,6 +18,7 @@ import torch
 
 from ddplab.data.augment import AugmentSpec, Augmenter
 from ddplab.data.dataset import ImageDataset
+from ddplab.data.options import images_per_rank
 from ddplab.seeding import derive_seed
 
 
@@ -109,7 +110,7 @@ class DeviceLoader:
         """Samples this rank reads this epoch (padding duplicates included when training)."""
         n, w = len(self.labels), self.world_size
         if self.train:
-            return math.ceil(n / w)
+            return images_per_rank(n, w)
         return len(range(self.rank, n, w))
 
     def __len__(self) -> int:
