@@ -12,9 +12,7 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -37,7 +35,9 @@ except ConfigError as exc:
 
 import torch  # noqa: E402
 
+from ddplab import process  # noqa: E402
 from ddplab.data.datasets import holds_cifar10  # noqa: E402
+from ddplab.metrics.system import machine  # noqa: E402
 
 
 def add_common_args(parser: argparse.ArgumentParser, name: str, *, repeats: int = 3) -> None:
@@ -75,37 +75,10 @@ def cifar_root(data_dir: str | os.PathLike | None) -> Path | None:
     return None
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def machine_info(device: str) -> dict[str, Any]:
-    """The machine a result was measured on, for the JSON and the table header."""
-    dev = torch.device(device)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    if dev.type == "cuda":
-        name = torch.cuda.get_device_name(dev)
-    else:
-        name = f"CPU ({cpu_model()}, {torch.get_num_threads()} threads)"
-    return {
-        "device": str(dev),
-        "device_name": name,
-        "cpu_model": cpu_model(),
-        "cpu_cores": cores,
-        "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda if dev.type == "cuda" else None,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "date": datetime.date.today().isoformat(),
-        "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-    }
+    """The machine a result was measured on (as a run folder's env.json says it), for the JSON and the table header."""
+    return {**machine(device), "date": datetime.date.today().isoformat(),
+            "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
 
 
 def describe_machine(info: dict[str, Any]) -> str:
@@ -211,27 +184,16 @@ def run_ddplab(train_args: Sequence[str], run_dir: Path, *, env: dict[str, str],
     `poll_s` seconds while it runs (to watch metrics.jsonl grow). Raises on failure.
     """
     run_dir = Path(run_dir)
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
     log_path = run_dir.parent / f"{run_dir.name}.log"
-    cmd = [sys.executable, "-m", "ddplab", "train", *train_args, "--output.progress", "false",
-           "--output.tensorboard", "false", "--out", str(run_dir)]
-    with open(log_path, "w") as log:
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-        while proc.poll() is None:
-            if poll is not None:
-                poll(time.perf_counter() - start)
-            try:
-                proc.wait(timeout=poll_s)
-            except subprocess.TimeoutExpired:
-                pass
-        wall_s = time.perf_counter() - start
-    if poll is not None:
-        poll(wall_s)
-    if proc.returncode != 0:
+    cmd = process.ddplab_command("train", *train_args, "--output.progress", "false", "--output.tensorboard", "false",
+                                 "--out", str(run_dir))
+    start = time.perf_counter()
+    done = process.supervise(cmd, log_path, env=env, cwd=REPO, poll_s=poll_s,
+                             on_poll=None if poll is None else lambda: poll(time.perf_counter() - start))
+    if done.code != 0:
         tail = log_path.read_text()[-3000:]
-        raise RuntimeError(f"ddplab train failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}")
-    return {"wall_s": wall_s, "returncode": proc.returncode, "command": cmd, "log": str(log_path)}
+        raise RuntimeError(f"ddplab train failed (exit {done.code}): {' '.join(cmd)}\n{tail}")
+    return {"wall_s": done.wall_s, "returncode": done.code, "command": cmd, "log": str(log_path)}
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:

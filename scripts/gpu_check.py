@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,7 +30,7 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src
 if str(REPO / "src") not in sys.path:  # and so does this script
     sys.path.insert(0, str(REPO / "src"))
 
-from ddplab import runfiles  # noqa: E402 (torch-free)
+from ddplab import process, runfiles  # noqa: E402 (torch-free)
 from ddplab.compat import check_torch  # noqa: E402 (both torch-free)
 from ddplab.errors import ConfigError  # noqa: E402
 
@@ -83,19 +81,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def machine() -> dict:
-    import torch
+def machine(on_cuda: bool) -> dict:
+    """The machine as a run folder's env.json describes it, and the Triton the kernels use."""
+    from ddplab.metrics.system import machine as describe
 
-    cuda = torch.cuda.is_available()
     try:
         import triton
 
         triton_version = triton.__version__
     except ImportError:
         triton_version = None
-    return {"device": torch.cuda.get_device_name(0) if cuda else platform.processor() or platform.machine(),
-            "gpus": torch.cuda.device_count() if cuda else 0, "torch": torch.__version__, "cuda": torch.version.cuda,
-            "triton": triton_version, "python": platform.python_version(), "cpus": os.cpu_count()}
+    return {**describe("cuda" if on_cuda else "cpu"), "triton": triton_version}
 
 
 def data_args(args, on_cuda: bool) -> list[str]:
@@ -123,18 +119,14 @@ def unmet(need: str, on_cuda: bool, gpus: int) -> str | None:
 
 def run_row(name: str, extra: list[str], common: list[str], out: Path, timeout: int) -> dict:
     run_dir = out / name.replace(" ", "_").replace("+", "")
-    cmd = [sys.executable, "-m", "ddplab", "train", *common, *extra, "--out", str(run_dir),
-           "--output.progress", "false", "--output.tensorboard", "false"]
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
-    except subprocess.TimeoutExpired:
+    cmd = process.ddplab_command("train", *common, *extra, "--out", str(run_dir), "--output.progress", "false",
+                                 "--output.tensorboard", "false")
+    done = process.supervise(cmd, out / f"{run_dir.name}.log", timeout_s=timeout, env=ENV, timeout_from="--timeout")
+    if done.code == process.TIMED_OUT:
         return {"row": name, "status": f"FAILED: no result within {timeout} s", "command": cmd}
-    wall_s = time.perf_counter() - start
-    (out / f"{run_dir.name}.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return {"row": name, "status": f"FAILED (exit {proc.returncode}): {last[:200]}", "command": cmd, "wall_s": wall_s}
+    if done.code != 0:
+        return {"row": name, "status": f"FAILED (exit {done.code}): {done.error[:200]}", "command": cmd,
+                "wall_s": done.wall_s}
     s = json.loads((run_dir / runfiles.SUMMARY).read_text())
     t, mem = s["time"], s["memory"]
     peak = mem.get("peak_alloc_mib", mem.get("peak_rss_mib"))
@@ -143,21 +135,18 @@ def run_row(name: str, extra: list[str], common: list[str], out: Path, timeout: 
             "startup_s": t["startup_s"], "warmup_s": (t.get("warmup") or {}).get("s"), "images_per_s": t["images_per_s"],
             "peak_mib": peak, "peak_kind": "peak_alloc_mib" if "peak_alloc_mib" in mem else "peak_rss_mib",
             "peak_reserved_mib": mem.get("peak_reserved_mib"),  # a CUDA graph's pool shows here only
-            "wall_s": round(wall_s, 1), "command": cmd}
+            "wall_s": round(done.wall_s, 1), "command": cmd}
 
 
 def run_command(name: str, cmd: list[str], out: Path, timeout: int) -> dict:
-    start = time.perf_counter()
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=ENV)
-    except subprocess.TimeoutExpired:
-        return {"row": name, "status": f"FAILED: no result within {timeout} s", "command": cmd}
     log = out / (name.replace(" ", "_") + ".log")
-    log.write_text(proc.stdout + proc.stderr)
-    tail = ((proc.stdout + proc.stderr).strip().splitlines() or [""])[-1]
-    status = "ok" if proc.returncode == 0 else f"FAILED (exit {proc.returncode})"
+    done = process.supervise(cmd, log, timeout_s=timeout, env=ENV, cwd=REPO, timeout_from="--timeout")
+    if done.code == process.TIMED_OUT:
+        return {"row": name, "status": f"FAILED: no result within {timeout} s", "command": cmd}
+    tail = process.error_line(log) if done.code else process.last_line(log)
+    status = "ok" if done.code == 0 else f"FAILED (exit {done.code})"
     said = tail if len(tail) <= 100 else f"output in {log.name}"
-    return {"row": name, "status": f"{status}: {said}" if said else status, "wall_s": round(time.perf_counter() - start, 1),
+    return {"row": name, "status": f"{status}: {said}" if said else status, "wall_s": round(done.wall_s, 1),
             "log": str(log), "command": cmd}
 
 
@@ -192,18 +181,18 @@ def main(argv=None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("gpu_check: error: --device cuda, but CUDA is not available here; use --device cpu", file=sys.stderr)
         return 2
-    info = machine()
+    info = machine(on_cuda)
     gpus = info["gpus"] if on_cuda else 0
     n = str(gpus if gpus >= 2 else 2)
     args.out.mkdir(parents=True, exist_ok=True)
-    print(f"gpu_check on {info['device']} ({gpus} GPU(s)), torch {info['torch']}, CUDA {info['cuda']}, "
+    print(f"gpu_check on {info['device_name']} ({gpus} GPU(s)), torch {info['torch']}, CUDA {info['cuda']}, "
           f"triton {info['triton']}; results in {args.out}", flush=True)
     wanted = None if args.rows is None else {r.strip() for r in args.rows.split(",")}
     unknown = (wanted or set()) - {name for name, _, _ in ROWS} - {"tests", "kernels check", "kernels bench"}
     if unknown:
         print(f"gpu_check: error: unknown rows {sorted(unknown)}; rows are: " + ", ".join(r[0] for r in ROWS), file=sys.stderr)
         return 2
-    header = (f"gpu_check on {info['device']} ({gpus} GPU(s)), torch {info['torch']}, CUDA {info['cuda']}, "
+    header = (f"gpu_check on {info['device_name']} ({gpus} GPU(s)), torch {info['torch']}, CUDA {info['cuda']}, "
               f"triton {info['triton']}, Python {info['python']}, {info['cpus']} CPUs\n\n")
     results: list[dict] = []
 

@@ -41,5 +41,5 @@ def test_a_failed_row_fails_the_check(tmp_path):
     proc = gpu_check("--device", "cpu", "--quick", "--tests", "none", "--rows", "fp32", "--epochs", "0", "--out", str(tmp_path / "bad"))
     assert proc.returncode == 1
     row = json.loads((tmp_path / "bad" / "gpu_check.json").read_text())["results"][0]
-    assert row["status"].startswith("FAILED (exit 2): ddplab: error: train.epochs=0")
+    assert row["status"].startswith("FAILED (exit 2): train.epochs=0")  # the error line, as the sweep records it
 

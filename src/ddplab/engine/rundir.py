@@ -8,14 +8,10 @@ requested one except for the number of epochs and output settings.
 from __future__ import annotations
 
 import dataclasses
-import os
-import platform
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import torch
 
 from ddplab import files, runfiles
 from ddplab.config import RunConfig, build_config, load_toml, save_config
@@ -134,22 +130,10 @@ def reproducible(config: RunConfig) -> RunConfig:
 
 def environment(ctx: DistContext) -> dict:
     from ddplab import __version__
-    from ddplab.metrics.system import device_name
+    from ddplab.metrics.system import machine
 
-    return {
-        "ddplab": __version__,
-        "git_sha": git_sha(),
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "python": platform.python_version(),
-        "host": platform.node(),
-        "device": str(ctx.device),
-        "device_name": device_name(ctx.device),
-        "world_size": ctx.world_size,
-        "torch_threads": torch.get_num_threads(),
-        "cpus": os.cpu_count(),
-        "argv": sys.argv,
-    }
+    return {"ddplab": __version__, "git_sha": git_sha(), **machine(ctx.device), "world_size": ctx.world_size,
+            "argv": sys.argv}
 
 
 def git_sha() -> str | None:

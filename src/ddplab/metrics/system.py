@@ -62,12 +62,38 @@ def device_name(device: torch.device) -> str:
     """The GPU's name, or the CPU model with the thread count torch uses."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
+    return f"CPU {cpu_model()} ({torch.get_num_threads()} threads)"
+
+
+def cpu_model() -> str:
     import platform
 
-    model = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
     except OSError:
-        pass
-    return f"CPU {model} ({torch.get_num_threads()} threads)"
+        model = None
+    return model or platform.processor() or platform.machine()
+
+
+def machine(device: torch.device | str) -> dict:
+    """What a figure was measured on: the one description that run folders (env.json), the
+    benchmarks and the GPU check all record, so their figures can be set side by side."""
+    import os
+    import platform
+
+    device = torch.device(device)
+    return {
+        "device": str(device),
+        "device_name": device_name(device),
+        "cpu_model": cpu_model(),
+        "cpus": os.cpu_count(),
+        "cpu_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "host": platform.node(),
+    }

@@ -15,23 +15,20 @@ a run whose sweep is killed outright is sent SIGTERM by the kernel (Linux).
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from ddplab import files, runfiles
+from ddplab.process import INTERRUPTED, POLL_S, STOP_GRACE_S, ddplab_command, supervise
 from ddplab.config import build_config, check_environment, load_toml
 from ddplab.engine.runlock import describe, live_owner, run_lock
 from ddplab.errors import ConfigError
 from ddplab.sweep.manifest import manifest_of, read_manifest, write_manifest
 from ddplab.sweep.spec import Sweep, SweepRun, slug
 
-POLL_S = 1.0  # how often a running run's progress is read
-STOP_GRACE_S = 30  # after SIGINT/SIGTERM, how long a run's tree may take to stop before SIGKILL
 
 
 def run_states(sweep: Sweep, out: Path) -> dict[str, str]:
@@ -125,7 +122,7 @@ def command(run: SweepRun, config_file: Path, run_dir: Path, resume: bool) -> li
     if run.launch == "torchrun":
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
                 str(run.config.dist.nproc), "-m", "ddplab", *args]
-    return [sys.executable, "-m", "ddplab", *args]
+    return ddplab_command(*args)
 
 
 class Terminated(KeyboardInterrupt):
@@ -186,15 +183,16 @@ def run_one(run: SweepRun, entry: dict[str, Any], out: Path, manifest: dict[str,
     entry.update(status="running", exit_code=None, error=None)
     write_manifest(out, manifest)
     watch = EpochWatch(run_dir / runfiles.METRICS, run.config.train.epochs)
-    code, wall_s, error = supervise(command(run, config_file, run_dir, resume), log_path, timeout_s,
-                                    lambda: [echo(f"{tag}: {line}") for line in watch.new_lines()])
+    done = supervise(command(run, config_file, run_dir, resume), log_path, timeout_s=timeout_s,
+                     on_poll=lambda: [echo(f"{tag}: {line}") for line in watch.new_lines()], timeout_from="sweep --timeout")
+    code, wall_s, error = done.code, done.wall_s, done.error
     status = "finished" if code == 0 and (run_dir / runfiles.SUMMARY).is_file() else "failed"
     if code == 0 and status == "failed":
         error = "the run exited 0 but left no summary.json"
-    entry.update(status="interrupted" if code == 130 else status, exit_code=code, error=error, wall_s=round(wall_s, 1))
+    entry.update(status="interrupted" if code == INTERRUPTED else status, exit_code=code, error=error, wall_s=round(wall_s, 1))
     write_manifest(out, manifest)
     echo(f"{tag}: " + (f"finished in {duration(wall_s)}" if status == "finished" else f"FAILED (exit {code}): {error}"))
-    if code == 130:
+    if code == INTERRUPTED:
         raise KeyboardInterrupt
 
 
@@ -247,71 +245,6 @@ class EpochWatch:
                          + f", {self.times[-1]:.1f} s/epoch" + (f", about {duration(left)} left" if left > 0 else ""))
         self.seen = len(records)
         return lines
-
-
-def supervise(cmd: list[str], log_path: Path, timeout_s: float | None, on_poll) -> tuple[int, float, str | None]:
-    """Run one command as its own process tree, calling `on_poll` every POLL_S; (exit code, seconds,
-    its error line or None). The log is appended to, never truncated: an earlier attempt's
-    output stays, and so does a straggler's."""
-    start = time.perf_counter()
-    with open(log_path, "a") as log:
-        log.write(f"\n$ {' '.join(cmd)}\n")
-        log.flush()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=die_with_parent if sys.platform == "linux" else None)
-        try:
-            code = wait(proc, start, timeout_s, on_poll)
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM at the sweep: stop the run the way Ctrl-C stops it alone
-            stop_tree(proc, signal.SIGINT)
-            code = 130
-        except subprocess.TimeoutExpired:
-            stop_tree(proc, signal.SIGTERM)
-            log.write(f"\nddplab: error: the run did not finish within {timeout_s:g} s (sweep --timeout); stopped\n")
-            code = 124
-    on_poll()
-    return code, time.perf_counter() - start, error_line(log_path) if code else None
-
-
-def wait(proc: subprocess.Popen, start: float, timeout_s: float | None, on_poll) -> int:
-    while True:
-        try:
-            return proc.wait(timeout=POLL_S)
-        except subprocess.TimeoutExpired:
-            on_poll()
-            if timeout_s is not None and time.perf_counter() - start > timeout_s:
-                raise
-
-
-def die_with_parent() -> None:
-    """In the child, before exec: the kernel sends it SIGTERM if the sweep dies (even by SIGKILL), so
-    no run trains on unsupervised. The run stops as SIGTERM stops it, resumable from its checkpoint."""
-    import ctypes
-
-    PR_SET_PDEATHSIG = 1
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):  # not glibc: no such safety net, the run goes on
-        pass
-
-
-def stop_tree(proc: subprocess.Popen, sig: int, grace_s: float = STOP_GRACE_S) -> None:
-    """Signal the run's whole process group, then SIGKILL whatever is left after `grace_s`."""
-    try:
-        os.killpg(proc.pid, sig)
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    except ProcessLookupError:
-        pass
-
-
-def error_line(log_path: Path) -> str:
-    """The last `ddplab: error:` line of the log's last attempt, else its last line."""
-    text = log_path.read_text(errors="replace")
-    lines = text[text.rfind("\n$ ") + 1:].strip().splitlines()[1:]
-    errors = [line.removeprefix("ddplab: error: ") for line in lines if line.startswith("ddplab: error:")]
-    return errors[-1] if errors else (lines[-1][:300] if lines else "no output")
 
 
 def duration(seconds: float) -> str:
