@@ -37,6 +37,7 @@ import torch  # noqa: E402
 
 from ddplab import process  # noqa: E402
 from ddplab.data.datasets import holds_cifar10  # noqa: E402
+from ddplab.metrics.records import EpochRecord, read_epochs, read_summary  # noqa: E402
 from ddplab.metrics.system import machine  # noqa: E402
 
 
@@ -196,21 +197,13 @@ def run_ddplab(train_args: Sequence[str], run_dir: Path, *, env: dict[str, str],
     return {"wall_s": done.wall_s, "returncode": done.code, "command": cmd, "log": str(log_path)}
 
 
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = Path(run_dir) / runfiles.METRICS
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:  # a line being written
-            break
-    return rows
+def read_metrics(run_dir: Path) -> list[EpochRecord]:
+    """The epochs a run has written so far (the last line may be being written)."""
+    return read_epochs(Path(run_dir) / runfiles.METRICS, growing=True)
 
 
 def read_run(run_dir: Path) -> dict[str, Any]:
-    """A finished run folder's metrics (one row per epoch), summary and environment."""
+    """A finished run folder's metrics (one record per epoch), summary and environment."""
     run_dir = Path(run_dir)
-    return {"metrics": read_metrics(run_dir), "summary": json.loads((run_dir / runfiles.SUMMARY).read_text()),
+    return {"metrics": read_epochs(run_dir / runfiles.METRICS, run_dir), "summary": read_summary(run_dir),
             "env": json.loads((run_dir / runfiles.ENV).read_text()) if (run_dir / runfiles.ENV).is_file() else {}}

@@ -89,18 +89,19 @@ def side_flags(args, side: str) -> list[str]:
 def measure(run: dict, wall_s: float) -> dict:
     metrics, summary = run["metrics"], run["summary"]
     keep = metrics[1:] or metrics
-    train_s = sum(r["train_s"] for r in keep)
-    images = sum(r["train_samples"] for r in keep)
-    phases = {p: sum(r.get(p, 0.0) for r in keep) / train_s for p in PHASES if any(p in r for r in keep)}
+    train_s = sum(r.train_s for r in keep)
+    images = sum(r.train_samples for r in keep)
+    phases = {p: sum(r.metric(p) or 0.0 for r in keep) / train_s for p in PHASES
+              if any(r.metric(p) is not None for r in keep)}
     return {
         "world_size": summary["run"]["world_size"], "batch_local": summary["batch"]["local"],
         "batch_global": summary["batch"]["global"], "steps_per_epoch": summary["batch"]["steps_per_epoch"],
         "torch_threads": run["env"].get("torch_threads"),
-        "train_images_per_epoch": [r["train_samples"] for r in metrics],
-        "test_images_per_epoch": [r["test_samples"] for r in metrics],
-        "epoch_s": [r["epoch_s"] for r in metrics], "train_s": [r["train_s"] for r in metrics],
-        "eval_s": [r["eval_s"] for r in metrics],
-        "median_epoch_s": common.median([r["epoch_s"] for r in keep]),
+        "train_images_per_epoch": [r.train_samples for r in metrics],
+        "test_images_per_epoch": [r.test_samples for r in metrics],
+        "epoch_s": [r.epoch_s for r in metrics], "train_s": [r.train_s for r in metrics],
+        "eval_s": [r.eval_s for r in metrics],
+        "median_epoch_s": common.median([r.epoch_s for r in keep]),
         "images_per_s": images / train_s, "phase_share": phases,
         "test_acc": summary["final"]["test_acc"], "startup_s": summary["time"]["startup_s"], "process_wall_s": wall_s,
     }

@@ -136,7 +136,7 @@ def ddplab_run(args, dataset: str, root: Path | None) -> tuple[list[float], list
         overrides = parse_dotted([f"{k.lstrip('-')}={v}" for k, v in zip(extra[::2], extra[1::2])])
         with contextlib.redirect_stdout(io.StringIO()):  # its summary; the log lines still go to stderr
             result = train(build_config(merge(values, overrides)))
-        return ([r["train_s"] for r in result.history], [r["train_samples"] for r in result.history],
+        return ([r.train_s for r in result.history], [r.train_samples for r in result.history],
                 result.summary.get("engine") or {})
 
 

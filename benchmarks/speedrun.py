@@ -100,8 +100,8 @@ def main(argv=None) -> int:
         s, t = run["summary"], run["summary"]["time"]
         last = run["metrics"][-1]
         runs.append({"seed": seed, "test_acc": s["final"]["test_acc"], "record_s": t["record_s"],
-                     "data_init_s": t["data_init_s"], "train_s": t["train_s"], "final_eval_s": last["eval_s"],
-                     "other_evals_s": t["eval_s"] - last["eval_s"], "warmup_s": (t.get("warmup") or {}).get("s"),
+                     "data_init_s": t["data_init_s"], "train_s": t["train_s"], "final_eval_s": last.eval_s,
+                     "other_evals_s": t["eval_s"] - last.eval_s, "warmup_s": (t.get("warmup") or {}).get("s"),
                      "startup_s": t["startup_s"], "process_s": proc["wall_s"], "summary": s})
         print(f"seed {seed}: test acc {runs[-1]['test_acc']:.2%}, record {runs[-1]['record_s']:.2f} s", flush=True)
     flops = run_flops(args.runs_dir / "seed-0", runs[0]["summary"])

@@ -75,25 +75,25 @@ def one_run(args, flags: list[str], run_dir: Path) -> dict:
 
     def watch(elapsed: float) -> None:
         for row in common.read_metrics(run_dir):
-            seen.setdefault(row["epoch"], elapsed)
+            seen.setdefault(row.epoch, elapsed)
 
     proc = common.run_ddplab(flags, run_dir, env=common.child_env(args.threads), poll=watch)
     run = common.read_run(run_dir)
     metrics, summary = run["metrics"], run["summary"]
     startup = summary["time"]["startup_s"]
-    hit = next((row for row in metrics if row["test_acc"] >= args.target), None)
-    epochs = [{"epoch": r["epoch"], "test_acc": r["test_acc"], "train_acc": r["train_acc"], "epoch_s": r["epoch_s"],
-               "train_s": r["train_s"], "eval_s": r["eval_s"], "images_per_s": r["images_per_s"],
-               "cumulative_s": startup + sum(m["epoch_s"] for m in metrics[: i + 1]),
-               "process_wall_s": seen.get(r["epoch"])} for i, r in enumerate(metrics)]
+    hit = next((row for row in metrics if row.test_acc >= args.target), None)
+    epochs = [{"epoch": r.epoch, "test_acc": r.test_acc, "train_acc": r.train_acc, "epoch_s": r.epoch_s,
+               "train_s": r.train_s, "eval_s": r.eval_s, "images_per_s": r.images_per_s,
+               "cumulative_s": startup + sum(m.epoch_s for m in metrics[: i + 1]),
+               "process_wall_s": seen.get(r.epoch)} for i, r in enumerate(metrics)]
     result = {"run_dir": str(run_dir), "startup_s": startup, "epochs": epochs, "reached": hit is not None,
               "epoch": None, "test_acc": None, "time_to_target_s": None, "wall_to_target_s": None,
               "final_test_acc": summary["final"]["test_acc"], "total_s": summary["time"]["total_s"],
               "process_wall_s": proc["wall_s"], "train_images_per_s": summary["time"]["images_per_s"],
               "torch_threads": run["env"].get("torch_threads")}
     if hit is not None:
-        k = hit["epoch"]
-        result.update(epoch=k, test_acc=hit["test_acc"], time_to_target_s=epochs[k - 1]["cumulative_s"],
+        k = hit.epoch
+        result.update(epoch=k, test_acc=hit.test_acc, time_to_target_s=epochs[k - 1]["cumulative_s"],
                       wall_to_target_s=epochs[k - 1]["process_wall_s"])
     return result
 

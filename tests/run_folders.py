@@ -5,7 +5,24 @@ from pathlib import Path
 
 import tomli_w
 
+from ddplab.metrics.records import EpochRecord
+
 STEPS_PER_EPOCH = 4
+
+
+def epoch_fields(epoch: int = 1, **fields) -> dict:
+    """An epoch record as metrics.jsonl holds it (schema 1: no version), with the fields ddplab always writes."""
+    return {"epoch": epoch, "step": epoch * STEPS_PER_EPOCH, "lr": 0.1, "train_loss": 1.0, "train_acc": 0.5,
+            "test_loss": 1.0, "test_acc": 0.5, "train_samples": 128, "test_samples": 64, "epoch_s": 2.0,
+            "train_s": 1.5, "eval_s": 0.5, "images_per_s": 85.3, **fields}
+
+
+def epoch_line(epoch: int = 1, **fields) -> str:
+    return json.dumps(epoch_fields(epoch, **fields)) + "\n"
+
+
+def epoch_record(epoch: int = 1, **fields) -> EpochRecord:
+    return EpochRecord.from_json(epoch_fields(epoch, **fields))
 
 
 def write_run(run_dir: Path, *, seed=0, strategy="single", nproc=1, batch=32, precision="fp32",
@@ -29,8 +46,8 @@ def write_run(run_dir: Path, *, seed=0, strategy="single", nproc=1, batch=32, pr
     history = []
     for i, (e_s, tr_l, te_l) in enumerate(zip(epoch_s, train_loss, test_loss), 1):
         t = e_s - 1.0
-        record = {"epoch": i, "train_loss": tr_l, "train_acc": test_acc + 0.2, "test_loss": te_l,
-                  "test_acc": test_acc, "train_samples": 1000, "epoch_s": e_s, "train_s": t, "eval_s": 1.0,
+        record = {"epoch": i, "step": i * STEPS_PER_EPOCH, "lr": 0.001, "train_loss": tr_l, "train_acc": test_acc + 0.2, "test_loss": te_l,
+                  "test_acc": test_acc, "train_samples": 1000, "test_samples": test_images, "epoch_s": e_s, "train_s": t, "eval_s": 1.0,
                   "images_per_s": 1000 / t, "data_s": 0.1 * t, "forward_backward_s": 0.8 * t,
                   "optimizer_s": 0.1 * t, "comm_wait_s": comm_share * t, "peak_rss_mib": peak_mib,
                   "rank_peak_rss_mib": [peak_mib] * world}

@@ -17,7 +17,6 @@ import os
 import re
 import signal
 import socket
-import sys
 import threading
 import time
 import uuid

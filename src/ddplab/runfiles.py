@@ -2,11 +2,17 @@
 
 A run folder is read far from where it was written (the report on a laptop, a sweep's
 re-run, `ddplab eval` years later), so its names are a file format: every reader and writer
-takes them from here, and what state a folder is in (`run_state`). Torch-free. A sweep folder's manifest is named with the manifest
-(sweep/manifest.py).
+takes them from here, with what state a folder is in (`run_state`) and its JSON files read
+(`read_json`, `read_jsonl`: one-line errors naming the file and the line). Torch-free. A sweep
+folder's manifest is named with the manifest (sweep/manifest.py); what an epoch record holds,
+with metrics/records.py.
 """
 
+import json
 from pathlib import Path
+from typing import Any
+
+from ddplab.errors import ConfigError, DataError
 
 CONFIG = "config.toml"  # the run's settings; first written, it marks the folder as a run
 ENV = "env.json"  # versions, device, host
@@ -35,3 +41,39 @@ def run_state(run_dir: Path) -> str:
     if (run_dir / CONFIG).exists():
         return "new"  # created, but no epoch finished: nothing to lose
     return "foreign"
+
+
+def read_json(path: Path, run_dir: Path) -> Any:
+    """A JSON file; a truncated or edited one is a DataError naming the file and the line."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"{run_dir} is not a finished ddplab run (no {path.name})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path} cannot be read ({type(exc).__name__})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path} line {exc.lineno} is not JSON ({exc.msg}): truncated or edited?") from None
+
+
+def read_jsonl(path: Path, run_dir: Path) -> list[Any]:
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        raise ConfigError(f"{run_dir} is not a finished ddplab run (no {path.name})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"{path} cannot be read ({type(exc).__name__})") from None
+    records = []
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                records.append(json_line(line))
+            except ValueError:
+                raise DataError(f"{path} line {number} is not JSON (a truncated write?)") from None
+    return records
+
+
+def json_line(line: str) -> Any:
+    """One line of a JSONL file (ValueError when it is not JSON: a truncated or a half-written line)."""
+    return json.loads(line)

@@ -17,7 +17,7 @@ from conftest import leftover_processes
 from ddplab import compat
 from ddplab.config import load_toml
 from ddplab.engine import checkpoint
-from ddplab.metrics.records import PHASES, is_machine_field
+from ddplab.metrics.records import PHASES, read_epochs, reproducible
 
 pytestmark = pytest.mark.dist
 
@@ -38,8 +38,7 @@ def ddplab(*args, **kw):
 
 
 def metrics(run_dir):
-    records = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not is_machine_field(k) and not k.startswith("rank_")} for r in records]
+    return [reproducible(r, per_rank=False) for r in read_epochs(Path(run_dir) / "metrics.jsonl")]
 
 
 def weights(run_dir):
@@ -124,14 +123,15 @@ def test_workers_sharing_one_device_train_the_same_run_and_are_marked(ddp_run, t
                               "(--dist.share_device: a correctness check, never a speed figure))")
 
 
-def test_torchrun_without_ddp_is_refused_on_every_rank(tmp_path):
-    """torchrun --nproc-per-node 2 with the default strategy used to train DDP while recording 'single'."""
+def test_torchrun_without_ddp_is_refused(tmp_path):
+    """torchrun --nproc-per-node 2 with the default strategy used to train DDP while recording 'single'.
+    Each rank refuses on its own; torchrun stops the other as soon as one exits, often before it says so."""
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "ddplab", "train",
          *TINY, "--out", str(tmp_path / "tr")], capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
         timeout=300)
     assert proc.returncode != 0
-    assert proc.stderr.count("but dist.strategy=single trains one process: pass --strategy ddp") == 2, proc.stderr[-3000:]
+    assert proc.stderr.count("but dist.strategy=single trains one process: pass --strategy ddp") >= 1, proc.stderr[-3000:]
     assert not (tmp_path / "tr").exists()
 
 

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from ddplab.metrics.records import is_machine_field
+from ddplab.metrics.records import read_epochs, reproducible
 import ddplab
 from conftest import tiny_config
 from ddplab.cli import main
@@ -22,8 +22,7 @@ from ddplab.engine.trainer import Trainer
 
 
 def metrics(run_dir):
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not is_machine_field(k)} for r in records]
+    return [reproducible(r) for r in read_epochs(run_dir / "metrics.jsonl")]
 
 
 def final_weights(run_dir):
@@ -81,10 +80,10 @@ def test_extending_a_run_says_when_it_replans_the_schedule(tmp_path, schedule, w
     log = (tmp_path / "r" / "train.log").read_text()
     if warned:
         start = (f"WARNING changing from 2 to 3 epochs re-plans the onecycle schedule over 3: the learning rate goes "
-                 f"from {extended.history[1]['lr']:.3g} (the last step's) to ")
+                 f"from {extended.history[1].lr:.3g} (the last step's) to ")
         assert start in log
         jumped_to = float(log.split(start)[1].split(";")[0])
-        assert jumped_to > 10 * extended.history[1]["lr"]  # the end of a 2-epoch plan vs 2/3 into a 3-epoch one
+        assert jumped_to > 10 * extended.history[1].lr  # the end of a 2-epoch plan vs 2/3 into a 3-epoch one
     else:
         assert "WARNING" not in log
     assert 'epochs = 3' in (tmp_path / "r" / "config.toml").read_text()
@@ -100,19 +99,19 @@ def test_run_folder_holds_config_metrics_summary_and_reproduces(tmp_path):
         assert (run / name).is_file(), name
     summary = json.loads((run / "summary.json").read_text())
     history = result.history
-    assert summary["final"]["test_acc"] == history[-1]["test_acc"]
-    assert summary["best"]["test_acc"] == max(r["test_acc"] for r in history)
+    assert summary["final"]["test_acc"] == history[-1].test_acc
+    assert summary["best"]["test_acc"] == max(r.test_acc for r in history)
     assert summary["batch"] == {"local": 32, "accumulate": 1, "global": 32, "steps_per_epoch": 8, "optimizer_steps": 24}
-    losses = [r["test_loss"] for r in history]
+    losses = [r.test_loss for r in history]
     assert summary["overfitting"]["test_loss_rise"] == pytest.approx(losses[-1] - min(losses))
     # The gap is read from training images measured as the test set is (eval mode), not the running train acc.
     assert summary["overfitting"]["gap_from"] == "train_eval_acc"
-    assert summary["overfitting"]["train_test_acc_gap"] == pytest.approx(history[-1]["train_eval_acc"] - history[-1]["test_acc"])
-    assert summary["final"]["train_eval_acc"] == history[-1]["train_eval_acc"] and summary["data"]["train_eval_images"] == 256
+    assert summary["overfitting"]["train_test_acc_gap"] == pytest.approx(history[-1].train_eval_acc - history[-1].test_acc)
+    assert summary["final"]["train_eval_acc"] == history[-1].train_eval_acc and summary["data"]["train_eval_images"] == 256
     assert summary["time"]["startup_s"] > 0 and "peak_rss_mib" in summary["memory"]
     for record in history:
-        assert record["train_samples"] == 256 and record["test_samples"] == 64
-        assert record["images_per_s"] == pytest.approx(256 / record["train_s"])
+        assert record.train_samples == 256 and record.test_samples == 64
+        assert record.images_per_s == pytest.approx(256 / record.train_s)
     # The saved config alone reproduces the run.
     assert main(["train", "--config", str(run / "config.toml"), "--out", str(tmp_path / "again")]) == 0
     assert metrics(tmp_path / "again") == metrics(run)
@@ -123,8 +122,8 @@ def test_eval_command_matches_the_run(tmp_path, capsys):
     from ddplab.engine.evaluate import evaluate_run
 
     final = evaluate_run(result.run_dir, device="cpu")
-    assert final["correct"] == round(result.history[-1]["test_acc"] * 64) and final["count"] == 64
-    assert final["loss"] == pytest.approx(result.history[-1]["test_loss"], rel=1e-6)
+    assert final["correct"] == round(result.history[-1].test_acc * 64) and final["count"] == 64
+    assert final["loss"] == pytest.approx(result.history[-1].test_loss, rel=1e-6)
     best = evaluate_run(result.run_dir, weights="best", device="cpu")
     assert best["acc"] == result.summary["best"]["test_acc"] and best["epoch"] == result.summary["best"]["epoch"]
     assert main(["eval", str(result.run_dir), "--device", "cpu"]) == 0
@@ -316,7 +315,7 @@ def test_real_cifar10_short_run_and_data_commands(cifar_root, tmp_path):
                                       model={"width": 1.0}, optim={"name": "adam", "lr": 2e-3},
                                       train={"epochs": 1, "batch_size": 64}))
     record = result.history[0]
-    assert record["train_samples"] == 2048 and record["test_samples"] == 10_000
+    assert record.train_samples == 2048 and record.test_samples == 10_000
     assert result.summary["data"]["num_classes"] == 10 and result.test_acc > 0.2  # chance is 0.1
     proc = cli("data", "info", "cifar10", "--data-dir", str(cifar_root))
     assert proc.returncode == 0 and "airplane" in proc.stdout and "50000" in proc.stdout.replace(",", "")

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from ddplab.metrics.records import is_machine_field
+from ddplab.metrics.records import read_epochs, reproducible
 
 TINY = """
 [sweep]
@@ -56,8 +56,7 @@ def ddplab(*args, env=None):
 
 
 def metrics(run_dir):
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not is_machine_field(k) and not k.startswith("rank_")} for r in records]
+    return [reproducible(r, per_rank=False) for r in read_epochs(run_dir / "metrics.jsonl")]
 
 
 def manifest(out):

@@ -3,7 +3,7 @@
 import csv
 
 import pytest
-from run_folders import write_run
+from run_folders import epoch_line, write_run
 
 from ddplab.cli import main
 from ddplab.report.build import build_report
@@ -65,6 +65,6 @@ def test_compare_command_prints_table_and_refuses_non_runs(tmp_path, capsys):
     assert main(["compare", str(tmp_path / "empty")]) == 2
     assert "not a finished ddplab run" in capsys.readouterr().err
     (tmp_path / "started").mkdir()
-    (tmp_path / "started" / "metrics.jsonl").write_text('{"epoch": 1}\n')
+    (tmp_path / "started" / "metrics.jsonl").write_text(epoch_line(1))
     assert main(["compare", str(tmp_path / "started")]) == 2
     assert "after 1 epoch" in capsys.readouterr().err

@@ -13,6 +13,7 @@ from ddplab.metrics.contention import CpuSnapshot, epoch_contention, rank_interv
 from ddplab.metrics.gpu import GpuSampler
 from ddplab.metrics.records import is_machine_field
 from ddplab.metrics.summary import contention_summary
+from run_folders import epoch_record
 
 STAT = """cpu  1000 50 300 9000 20 10 40 100 0 0
 cpu0 500 25 150 4500 10 5 20 50 0 0
@@ -112,7 +113,7 @@ def test_other_processes_on_a_gpu_are_counted_beyond_this_one():
 def test_every_contention_field_counts_as_a_machine_field_and_the_summary_keeps_the_worst():
     fields = epoch_contention([[1.0, 2.0, 0.0, 0.0, 2.0, 1.0, 0.0]], wall_s=1.0)
     assert all(is_machine_field(k) for k in fields)
-    history = [{"other_cpu_share": 0.05, "load_avg_1m": 1.5}, {"other_cpu_share": 0.4, "load_avg_1m": None}]
+    history = [epoch_record(1, other_cpu_share=0.05, load_avg_1m=1.5), epoch_record(2, other_cpu_share=0.4, load_avg_1m=None)]
     summary = contention_summary(history)
     assert summary["max_other_cpu_share"] == 0.4 and summary["max_load_avg_1m"] == 1.5
     assert summary["max_steal_share"] is None

@@ -103,7 +103,7 @@ def test_a_sampled_run_writes_gpu_and_step_samples_and_summarizes_them(tmp_path,
     assert {r["epoch"] for r in rows} == {1, 2} and {r["util_pct"] for r in rows} == {40.0}
     assert result.summary["gpu"] == {"measured": True, "reason": None,
                                      "per_rank": [{"rank": 0, "mean_util_pct": 40.0, "peak_mem_used_mib": 512.0}]}
-    assert result.history[0]["rank_gpu_util_pct"] == [40.0]
+    assert result.history[0].per_rank["gpu_util_pct"] == [40.0]
     steps = [json.loads(line) for line in (tmp_path / "r" / "steps.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == list(range(1, 17))  # 8 steps per epoch, each one read (fewer than 50)
     assert steps[-1]["epoch"] == 2 and steps[-1]["train_loss"] > 0 and steps[-1]["lr"] >= 0

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from conftest import tiny_config
-from ddplab.metrics.records import is_machine_field
+from ddplab.metrics.records import reproducible
 from ddplab.config import build_config, check_environment
 from ddplab.distributed import DistContext, resolve_device, unwrap
 from ddplab.engine.run import build_trainer
@@ -25,7 +25,7 @@ def trainer_for(cfg):
 
 
 def learning_curve(history):
-    return [{k: v for k, v in r.items() if not is_machine_field(k) and not k.startswith("rank_")} for r in history]
+    return [reproducible(r, per_rank=False) for r in history]
 
 
 def flat_params(trainer):
@@ -155,8 +155,8 @@ def test_captured_step_trains_like_eager_on_cuda(optimizer):
     assert graphed.graphed.replays == 6
     torch.testing.assert_close(flat_params(graphed), flat_params(eager), rtol=1e-3, atol=1e-4)
     for g, e in zip(graphed.state.history, eager.state.history):
-        assert g["train_loss"] == pytest.approx(e["train_loss"], rel=1e-3)
-        assert g["test_acc"] == pytest.approx(e["test_acc"], abs=0.02)
+        assert g.train_loss == pytest.approx(e.train_loss, rel=1e-3)
+        assert g.test_acc == pytest.approx(e.test_acc, abs=0.02)
 
 
 @needs_cuda

@@ -66,18 +66,18 @@ def test_constant_schedule():
 
 def test_early_stopping_min_and_max_modes():
     stop = EarlyStopping("test_loss", patience=2, min_delta=0.1)
-    decisions = [stop.update(e, {"test_loss": v}) for e, v in enumerate([1.0, 0.95, 0.85, 0.9, 0.8], 1)]
+    decisions = [stop.update(e, v) for e, v in enumerate([1.0, 0.95, 0.85, 0.9, 0.8], 1)]
     # 0.95 is not 0.1 better than 1.0 -> bad 1; 0.85 is -> reset; 0.9 bad 1; 0.8 bad 2 (needs < 0.75) -> stop
     assert decisions == [False, False, False, False, True] and stop.best_epoch == 3
     acc = EarlyStopping("test_acc", patience=1)
-    assert [acc.update(e, {"test_acc": v}) for e, v in enumerate([0.5, 0.6, 0.6], 1)] == [False, False, True]
-    assert EarlyStopping(None, patience=1).update(1, {}) is False
+    assert [acc.update(e, v) for e, v in enumerate([0.5, 0.6, 0.6], 1)] == [False, False, True]
+    assert EarlyStopping(None, patience=1).update(1, 0.5) is False
 
 
 def test_early_stopping_state_round_trip():
     a = EarlyStopping("test_acc", patience=3)
-    a.update(1, {"test_acc": 0.4})
-    a.update(2, {"test_acc": 0.3})
+    a.update(1, 0.4)
+    a.update(2, 0.3)
     b = EarlyStopping("test_acc", patience=3)
     b.load_state_dict(a.state_dict())
     assert b == a

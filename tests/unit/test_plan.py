@@ -51,7 +51,7 @@ def test_the_python_api_prepares_once_and_a_finished_resume_reads_nothing_twice(
     reads.clear()
     result = ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 2}, output={"resume": True}))
     assert reads == Counter({"config.toml": 1, "last.pt": 1})
-    assert [r["epoch"] for r in result.history] == [1, 2]
+    assert [r.epoch for r in result.history] == [1, 2]
     reads.clear()
     again = ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 2}, output={"resume": True}))
     assert reads == Counter({"config.toml": 1, "last.pt": 1})  # nothing to do: checked, then the summary read back

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import tiny_config
-from ddplab.metrics.records import is_machine_field
+from ddplab.metrics.records import reproducible
 from ddplab.engine.run import train
 from ddplab.metrics.profiler import KERNELS_OUTSIDE_OPS, OUTSIDE_OPS, SKIP_STEPS, WARMUP_STEPS, step_figures
 from ddplab.metrics.summary import format_summary
@@ -16,7 +16,7 @@ DATA = {"synthetic_size": 512}  # 16 steps an epoch at batch 32
 
 
 def numbers(history):
-    return [{k: v for k, v in r.items() if not is_machine_field(k)} for r in history]
+    return [reproducible(r) for r in history]
 
 
 def profiler_steps(trace_file):

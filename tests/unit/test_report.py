@@ -18,7 +18,7 @@ from ddplab.report import noise
 from ddplab.report.build import build_report
 from ddplab.report.figures import early_stop_epoch, overfitting
 from ddplab.report.runs import group_points, load_runs
-from run_folders import write_manifest, write_run
+from run_folders import epoch_line, write_manifest, write_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -260,7 +260,7 @@ def test_unfinished_run_is_listed_not_fatal(tmp_path):
     crashed.mkdir()
     (crashed / "config.toml").write_text(tomli_w.dumps({"train": {"seed": 0}}))
     (crashed / "env.json").write_text("{}")
-    (crashed / "metrics.jsonl").write_text(json.dumps({"epoch": 1}) + "\n")
+    (crashed / "metrics.jsonl").write_text(epoch_line(1))
     (crashed / "train.log").write_text("epoch 1/3 ...\nTrainingError: loss is nan\n")
     result = build_report([tmp_path / "runs"], tmp_path / "out")
     assert (result["num_runs"], result["num_finished"], result["num_points"]) == (2, 1, 1)

@@ -5,15 +5,16 @@ import json
 import pytest
 
 from ddplab.metrics.sinks import JsonlSink, ProgressBar, SinkGroup, tensorboard_sink
+from run_folders import epoch_record
 
 
 def record(epoch, acc):
-    return {"epoch": epoch, "train_loss": 1.0 / epoch, "test_acc": acc, "epoch_s": 2.5}
+    return epoch_record(epoch, train_loss=1.0 / epoch, test_acc=acc, epoch_s=2.5)
 
 
 def test_jsonl_rewrites_history_then_appends(tmp_path):
     path = tmp_path / "metrics.jsonl"
-    path.write_text(json.dumps(record(1, 0.1)) + "\n" + json.dumps(record(2, 0.2)) + "\n" + json.dumps(record(3, 0.3)) + "\n")
+    path.write_text(json.dumps(record(1, 0.1).to_json()) + "\n" + json.dumps(record(2, 0.2).to_json()) + "\n" + json.dumps(record(3, 0.3).to_json()) + "\n")
     # Resumed from a checkpoint after epoch 2: epoch 3 of the crashed run must go.
     sink = JsonlSink(path, history=[record(1, 0.1), record(2, 0.2)])
     sink.epoch_end(record(3, 0.35))
@@ -40,7 +41,7 @@ def test_progress_bar_shows_loss_and_throughput(capsys):
     group.epoch_start(1, 4)
     for i in range(4):
         group.step(128, 2.3456 if i == 3 else None)
-    group.epoch_end({})
+    group.epoch_end(record(1, 0.5))
     err = capsys.readouterr().err
     assert "epoch 1/3" in err and "loss=2.3456" in err and "img_s=" in err and "4/4" in err
 
@@ -66,4 +67,4 @@ def test_a_run_writes_tensorboard_scalars_that_tensorboard_reads_back(tmp_path):
     for tag, key in (("train/loss", "train_loss"), ("test/acc", "test_acc"), ("images_per_s", "images_per_s")):
         scalars = events.Scalars(tag)
         assert [s.step for s in scalars] == [1, 2], tag
-        assert [s.value for s in scalars] == pytest.approx([r[key] for r in result.history], rel=1e-6), tag
+        assert [s.value for s in scalars] == pytest.approx([r.metric(key) for r in result.history], rel=1e-6), tag

@@ -58,7 +58,7 @@ def test_a_speednet_run_initializes_its_stem_from_the_data_and_times_it(tmp_path
     assert result.summary["time"]["data_init_s"] > 0
     history = result.history
     assert result.summary["time"]["record_s"] == pytest.approx(
-        result.summary["time"]["data_init_s"] + history[0]["train_s"] + history[0]["eval_s"], abs=2e-3)
+        result.summary["time"]["data_init_s"] + history[0].train_s + history[0].eval_s, abs=2e-3)
     plain = ddplab.train(tiny_config(tmp_path / "p", train={"epochs": 1}))
     assert plain.summary["time"]["data_init_s"] is None
 
@@ -194,7 +194,7 @@ def test_muon_orthogonalizes_filters_only_and_trains():
     trainer = build_trainer(cfg, DistContext(), None)[0]
     assert [g["lr"] for g in trainer.optimizer.param_groups] != [None]
     state = trainer.fit()
-    assert state.history[-1]["test_acc"] >= 0.6  # 4 classes: chance is 0.25
+    assert state.history[-1].test_acc >= 0.6  # 4 classes: chance is 0.25
 
 
 @pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)` before")
@@ -242,9 +242,9 @@ def test_an_interrupted_speedrun_style_run_resumes_bit_identically(tmp_path, mon
     resumed = ddplab.train(tiny_config(tmp_path / "cut", output={"resume": True, "progress": False, "tensorboard": False},
                                        **cfg))
     keys = ("train_loss", "train_acc", "test_loss", "test_acc")
-    assert [[r[k] for k in keys] for r in resumed.history] == [[r[k] for k in keys] for r in whole.history]
+    assert [[r.metric(k) for k in keys] for r in resumed.history] == [[r.metric(k) for k in keys] for r in whole.history]
     without = ddplab.train(tiny_config(tmp_path / "plain", **{**cfg, "optim": {**cfg["optim"], "lookahead_steps": 0}}))
-    assert without.history[-1]["test_loss"] != whole.history[-1]["test_loss"]  # lookahead changed the run
+    assert without.history[-1].test_loss != whole.history[-1].test_loss  # lookahead changed the run
 
 
 def loader(flip_mode, *, rank=0, world_size=1):

@@ -6,15 +6,13 @@ import pytest
 
 from ddplab.config import RunConfig
 from ddplab.metrics.summary import build_summary, format_summary
+from run_folders import epoch_record
 
 
 def record(epoch, train_acc, test_acc, test_loss, gpus=None):
-    r = {"epoch": epoch, "train_loss": 1.0 / epoch, "train_acc": train_acc, "test_loss": test_loss, "test_acc": test_acc,
-         "epoch_s": 10.0, "train_s": 8.0, "eval_s": 2.0, "images_per_s": 100.0 * epoch, "peak_alloc_mib": 100.0 * epoch,
-         "rank_train_s": [8.0, 9.0], "rank_peak_alloc_mib": [50.0 * epoch, 60.0]}
-    if gpus:
-        r["gpu_peak_alloc_mib"] = gpus
-    return r
+    return epoch_record(epoch, train_loss=1.0 / epoch, train_acc=train_acc, test_loss=test_loss, test_acc=test_acc,
+                        epoch_s=10.0, train_s=8.0, eval_s=2.0, images_per_s=100.0 * epoch, peak_alloc_mib=100.0 * epoch,
+                        rank_train_s=[8.0, 9.0], rank_peak_alloc_mib=[50.0 * epoch, 60.0], gpu_peak_alloc_mib=gpus)
 
 
 def test_overfitting_signals_and_data_parallel_memory():

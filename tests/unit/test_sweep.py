@@ -1,6 +1,5 @@
 """Sweep files: expansion into validated runs, names, profiles, the bundled sweeps."""
 
-import json
 from pathlib import Path
 
 import pytest
@@ -8,6 +7,7 @@ import torch
 
 from ddplab.errors import ConfigError
 from ddplab.sweep import check_machine, format_plan, load_sweep, plan, run_name_for, run_sweep
+from run_folders import epoch_line
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLED = sorted((REPO / "sweeps").glob("*.toml"))
@@ -279,14 +279,15 @@ def test_a_running_run_shows_each_new_epoch_with_the_time_left(tmp_path):
     from ddplab.sweep.runner import EpochWatch
 
     path = tmp_path / "metrics.jsonl"
-    path.write_text(json.dumps({"epoch": 1, "epoch_s": 9.0, "test_acc": 0.5}) + "\n")
+    path.write_text(epoch_line(1, epoch_s=9.0))
     watch = EpochWatch(path, epochs=4)
     assert watch.new_lines() == []  # a resumed run's earlier epochs are not news
+    third = epoch_line(3, epoch_s=5.0, test_acc=0.75)
     with path.open("a") as f:
-        f.write(json.dumps({"epoch": 2, "epoch_s": 3.0, "test_acc": 0.625}) + "\n" + '{"epoch": 3, "ep')
-    assert watch.new_lines() == []  # a line still being written: read it next time
+        f.write(epoch_line(2, epoch_s=3.0, test_acc=0.625) + third[:20])
+    # The mean epoch so far, times the epochs left; a line still being written is read next time.
+    assert watch.new_lines() == ["epoch 2/4, test acc 62.50%, 3.0 s/epoch, about 6.0 s left"]
     with path.open("a") as f:
-        f.write('och_s": 5.0}\n')
-    assert watch.new_lines() == ["epoch 2/4, test acc 62.50%, 3.0 s/epoch, about 6.0 s left",
-                                 "epoch 3/4, 5.0 s/epoch, about 4.0 s left"]  # the mean epoch so far, times epochs left
+        f.write(third[20:])
+    assert watch.new_lines() == ["epoch 3/4, test acc 75.00%, 5.0 s/epoch, about 4.0 s left"]
     assert watch.new_lines() == []

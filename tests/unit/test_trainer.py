@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import tiny_config
-from ddplab.metrics.records import is_machine_field
+from ddplab.metrics.records import reproducible
 from ddplab.distributed import DistContext, unwrap
 from ddplab.engine import checkpoint
 from ddplab.engine.run import build_trainer
@@ -33,7 +33,7 @@ def test_accumulated_micro_batches_equal_one_big_batch(optimizer):
     small, small_state = params_after(tiny_config(train={"epochs": 1, "batch_size": 8, "accumulate": 4}, **common))
     assert big_state.step == small_state.step == 8
     torch.testing.assert_close(small, big, rtol=1e-5, atol=1e-6)
-    assert small_state.history[0]["train_loss"] == pytest.approx(big_state.history[0]["train_loss"], rel=1e-5)
+    assert small_state.history[0].train_loss == pytest.approx(big_state.history[0].train_loss, rel=1e-5)
     # ... and the comparison is sharp: a different lr moves the weights measurably.
     other, _ = params_after(tiny_config(train={"epochs": 1, "batch_size": 32}, **{**common, "optim": {"name": optimizer, "lr": 0.011}}))
     assert (other - big).abs().max() > 1e-4
@@ -45,7 +45,7 @@ def test_uneven_last_step_is_weighted_by_its_samples():
     trainer = trainer_for(cfg)
     assert len(trainer.train_loader) == 11 and trainer.steps_per_epoch() == 4
     trainer.fit()
-    assert trainer.state.step == 4 and trainer.state.history[0]["train_samples"] == 256
+    assert trainer.state.step == 4 and trainer.state.history[0].train_samples == 256
 
 
 @pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=pytest.mark.slow), pytest.param("fp16", marks=pytest.mark.slow)])
@@ -55,8 +55,8 @@ def test_every_optimizer_and_precision_learns(optimizer, precision):
     cfg = tiny_config(train={"epochs": 3, "precision": precision}, optim={"name": optimizer, "lr": lr})
     trainer = trainer_for(cfg)
     state = trainer.fit()
-    assert all(math.isfinite(r["train_loss"]) and math.isfinite(r["test_loss"]) for r in state.history)
-    assert state.history[-1]["test_acc"] >= 0.6  # 4 classes: chance is 0.25
+    assert all(math.isfinite(r.train_loss) and math.isfinite(r.test_loss) for r in state.history)
+    assert state.history[-1].test_acc >= 0.6  # 4 classes: chance is 0.25
     if precision == "fp16":
         assert trainer.precision.scaler is not None and trainer.precision.state_dict()["scale"] > 0
 
@@ -151,8 +151,8 @@ def test_torch_compile_path_trains_like_eager(tmp_path):
     compiled = compiled_trainer.fit().history[-1]
     assert counters["stats"]["unique_graphs"] == graphs  # everything was compiled before the clocks started
     assert type(compiled_trainer.model).__name__ == "OptimizedModule"
-    assert compiled["train_loss"] == pytest.approx(eager["train_loss"], rel=1e-4)
-    assert compiled["test_loss"] == pytest.approx(eager["test_loss"], rel=1e-4)
+    assert compiled.train_loss == pytest.approx(eager.train_loss, rel=1e-4)
+    assert compiled.test_loss == pytest.approx(eager.test_loss, rel=1e-4)
     saved = checkpoint.load(tmp_path / "checkpoints" / checkpoint.LAST)["model"]
     assert saved.keys() == unwrap(eager_trainer.model).state_dict().keys()  # no _orig_mod. prefixes
 
@@ -163,7 +163,7 @@ def test_fused_conv_relu_follows_autocast():
     with trainer.precision.autocast():
         assert trainer.model(x).dtype == torch.bfloat16
     state = trainer.fit()
-    assert math.isfinite(state.history[-1]["train_loss"])
+    assert math.isfinite(state.history[-1].train_loss)
 
 
 def test_warm_up_changes_nothing_the_run_depends_on():
@@ -178,7 +178,7 @@ def test_warm_up_changes_nothing_the_run_depends_on():
     assert torch.equal(torch.get_rng_state(), rng)
     assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())  # weights and BatchNorm statistics
     assert all(p.grad is None for p in module.parameters()) and trainer.state.step == 0
-    strip = lambda history: [{k: v for k, v in r.items() if not is_machine_field(k) and not k.startswith("rank_")} for r in history]
+    strip = lambda history: [reproducible(r, per_rank=False) for r in history]
     assert strip(trainer.fit().history) == strip(plain)
 
 
@@ -272,8 +272,9 @@ def test_training_images_are_measured_as_the_test_set_is():
     loader = trainer.train_eval_loader
     assert len(loader.labels) == 100 and torch.equal(loader.labels, trainer.train_loader.labels[:100])
     again = evaluate(trainer.model, loader, trainer.precision, trainer.ctx)
-    assert (record["train_eval_loss"], record["train_eval_acc"]) == (again["loss"], again["acc"])
-    assert record["train_eval_acc"] != record["train_acc"]
-    assert "train_eval_acc" not in trainer_for(tiny_config(train={"epochs": 1, "eval_train_images": 0})).fit().history[0]
+    assert (record.train_eval_loss, record.train_eval_acc) == (again["loss"], again["acc"])
+    assert record.train_eval_acc != record.train_acc
+    off = trainer_for(tiny_config(train={"epochs": 1, "eval_train_images": 0})).fit().history[0]
+    assert off.train_eval_acc is None and "train_eval_acc" not in off.to_json()
     # More than the training set holds: all of it.
     assert len(trainer_for(tiny_config(train={"eval_train_images": 10**6})).train_eval_loader.labels) == 256

@@ -29,11 +29,11 @@ class EarlyStopping:
             return value < self.best - self.min_delta
         return value > self.best + self.min_delta
 
-    def update(self, epoch: int, metrics: dict) -> bool:
-        """Record this epoch; True when training should stop."""
-        if self.metric is None:
+    def update(self, epoch: int, value: float | None) -> bool:
+        """Record this epoch's value of the metric; True when training should stop."""
+        if self.metric is None or value is None:
             return False
-        value = float(metrics[self.metric])
+        value = float(value)
         if self.improved(value):
             self.best, self.best_epoch, self.bad_epochs = value, epoch, 0
         else:

@@ -35,6 +35,7 @@ from ddplab.errors import ConfigError, TrainingError
 from ddplab.metrics.sinks import JsonlSink, LogSink, NullSink, ProgressBar, SamplesSink, SinkGroup, tensorboard_sink
 from ddplab.metrics.gpu import GpuSampler
 from ddplab.metrics.profiler import build_profiler
+from ddplab.metrics.records import EpochRecord, read_epochs, read_summary
 from ddplab.metrics.summary import build_summary, format_summary
 from ddplab.plan import RunPlan
 from ddplab.metrics.system import Stopwatch, synchronize
@@ -47,7 +48,7 @@ log = logging.getLogger("ddplab")
 class RunResult:
     run_dir: Path
     summary: dict[str, Any]
-    history: list[dict[str, Any]] = field(default_factory=list)
+    history: list[EpochRecord] = field(default_factory=list)
 
     @property
     def test_acc(self) -> float:
@@ -104,10 +105,8 @@ def memory_errors(config: RunConfig, ctx: DistContext):
 
 
 def finished_result(run_dir: Path) -> RunResult:
-    from ddplab.report.runs import read_json, read_jsonl
-
-    summary = read_json(run_dir / runfiles.SUMMARY, run_dir) if (run_dir / runfiles.SUMMARY).is_file() else {}
-    return RunResult(run_dir=run_dir, summary=summary, history=read_jsonl(run_dir / runfiles.METRICS, run_dir))
+    summary = read_summary(run_dir) if (run_dir / runfiles.SUMMARY).is_file() else {}
+    return RunResult(run_dir=run_dir, summary=summary, history=read_epochs(run_dir / runfiles.METRICS, run_dir))
 
 
 def run_worker(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
@@ -125,7 +124,7 @@ def run_worker(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
             log.warning("changing from %d to %d epochs re-plans the %s schedule over %d: the learning rate goes "
                         "from %.3g (the last step's) to %.3g; config.toml now says %d epochs, and --config with it "
                         "trains them all under the new plan", planned_epochs, config.train.epochs,
-                        config.optim.schedule, config.train.epochs, trainer.state.history[-1]["lr"],
+                        config.optim.schedule, config.train.epochs, trainer.state.history[-1].lr,
                         trainer.optimizer.param_groups[0]["lr"], config.train.epochs)
     trainer.sinks = build_sinks(config, ctx, run_dir, trainer.state.history)
     info["warmup"] = maybe_warm_up(trainer)
@@ -306,7 +305,7 @@ def build_loaders(config: RunConfig, ctx: DistContext, train_set, eval_set) -> t
     return train_loader, eval_loader, train_eval_loader
 
 
-def build_sinks(config: RunConfig, ctx: DistContext, run_dir: Path, history: list[dict]):
+def build_sinks(config: RunConfig, ctx: DistContext, run_dir: Path, history: list[EpochRecord]):
     if not ctx.is_main:
         return NullSink()
     # The bar closes before the epoch's log line is written, so the two never interleave.

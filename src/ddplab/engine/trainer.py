@@ -39,6 +39,7 @@ from ddplab.metrics.gpu import GpuSampler
 from ddplab.metrics.gpu import summarize as summarize_gpu
 from ddplab.metrics.meters import ClassificationMeter
 from ddplab.metrics.profiler import StepProfiler
+from ddplab.metrics.records import EpochRecord
 from ddplab.metrics.sinks import MetricSink
 from ddplab.metrics.system import Stopwatch, peak_alloc_per_gpu_mib, peak_memory_mib, reset_peak_memory, synchronize
 from ddplab.seeding import derive_seed
@@ -56,17 +57,19 @@ class TrainState:
     best_test_acc: float = -1.0
     best_epoch: int = 0
     stopped_early: bool = False
-    history: list[dict[str, Any]] = field(default_factory=list)
+    history: list[EpochRecord] = field(default_factory=list)
     # Wall time of the sessions a resumed run continues, each to its last checkpoint (work lost
     # after it is not part of the run): the summary's total_s adds this session's to it.
     earlier_sessions_s: float = 0.0
 
     def state_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain data (the records as they are written to metrics.jsonl), which a weights-only load reads."""
+        return {**asdict(self), "history": [r.to_json() for r in self.history]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for key, value in state.items():
             setattr(self, key, value)
+        self.history = [EpochRecord.from_json(r, f"the checkpoint's epoch {i}") for i, r in enumerate(self.history, 1)]
 
 
 def batch_sizes(loader) -> list[int]:
@@ -122,13 +125,14 @@ class Trainer:
         while self.should_continue():
             epoch = self.state.epoch + 1
             record, samples = self.run_epoch(epoch)
-            if not math.isfinite(record["test_loss"]):  # the same on every rank: it is all-reduced
+            if not math.isfinite(record.test_loss):  # the same on every rank: it is all-reduced
                 raise self.nonfinite("the evaluation loss", epoch)
             self.state.epoch = epoch
             self.state.history.append(record)
-            stop = self.early_stopping.update(epoch, record)
-            if record["test_acc"] > self.state.best_test_acc:
-                self.state.best_test_acc, self.state.best_epoch = record["test_acc"], epoch
+            stop = self.early_stopping.update(epoch, record.metric(self.early_stopping.metric)
+                                              if self.early_stopping.metric else None)
+            if record.test_acc > self.state.best_test_acc:
+                self.state.best_test_acc, self.state.best_epoch = record.test_acc, epoch
                 self.maybe_save_best()
             self.state.stopped_early = stop and epoch < self.config.train.epochs
             self.maybe_save_checkpoint()
@@ -146,7 +150,7 @@ class Trainer:
     def steps_per_epoch(self) -> int:
         return steps_per_epoch(len(self.train_loader), self.accumulate)
 
-    def run_epoch(self, epoch: int) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+    def run_epoch(self, epoch: int) -> tuple[EpochRecord, dict[str, list[dict[str, Any]]]]:
         """The epoch's record (metrics.jsonl) and its samples: training loss at each refresh, GPU readings."""
         torch.manual_seed(derive_seed(self.config.train.seed, epoch, self.ctx.rank, "dropout"))
         sampler = self.gpu_sampler.start() if self.gpu_sampler is not None else None
@@ -178,34 +182,27 @@ class Trainer:
             gpu = {k: math.nan if v is None else v for k, v in gpu.items()}  # NaN -> null in the files: not measured
             gpu_rows = [{"epoch": epoch, **row} for rows in self.ctx.gather_objects(gpu_rows) for row in rows]
         steps = [{"epoch": epoch, **row} for row in train.steps]
-        record = {
-            "epoch": epoch,
-            "step": self.state.step,
-            "lr": self.last_lr,  # the rate the epoch's last step used
-            "train_loss": train.loss,
-            "train_acc": train.acc,
-            "test_loss": test["loss"],
-            "test_acc": test["acc"],
-            **({"train_eval_loss": train_eval["loss"], "train_eval_acc": train_eval["acc"]} if train_eval else {}),
-            "train_samples": train.count,
-            "test_samples": test["count"],
-            "epoch_s": train_s + eval_s,
-            "train_s": train_s,
-            "eval_s": eval_s,
-            "images_per_s": train.count / train_s if train_s > 0 else 0.0,
-            **phases,
-            **load,
-            **memory,
-            **self.per_rank(train_s=train_s, samples=self.train_loader.num_samples,
-                            **{k: v for k, v in memory.items() if not isinstance(v, list)}, **gpu),
-        }
+        cpu_s = load.pop("rank_cpu_s")
+        record = EpochRecord(
+            epoch=epoch, step=self.state.step, lr=self.last_lr,
+            train_loss=train.loss, train_acc=train.acc, test_loss=test["loss"], test_acc=test["acc"],
+            train_eval_loss=train_eval["loss"] if train_eval else None,
+            train_eval_acc=train_eval["acc"] if train_eval else None,
+            train_samples=train.count, test_samples=test["count"],
+            epoch_s=train_s + eval_s, train_s=train_s, eval_s=eval_s,
+            images_per_s=train.count / train_s if train_s > 0 else 0.0,
+            **phases, **load, **memory,
+            per_rank={"cpu_s": cpu_s, **self.per_rank(
+                train_s=train_s, samples=self.train_loader.num_samples,
+                **{k: v for k, v in memory.items() if not isinstance(v, list)}, **gpu)},
+        )
         return record, {"steps": steps, "gpu": gpu_rows}
 
     def per_rank(self, **values: float) -> dict[str, list[float]]:
-        """Each rank's own figures, gathered (one collective per epoch): `rank_<name>` lists."""
+        """Each rank's own figures, gathered (one collective per epoch), by name."""
         names = list(values)
         table = self.ctx.all_gather_floats([float(values[n]) for n in names])
-        return {f"rank_{name}": [row[i] for row in table] for i, name in enumerate(names)}
+        return {name: [row[i] for row in table] for i, name in enumerate(names)}
 
     # ---- start-up ----------------------------------------------------------------------
     def should_warm_up(self) -> bool:

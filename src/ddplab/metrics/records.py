@@ -1,15 +1,164 @@
-"""Field names of metrics.jsonl's epoch records that more than one part reads.
+"""The epoch record (one line of metrics.jsonl), typed, and the schema version it shares with
+summary.json: the one module that reads both and says how the epoch record is written.
 
-The trainer writes them, the summary adds them up, the report (which reads run folders
-anywhere and never imports torch) turns them into shares: one list, here, torch-free.
+The trainer writes it, the summary adds it up, the report (which reads run folders anywhere
+and never imports torch) turns it into shares, a sweep watches it grow: all through
+`EpochRecord`. On disk it is a flat JSON object (a field not measured is left out, per-rank
+lists are `rank_<name>`) with the schema version; records written before the version was
+written are version 1, the same fields, and read as such. Torch-free.
 """
 
+from __future__ import annotations
+
 import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ddplab import runfiles
+from ddplab.errors import DataError
+
+SCHEMA_VERSION = 2  # of metrics.jsonl's records and summary.json; 1: written before the version was (same fields)
 
 # Where an epoch's training time went, each summed over its steps. `comm_wait_s` is a probe
 # of the all-reduce's wait, measured inside `forward_backward_s`, so the shares of training
 # time add up only with comm wait counted inside forward+backward ("of which", never beside it).
 PHASES = ("data_s", "forward_backward_s", "optimizer_s", "comm_wait_s")
+MEMORY = ("peak_rss_mib", "peak_alloc_mib", "peak_reserved_mib")  # a rank's peak: RSS on CPU, the rest on CUDA
+RANK_PREFIX = "rank_"  # a per-rank list's key in the file: rank_<name>
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """One finished epoch, as every rank agrees on it (losses and accuracies are global)."""
+
+    epoch: int
+    step: int  # optimizer steps taken so far
+    lr: float  # the rate the epoch's last step used
+    train_loss: float  # running, over the augmented batches trained on
+    train_acc: float
+    test_loss: float  # the evaluation set (test set, or the held-out split)
+    test_acc: float
+    train_samples: int
+    test_samples: int
+    epoch_s: float  # train_s + eval_s
+    train_s: float
+    eval_s: float
+    images_per_s: float  # training images per second of train_s
+    train_eval_loss: float | None = None  # training images measured as the test set is (train.eval_train_images)
+    train_eval_acc: float | None = None
+    # PHASES: None when the run did not split its step time
+    data_s: float | None = None
+    forward_backward_s: float | None = None
+    optimizer_s: float | None = None
+    comm_wait_s: float | None = None
+    # What else used the machine (metrics/contention.py): None where not measured
+    other_cpu_share: float | None = None
+    steal_share: float | None = None
+    cpu_pressure_share: float | None = None
+    load_avg_1m: float | None = None
+    gpu_other_processes: int | None = None
+    # Peak memory: resident set on CPU, allocated and reserved on CUDA, per GPU under DataParallel
+    peak_rss_mib: float | None = None
+    peak_alloc_mib: float | None = None
+    peak_reserved_mib: float | None = None
+    gpu_peak_alloc_mib: list[float] | None = None
+    # Each rank's own figures, by name (cpu_s, train_s, samples, memory, GPU readings); rank_<name> on disk
+    per_rank: dict[str, list[float | None]] = field(default_factory=dict)
+    schema: int = SCHEMA_VERSION
+
+    def metric(self, name: str) -> float:
+        """A scalar field by its name (early stopping's metric, a report column)."""
+        if name not in SCALARS:
+            raise KeyError(f"no scalar field {name!r} in an epoch record")
+        return getattr(self, name)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"schema": self.schema}
+        for f in FIELDS:
+            value = getattr(self, f.name)
+            if value is not None:
+                out[f.name] = value
+        out.update({RANK_PREFIX + name: values for name, values in self.per_rank.items()})
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "an epoch record") -> EpochRecord:
+        """A record from its JSON object; a missing field, a value of the wrong kind or a newer schema is a
+        DataError naming `where` and the field."""
+        if not isinstance(data, dict):
+            raise DataError(f"{where} is not a JSON object")
+        schema = check_schema(data, where)
+        values: dict[str, Any] = {}
+        for f in FIELDS:
+            if f.name not in data or data[f.name] is None:
+                if f.name in REQUIRED:
+                    raise DataError(f"{where} lacks {f.name}, which ddplab always writes: written by another "
+                                    "program, or edited?")
+                continue
+            values[f.name] = _checked(data[f.name], f.name, where, many=f.name in LISTS)
+        per_rank = {key.removeprefix(RANK_PREFIX): _checked(value, key, where, many=True)
+                    for key, value in data.items() if key.startswith(RANK_PREFIX)}
+        return cls(**values, per_rank=per_rank, schema=schema)
+
+
+FIELDS = tuple(f for f in fields(EpochRecord) if f.name not in ("per_rank", "schema"))
+REQUIRED = frozenset(f.name for f in FIELDS if f.default is not None)
+LISTS = frozenset({"gpu_peak_alloc_mib"})
+SCALARS = frozenset(f.name for f in FIELDS) - LISTS
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _checked(value: Any, name: str, where: str, *, many: bool) -> Any:
+    if many:
+        if isinstance(value, list) and all(v is None or _number(v) for v in value):
+            return value
+        raise DataError(f"{where}: {name} is not a list of numbers ({str(value)[:40]!r})")
+    if _number(value):
+        return value
+    raise DataError(f"{where}: {name} is not a number ({str(value)[:40]!r})")
+
+
+def read_epochs(path: Path, run_dir: Path | None = None, *, growing: bool = False) -> list[EpochRecord]:
+    """A run folder's metrics.jsonl. `growing`: the file of a run still training, whose last line may be
+    half written: the records before it."""
+    if growing:
+        try:
+            lines = Path(path).read_text().splitlines()
+        except OSError:
+            return []
+        records = []
+        for number, line in enumerate(filter(str.strip, lines), 1):
+            try:
+                records.append(EpochRecord.from_json(runfiles.json_line(line), f"{path} line {number}"))
+            except (ValueError, DataError):
+                break
+        return records
+    return [EpochRecord.from_json(record, f"{path} line {number}")
+            for number, record in enumerate(runfiles.read_jsonl(path, run_dir or Path(path).parent), 1)]
+
+
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    """summary.json, checked for its schema (1: written before the version was, same sections)."""
+    path = run_dir / runfiles.SUMMARY
+    summary = runfiles.read_json(path, run_dir)
+    if not isinstance(summary, dict):
+        raise DataError(f"{path} does not hold a ddplab summary (not a JSON object)")
+    check_schema(summary, str(path))
+    return summary
+
+
+def check_schema(data: dict[str, Any], where: str) -> int:
+    """The schema version `data` was written with (1 when it says none); one this ddplab cannot read is a DataError."""
+    schema = data.get("schema", 1)
+    if not isinstance(schema, int) or isinstance(schema, bool) or not 1 <= schema <= SCHEMA_VERSION:
+        raise DataError(f"{where} has schema {repr(schema)[:20]}; this ddplab reads schema 1 to {SCHEMA_VERSION} "
+                        "(written by a newer ddplab?)")
+    return schema
+
 
 # Fields that measure the machine (clocks, memory, load), not the math: two runs of one config
 # may differ in these and nothing else. A new field measured from the machine must end with a
@@ -22,17 +171,25 @@ def is_machine_field(name: str) -> bool:
     return name.endswith(MACHINE_SUFFIXES) or name in MACHINE_FIELDS
 
 
-def gap_train_acc(record: dict) -> tuple[float | None, str]:
+def reproducible(record: EpochRecord | dict[str, Any], *, per_rank: bool = True) -> dict[str, Any]:
+    """A record as written, less what measures the machine: what two runs of one config must agree on
+    (`per_rank=False`: each rank's lists left out too, to compare runs over different worker counts)."""
+    data = record.to_json() if isinstance(record, EpochRecord) else record
+    return {k: v for k, v in data.items()
+            if not is_machine_field(k) and (per_rank or not k.startswith(RANK_PREFIX))}
+
+
+def gap_train_acc(record: EpochRecord | None) -> tuple[float | None, str]:
     """The train side of the train-test gap in an epoch record, and which field it is: training images
     measured as the test set is when the run checked them (train.eval_train_images), else the running
     accuracy over augmented batches, which is not the same kind of figure."""
-    if record.get("train_eval_acc") is not None:
-        return record["train_eval_acc"], "train_eval_acc"
-    return record.get("train_acc"), "train_acc (running, augmented)"
+    if record is not None and record.train_eval_acc is not None:
+        return record.train_eval_acc, "train_eval_acc"
+    return (record.train_acc if record is not None else None), "train_acc (running, augmented)"
 
 
-def worst_reading(records: list[dict], key: str) -> float | None:
-    """The highest finite reading of `key` over epoch records (None: never measured), as the summary
-    and the report judge a run's load."""
-    values = [r[key] for r in records if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+def worst_reading(records: list[EpochRecord], name: str) -> float | None:
+    """The highest finite reading of the field `name` over epoch records (None: never measured), as the
+    summary and the report judge a run's load."""
+    values = [v for r in records if (v := r.metric(name)) is not None and math.isfinite(v)]
     return max(values) if values else None

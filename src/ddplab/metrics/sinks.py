@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ddplab import files
+from ddplab.metrics.records import EpochRecord
 
 log = logging.getLogger("ddplab")
 
@@ -25,7 +26,7 @@ log = logging.getLogger("ddplab")
 class MetricSink(Protocol):
     def epoch_start(self, epoch: int, num_steps: int) -> None: ...
     def step(self, images: int, loss: float | None) -> None: ...
-    def epoch_end(self, record: dict[str, Any]) -> None: ...
+    def epoch_end(self, record: EpochRecord) -> None: ...
     def samples(self, name: str, rows: list[dict[str, Any]]) -> None: ...
     def close(self) -> None: ...
 
@@ -37,7 +38,7 @@ class NullSink:
     def step(self, images: int, loss: float | None) -> None:
         pass
 
-    def epoch_end(self, record: dict[str, Any]) -> None:
+    def epoch_end(self, record: EpochRecord) -> None:
         pass
 
     def samples(self, name: str, rows: list[dict[str, Any]]) -> None:
@@ -50,13 +51,13 @@ class NullSink:
 class JsonlSink(NullSink):
     """One JSON object per epoch, flushed at once so a crash loses nothing already done."""
 
-    def __init__(self, path: Path, history: list[dict[str, Any]] | None = None):
+    def __init__(self, path: Path, history: list[EpochRecord] | None = None):
         self.path = path
         # Rewrite from the checkpoint's history: epochs after the checkpoint never happened.
-        files.write_text(path, "".join(files.dumps(record) + "\n" for record in history or []))
+        files.write_text(path, "".join(files.dumps(record.to_json()) + "\n" for record in history or []))
 
-    def epoch_end(self, record: dict[str, Any]) -> None:
-        files.append_line(self.path, files.dumps(record))
+    def epoch_end(self, record: EpochRecord) -> None:
+        files.append_line(self.path, files.dumps(record.to_json()))
 
 
 class SamplesSink(NullSink):
@@ -94,10 +95,10 @@ class LogSink(NullSink):
     def __init__(self, epochs: int):
         self.epochs = epochs
 
-    def epoch_end(self, record: dict[str, Any]) -> None:
+    def epoch_end(self, record: EpochRecord) -> None:
         log.info("epoch %d/%d: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %.1f s, %.0f img/s, lr %.3g",
-                 record["epoch"], self.epochs, record["train_loss"], 100 * record["train_acc"], record["test_loss"],
-                 100 * record["test_acc"], record["epoch_s"], record["images_per_s"], record["lr"])
+                 record.epoch, self.epochs, record.train_loss, 100 * record.train_acc, record.test_loss,
+                 100 * record.test_acc, record.epoch_s, record.images_per_s, record.lr)
 
 
 class TensorBoardSink(NullSink):
@@ -106,10 +107,10 @@ class TensorBoardSink(NullSink):
 
         self.writer = SummaryWriter(log_dir=str(log_dir))
 
-    def epoch_end(self, record: dict[str, Any]) -> None:
-        epoch = record["epoch"]
-        for key, value in record.items():
-            if key != "epoch" and isinstance(value, (int, float)) and not isinstance(value, bool):
+    def epoch_end(self, record: EpochRecord) -> None:
+        epoch = record.epoch
+        for key, value in record.to_json().items():
+            if key not in ("epoch", "schema") and isinstance(value, (int, float)) and not isinstance(value, bool):
                 self.writer.add_scalar(key.replace("_", "/", 1) if key.startswith(("train_", "test_")) else key, value, epoch)
         self.writer.flush()
 
@@ -154,13 +155,13 @@ class ProgressBar(NullSink):
             rate = self.images / elapsed if elapsed > 0 else math.nan
             self.bar.set_postfix(loss=f"{loss:.4f}", img_s=f"{rate:,.0f}")  # redraws: at most ~50 per epoch
 
-    def epoch_end(self, record: dict[str, Any]) -> None:
+    def epoch_end(self, record: EpochRecord) -> None:
+        self.close()
+
+    def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
-
-    def close(self) -> None:
-        self.epoch_end({})
 
 
 class SinkGroup(NullSink):
@@ -175,7 +176,7 @@ class SinkGroup(NullSink):
         for s in self.sinks:
             s.step(images, loss)
 
-    def epoch_end(self, record: dict[str, Any]) -> None:
+    def epoch_end(self, record: EpochRecord) -> None:
         for s in self.sinks:
             s.epoch_end(record)
 

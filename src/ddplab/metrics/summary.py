@@ -12,18 +12,17 @@ import statistics
 from typing import Any
 
 from ddplab.config import RunConfig
-from ddplab.metrics.records import PHASES, gap_train_acc, worst_reading
+from ddplab.metrics.records import MEMORY, PHASES, SCHEMA_VERSION, EpochRecord, gap_train_acc, worst_reading
 
 
 def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: float, total_s: float) -> dict[str, Any]:
-    history = state.history
-    last = history[-1] if history else {}
-    memory_keys = sorted({k for r in history for k, v in r.items() if k.endswith("_mib") and not k.startswith("rank_")
-                          and not isinstance(v, list)})
-    epoch_s = [r["epoch_s"] for r in history]
-    min_loss = min(history, key=lambda r: r["test_loss"]) if history else {}
+    history: list[EpochRecord] = state.history
+    last = history[-1] if history else None
+    epoch_s = [r.epoch_s for r in history]
+    min_loss = min(history, key=lambda r: r.test_loss) if history else None
     gap_train, gap_from = gap_train_acc(last)
     return {
+        "schema": SCHEMA_VERSION,
         "status": "stopped_early" if state.stopped_early else "finished",
         "run": {
             "dataset": config.data.dataset, "model": config.model.name, "strategy": config.dist.strategy,
@@ -43,39 +42,41 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
         "data": {"train_images": info["train_images"], "eval_images": info["eval_images"],
                  "eval_split": info["eval_split"], "num_classes": len(info["classes"]),
                  "train_eval_images": info.get("train_eval_images")},
-        "final": {k: last.get(k) for k in ("epoch", "train_loss", "train_acc", "train_eval_loss", "train_eval_acc",
-                                           "test_loss", "test_acc")},
+        "final": {k: getattr(last, k, None) for k in ("epoch", "train_loss", "train_acc", "train_eval_loss",
+                                                      "train_eval_acc", "test_loss", "test_acc")},
         "best": {"epoch": state.best_epoch, "test_acc": state.best_test_acc},
         "overfitting": {
-            "train_test_acc_gap": _diff(gap_train, last.get("test_acc")),
+            "train_test_acc_gap": _diff(gap_train, getattr(last, "test_acc", None)),
             "gap_from": gap_from,
-            "min_test_loss": min_loss.get("test_loss"),
-            "min_test_loss_epoch": min_loss.get("epoch"),
-            "test_loss_rise": _diff(last.get("test_loss"), min_loss.get("test_loss")),
-            "best_minus_final_acc": _diff(state.best_test_acc, last.get("test_acc")),
+            "min_test_loss": getattr(min_loss, "test_loss", None),
+            "min_test_loss_epoch": getattr(min_loss, "epoch", None),
+            "test_loss_rise": _diff(getattr(last, "test_loss", None), getattr(min_loss, "test_loss", None)),
+            "best_minus_final_acc": _diff(state.best_test_acc, getattr(last, "test_acc", None)),
         },
         "time": {
             "startup_s": round(startup_s, 3),
             # Compilation and autotuning run on every batch shape before the clocks (None: nothing to warm up).
             "warmup": info.get("warmup"),
             "data_init_s": info.get("data_init_s"),  # the whitening stem's init from the data (None: none)
-            "train_s": round(sum(r["train_s"] for r in history), 3),
-            "eval_s": round(sum(r["eval_s"] for r in history), 3),
+            "train_s": round(sum(r.train_s for r in history), 3),
+            "eval_s": round(sum(r.eval_s for r in history), 3),
             "total_s": round(total_s, 3),  # a resumed run's: every session's, each to its last checkpoint
             "mean_epoch_s": round(statistics.fmean(epoch_s), 3) if epoch_s else None,
             # The first epoch still warms caches (cuDNN, the allocator): show the steady state apart.
             "mean_epoch_s_after_first": round(statistics.fmean(epoch_s[1:]), 3) if len(epoch_s) > 1 else None,
-            "images_per_s": round(statistics.fmean(r["images_per_s"] for r in history), 1) if history else None,
+            "images_per_s": round(statistics.fmean(r.images_per_s for r in history), 1) if history else None,
             # As the CIFAR-10 speed records time a run: data init + every epoch's training + the last evaluation;
             # start-up, compilation and the earlier epochs' evaluations are left out (each is reported above).
-            "record_s": round((info.get("data_init_s") or 0.0) + sum(r["train_s"] for r in history)
-                              + history[-1]["eval_s"], 3) if history else None,
+            "record_s": round((info.get("data_init_s") or 0.0) + sum(r.train_s for r in history)
+                              + last.eval_s, 3) if last else None,
         },
-        "memory": {k: max(r.get(k, 0.0) for r in history) for k in memory_keys},
+        "memory": {k: max(getattr(r, k) or 0.0 for r in history) for k in MEMORY
+                   if any(getattr(r, k) is not None for r in history)},
         # DataParallel: per-GPU peaks, where GPU 0's extra load shows (PITFALLS row 14).
-        "gpu_peak_alloc_mib": [max(col) for col in zip(*(r["gpu_peak_alloc_mib"] for r in history))]
-        if history and "gpu_peak_alloc_mib" in history[-1] else None,
-        "phases_s": {k: round(sum(r.get(k, 0.0) for r in history), 3) for k in PHASES if history and k in history[-1]},
+        "gpu_peak_alloc_mib": [max(col) for col in zip(*(r.gpu_peak_alloc_mib for r in history))]
+        if last and last.gpu_peak_alloc_mib is not None else None,
+        "phases_s": {k: round(sum(getattr(r, k) or 0.0 for r in history), 3) for k in PHASES
+                     if last and getattr(last, k) is not None},
         # What else ran on the machine while this run trained (metrics/contention.py), worst epoch.
         "contention": contention_summary(history),
         "ranks": per_rank_summary(history),
@@ -90,17 +91,17 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
 CONTENTION_KEYS = ("other_cpu_share", "steal_share", "cpu_pressure_share", "load_avg_1m", "gpu_other_processes")
 
 
-def contention_summary(history: list[dict[str, Any]]) -> dict[str, Any]:
+def contention_summary(history: list[EpochRecord]) -> dict[str, Any]:
     """The highest reading of each contention figure over the epochs (None: never measured)."""
     return {f"max_{key}": worst_reading(history, key) for key in CONTENTION_KEYS}
 
 
-def gpu_summary(gpu: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
+def gpu_summary(gpu: dict[str, Any], history: list[EpochRecord]) -> dict[str, Any]:
     """Mean utilization and peak memory used per rank's GPU over the run, or why they were not measured."""
     if not gpu.get("measured"):
         return {"measured": False, "reason": gpu.get("reason") or "not measured"}
-    util = [r.get("rank_gpu_util_pct") for r in history if r.get("rank_gpu_util_pct")]
-    mem = [r.get("rank_gpu_mem_used_mib") for r in history if r.get("rank_gpu_mem_used_mib")]
+    util = [r.per_rank["gpu_util_pct"] for r in history if r.per_rank.get("gpu_util_pct")]
+    mem = [r.per_rank["gpu_mem_used_mib"] for r in history if r.per_rank.get("gpu_mem_used_mib")]
     per_rank = []
     for rank, (u, m) in enumerate(zip(zip(*util), zip(*mem))):
         u = [v for v in u if v is not None and math.isfinite(v)]
@@ -110,17 +111,16 @@ def gpu_summary(gpu: dict[str, Any], history: list[dict[str, Any]]) -> dict[str,
     return {"measured": True, "reason": None, "per_rank": per_rank}
 
 
-def per_rank_summary(history: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def per_rank_summary(history: list[EpochRecord]) -> dict[str, dict[str, Any]]:
     """Per-rank totals (time, samples) and peaks (memory) over the run, with max and mean across ranks."""
     out = {}
-    keys = [k for k in (history[-1] if history else {}) if k.startswith("rank_")]
-    for key in keys:
-        columns = list(zip(*(r[key] for r in history)))  # one tuple per rank
+    for key in history[-1].per_rank if history else ():
         if key.endswith("_pct"):  # a rate: averaged over epochs, not summed
             continue
+        columns = list(zip(*(r.per_rank[key] for r in history)))  # one tuple per rank
         per_rank = [max(c) if key.endswith("_mib") else sum(c) for c in columns]
-        out[key.removeprefix("rank_")] = {"per_rank": [round(v, 3) for v in per_rank], "max": round(max(per_rank), 3),
-                                          "mean": round(statistics.fmean(per_rank), 3)}
+        out[key] = {"per_rank": [round(v, 3) for v in per_rank], "max": round(max(per_rank), 3),
+                    "mean": round(statistics.fmean(per_rank), 3)}
     return out
 
 

@@ -17,7 +17,7 @@ import statistics
 from typing import Any
 
 from ddplab.errors import DataError
-from ddplab.metrics.records import PHASES, gap_train_acc  # the file format's rules, torch-free
+from ddplab.metrics.records import PHASES, EpochRecord, gap_train_acc  # the file format's rules, torch-free
 from ddplab.report import noise
 from ddplab.topology import resolve_backend  # torch-free
 from ddplab.report.runs import Point, Run
@@ -50,11 +50,11 @@ def run_row(run: Run, point: str = "") -> dict[str, Any]:
 def run_figures(run: Run) -> dict[str, Any]:
     s, history = run.summary, run.history
     steady = noise.timed_epochs(history)
-    train_s = sum(r["train_s"] for r in steady)
+    train_s = sum(r.train_s for r in steady)
     label, peak = peak_memory(s)
     final, last = s["final"], history[-1]
     gap_train, gap_from = gap_train_acc(last)
-    low = min(history, key=lambda r: r["test_loss"])
+    low = min(history, key=lambda r: r.test_loss)
     load = noise.run_load(history, shared_device=bool(s["run"].get("shared_device")))
     rates = noise.window_rates(run.steps, s["batch"]["global"], len(history))
     return {
@@ -68,24 +68,24 @@ def run_figures(run: Run) -> dict[str, Any]:
         "train_images": s.get("data", {}).get("train_images"), "test_images": s.get("data", {}).get("eval_images"),
         "epochs": len(history),
         "final_test_acc": final["test_acc"], "best_test_acc": s["best"]["test_acc"],
-        "final_train_acc": final["train_acc"], "train_eval_acc": last.get("train_eval_acc"),
+        "final_train_acc": final["train_acc"], "train_eval_acc": last.train_eval_acc,
         "acc_gap": difference(gap_train, final["test_acc"]),
         "gap_basis": "eval mode" if gap_from == "train_eval_acc" else "running, augmented",
-        "final_test_loss": final["test_loss"], "min_test_loss": low["test_loss"], "min_test_loss_epoch": low.get("epoch"),
+        "final_test_loss": final["test_loss"], "min_test_loss": low.test_loss, "min_test_loss_epoch": low.epoch,
         "total_s": s["time"]["total_s"], "train_s": s["time"]["train_s"], "eval_s": s["time"].get("eval_s"),
-        "epoch_s": statistics.fmean(r["epoch_s"] for r in steady) if steady else None,
-        "images_per_s": sum(r["train_samples"] for r in steady) / train_s if train_s else None,
+        "epoch_s": statistics.fmean(r.epoch_s for r in steady) if steady else None,
+        "images_per_s": sum(r.train_samples for r in steady) / train_s if train_s else None,
         "within_noise": noise.within_run_noise(rates), "load": load, "other_cpu": load.other_cpu,
         "cores_busy": cores_busy(steady, train_s),
         "peak_mib": peak,
-        **{share: sum(r.get(phase, 0.0) for r in steady) / train_s if train_s and phase in steady[-1] else None
-           for phase, share in zip(PHASES, SHARES)},
+        **{share: sum(r.metric(phase) or 0.0 for r in steady) / train_s
+           if train_s and steady[-1].metric(phase) is not None else None for phase, share in zip(PHASES, SHARES)},
     }
 
 
-def cores_busy(epochs: list[dict[str, Any]], train_s: float) -> float | None:
+def cores_busy(epochs: list[EpochRecord], train_s: float) -> float | None:
     """CPU cores the run's processes kept busy while training (their CPU seconds over the wall time)."""
-    cpu = [sum(r["rank_cpu_s"]) for r in epochs if isinstance(r.get("rank_cpu_s"), list)]
+    cpu = [sum(v for v in r.per_rank["cpu_s"] if v is not None) for r in epochs if "cpu_s" in r.per_rank]
     return sum(cpu) / train_s if cpu and len(cpu) == len(epochs) and train_s else None
 
 
@@ -197,13 +197,13 @@ def scale(rows: list[dict[str, Any]], base: dict[str, Any] | None, name: str) ->
 CURVE_KEYS = ("train_loss", "test_loss", "train_acc", "test_acc", "train_eval_loss", "train_eval_acc")
 
 
-def mean_curve(histories: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+def mean_curve(histories: list[list[EpochRecord]]) -> list[dict[str, Any]]:
     """Per-epoch mean and std over a point's seeds, up to the epoch every seed reached."""
     curve = []
     for i in range(min((len(h) for h in histories), default=0)):
-        record: dict[str, Any] = {"epoch": histories[0][i].get("epoch", i + 1)}
+        record: dict[str, Any] = {"epoch": histories[0][i].epoch}
         for key in CURVE_KEYS:
-            record[key], record[f"{key}_std"] = mean_std([h[i].get(key) for h in histories])
+            record[key], record[f"{key}_std"] = mean_std([h[i].metric(key) for h in histories])
         curve.append(record)
     return curve
 
@@ -238,4 +238,4 @@ def early_stop_epoch(curve: list[dict[str, Any]], patience: int) -> int | None:
     from ddplab.engine.early_stop import EarlyStopping  # torch-free: the rule has one owner
 
     rule = EarlyStopping("test_loss", patience)
-    return next((r["epoch"] for r in curve if rule.update(r["epoch"], r)), None)
+    return next((r["epoch"] for r in curve if rule.update(r["epoch"], r["test_loss"])), None)

@@ -7,7 +7,6 @@ not finish: it is kept, with its status and error, so the report can list it.
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +14,8 @@ from typing import Any
 
 from ddplab import runfiles
 from ddplab.errors import ConfigError, DataError
+from ddplab.metrics.records import EpochRecord, read_epochs, read_summary
+from ddplab.runfiles import read_json, read_jsonl
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -47,7 +48,7 @@ class Run:
     status: str  # finished | stopped_early | unfinished | failed | pending | running
     config: dict[str, Any] = field(default_factory=dict)  # flattened: {"train.batch_size": 32, ...}
     summary: dict[str, Any] | None = None
-    history: list[dict[str, Any]] = field(default_factory=list)
+    history: list[EpochRecord] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
     gpu: list[dict[str, Any]] = field(default_factory=list)
     point: dict[str, Any] = field(default_factory=dict)  # sweep axis values, from the manifest
@@ -138,12 +139,8 @@ def load_run(run_dir: Path, status: str | None = None) -> Run:
     if not (run_dir / runfiles.SUMMARY).is_file():
         run.error = unfinished_reason(run_dir)
         return run
-    summary = read_json(run_dir / runfiles.SUMMARY, run_dir)
-    history = read_jsonl(run_dir / runfiles.METRICS, run_dir)
-    if not isinstance(summary, dict) or not all(isinstance(r, dict) for r in history):
-        raise DataError(f"{run_dir}: summary.json or metrics.jsonl does not hold ddplab records")
-    run.summary, run.history = summary, history
-    run.status = str(summary.get("status", "finished"))
+    run.summary, run.history = read_summary(run_dir), read_epochs(run_dir / runfiles.METRICS, run_dir)
+    run.status = str(run.summary.get("status", "finished"))
     run.steps = numeric_records(read_optional(run_dir / runfiles.STEPS, run_dir), run_dir / runfiles.STEPS, run.skipped)
     run.gpu = numeric_records(read_optional(run_dir / runfiles.GPU, run_dir), run_dir / runfiles.GPU, run.skipped)
     env = read_json(run_dir / runfiles.ENV, run_dir) if (run_dir / runfiles.ENV).is_file() else {}
@@ -203,7 +200,7 @@ def failure_reason(status: str, exit_code: Any, run_dir: Path) -> str:
 def unfinished_reason(run_dir: Path) -> str:
     """What a run without summary.json left: epochs recorded and the last error in its log."""
     try:
-        epochs = len(read_jsonl(run_dir / runfiles.METRICS, run_dir))
+        epochs = len(read_epochs(run_dir / runfiles.METRICS, run_dir, growing=True))
     except (ConfigError, DataError):
         epochs = 0
     reason = f"no summary.json: stopped or still running after {epochs} epoch{'s' * (epochs != 1)}"
@@ -213,37 +210,6 @@ def unfinished_reason(run_dir: Path) -> str:
         return reason
     errors = [line.strip() for line in lines if "error" in line.lower()]
     return f"{reason}; log: {errors[-1][:300]}" if errors else reason
-
-
-def read_json(path: Path, run_dir: Path) -> Any:
-    """A JSON file; a truncated or edited one is a DataError naming the file and the line."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"{run_dir} is not a finished ddplab run (no {path.name})") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path} cannot be read ({type(exc).__name__})") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path} line {exc.lineno} is not JSON ({exc.msg}): truncated or edited?") from None
-
-
-def read_jsonl(path: Path, run_dir: Path) -> list[Any]:
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        raise ConfigError(f"{run_dir} is not a finished ddplab run (no {path.name})") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path} cannot be read ({type(exc).__name__})") from None
-    records = []
-    for number, line in enumerate(lines, 1):
-        if line.strip():
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                raise DataError(f"{path} line {number} is not JSON (a truncated write?)") from None
-    return records
 
 
 def read_optional(path: Path, run_dir: Path) -> list[dict[str, Any]]:

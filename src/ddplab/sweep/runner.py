@@ -14,7 +14,6 @@ a run whose sweep is killed outright is sent SIGTERM by the kernel (Linux).
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
 import time
@@ -26,6 +25,7 @@ from ddplab.process import INTERRUPTED, POLL_S, STOP_GRACE_S, ddplab_command, su
 from ddplab.config import build_config, check_environment, load_toml
 from ddplab.engine.runlock import describe, live_owner, run_lock
 from ddplab.errors import ConfigError
+from ddplab.metrics.records import read_epochs
 from ddplab.sweep.manifest import manifest_of, read_manifest, write_manifest
 from ddplab.sweep.spec import Sweep, SweepRun, slug
 
@@ -225,24 +225,16 @@ class EpochWatch:
         self.times: list[float] = []
 
     def count(self) -> int:
-        try:
-            return sum(1 for line in self.path.read_text().splitlines() if line.strip())
-        except OSError:
-            return 0
+        return len(read_epochs(self.path, growing=True))
 
     def new_lines(self) -> list[str]:
-        try:
-            records = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
-        except (OSError, ValueError):
-            return []  # not written yet, or a line being written: next time
+        records = read_epochs(self.path, growing=True)  # a line being written: read next time
         lines = []
         for record in records[self.seen:]:
-            self.times.append(float(record.get("epoch_s") or 0.0))
-            left = (self.epochs - record.get("epoch", 0)) * sum(self.times) / len(self.times)
-            acc = record.get("test_acc")
-            lines.append(f"epoch {record.get('epoch')}/{self.epochs}"
-                         + (f", test acc {acc:.2%}" if isinstance(acc, float) else "")
-                         + f", {self.times[-1]:.1f} s/epoch" + (f", about {duration(left)} left" if left > 0 else ""))
+            self.times.append(record.epoch_s)
+            left = (self.epochs - record.epoch) * sum(self.times) / len(self.times)
+            lines.append(f"epoch {record.epoch}/{self.epochs}, test acc {record.test_acc:.2%}, "
+                         f"{self.times[-1]:.1f} s/epoch" + (f", about {duration(left)} left" if left > 0 else ""))
         self.seen = len(records)
         return lines
 
