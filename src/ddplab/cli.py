@@ -4,7 +4,7 @@
     ddplab eval RUN_DIR [--weights final|best]
     ddplab data info|verify|download DATASET [--data-dir DIR]
     ddplab compare RUN_DIR [RUN_DIR ...]
-    ddplab sweep FILE.toml [--out DIR] [--profile cpu|gpu] [--dry-run]
+    ddplab sweep FILE.toml [--out DIR] [--profile cpu|gpu] [--parallel N|auto] [--dry-run]
     ddplab report RUN_OR_SWEEP_DIR ... [--out DIR]
     ddplab models [--image-size N] [--num-classes K]
 
@@ -212,7 +212,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(format_plan(sweep, out))
         return 0
-    manifest = run_sweep(sweep, out, timeout_s=args.timeout, echo=lambda line: print(line, flush=True))
+    manifest = run_sweep(sweep, out, timeout_s=args.timeout, parallel=args.parallel, echo=lambda line: print(line, flush=True))
     if not args.no_report:
         report(out / "report", [out], title=f"ddplab sweep {sweep.name}: {sweep.description}" if sweep.description else None)
     unfinished = [r for r in manifest["runs"] if r["status"] != "finished"]
@@ -229,7 +229,19 @@ def add_sweep_options(p: argparse.ArgumentParser) -> None:
                    help="a setting for every run that no axis of the sweep sets (repeatable), e.g. --set train.epochs=3")
     p.add_argument("--dry-run", action="store_true", help="list the runs and what would happen to each; run nothing")
     p.add_argument("--timeout", type=positive_seconds, default=None, help="seconds one run may take before it is stopped")
+    p.add_argument("--parallel", type=parallel_points, default=1, metavar="N|auto",
+                   help="run up to N points at once, each on its own CPU cores and GPUs (auto: one per GPU, "
+                        "1 on a CPU); their timings are measured under each other's load")
     p.add_argument("--no-report", action="store_true", help="skip the report at the end")
+
+
+def parallel_points(text: str) -> int | str:
+    from ddplab.sweep.slots import parse_parallel
+
+    try:
+        return parse_parallel(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def positive_seconds(text: str) -> float:

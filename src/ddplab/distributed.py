@@ -27,7 +27,7 @@ import torch.nn as nn
 from ddplab import compat
 from ddplab.config import RunConfig
 from ddplab.errors import ConfigError
-from ddplab.topology import ProcessPlace, resolve_backend
+from ddplab.topology import ProcessPlace, resolve_backend, usable_cores
 
 
 @dataclass(frozen=True)
@@ -223,13 +223,7 @@ def set_cpu_threads(device: torch.device, threads: int | None = None, local_worl
         torch.set_num_threads(threads)
         return
     if local_world > 1 and "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(max(1, usable_cores() // local_world))
-
-
-def usable_cores() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
+        torch.set_num_threads(max(1, len(usable_cores()) // local_world))
 
 
 @contextlib.contextmanager

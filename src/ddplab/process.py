@@ -8,7 +8,9 @@ nothing trains on unwatched. Torch-free.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -47,44 +49,98 @@ def supervise(cmd: Sequence[str], log_path: Path, *, timeout_s: float | None = N
     output stays, under a `$ command` line each), calling `on_poll` every `poll_s` and once at the end.
 
     Past `timeout_s` the tree gets SIGTERM (exit TIMED_OUT, said in the log with `timeout_from`, the
-    option that set it); a KeyboardInterrupt
-    here (Ctrl-C, or SIGTERM made one) stops it as Ctrl-C stops a run: exit INTERRUPTED, for the
-    caller to record before it stops too.
+    option that set it); a KeyboardInterrupt here (Ctrl-C, or SIGTERM made one) stops it as Ctrl-C
+    stops a run: exit INTERRUPTED, for the caller to record before it stops too.
     """
-    cmd = [str(part) for part in cmd]
-    start = time.perf_counter()
-    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "a") as log:
-        log.write(f"\n$ {' '.join(cmd)}\n")
-        log.flush()
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env=dict(env) if env is not None else None, cwd=cwd,
-                                preexec_fn=die_with_parent if sys.platform == "linux" else None)
-        try:
-            code = _wait(proc, start, timeout_s, on_poll, poll_s)
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM here: stop the tree as Ctrl-C stops a run
-            stop_tree(proc, signal.SIGINT)
-            code = INTERRUPTED
-        except subprocess.TimeoutExpired:
-            stop_tree(proc, signal.SIGTERM)
-            source = f" ({timeout_from})" if timeout_from else ""
-            log.write(f"\nddplab: error: the command did not finish within {timeout_s:g} s{source}; stopped\n")
-            code = TIMED_OUT
-    wall_s = time.perf_counter() - start
-    if on_poll is not None:
-        on_poll()
-    return Finished(code, wall_s, Path(log_path), cmd)
-
-
-def _wait(proc: subprocess.Popen, start: float, timeout_s: float | None, on_poll, poll_s: float) -> int:
-    while True:
-        try:
-            return proc.wait(timeout=poll_s)
-        except subprocess.TimeoutExpired:
+    child = Child(cmd, log_path, timeout_s=timeout_s, env=env, cwd=cwd, timeout_from=timeout_from)
+    try:
+        while (done := child.poll(wait_s=poll_s)) is None:
             if on_poll is not None:
                 on_poll()
-            if timeout_s is not None and time.perf_counter() - start > timeout_s:
-                raise
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM here: stop the tree as Ctrl-C stops a run
+        done = stop_all([child])[0]
+    if on_poll is not None:
+        on_poll()
+    return done
+
+
+class Child:
+    """A command started as its own process tree (own session, dies with its parent, optionally held
+    to some CPU cores), polled by its owner, which may run several at once (a parallel sweep)."""
+
+    def __init__(self, cmd: Sequence[str], log_path: Path, *, timeout_s: float | None = None,
+                 env: Mapping[str, str] | None = None, cwd: Path | None = None, timeout_from: str = "",
+                 cpus: Sequence[int] = ()):
+        self.command = [str(part) for part in cmd]
+        self.log_path, self.timeout_s, self.timeout_from, self.cpus = Path(log_path), timeout_s, timeout_from, tuple(cpus)
+        self.start = time.perf_counter()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log = open(self.log_path, "a")
+        self.log.write(f"\n$ {' '.join(self.command)}\n")
+        self.log.flush()
+        self.proc = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+                                     env=dict(env) if env is not None else None, cwd=cwd,
+                                     preexec_fn=self.before_exec if sys.platform == "linux" else None)
+
+    def before_exec(self) -> None:
+        die_with_parent()
+        if self.cpus:
+            os.sched_setaffinity(0, self.cpus)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def poll(self, wait_s: float = 0.0) -> Finished | None:
+        """Its outcome once it has exited (waiting up to `wait_s` for that), None while it runs; past its
+        timeout the tree is stopped with SIGTERM first."""
+        try:
+            code = self.proc.wait(timeout=wait_s) if wait_s > 0 else self.proc.poll()
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is None:
+            if self.timeout_s is None or time.perf_counter() - self.start <= self.timeout_s:
+                return None
+            stop_tree(self.proc, signal.SIGTERM)
+            source = f" ({self.timeout_from})" if self.timeout_from else ""
+            self.log.write(f"\nddplab: error: the command did not finish within {self.timeout_s:g} s{source}; stopped\n")
+            code = TIMED_OUT
+        return self.finished(code)
+
+    def finished(self, code: int) -> Finished:
+        self.log.close()
+        return Finished(code, time.perf_counter() - self.start, self.log_path, self.command)
+
+
+def stop_all(children: Sequence[Child], sig: int = signal.SIGINT, grace_s: float = STOP_GRACE_S) -> list[Finished]:
+    """Stop every child's tree as Ctrl-C stops a run (all signalled at once, then each given what is left
+    of one grace before SIGKILL); each comes back INTERRUPTED, unless it had already exited 0."""
+    for child in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, sig)
+    deadline = time.monotonic() + grace_s
+    for child in children:
+        stop_tree(child.proc, sig, grace_s=max(deadline - time.monotonic(), 0.0), signalled=True)
+    return [child.finished(0 if child.proc.returncode == 0 else INTERRUPTED) for child in children]  # 0: done first
+
+
+def wait_any(children: Sequence[Child], timeout_s: float) -> None:
+    """Return when one of `children` has exited, or after `timeout_s`: a pidfd per child where the
+    system has them (Linux 5.3+), else a short sleep."""
+    fds = []
+    try:
+        for child in children:
+            fds.append(os.pidfd_open(child.pid))
+    except (AttributeError, OSError):  # no pidfd (or the child is already gone): poll soon
+        for fd in fds:
+            os.close(fd)
+        time.sleep(min(timeout_s, 0.05))
+        return
+    try:
+        select.select(fds, [], [], timeout_s)
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def die_with_parent() -> None:
@@ -99,10 +155,12 @@ def die_with_parent() -> None:
         pass
 
 
-def stop_tree(proc: subprocess.Popen, sig: int, grace_s: float = STOP_GRACE_S) -> None:
-    """Signal the child's whole process group, then SIGKILL whatever is left after `grace_s`."""
+def stop_tree(proc: subprocess.Popen, sig: int, grace_s: float = STOP_GRACE_S, *, signalled: bool = False) -> None:
+    """Signal the child's whole process group (unless `signalled` already), then SIGKILL whatever is left
+    after `grace_s`."""
     try:
-        os.killpg(proc.pid, sig)
+        if not signalled:
+            os.killpg(proc.pid, sig)
         proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)

@@ -127,6 +127,14 @@ def _stray(env: Mapping[str, str]) -> str | None:
     return None
 
 
+def usable_cores() -> list[int]:
+    """The CPU cores this process may run on: its affinity, which containers, taskset and a parallel
+    sweep's slots restrict, not the machine's count."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
 def resolve_backend(requested: str, *, on_cuda: bool, shared_device: bool = False) -> str:
     """The collective backend a DDP run uses: "auto" is NCCL on CUDA, Gloo on a CPU or where the workers
     share one GPU (NCCL refuses two ranks on one device). The one place "auto" is resolved."""

@@ -274,6 +274,13 @@ CASES = [
          r"argument --timeout: '-5' is not a number of seconds > 0", alone=True),
     Case("sweep-nan-timeout", ["assignment", "--timeout", "nan"], 2, r"argument --timeout: 'nan' is not a number of seconds > 0",
          alone=True),
+    Case("sweep-zero-parallel", ["sweep", "assignment", "--parallel", "0"], 2,
+         r"argument --parallel: '0' is not a number of points to run at once \(a whole number >= 1\) or auto", alone=True),
+    Case("sweep-word-parallel", ["assignment", "--parallel", "all"], 2, r"argument --parallel: 'all' is not a number",
+         alone=True),
+    Case("sweep-parallel-over-the-cores", ["sweep", "{tmp}/s.toml", "--out", "{tmp}/out", "--parallel", "4096"], 2,
+         r"--parallel 4096: this process may use \d+ CPU core\(s\), and a point never gets fewer than one", alone=True,
+         after=no_folder("out"), setup=lambda tmp: sweep_file(tmp, '"train.batch_size" = [8, 16]')),
     Case("sweep-without-file", ["sweep"], 2, r"give a sweep file or a bundled sweep's name \(ddplab sweep --list\)"),
     Case("sweep-unknown-name", ["sweep", "precison"], 2, r"'precison' is neither a sweep file nor a bundled sweep; "
          r"bundled: .*precision"),

@@ -1,6 +1,7 @@
 """`ddplab sweep` for real: runs in their own process trees, failures recorded, re-runs resume, a report at the end."""
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -8,6 +9,7 @@ import sys
 import pytest
 
 from ddplab.metrics.records import read_epochs, reproducible
+from ddplab.topology import usable_cores
 
 TINY = """
 [sweep]
@@ -153,10 +155,10 @@ def long_sweep(tmp_path, epochs=200):
     return path
 
 
-def start_sweep(path, out, marker):
+def start_sweep(path, out, marker, *args):
     import signal
 
-    return subprocess.Popen([sys.executable, "-m", "ddplab", "sweep", str(path), "--out", str(out), "--no-report"],
+    return subprocess.Popen([sys.executable, "-m", "ddplab", "sweep", str(path), "--out", str(out), "--no-report", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1", marker: "1"},
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -233,3 +235,68 @@ def test_a_rerun_waits_for_a_live_owner_of_a_run_folder(tmp_path):
     rest, err = rerun.communicate(timeout=300)
     assert rerun.returncode == 0, err[-3000:]
     assert manifest(out)["single"]["status"] == "finished"
+
+
+def parallel_sweep(tmp_path, epochs=2):
+    """Two single-process points and a 2-worker DDP one, for two slots."""
+    path = tmp_path / "parallel.toml"
+    path.write_text(TINY.split("[[variants]]")[0].replace("epochs = 2", f"epochs = {epochs}")
+                    + '[[variants]]\nlabel = "a"\n"optim.lr" = 0.01\n'
+                    + '[[variants]]\nlabel = "b"\n"train.batch_size" = 32\n'
+                    + '[[variants]]\nlabel = "ddp"\n"dist.strategy" = "ddp"\n"dist.nproc" = 2\n')
+    return path
+
+
+needs_two_cores = pytest.mark.skipif(len(usable_cores()) < 2, reason="two slots need two CPU cores")
+
+
+@needs_two_cores
+def test_a_parallel_sweep_runs_points_at_once_each_on_its_own_cores_and_measures_what_one_at_a_time_does(tmp_path):
+    path = parallel_sweep(tmp_path)
+    one = ddplab("sweep", str(path), "--out", str(tmp_path / "one"), "--no-report")
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = ddplab("sweep", str(path), "--out", str(tmp_path / "two"), "--parallel", "2")
+    assert two.returncode == 0, two.stderr[-3000:]
+    lines = two.stdout.splitlines()
+    cores = len(usable_cores()) // 2
+    assert re.search(rf"up to 2 points at once, {cores}(-{cores + 1})? CPU cores?", lines[0]), lines[0]
+    def first(start):
+        return next(i for i, line in enumerate(lines) if line.startswith(start))
+
+    assert first("[2/3] b: running") < first("[1/3] a: finished")  # both trained at once
+    assert {r["status"] for r in manifest(tmp_path / "two").values()} == {"finished"}
+    for name, workers in (("a", 1), ("b", 1), ("ddp", 2)):
+        assert metrics(tmp_path / "two" / "runs" / name) == metrics(tmp_path / "one" / "runs" / name), name
+        env = json.loads((tmp_path / "two" / "runs" / name / "env.json").read_text())
+        assert env["cpu_cores"] in (cores, cores + 1) and env["torch_threads"] == max(1, env["cpu_cores"] // workers)
+    assert (tmp_path / "two" / "report" / "index.html").is_file()
+
+
+@needs_two_cores
+def test_ctrl_c_stops_every_running_point_of_a_parallel_sweep_and_a_rerun_finishes_them(tmp_path):
+    import signal
+    import time
+    import uuid
+
+    from conftest import leftover_processes
+
+    path, out, marker = parallel_sweep(tmp_path, epochs=40), tmp_path / "s", f"DDPLAB_TEST_{uuid.uuid4().hex}"
+    proc = start_sweep(path, out, marker, "--parallel", "2")
+    for name in ("a", "b"):
+        wait_for_epochs(proc, out / "runs" / name / "metrics.jsonl")
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "ddplab: interrupted", err[-3000:]
+    runs = manifest(out)
+    assert [(runs[n]["status"], runs[n]["exit_code"]) for n in ("a", "b")] == [("interrupted", 130)] * 2
+    assert runs["ddp"]["status"] == "pending"
+    deadline = time.monotonic() + 60
+    while leftover_processes(marker):
+        assert time.monotonic() < deadline, leftover_processes(marker)
+        time.sleep(0.1)
+    rerun = ddplab("sweep", str(path), "--out", str(out), "--no-report", "--parallel", "2", env={marker: "1"})
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert {r["status"] for r in manifest(out).values()} == {"finished"}
+    assert rerun.stdout.count("resuming") == 2
+    assert all(len(metrics(out / "runs" / n)) == 40 for n in ("a", "b", "ddp"))
+    assert leftover_processes(marker) == []

@@ -82,13 +82,15 @@ def machine(device: torch.device | str) -> dict:
     import os
     import platform
 
+    from ddplab.topology import usable_cores
+
     device = torch.device(device)
     return {
         "device": str(device),
         "device_name": device_name(device),
         "cpu_model": cpu_model(),
         "cpus": os.cpu_count(),
-        "cpu_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpu_cores": len(usable_cores()),
         "torch_threads": torch.get_num_threads(),
         "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
         "torch": torch.__version__,

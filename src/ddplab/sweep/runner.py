@@ -1,32 +1,38 @@
-"""Run a `Sweep`: every run its own process tree, supervised, one after another, with its progress shown.
+"""Run a `Sweep`: every run its own process tree, supervised, one after another or a few at once,
+with its progress shown.
 
 Every run config is checked against this machine before the first starts (a run it cannot
 start stops the sweep, or with `unavailable = "skip"` is recorded as not measured). Each run
 is `python -m ddplab train` (or torchrun) in its own session, so a crash, a CUDA error or a
-hang cannot poison the next; it writes its own run folder `runs/<name>`. While it trains
-the sweep shows one line per epoch (accuracy, seconds per epoch, time left) and where its
-log is. A failed run is recorded with its exit code and error line and the sweep goes on.
-Running the same sweep again skips finished runs and resumes interrupted ones, after
-checking that each was trained with the settings the file asks for now. Ctrl-C or SIGTERM
-stops the current run as Ctrl-C stops a run (it stays resumable) and ends the sweep with 130;
-a run whose sweep is killed outright is sent SIGTERM by the kernel (Linux).
+hang cannot poison the next; it writes its own run folder `runs/<name>`. With `--parallel N`
+up to N run at once, each on its own cores and GPUs (sweep/slots.py). While they train the
+sweep shows one line per epoch (accuracy, seconds per epoch, time left), where each log is,
+and after each run how many are done and about how long the rest will take. A failed run is
+recorded with its exit code and error line and the sweep goes on. Running the same sweep
+again skips finished runs and resumes interrupted ones, after checking that each was trained
+with the settings the file asks for now. Ctrl-C or SIGTERM stops every running run as Ctrl-C
+stops a run (each stays resumable) and ends the sweep with 130; a run whose sweep is killed
+outright is sent SIGTERM by the kernel (Linux).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ddplab import files, runfiles
-from ddplab.process import INTERRUPTED, POLL_S, STOP_GRACE_S, ddplab_command, supervise
+from ddplab.process import INTERRUPTED, POLL_S, STOP_GRACE_S, Child, Finished, ddplab_command, stop_all, wait_any
 from ddplab.config import build_config, check_environment, load_toml
 from ddplab.engine.runlock import describe, live_owner, run_lock
 from ddplab.errors import ConfigError
 from ddplab.metrics.records import read_epochs
 from ddplab.sweep.manifest import manifest_of, read_manifest, write_manifest
+from ddplab.sweep.slots import Slot, SlotPool
 from ddplab.sweep.spec import Sweep, SweepRun, slug
 
 
@@ -133,17 +139,19 @@ def raise_terminated(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
-def run_sweep(sweep: Sweep, out: Path, *, timeout_s: float | None = None, echo=print) -> dict[str, Any]:
-    """Run every unfinished run of `sweep` into `out`, which it holds for the whole sweep (one sweep per
-    folder, as one run per run folder); returns the final manifest."""
+def run_sweep(sweep: Sweep, out: Path, *, timeout_s: float | None = None, parallel: int | str = 1,
+              echo=print) -> dict[str, Any]:
+    """Run every unfinished run of `sweep` into `out`, up to `parallel` at once (sweep/slots.py), holding
+    `out` for the whole sweep (one sweep per folder, as one run per run folder); returns the final manifest."""
     if any((out / name).is_file() for name in (runfiles.CONFIG, runfiles.METRICS)):
         raise ConfigError(f"--out {out} is a run folder, not a sweep folder (a run folder is never rewritten): "
                           "choose another --out")
+    slots = SlotPool(parallel)
     with run_lock(out, "sweep"):
-        return run_held(sweep, out, timeout_s, echo)
+        return run_held(sweep, out, timeout_s, slots, echo)
 
 
-def run_held(sweep: Sweep, out: Path, timeout_s: float | None, echo) -> dict[str, Any]:
+def run_held(sweep: Sweep, out: Path, timeout_s: float | None, slots: SlotPool, echo) -> dict[str, Any]:
     unavailable = unavailable_runs(sweep)
     states = run_states(sweep, out)
     stale_runs(sweep, out, states)
@@ -156,44 +164,110 @@ def run_held(sweep: Sweep, out: Path, timeout_s: float | None, echo) -> dict[str
     todo = [(run, entry) for run, entry in zip(sweep.runs, manifest["runs"]) if entry["status"] not in ("finished", "skipped")]
     skipped = sum(e["status"] == "skipped" for e in manifest["runs"])
     echo(f"sweep {sweep.name}: {len(sweep.runs)} runs, {len(sweep.runs) - len(todo) - skipped} already finished, "
-         f"{len(todo)} to run" + (f", {skipped} not runnable here (see the report)" if skipped else ""))
+         f"{len(todo)} to run" + (f", {skipped} not runnable here (see the report)" if skipped else "")
+         + (f"; {slots.describe()}" if slots.parallel > 1 else ""))
     previous = signal.signal(signal.SIGTERM, raise_terminated)
-    started = time.perf_counter()
     try:
-        for i, (run, entry) in enumerate(todo, 1):
-            run_one(run, entry, out, manifest, f"[{i}/{len(todo)}] {run.name}", timeout_s, echo)
-            echo(f"  sweep: {i} of {len(todo)} done, {duration(time.perf_counter() - started)} so far")
+        Scheduler(out, manifest, slots, timeout_s, echo).run(todo)
     finally:
         signal.signal(signal.SIGTERM, previous)
     return manifest
 
 
-def run_one(run: SweepRun, entry: dict[str, Any], out: Path, manifest: dict[str, Any], tag: str,
-            timeout_s: float | None, echo) -> None:
-    run_dir, config_file, log_path = out / entry["dir"], out / entry["config"], out / "logs" / f"{run.name}.log"
-    wait_for_owner(run_dir, tag, echo)
-    if (run_dir / runfiles.SUMMARY).is_file():  # the owner waited for was this run, and it finished
-        entry.update(status="finished", exit_code=0, error=None)
-        write_manifest(out, manifest)
-        echo(f"{tag}: finished (by the process waited for)")
-        return
-    files.write_text(config_file, run.config.to_toml())
-    resume = (run_dir / runfiles.CHECKPOINTS / runfiles.LAST_CHECKPOINT).is_file()
-    echo(f"{tag}: {'resuming' if resume else 'running'} (log: {log_path})")
-    entry.update(status="running", exit_code=None, error=None)
-    write_manifest(out, manifest)
-    watch = EpochWatch(run_dir / runfiles.METRICS, run.config.train.epochs)
-    done = supervise(command(run, config_file, run_dir, resume), log_path, timeout_s=timeout_s,
-                     on_poll=lambda: [echo(f"{tag}: {line}") for line in watch.new_lines()], timeout_from="sweep --timeout")
-    code, wall_s, error = done.code, done.wall_s, done.error
-    status = "finished" if code == 0 and (run_dir / runfiles.SUMMARY).is_file() else "failed"
-    if code == 0 and status == "failed":
-        error = "the run exited 0 but left no summary.json"
-    entry.update(status="interrupted" if code == INTERRUPTED else status, exit_code=code, error=error, wall_s=round(wall_s, 1))
-    write_manifest(out, manifest)
-    echo(f"{tag}: " + (f"finished in {duration(wall_s)}" if status == "finished" else f"FAILED (exit {code}): {error}"))
-    if code == INTERRUPTED:
-        raise KeyboardInterrupt
+@dataclass
+class Running:
+    run: SweepRun
+    entry: dict[str, Any]
+    tag: str
+    slot: Slot
+    child: Child
+    watch: EpochWatch
+
+
+class Scheduler:
+    """Starts the sweep's points in order as slots free up, shows their epochs, records each outcome in the
+    manifest (rewritten whole, so valid at every moment) and, on Ctrl-C or SIGTERM, stops every running
+    tree at once, each left resumable."""
+
+    def __init__(self, out: Path, manifest: dict[str, Any], slots: SlotPool, timeout_s: float | None, echo):
+        self.out, self.manifest, self.slots, self.timeout_s, self.echo = out, manifest, slots, timeout_s, echo
+        self.running: list[Running] = []
+        self.walls: list[float] = []
+        self.started = time.perf_counter()
+
+    def run(self, todo: list[tuple[SweepRun, dict[str, Any]]]) -> None:
+        pending = [(f"[{i}/{len(todo)}] {run.name}", run, entry) for i, (run, entry) in enumerate(todo, 1)]
+        self.total = len(todo)
+        try:
+            while pending or self.running:
+                while pending and (slot := self.slots.take(pending[0][1].config)) is not None:
+                    tag, run, entry = pending.pop(0)
+                    if not self.start(tag, run, entry, slot):
+                        self.slots.give_back(slot)
+                if pending and not self.running and not self.slots.fits(pending[0][1].config):
+                    raise ConfigError(f"sweep run {pending[0][1].name} needs more GPUs than this machine has")
+                wait_any([r.child for r in self.running], POLL_S)
+                for r in list(self.running):
+                    for line in r.watch.new_lines():
+                        self.echo(f"{r.tag}: {line}")
+                    if (done := r.child.poll()) is not None:
+                        self.finish(r, done, left=len(pending))
+        except KeyboardInterrupt:
+            running, self.running = self.running, []
+            for r, done in zip(running, stop_all([r.child for r in running])):
+                self.record(r, done)
+            raise
+
+    def start(self, tag: str, run: SweepRun, entry: dict[str, Any], slot: Slot) -> bool:
+        """Start a point in `slot`; False when there was nothing left to run (the owner waited for finished it)."""
+        out = self.out
+        run_dir, config_file, log_path = out / entry["dir"], out / entry["config"], out / "logs" / f"{run.name}.log"
+        wait_for_owner(run_dir, tag, self.echo)
+        if (run_dir / runfiles.SUMMARY).is_file():  # the owner waited for was this run, and it finished
+            entry.update(status="finished", exit_code=0, error=None)
+            write_manifest(out, self.manifest)
+            self.echo(f"{tag}: finished (by the process waited for)")
+            return False
+        files.write_text(config_file, run.config.to_toml())
+        resume = (run_dir / runfiles.CHECKPOINTS / runfiles.LAST_CHECKPOINT).is_file()
+        where = f", on {slot.describe()}" if slot.cores else ""
+        self.echo(f"{tag}: {'resuming' if resume else 'running'} (log: {log_path}{where})")
+        entry.update(status="running", exit_code=None, error=None)
+        write_manifest(out, self.manifest)
+        child = Child(command(run, config_file, run_dir, resume), log_path, timeout_s=self.timeout_s,
+                      env=slot.env(os.environ), cpus=slot.cores, timeout_from="sweep --timeout")
+        self.running.append(Running(run, entry, tag, slot, child, EpochWatch(run_dir / runfiles.METRICS,
+                                                                               run.config.train.epochs)))
+        return True
+
+    def finish(self, r: Running, done: Finished, left: int) -> None:
+        self.running.remove(r)
+        self.slots.give_back(r.slot)
+        for line in r.watch.new_lines():
+            self.echo(f"{r.tag}: {line}")
+        self.record(r, done)
+        self.walls.append(done.wall_s)
+        finished = len(self.walls)
+        at_once = max(1, min(self.slots.parallel, left + len(self.running)))
+        eta = sum(self.walls) / finished * (left + len(self.running)) / at_once if left + len(self.running) else 0.0
+        self.echo(f"  sweep: {finished} of {self.total} done" + (f", {len(self.running)} running" if self.running else "")
+                  + f", {duration(time.perf_counter() - self.started)} so far"
+                  + (f", about {duration(eta)} left" if eta else ""))
+        if done.code == INTERRUPTED:  # stopped on its own by Ctrl-C: the sweep stops too
+            raise KeyboardInterrupt
+
+    def record(self, r: Running, done: Finished) -> None:
+        run_dir = self.out / r.entry["dir"]
+        code, error = done.code, done.error
+        status = "finished" if code == 0 and (run_dir / runfiles.SUMMARY).is_file() else "failed"
+        if code == 0 and status == "failed":
+            error = "the run exited 0 but left no summary.json"
+        r.entry.update(status="interrupted" if code == INTERRUPTED else status, exit_code=code, error=error,
+                       wall_s=round(done.wall_s, 1))
+        write_manifest(self.out, self.manifest)
+        self.echo(f"{r.tag}: " + (f"finished in {duration(done.wall_s)}" if status == "finished"
+                                  else "interrupted (resumable)" if code == INTERRUPTED
+                                  else f"FAILED (exit {code}): {error}"))
 
 
 def wait_for_owner(run_dir: Path, tag: str, echo, grace_s: float = STOP_GRACE_S) -> None:
