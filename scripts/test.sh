@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test suite, from scratch: installs what it needs, then runs pytest. Extra arguments go to pytest.
-# As root on Debian it also installs headless Chromium for the browser test (skipped, with the reason, without it).
+# As root on Debian it also installs headless Chromium for the browser test and Slurm for the Slurm tests (each
+# skipped, with the reason, without them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
@@ -8,5 +9,10 @@ if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get 
   echo "test: installing chromium for the browser test" >&2
   { apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; } >/dev/null 2>&1 \
     || echo "test: could not install chromium; the browser test will be skipped" >&2
+fi
+if ! command -v slurmctld >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "test: installing slurm-wlm and munge for the Slurm tests (a one-node cluster they start themselves)" >&2
+  { apt-get install -y -q slurm-wlm munge || { apt-get update -q && apt-get install -y -q slurm-wlm munge; }; } >/dev/null 2>&1 \
+    || echo "test: could not install slurm-wlm and munge; the Slurm tests will be skipped" >&2
 fi
 exec .venv/bin/python -m pytest -q "$@"

@@ -4,7 +4,8 @@
     ddplab eval RUN_DIR [--weights final|best]
     ddplab data info|verify|download DATASET [--data-dir DIR]
     ddplab compare RUN_DIR [RUN_DIR ...]
-    ddplab sweep FILE.toml [--out DIR] [--profile cpu|gpu] [--parallel N|auto] [--dry-run]
+    ddplab sweep FILE.toml [--out DIR] [--profile cpu|gpu] [--parallel N|auto] [--dry-run] [--status]
+                           [--executor slurm [--slurm.partition P ...] [--wait]]
     ddplab report RUN_OR_SWEEP_DIR ... [--out DIR]
     ddplab models [--image-size N] [--num-classes K]
 
@@ -207,12 +208,30 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     if args.file is None:
         raise ConfigError("ddplab sweep: give a sweep file or a bundled sweep's name (ddplab sweep --list)")
+    slurm_options = sweep_slurm_options(args)
     sweep = load_sweep(sweep_file(args.file), profile=args.profile, overrides=args.set)
     out = args.out or default_out(sweep)
-    if args.dry_run:
+    echo = lambda line: print(line, flush=True)  # noqa: E731
+    if args.status:
+        from ddplab.sweep import slurm
+
+        print("\n".join(slurm.status(out)))
+        return 0
+    if slurm_options is not None or args.wait:
+        from ddplab.sweep import slurm
+
+        if slurm_options is not None:
+            slurm.submit(sweep, out, slurm_options, dry_run=args.dry_run, echo=echo)
+            if args.dry_run or not args.wait:
+                return 0
+        elif not (out / "manifest.json").is_file() or slurm.read_full_manifest(out).get("executor") != "slurm":
+            raise ConfigError(f"--wait waits for a sweep submitted with --executor slurm, and {out} holds none")
+        manifest = slurm.wait(out, echo=echo)
+    elif args.dry_run:
         print(format_plan(sweep, out))
         return 0
-    manifest = run_sweep(sweep, out, timeout_s=args.timeout, parallel=args.parallel, echo=lambda line: print(line, flush=True))
+    else:
+        manifest = run_sweep(sweep, out, timeout_s=args.timeout, parallel=args.parallel, echo=echo)
     if not args.no_report:
         report(out / "report", [out], title=f"ddplab sweep {sweep.name}: {sweep.description}" if sweep.description else None)
     unfinished = [r for r in manifest["runs"] if r["status"] != "finished"]
@@ -233,6 +252,42 @@ def add_sweep_options(p: argparse.ArgumentParser) -> None:
                    help="run up to N points at once, each on its own CPU cores and GPUs (auto: one per GPU, "
                         "1 on a CPU); their timings are measured under each other's load")
     p.add_argument("--no-report", action="store_true", help="skip the report at the end")
+    p.add_argument("--status", action="store_true", help="each point's state (run folder, Slurm queue) and exit")
+    p.add_argument("--executor", choices=("local", "slurm"), default="local",
+                   help="local: run the points here; slurm: submit them as job arrays (sbatch) and return")
+    p.add_argument("--wait", action="store_true", help="with slurm: wait for the sweep's jobs, then write the report")
+    p.add_argument("--slurm.partition", dest="slurm_partition", default=None, help="slurm: the partition (sbatch -p)")
+    p.add_argument("--slurm.account", dest="slurm_account", default=None, help="slurm: the account (sbatch -A)")
+    p.add_argument("--slurm.time", dest="slurm_time", default=None, metavar="HH:MM:SS",
+                   help="slurm: each point's time limit; a point stopped by it resumes when the sweep is submitted again")
+    p.add_argument("--slurm.gpus-per-node", dest="slurm_gpus_per_node", type=positive_whole, default=None, metavar="G",
+                   help="slurm: GPUs each point's allocation asks for per node")
+    p.add_argument("--slurm.extra", dest="slurm_extra", default="", metavar='"OPTIONS"',
+                   help='slurm: more sbatch options, after an = sign: --slurm.extra="--mem=16G --qos=short"')
+
+
+def sweep_slurm_options(args: argparse.Namespace):
+    """The Slurm options of `ddplab sweep` (None: the sweep runs here); a Slurm option without
+    --executor slurm, or a local-only option with it, is one line."""
+    given = [f"--slurm.{name.removeprefix('slurm_').replace('_', '-')}" for name in
+             ("slurm_partition", "slurm_account", "slurm_time", "slurm_gpus_per_node", "slurm_extra") if getattr(args, name)]
+    if args.executor != "slurm":
+        if given:
+            raise ConfigError(f"{given[0]} is for --executor slurm")
+        return None
+    if args.timeout is not None:
+        raise ConfigError("--timeout stops runs of a local sweep; under Slurm give each point a limit with --slurm.time")
+    from ddplab.sweep.slurm import SlurmOptions
+
+    return SlurmOptions(partition=args.slurm_partition, account=args.slurm_account, time=args.slurm_time,
+                        gpus_per_node=args.slurm_gpus_per_node, extra=args.slurm_extra,
+                        parallel=args.parallel if isinstance(args.parallel, int) and args.parallel > 1 else None)
+
+
+def positive_whole(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return int(text)
 
 
 def parallel_points(text: str) -> int | str:

@@ -10,31 +10,9 @@ import pytest
 
 from ddplab.metrics.records import read_epochs, reproducible
 from ddplab.topology import usable_cores
+from sweep_files import TINY_BASE, tiny_sweep
 
-TINY = """
-[sweep]
-name = "tiny"
-
-[base.data]
-dataset = "synthetic"
-synthetic_size = 256
-image_size = 16
-num_classes = 4
-crop_padding = 0
-flip = false
-
-[base.model]
-width = 0.5
-dropout = 0.0
-
-[base.train]
-epochs = 2
-batch_size = 16
-device = "cpu"
-
-[base.output]
-tensorboard = false
-
+TINY = TINY_BASE + """
 [[variants]]
 label = "single"
 "dist.strategy" = "single"
@@ -150,7 +128,7 @@ label = "broken"
 def long_sweep(tmp_path, epochs=200):
     """TINY's single-process run alone (named "single"), long enough to be stopped while it trains."""
     path = tmp_path / "long.toml"
-    path.write_text(TINY.split("[[variants]]")[0].replace("epochs = 2", f"epochs = {epochs}")
+    path.write_text(TINY_BASE.replace("epochs = 2", f"epochs = {epochs}")
                     + '[[variants]]\nlabel = "single"\n"dist.strategy" = "single"\n')
     return path
 
@@ -238,13 +216,7 @@ def test_a_rerun_waits_for_a_live_owner_of_a_run_folder(tmp_path):
 
 
 def parallel_sweep(tmp_path, epochs=2):
-    """Two single-process points and a 2-worker DDP one, for two slots."""
-    path = tmp_path / "parallel.toml"
-    path.write_text(TINY.split("[[variants]]")[0].replace("epochs = 2", f"epochs = {epochs}")
-                    + '[[variants]]\nlabel = "a"\n"optim.lr" = 0.01\n'
-                    + '[[variants]]\nlabel = "b"\n"train.batch_size" = 32\n'
-                    + '[[variants]]\nlabel = "ddp"\n"dist.strategy" = "ddp"\n"dist.nproc" = 2\n')
-    return path
+    return tiny_sweep(tmp_path / "parallel.toml", epochs=epochs)
 
 
 needs_two_cores = pytest.mark.skipif(len(usable_cores()) < 2, reason="two slots need two CPU cores")

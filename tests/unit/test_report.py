@@ -269,6 +269,18 @@ def test_unfinished_run_is_listed_not_fatal(tmp_path):
     assert rows["crashed"]["error"] == "no summary.json: stopped or still running after 1 epoch; log: TrainingError: loss is nan"
 
 
+def test_a_half_finished_slurm_sweep_reports_its_finished_points_and_names_the_rest(tmp_path):
+    """Slurm tasks finish after the manifest was written ("submitted"): the run folders say which finished."""
+    write_run(tmp_path / "runs" / "done")
+    write_manifest(tmp_path, [{"name": "done", "point": {"config": "a"}, "seed": 0, "status": "submitted", "job": "7_0"},
+                              {"name": "queued", "point": {"config": "b"}, "seed": 0, "status": "submitted", "job": "7_1"}])
+    result = build_report([tmp_path], tmp_path / "out")
+    assert (result["num_runs"], result["num_finished"]) == (2, 1)
+    rows = {r["run"]: r for r in read_csv(result["runs_csv"])}
+    assert rows["done"]["status"] == "finished" and rows["done"]["final_test_acc"] == "0.7"
+    assert (rows["queued"]["status"], rows["queued"]["error"]) == ("submitted", "submitted: not finished when the report was made")
+
+
 def test_records_that_are_not_numbers_are_left_out_and_said(tmp_path):
     """An edited steps.jsonl line (a string step) costs that line, not the report; the findings say so."""
     run = write_run(tmp_path / "runs" / "edited", steps=True)

@@ -73,6 +73,9 @@ def test_auto_is_one_point_per_gpu_and_one_at_a_time_on_a_cpu():
     assert SlotPool(AUTO, cores=list(range(16)), gpus=[str(i) for i in range(8)]).parallel == 8
     assert SlotPool(AUTO, cores=[0, 1], gpus=[str(i) for i in range(8)]).parallel == 2  # a core each at least
     assert SlotPool(AUTO, cores=[0, 1], gpus=[]).parallel == 1
+    one_gpu = SlotPool(AUTO, cores=list(range(16)), gpus=["0"])
+    assert one_gpu.parallel == 1 and one_gpu.describe() == ("one point at a time, each with the whole machine "
+                                                            "(--parallel auto: 1 GPU(s), 16 core(s))")
 
 
 def test_parallel_is_checked_before_anything_runs():

@@ -175,7 +175,9 @@ def sweep_run(sweep_dir: Path, entry: dict[str, Any], axes: list[str]) -> Run:
         raise DataError(f"{sweep_dir / 'manifest.json'}: run {entry.get('name')!r} has its folder outside the sweep "
                         f"({entry['dir']}); a sweep's runs are under its runs/")
     status = str(entry.get("status") or "pending")
-    if status == "finished" and run_dir.is_dir():
+    # A run folder that finished is read whatever the manifest says: a Slurm sweep's tasks finish on
+    # their own, after the manifest was last written.
+    if run_dir.is_dir() and (status == "finished" or runfiles.run_state(run_dir) == "finished"):
         run = readable_run(run_dir)
         if not run.finished and run.status != "unreadable":
             run.error = f"the manifest says finished but {run_dir} has no summary.json"

@@ -143,16 +143,21 @@ def run_sweep(sweep: Sweep, out: Path, *, timeout_s: float | None = None, parall
               echo=print) -> dict[str, Any]:
     """Run every unfinished run of `sweep` into `out`, up to `parallel` at once (sweep/slots.py), holding
     `out` for the whole sweep (one sweep per folder, as one run per run folder); returns the final manifest."""
-    if any((out / name).is_file() for name in (runfiles.CONFIG, runfiles.METRICS)):
-        raise ConfigError(f"--out {out} is a run folder, not a sweep folder (a run folder is never rewritten): "
-                          "choose another --out")
+    check_out(out)
     slots = SlotPool(parallel)
     with run_lock(out, "sweep"):
         return run_held(sweep, out, timeout_s, slots, echo)
 
 
-def run_held(sweep: Sweep, out: Path, timeout_s: float | None, slots: SlotPool, echo) -> dict[str, Any]:
-    unavailable = unavailable_runs(sweep)
+def check_out(out: Path) -> None:
+    if any((out / name).is_file() for name in (runfiles.CONFIG, runfiles.METRICS)):
+        raise ConfigError(f"--out {out} is a run folder, not a sweep folder (a run folder is never rewritten): "
+                          "choose another --out")
+
+
+def prepare_folder(sweep: Sweep, out: Path, unavailable: dict[str, str]) -> tuple[dict[str, Any], list[tuple[SweepRun, dict]]]:
+    """The sweep folder made ready to run into (folders it cannot keep refused first), its manifest written;
+    the runs left to run, each with its manifest entry."""
     states = run_states(sweep, out)
     stale_runs(sweep, out, states)
     for sub in ("runs", "configs", "logs"):
@@ -161,11 +166,16 @@ def run_held(sweep: Sweep, out: Path, timeout_s: float | None, slots: SlotPool, 
         files.write_text(out / "sweep.toml", sweep.file.read_text())
     manifest = manifest_of(sweep, read_manifest(out), states, unavailable)
     write_manifest(out, manifest)
-    todo = [(run, entry) for run, entry in zip(sweep.runs, manifest["runs"]) if entry["status"] not in ("finished", "skipped")]
+    return manifest, [(run, entry) for run, entry in zip(sweep.runs, manifest["runs"])
+                      if entry["status"] not in ("finished", "skipped")]
+
+
+def run_held(sweep: Sweep, out: Path, timeout_s: float | None, slots: SlotPool, echo) -> dict[str, Any]:
+    manifest, todo = prepare_folder(sweep, out, unavailable_runs(sweep))
     skipped = sum(e["status"] == "skipped" for e in manifest["runs"])
     echo(f"sweep {sweep.name}: {len(sweep.runs)} runs, {len(sweep.runs) - len(todo) - skipped} already finished, "
          f"{len(todo)} to run" + (f", {skipped} not runnable here (see the report)" if skipped else "")
-         + (f"; {slots.describe()}" if slots.parallel > 1 else ""))
+         + (f"; {slots.describe()}" if slots.requested != 1 else ""))
     previous = signal.signal(signal.SIGTERM, raise_terminated)
     try:
         Scheduler(out, manifest, slots, timeout_s, echo).run(todo)

@@ -99,6 +99,7 @@ class SlotPool:
     def __init__(self, parallel: int | str, *, cores: Sequence[int] | None = None, gpus: Sequence[str] | None = None):
         cores = list(usable_cores() if cores is None else cores)
         self.gpus = list(visible_gpus() if gpus is None and parallel != 1 else gpus or [])
+        self.requested, self.cores = parallel, len(cores)
         if parallel == AUTO:  # one point per GPU on a CUDA machine; one at a time on a CPU (clean timings)
             parallel = max(1, min(len(self.gpus), len(cores)))
         if parallel > len(cores):
@@ -127,7 +128,8 @@ class SlotPool:
 
     def describe(self) -> str:
         if self.parallel == 1:
-            return "one point at a time, each with the whole machine"
+            chosen = f" (--parallel auto: {len(self.gpus)} GPU(s), {self.cores} core(s))" if self.requested == AUTO else ""
+            return "one point at a time, each with the whole machine" + chosen
         groups = self.free_cores
         sizes = sorted({len(g) for g in groups})
         cores = "-".join(map(str, sizes))

@@ -1,0 +1,71 @@
+"""The Slurm executor's own rules, without a cluster: batch scripts, allocation shapes, each point's status."""
+
+import json
+
+import pytest
+
+from ddplab.config import build_config
+from ddplab.errors import ConfigError
+from ddplab.sweep.slurm import SlurmOptions, allocated_threads, batch_script, main, refresh, shape
+from ddplab.sweep.spec import SweepRun
+from run_folders import write_run
+
+
+def run(strategy="single", nproc=1, nnodes=1):
+    dist = {"strategy": strategy, "nproc": nproc, "nnodes": nnodes, "rdzv_endpoint": "node1:29500" if nnodes > 1 else None}
+    config = build_config({"train": {"device": "cpu"}, "dist": {k: v for k, v in dist.items() if v is not None}})
+    return SweepRun("r", {}, 0, config)
+
+
+def test_a_point_with_several_worker_processes_gets_them_all_in_its_allocation():
+    assert shape(run()) == (1, 1)
+    assert shape(run("ddp", nproc=4)) == (1, 4)
+    assert shape(run("ddp", nproc=2, nnodes=3)) == (3, 2)
+    assert shape(run("ddp", nproc=1)) == (1, 1)
+
+
+def test_the_batch_script_runs_one_point_per_array_task(tmp_path):
+    script = batch_script(tmp_path, "ddplab-s-1x2", 3, 1, 2, SlurmOptions(parallel=2))
+    lines = script.splitlines()
+    assert lines[0] == "#!/bin/bash" and "#SBATCH --array=0-2%2" in lines and "#SBATCH --ntasks-per-node=2" in lines
+    assert lines[-1].startswith("exec ") and lines[-1].endswith(
+        f"-m ddplab.sweep.slurm task {tmp_path} {tmp_path / 'slurm' / 'ddplab-s-1x2.names'} \"$SLURM_ARRAY_TASK_ID\"")
+    assert "%" not in batch_script(tmp_path, "x", 3, 1, 1, SlurmOptions()).split("--array=")[1].splitlines()[0]
+
+
+def test_slurm_options_become_sbatch_options():
+    options = SlurmOptions(partition="gpu", account="lab", time="1:00:00", gpus_per_node=4, extra="--mem=16G --qos 'a b'")
+    assert options.sbatch_options() == ["--partition=gpu", "--account=lab", "--time=1:00:00", "--gpus-per-node=4",
+                                        "--mem=16G", "--qos", "a b"]
+    with pytest.raises(ConfigError, match="cannot be split"):
+        SlurmOptions(extra="--mem='1G").sbatch_options()
+
+
+def test_each_submitted_point_takes_its_status_from_its_folder_its_outcome_and_the_queue(tmp_path):
+    write_run(tmp_path / "runs" / "done")
+    (tmp_path / "slurm").mkdir()
+    for name, code, error in (("stopped", 130, "interrupted"), ("broken", 4, "training diverged")):
+        (tmp_path / "slurm" / f"{name}.json").write_text(json.dumps({"exit_code": code, "error": error, "wall_s": 3.0}))
+    names = ["done", "stopped", "broken", "waiting", "training", "vanished"]
+    manifest = {"runs": [{"name": n, "dir": f"runs/{n}", "status": "submitted", "job": f"9_{i}"} for i, n in enumerate(names)]}
+    refresh(tmp_path, manifest, {"9_3": "PENDING", "9_4": "RUNNING"})
+    got = {e["name"]: (e["status"], e.get("exit_code")) for e in manifest["runs"]}
+    assert got == {"done": ("finished", 0), "stopped": ("interrupted", 130), "broken": ("failed", 4),
+                   "waiting": ("queued", None), "training": ("running", None), "vanished": ("failed", None)}
+    vanished = manifest["runs"][-1]["error"]
+    assert vanished.startswith("its task (job 9_5) ended without an outcome") and "slurm-9_5.out" in vanished
+    assert json.loads((tmp_path / "manifest.json").read_text()) == manifest
+
+
+def test_the_task_entry_point_says_how_it_is_called(capsys):
+    assert main(["task", "out", "names"]) == 2
+    assert "usage: python -m ddplab.sweep.slurm task SWEEP_FOLDER NAMES_FILE INDEX" in capsys.readouterr().err
+    assert main(["task", "out", "names", "3"], run=lambda out, names, index: index) == 3
+
+
+def test_a_points_threads_follow_the_cpus_slurm_allocated():
+    assert allocated_threads({"SLURM_CPUS_ON_NODE": "1"}, 1) == {"OMP_NUM_THREADS": "1"}
+    assert allocated_threads({"SLURM_CPUS_ON_NODE": "8"}, 2) == {"OMP_NUM_THREADS": "4"}
+    assert allocated_threads({"SLURM_CPUS_ON_NODE": "8", "SLURM_CPUS_PER_TASK": "3"}, 2) == {"OMP_NUM_THREADS": "3"}
+    assert allocated_threads({"SLURM_CPUS_ON_NODE": "8", "OMP_NUM_THREADS": "2"}, 1) == {}  # the user's choice stands
+    assert allocated_threads({}, 1) == {}
