@@ -269,8 +269,6 @@ class DistConfig:
         _choice("dist.rdzv_backend", self.rdzv_backend, ("c10d", "static"))
         if self.rdzv_endpoint is not None and not re.fullmatch(r"[\w.\-\[\]:]+:\d+", self.rdzv_endpoint):
             raise _bad("dist.rdzv_endpoint", self.rdzv_endpoint, "host:port, e.g. 10.0.0.1:29500")
-        if self.nnodes > 1 and self.rdzv_endpoint is None:
-            raise _bad("dist.rdzv_endpoint", None, "a multi-node run needs host:port of a node every node can reach")
         for name in ("nproc", "nnodes", "timeout_s"):
             _positive(f"dist.{name}", getattr(self, name))
         if self.timeout_s > 7 * 24 * 3600:

@@ -23,6 +23,7 @@ from ddplab import runfiles
 from ddplab.config import RunConfig, check_environment
 from ddplab.engine.rundir import Resume, check_run_dir, refuse_by_state
 from ddplab.engine.runlock import run_lock, should_hold
+from ddplab.errors import ConfigError
 from ddplab.topology import ProcessPlace, as_launched, placement
 
 RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
@@ -63,6 +64,10 @@ def prepared(config: RunConfig, *, saved: RunConfig | None = None) -> Iterator[R
     if where.ignored:
         print(f"ddplab: note: {where.ignored}", file=sys.stderr, flush=True)
     place = where.place
+    if place is None and config.dist.nnodes > 1 and config.dist.rdzv_endpoint is None:
+        # Only ddplab's own launcher needs it: under srun or torchrun the launcher says where the group meets.
+        raise ConfigError("dist.rdzv_endpoint=None is not valid: a multi-node run started by ddplab's launcher needs "
+                          "host:port of a node every node can reach (under srun or torchrun the launcher gives it)")
     if place is not None:
         config = resumed_after_restart(as_launched(config, place))
     config = config.with_out_folder()

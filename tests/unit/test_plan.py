@@ -87,3 +87,17 @@ def test_the_checkpoint_read_for_the_checks_is_handed_over_once(tmp_path, reads)
         assert reads["last.pt"] == 1 and first["train_state"]["epoch"] == 1
         second = plan.resume.take_checkpoint(path)  # a second taker reads the file itself
         assert reads["last.pt"] == 2 and second is not first
+
+
+def test_a_multi_node_run_needs_a_meeting_point_only_when_ddplab_launches_it(tmp_path, monkeypatch):
+    """Under srun (or torchrun) the launcher says where the group meets: a Slurm sweep's multi-node point
+    needs no dist.rdzv_endpoint in its config; ddplab's own launcher does."""
+    from ddplab.errors import ConfigError
+
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_STEP_NUM_TASKS", "SLURM_PROCID"):
+        monkeypatch.delenv(name, raising=False)
+    config = tiny_config(tmp_path / "r", dist={"strategy": "ddp", "nnodes": 2})  # valid as a config
+    with pytest.raises(ConfigError, match="a multi-node run started by ddplab's launcher needs host:port"):
+        with prepared(config):
+            pass
+    assert not (tmp_path / "r").exists()

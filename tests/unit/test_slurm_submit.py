@@ -12,8 +12,7 @@ from run_folders import write_run
 
 
 def run(strategy="single", nproc=1, nnodes=1):
-    dist = {"strategy": strategy, "nproc": nproc, "nnodes": nnodes, "rdzv_endpoint": "node1:29500" if nnodes > 1 else None}
-    config = build_config({"train": {"device": "cpu"}, "dist": {k: v for k, v in dist.items() if v is not None}})
+    config = build_config({"train": {"device": "cpu"}, "dist": {"strategy": strategy, "nproc": nproc, "nnodes": nnodes}})
     return SweepRun("r", {}, 0, config)
 
 
