@@ -21,7 +21,7 @@ from ddplab.errors import file_error
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     """Call `write(tmp)` and rename tmp to `path`; on any failure remove tmp and re-raise."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # two writers of one file never share a temp file
     try:
         write(tmp)
         os.replace(tmp, path)

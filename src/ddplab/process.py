@@ -44,13 +44,15 @@ def ddplab_command(*args: str) -> list[str]:
 
 def supervise(cmd: Sequence[str], log_path: Path, *, timeout_s: float | None = None,
               on_poll: Callable[[], object] | None = None, env: Mapping[str, str] | None = None,
-              cwd: Path | None = None, poll_s: float = POLL_S, timeout_from: str = "") -> Finished:
+              cwd: Path | None = None, poll_s: float = POLL_S, timeout_from: str = "",
+              stop_signal: int = signal.SIGINT, grace_s: float = STOP_GRACE_S) -> Finished:
     """Run `cmd` as its own process tree, its output appended to `log_path` (an earlier attempt's
     output stays, under a `$ command` line each), calling `on_poll` every `poll_s` and once at the end.
 
     Past `timeout_s` the tree gets SIGTERM (exit TIMED_OUT, said in the log with `timeout_from`, the
-    option that set it); a KeyboardInterrupt here (Ctrl-C, or SIGTERM made one) stops it as Ctrl-C
-    stops a run: exit INTERRUPTED, for the caller to record before it stops too.
+    option that set it); a KeyboardInterrupt here (Ctrl-C, or SIGTERM made one) stops it with
+    `stop_signal` (SIGINT: as Ctrl-C stops a run; srun wants SIGTERM), SIGKILL after `grace_s`: exit
+    INTERRUPTED, for the caller to record before it stops too.
     """
     child = Child(cmd, log_path, timeout_s=timeout_s, env=env, cwd=cwd, timeout_from=timeout_from)
     try:
@@ -58,7 +60,7 @@ def supervise(cmd: Sequence[str], log_path: Path, *, timeout_s: float | None = N
             if on_poll is not None:
                 on_poll()
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM here: stop the tree as Ctrl-C stops a run
-        done = stop_all([child])[0]
+        done = stop_all([child], stop_signal, grace_s)[0]
     if on_poll is not None:
         on_poll()
     return done
@@ -74,6 +76,7 @@ class Child:
         self.command = [str(part) for part in cmd]
         self.log_path, self.timeout_s, self.timeout_from, self.cpus = Path(log_path), timeout_s, timeout_from, tuple(cpus)
         self.start = time.perf_counter()
+        self.kill_at: float | None = None  # past its timeout: when SIGKILL follows the SIGTERM
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log = open(self.log_path, "a")
         self.log.write(f"\n$ {' '.join(self.command)}\n")
@@ -98,14 +101,21 @@ class Child:
             code = self.proc.wait(timeout=wait_s) if wait_s > 0 else self.proc.poll()
         except subprocess.TimeoutExpired:
             code = None
+        now = time.perf_counter()
+        if code is None and self.timeout_s is not None and now - self.start > self.timeout_s:
+            if self.kill_at is None:  # SIGTERM now; SIGKILL on a later poll if the tree is still there
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGTERM)
+                self.kill_at = now + STOP_GRACE_S
+                source = f" ({self.timeout_from})" if self.timeout_from else ""
+                self.log.write(f"\nddplab: error: the command did not finish within {self.timeout_s:g} s{source}; stopped\n")
+                self.log.flush()
+            elif now > self.kill_at:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
         if code is None:
-            if self.timeout_s is None or time.perf_counter() - self.start <= self.timeout_s:
-                return None
-            stop_tree(self.proc, signal.SIGTERM)
-            source = f" ({self.timeout_from})" if self.timeout_from else ""
-            self.log.write(f"\nddplab: error: the command did not finish within {self.timeout_s:g} s{source}; stopped\n")
-            code = TIMED_OUT
-        return self.finished(code)
+            return None
+        return self.finished(TIMED_OUT if self.kill_at is not None else code)
 
     def finished(self, code: int) -> Finished:
         self.log.close()
@@ -114,14 +124,35 @@ class Child:
 
 def stop_all(children: Sequence[Child], sig: int = signal.SIGINT, grace_s: float = STOP_GRACE_S) -> list[Finished]:
     """Stop every child's tree as Ctrl-C stops a run (all signalled at once, then each given what is left
-    of one grace before SIGKILL); each comes back INTERRUPTED, unless it had already exited 0."""
-    for child in children:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, sig)
-    deadline = time.monotonic() + grace_s
-    for child in children:
-        stop_tree(child.proc, sig, grace_s=max(deadline - time.monotonic(), 0.0), signalled=True)
-    return [child.finished(0 if child.proc.returncode == 0 else INTERRUPTED) for child in children]  # 0: done first
+    of one grace before SIGKILL); each comes back INTERRUPTED, unless it had exited on its own before (its
+    own code, a failure included). A second Ctrl-C or SIGTERM meanwhile is ignored: the trees are being
+    stopped, and what became of each is still recorded."""
+    with signals_ignored():
+        exited = {id(child): child.proc.poll() for child in children}
+        for child in children:
+            if exited[id(child)] is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.pid, sig)
+        deadline = time.monotonic() + grace_s
+        for child in children:
+            stop_tree(child.proc, sig, grace_s=max(deadline - time.monotonic(), 0.0), signalled=True)
+        return [child.finished(INTERRUPTED if exited[id(child)] is None else exited[id(child)]) for child in children]
+
+
+@contextlib.contextmanager
+def signals_ignored():
+    """SIGINT and SIGTERM ignored for the block (in the main thread; elsewhere nothing changes)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def wait_any(children: Sequence[Child], timeout_s: float) -> None:

@@ -116,7 +116,7 @@ def test_a_dry_run_prints_each_array_and_submits_nothing(cluster, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("#!/bin/bash") == 2 and "#SBATCH --array=0-1%2" in proc.stdout
     assert f"$ sbatch --parsable --time=0:10:00 --mem=1G {tmp_path / 's' / 'slurm' / 'ddplab-tiny-1x1.sbatch'}" in proc.stdout
-    assert "  task 0: a\n  task 1: b" in proc.stdout and not (tmp_path / "s").exists()
+    assert "RUNS=(a b)" in proc.stdout and "RUNS=(ddp)" in proc.stdout and not (tmp_path / "s").exists()
     queue = subprocess.run(["squeue", "-h"], capture_output=True, text=True, env=cluster.env)
     assert queue.stdout.strip() == ""
 

@@ -91,3 +91,26 @@ def test_env_and_cwd_reach_the_command(tmp_path):
 
 def test_ddplab_command_uses_this_interpreter():
     assert process.ddplab_command("train", "--epochs", "1") == [sys.executable, "-m", "ddplab", "train", "--epochs", "1"]
+
+
+def test_a_child_that_ignores_its_timeout_is_killed_after_the_grace_without_blocking_its_owner(tmp_path, monkeypatch):
+    monkeypatch.setattr(process, "STOP_GRACE_S", 0.5)
+    stubborn = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(120)\n"
+    child = process.Child(python(stubborn), tmp_path / "run.log", timeout_s=0.3)
+    polls, start = 0, time.monotonic()
+    while (done := child.poll(wait_s=0.05)) is None:
+        polls += 1
+        assert time.monotonic() - start < 20
+    assert done.code == process.TIMED_OUT and polls > 10  # each poll returned at once: others could be served
+    assert done.wall_s >= 0.8 and "did not finish within 0.3 s" in done.error
+
+
+def test_stopping_children_keeps_the_code_of_one_that_had_exited_on_its_own(tmp_path):
+    failed = process.Child(python("raise SystemExit(3)"), tmp_path / "failed.log")
+    sleeping = process.Child(python("import time\ntime.sleep(120)"), tmp_path / "sleeping.log")
+    deadline = time.monotonic() + 20
+    while failed.proc.poll() is None:  # it fails before the Ctrl-C
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    codes = [done.code for done in process.stop_all([failed, sleeping], grace_s=5)]
+    assert codes == [3, process.INTERRUPTED]

@@ -49,17 +49,28 @@ def test_cpu_points_each_get_their_own_cores_and_wait_for_a_free_group():
 
 
 def test_gpus_are_never_shared_and_keep_the_names_this_process_was_given():
-    pool = SlotPool(3, cores=list(range(6)), gpus=["2", "5", "7"])
+    pool = SlotPool(4, cores=list(range(8)), gpus=["2", "5", "7"])
     ddp = pool.take(config(strategy="ddp", nproc=2))
     assert ddp.gpus == ("2", "5") and ddp.env({})["CUDA_VISIBLE_DEVICES"] == "2,5"
+    assert ddp.cores == (0, 1, 2, 3)  # a group of cores per GPU: its two workers need their cores
     one = pool.take(config())
-    assert one.gpus == ("7",) and one.describe() == "cores 2,3, GPU 7"
-    assert pool.take(config()) is None  # a core group is free, no GPU is
-    assert pool.take(config(device="cpu")).gpus == ()  # a CPU point needs none
+    assert one.gpus == ("7",) and one.describe() == "cores 4,5, GPU 7"
+    assert pool.take(config()) is None  # a group of cores is free, no GPU is
+    cpu = pool.take(config(device="cpu"))
+    assert cpu.gpus == () and cpu.cores == (6, 7)  # a CPU point needs none
     pool.give_back(ddp)
     assert pool.take(config(strategy="dp")) is None  # DataParallel takes every GPU: it waits for GPU 7 too
     pool.give_back(one)
-    assert pool.free_gpus == ["2", "5", "7"]
+    pool.give_back(cpu)
+    assert pool.free_gpus == ["2", "5", "7"] and pool.free_cores == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    everything = pool.take(config(strategy="dp"))
+    assert everything.gpus == ("2", "5", "7") and everything.cores == tuple(range(6))
+
+
+def test_a_point_that_names_its_gpu_is_refused_with_several_slots():
+    SlotPool(1, cores=[0, 1], gpus=["0", "1"]).refuse_fixed_devices([("r", config(device="cuda:1"))])  # one slot: fine
+    with pytest.raises(ConfigError, match="sweep run r asks for train.device=cuda:1: with --parallel"):
+        SlotPool(2, cores=[0, 1], gpus=["0", "1"]).refuse_fixed_devices([("r", config(device="cuda:1"))])
 
 
 def test_a_one_gpu_machine_runs_its_cuda_points_one_at_a_time_and_says_so():

@@ -1,6 +1,8 @@
 """The Slurm executor's own rules, without a cluster: batch scripts, allocation shapes, each point's status."""
 
 import json
+import os
+import subprocess
 
 import pytest
 
@@ -23,13 +25,17 @@ def test_a_point_with_several_worker_processes_gets_them_all_in_its_allocation()
     assert shape(run("ddp", nproc=1)) == (1, 1)
 
 
-def test_the_batch_script_runs_one_point_per_array_task(tmp_path):
-    script = batch_script(tmp_path, "ddplab-s-1x2", 3, 1, 2, SlurmOptions(parallel=2))
+def test_the_batch_script_runs_one_point_per_array_task_named_in_the_script(tmp_path):
+    script = batch_script(tmp_path, "ddplab-s-1x2", ["a", "b-2", "c"], 1, 2, SlurmOptions(parallel=2))
     lines = script.splitlines()
     assert lines[0] == "#!/bin/bash" and "#SBATCH --array=0-2%2" in lines and "#SBATCH --ntasks-per-node=2" in lines
+    assert "RUNS=(a b-2 c)" in lines  # Slurm keeps the script as submitted: a later submission changes nothing
     assert lines[-1].startswith("exec ") and lines[-1].endswith(
-        f"-m ddplab.sweep.slurm task {tmp_path} {tmp_path / 'slurm' / 'ddplab-s-1x2.names'} \"$SLURM_ARRAY_TASK_ID\"")
-    assert "%" not in batch_script(tmp_path, "x", 3, 1, 1, SlurmOptions()).split("--array=")[1].splitlines()[0]
+        f'-m ddplab.sweep.slurm task {tmp_path} "${{RUNS[$SLURM_ARRAY_TASK_ID]}}"')
+    assert "%" not in batch_script(tmp_path, "x", ["a"], 1, 1, SlurmOptions()).split("--array=")[1].splitlines()[0]
+    ran = subprocess.run(["bash", "-c", script.replace("exec ", "echo ") + "\n"], capture_output=True, text=True,
+                         env={**os.environ, "SLURM_ARRAY_TASK_ID": "1"})
+    assert ran.stdout.split()[-1] == "b-2"  # what bash makes of it: the task's own run
 
 
 def test_slurm_options_become_sbatch_options():
@@ -57,9 +63,10 @@ def test_each_submitted_point_takes_its_status_from_its_folder_its_outcome_and_t
 
 
 def test_the_task_entry_point_says_how_it_is_called(capsys):
-    assert main(["task", "out", "names"]) == 2
-    assert "usage: python -m ddplab.sweep.slurm task SWEEP_FOLDER NAMES_FILE INDEX" in capsys.readouterr().err
-    assert main(["task", "out", "names", "3"], run=lambda out, names, index: index) == 3
+    assert main(["task", "out"]) == 2
+    assert "usage: python -m ddplab.sweep.slurm task SWEEP_FOLDER RUN_NAME" in capsys.readouterr().err
+    assert main(["task", "out", ""]) == 2  # an array task past the end of its RUNS
+    assert main(["task", "out", "b-2"], run=lambda out, name: len(name)) == 3
 
 
 def test_a_points_threads_follow_the_cpus_slurm_allocated():
@@ -68,3 +75,14 @@ def test_a_points_threads_follow_the_cpus_slurm_allocated():
     assert allocated_threads({"SLURM_CPUS_ON_NODE": "8", "SLURM_CPUS_PER_TASK": "3"}, 2) == {"OMP_NUM_THREADS": "3"}
     assert allocated_threads({"SLURM_CPUS_ON_NODE": "8", "OMP_NUM_THREADS": "2"}, 1) == {}  # the user's choice stands
     assert allocated_threads({}, 1) == {}
+
+
+def test_status_says_a_run_whose_local_sweep_was_killed_is_stopped_not_running(tmp_path):
+    from ddplab.sweep.slurm import status
+
+    write_run(tmp_path / "runs" / "done")
+    (tmp_path / "manifest.json").write_text(json.dumps({"name": "s", "runs": [
+        {"name": "done", "dir": "runs/done", "status": "finished"},
+        {"name": "mid", "dir": "runs/mid", "status": "running"}]}))  # its sweep was SIGKILLed: no lock holder
+    lines = status(tmp_path)
+    assert lines[0] == "sweep s: 1 finished, 1 stopped" and lines[2].split()[:2] == ["mid", "stopped"]

@@ -145,6 +145,7 @@ def run_sweep(sweep: Sweep, out: Path, *, timeout_s: float | None = None, parall
     `out` for the whole sweep (one sweep per folder, as one run per run folder); returns the final manifest."""
     check_out(out)
     slots = SlotPool(parallel)
+    slots.refuse_fixed_devices([(run.name, run.config) for run in sweep.runs])
     with run_lock(out, "sweep"):
         return run_held(sweep, out, timeout_s, slots, echo)
 
@@ -244,10 +245,16 @@ class Scheduler:
         self.echo(f"{tag}: {'resuming' if resume else 'running'} (log: {log_path}{where})")
         entry.update(status="running", exit_code=None, error=None)
         write_manifest(out, self.manifest)
-        child = Child(command(run, config_file, run_dir, resume), log_path, timeout_s=self.timeout_s,
-                      env=slot.env(os.environ), cpus=slot.cores, timeout_from="sweep --timeout")
-        self.running.append(Running(run, entry, tag, slot, child, EpochWatch(run_dir / runfiles.METRICS,
-                                                                               run.config.train.epochs)))
+        watch = EpochWatch(run_dir / runfiles.METRICS, run.config.train.epochs)
+        child = None
+        try:
+            child = Child(command(run, config_file, run_dir, resume), log_path, timeout_s=self.timeout_s,
+                          env=slot.env(os.environ), cpus=slot.cores, timeout_from="sweep --timeout")
+            self.running.append(Running(run, entry, tag, slot, child, watch))
+        except KeyboardInterrupt:  # between the start and the append: the child is stopped with the others
+            if child is not None and not any(r.child is child for r in self.running):
+                self.running.append(Running(run, entry, tag, slot, child, watch))
+            raise
         return True
 
     def finish(self, r: Running, done: Finished, left: int) -> None:

@@ -6,7 +6,10 @@ ddplab gives a process the cores it may use and splits them between a node's wor
 (`distributed.set_cpu_threads`; $OMP_NUM_THREADS is not passed on, `--set train.threads=K`
 still sets them). On CUDA a point also takes the GPUs it needs, named to it through
 CUDA_VISIBLE_DEVICES, and never shares one: a DDP point one per worker, DataParallel every
-GPU, a single-process point one (a `--dist.share_device` point one for all its workers).
+GPU, a single-process point one (a `--dist.share_device` point one for all its workers); a
+point that takes k GPUs takes k groups of cores with them (at most all), so an 8-GPU point
+under `--parallel auto` on an 8-GPU node has the node's cores. A point that names its GPU
+(`cuda:N`) is refused with `--parallel` above 1: its GPU is cuda:0 in its own process.
 Points start in the sweep's order, each when a group of cores and its GPUs are free, so a
 1-GPU machine runs its CUDA points one at a time whatever N is (and says so). With N = 1
 nothing is held or renamed: each point has the whole machine, as a sequential sweep always did.
@@ -106,21 +109,35 @@ class SlotPool:
             raise ConfigError(f"--parallel {parallel}: this process may use {len(cores)} CPU core(s), and a point "
                               "never gets fewer than one; give at most that many")
         self.parallel = parallel
-        self.free_cores = split_cores(cores, parallel) if parallel > 1 else [()]
+        self.groups = split_cores(cores, parallel) if parallel > 1 else [()]
+        self.free_cores = list(self.groups)
         self.free_gpus = list(self.gpus) if parallel > 1 else []
 
     def take(self, config: RunConfig) -> Slot | None:
-        """A slot for a point of `config`, or None while what it needs is in use."""
+        """A slot for a point of `config`, or None while what it needs is in use. A point that takes k GPUs
+        takes k groups of cores (all of them at most): its k workers need their cores too."""
         need = gpus_needed(config, len(self.gpus)) if self.parallel > 1 else 0
-        if not self.free_cores or need > len(self.free_gpus):
+        groups = min(max(1, need), self.parallel)
+        if len(self.free_cores) < groups or need > len(self.free_gpus):
             return None
+        taken, self.free_cores = self.free_cores[:groups], self.free_cores[groups:]
         gpus, self.free_gpus = self.free_gpus[:need], self.free_gpus[need:]
-        return Slot(self.free_cores.pop(0), tuple(gpus))
+        return Slot(tuple(core for group in taken for core in group), tuple(gpus))
 
     def give_back(self, slot: Slot) -> None:
-        self.free_cores.append(slot.cores)
-        self.free_cores.sort()
+        groups = [g for g in self.groups if set(g) <= set(slot.cores)] if slot.cores else [()]
+        self.free_cores = sorted([*self.free_cores, *groups])
         self.free_gpus = sorted([*self.free_gpus, *slot.gpus], key=self.gpus.index)
+
+    def refuse_fixed_devices(self, configs: list[tuple[str, RunConfig]]) -> None:
+        """A point that names its GPU (train.device cuda:N) cannot be given one of its own: refused with
+        --parallel above 1, before anything runs."""
+        if self.parallel == 1:
+            return
+        for name, config in configs:
+            if config.train.device.startswith("cuda:"):
+                raise ConfigError(f"sweep run {name} asks for train.device={config.train.device}: with --parallel each "
+                                  "run is given its own GPUs, seen as cuda:0, cuda:1, ...; use train.device=cuda")
 
     def fits(self, config: RunConfig) -> bool:
         """Whether a point of `config` could ever start here (when nothing else runs)."""
@@ -130,8 +147,7 @@ class SlotPool:
         if self.parallel == 1:
             chosen = f" (--parallel auto: {len(self.gpus)} GPU(s), {self.cores} core(s))" if self.requested == AUTO else ""
             return "one point at a time, each with the whole machine" + chosen
-        groups = self.free_cores
-        sizes = sorted({len(g) for g in groups})
+        sizes = sorted({len(g) for g in self.groups})
         cores = "-".join(map(str, sizes))
         text = f"up to {self.parallel} points at once, {cores} CPU core{'s' * (sizes[-1] > 1)} each"
         if self.gpus:

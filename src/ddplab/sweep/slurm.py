@@ -8,7 +8,7 @@ allocation (nodes x tasks per node): a point whose workers are several processes
 all in its allocation and runs them with `srun`, whose workers ddplab accepts (topology.py).
 `--parallel N` throttles each array to N tasks at once (`%N`).
 
-Each array task runs `python -m ddplab.sweep.slurm task OUT NAMES INDEX`: it skips a point
+Each array task runs `python -m ddplab.sweep.slurm task OUT NAME`: it skips a point
 that finished, resumes one that has a checkpoint (a preempted, timed-out or cancelled task
 is resumed by submitting again), runs `ddplab train` as the local runner does (its own
 process tree, output appended to the point's log, SIGTERM from scancel or the time limit
@@ -20,6 +20,7 @@ scancel (by the user) and srun are used: the scheduling is Slurm's.
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import shlex
@@ -36,15 +37,16 @@ from typing import Any
 
 from ddplab import files, runfiles
 from ddplab.config import build_config, load_toml
-from ddplab.engine.runlock import run_lock
+from ddplab.engine.runlock import live_owner, run_lock
 from ddplab.errors import ConfigError
 from ddplab.process import INTERRUPTED, ddplab_command, supervise
 from ddplab.sweep.manifest import MANIFEST, write_manifest
 from ddplab.sweep.runner import check_out, duration, prepare_folder, raise_terminated
 from ddplab.sweep.spec import Sweep, SweepRun, slug
 
-FOLDER = "slurm"  # batch scripts, the point names of each array, and each task's outcome
+FOLDER = "slurm"  # batch scripts and each task's outcome
 WAIT_POLL_S = 2.0
+TASK_GRACE_S = 20  # a cancelled task's run is SIGKILLed after this; below Slurm's default KillWait (30 s)
 QUEUED = ("PENDING", "CONFIGURING", "REQUEUED", "RESV_DEL_HOLD", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED")
 
 
@@ -75,16 +77,17 @@ def shape(run: SweepRun) -> tuple[int, int]:
     return 1, 1
 
 
-def batch_script(out: Path, name: str, count: int, nodes: int, tasks: int, options: SlurmOptions) -> str:
-    """One job array: task i runs the i-th point of `name`.names."""
-    folder = out.resolve() / FOLDER
+def batch_script(out: Path, name: str, runs: list[str], nodes: int, tasks: int, options: SlurmOptions) -> str:
+    """One job array: task i runs the i-th of `runs` (named in the script, which Slurm keeps as submitted,
+    so a later submission cannot change what an earlier array's pending tasks run)."""
     throttle = f"%{options.parallel}" if options.parallel else ""
-    lines = ["#!/bin/bash", f"#SBATCH --job-name={name}", f"#SBATCH --array=0-{count - 1}{throttle}",
+    lines = ["#!/bin/bash", f"#SBATCH --job-name={name}", f"#SBATCH --array=0-{len(runs) - 1}{throttle}",
              f"#SBATCH --nodes={nodes}", f"#SBATCH --ntasks-per-node={tasks}",
              f"#SBATCH --output={out.resolve() / 'logs' / 'slurm-%A_%a.out'}",
              "# ddplab: each task runs one point of the sweep; its output goes to the point's log",
-             "exec " + shlex.join([sys.executable, "-m", "ddplab.sweep.slurm", "task", str(out.resolve()),
-                                   str(folder / f"{name}.names")]) + ' "$SLURM_ARRAY_TASK_ID"']
+             f"RUNS=({' '.join(shlex.quote(run) for run in runs)})",
+             "exec " + shlex.join([sys.executable, "-m", "ddplab.sweep.slurm", "task", str(out.resolve())])
+             + ' "${RUNS[$SLURM_ARRAY_TASK_ID]}"']
     return "\n".join(lines) + "\n"
 
 
@@ -99,8 +102,7 @@ def submit(sweep: Sweep, out: Path, options: SlurmOptions, *, dry_run: bool = Fa
         groups = arrays(sweep.runs, sweep)
         for (name, nodes, tasks), runs in groups.items():
             echo(f"$ sbatch --parsable {shlex.join(extra)} {out / FOLDER / (name + '.sbatch')}".replace("  ", " "))
-            echo(batch_script(out, name, len(runs), nodes, tasks, options))
-            echo("\n".join(f"  task {i}: {run.name}" for i, run in enumerate(runs)))
+            echo(batch_script(out, name, [run.name for run in runs], nodes, tasks, options))
         return {}
     with run_lock(out, "sweep"):
         earlier = read_full_manifest(out) if (out / MANIFEST).is_file() else {}
@@ -114,21 +116,20 @@ def submit(sweep: Sweep, out: Path, options: SlurmOptions, *, dry_run: bool = Fa
             return manifest
         files.make_dir(out / FOLDER)
         entries = {run.name: entry for run, entry in todo}
+        manifest["executor"] = "slurm"
         for (name, nodes, tasks), runs in arrays([run for run, _ in todo], sweep).items():
             for run in runs:
                 files.write_text(out / entries[run.name]["config"], run.config.to_toml())
                 (out / FOLDER / f"{run.name}.json").unlink(missing_ok=True)  # an earlier task's outcome
-            files.write_text(out / FOLDER / f"{name}.names", "".join(run.name + "\n" for run in runs))
             script = out / FOLDER / f"{name}.sbatch"
-            files.write_text(script, batch_script(out, name, len(runs), nodes, tasks, options))
+            files.write_text(script, batch_script(out, name, [run.name for run in runs], nodes, tasks, options))
             job = sbatch(script, extra)
             for i, run in enumerate(runs):
                 entries[run.name].update(status="submitted", job=f"{job}_{i}", exit_code=None, error=None)
+            manifest["slurm_jobs"].append(job)
+            write_manifest(out, manifest)  # each job recorded as soon as it exists: a later refusal loses none
             echo(f"submitted job {job}: {len(runs)} point(s) of {nodes} node(s) x {tasks} task(s) "
                  f"({', '.join(run.name for run in runs)})")
-            manifest["slurm_jobs"].append(job)
-        manifest["executor"] = "slurm"
-        write_manifest(out, manifest)
     echo(f"follow it: ddplab sweep {sweep.file} --out {out} --status (or --wait for the report)")
     return manifest
 
@@ -169,14 +170,16 @@ def job_of(entry: dict[str, Any]) -> str:
 
 def queued_jobs(manifest: dict[str, Any]) -> dict[str, str]:
     """The array tasks of this sweep's jobs that Slurm still holds, by "JOB_INDEX", with their state."""
-    jobs = manifest.get("slurm_jobs") or []
+    jobs = set(manifest.get("slurm_jobs") or [])
     if not jobs:
         return {}
-    text = slurm_tool(["squeue", "-h", "-r", "-j", ",".join(jobs), "-o", "%i|%T"], "squeue")
-    return dict(line.split("|", 1) for line in text.splitlines() if "|" in line)
+    # All of this user's array tasks, filtered here: asked by id, squeue refuses a job it has forgotten.
+    text = slurm_tool(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T"], "squeue")
+    tasks = dict(line.strip().split("|", 1) for line in text.splitlines() if "|" in line)
+    return {task: state for task, state in tasks.items() if task.split("_")[0] in jobs}
 
 
-def refresh(out: Path, manifest: dict[str, Any], queued: dict[str, str]) -> None:
+def refresh(out: Path, manifest: dict[str, Any], queued: dict[str, str], *, write: bool = True) -> None:
     """Each submitted point's status from its run folder, its task's outcome and the queue."""
     for entry in manifest["runs"]:
         if not entry.get("job") or entry["status"] in ("finished", "skipped"):
@@ -193,7 +196,8 @@ def refresh(out: Path, manifest: dict[str, Any], queued: dict[str, str]) -> None
         else:
             entry.update(status="failed", error=f"its task (job {job_of(entry)}) ended without an outcome: cancelled "
                                                 f"before it started, or killed; see {out / 'logs'}/slurm-{job_of(entry)}.out")
-    write_manifest(out, manifest)
+    if write:
+        write_manifest(out, manifest)
 
 
 def read_outcome(path: Path) -> dict[str, Any] | None:
@@ -215,11 +219,14 @@ def read_full_manifest(out: Path) -> dict[str, Any]:
 
 
 def status(out: Path) -> list[str]:
-    """One line per point: what it is doing, from the queue, its outcome and its run folder."""
+    """One line per point: what it is doing, from the queue, its outcome and its run folder (the manifest
+    is only read: `--wait` and the runners write it)."""
     manifest = read_full_manifest(out)
-    queued = queued_jobs(manifest) if manifest.get("executor") == "slurm" else {}
     if manifest.get("executor") == "slurm":
-        refresh(out, manifest, queued)
+        refresh(out, manifest, queued_jobs(manifest), write=False)
+    for entry in manifest["runs"]:
+        if entry["status"] == "running" and manifest.get("executor") != "slurm" and live_owner(out / entry["dir"]) is None:
+            entry["status"] = "stopped"  # its sweep was killed outright: nothing trains it any more
     lines = []
     for entry in manifest["runs"]:
         run_dir = out / entry["dir"]
@@ -242,23 +249,23 @@ def _lines(path: Path) -> list[str]:
 
 def wait(out: Path, echo=print, poll_s: float = WAIT_POLL_S) -> dict[str, Any]:
     """Wait until none of the sweep's tasks is queued or running; the manifest with each point's outcome."""
-    manifest = read_full_manifest(out)
     start, shown = time.perf_counter(), None
-    while queued := queued_jobs(manifest):
+    while queued := queued_jobs(read_full_manifest(out)):  # read again: a submission meanwhile adds jobs
         waiting = sum(state in QUEUED for state in queued.values())
         summary = f"{waiting} queued, {len(queued) - waiting} running"
         if summary != shown:
             echo(f"  slurm: {summary} ({duration(time.perf_counter() - start)} so far)")
             shown = summary
         time.sleep(poll_s)
-    refresh(out, manifest, {})
+    with run_lock(out, "sweep"):  # no submission writes the manifest between this read and write
+        manifest = read_full_manifest(out)
+        refresh(out, manifest, queued_jobs(manifest))
     return manifest
 
 
 # ---- inside an array task -------------------------------------------------------------------
-def task(out: Path, names: Path, index: int) -> int:
-    """Run the `index`-th point of `names` in the sweep folder `out`; its exit code."""
-    name = names.read_text().split()[index]
+def task(out: Path, name: str) -> int:
+    """Run the point `name` of the sweep folder `out`; its exit code."""
     run_dir, config_file, log_path = out / "runs" / name, out / "configs" / f"{name}.toml", out / "logs" / f"{name}.log"
     if runfiles.run_state(run_dir) == "finished":
         print(f"{name}: finished already", flush=True)
@@ -274,10 +281,12 @@ def task(out: Path, names: Path, index: int) -> int:
     print(f"{name}: {'resuming' if resume else 'running'} on {socket.gethostname()} (log: {log_path})", flush=True)
     previous = signal.signal(signal.SIGTERM, raise_terminated)  # scancel, the time limit: stop resumable
     try:
-        done = supervise(cmd, log_path, env=env)
+        # SIGTERM: srun forwards it to the workers (one SIGINT only makes it print their state); stopped
+        # within TASK_GRACE_S, before Slurm's SIGKILL (KillWait, 30 s by default), so the outcome is written.
+        done = supervise(cmd, log_path, env=env, stop_signal=signal.SIGTERM, grace_s=TASK_GRACE_S)
     finally:
         signal.signal(signal.SIGTERM, previous)
-    job = f"{os.environ.get('SLURM_ARRAY_JOB_ID', '?')}_{os.environ.get('SLURM_ARRAY_TASK_ID', index)}"
+    job = f"{os.environ.get('SLURM_ARRAY_JOB_ID', '?')}_{os.environ.get('SLURM_ARRAY_TASK_ID', '?')}"
     files.write_json(out / FOLDER / f"{name}.json", {"name": name, "job": job, "host": socket.gethostname(),
                                                     "exit_code": done.code, "error": done.error,
                                                     "wall_s": round(done.wall_s, 1)})
@@ -300,13 +309,13 @@ def allocated_threads(env: dict[str, str], tasks_per_node: int) -> dict[str, str
     return {"OMP_NUM_THREADS": str(max(1, int(per_task)))} if per_task else {}
 
 
-def main(argv: list[str] | None = None, run: Callable[[Path, Path, int], int] = task) -> int:
+def main(argv: list[str] | None = None, run: Callable[[Path, str], int] = task) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 4 or args[0] != "task" or not args[3].isdigit():
-        print("usage: python -m ddplab.sweep.slurm task SWEEP_FOLDER NAMES_FILE INDEX (run by ddplab's batch scripts)",
+    if len(args) != 3 or args[0] != "task" or not args[2]:
+        print("usage: python -m ddplab.sweep.slurm task SWEEP_FOLDER RUN_NAME (run by ddplab's batch scripts)",
               file=sys.stderr)
         return 2
-    return run(Path(args[1]), Path(args[2]), int(args[3]))
+    return run(Path(args[1]), args[2])
 
 
 if __name__ == "__main__":
