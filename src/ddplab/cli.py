@@ -7,6 +7,7 @@
     ddplab sweep FILE.toml [--out DIR] [--profile cpu|gpu] [--parallel N|auto] [--dry-run] [--status]
                            [--executor slurm [--slurm.partition P ...] [--wait]]
     ddplab report RUN_OR_SWEEP_DIR ... [--out DIR]
+    ddplab plan [--measure [--backend gloo|nccl] [--nproc N] [--out links.json]]
     ddplab models [--image-size N] [--num-classes K]
 
 Errors meant for the user (`DdplabError`) print one line and exit with their code (2 for
@@ -27,12 +28,12 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from ddplab import compat, runfiles
+from ddplab import compat, files, runfiles
 from ddplab.config import SECTIONS, RunConfig, build_config, coerce, field_types, load_toml, merge, parse_dotted
 from ddplab.errors import ConfigError, DataError, DdplabError, SweepError, file_error
 
 # Commands that only read run folders: they work where torch cannot be imported (a laptop, a CI box).
-TORCH_FREE = ("report", "compare")
+TORCH_FREE = ("report", "compare", "plan")  # plan imports torch only to --measure
 
 # Short flags for the settings people change most; every setting also has --section.field.
 SHORTCUTS: dict[str, str] = {
@@ -309,6 +310,42 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    """The published links, or (--measure) this machine's all-reduce, fitted and written to --out."""
+    from ddplab.planner import links
+
+    if not args.measure:
+        print(f"{'link':<8} {'bus GB/s':>9} {'alpha us':>9}  source (published, not measured)")
+        for link in links.PUBLISHED.values():
+            print(f"{link.name:<8} {link.busbw_gbps:>9,.1f} {link.alpha_s * 1e6:>9,.0f}  {link.source}")
+        print("measure this machine's: ddplab plan --measure [--backend gloo|nccl] [--nproc N]")
+        return 0
+    compat.check_torch()
+    import torch
+
+    on_cuda = torch.cuda.is_available()
+    backend = ("nccl" if on_cuda else "gloo") if args.backend == "auto" else args.backend
+    device = "cuda" if backend == "nccl" else "cpu"
+    if device == "cuda" and args.nproc > torch.cuda.device_count():
+        raise ConfigError(f"--nproc {args.nproc}: NCCL needs a GPU per rank and this machine has "
+                          f"{torch.cuda.device_count()}")
+    print(f"measuring all-reduce: {backend} x{args.nproc} on {device}, 4 KiB to {args.max_mib} MiB ...", flush=True)
+    result = links.measure(backend, args.nproc, device=device, max_bytes=args.max_mib * links.MIB)
+    link = links.measured_link(result)
+    print(f"{'size':>10} {'time us':>10} {'algbw GB/s':>11} {'busbw GB/s':>11} {'model us':>10}")
+    factor = 2 * (args.nproc - 1) / args.nproc
+    for size, t in zip(result["sizes"], result["times_s"]):
+        print(f"{size / links.KIB:>8,.0f} K {t * 1e6:>10,.1f} {size / t / links.GB:>11,.3f} "
+              f"{size * factor / t / links.GB:>11,.3f} {link.allreduce_s(size, args.nproc) * 1e6:>10,.1f}")
+    print(f"fit: alpha {link.alpha_s * 1e6:,.1f} us, bus bandwidth {link.busbw_gbps:,.3f} GB/s; model error median "
+          f"{link.fit_error['median']:.1%}, worst {link.fit_error['max']:.1%} ({result['wall_s']} s)")
+    from ddplab.metrics.system import machine
+
+    files.write_json(args.out, {"measurement": result, "link": links.link_record(link), "machine": machine(device)})
+    print(f"links: {args.out}")
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     only = args.paths[0] if len(args.paths) == 1 else None
     out = args.out or (only / "report" if only is not None and (only / "manifest.json").is_file() else Path("report"))
@@ -406,6 +443,14 @@ def build_parser(with_kernels: bool = True) -> argparse.ArgumentParser:
     p = sub.add_parser("assignment", help="the distributed-ML assignment's six questions in one sweep, then one report")
     add_sweep_options(p)
     p.set_defaults(func=cmd_sweep, file="assignment", list=False)
+    p = sub.add_parser("plan", help="links for scaling out: all-reduce measured here, or the published interconnects")
+    p.add_argument("--measure", action="store_true",
+                   help="time all-reduce from 4 KiB up with --nproc processes, fit latency and bus bandwidth, write --out")
+    p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto", help="auto: nccl on CUDA, else gloo")
+    p.add_argument("--nproc", type=positive_whole, default=2, help="processes (ranks) to measure with")
+    p.add_argument("--max-mib", type=positive_whole, default=256, help="the largest message, MiB")
+    p.add_argument("--out", type=Path, default=Path("links.json"), help="where --measure writes (default: links.json)")
+    p.set_defaults(func=cmd_plan)
     p = sub.add_parser("report", help="tables, plots and an HTML page from run and sweep folders")
     p.add_argument("paths", nargs="+", type=Path, help="run folders, sweep folders, or folders holding them")
     p.add_argument("--out", type=Path, default=None, help="report folder (default: SWEEP/report for one sweep, else ./report)")

@@ -305,6 +305,12 @@ CASES = [
     Case("train-two-nodes-without-endpoint", ["train", "--dataset", "synthetic", "--strategy", "ddp", "--nnodes", "2",
                                               "--out", "{tmp}/r"], 2,
          r"a multi-node run started by ddplab's launcher needs host:port", alone=True, after=no_folder("r")),
+    Case("plan-one-rank", ["plan", "--measure", "--nproc", "1"], 2,
+         r"--nproc 1: an all-reduce needs 2 or more ranks to measure a link", alone=True),
+    Case("plan-nccl-on-a-cpu", ["plan", "--measure", "--backend", "nccl"], 2,
+         r"(--backend nccl needs CUDA devices; use --backend gloo on a CPU|NCCL needs a GPU per rank)", alone=True),
+    Case("plan-zero-mib", ["plan", "--measure", "--max-mib", "0"], 2, r"argument --max-mib: '0' is not a whole number >= 1",
+         alone=True),
     Case("sweep-without-file", ["sweep"], 2, r"give a sweep file or a bundled sweep's name \(ddplab sweep --list\)"),
     Case("sweep-unknown-name", ["sweep", "precison"], 2, r"'precison' is neither a sweep file nor a bundled sweep; "
          r"bundled: .*precision"),

@@ -71,7 +71,9 @@ def test_reading_run_folders_needs_no_torch(tmp_path):
     assert (tmp_path / "rep" / "index.html").is_file() and "Traceback" not in report.stderr
     compare = without_torch("compare", str(run))
     assert compare.returncode == 0 and "run" in compare.stdout, compare.stderr[-3000:]
-    for argv in (["train", "--out", str(tmp_path / "r")], ["kernels", "check"], ["models"]):
+    links = without_torch("plan")  # the published links need no torch; measuring them does
+    assert links.returncode == 0 and "nvlink" in links.stdout, links.stderr[-3000:]
+    for argv in (["train", "--out", str(tmp_path / "r")], ["kernels", "check"], ["models"], ["plan", "--measure"]):
         proc = without_torch(*argv)
         assert proc.returncode == 2 and proc.stderr.strip() == ("ddplab: error: ddplab needs torch >= 2.4, and this "
                                                                 "Python has none: pip install 'torch>=2.4'"), proc.stderr

@@ -1,0 +1,188 @@
+"""Interconnects as an all-reduce cost model: published figures, and measurements taken here.
+
+An all-reduce of S bytes over N ranks is modelled as
+
+    t(S, N) = alpha + S * 2(N-1)/N / busbw
+
+alpha (s) is the fixed cost of one collective: launch, synchronization, the latency of the
+ring's 2(N-1) steps at small sizes. busbw (bytes/s) is the bus bandwidth as nccl-tests
+defines it (NVIDIA/nccl-tests, doc/PERFORMANCE.md): the algorithm bandwidth S/t times
+2(N-1)/N, the share of S a ring all-reduce sends through each rank's link, so that one
+figure describes a link whatever N is. It is the figure to compare with a link's speed.
+
+`measure` times all-reduce over message sizes on this machine with a real backend (Gloo or
+NCCL), in N processes started by PyTorch's elastic launcher, as training's workers are; each
+size's time is the slowest rank's. `fit` finds alpha and busbw by least squares on relative
+error: the sizes span five orders of magnitude, and plain least squares would fit only the
+largest. The fit's error (median and worst relative error over the sizes) says how far the
+model can be trusted for that link.
+
+`PUBLISHED` holds what hardware promises: line rates from the specifications, and where
+public measurements exist (nccl-tests) what they reached. They are marked published, not
+measured: a run gets at most that.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ddplab.errors import ConfigError, DataError
+
+GB = 1e9  # bandwidths are in GB/s (10^9 bytes per second), as nccl-tests and the specifications give them
+KIB, MIB = 2**10, 2**20
+SIZES = tuple(4 * KIB * 4**i for i in range(10))  # 4 KiB .. 1 GiB by 4x; `measure` stops at its max_bytes
+MAX_BYTES = 256 * MIB
+TARGET_S_PER_SIZE = 0.2  # each size is repeated for about this long (at least MIN_REPEATS times)
+MIN_REPEATS, MAX_REPEATS, WARMUP = 3, 200, 2
+
+
+@dataclass(frozen=True)
+class Link:
+    name: str
+    busbw_gbps: float  # GB/s per rank's link, one direction
+    alpha_s: float  # s per collective
+    source: str  # where the figures come from
+    measured: bool = False
+    fit_error: dict[str, float] = field(default_factory=dict)  # measured: median and max relative error
+
+    def allreduce_s(self, size_bytes: float, ranks: int) -> float:
+        """Modelled time of one all-reduce of `size_bytes` over `ranks` (0 for one rank: nothing to reduce)."""
+        if ranks <= 1:
+            return 0.0
+        return self.alpha_s + size_bytes * 2 * (ranks - 1) / ranks / (self.busbw_gbps * GB)
+
+
+# What the hardware promises. busbw: the nccl-tests figure where published measurements exist,
+# else the line rate per direction; alpha: a published latency floor where there is one, else
+# marked as assumed.
+PUBLISHED: dict[str, Link] = {link.name: link for link in (
+    Link("nvlink", 450.0, 26e-6,
+         "NVLink 4 on H100/H200 SXM: 900 GB/s per GPU, both directions (NVIDIA H100 and H200 datasheets); "
+         "nccl-tests all_reduce on 8x H100 NVSwitch reaches a busbw of ~460-480 GB/s at large sizes, "
+         "~26 us at the smallest"),
+    Link("pcie5", 63.0, 10e-6,
+         "PCIe 5.0 x16: 32 GT/s per lane, ~63 GB/s per direction (PCI-SIG PCIe 5.0 specification); "
+         "alpha assumed"),
+    Link("pcie4", 31.5, 10e-6,
+         "PCIe 4.0 x16: 16 GT/s per lane, ~31.5 GB/s per direction (PCI-SIG PCIe 4.0 specification); "
+         "alpha assumed"),
+    Link("ib", 50.0, 5e-6,
+         "NDR InfiniBand: 400 Gb/s per port, 50 GB/s (InfiniBand Trade Association roadmap); measured "
+         "~46-48 GB/s per NIC; alpha assumed"),
+    Link("100gbe", 12.5, 50e-6,
+         "100 Gigabit Ethernet line rate, 12.5 GB/s (IEEE 802.3); alpha assumed (TCP)"),
+    Link("25gbe", 3.125, 50e-6,
+         "25 Gigabit Ethernet line rate, 3.125 GB/s (IEEE 802.3by); alpha assumed (TCP)"),
+    Link("10gbe", 1.25, 50e-6,
+         "10 Gigabit Ethernet line rate, 1.25 GB/s (IEEE 802.3ae); alpha assumed (TCP)"),
+)}
+
+
+def link_named(name: str) -> Link:
+    try:
+        return PUBLISHED[name]
+    except KeyError:
+        raise ConfigError(f"no link named {name!r}: the links are {', '.join(PUBLISHED)}, or measured") from None
+
+
+def fit(sizes: list[float], times: list[float], ranks: int) -> tuple[float, float, dict[str, float]]:
+    """alpha (s), busbw (GB/s) and the fit's relative errors, from all-reduce times over `ranks`.
+
+    Least squares of t = alpha + x / busbw with x = S * 2(N-1)/N, each point weighted by 1/t
+    (its relative error). A fit that cannot describe a link (fewer than 3 sizes, a bandwidth
+    that is not positive) is a DataError."""
+    points = [(s * 2 * (ranks - 1) / ranks, t) for s, t in zip(sizes, times) if t > 0 and math.isfinite(t)]
+    if ranks < 2 or len(points) < 3:
+        raise DataError(f"an all-reduce fit needs 3 or more sizes timed over 2 or more ranks; got "
+                        f"{len(points)} size(s) over {ranks} rank(s)")
+    w = [1 / t**2 for _, t in points]  # weights of the squared residuals: (residual / t)^2
+    sw = sum(w)
+    mx = sum(wi * x for wi, (x, _) in zip(w, points)) / sw
+    mt = sum(wi * t for wi, (_, t) in zip(w, points)) / sw
+    sxx = sum(wi * (x - mx) ** 2 for wi, (x, _) in zip(w, points))
+    slope = sum(wi * (x - mx) * (t - mt) for wi, (x, t) in zip(w, points)) / sxx if sxx > 0 else 0.0
+    alpha = max(mt - slope * mx, 0.0)
+    if slope <= 0:
+        raise DataError("the all-reduce times do not grow with the message size: the measurement is degenerate "
+                        "(too noisy, or too few sizes); measure again on an idle machine")
+    errors = [abs(alpha + slope * x - t) / t for x, t in points]
+    return alpha, 1 / slope / GB, {"median": statistics.median(errors), "max": max(errors)}
+
+
+def measured_link(result: dict[str, Any]) -> Link:
+    """The Link a `measure` result describes."""
+    alpha, busbw, error = fit(result["sizes"], result["times_s"], result["ranks"])
+    return Link(f"measured-{result['backend']}", busbw, alpha, f"measured here: {result['backend']} x{result['ranks']} "
+                f"on {result['device']}", measured=True, fit_error=error)
+
+
+def measure(backend: str = "gloo", ranks: int = 2, *, device: str = "cpu", max_bytes: int = MAX_BYTES) -> dict[str, Any]:
+    """Time all-reduce over SIZES up to `max_bytes` with `ranks` processes of the elastic launcher."""
+    from torch.distributed.launcher.api import elastic_launch
+
+    from ddplab import compat
+
+    if ranks < 2:
+        raise ConfigError(f"--nproc {ranks}: an all-reduce needs 2 or more ranks to measure a link")
+    if backend == "nccl" and device != "cuda":
+        raise ConfigError("--backend nccl needs CUDA devices; use --backend gloo on a CPU")
+    sizes = [s for s in SIZES if s <= max_bytes]
+    if len(sizes) < 3:
+        raise ConfigError(f"--max-mib {max_bytes / MIB:g} leaves {len(sizes)} message size(s) from 4 KiB; the fit needs 3")
+    config = compat.launch_config(min_nodes=1, max_nodes=1, nproc_per_node=ranks, run_id=str(uuid.uuid4()),
+                                  rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
+                                  monitor_interval=0.1, start_method="spawn")
+    start = time.perf_counter()
+    results = elastic_launch(config, time_allreduce)(backend, sizes, device)
+    return {"backend": backend, "ranks": ranks, "device": device, "sizes": sizes, "times_s": results[0],
+            "wall_s": round(time.perf_counter() - start, 1)}
+
+
+def time_allreduce(backend: str, sizes: list[int], device: str) -> list[float]:
+    """In each worker: seconds per all-reduce of each size, the slowest rank's."""
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(backend)
+    try:
+        on = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if device == "cuda" else torch.device("cpu")
+        if on.type == "cuda":
+            torch.cuda.set_device(on)
+
+        def sync() -> None:
+            if on.type == "cuda":
+                torch.cuda.synchronize(on)
+
+        times = []
+        for size in sizes:
+            buffer = torch.ones(size // 4, dtype=torch.float32, device=on)
+            for _ in range(WARMUP):
+                dist.all_reduce(buffer)
+            sync()
+            first = time.perf_counter()
+            dist.all_reduce(buffer)
+            sync()
+            once = torch.tensor([time.perf_counter() - first])
+            dist.all_reduce(once, op=dist.ReduceOp.MAX)  # every rank repeats the same number of times
+            repeats = max(MIN_REPEATS, min(MAX_REPEATS, int(TARGET_S_PER_SIZE / max(once.item(), 1e-6))))
+            dist.barrier()
+            start = time.perf_counter()
+            for _ in range(repeats):
+                dist.all_reduce(buffer)
+            sync()
+            times.append((time.perf_counter() - start) / repeats)
+        slowest = torch.tensor(times, dtype=torch.float64)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        return slowest.tolist()
+    finally:
+        dist.destroy_process_group()
+
+
+def link_record(link: Link) -> dict[str, Any]:
+    return asdict(link)
