@@ -7,7 +7,8 @@
     ddplab sweep FILE.toml [--out DIR] [--profile cpu|gpu] [--parallel N|auto] [--dry-run] [--status]
                            [--executor slurm [--slurm.partition P ...] [--wait]]
     ddplab report RUN_OR_SWEEP_DIR ... [--out DIR]
-    ddplab plan [--measure [--backend gloo|nccl] [--nproc N] [--out links.json]]
+    ddplab plan [RUN [--gpus 1,2,4,8] [--nodes 1,2] [--batch 16,32] [--link NAME|measured]]
+                [--measure [--backend gloo|nccl] [--nproc N]]
     ddplab models [--image-size N] [--num-classes K]
 
 Errors meant for the user (`DdplabError`) print one line and exit with their code (2 for
@@ -285,6 +286,14 @@ def sweep_slurm_options(args: argparse.Namespace):
                         parallel=args.parallel if isinstance(args.parallel, int) and args.parallel > 1 else None)
 
 
+def whole_list(text: str) -> list[int]:
+    """A comma-separated list of whole numbers >= 1 (1,2,4,8)."""
+    parts = [part.strip() for part in text.split(",")]
+    if not parts or not all(part.isdigit() and int(part) >= 1 for part in parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers >= 1")
+    return sorted({int(part) for part in parts})
+
+
 def positive_whole(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
@@ -314,6 +323,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """The published links, or (--measure) this machine's all-reduce, fitted and written to --out."""
     from ddplab.planner import links
 
+    if args.run is not None:
+        return plan_run(args)
     if not args.measure:
         print(f"{'link':<8} {'bus GB/s':>9} {'alpha us':>9}  source (published, not measured)")
         for link in links.PUBLISHED.values():
@@ -341,9 +352,59 @@ def cmd_plan(args: argparse.Namespace) -> int:
           f"{link.fit_error['median']:.1%}, worst {link.fit_error['max']:.1%} ({result['wall_s']} s)")
     from ddplab.metrics.system import machine
 
-    files.write_json(args.out, {"measurement": result, "link": links.link_record(link), "machine": machine(device)})
-    print(f"links: {args.out}")
+    out = args.out or Path("links.json")
+    files.write_json(out, {"measurement": result, "link": links.link_record(link), "machine": machine(device)})
+    print(f"links: {out}")
     return 0
+
+
+def plan_run(args: argparse.Namespace) -> int:
+    """Predict RUN on --gpus x --nodes at --batch over --link; print the table and write plan.json."""
+    from ddplab.planner import model
+    from ddplab.report.runs import load_run
+
+    run = load_run(args.run)
+    if not run.finished:
+        raise ConfigError(f"{args.run} is not a finished ddplab run ({run.error}): plan from a finished one")
+    costs = model.step_costs(run.summary, run.history, run.config)
+    link = measured_or_published(args.link or ("nvlink" if costs.on_cuda else "measured"), args.links_file)
+    inter = measured_or_published(args.inter_link, args.links_file) if max(args.nodes) > 1 else None
+    per_node = args.gpus or ([1, 2, 4, 8] if costs.on_cuda else [1, 2])
+    batches = args.batch or [run.summary["batch"]["local"]]
+    result = model.plan(costs, per_node, args.nodes, batches, link, inter)
+    m = costs.measured
+    print(f"plan for {args.run}: measured {m['world_size']} worker(s) at local batch {m['local_batch']} on "
+          f"{m['device']}, {m['step_s'] * 1e3:,.1f} ms a step; link {link.name} ({link.busbw_gbps:,.3g} GB/s, "
+          f"{link.alpha_s * 1e6:,.0f} us{', measured' if link.measured else ', published'})"
+          + (f", between nodes {inter.name}" if inter else ""))
+    print(f"  {'workers':>9} {'batch':>6} {'step ms':>9} {'comm ms':>8} {'exposed':>8} {'images/s':>10} "
+          f"{'speedup':>8} {'ideal':>6} {'efficiency':>10}")
+    for r in result["rows"]:
+        print(f"  {r['per_node']:>3} x {r['nodes']:<3} {r['local_batch']:>6} {r['step_s'] * 1e3:>9,.2f} "
+              f"{r['comm_s'] * 1e3:>8,.2f} {r['exposed_comm_s'] * 1e3:>8,.2f} {r['images_per_s']:>10,.0f} "
+              f"{r['speedup']:>7.2f}x {r['ideal']:>5.0f}x {r['efficiency']:>10.0%}")
+    for p in result["pays_from"]:
+        said = ", ".join(f"{pct}% efficiency from local batch {p[f'batch_for_{pct}pct']}" if p[f"batch_for_{pct}pct"]
+                         else f"never {pct}% efficient up to local batch 8192" for pct in (50, 80))
+        print(f"  {p['per_node']} x {p['nodes']}: {said}")
+    out = args.out or Path("plan.json")
+    files.write_json(out, {"run": str(args.run), **result})
+    print(f"plan: {out} (assumptions: ddplab/planner/model.py)")
+    return 0
+
+
+def measured_or_published(name: str, links_file: Path):
+    from ddplab.planner import links
+
+    if name != "measured":
+        return links.link_named(name)
+    if not links_file.is_file():
+        raise ConfigError(f"--link measured reads {links_file}, which does not exist: measure this machine's link "
+                          "first (ddplab plan --measure), or name a published link")
+    try:
+        return links.measured_link(json.loads(links_file.read_text())["measurement"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DataError(f"{links_file} is not ddplab plan --measure's output ({exc!r})") from None
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -443,13 +504,24 @@ def build_parser(with_kernels: bool = True) -> argparse.ArgumentParser:
     p = sub.add_parser("assignment", help="the distributed-ML assignment's six questions in one sweep, then one report")
     add_sweep_options(p)
     p.set_defaults(func=cmd_sweep, file="assignment", list=False)
-    p = sub.add_parser("plan", help="links for scaling out: all-reduce measured here, or the published interconnects")
+    p = sub.add_parser("plan", help="what more workers or nodes would give a measured run; the links they would use")
+    p.add_argument("run", nargs="?", type=Path, default=None, help="a finished run folder (single process or DDP)")
+    p.add_argument("--gpus", type=whole_list, default=None, metavar="1,2,4,8",
+                   help="workers per node to predict: GPUs on CUDA, processes on a CPU (default 1,2,4,8 on CUDA, 1,2 on a CPU)")
+    p.add_argument("--nodes", type=whole_list, default=[1], metavar="1,2", help="nodes to predict (default 1)")
+    p.add_argument("--batch", type=whole_list, default=None, metavar="16,32,...",
+                   help="local batch sizes to predict (default: the run's)")
+    p.add_argument("--link", default=None, help="the link within a node: a published one (ddplab plan lists them) or "
+                                               "measured (--links-file); default nvlink on CUDA, measured on a CPU")
+    p.add_argument("--inter-link", default="ib", help="the link between nodes (default ib)")
+    p.add_argument("--links-file", type=Path, default=Path("links.json"), help="ddplab plan --measure's output")
     p.add_argument("--measure", action="store_true",
                    help="time all-reduce from 4 KiB up with --nproc processes, fit latency and bus bandwidth, write --out")
     p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto", help="auto: nccl on CUDA, else gloo")
     p.add_argument("--nproc", type=positive_whole, default=2, help="processes (ranks) to measure with")
     p.add_argument("--max-mib", type=positive_whole, default=256, help="the largest message, MiB")
-    p.add_argument("--out", type=Path, default=Path("links.json"), help="where --measure writes (default: links.json)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="where --measure writes links.json, or RUN's prediction plan.json (default: ./links.json, ./plan.json)")
     p.set_defaults(func=cmd_plan)
     p = sub.add_parser("report", help="tables, plots and an HTML page from run and sweep folders")
     p.add_argument("paths", nargs="+", type=Path, help="run folders, sweep folders, or folders holding them")

@@ -1,0 +1,187 @@
+"""Predict a run's training speed on more workers and nodes from one measured run.
+
+A step of the measured run (its epochs after the first, as the report times them) splits into
+data, compute (forward+backward less the all-reduce wait that ddplab's probe saw), optimizer,
+and the rest of the step (host work between phases). For a target of P workers per node on M
+nodes (N = P x M), local batch b, the same accumulation a and link L, a step takes
+
+    data(b) + compute(b) + exposed all-reduce + optimizer + rest
+
+and an epoch ceil(images / (b a N)) steps. Speedup is the target's training throughput over
+one worker's at the same local batch; the ideal is the devices added (GPUs on CUDA; on a CPU
+the nodes, as a node's processes share its cores); efficiency is speedup over ideal.
+
+Assumptions, each with the name it goes by in the code:
+  PER_IMAGE    data and compute per image are the same at any local batch: the device is as
+               busy at b as at the measured batch (at small b a GPU is less busy, so the
+               prediction is optimistic there); optimizer and rest are per step.
+  SHARED_CORES on a CPU the processes of one node share its cores: each computes at 1/P of the
+               rate one process has alone (the measured run's own per-node processes are
+               divided out first). On CUDA every worker has its own GPU.
+  BACKWARD_SHARE of forward+backward is backward (a backward pass costs about two forwards).
+  BUCKETS      DDP all-reduces the gradients in buckets: FIRST_BUCKET_MIB, then
+               dist.bucket_cap_mb each. A bucket is reduced while backward goes on, except the
+               last one, ready only when backward ends: exposed = last bucket + max(0, the
+               others - backward).
+  GRAD_BYTES   4 bytes a parameter (fp32 gradients), 2 with an fp16 or bf16 comm hook; with
+               accumulation, one all-reduce per optimizer step.
+  LINK         one all-reduce costs links.Link.allreduce_s: across nodes the inter-node link's
+               figures (the ring runs at its slowest link), within a node the given link.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ddplab.errors import DataError
+from ddplab.metrics.records import EpochRecord
+from ddplab.planner.links import Link
+
+BACKWARD_SHARE = 2 / 3  # of forward+backward compute
+FIRST_BUCKET_MIB = 1.0  # DDP's first bucket (torch.distributed's default first_bucket_bytes_cap)
+MIB = 2**20
+EFFICIENCY_BARS = (0.5, 0.8)
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """One measured step, per worker, normalized to one worker alone on its device."""
+
+    data_per_image_s: float
+    compute_per_image_s: float
+    optimizer_s: float
+    rest_s: float
+    accumulate: int
+    train_images: int
+    grad_bytes: float
+    bucket_cap_mb: float
+    on_cuda: bool
+    measured: dict[str, Any]  # what it was derived from, for plan.json
+
+    def backward_s(self, local_batch: int, per_node: int) -> float:
+        return BACKWARD_SHARE * self.compute_s(local_batch, per_node)
+
+    def slowdown(self, per_node: int) -> int:
+        return 1 if self.on_cuda else per_node  # SHARED_CORES
+
+    def compute_s(self, local_batch: int, per_node: int) -> float:
+        return self.compute_per_image_s * local_batch * self.accumulate * self.slowdown(per_node)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    per_node: int
+    nodes: int
+    local_batch: int
+    link: str
+    step_s: float
+    compute_s: float
+    exposed_comm_s: float
+    comm_s: float
+    epoch_train_s: float
+    images_per_s: float
+    speedup: float
+    ideal: float
+    efficiency: float
+
+    @property
+    def workers(self) -> int:
+        return self.per_node * self.nodes
+
+
+def step_costs(summary: dict[str, Any], epochs: list[EpochRecord], config: dict[str, Any]) -> StepCosts:
+    """A run's measured step, from its summary.json, metrics.jsonl and config.toml (flattened)."""
+    run, batch = summary["run"], summary["batch"]
+    if run["strategy"] == "dp":
+        raise DataError("a DataParallel run's step mixes its GPUs' work: plan from a single-process or DDP run")
+    timed = epochs[1:] or epochs
+    if not timed or any(r.forward_backward_s is None for r in timed):
+        raise DataError("the run has no time breakdown (train.time_breakdown was off): its step cannot be split "
+                        "into compute and communication; train it again with the breakdown on")
+    steps = sum(math.ceil(r.train_samples / batch["global"]) for r in timed)
+    images = sum(r.train_samples for r in timed) / run["world_size"]  # per worker
+    per_node = run["world_size"] // max(1, int(config.get("dist.nnodes", 1)))
+    on_cuda = str(run["device"]).startswith("cuda")
+    share = 1 if on_cuda else per_node  # SHARED_CORES: one worker alone is this much faster
+    data = sum(r.data_s or 0.0 for r in timed)
+    comm = sum(r.comm_wait_s or 0.0 for r in timed)
+    compute = sum(r.forward_backward_s for r in timed) - comm
+    optimizer = sum(r.optimizer_s or 0.0 for r in timed)
+    rest = max(sum(r.train_s for r in timed) - data - compute - comm - optimizer, 0.0)
+    hook = config.get("dist.comm_hook", "none")
+    return StepCosts(
+        data_per_image_s=data / images / share, compute_per_image_s=compute / images / share,
+        optimizer_s=optimizer / steps / share, rest_s=rest / steps, accumulate=int(batch.get("accumulate", 1)),
+        train_images=int(summary["data"]["train_images"]),
+        grad_bytes=summary["model"]["params"] * (2 if hook in ("fp16", "bf16") else 4),
+        bucket_cap_mb=float(config.get("dist.bucket_cap_mb", 25.0)), on_cuda=on_cuda,
+        measured={"world_size": run["world_size"], "local_batch": batch["local"], "device": run["device"],
+                  "epochs_timed": len(timed), "steps": steps, "step_s": statistics.fmean(r.train_s for r in timed)
+                  * len(timed) / steps, "comm_wait_s_per_step": comm / steps})
+
+
+def buckets(grad_bytes: float, cap_mb: float) -> list[float]:
+    """BUCKETS: the sizes DDP reduces, in the order backward makes them ready."""
+    first = min(grad_bytes, FIRST_BUCKET_MIB * MIB)
+    rest = grad_bytes - first
+    cap = cap_mb * MIB
+    sizes = [first] + [cap] * int(rest // cap)
+    if rest % cap:
+        sizes.append(rest % cap)
+    return [s for s in sizes if s > 0]
+
+
+def exposed_comm(costs: StepCosts, link: Link, workers: int, local_batch: int, per_node: int) -> tuple[float, float]:
+    """(all of the step's all-reduce time, the part backward does not hide)."""
+    if workers <= 1:
+        return 0.0, 0.0
+    times = [link.allreduce_s(size, workers) for size in buckets(costs.grad_bytes, costs.bucket_cap_mb)]
+    hidden_behind = costs.backward_s(local_batch, per_node)
+    return sum(times), times[-1] + max(0.0, sum(times[:-1]) - hidden_behind)
+
+
+def predict_one(costs: StepCosts, per_node: int, nodes: int, local_batch: int, link: Link,
+                inter_node: Link | None = None) -> Prediction:
+    workers = per_node * nodes
+    used = inter_node if nodes > 1 and inter_node is not None else link  # LINK
+    compute = costs.compute_s(local_batch, per_node)
+    data = costs.data_per_image_s * local_batch * costs.accumulate * costs.slowdown(per_node)
+    comm, exposed = exposed_comm(costs, used, workers, local_batch, per_node)
+    step = data + compute + exposed + costs.optimizer_s * costs.slowdown(per_node) + costs.rest_s
+    steps = math.ceil(costs.train_images / (local_batch * costs.accumulate * workers))
+    rate = costs.train_images / (steps * step)
+    alone = predict_alone(costs, local_batch)
+    ideal = float(workers if costs.on_cuda else nodes)
+    return Prediction(per_node, nodes, local_batch, used.name, step, compute, exposed, comm, steps * step, rate,
+                      rate / alone, ideal, rate / alone / ideal)
+
+
+def predict_alone(costs: StepCosts, local_batch: int) -> float:
+    """One worker's training images per second at `local_batch` (no all-reduce)."""
+    step = (costs.data_per_image_s + costs.compute_per_image_s) * local_batch * costs.accumulate \
+        + costs.optimizer_s + costs.rest_s
+    return costs.train_images / (math.ceil(costs.train_images / (local_batch * costs.accumulate)) * step)
+
+
+def smallest_batch(costs: StepCosts, per_node: int, nodes: int, link: Link, inter_node: Link | None,
+                   bar: float, batches: list[int]) -> int | None:
+    """The smallest of `batches` at which this many workers reach `bar` efficiency (None: none does)."""
+    return next((b for b in sorted(batches)
+                 if predict_one(costs, per_node, nodes, b, link, inter_node).efficiency >= bar), None)
+
+
+def plan(costs: StepCosts, per_node: list[int], nodes: list[int], batches: list[int], link: Link,
+         inter_node: Link | None = None) -> dict[str, Any]:
+    """Every (workers per node, nodes, local batch) predicted, and where DDP starts paying."""
+    rows = [predict_one(costs, p, m, b, link, inter_node) for m in nodes for p in per_node for b in batches]
+    search = sorted({*batches, *(2**k for k in range(0, 14))})
+    pays = [{"per_node": p, "nodes": m, **{f"batch_for_{round(bar * 100)}pct": smallest_batch(costs, p, m, link, inter_node,
+                                                                                             bar, search)
+                                          for bar in EFFICIENCY_BARS}}
+            for m in nodes for p in per_node if p * m > 1]
+    return {"measured": costs.measured, "costs": {k: v for k, v in asdict(costs).items() if k != "measured"},
+            "link": asdict(link), "inter_node": asdict(inter_node) if inter_node else None,
+            "rows": [{**asdict(r), "workers": r.workers} for r in rows], "pays_from": pays}

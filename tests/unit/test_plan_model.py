@@ -1,0 +1,98 @@
+"""The scaling model's arithmetic on run folders with known numbers, and `ddplab plan RUN`."""
+
+import json
+
+import pytest
+
+from ddplab.errors import DataError
+from ddplab.planner import model
+from ddplab.planner.links import Link
+from ddplab.report.runs import load_run
+from run_folders import write_run
+
+FREE = Link("free", busbw_gbps=1e12, alpha_s=0.0, source="test: costs nothing")
+
+
+def costs_of(run_dir):
+    run = load_run(run_dir)
+    return model.step_costs(run.summary, run.history, run.config)
+
+
+def test_a_measured_step_splits_into_per_image_and_per_step_costs(tmp_path):
+    # write_run: epochs after the first train 9 s each on 1000 images: data 10%, forward+backward 80%, optimizer 10%.
+    costs = costs_of(write_run(tmp_path / "r", batch=50, device="cuda"))
+    assert costs.compute_per_image_s == pytest.approx(14.4 / 2000) and costs.data_per_image_s == pytest.approx(1.8 / 2000)
+    assert costs.optimizer_s == pytest.approx(1.8 / 40) and costs.rest_s == pytest.approx(0.0, abs=1e-12)
+    assert costs.grad_bytes == 4000 and costs.on_cuda and costs.train_images == 1000
+    assert model.predict_alone(costs, 50) == pytest.approx(1000 / 9)  # the measured run, predicted back
+
+
+def test_gpus_with_a_free_link_scale_perfectly_and_a_slow_link_costs_what_it_should(tmp_path):
+    costs = costs_of(write_run(tmp_path / "r", batch=50, device="cuda"))
+    four = model.predict_one(costs, 4, 1, 50, FREE)
+    assert (four.speedup, four.ideal, four.efficiency) == (pytest.approx(4.0), 4.0, pytest.approx(1.0))
+    slow = Link("slow", busbw_gbps=1.0, alpha_s=0.01, source="test")
+    four = model.predict_one(costs, 4, 1, 50, slow)
+    comm = 0.01 + 4000 * 2 * 3 / 4 / 1e9  # one bucket, never hidden: it is also the last
+    assert four.exposed_comm_s == pytest.approx(comm) and four.step_s == pytest.approx(0.45 + comm)
+    assert four.speedup == pytest.approx(4 * 0.45 / (0.45 + comm))
+
+
+def test_cpu_processes_of_one_node_share_its_cores(tmp_path):
+    costs = costs_of(write_run(tmp_path / "r", batch=50))
+    two = model.predict_one(costs, 2, 1, 50, FREE)
+    assert (two.speedup, two.ideal) == (pytest.approx(1.0), 1.0)  # the same cores, split: at best as fast
+    assert model.predict_one(costs, 2, 2, 50, FREE).ideal == 2.0  # a second node brings its own cores
+    # A measured 2-process run is first divided back to one process alone on the node.
+    ddp = costs_of(write_run(tmp_path / "ddp", strategy="ddp", nproc=2, batch=25))
+    assert ddp.compute_per_image_s == pytest.approx(costs.compute_per_image_s / 2 * 2 * 25 / 50 * 2, rel=1e-9)
+
+
+def test_backward_hides_every_bucket_but_the_last():
+    costs = model.StepCosts(data_per_image_s=0.0, compute_per_image_s=0.003, optimizer_s=0.0, rest_s=0.0,
+                            accumulate=1, train_images=1000, grad_bytes=100 * 2**20, bucket_cap_mb=25.0,
+                            on_cuda=True, measured={})
+    assert [b / 2**20 for b in model.buckets(costs.grad_bytes, 25.0)] == [1, 25, 25, 25, 24]
+    link = Link("x", busbw_gbps=100.0, alpha_s=0.0, source="test")
+    total, exposed = model.exposed_comm(costs, link, 2, 100, 1)  # backward: 2/3 x 0.3 s, far longer than the buckets
+    assert exposed == pytest.approx(link.allreduce_s(24 * 2**20, 2)) and total > exposed
+    slower = Link("y", busbw_gbps=10.0, alpha_s=0.0, source="test")
+    short, exposed_short = model.exposed_comm(costs, slower, 2, 1, 1)  # backward 2 ms, the traffic ~10 ms: it shows
+    assert exposed_short == pytest.approx(short - 0.002)
+
+
+def test_where_ddp_starts_paying(tmp_path):
+    costs = costs_of(write_run(tmp_path / "r", batch=50, device="cuda"))
+    slow = Link("slow", busbw_gbps=0.0001, alpha_s=0.05, source="test")  # 90 ms an all-reduce
+    result = model.plan(costs, [1, 2], [1], [8, 64], slow)
+    (pays,) = result["pays_from"]
+    at_50, at_80 = pays["batch_for_50pct"], pays["batch_for_80pct"]
+    assert (at_50, at_80) == (8, 64)  # 8.1 ms an image and 45 ms a step against 90 ms: b >= 5.6 and b >= 39
+    for batch, bar in ((at_50, 0.5), (at_80, 0.8)):
+        assert model.predict_one(costs, 2, 1, batch, slow).efficiency >= bar
+        assert model.predict_one(costs, 2, 1, batch // 2, slow).efficiency < bar  # the smallest of the powers of 2
+    assert len(result["rows"]) == 4 and json.loads(json.dumps(result))["link"]["name"] == "slow"
+
+
+def test_what_cannot_be_planned_from_is_one_line(tmp_path):
+    with pytest.raises(DataError, match="DataParallel run's step mixes its GPUs' work"):
+        costs_of(write_run(tmp_path / "dp", strategy="dp", device="cuda"))
+    run = write_run(tmp_path / "plain")
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    (run / "metrics.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if k != "forward_backward_s"})
+                                               + "\n" for r in lines))
+    with pytest.raises(DataError, match="no time breakdown"):
+        costs_of(run)
+
+
+def test_plan_command_prints_the_table_and_writes_plan_json(tmp_path, capsys):
+    from ddplab.cli import main
+
+    run = write_run(tmp_path / "r", batch=50, device="cuda")
+    assert main(["plan", str(run), "--gpus", "1,2,4", "--batch", "16,50", "--out", str(tmp_path / "plan.json")]) == 0
+    out = capsys.readouterr().out
+    assert "link nvlink (450 GB/s, 26 us, published)" in out and "    4 x 1       50" in out
+    saved = json.loads((tmp_path / "plan.json").read_text())
+    assert len(saved["rows"]) == 6 and saved["run"] == str(run)
+    assert main(["plan", str(run), "--link", "measured", "--links-file", str(tmp_path / "none.json")]) == 2
+    assert "--link measured reads" in capsys.readouterr().err
