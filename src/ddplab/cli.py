@@ -233,7 +233,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(format_plan(sweep, out))
         return 0
     else:
-        manifest = run_sweep(sweep, out, timeout_s=args.timeout, parallel=args.parallel, echo=echo)
+        manifest = run_sweep(sweep, out, timeout_s=args.timeout, parallel=args.parallel,
+                             measure_link=not args.no_report, echo=echo)
     if not args.no_report:
         report(out / "report", [out], title=f"ddplab sweep {sweep.name}: {sweep.description}" if sweep.description else None)
     unfinished = [r for r in manifest["runs"] if r["status"] != "finished"]

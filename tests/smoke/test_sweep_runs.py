@@ -229,7 +229,7 @@ def test_a_parallel_sweep_runs_points_at_once_each_on_its_own_cores_and_measures
     assert one.returncode == 0, one.stderr[-3000:]
     two = ddplab("sweep", str(path), "--out", str(tmp_path / "two"), "--parallel", "2")
     assert two.returncode == 0, two.stderr[-3000:]
-    lines = two.stdout.splitlines()
+    lines = [line for line in two.stdout.splitlines() if line.startswith(("sweep tiny: 3 runs", "[", "  sweep:"))]
     cores = len(usable_cores()) // 2
     assert re.search(rf"up to 2 points at once, {cores}(-{cores + 1})? CPU cores?", lines[0]), lines[0]
     def first(start):
@@ -242,6 +242,9 @@ def test_a_parallel_sweep_runs_points_at_once_each_on_its_own_cores_and_measures
         env = json.loads((tmp_path / "two" / "runs" / name / "env.json").read_text())
         assert env["cpu_cores"] in (cores, cores + 1) and env["torch_threads"] == max(1, env["cpu_cores"] // workers)
     assert (tmp_path / "two" / "report" / "index.html").is_file()
+    # A sweep with multi-worker runs that writes a report measures the link its predictions use; --no-report does not.
+    assert "measuring this machine's all-reduce (gloo x2)" in two.stdout and (tmp_path / "two" / "links.json").is_file()
+    assert not (tmp_path / "one" / "links.json").exists()
 
 
 @needs_two_cores

@@ -498,3 +498,25 @@ def test_plots_name_every_point_in_full_and_never_crowd_a_panel(tmp_path):
 def test_labels_are_text_not_mathtext(tmp_path):
     sweep = write_axis_sweep(tmp_path / "s", "config", [("cost $\\notacommand$", {}, {}), ("b", {"optim": {"lr": 0.1}}, {})])
     assert build_report([sweep], tmp_path / "out")["index_html"].is_file()
+
+
+def test_a_sweep_with_a_measured_link_shows_the_predicted_speedup_beside_the_measured(tmp_path):
+    """links.json in the sweep folder (the sweep runner measures it): each scaling pair gets the model's speedup,
+    predicted from the 1-worker run. By hand: 1 worker, 32 images a step: (7.2 + 0.9) ms an image, 28.125 ms of
+    optimizer a step; 2 processes on the same cores: twice that, plus one 10.004 ms all-reduce, 16 steps an epoch
+    against 32: 9.1944 s / (16 x 0.584654 s) = 0.98x."""
+    from ddplab.planner.links import SIZES, Link
+
+    sweep = write_sweep(tmp_path)
+    link = Link("x", busbw_gbps=1.0, alpha_s=0.01, source="test")
+    sizes = list(SIZES[:5])
+    (sweep / "links.json").write_text(json.dumps({"measurement": {
+        "backend": "gloo", "ranks": 2, "device": "cpu", "sizes": sizes, "times_s": [link.allreduce_s(s, 2) for s in sizes]}}))
+    result = build_report([sweep], tmp_path / "out")
+    md = result["report_md"].read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| point | vs | speedup | of ideal | predicted"))
+    row = next(line for line in md.splitlines() if line.startswith("| workers=2 | workers=1 | 1.71x |"))
+    assert header and row.split(" | ")[4] == "0.98x"  # measured 1.71x: the fixture's 2-worker runs are faster
+    assert "The scaling model (ddplab plan) predicted 0.98x from workers=1 over this machine's measured link" in md
+    without = build_report([write_sweep(tmp_path / "plain")], tmp_path / "out2")["report_md"].read_text()
+    assert "predicted" not in without  # no link measured: no column, no claim

@@ -24,12 +24,14 @@ measured: a run gets at most that.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import statistics
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ddplab.errors import ConfigError, DataError
@@ -186,3 +188,14 @@ def time_allreduce(backend: str, sizes: list[int], device: str) -> list[float]:
 
 def link_record(link: Link) -> dict[str, Any]:
     return asdict(link)
+
+
+LINKS_FILE = "links.json"  # `ddplab plan --measure`'s output; in a sweep folder, the report's link
+
+
+def read_links(path: Path) -> Link | None:
+    """The link a `ddplab plan --measure` file describes; None when there is none or it cannot be read."""
+    try:
+        return measured_link(json.loads(Path(path).read_text())["measurement"])
+    except (OSError, ValueError, KeyError, TypeError, DataError):
+        return None

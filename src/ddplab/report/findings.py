@@ -89,6 +89,9 @@ def scaling_findings(section: Section) -> list[Finding]:
         if c["ideal"] == 1 and not str(r.get("device", "")).startswith("cuda"):
             text += (f". On a CPU both sides share the same {cpus or ''}{' ' if cpus else ''}cores: the workers add "
                      "no compute, so the ideal is 1x and this shows what splitting the work costs or gains")
+        if c.get("predicted") is not None:
+            text += (f". The scaling model (ddplab plan) predicted {times(c['predicted'])} from {c['baseline']} over "
+                     f"this machine's measured link; measured {c['speedup'] / c['predicted'] - 1:+.0%} from it")
         if c["acc_diff"] is not None:
             text += f". Test accuracy {pct(r, 'final_test_acc')} vs {pct(b, 'final_test_acc')}: {c['acc_verdict'].text()}"
             if r.get("global_batch") == b.get("global_batch"):

@@ -15,6 +15,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddplab.errors import DataError
+from ddplab.planner import model
+from ddplab.planner.links import LINKS_FILE, Link, read_links
 from ddplab.report import figures, noise
 from ddplab.report.runs import Point, Run, axis_text, experiment_config, group_points, groups_without, value_text
 
@@ -36,6 +39,7 @@ class Section:
     curves: list[list[dict[str, Any]]] = field(default_factory=list)
     pairs: list[dict[str, Any]] = field(default_factory=list)
     problems: list[dict[str, Any]] = field(default_factory=list)  # run rows of runs that did not finish
+    link: Link | None = None  # the sweep's measured link (links.json): scaling pairs get the model's prediction
 
     @property
     def slug(self) -> str:
@@ -62,6 +66,7 @@ def sweep_sections(runs: list[Run]) -> list[Section]:
     by_name = {r.name.rsplit("/", 1)[-1]: r for r in runs}  # report names may carry the parent folder
     specs = sweep.sections or [{"title": sweep.description or sweep.name, "kind": "all", "runs": list(by_name)}]
     out = []
+    link = read_links(sweep.dir / LINKS_FILE)
     for spec in specs:
         members = [by_name[n] for n in spec.get("runs", []) if n in by_name]
         not_measured = [(str(m.get("point")), str(m.get("reason"))) for m in spec.get("not_measured", [])]
@@ -72,7 +77,7 @@ def sweep_sections(runs: list[Run]) -> list[Section]:
                            source=str(sweep.dir), runs=[r for r in members if r.status != "skipped"],
                            question=str(spec.get("question") or ""), note=str(spec.get("note") or ""),
                            baseline_runs={by_name[n].name for n in spec.get("baseline_runs", []) if n in by_name},
-                           not_measured=list(dict.fromkeys(not_measured))))
+                           not_measured=list(dict.fromkeys(not_measured)), link=link))
     return out
 
 
@@ -160,11 +165,26 @@ def pair(section: Section, i: int, j: int, scaling: bool, changed: str | None = 
               else noise.Verdict("not timed"))
     return {"point": row["point"], "baseline": base["point"], "row": row, "base": base, "changed": changed,
             "scaling": scaling, "speedup": ratio, "ideal": ideal,
+            "predicted": predicted_speedup(section, i, j) if scaling else None,
             "efficiency": ratio / ideal if ratio is not None and ideal else None,
             "timing_verdict": timing, "acc_diff": acc_diff,
             "acc_verdict": noise.accuracy_verdict(acc_diff, row, base) if acc_diff is not None else noise.Verdict("-"),
             "superlinear": bool(scaling and ratio is not None and ideal and ratio / ideal > 1
                                 and timing.word in ("beyond noise", "single run"))}
+
+
+def predicted_speedup(section: Section, i: int, j: int) -> float | None:
+    """What `ddplab plan`'s model predicts for point i from point j's first finished run over the section's
+    measured link (None: no link measured, or a baseline the model cannot plan from)."""
+    row, runs = section.rows[i], [r for r in section.points[j].runs if r.finished]
+    if section.link is None or not runs or not all(isinstance(row.get(k), int) for k in ("world_size", "local_batch")):
+        return None
+    nodes = row["nodes"] if isinstance(row.get("nodes"), int) else 1
+    try:
+        costs = model.step_costs(runs[0].summary, runs[0].history, runs[0].config)
+    except (DataError, KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+    return model.predict_one(costs, row["world_size"] // nodes, nodes, row["local_batch"], section.link).speedup
 
 
 # ---- what a section's runs share ------------------------------------------------------------------

@@ -144,6 +144,8 @@ def comparison_table(pairs: list[dict[str, Any]], scaling: bool) -> tuple[list[s
     """Each point against its baseline: speed with its verdict, accuracy with its verdict."""
     speed: list[Column] = ([("speedup", lambda c: times(c["speedup"])), ("of ideal", lambda c: efficiency_cell(c))]
                            if scaling else [("speed", lambda c: faster(c["speedup"]))])
+    if scaling and any(c.get("predicted") is not None for c in pairs):
+        speed.append(("predicted", lambda c: times(c["predicted"]) if c.get("predicted") is not None else "-"))
     return render([
         ("point", lambda c: c["point"]), ("vs", lambda c: c["baseline"]), *speed,
         ("timing verdict", lambda c: c["timing_verdict"].text()),

@@ -140,14 +140,49 @@ def raise_terminated(signum: int, frame: Any) -> None:
 
 
 def run_sweep(sweep: Sweep, out: Path, *, timeout_s: float | None = None, parallel: int | str = 1,
-              echo=print) -> dict[str, Any]:
+              measure_link: bool = False, echo=print) -> dict[str, Any]:
     """Run every unfinished run of `sweep` into `out`, up to `parallel` at once (sweep/slots.py), holding
-    `out` for the whole sweep (one sweep per folder, as one run per run folder); returns the final manifest."""
+    `out` for the whole sweep (one sweep per folder, as one run per run folder); returns the final manifest.
+    `measure_link`: a sweep with multi-worker runs first measures this machine's all-reduce into
+    out/links.json, from which the report predicts their speedups (planner/)."""
     check_out(out)
     slots = SlotPool(parallel)
     slots.refuse_fixed_devices([(run.name, run.config) for run in sweep.runs])
     with run_lock(out, "sweep"):
+        if measure_link:
+            measure_sweep_link(sweep, out, echo)
         return run_held(sweep, out, timeout_s, slots, echo)
+
+
+def measure_sweep_link(sweep: Sweep, out: Path, echo) -> None:
+    """out/links.json for the report's predictions, unless it is there or no run has several workers on one node.
+    A failure costs the predictions, never the sweep."""
+    from ddplab.planner import links
+    from ddplab.topology import usable_cores
+
+    ranks = max((r.config.dist.nproc for r in sweep.runs if r.config.dist.strategy == "ddp"), default=1)
+    on_cuda = any(r.config.train.device != "cpu" for r in sweep.runs) and slots_gpus() >= 2
+    ranks = min(ranks, slots_gpus() if on_cuda else len(usable_cores()))
+    if ranks < 2 or (out / links.LINKS_FILE).is_file():
+        return
+    backend = "nccl" if on_cuda else "gloo"
+    echo(f"sweep {sweep.name}: measuring this machine's all-reduce ({backend} x{ranks}) for the report's predicted "
+         f"speedups (ddplab plan --measure) ...")
+    try:
+        result = links.measure(backend, ranks, device="cuda" if on_cuda else "cpu", max_bytes=64 * links.MIB)
+        link = links.measured_link(result)
+    except Exception as exc:  # noqa: BLE001 (the predictions are extra: any failure is said and passed over)
+        echo(f"  could not measure it ({type(exc).__name__}: {str(exc)[:200]}); the report predicts nothing")
+        return
+    files.make_dir(out)
+    files.write_json(out / links.LINKS_FILE, {"measurement": result, "link": links.link_record(link)})
+    echo(f"  alpha {link.alpha_s * 1e6:,.0f} us, bus bandwidth {link.busbw_gbps:,.3g} GB/s ({result['wall_s']} s)")
+
+
+def slots_gpus() -> int:
+    from ddplab.sweep.slots import visible_gpus
+
+    return len(visible_gpus())
 
 
 def check_out(out: Path) -> None:
