@@ -7,7 +7,7 @@
     ddplab sweep FILE.toml [--out DIR] [--profile cpu|gpu] [--parallel N|auto] [--dry-run] [--status]
                            [--executor slurm [--slurm.partition P ...] [--wait]]
     ddplab report RUN_OR_SWEEP_DIR ... [--out DIR]
-    ddplab plan [RUN [--gpus 1,2,4,8] [--nodes 1,2] [--batch 16,32] [--link NAME|measured]]
+    ddplab plan [RUN [--gpus 1,2,4,8] [--nodes 1,2] [--batch 16,32] [--link NAME|measured]] [--published]
                 [--measure [--backend gloo|nccl] [--nproc N]]
     ddplab models [--image-size N] [--num-classes K]
 
@@ -326,6 +326,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     if args.run is not None:
         return plan_run(args)
+    if args.published:
+        from ddplab.planner.published import CASES, predict
+
+        print("published scaling figures, predicted from the hardware they state (BENCHMARKS.md)")
+        for case in CASES:
+            print(f"{case.name}: {case.source}" + (f"; {case.note}" if case.note else ""))
+            for r in predict(case):
+                print(f"  {r['gpus']:>3} GPU(s) on {r['nodes']} node(s) over {r['link']}: stated {r['stated']:,.3f} s, "
+                      f"predicted {r['predicted']:,.3f} s ({r['error']:+.0%}), all-reduce left exposed "
+                      f"{r['exposed_comm_s'] * 1e3:,.2f} ms a step")
+        return 0
     if not args.measure:
         print(f"{'link':<8} {'bus GB/s':>9} {'alpha us':>9}  source (published, not measured)")
         for link in links.PUBLISHED.values():
@@ -516,6 +527,8 @@ def build_parser(with_kernels: bool = True) -> argparse.ArgumentParser:
                                                "measured (--links-file); default nvlink on CUDA, measured on a CPU")
     p.add_argument("--inter-link", default="ib", help="the link between nodes (default ib)")
     p.add_argument("--links-file", type=Path, default=Path("links.json"), help="ddplab plan --measure's output")
+    p.add_argument("--published", action="store_true",
+                   help="published scaling figures (PyTorch's DDP benchmark, DAWNBench) against the model's predictions")
     p.add_argument("--measure", action="store_true",
                    help="time all-reduce from 4 KiB up with --nproc processes, fit latency and bus bandwidth, write --out")
     p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto", help="auto: nccl on CUDA, else gloo")
