@@ -520,3 +520,19 @@ def test_a_sweep_with_a_measured_link_shows_the_predicted_speedup_beside_the_mea
     assert "The scaling model (ddplab plan) predicted 0.98x from workers=1 over this machine's measured link" in md
     without = build_report([write_sweep(tmp_path / "plain")], tmp_path / "out2")["report_md"].read_text()
     assert "predicted" not in without  # no link measured: no column, no claim
+
+
+def test_a_scaling_point_short_of_the_ideal_says_where_its_epoch_went(tmp_path):
+    """2 workers at 11 s a training epoch against 9 s for one (the ideal on one CPU node: 1x, so 9 s). By phase:
+    compute (80% less 10% comm) x 11 - 80% x 9 = +0.50 s, comm wait 10% x 11 = +1.10 s, optimizer and data
+    10% x (11 - 9) = +0.20 s each, nothing else."""
+    sweep = tmp_path / "sweep"
+    write_run(sweep / "runs" / "one", epoch_s=(12.0, 10.0, 10.0))
+    write_run(sweep / "runs" / "two", strategy="ddp", nproc=2, epoch_s=(14.0, 12.0, 12.0), comm_share=0.1)
+    write_manifest(sweep, [{"name": "one", "point": {"workers": "1"}, "seed": 0},
+                           {"name": "two", "point": {"workers": "2"}, "seed": 0}], axes=["workers"])
+    md = build_report([sweep], tmp_path / "out")["report_md"].read_text()
+    assert ("Why it falls short of the ideal: 11.00 s a training epoch against an ideal 9.00 s; compute +0.50 s, "
+            "communication wait +1.10 s, optimizer +0.20 s, data +0.20 s, the rest of the step +0.00 s; "
+            "the most: communication wait") in md
+    assert "Why it falls short" not in build_report([write_sweep(tmp_path / "fast")], tmp_path / "o2")["report_md"].read_text()

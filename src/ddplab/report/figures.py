@@ -193,6 +193,32 @@ def scale(rows: list[dict[str, Any]], base: dict[str, Any] | None, name: str) ->
         row["is_baseline"] = base is not None and row is base
 
 
+GAP_PARTS = (("compute", "forward_backward_share", "comm_wait_share"), ("communication wait", "comm_wait_share", None),
+             ("optimizer", "optimizer_share", None), ("data", "data_share", None))
+
+
+def scaling_gap(row: dict[str, Any], base: dict[str, Any], ideal: float) -> dict[str, Any] | None:
+    """Where a multi-worker point's training epoch loses to the ideal (the baseline's epoch over `ideal`),
+    in seconds an epoch by phase: compute (forward+backward less the comm wait), the comm wait itself,
+    optimizer, data, and the rest of the step. None unless both sides have a time breakdown and the point
+    is slower than ideal. Straggling ranks show inside the comm wait: the all-reduce waits for the last."""
+    shares = [key for _, key, _ in GAP_PARTS]
+    if not (row.get("images_per_s") and base.get("images_per_s") and row.get("train_images") and ideal) or any(
+            not isinstance(side.get(key), (int, float)) for side in (row, base) for key in shares):
+        return None
+    epoch = row["train_images"] / row["images_per_s"]
+    target = base["train_images"] / base["images_per_s"] / ideal
+    if epoch <= target:
+        return None
+
+    def part(side: dict[str, Any], key: str, less: str | None) -> float:
+        return side[key] - (side[less] if less else 0.0)
+
+    parts = {name: part(row, key, less) * epoch - part(base, key, less) * target for name, key, less in GAP_PARTS}
+    parts["the rest of the step"] = (epoch - target) - sum(parts.values())
+    return {"epoch_s": epoch, "ideal_epoch_s": target, "parts": parts, "biggest": max(parts, key=parts.get)}
+
+
 # ---- curves --------------------------------------------------------------------------------
 CURVE_KEYS = ("train_loss", "test_loss", "train_acc", "test_acc", "train_eval_loss", "train_eval_acc")
 

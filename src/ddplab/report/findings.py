@@ -92,6 +92,11 @@ def scaling_findings(section: Section) -> list[Finding]:
         if c.get("predicted") is not None:
             text += (f". The scaling model (ddplab plan) predicted {times(c['predicted'])} from {c['baseline']} over "
                      f"this machine's measured link; measured {c['speedup'] / c['predicted'] - 1:+.0%} from it")
+        gap = figures.scaling_gap(r, b, c["ideal"]) if c["efficiency"] is not None and c["efficiency"] < 0.9 else None
+        if gap is not None:
+            parts = ", ".join(f"{name} {round(value, 2) + 0.0:+.2f} s" for name, value in gap["parts"].items())
+            text += (f". Why it falls short of the ideal: {gap['epoch_s']:.2f} s a training epoch against an ideal "
+                     f"{gap['ideal_epoch_s']:.2f} s; {parts}; the most: {gap['biggest']}")
         if c["acc_diff"] is not None:
             text += f". Test accuracy {pct(r, 'final_test_acc')} vs {pct(b, 'final_test_acc')}: {c['acc_verdict'].text()}"
             if r.get("global_batch") == b.get("global_batch"):
