@@ -517,7 +517,8 @@ def test_a_sweep_with_a_measured_link_shows_the_predicted_speedup_beside_the_mea
     header = next(line for line in md.splitlines() if line.startswith("| point | vs | speedup | of ideal | predicted"))
     row = next(line for line in md.splitlines() if line.startswith("| workers=2 | workers=1 | 1.71x |"))
     assert header and row.split(" | ")[4] == "0.98x"  # measured 1.71x: the fixture's 2-worker runs are faster
-    assert "The scaling model (ddplab plan) predicted 0.98x from workers=1 over this machine's measured link" in md
+    assert ("The scaling model (ddplab plan) predicted 0.98x from workers=1 over this machine's measured link; "
+            "the measured 1.71x is above it") in md
     without = build_report([write_sweep(tmp_path / "plain")], tmp_path / "out2")["report_md"].read_text()
     assert "predicted" not in without  # no link measured: no column, no claim
 
@@ -535,4 +536,6 @@ def test_a_scaling_point_short_of_the_ideal_says_where_its_epoch_went(tmp_path):
     assert ("Why it falls short of the ideal: 11.00 s a training epoch against an ideal 9.00 s; compute +0.50 s, "
             "communication wait +1.10 s, optimizer +0.20 s, data +0.20 s, the rest of the step +0.00 s; "
             "the most: communication wait") in md
+    assert ("| workers=2 | workers=1 | 11.00 | 9.00 | +0.50 | +1.10 | +0.20 | +0.20 | +0.00 | communication wait |"
+            in md)  # the findings' figures are the table's cells
     assert "Why it falls short" not in build_report([write_sweep(tmp_path / "fast")], tmp_path / "o2")["report_md"].read_text()

@@ -23,6 +23,9 @@ SPEED_NOTE = ("Training images per second of training time (epochs after the fir
               "within one run. Cores busy: CPU cores the run's processes kept busy. Other load: the share of the "
               "machine's CPUs that other processes used while it trained (worst epoch); contended runs' clocks are "
               "unreliable.")
+GAP_NOTE = ("Points below 90% of the ideal: one training epoch (epochs after the first) against the ideal one, "
+            "the baseline's over the devices added, by phase: compute is forward+backward less the communication "
+            "wait; a straggling rank shows in the wait, as the all-reduce waits for the last one.")
 SCALING_NOTE = ("Speedup: training throughput over the baseline's; of ideal: speedup over the devices added "
                 "(GPUs; on a CPU, processes on one machine share its cores: ideal 1x). A timing verdict is "
                 "'beyond noise' only past 2 noises and 3%.")
@@ -73,6 +76,8 @@ def section_view(section: Section, plot_dir: Path, prefix: str) -> html.SectionV
     others = [c for c in section.pairs if not c["scaling"]]
     if scaling:
         shown.append(("Scaling", SCALING_NOTE, tables.comparison_table(scaling, scaling=True)))
+        if any(c.get("gap") for c in scaling):
+            shown.append(("Short of the ideal", GAP_NOTE, tables.gap_table(scaling)))
     if others:
         shown.append(("Comparisons", "Each point against its baseline: speed (training throughput) and test accuracy, "
                       "each with its verdict.", tables.comparison_table(others, scaling=False)))

@@ -14,7 +14,8 @@ from typing import Any
 
 from ddplab.report import figures, noise
 from ddplab.report.sections import Section, cpu_count
-from ddplab.report.tables import faster, loss, memory_title, mib, percent_value, points_value, rate, seconds, times
+from ddplab.report.tables import (faster, loss, memory_title, mib, percent_value, points_value, rate, seconds,
+                                  seconds_signed, times)
 
 DATA_BOUND_SHARE = 0.25  # a data share this large is worth saying: the input pipeline limits the step
 GAP_WORTH_SAYING = 0.10  # train accuracy this far above test is said even without a rising test loss
@@ -90,13 +91,15 @@ def scaling_findings(section: Section) -> list[Finding]:
             text += (f". On a CPU both sides share the same {cpus or ''}{' ' if cpus else ''}cores: the workers add "
                      "no compute, so the ideal is 1x and this shows what splitting the work costs or gains")
         if c.get("predicted") is not None:
+            side = ("below it" if c["speedup"] < 0.95 * c["predicted"] else "above it" if c["speedup"] > 1.05 * c["predicted"]
+                    else "within 5% of it")
             text += (f". The scaling model (ddplab plan) predicted {times(c['predicted'])} from {c['baseline']} over "
-                     f"this machine's measured link; measured {c['speedup'] / c['predicted'] - 1:+.0%} from it")
-        gap = figures.scaling_gap(r, b, c["ideal"]) if c["efficiency"] is not None and c["efficiency"] < 0.9 else None
+                     f"this machine's measured link; the measured {times(c['speedup'])} is {side}")
+        gap = c.get("gap")
         if gap is not None:
-            parts = ", ".join(f"{name} {round(value, 2) + 0.0:+.2f} s" for name, value in gap["parts"].items())
-            text += (f". Why it falls short of the ideal: {gap['epoch_s']:.2f} s a training epoch against an ideal "
-                     f"{gap['ideal_epoch_s']:.2f} s; {parts}; the most: {gap['biggest']}")
+            parts = ", ".join(f"{name} {seconds_signed(value)} s" for name, value in gap["parts"].items())
+            text += (f". Why it falls short of the ideal: {seconds(gap['epoch_s'])} s a training epoch against an ideal "
+                     f"{seconds(gap['ideal_epoch_s'])} s; {parts}; the most: {gap['biggest']}")
         if c["acc_diff"] is not None:
             text += f". Test accuracy {pct(r, 'final_test_acc')} vs {pct(b, 'final_test_acc')}: {c['acc_verdict'].text()}"
             if r.get("global_batch") == b.get("global_batch"):

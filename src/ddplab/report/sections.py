@@ -22,6 +22,7 @@ from ddplab.report import figures, noise
 from ddplab.report.runs import Point, Run, axis_text, experiment_config, group_points, groups_without, value_text
 
 SCALING_FIELDS = ("dist.nproc", "dist.nnodes", "dist.strategy")  # what a scaling comparison varies
+GAP_BELOW = 0.9  # a scaling point below this efficiency gets its epoch taken apart against the ideal
 
 
 @dataclass
@@ -166,6 +167,8 @@ def pair(section: Section, i: int, j: int, scaling: bool, changed: str | None = 
     return {"point": row["point"], "baseline": base["point"], "row": row, "base": base, "changed": changed,
             "scaling": scaling, "speedup": ratio, "ideal": ideal,
             "predicted": predicted_speedup(section, i, j) if scaling else None,
+            "gap": (figures.scaling_gap(row, base, ideal)
+                    if scaling and ratio is not None and ideal and ratio / ideal < GAP_BELOW else None),
             "efficiency": ratio / ideal if ratio is not None and ideal else None,
             "timing_verdict": timing, "acc_diff": acc_diff,
             "acc_verdict": noise.accuracy_verdict(acc_diff, row, base) if acc_diff is not None else noise.Verdict("-"),

@@ -36,6 +36,11 @@ def seconds(v: float) -> str:
     return f"{v:,.2f}" if v < 1000 else f"{v:,.0f}"
 
 
+def seconds_signed(v: float) -> str:
+    """A difference in seconds, signed; no "-0.00" from float error."""
+    return f"{round(v, 2) + 0.0:+,.2f}"
+
+
 def times(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
@@ -152,6 +157,18 @@ def comparison_table(pairs: list[dict[str, Any]], scaling: bool) -> tuple[list[s
         ("test acc Δ (points)", lambda c: points_value(c["acc_diff"])),
         ("accuracy verdict", lambda c: c["acc_verdict"].text()),
     ], pairs)
+
+
+def gap_table(pairs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Scaling points short of the ideal: a training epoch against the ideal one, taken apart by phase."""
+    with_gap = [c for c in pairs if c.get("gap")]
+    names = list(with_gap[0]["gap"]["parts"]) if with_gap else []
+    return render([
+        ("point", lambda c: c["point"]), ("vs", lambda c: c["baseline"]),
+        ("epoch s", lambda c: seconds(c["gap"]["epoch_s"])), ("ideal s", lambda c: seconds(c["gap"]["ideal_epoch_s"])),
+        *[(f"{name} s", lambda c, name=name: seconds_signed(c["gap"]["parts"][name])) for name in names],
+        ("the most", lambda c: c["gap"]["biggest"]),
+    ], with_gap)
 
 
 def efficiency_cell(c: dict[str, Any]) -> str:
