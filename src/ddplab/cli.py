@@ -226,7 +226,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             slurm.submit(sweep, out, slurm_options, dry_run=args.dry_run, echo=echo)
             if args.dry_run or not args.wait:
                 return 0
-        elif not (out / "manifest.json").is_file() or slurm.read_full_manifest(out).get("executor") != "slurm":
+        elif not (out / slurm.MANIFEST).is_file() or slurm.read_full_manifest(out).get("executor") != "slurm":
             raise ConfigError(f"--wait waits for a sweep submitted with --executor slurm, and {out} holds none")
         manifest = slurm.wait(out, echo=echo)
     elif args.dry_run:
@@ -364,8 +364,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
           f"{link.fit_error['median']:.1%}, worst {link.fit_error['max']:.1%} ({result['wall_s']} s)")
     from ddplab.metrics.system import machine
 
-    out = args.out or Path("links.json")
-    files.write_json(out, {"measurement": result, "link": links.link_record(link), "machine": machine(device)})
+    out = args.out or Path(links.LINKS_FILE)
+    links.save_links(out, result, link, machine=machine(device))
     print(f"links: {out}")
     return 0
 
@@ -413,10 +413,7 @@ def measured_or_published(name: str, links_file: Path):
     if not links_file.is_file():
         raise ConfigError(f"--link measured reads {links_file}, which does not exist: measure this machine's link "
                           "first (ddplab plan --measure), or name a published link")
-    try:
-        return links.measured_link(json.loads(links_file.read_text())["measurement"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise DataError(f"{links_file} is not ddplab plan --measure's output ({exc!r})") from None
+    return links.load_links(links_file)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

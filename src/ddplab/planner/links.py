@@ -193,9 +193,25 @@ def link_record(link: Link) -> dict[str, Any]:
 LINKS_FILE = "links.json"  # `ddplab plan --measure`'s output; in a sweep folder, the report's link
 
 
-def read_links(path: Path) -> Link | None:
-    """The link a `ddplab plan --measure` file describes; None when there is none or it cannot be read."""
+def save_links(path: Path, result: dict[str, Any], link: Link, **extra: Any) -> None:
+    """A `measure` result and its fitted link, as `ddplab plan --measure` and a sweep write them."""
+    from ddplab import files
+
+    files.write_json(path, {"measurement": result, "link": link_record(link), **extra})
+
+
+def load_links(path: Path) -> Link:
+    """The link a links file describes, fitted again from its measurement; one that is not such a file is a
+    DataError naming it."""
     try:
         return measured_link(json.loads(Path(path).read_text())["measurement"])
-    except (OSError, ValueError, KeyError, TypeError, DataError):
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DataError(f"{path} is not ddplab plan --measure's output ({exc!r})") from None
+
+
+def read_links(path: Path) -> Link | None:
+    """The link of a sweep's links file, for the report; None when there is none or it cannot be read."""
+    try:
+        return load_links(path)
+    except (OSError, DataError):
         return None

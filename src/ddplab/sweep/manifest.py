@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ddplab import files
+from ddplab.errors import ConfigError
 from ddplab.sweep.spec import Sweep
 
 MANIFEST = "manifest.json"
@@ -53,6 +54,18 @@ def read_manifest(out: Path) -> dict[str, dict]:
         return {r["name"]: r for r in json.loads(path.read_text()).get("runs", [])}
     except (ValueError, KeyError, TypeError, AttributeError, OSError):
         return {}
+
+
+def read_full_manifest(out: Path) -> dict[str, Any]:
+    """The whole manifest in `out`, for the commands that follow a sweep (--status, --wait): a missing or
+    damaged one is one line (ConfigError), not rebuilt as `read_manifest` does for a runner."""
+    try:
+        manifest = json.loads((Path(out) / MANIFEST).read_text())
+    except (OSError, ValueError):
+        raise ConfigError(f"{out} holds no sweep manifest: run or submit the sweep first") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("runs"), list):
+        raise ConfigError(f"{Path(out) / MANIFEST} is not a ddplab sweep manifest")
+    return manifest
 
 
 def write_manifest(out: Path, manifest: dict[str, Any]) -> None:

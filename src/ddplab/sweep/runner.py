@@ -32,7 +32,7 @@ from ddplab.engine.runlock import describe, live_owner, run_lock
 from ddplab.errors import ConfigError
 from ddplab.metrics.records import read_epochs
 from ddplab.sweep.manifest import manifest_of, read_manifest, write_manifest
-from ddplab.sweep.slots import Slot, SlotPool
+from ddplab.sweep.slots import Slot, SlotPool, visible_gpus
 from ddplab.sweep.spec import Sweep, SweepRun, slug
 
 
@@ -161,8 +161,11 @@ def measure_sweep_link(sweep: Sweep, out: Path, echo) -> None:
     from ddplab.topology import usable_cores
 
     ranks = max((r.config.dist.nproc for r in sweep.runs if r.config.dist.strategy == "ddp"), default=1)
-    on_cuda = any(r.config.train.device != "cpu" for r in sweep.runs) and slots_gpus() >= 2
-    ranks = min(ranks, slots_gpus() if on_cuda else len(usable_cores()))
+    if ranks < 2:
+        return
+    gpus = len(visible_gpus())
+    on_cuda = any(r.config.train.device != "cpu" for r in sweep.runs) and gpus >= 2
+    ranks = min(ranks, gpus if on_cuda else len(usable_cores()))
     if ranks < 2 or (out / links.LINKS_FILE).is_file():
         return
     backend = "nccl" if on_cuda else "gloo"
@@ -175,14 +178,8 @@ def measure_sweep_link(sweep: Sweep, out: Path, echo) -> None:
         echo(f"  could not measure it ({type(exc).__name__}: {str(exc)[:200]}); the report predicts nothing")
         return
     files.make_dir(out)
-    files.write_json(out / links.LINKS_FILE, {"measurement": result, "link": links.link_record(link)})
+    links.save_links(out / links.LINKS_FILE, result, link)
     echo(f"  alpha {link.alpha_s * 1e6:,.0f} us, bus bandwidth {link.busbw_gbps:,.3g} GB/s ({result['wall_s']} s)")
-
-
-def slots_gpus() -> int:
-    from ddplab.sweep.slots import visible_gpus
-
-    return len(visible_gpus())
 
 
 def check_out(out: Path) -> None:

@@ -39,9 +39,10 @@ from ddplab import files, runfiles
 from ddplab.config import build_config, load_toml
 from ddplab.engine.runlock import live_owner, run_lock
 from ddplab.errors import ConfigError
-from ddplab.process import INTERRUPTED, ddplab_command, supervise
-from ddplab.sweep.manifest import MANIFEST, write_manifest
-from ddplab.sweep.runner import check_out, duration, prepare_folder, raise_terminated
+from ddplab.metrics.records import read_epochs
+from ddplab.process import INTERRUPTED, supervise
+from ddplab.sweep.manifest import MANIFEST, read_full_manifest, write_manifest
+from ddplab.sweep.runner import check_out, command, duration, prepare_folder, raise_terminated
 from ddplab.sweep.spec import Sweep, SweepRun, slug
 
 FOLDER = "slurm"  # batch scripts and each task's outcome
@@ -208,16 +209,6 @@ def read_outcome(path: Path) -> dict[str, Any] | None:
     return outcome if isinstance(outcome, dict) else None
 
 
-def read_full_manifest(out: Path) -> dict[str, Any]:
-    try:
-        manifest = json.loads((out / MANIFEST).read_text())
-    except (OSError, ValueError):
-        raise ConfigError(f"{out} holds no sweep manifest: run or submit the sweep first") from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("runs"), list):
-        raise ConfigError(f"{out / MANIFEST} is not a ddplab sweep manifest")
-    return manifest
-
-
 def status(out: Path) -> list[str]:
     """One line per point: what it is doing, from the queue, its outcome and its run folder (the manifest
     is only read: `--wait` and the runners write it)."""
@@ -230,7 +221,7 @@ def status(out: Path) -> list[str]:
     lines = []
     for entry in manifest["runs"]:
         run_dir = out / entry["dir"]
-        epochs = sum(1 for line in _lines(run_dir / runfiles.METRICS))
+        epochs = len(read_epochs(run_dir / runfiles.METRICS, growing=True))
         where = f" (job {entry['job']})" if entry.get("job") else ""
         error = f": {entry['error']}" if entry.get("error") and entry["status"] != "finished" else ""
         lines.append(f"  {entry['name']:<40} {entry['status']:<12} {epochs} epoch(s) recorded{where}{error}")
@@ -238,13 +229,6 @@ def status(out: Path) -> list[str]:
     for entry in manifest["runs"]:
         counts[entry["status"]] = counts.get(entry["status"], 0) + 1
     return [f"sweep {manifest.get('name')}: " + ", ".join(f"{n} {s}" for s, n in counts.items()), *lines]
-
-
-def _lines(path: Path) -> list[str]:
-    try:
-        return [line for line in path.read_text().splitlines() if line.strip()]
-    except OSError:
-        return []
 
 
 def wait(out: Path, echo=print, poll_s: float = WAIT_POLL_S) -> dict[str, Any]:
@@ -272,9 +256,9 @@ def task(out: Path, name: str) -> int:
         return 0
     config = build_config(load_toml(config_file))
     resume = (run_dir / runfiles.CHECKPOINTS / runfiles.LAST_CHECKPOINT).is_file()
-    cmd = ddplab_command("train", "--config", str(config_file), "--out", str(run_dir), "--output.progress", "false",
-                         *(["--resume"] if resume else []))
-    nodes, tasks = shape(SweepRun(name, {}, config.train.seed, config))
+    point = SweepRun(name, {}, config.train.seed, config)
+    cmd = command(point, config_file, run_dir, resume)
+    nodes, tasks = shape(point)
     if nodes * tasks > 1:  # the workers are the step's tasks (topology: an srun step of several tasks)
         cmd = ["srun", f"--nodes={nodes}", f"--ntasks={nodes * tasks}", f"--ntasks-per-node={tasks}", *cmd]
     env = {**os.environ, **allocated_threads(os.environ, tasks)}
