@@ -28,11 +28,12 @@ def epoch_record(epoch: int = 1, **fields) -> EpochRecord:
 def write_run(run_dir: Path, *, seed=0, strategy="single", nproc=1, batch=32, precision="fp32",
               epoch_s=(12.0, 10.0, 10.0), test_acc=0.70, train_loss=(1.2, 0.9, 0.6), test_loss=(1.0, 0.8, 1.0),
               comm_share=0.0, peak_mib=400.0, steps=False, gpu=False, train_eval_acc=None, other_cpu=None,
-              cpu_s=None, test_images=10_000, config=None, env=True, device="cpu"):
+              cpu_s=None, test_images=10_000, config=None, env=True, device="cpu", ddp=None):
     """A finished run folder with known numbers: train_s is epoch_s - 1, shares 10% data / 80% fwd+bwd / 10% optim.
 
     Left at None, `train_eval_acc` and `other_cpu` (contention) are absent, as in folders ddplab wrote
-    before it measured them; `cpu_s` is each rank's CPU seconds per epoch.
+    before it measured them; `cpu_s` is each rank's CPU seconds per epoch; `ddp` each rank's DDP timings
+    by name ({"comm": [rank 0's, rank 1's], "overlap": [...]}: rank_ddp_comm_s, ...).
     """
     run_dir.mkdir(parents=True)
     world = nproc if strategy == "ddp" else 1
@@ -58,6 +59,7 @@ def write_run(run_dir: Path, *, seed=0, strategy="single", nproc=1, batch=32, pr
                           gpu_other_processes=None)
         if cpu_s is not None:
             record["rank_cpu_s"] = [cpu_s] * world
+        record.update({f"rank_ddp_{name}_s": values for name, values in (ddp or {}).items()})
         history.append(record)
     last = history[-1]
     summary = {

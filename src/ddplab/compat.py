@@ -30,6 +30,10 @@ NEWER_APIS: dict[str, str] = {
     "torch.library.custom_op schema inference": (
         "torch 2.7+ infers an op's schema from list[int] and string annotations; older torch could not, so the "
         "kernels write their schemas out and nothing is lost"),
+    "DistributedDataParallel._get_ddp_logging_data": (
+        "private, in every torch 2.x so far: DDP's own timings of sampled steps, which the report sets against "
+        "ddplab's communication probe and reads stragglers from; a torch without it (or with other field "
+        "names) records none, and the report says the stragglers were not measured"),
 }
 
 
@@ -110,3 +114,26 @@ def launch_config(**kwargs: Any):
     from torch.distributed.launcher.api import LaunchConfig
 
     return LaunchConfig(**accepted_kwargs(LaunchConfig, kwargs, optional={"shutdown_timeout", "signals_to_handle"}))
+
+
+# DDP's running averages over the steps it samples (nanoseconds), as `_get_ddp_logging_data` names them.
+DDP_TIMINGS = {"ddp_forward_s": "avg_forward_compute_time", "ddp_backward_s": "avg_backward_compute_time",
+               "ddp_comm_s": "avg_backward_comm_time", "ddp_overlap_s": "avg_backward_compute_comm_overlap_time"}
+
+
+def ddp_timings(ddp: Any) -> dict[str, float] | None:
+    """DDP's own per-step averages in seconds (forward, backward compute, backward communication from the
+    first bucket's launch to the last one's end, and their overlap), or None where this torch does not
+    record them. DDP samples a few steps (its first ten, then one in a hundred), timing them with CUDA
+    events on a GPU; reading them costs no device sync. None also before a sampled step has finished."""
+    read = getattr(ddp, "_get_ddp_logging_data", None)
+    if read is None:
+        return None
+    try:
+        data = read()
+    except RuntimeError:  # a torch that keeps the method but has no logger for this module
+        return None
+    values = {ours: data.get(theirs) for ours, theirs in DDP_TIMINGS.items()}
+    if not all(isinstance(v, int) for v in values.values()) or not values["ddp_backward_s"]:
+        return None
+    return {k: v / 1e9 for k, v in values.items()}

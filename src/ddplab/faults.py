@@ -2,7 +2,8 @@
 
 `DDPLAB_FAULT="kill:rank=1:epoch=2:step=3"` makes rank 1 SIGKILL itself before optimizer
 step 3 of epoch 2; `raise:...` raises instead, `hang:...` sleeps forever (a stuck rank), `stop:...` stops itself
-(SIGSTOP: a rank frozen by a debugger or the OS, deaf to everything but SIGKILL and SIGCONT). The fault fires while the elastic restart
+(SIGSTOP: a rank frozen by a debugger or the OS, deaf to everything but SIGKILL and SIGCONT), `slow:rank=1:ms=30`
+sleeps 30 ms before each step it matches (a straggler: no step given, every step). The fault fires while the elastic restart
 count is below `attempts` (default 1: the first attempt only, so a restarted group runs
 clean). Unset, this costs one comparison per step.
 """
@@ -21,8 +22,10 @@ ENV = "DDPLAB_FAULT"
 def parse(spec: str) -> tuple[str, dict[str, int]]:
     action, *fields = spec.split(":")
     where = {k: int(v) for k, v in (f.split("=") for f in fields)}
-    if action not in ("kill", "raise", "hang", "stop") or not set(where) <= {"rank", "epoch", "step", "attempts"}:
-        raise ValueError(f"{ENV}={spec!r}: expected kill|raise|hang|stop[:rank=R][:epoch=E][:step=S][:attempts=N]")
+    if (action not in ("kill", "raise", "hang", "stop", "slow") or not set(where) <= {"rank", "epoch", "step", "attempts", "ms"}
+            or ("ms" in where) != (action == "slow")):
+        raise ValueError(f"{ENV}={spec!r}: expected kill|raise|hang|stop[:rank=R][:epoch=E][:step=S][:attempts=N], "
+                         "or slow:ms=M[...]")
     return action, where
 
 
@@ -36,7 +39,10 @@ def maybe_inject(rank: int, epoch: int, step: int) -> None:
     if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) >= where.get("attempts", 1):
         return
     here = {"rank": rank, "epoch": epoch, "step": step}
-    if all(here[k] == v for k, v in where.items() if k != "attempts"):
+    if all(here[k] == v for k, v in where.items() if k not in ("attempts", "ms")):
+        if action == "slow":
+            time.sleep(where["ms"] / 1000)
+            return
         if action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         if action == "stop":

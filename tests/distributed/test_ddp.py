@@ -440,3 +440,25 @@ def test_killed_launcher_leaves_no_worker_and_no_traceback(tmp_path):
     _, err = proc.communicate(timeout=60)  # returns once every holder of its pipes (the workers) is gone
     assert "Traceback" not in err, err[-3000:]
     assert leftover_processes(marker) == []
+
+
+@pytest.mark.skipif(not hasattr(torch.nn.parallel.DistributedDataParallel, "_get_ddp_logging_data"),
+                    reason="this torch's DDP keeps no timings of its own")
+def test_a_slow_rank_shows_as_a_straggler_in_ddps_own_timers(tmp_path):
+    """Rank 1 sleeps 40 ms before each step (DDPLAB_FAULT=slow): rank 0 then waits for it at every all-reduce.
+    DDP's timers, recorded per rank, show the wait on rank 0's exposed all-reduce and not on rank 1's, and
+    the report's reading of them puts at least half of the 40 ms on the stragglers (rank 0 cannot wait less
+    than the sleep less its own head start, a forward and backward of a tiny net)."""
+    from ddplab.report.figures import communication
+
+    out = tmp_path / "slow"
+    ddplab("--strategy", "ddp", "--nproc", "2", "--backend", "gloo", "--batch-size", "16", "--epochs", "2",
+           "--out", str(out), env={"DDPLAB_FAULT": "slow:rank=1:ms=40"})
+    records = read_epochs(out / "metrics.jsonl")
+    last = records[-1].per_rank
+    assert all(len(last[k]) == 2 and None not in last[k] for k in compat.DDP_TIMINGS), last
+    exposed = [c - o for c, o in zip(last["ddp_comm_s"], last["ddp_overlap_s"])]
+    assert exposed[0] > exposed[1] + 0.02, exposed
+    figures = communication(records[1:], global_batch=32, train_s=records[1].train_s)
+    assert figures["straggler_ms"] >= 20 and figures["ddp_exposed_ms"] == pytest.approx(1000 * exposed[1])
+    assert figures["straggler_share"] > 0

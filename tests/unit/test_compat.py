@@ -189,3 +189,22 @@ def test_ddp_buffer_sync_follows_the_installed_signature(monkeypatch):
     assert compat.ddp_buffer_sync() == {"broadcast_buffers": True}
     monkeypatch.setattr(nn.parallel, "DistributedDataParallel", NewDDP)
     assert compat.ddp_buffer_sync() == {"forward_sync_buffers": True}
+
+
+def test_ddps_own_timings_are_read_where_this_torch_keeps_them():
+    """compat.ddp_timings: nanoseconds to seconds by ddplab's names; None without the method, with other field
+    names, or before DDP has timed a step (its backward average still 0)."""
+    class Ddp:
+        def __init__(self, data):
+            self.data = data
+
+        def _get_ddp_logging_data(self):
+            return self.data
+
+    names = dict(avg_forward_compute_time=2_000_000, avg_backward_compute_time=4_000_000,
+                 avg_backward_comm_time=3_000_000, avg_backward_compute_comm_overlap_time=1_000_000)
+    assert compat.ddp_timings(Ddp(names)) == {"ddp_forward_s": 0.002, "ddp_backward_s": 0.004, "ddp_comm_s": 0.003,
+                                               "ddp_overlap_s": 0.001}
+    assert compat.ddp_timings(object()) is None
+    assert compat.ddp_timings(Ddp({"avg_forward_compute_time": 1})) is None
+    assert compat.ddp_timings(Ddp({**names, "avg_backward_compute_time": 0})) is None

@@ -505,13 +505,8 @@ def test_a_sweep_with_a_measured_link_shows_the_predicted_speedup_beside_the_mea
     predicted from the 1-worker run. By hand: 1 worker, 32 images a step: (7.2 + 0.9) ms an image, 28.125 ms of
     optimizer a step; 2 processes on the same cores: twice that, plus one 10.004 ms all-reduce, 16 steps an epoch
     against 32: 9.1944 s / (16 x 0.584654 s) = 0.98x."""
-    from ddplab.planner.links import SIZES, Link
-
     sweep = write_sweep(tmp_path)
-    link = Link("x", busbw_gbps=1.0, alpha_s=0.01, source="test")
-    sizes = list(SIZES[:5])
-    (sweep / "links.json").write_text(json.dumps({"measurement": {
-        "backend": "gloo", "ranks": 2, "device": "cpu", "sizes": sizes, "times_s": [link.allreduce_s(s, 2) for s in sizes]}}))
+    write_link(sweep)
     result = build_report([sweep], tmp_path / "out")
     md = result["report_md"].read_text()
     header = next(line for line in md.splitlines() if line.startswith("| point | vs | speedup | of ideal | predicted"))
@@ -523,19 +518,85 @@ def test_a_sweep_with_a_measured_link_shows_the_predicted_speedup_beside_the_mea
     assert "predicted" not in without  # no link measured: no column, no claim
 
 
+def write_link(sweep: Path) -> None:
+    """links.json as the sweep runner writes it: a 2-rank measurement that fits 10 ms + 1 GB/s exactly."""
+    from ddplab.planner.links import SIZES, Link
+
+    link = Link("x", busbw_gbps=1.0, alpha_s=0.01, source="test")
+    sizes = list(SIZES[:5])
+    (sweep / "links.json").write_text(json.dumps({"measurement": {
+        "backend": "gloo", "ranks": 2, "device": "cpu", "sizes": sizes, "times_s": [link.allreduce_s(s, 2) for s in sizes]}}))
+
+
+def test_the_models_curves_run_through_the_measured_points(tmp_path):
+    """Batch 32 and 64 x 1 and 2 workers, a measured link: the model planned from the batch-32 1-worker run.
+    By hand (the fixture: 9 s training epochs of 1000 images, 10% data, 80% compute, 10% optimizer, 32 steps):
+    one worker at its own batch, 32 x (32 x 8.1 ms + 28.125 ms) = 9.1944 s (its last batch is 8 images, the
+    model's per-image costs count a full one); at batch 64, 16 x (64 x 8.1 + 28.125) = 8.7444 s. Speedup at
+    2 workers from the batch-32 run: 0.98x (as the scaling table); the curve reaches 4 and 8 workers, its
+    ideal 1x throughout (one CPU)."""
+    from ddplab.report.figures import run_row
+    from ddplab.report.sections import build_sections
+
+    sweep = tmp_path / "sweep"
+    entries = []
+    for batch in (32, 64):
+        for workers in (1, 2):
+            name = f"b{batch}-w{workers}"
+            write_run(sweep / "runs" / name, batch=batch, strategy="ddp" if workers > 1 else "single", nproc=workers,
+                      epoch_s=(12.0, 10.0, 10.0) if workers == 1 else (9.0, 7.0, 7.0), comm_share=0.1 * (workers > 1))
+            entries.append({"name": name, "point": {"batch": str(batch), "workers": str(workers)}, "seed": 0})
+    write_manifest(sweep, entries, axes=["batch", "workers"])
+    write_link(sweep)
+    runs = load_runs([sweep])
+    (section,) = build_sections(runs, {r.name: run_row(r) for r in runs})
+    curves = section.model_curves
+    assert curves.source == "batch=32, workers=1"
+    low, high = curves.workers
+    assert (low.label, low.x, low.ideal) == ("local batch 32", [1, 2, 4, 8], [1.0] * 4)
+    assert low.predicted[0] == pytest.approx(1.0) and round(low.predicted[1], 2) == 0.98
+    assert low.measured == [(2, pytest.approx(9 / 6))] and high.label == "local batch 64"
+    one, two = curves.batch
+    assert (one.label, one.x, two.label) == ("1 worker", [32, 64], "2 workers")
+    assert one.predicted == [pytest.approx(9.1944), pytest.approx(8.7444)]
+    assert one.measured == [(32, pytest.approx(9.0)), (64, pytest.approx(9.0))]
+    assert [x for x, _ in two.measured] == [32, 64]
+    result = build_report([sweep], tmp_path / "out")
+    (plot,) = [p for p in result["sections"][0]["plots"] if p.name == "predicted"]
+    assert plot.path.is_file() and not plot.clipped
+    assert "local batch 32: predicted" in plot.legend and "2 workers: measured" in plot.legend
+
+
 def test_a_scaling_point_short_of_the_ideal_says_where_its_epoch_went(tmp_path):
-    """2 workers at 11 s a training epoch against 9 s for one (the ideal on one CPU node: 1x, so 9 s). By phase:
-    compute (80% less 10% comm) x 11 - 80% x 9 = +0.50 s, comm wait 10% x 11 = +1.10 s, optimizer and data
-    10% x (11 - 9) = +0.20 s each, nothing else."""
+    """2 workers at 11 s a training epoch against 9 s for one (the ideal on one CPU node: 1x, so 9 s). By cause:
+    comm wait (the probe) 10% x 11 = +1.10 s; stragglers: DDP's timers say rank 0's all-reduce was exposed
+    30 - 5 = 25 ms a step, rank 1's 12 - 2 = 10 ms, so rank 0 waited 15 ms a step for rank 1, x 16 steps
+    (1000 images at a global batch of 64) = +0.24 s an epoch; compute (80% less 10% comm) x 11 - 80% x 9
+    less the stragglers = +0.26 s; optimizer and data 10% x (11 - 9) = +0.20 s each, nothing else. The probe
+    saw 1.1 s / 16 = 68.75 ms a step, DDP 10 ms on the rank that waited least: they disagree."""
     sweep = tmp_path / "sweep"
     write_run(sweep / "runs" / "one", epoch_s=(12.0, 10.0, 10.0))
-    write_run(sweep / "runs" / "two", strategy="ddp", nproc=2, epoch_s=(14.0, 12.0, 12.0), comm_share=0.1)
+    write_run(sweep / "runs" / "two", strategy="ddp", nproc=2, epoch_s=(14.0, 12.0, 12.0), comm_share=0.1,
+              ddp={"comm": [0.030, 0.012], "overlap": [0.005, 0.002]})
     write_manifest(sweep, [{"name": "one", "point": {"workers": "1"}, "seed": 0},
                            {"name": "two", "point": {"workers": "2"}, "seed": 0}], axes=["workers"])
-    md = build_report([sweep], tmp_path / "out")["report_md"].read_text()
-    assert ("Why it falls short of the ideal: 11.00 s a training epoch against an ideal 9.00 s; compute +0.50 s, "
-            "communication wait +1.10 s, optimizer +0.20 s, data +0.20 s, the rest of the step +0.00 s; "
-            "the most: communication wait") in md
-    assert ("| workers=2 | workers=1 | 11.00 | 9.00 | +0.50 | +1.10 | +0.20 | +0.20 | +0.00 | communication wait |"
+    result = build_report([sweep], tmp_path / "out")
+    md = result["report_md"].read_text()
+    assert ("Why it falls short of the ideal: 11.00 s a training epoch against an ideal 9.00 s; compute +0.26 s, "
+            "all-reduce wait +1.10 s, stragglers +0.24 s, optimizer +0.20 s, data +0.20 s, the rest of the step "
+            "+0.00 s; the most: all-reduce wait (the gradients' all-reduce is not hidden behind backward)") in md
+    assert ("| workers=2 | workers=1 | 11.00 | 9.00 | +0.26 | +1.10 | +0.24 | +0.20 | +0.20 | +0.00 | all-reduce wait |"
             in md)  # the findings' figures are the table's cells
+    assert ("The all-reduce per step: ddplab's probe 68.75 ms of wait, DDP's own timers 10.00 ms exposed on the rank "
+            "that waited least (12.00 ms from the first bucket's launch to the last one's end): they disagree") in md
+    assert "rank 0 waited 15.00 ms a step for the slowest rank" in md
+    assert "| workers=2 | 68.75 | 10.00 | 12.00 | 15.00 |" in md
+    assert_findings_restate_tables(result)
+    # without DDP's timings (a torch without them, or a folder from before): the stragglers are not measured
+    write_run(sweep / "runs" / "old", strategy="ddp", nproc=2, epoch_s=(14.0, 12.0, 12.0), comm_share=0.1)
+    write_manifest(sweep, [{"name": "one", "point": {"workers": "1"}, "seed": 0},
+                           {"name": "old", "point": {"workers": "2"}, "seed": 0}], axes=["workers"])
+    md = build_report([sweep], tmp_path / "out-old")["report_md"].read_text()
+    assert "compute +0.50 s, all-reduce wait +1.10 s, stragglers not measured, optimizer +0.20 s" in md
+    assert "| +0.50 | +1.10 | - | +0.20 |" in md and "measured two ways" not in md
     assert "Why it falls short" not in build_report([write_sweep(tmp_path / "fast")], tmp_path / "o2")["report_md"].read_text()

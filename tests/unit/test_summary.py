@@ -12,7 +12,8 @@ from run_folders import epoch_record
 def record(epoch, train_acc, test_acc, test_loss, gpus=None):
     return epoch_record(epoch, train_loss=1.0 / epoch, train_acc=train_acc, test_loss=test_loss, test_acc=test_acc,
                         epoch_s=10.0, train_s=8.0, eval_s=2.0, images_per_s=100.0 * epoch, peak_alloc_mib=100.0 * epoch,
-                        rank_train_s=[8.0, 9.0], rank_peak_alloc_mib=[50.0 * epoch, 60.0], gpu_peak_alloc_mib=gpus)
+                        rank_train_s=[8.0, 9.0], rank_peak_alloc_mib=[50.0 * epoch, 60.0], gpu_peak_alloc_mib=gpus,
+                        rank_ddp_comm_s=[0.001 * epoch, 0.002], rank_ddp_overlap_s=[None, None])
 
 
 def test_overfitting_signals_and_data_parallel_memory():
@@ -28,6 +29,8 @@ def test_overfitting_signals_and_data_parallel_memory():
     assert s["memory"] == {"peak_alloc_mib": 300.0} and s["gpu_peak_alloc_mib"] == [320.0, 110.0]
     assert s["ranks"]["train_s"] == {"per_rank": [24.0, 27.0], "max": 27.0, "mean": 25.5}
     assert s["ranks"]["peak_alloc_mib"]["per_rank"] == [150.0, 60.0]  # peaks, not sums
+    assert s["ranks"]["ddp_comm_ms"]["per_rank"] == [3.0, 2.0]  # DDP's running average a step: the last epoch's
+    assert "ddp_overlap_ms" not in s["ranks"] and "ddp_overlap_s" not in s["ranks"]  # not recorded
     assert s["time"]["mean_epoch_s_after_first"] == 10.0 and s["time"]["images_per_s"] == 200.0
     text = format_summary(s)
     assert "overfitting" in text and "+37.00%" in text and "per rank" in text

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ddplab import faults
+from ddplab import compat, faults
 from ddplab.config import RunConfig
 from ddplab.distributed import DistContext, ddp_module, no_sync, unwrap
 from ddplab.engine import checkpoint
@@ -161,6 +161,7 @@ class Trainer:
         train = self.train_epoch(epoch)
         train_s = clock.stop()
         cpu_end = contention.snapshot()
+        ddp = self.ddp_timings() if train.phases is not None else {}  # before the probe's steps add to them
         phases = {}
         if train.phases is not None:  # the communication probe runs outside the epoch's clock
             phases = {**train.phases, "comm_wait_s": self.comm_wait_per_step(train.last_step) * self.steps_per_epoch()}
@@ -194,9 +195,17 @@ class Trainer:
             **phases, **load, **memory,
             per_rank={"cpu_s": cpu_s, **self.per_rank(
                 train_s=train_s, samples=self.train_loader.num_samples,
-                **{k: v for k, v in memory.items() if not isinstance(v, list)}, **gpu)},
+                **{k: v for k, v in memory.items() if not isinstance(v, list)}, **gpu, **ddp)},
         )
         return record, {"steps": steps, "gpu": gpu_rows}
+
+    def ddp_timings(self) -> dict[str, float]:
+        """Each rank's DDP timings (compat.ddp_timings), NaN where not recorded: the same keys on every rank,
+        as `per_rank` gathers them; none for a model that is not DDP."""
+        ddp = ddp_module(self.model)
+        if ddp is None or not self.ctx.is_distributed:
+            return {}
+        return compat.ddp_timings(ddp) or dict.fromkeys(compat.DDP_TIMINGS, math.nan)
 
     def per_rank(self, **values: float) -> dict[str, list[float]]:
         """Each rank's own figures, gathered (one collective per epoch), by name."""

@@ -112,13 +112,19 @@ def gpu_summary(gpu: dict[str, Any], history: list[EpochRecord]) -> dict[str, An
 
 
 def per_rank_summary(history: list[EpochRecord]) -> dict[str, dict[str, Any]]:
-    """Per-rank totals (time, samples) and peaks (memory) over the run, with max and mean across ranks."""
+    """Per-rank totals (time, samples) and peaks (memory) over the run, with max and mean across ranks; DDP's
+    own timings (ddp_*) are running averages a step: the last epoch's, in milliseconds (ddp_*_ms)."""
     out = {}
     for key in history[-1].per_rank if history else ():
         if key.endswith("_pct"):  # a rate: averaged over epochs, not summed
             continue
         columns = list(zip(*(r.per_rank[key] for r in history)))  # one tuple per rank
-        per_rank = [max(c) if key.endswith("_mib") else sum(c) for c in columns]
+        if key.startswith("ddp_"):
+            if any(c[-1] is None for c in columns):
+                continue  # not recorded on this torch
+            per_rank, key = [1000 * c[-1] for c in columns], key.removesuffix("_s") + "_ms"
+        else:
+            per_rank = [max(c) if key.endswith("_mib") else sum(c) for c in columns]
         out[key] = {"per_rank": [round(v, 3) for v in per_rank], "max": round(max(per_rank), 3),
                     "mean": round(statistics.fmean(per_rank), 3)}
     return out

@@ -24,8 +24,14 @@ SPEED_NOTE = ("Training images per second of training time (epochs after the fir
               "machine's CPUs that other processes used while it trained (worst epoch); contended runs' clocks are "
               "unreliable.")
 GAP_NOTE = ("Points below 90% of the ideal: one training epoch (epochs after the first) against the ideal one, "
-            "the baseline's over the devices added, by phase: compute is forward+backward less the communication "
-            "wait; a straggling rank shows in the wait, as the all-reduce waits for the last one.")
+            "the baseline's over the devices added, by cause: compute is forward+backward less the all-reduce wait "
+            "(ddplab's probe) and rank 0's wait for the slowest rank (DDP's timers; '-' where not measured, and "
+            "then inside compute).")
+COMM_NOTE = ("Per training step, epochs after the first. Probe wait: ddplab times one step with and without the "
+             "gradient all-reduce, the ranks lined up. DDP exposed: DDP's own timers on its sampled steps, from the end "
+             "of backward to the last bucket's end, on the rank that waited least; span: from the first bucket's "
+             "launch. Stragglers: how much longer rank 0's exposed wait was. Link: the all-reduce of these gradients "
+             "over this machine's measured link (ddplab plan --measure).")
 SCALING_NOTE = ("Speedup: training throughput over the baseline's; of ideal: speedup over the devices added "
                 "(GPUs; on a CPU, processes on one machine share its cores: ideal 1x). A timing verdict is "
                 "'beyond noise' only past 2 noises and 3%.")
@@ -78,6 +84,8 @@ def section_view(section: Section, plot_dir: Path, prefix: str) -> html.SectionV
         shown.append(("Scaling", SCALING_NOTE, tables.comparison_table(scaling, scaling=True)))
         if any(c.get("gap") for c in scaling):
             shown.append(("Short of the ideal", GAP_NOTE, tables.gap_table(scaling)))
+        if any(c["row"].get("ddp_exposed_ms") is not None for c in scaling):
+            shown.append(("Communication, measured two ways", COMM_NOTE, tables.communication_table(scaling)))
     if others:
         shown.append(("Comparisons", "Each point against its baseline: speed (training throughput) and test accuracy, "
                       "each with its verdict.", tables.comparison_table(others, scaling=False)))

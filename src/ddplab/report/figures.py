@@ -13,6 +13,7 @@ the same cores).
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -22,12 +23,17 @@ from ddplab.report import noise
 from ddplab.topology import resolve_backend  # torch-free
 from ddplab.report.runs import Point, Run
 
+# A DDP run's communication per step, measured two ways (milliseconds): ddplab's probe of the all-reduce
+# wait (the step timed with and without gradient sync, ranks lined up), and DDP's own timers on its
+# sampled steps, on the rank that waited least (its exposed all-reduce: from backward's end to the last
+# bucket's end; its span: from the first bucket's launch), and rank 0's wait for the slowest rank.
+COMM_MS = ("probe_comm_ms", "ddp_exposed_ms", "ddp_comm_ms", "straggler_ms")
 SHARES = tuple(p.removesuffix("_s") + "_share" for p in PHASES)
 TEXT = ("strategy", "device", "device_name", "precision", "backend", "memory_label", "gap_basis", "torch")
 SETTINGS = ("world_size", "nodes", "local_batch", "global_batch", "accumulate", "train_images", "test_images")
 MEASURED = ("epochs", "final_test_acc", "best_test_acc", "final_train_acc", "train_eval_acc", "acc_gap",
             "final_test_loss", "min_test_loss", "min_test_loss_epoch", "total_s", "train_s", "eval_s", "epoch_s",
-            "images_per_s", "cores_busy", "peak_mib", *SHARES)
+            "images_per_s", "cores_busy", "peak_mib", *SHARES, "straggler_share", *COMM_MS)
 MEMORY_LABELS = ("peak_alloc_mib", "peak_rss_mib", "peak_reserved_mib")  # first found is reported
 OVERFIT_RISE = 0.10  # test loss this far above its minimum at the end counts as overfitting
 EARLY_STOP_PATIENCE = 2  # epochs without a lower test loss before early stopping would stop (seed report D's)
@@ -80,7 +86,28 @@ def run_figures(run: Run) -> dict[str, Any]:
         "peak_mib": peak,
         **{share: sum(r.metric(phase) or 0.0 for r in steady) / train_s
            if train_s and steady[-1].metric(phase) is not None else None for phase, share in zip(PHASES, SHARES)},
+        **communication(steady, s["batch"]["global"], train_s),
     }
+
+
+def communication(steady: list[EpochRecord], global_batch: int, train_s: float) -> dict[str, float | None]:
+    """COMM_MS of a run, and the share of its training time rank 0 spent waiting for the slowest rank; None
+    where not measured (one process, no time breakdown, a torch whose DDP keeps no timings). DDP's figures
+    are running averages over its sampled steps: the last epoch's hold them all."""
+    out: dict[str, float | None] = dict.fromkeys((*COMM_MS, "straggler_share"))
+    steps = sum(math.ceil(r.train_samples / global_batch) for r in steady)
+    if not steady or not steps or steady[-1].comm_wait_s is None:
+        return out
+    out["probe_comm_ms"] = 1000 * sum(r.comm_wait_s or 0.0 for r in steady) / steps
+    comm, overlap = (steady[-1].per_rank.get(k) or [] for k in ("ddp_comm_s", "ddp_overlap_s"))
+    exposed = [c - o if c is not None and o is not None else None for c, o in zip(comm, overlap)]
+    if len(exposed) < 2 or None in exposed:
+        return out
+    least = min(range(len(exposed)), key=exposed.__getitem__)
+    wait = exposed[0] - exposed[least]
+    out.update(ddp_exposed_ms=1000 * exposed[least], ddp_comm_ms=1000 * comm[least], straggler_ms=1000 * wait,
+               straggler_share=wait * steps / train_s if train_s else None)
+    return out
 
 
 def cores_busy(epochs: list[EpochRecord], train_s: float) -> float | None:
@@ -193,16 +220,13 @@ def scale(rows: list[dict[str, Any]], base: dict[str, Any] | None, name: str) ->
         row["is_baseline"] = base is not None and row is base
 
 
-GAP_PARTS = (("compute", "forward_backward_share", "comm_wait_share"), ("communication wait", "comm_wait_share", None),
-             ("optimizer", "optimizer_share", None), ("data", "data_share", None))
-
-
 def scaling_gap(row: dict[str, Any], base: dict[str, Any], ideal: float) -> dict[str, Any] | None:
     """Where a multi-worker point's training epoch loses to the ideal (the baseline's epoch over `ideal`),
-    in seconds an epoch by phase: compute (forward+backward less the comm wait), the comm wait itself,
-    optimizer, data, and the rest of the step. None unless both sides have a time breakdown and the point
-    is slower than ideal. Straggling ranks show inside the comm wait: the all-reduce waits for the last."""
-    shares = [key for _, key, _ in GAP_PARTS]
+    in seconds an epoch by cause: compute (forward+backward less the waits below), the all-reduce wait
+    (the probe's), the wait for a straggling rank (rank 0's, from DDP's timers; None where not measured,
+    and then inside compute), optimizer, data, and the rest of the step. None unless both sides have a
+    time breakdown and the point is slower than ideal."""
+    shares = ("forward_backward_share", "comm_wait_share", "optimizer_share", "data_share")
     if not (row.get("images_per_s") and base.get("images_per_s") and row.get("train_images") and ideal) or any(
             not isinstance(side.get(key), (int, float)) for side in (row, base) for key in shares):
         return None
@@ -211,12 +235,34 @@ def scaling_gap(row: dict[str, Any], base: dict[str, Any], ideal: float) -> dict
     if epoch <= target:
         return None
 
-    def part(side: dict[str, Any], key: str, less: str | None) -> float:
-        return side[key] - (side[less] if less else 0.0)
+    def seconds(key: str) -> float:  # this phase's seconds over the ideal's
+        return (row.get(key) or 0.0) * epoch - (base.get(key) or 0.0) * target
 
-    parts = {name: part(row, key, less) * epoch - part(base, key, less) * target for name, key, less in GAP_PARTS}
-    parts["the rest of the step"] = (epoch - target) - sum(parts.values())
-    return {"epoch_s": epoch, "ideal_epoch_s": target, "parts": parts, "biggest": max(parts, key=parts.get)}
+    stragglers = seconds("straggler_share") if row.get("straggler_share") is not None else None
+    parts: dict[str, float | None] = {
+        "compute": seconds("forward_backward_share") - seconds("comm_wait_share") - (stragglers or 0.0),
+        "all-reduce wait": seconds("comm_wait_share"), "stragglers": stragglers,
+        "optimizer": seconds("optimizer_share"), "data": seconds("data_share")}
+    parts["the rest of the step"] = (epoch - target) - sum(v for v in parts.values() if v is not None)
+    biggest = max((k for k, v in parts.items() if v is not None), key=parts.get)
+    return {"epoch_s": epoch, "ideal_epoch_s": target, "parts": parts, "biggest": biggest, "why": why(biggest, row, base)}
+
+
+def why(part: str, row: dict[str, Any], base: dict[str, Any]) -> str:
+    """What the biggest part of a scaling gap usually means, for the findings."""
+    smaller = isinstance(row.get("local_batch"), int) and isinstance(base.get("local_batch"), int) \
+        and row["local_batch"] < base["local_batch"]
+    on_cuda = str(row.get("device", "")).startswith("cuda")
+    if part == "compute":
+        if smaller:
+            return (f"each worker computes a local batch of {row['local_batch']} against {base['local_batch']}: "
+                    "the device is less busy per image")
+        return "the GPUs compute more slowly together than one alone" if on_cuda else \
+            "the processes share the machine's cores"
+    return {"all-reduce wait": "the gradients' all-reduce is not hidden behind backward",
+            "stragglers": "the ranks wait for the slowest one at each all-reduce",
+            "data": "loading the batches takes longer per worker than alone",
+            "optimizer": "the optimizer step takes longer per worker than alone"}.get(part, "host work between phases")
 
 
 # ---- curves --------------------------------------------------------------------------------

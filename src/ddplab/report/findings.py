@@ -14,12 +14,13 @@ from typing import Any
 
 from ddplab.report import figures, noise
 from ddplab.report.sections import Section, cpu_count
-from ddplab.report.tables import (faster, loss, memory_title, mib, percent_value, points_value, rate, seconds,
+from ddplab.report.tables import (faster, loss, memory_title, mib, ms, percent_value, points_value, rate, seconds,
                                   seconds_signed, times)
 
 DATA_BOUND_SHARE = 0.25  # a data share this large is worth saying: the input pipeline limits the step
 GAP_WORTH_SAYING = 0.10  # train accuracy this far above test is said even without a rising test loss
 MEMORY_CHANGE = 0.05  # peak memory differences under 5% are not mentioned
+COMM_AGREE, COMM_AGREE_MS = 0.5, 0.5  # probe and DDP's timers agree within 50% or half a millisecond a step
 IDLE_CORES = 0.85  # a baseline that kept fewer than 85% of the cores busy left room for more processes
 
 
@@ -97,9 +98,11 @@ def scaling_findings(section: Section) -> list[Finding]:
                      f"this machine's measured link; the measured {times(c['speedup'])} is {side}")
         gap = c.get("gap")
         if gap is not None:
-            parts = ", ".join(f"{name} {seconds_signed(value)} s" for name, value in gap["parts"].items())
+            parts = ", ".join(f"{name} {seconds_signed(value)} s" if value is not None else f"{name} not measured"
+                              for name, value in gap["parts"].items())
             text += (f". Why it falls short of the ideal: {seconds(gap['epoch_s'])} s a training epoch against an ideal "
-                     f"{seconds(gap['ideal_epoch_s'])} s; {parts}; the most: {gap['biggest']}")
+                     f"{seconds(gap['ideal_epoch_s'])} s; {parts}; the most: {gap['biggest']} ({gap['why']})")
+        text += communication_text(c)
         if c["acc_diff"] is not None:
             text += f". Test accuracy {pct(r, 'final_test_acc')} vs {pct(b, 'final_test_acc')}: {c['acc_verdict'].text()}"
             if r.get("global_batch") == b.get("global_batch"):
@@ -113,6 +116,22 @@ def scaling_findings(section: Section) -> list[Finding]:
             out.append(Finding(f"{c['point']} is super-linear ({c['efficiency']:.0%} of the ideal), more than extra "
                                f"hardware can give; likely cause: {superlinear_cause(c, cpus)}", "check"))
     return out
+
+
+def communication_text(c: dict[str, Any]) -> str:
+    """The all-reduce measured two ways, against the link where one was measured, and the stragglers."""
+    r = c["row"]
+    if r.get("ddp_exposed_ms") is None or r.get("probe_comm_ms") is None:
+        return ""
+    probe, ddp = r["probe_comm_ms"], r["ddp_exposed_ms"]
+    agree = ("they agree" if abs(probe - ddp) <= max(COMM_AGREE_MS, COMM_AGREE * max(probe, ddp))
+             else "they disagree (the probe times one lined-up step in eval mode, DDP its sampled training steps)")
+    text = (f". The all-reduce per step: ddplab's probe {ms(probe)} ms of wait, DDP's own timers {ms(ddp)} ms exposed "
+            f"on the rank that waited least ({ms(r['ddp_comm_ms'])} ms from the first bucket's launch to the last "
+            f"one's end): {agree}; rank 0 waited {ms(r['straggler_ms'])} ms a step for the slowest rank")
+    if c.get("link_ms") is not None:
+        text += f"; this machine's measured link predicts {ms(c['link_ms'])} ms for the gradients"
+    return text
 
 
 def superlinear_cause(c: dict[str, Any], cpus: int | None) -> str:

@@ -51,6 +51,7 @@ def make_plots(section: Any, out_dir: Path, prefix: str) -> list[Plot]:
         plot_curves(labels, curves, rows if marks else None, out_dir / f"{prefix}-curves.png"),
         plot_speed(rows, out_dir / f"{prefix}-speed.png") if section.kind not in ("run", "overfitting") else None,
         plot_batch_size(points, rows, out_dir / f"{prefix}-batch-size.png"),
+        plot_model(section.model_curves, out_dir / f"{prefix}-predicted.png") if section.model_curves else None,
         plot_time_breakdown(rows, out_dir / f"{prefix}-time-breakdown.png") if section.kind in ("scaling", "all") else None,
         plot_step_loss(points, out_dir / f"{prefix}-step-loss.png") if section.kind in ("run", "all") else None,
         plot_gpu_utilization(points, out_dir / f"{prefix}-gpu-utilization.png"),
@@ -211,13 +212,50 @@ def plot_batch_size(points: list[Point], rows: list[dict[str, Any]], path: Path)
              ylabel=memory_axis(rows))
     batches = sorted({r["local_batch"] for r in rows if isinstance(r.get("local_batch"), int)})
     for ax in (ax_t, ax_m):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(batches, [str(b) for b in batches])
-        ax.minorticks_off()
-        ax.set_ylim(bottom=0)  # a change from 820 to 852 MiB must look like what it is
-        ax.grid(alpha=0.3)
+        powers_of_two_axis(ax, batches)
     ax_m.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.02, 0.5))
     return save(fig, path, "Training throughput and peak memory per rank against the local batch size (axes from 0).")
+
+
+def plot_model(curves: Any, path: Path) -> Plot:
+    """The scaling model's lines (dashed) through the measured points (markers): speedup against workers, and
+    the training epoch against the local batch where the points span batches."""
+    panels = 2 if curves.batch else 1
+    fig, axes = plt.subplots(1, panels, figsize=(6.0 * panels, 4.6), squeeze=False)
+    ax_w = axes[0][0]
+    draw_predicted(ax_w, curves.workers)
+    first = curves.workers[0]
+    ax_w.plot(first.x, first.ideal, ":", color="0.5", label="ideal (devices added)")
+    ax_w.set(title="Speedup vs workers", xlabel="workers", ylabel="speedup over 1 worker (training throughput)")
+    powers_of_two_axis(ax_w, first.x)
+    ax_w.legend(fontsize="small")
+    if curves.batch:
+        ax_b = axes[0][1]
+        draw_predicted(ax_b, curves.batch)
+        ax_b.set(title="Training epoch vs local batch", xlabel="local batch size (images per rank)",
+                 ylabel="seconds a training epoch (epochs after the first)")
+        powers_of_two_axis(ax_b, sorted({x for c in curves.batch for x, _ in c.measured}))
+        ax_b.legend(fontsize="small")
+    return save(fig, path, f"The scaling model (ddplab plan), planned from {curves.source} over this machine's "
+                           "measured link (dashed), and the points measured (markers); on a CPU the ideal is the "
+                           "machines added, as processes on one share its cores.")
+
+
+def draw_predicted(ax: Any, curves: list[Any]) -> None:
+    for g, c in enumerate(curves):
+        col = color(g, len(curves))
+        ax.plot(c.x, c.predicted, "--", color=col, label=f"{c.label}: predicted")
+        if c.measured:
+            ax.plot(*zip(*c.measured), "o", color=col, label=f"{c.label}: measured")
+
+
+def powers_of_two_axis(ax: Any, ticks: list[float]) -> None:
+    """x on a log-2 scale ticked at the values measured; y from 0 (a change from 820 to 852 must look like what it is)."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.minorticks_off()
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
 
 
 def memory_axis(rows: list[dict[str, Any]]) -> str:

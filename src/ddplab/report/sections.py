@@ -15,10 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddplab.errors import DataError
-from ddplab.planner import model
 from ddplab.planner.links import LINKS_FILE, Link, read_links
-from ddplab.report import figures, noise
+from ddplab.report import figures, noise, predictions
 from ddplab.report.runs import Point, Run, axis_text, experiment_config, group_points, groups_without, value_text
 
 SCALING_FIELDS = ("dist.nproc", "dist.nnodes", "dist.strategy")  # what a scaling comparison varies
@@ -41,6 +39,7 @@ class Section:
     pairs: list[dict[str, Any]] = field(default_factory=list)
     problems: list[dict[str, Any]] = field(default_factory=list)  # run rows of runs that did not finish
     link: Link | None = None  # the sweep's measured link (links.json): scaling pairs get the model's prediction
+    model_curves: predictions.Curves | None = None  # the model's curves beside the measured scaling points
 
     @property
     def slug(self) -> str:
@@ -100,6 +99,7 @@ def analyse(section: Section, run_rows: dict[str, dict[str, Any]]) -> None:
         section.pairs = declared_pairs(section)
     else:
         section.pairs = scaling_pairs(section) + axis_pairs(section)
+    section.model_curves = predictions.model_curves(section)
 
 
 # ---- who is compared with whom ---------------------------------------------------------------
@@ -166,7 +166,7 @@ def pair(section: Section, i: int, j: int, scaling: bool, changed: str | None = 
               else noise.Verdict("not timed"))
     return {"point": row["point"], "baseline": base["point"], "row": row, "base": base, "changed": changed,
             "scaling": scaling, "speedup": ratio, "ideal": ideal,
-            "predicted": predicted_speedup(section, i, j) if scaling else None,
+            **(predictions.predict_pair(section, i, j) if scaling else {"predicted": None, "link_ms": None}),
             "gap": (figures.scaling_gap(row, base, ideal)
                     if scaling and ratio is not None and ideal and ratio / ideal < GAP_BELOW else None),
             "efficiency": ratio / ideal if ratio is not None and ideal else None,
@@ -174,20 +174,6 @@ def pair(section: Section, i: int, j: int, scaling: bool, changed: str | None = 
             "acc_verdict": noise.accuracy_verdict(acc_diff, row, base) if acc_diff is not None else noise.Verdict("-"),
             "superlinear": bool(scaling and ratio is not None and ideal and ratio / ideal > 1
                                 and timing.word in ("beyond noise", "single run"))}
-
-
-def predicted_speedup(section: Section, i: int, j: int) -> float | None:
-    """What `ddplab plan`'s model predicts for point i from point j's first finished run over the section's
-    measured link (None: no link measured, or a baseline the model cannot plan from)."""
-    row, runs = section.rows[i], [r for r in section.points[j].runs if r.finished]
-    if section.link is None or not runs or not all(isinstance(row.get(k), int) for k in ("world_size", "local_batch")):
-        return None
-    nodes = row["nodes"] if isinstance(row.get("nodes"), int) else 1
-    try:
-        costs = model.step_costs(runs[0].summary, runs[0].history, runs[0].config)
-    except (DataError, KeyError, TypeError, ValueError, ZeroDivisionError):
-        return None
-    return model.predict_one(costs, row["world_size"] // nodes, nodes, row["local_batch"], section.link).speedup
 
 
 # ---- what a section's runs share ------------------------------------------------------------------

@@ -41,6 +41,10 @@ def seconds_signed(v: float) -> str:
     return f"{round(v, 2) + 0.0:+,.2f}"
 
 
+def ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.2f}"
+
+
 def times(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}x"
 
@@ -166,9 +170,24 @@ def gap_table(pairs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     return render([
         ("point", lambda c: c["point"]), ("vs", lambda c: c["baseline"]),
         ("epoch s", lambda c: seconds(c["gap"]["epoch_s"])), ("ideal s", lambda c: seconds(c["gap"]["ideal_epoch_s"])),
-        *[(f"{name} s", lambda c, name=name: seconds_signed(c["gap"]["parts"][name])) for name in names],
+        *[(f"{name} s", lambda c, name=name: "-" if c["gap"]["parts"][name] is None
+           else seconds_signed(c["gap"]["parts"][name])) for name in names],
         ("the most", lambda c: c["gap"]["biggest"]),
     ], with_gap)
+
+
+def communication_table(pairs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Scaling points' all-reduce per step measured two ways, the stragglers, and what the measured link predicts."""
+    timed = [c for c in pairs if c["row"].get("ddp_exposed_ms") is not None]
+    link = [("link predicts ms", lambda c: ms(c.get("link_ms")))] if any(c.get("link_ms") is not None for c in timed) else []
+    return render([
+        ("point", lambda c: c["point"]),
+        ("probe wait ms", lambda c: ms(c["row"].get("probe_comm_ms"))),
+        ("DDP exposed ms", lambda c: ms(c["row"]["ddp_exposed_ms"])),
+        ("DDP span ms", lambda c: ms(c["row"]["ddp_comm_ms"])),
+        ("rank 0 waits for stragglers ms", lambda c: ms(c["row"]["straggler_ms"])),
+        *link,
+    ], timed)
 
 
 def efficiency_cell(c: dict[str, Any]) -> str:

@@ -1,0 +1,106 @@
+"""What `ddplab plan`'s model says about a section's scaling points, beside what they measured.
+
+The model (planner/model.py) plans from one measured run: each scaling pair is predicted
+from the first finished run of its baseline point, over the sweep's measured link
+(links.json, which a local sweep with multi-worker points measures before its report).
+Without a link, or from a baseline the model cannot plan from (no time breakdown,
+DataParallel), nothing is predicted and the report claims nothing. Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddplab.errors import DataError
+from ddplab.planner import model
+from ddplab.report.runs import Point
+
+CURVE_WORKERS = (1, 2, 4, 8)  # the model's speedup curve reaches at least this far, and twice the most measured
+
+
+@dataclass
+class Curve:
+    """One line of the model's and the points measured on it (x, y)."""
+
+    label: str
+    x: list[float]
+    predicted: list[float]
+    measured: list[tuple[float, float]] = field(default_factory=list)
+    ideal: list[float] | None = None
+
+
+@dataclass
+class Curves:
+    source: str  # the point the model planned from
+    workers: list[Curve]  # speedup against workers, one per baseline
+    batch: list[Curve]  # training epoch time against the local batch, one per worker count
+
+
+def plan_costs(point: Point) -> model.StepCosts | None:
+    """The model's step costs from a point's first finished run, or None where it cannot plan from it."""
+    runs = [r for r in point.runs if r.finished]
+    if not runs:
+        return None
+    try:
+        return model.step_costs(runs[0].summary, runs[0].history, runs[0].config)
+    except (DataError, KeyError, TypeError, ValueError, ZeroDivisionError):
+        return None
+
+
+def shape(row: dict[str, Any]) -> tuple[int, int] | None:
+    """(workers per node, nodes) of a row, or None when it is not one shape."""
+    if not all(isinstance(row.get(k), int) for k in ("world_size", "local_batch")):
+        return None
+    nodes = row["nodes"] if isinstance(row.get("nodes"), int) else 1
+    return row["world_size"] // nodes, nodes
+
+
+def predict_pair(section: Any, i: int, j: int) -> dict[str, float | None]:
+    """Point i predicted from point j: the speedup, and the all-reduce of its gradients over the link (ms a step)."""
+    row, costs = section.rows[i], plan_costs(section.points[j])
+    where = shape(row)
+    if section.link is None or costs is None or where is None:
+        return {"predicted": None, "link_ms": None}
+    p = model.predict_one(costs, *where, row["local_batch"], section.link)
+    return {"predicted": p.speedup, "link_ms": 1000 * p.comm_s if p.workers > 1 else None}
+
+
+def measured_epoch_s(row: dict[str, Any]) -> float | None:
+    """A point's training epoch (epochs after the first), as the model predicts it: images over throughput."""
+    return row["train_images"] / row["images_per_s"] if row.get("images_per_s") and row.get("train_images") else None
+
+
+def model_curves(section: Any) -> Curves | None:
+    """The model's curves beside the section's scaling points, each baseline's speedup against workers and,
+    where the points span local batches, the training epoch against the local batch, planned from the
+    first baseline (the one with the smallest local batch)."""
+    pairs = [c for c in section.pairs if c["scaling"] and c.get("predicted") is not None]
+    if not pairs:
+        return None
+    index = {id(r): k for k, r in enumerate(section.rows)}
+    bases = sorted({index[id(c["base"])] for c in pairs}, key=lambda j: section.rows[j]["local_batch"])
+    workers = []
+    for j in bases:
+        costs, base = plan_costs(section.points[j]), section.rows[j]
+        mine = [c for c in pairs if c["base"] is base]
+        nodes = shape(mine[0]["row"])[1]
+        most = max(c["row"]["world_size"] for c in mine)
+        xs = sorted({w for w in (*CURVE_WORKERS, 2 * most) if w % nodes == 0} | {c["row"]["world_size"] for c in mine} | {1})
+        predicted = [model.predict_one(costs, w // nodes if w > 1 else 1, nodes if w > 1 else 1, base["local_batch"],
+                                       section.link).speedup for w in xs]
+        ideal = [float(w) if costs.on_cuda else float(nodes if w > 1 else 1) for w in xs]
+        workers.append(Curve(f"local batch {base['local_batch']}", xs, predicted,
+                             [(c["row"]["world_size"], c["speedup"]) for c in mine if c["speedup"] is not None], ideal))
+    batch = []
+    rows = [r for r in section.rows if shape(r) is not None and measured_epoch_s(r)]
+    batches = sorted({r["local_batch"] for r in rows})
+    if len(batches) > 1:
+        costs = plan_costs(section.points[bases[0]])
+        xs = sorted({*batches, *(b for b in (2**k for k in range(14)) if batches[0] <= b <= batches[-1])})
+        for where in sorted({shape(r) for r in rows}):
+            batch.append(Curve(
+                f"{where[0] * where[1]} worker{'s' * (where[0] * where[1] > 1)}" + (f" on {where[1]} nodes" if where[1] > 1 else ""),
+                xs, [model.predict_one(costs, *where, b, section.link).epoch_train_s for b in xs],
+                [(r["local_batch"], measured_epoch_s(r)) for r in rows if shape(r) == where]))
+    return Curves(section.rows[bases[0]]["point"], workers, batch)
