@@ -127,3 +127,18 @@ def test_speedrun_reports_mean_and_std_over_seeds_and_the_flops_floor(tmp_path):
     assert results["flops_per_run"] == per_image * (3 * 512 * 2 + 6 * 128)
     assert results["floor"]["seconds"] == pytest.approx(results["flops_per_run"] / (results["floor"]["bf16_tflops"] * 1e12))
     assert "--preset" in results["train_args"] and "speedrun" in results["train_args"]
+
+
+def test_plan_validation_sets_the_model_against_measured_runs(tmp_path):
+    """--quick: the tiny net at batch 32, one process and 2 workers, the link measured with 2 ranks; each row's
+    error is its predicted over its measured throughput, less one, as the table prints it."""
+    out = tmp_path / "plan.json"
+    proc = subprocess.run([sys.executable, str(BENCH / "plan_validation.py"), "--quick", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    payload = json.loads(out.read_text())
+    (row,) = payload["rows"]
+    assert (row["case"], row["batch"], row["workers"]) == ("tiny", 32, 2) and set(payload["links"]) == {"2"}
+    assert row["measured"] > 0 and row["predicted"] > 0 and row["error"] == row["predicted"] / row["measured"] - 1
+    assert f"| tiny | 32 | {row['one']:,.0f} img/s | 2 | {row['predicted']:,.0f} | {row['measured']:,.0f} | " \
+           f"{row['error']:+.0%} |" in proc.stdout

@@ -335,7 +335,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
             for r in predict(case):
                 print(f"  {r['gpus']:>3} GPU(s) on {r['nodes']} node(s) over {r['link']}: stated {r['stated']:,.3f} s, "
                       f"predicted {r['predicted']:,.3f} s ({r['error']:+.0%}), all-reduce left exposed "
-                      f"{r['exposed_comm_s'] * 1e3:,.2f} ms a step")
+                      f"{r['exposed_comm_s'] * 1e3:,.2f} ms a step"
+                      + (f"; unexplained {r['unexplained_s'] * 1e3:,.1f} ms a step (an all-reduce alone would need "
+                         f"{r['implied_busbw_gbps']:,.2f} GB/s of bus bandwidth to take it)"
+                         if r["implied_busbw_gbps"] is not None else ""))
         return 0
     if not args.measure:
         print(f"{'link':<8} {'bus GB/s':>9} {'alpha us':>9}  source (published, not measured)")
