@@ -545,17 +545,21 @@ def test_the_models_curves_run_through_the_measured_points(tmp_path):
             name = f"b{batch}-w{workers}"
             write_run(sweep / "runs" / name, batch=batch, strategy="ddp" if workers > 1 else "single", nproc=workers,
                       epoch_s=(12.0, 10.0, 10.0) if workers == 1 else (9.0, 7.0, 7.0), comm_share=0.1 * (workers > 1))
-            entries.append({"name": name, "point": {"batch": str(batch), "workers": str(workers)}, "seed": 0})
-    write_manifest(sweep, entries, axes=["batch", "workers"])
+            entries.append({"name": name, "point": {"batch": str(batch), "workers": str(workers), "lr": "0.001"},
+                            "seed": 0})
+    # another recipe (a higher lr) at batch 64: its own 1-worker point, never drawn on the batch-32 run's curves
+    write_run(sweep / "runs" / "lr", batch=64, config={"optim": {"lr": 0.01}}, epoch_s=(12.0, 2.0, 2.0))
+    entries.append({"name": "lr", "point": {"batch": "64", "workers": "1", "lr": "0.01"}, "seed": 0})
+    write_manifest(sweep, entries, axes=["batch", "workers", "lr"])
     write_link(sweep)
     runs = load_runs([sweep])
     (section,) = build_sections(runs, {r.name: run_row(r) for r in runs})
     curves = section.model_curves
-    assert curves.source == "batch=32, workers=1"
+    assert curves.source == "batch=32, workers=1, lr=0.001"
     low, high = curves.workers
-    assert (low.label, low.x, low.ideal) == ("local batch 32", [1, 2, 4, 8], [1.0] * 4)
+    assert (low.label, low.x, low.ideal) == ("from batch=32, workers=1, lr=0.001", [1, 2, 4, 8], [1.0] * 4)
     assert low.predicted[0] == pytest.approx(1.0) and round(low.predicted[1], 2) == 0.98
-    assert low.measured == [(2, pytest.approx(9 / 6))] and high.label == "local batch 64"
+    assert low.measured == [(2, pytest.approx(9 / 6))] and high.label == "from batch=64, workers=1, lr=0.001"
     one, two = curves.batch
     assert (one.label, one.x, two.label) == ("1 worker", [32, 64], "2 workers")
     assert one.predicted == [pytest.approx(9.1944), pytest.approx(8.7444)]
@@ -564,7 +568,7 @@ def test_the_models_curves_run_through_the_measured_points(tmp_path):
     result = build_report([sweep], tmp_path / "out")
     (plot,) = [p for p in result["sections"][0]["plots"] if p.name == "predicted"]
     assert plot.path.is_file() and not plot.clipped
-    assert "local batch 32: predicted" in plot.legend and "2 workers: measured" in plot.legend
+    assert "from batch=32, workers=1, lr=0.001: predicted" in plot.legend and "2 workers: measured" in plot.legend
 
 
 def test_a_scaling_point_short_of_the_ideal_says_where_its_epoch_went(tmp_path):

@@ -14,7 +14,7 @@ from typing import Any
 
 from ddplab.errors import DataError
 from ddplab.planner import model
-from ddplab.report.runs import Point
+from ddplab.report.runs import Point, groups_without
 
 CURVE_WORKERS = (1, 2, 4, 8)  # the model's speedup curve reaches at least this far, and twice the most measured
 
@@ -74,7 +74,8 @@ def measured_epoch_s(row: dict[str, Any]) -> float | None:
 def model_curves(section: Any) -> Curves | None:
     """The model's curves beside the section's scaling points, each baseline's speedup against workers and,
     where the points span local batches, the training epoch against the local batch, planned from the
-    first baseline (the one with the smallest local batch)."""
+    first baseline (the one with the smallest local batch) and drawn through the points of its recipe (the
+    same config but for the workers and the batch size)."""
     pairs = [c for c in section.pairs if c["scaling"] and c.get("predicted") is not None]
     if not pairs:
         return None
@@ -90,10 +91,11 @@ def model_curves(section: Any) -> Curves | None:
         predicted = [model.predict_one(costs, w // nodes if w > 1 else 1, nodes if w > 1 else 1, base["local_batch"],
                                        section.link).speedup for w in xs]
         ideal = [float(w) if costs.on_cuda else float(nodes if w > 1 else 1) for w in xs]
-        workers.append(Curve(f"local batch {base['local_batch']}", xs, predicted,
+        workers.append(Curve(f"from {base['point']}", xs, predicted,
                              [(c["row"]["world_size"], c["speedup"]) for c in mine if c["speedup"] is not None], ideal))
     batch = []
-    rows = [r for r in section.rows if shape(r) is not None and measured_epoch_s(r)]
+    recipe = next(g for g in groups_without(section.points, ("dist.", "train.batch_size")) if bases[0] in g)
+    rows = [section.rows[k] for k in recipe if shape(section.rows[k]) is not None and measured_epoch_s(section.rows[k])]
     batches = sorted({r["local_batch"] for r in rows})
     if len(batches) > 1:
         costs = plan_costs(section.points[bases[0]])
