@@ -28,7 +28,7 @@ from _common import REPO, child_env, describe_machine, machine_info, read_metric
 
 from ddplab import process
 from ddplab.planner import model
-from ddplab.planner.links import read_links
+from ddplab.planner.links import load_links
 from ddplab.report.runs import load_run
 
 CASES = {
@@ -64,13 +64,11 @@ def main() -> int:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        link = {}  # each worker count over the link measured with as many ranks (4 ranks on 2 cores wait longer)
-        for n in workers:
-            links = root / f"links-{n}.json"
-            subprocess.run(process.ddplab_command("plan", "--measure", "--nproc", str(n), "--max-mib", "16",
-                                                  "--out", str(links)), check=True, capture_output=True, cwd=REPO,
-                           env=child_env())
-            link[n] = read_links(links)
+        links = root / "links.json"  # one fit per worker count: 4 ranks on 2 cores wait on each other far longer
+        subprocess.run(process.ddplab_command("plan", "--measure", "--nproc", ",".join(map(str, workers)),
+                                              "--max-mib", "16", "--out", str(links)),
+                       check=True, capture_output=True, cwd=REPO, env=child_env())
+        link = load_links(links)
         for case in cases:
             for batch in batches:
                 one = train(root / f"{case}-{batch}-1", case, batch, 1)
@@ -78,13 +76,13 @@ def main() -> int:
                 costs = model.step_costs(run.summary, run.history, run.config)
                 for n in workers:
                     measured = throughput(train(root / f"{case}-{batch}-{n}", case, batch, n))
-                    predicted = model.predict_one(costs, n, 1, batch, link[n]).images_per_s
+                    predicted = model.predict_one(costs, n, 1, batch, link).images_per_s
                     rows.append({"case": case, "batch": batch, "workers": n, "one": throughput(one),
                                  "measured": measured, "predicted": predicted, "error": predicted / measured - 1})
                     print(f"{case} batch {batch} x{n}: measured {measured:,.0f}, predicted {predicted:,.0f} "
                           f"({rows[-1]['error']:+.0%})", file=sys.stderr)
     print(f"{describe_machine(machine_info('cpu'))}; links measured: " + ", ".join(
-        f"{n} ranks {k.busbw_gbps:.2f} GB/s, alpha {k.alpha_s * 1e3:.2f} ms" for n, k in link.items()) + "\n")
+        f"{k.ranks} ranks {k.busbw_gbps:.2f} GB/s, alpha {k.alpha_s * 1e3:.2f} ms" for k in link.links) + "\n")
     print("| case | local batch | 1 process, measured | workers | predicted | measured | error |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
@@ -93,7 +91,7 @@ def main() -> int:
     errors = [abs(r["error"]) for r in rows]
     print(f"\nmedian absolute error {statistics.median(errors):.0%}, worst {max(errors):.0%} over {len(rows)} points")
     if args.out:
-        args.out.write_text(json.dumps({"rows": rows, "links": {n: [k.busbw_gbps, k.alpha_s] for n, k in link.items()}},
+        args.out.write_text(json.dumps({"rows": rows, "links": {k.ranks: [k.busbw_gbps, k.alpha_s] for k in link.links}},
                                         indent=1))
     return 0
 

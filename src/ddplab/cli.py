@@ -352,30 +352,34 @@ def cmd_plan(args: argparse.Namespace) -> int:
     on_cuda = torch.cuda.is_available()
     backend = ("nccl" if on_cuda else "gloo") if args.backend == "auto" else args.backend
     device = "cuda" if backend == "nccl" else "cpu"
-    if device == "cuda" and args.nproc > torch.cuda.device_count():
-        raise ConfigError(f"--nproc {args.nproc}: NCCL needs a GPU per rank and this machine has "
+    if device == "cuda" and max(args.nproc) > torch.cuda.device_count():
+        raise ConfigError(f"--nproc {max(args.nproc)}: NCCL needs a GPU per rank and this machine has "
                           f"{torch.cuda.device_count()}")
-    print(f"measuring all-reduce: {backend} x{args.nproc} on {device}, 4 KiB to {args.max_mib} MiB ...", flush=True)
-    result = links.measure(backend, args.nproc, device=device, max_bytes=args.max_mib * links.MIB)
-    link = links.measured_link(result)
-    print(f"{'size':>10} {'time us':>10} {'algbw GB/s':>11} {'busbw GB/s':>11} {'model us':>10}")
-    factor = 2 * (args.nproc - 1) / args.nproc
-    for size, t in zip(result["sizes"], result["times_s"]):
-        print(f"{size / links.KIB:>8,.0f} K {t * 1e6:>10,.1f} {size / t / links.GB:>11,.3f} "
-              f"{size * factor / t / links.GB:>11,.3f} {link.allreduce_s(size, args.nproc) * 1e6:>10,.1f}")
-    print(f"fit: alpha {link.alpha_s * 1e6:,.1f} us, bus bandwidth {link.busbw_gbps:,.3f} GB/s; model error median "
-          f"{link.fit_error['median']:.1%}, worst {link.fit_error['max']:.1%} ({result['wall_s']} s)")
+    results = []
+    for ranks in args.nproc:
+        print(f"measuring all-reduce: {backend} x{ranks} on {device}, 4 KiB to {args.max_mib} MiB ...", flush=True)
+        result = links.measure(backend, ranks, device=device, max_bytes=args.max_mib * links.MIB)
+        link = links.measured_link(result)
+        print(f"{'size':>10} {'time us':>10} {'algbw GB/s':>11} {'busbw GB/s':>11} {'model us':>10}")
+        factor = 2 * (ranks - 1) / ranks
+        for size, t in zip(result["sizes"], result["times_s"]):
+            print(f"{size / links.KIB:>8,.0f} K {t * 1e6:>10,.1f} {size / t / links.GB:>11,.3f} "
+                  f"{size * factor / t / links.GB:>11,.3f} {link.allreduce_s(size, ranks) * 1e6:>10,.1f}")
+        print(f"fit ({ranks} ranks): alpha {link.alpha_s * 1e6:,.1f} us, bus bandwidth {link.busbw_gbps:,.3f} GB/s; "
+              f"model error median {link.fit_error['median']:.1%}, worst {link.fit_error['max']:.1%} "
+              f"({result['wall_s']} s)")
+        results.append(result)
     from ddplab.metrics.system import machine
 
     out = args.out or Path(links.LINKS_FILE)
-    links.save_links(out, result, link, machine=machine(device))
+    links.save_links(out, results, machine=machine(device))
     print(f"links: {out}")
     return 0
 
 
 def plan_run(args: argparse.Namespace) -> int:
     """Predict RUN on --gpus x --nodes at --batch over --link; print the table and write plan.json."""
-    from ddplab.planner import model
+    from ddplab.planner import links, model
     from ddplab.report.runs import load_run
 
     run = load_run(args.run)
@@ -389,9 +393,8 @@ def plan_run(args: argparse.Namespace) -> int:
     result = model.plan(costs, per_node, args.nodes, batches, link, inter)
     m = costs.measured
     print(f"plan for {args.run}: measured {m['world_size']} worker(s) at local batch {m['local_batch']} on "
-          f"{m['device']}, {m['step_s'] * 1e3:,.1f} ms a step; link {link.name} ({link.busbw_gbps:,.3g} GB/s, "
-          f"{link.alpha_s * 1e6:,.0f} us{', measured' if link.measured else ', published'})"
-          + (f", between nodes {inter.name}" if inter else ""))
+          f"{m['device']}, {m['step_s'] * 1e3:,.1f} ms a step; link {link_text(link)}"
+          + (f", between nodes {link_text(inter)}" if inter else ""))
     print(f"  {'workers':>9} {'batch':>6} {'step ms':>9} {'comm ms':>8} {'exposed':>8} {'images/s':>10} "
           f"{'speedup':>8} {'ideal':>6} {'efficiency':>10}")
     for r in result["rows"]:
@@ -402,10 +405,26 @@ def plan_run(args: argparse.Namespace) -> int:
         said = ", ".join(f"{pct}% efficiency from local batch {p[f'batch_for_{pct}pct']}" if p[f"batch_for_{pct}pct"]
                          else f"never {pct}% efficient up to local batch 8192" for pct in (50, 80))
         print(f"  {p['per_node']} x {p['nodes']}: {said}")
+    unmeasured = sorted({r["workers"] for r in result["rows"] if r["workers"] > max(link.ranks)}
+                        if isinstance(link, links.MeasuredLinks) else set())
+    if unmeasured:
+        print(f"  note: the link was measured with at most {max(link.ranks)} ranks; the rows with "
+              f"{', '.join(map(str, unmeasured))} workers use that fit, optimistic where ranks share cores "
+              f"(measure with: ddplab plan --measure --nproc {','.join(map(str, [*link.ranks, *unmeasured]))})")
     out = args.out or Path("plan.json")
     files.write_json(out, {"run": str(args.run), **result})
     print(f"plan: {out} (assumptions: ddplab/planner/model.py)")
     return 0
+
+
+def link_text(link) -> str:
+    """A link as the plan's header gives it: its figures, measured or published (each fit, for a measured set)."""
+    from ddplab.planner import links
+
+    if isinstance(link, links.MeasuredLinks):
+        return link.links[0].name + " (" + "; ".join(f"{k.ranks} ranks {k.busbw_gbps:,.3g} GB/s, {k.alpha_s * 1e6:,.0f} us"
+                                                       for k in link.links) + ", measured)"
+    return f"{link.name} ({link.busbw_gbps:,.3g} GB/s, {link.alpha_s * 1e6:,.0f} us, published)"
 
 
 def measured_or_published(name: str, links_file: Path):
@@ -532,7 +551,8 @@ def build_parser(with_kernels: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--measure", action="store_true",
                    help="time all-reduce from 4 KiB up with --nproc processes, fit latency and bus bandwidth, write --out")
     p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto", help="auto: nccl on CUDA, else gloo")
-    p.add_argument("--nproc", type=positive_whole, default=2, help="processes (ranks) to measure with")
+    p.add_argument("--nproc", type=whole_list, default=[2],
+                   help="processes (ranks) to measure with; a list (2,4) measures each, for predictions of as many")
     p.add_argument("--max-mib", type=positive_whole, default=256, help="the largest message, MiB")
     p.add_argument("--out", type=Path, default=None,
                    help="where --measure writes links.json, or RUN's prediction plan.json (default: ./links.json, ./plan.json)")

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from ddplab.errors import ConfigError, DataError
-from ddplab.planner.links import GB, PUBLISHED, SIZES, Link, fit, link_named, measure, measured_link
+from ddplab.planner.links import (GB, PUBLISHED, SIZES, Link, fit, link_named, load_links, measure, measured_link,
+                                  save_links)
 
 
 def test_the_fit_recovers_alpha_and_bus_bandwidth_from_exact_times():
@@ -88,9 +89,34 @@ def test_plan_lists_the_published_links_with_their_sources(capsys):
 def test_plan_measure_writes_the_measurement_and_its_fit(tmp_path, capsys):
     from ddplab.cli import main
 
-    assert main(["plan", "--measure", "--nproc", "2", "--max-mib", "16", "--out", str(tmp_path / "links.json")]) == 0
+    assert main(["plan", "--measure", "--nproc", "3,2", "--max-mib", "16", "--out", str(tmp_path / "links.json")]) == 0
     saved = json.loads((tmp_path / "links.json").read_text())
     assert saved["measurement"]["backend"] == "gloo" and saved["measurement"]["sizes"][-1] == 16 * 2**20
     assert saved["link"]["measured"] and saved["link"]["busbw_gbps"] > 0 and saved["machine"]["cpu_cores"] >= 1
+    assert [saved["measurement"]["ranks"]] + [m["measurement"]["ranks"] for m in saved["more"]] == [2, 3]
+    assert load_links(tmp_path / "links.json").ranks == [2, 3]
     out = capsys.readouterr().out
-    assert "fit: alpha" in out and f"links: {tmp_path / 'links.json'}" in out
+    assert "fit (2 ranks): alpha" in out and "fit (3 ranks): alpha" in out and f"links: {tmp_path / 'links.json'}" in out
+
+
+def measurement(link: Link, ranks: int) -> dict:
+    sizes = list(SIZES[:5])
+    return {"backend": "gloo", "ranks": ranks, "device": "cpu", "sizes": sizes,
+            "times_s": [link.allreduce_s(s, ranks) for s in sizes], "wall_s": 1.0}
+
+
+def test_a_links_file_holds_one_fit_per_number_of_ranks(tmp_path):
+    """Saved and loaded back: each measurement fitted again (exactly, for times the model made); a prediction
+    for N ranks takes the fit with N, else the nearest with more, else the one with the most."""
+    two, four = Link("2", 1.0, 0.001, "test"), Link("4", 0.5, 0.005, "test")
+    save_links(tmp_path / "links.json", [measurement(four, 4), measurement(two, 2)])
+    loaded = load_links(tmp_path / "links.json")
+    assert loaded.ranks == [2, 4]
+    assert loaded.for_ranks(2).alpha_s == pytest.approx(0.001) and loaded.for_ranks(2).busbw_gbps == pytest.approx(1.0)
+    assert loaded.for_ranks(3).alpha_s == pytest.approx(0.005) and loaded.for_ranks(8).ranks == 4
+    assert loaded.for_ranks(1).ranks == 2 and two.for_ranks(8) is two  # a published link has one set of figures
+    (tmp_path / "old.json").write_text(json.dumps({"measurement": measurement(two, 2)}))  # a file from before "more"
+    assert load_links(tmp_path / "old.json").ranks == [2]
+    (tmp_path / "bad.json").write_text(json.dumps({"measurement": measurement(two, 2), "more": "x"}))
+    with pytest.raises(DataError, match="is not ddplab plan --measure's output"):
+        load_links(tmp_path / "bad.json")

@@ -98,6 +98,32 @@ def test_plan_command_prints_the_table_and_writes_plan_json(tmp_path, capsys):
     assert "--link measured reads" in capsys.readouterr().err
 
 
+def test_a_plan_over_a_measured_link_says_which_worker_counts_it_did_not_measure(tmp_path, capsys):
+    """A links file measured with 2 ranks: the 4-worker rows use the 2-rank fit, and the plan says so with the
+    command that measures 4; measured with 2 and 4, each row uses its own fit and nothing is said."""
+    from ddplab.cli import main
+    from ddplab.planner.links import SIZES, save_links
+
+    def measured(alpha: float, ranks: int) -> dict:
+        link, sizes = Link("x", 1.0, alpha, "test"), list(SIZES[:5])
+        return {"backend": "gloo", "ranks": ranks, "device": "cpu", "sizes": sizes,
+                "times_s": [link.allreduce_s(s, ranks) for s in sizes], "wall_s": 1.0}
+
+    run = write_run(tmp_path / "r", batch=50)
+    save_links(tmp_path / "two.json", [measured(0.001, 2)])
+    argv = ["plan", str(run), "--gpus", "1,2,4", "--link", "measured", "--out", str(tmp_path / "plan.json")]
+    assert main([*argv, "--links-file", str(tmp_path / "two.json")]) == 0
+    out = capsys.readouterr().out
+    assert "link measured-gloo (2 ranks 1 GB/s, 1,000 us, measured)" in out
+    assert "note: the link was measured with at most 2 ranks; the rows with 4 workers use that fit" in out
+    assert "ddplab plan --measure --nproc 2,4" in out
+    save_links(tmp_path / "both.json", [measured(0.001, 2), measured(0.005, 4)])
+    assert main([*argv, "--links-file", str(tmp_path / "both.json")]) == 0
+    assert "note:" not in capsys.readouterr().out
+    rows = {r["workers"]: r for r in json.loads((tmp_path / "plan.json").read_text())["rows"]}
+    assert rows[4]["comm_s"] > rows[2]["comm_s"] + 0.0035  # 5 ms against 1 ms of alpha
+
+
 def test_published_figures_predicted_from_the_hardware_they_state(capsys):
     """PyTorch's DDP benchmark (ResNet-50, 32 images a V100): the model is within 10% of 0.104 s a step on 8 and
     16 GPUs, short by what it leaves out (DDP's own per-step work: 0.097 -> 0.100 s on one GPU). A small CIFAR

@@ -12,7 +12,8 @@ figure describes a link whatever N is. It is the figure to compare with a link's
 
 `measure` times all-reduce over message sizes on this machine with a real backend (Gloo or
 NCCL), in N processes started by PyTorch's elastic launcher, as training's workers are; each
-size's time is the slowest rank's. `fit` finds alpha and busbw by least squares on relative
+size's time is the slowest rank's. A links file holds one such measurement per number of
+ranks (`MeasuredLinks`): on a machine with fewer cores than ranks, alpha grows with N. `fit` finds alpha and busbw by least squares on relative
 error: the sizes span five orders of magnitude, and plain least squares would fit only the
 largest. The fit's error (median and worst relative error over the sizes) says how far the
 model can be trusted for that link.
@@ -52,12 +53,36 @@ class Link:
     source: str  # where the figures come from
     measured: bool = False
     fit_error: dict[str, float] = field(default_factory=dict)  # measured: median and max relative error
+    ranks: int = 0  # measured with this many ranks (0: published figures)
 
     def allreduce_s(self, size_bytes: float, ranks: int) -> float:
         """Modelled time of one all-reduce of `size_bytes` over `ranks` (0 for one rank: nothing to reduce)."""
         if ranks <= 1:
             return 0.0
         return self.alpha_s + size_bytes * 2 * (ranks - 1) / ranks / (self.busbw_gbps * GB)
+
+    def for_ranks(self, ranks: int) -> Link:
+        """The figures for an all-reduce over `ranks`: a published link has one set."""
+        return self
+
+
+@dataclass(frozen=True)
+class MeasuredLinks:
+    """This machine's all-reduce, fitted once per number of ranks measured (a links file).
+
+    Ranks that share cores wait for each other in every step of the ring: on a 2-core VM,
+    alpha was 1.2 ms with 2 ranks and 5.2 ms with 4 (BENCHMARKS.md). A prediction for N
+    ranks uses the fit with N, else the nearest with more, else the one with the most.
+    """
+
+    links: tuple[Link, ...]  # ascending ranks
+
+    def for_ranks(self, ranks: int) -> Link:
+        return next((link for link in self.links if link.ranks >= ranks), self.links[-1])
+
+    @property
+    def ranks(self) -> list[int]:
+        return [link.ranks for link in self.links]
 
 
 # What the hardware promises. busbw: the nccl-tests figure where published measurements exist,
@@ -121,7 +146,7 @@ def measured_link(result: dict[str, Any]) -> Link:
     """The Link a `measure` result describes."""
     alpha, busbw, error = fit(result["sizes"], result["times_s"], result["ranks"])
     return Link(f"measured-{result['backend']}", busbw, alpha, f"measured here: {result['backend']} x{result['ranks']} "
-                f"on {result['device']}", measured=True, fit_error=error)
+                f"on {result['device']}", measured=True, fit_error=error, ranks=result["ranks"])
 
 
 def measure(backend: str = "gloo", ranks: int = 2, *, device: str = "cpu", max_bytes: int = MAX_BYTES) -> dict[str, Any]:
@@ -193,24 +218,28 @@ def link_record(link: Link) -> dict[str, Any]:
 LINKS_FILE = "links.json"  # `ddplab plan --measure`'s output; in a sweep folder, the report's link
 
 
-def save_links(path: Path, result: dict[str, Any], link: Link, **extra: Any) -> None:
-    """A `measure` result and its fitted link, as `ddplab plan --measure` and a sweep write them."""
+def save_links(path: Path, results: list[dict[str, Any]], **extra: Any) -> None:
+    """`measure` results (one per number of ranks) and their fitted links, as `ddplab plan --measure` and a sweep
+    write them: the first as "measurement" and "link", any others under "more"."""
     from ddplab import files
 
-    files.write_json(path, {"measurement": result, "link": link_record(link), **extra})
+    records = [{"measurement": r, "link": link_record(measured_link(r))} for r in sorted(results, key=lambda r: r["ranks"])]
+    files.write_json(path, {**records[0], "more": records[1:], **extra})
 
 
-def load_links(path: Path) -> Link:
-    """The link a links file describes, fitted again from its measurement; one that is not such a file is a
+def load_links(path: Path) -> MeasuredLinks:
+    """The links a links file describes, fitted again from its measurements; one that is not such a file is a
     DataError naming it."""
     try:
-        return measured_link(json.loads(Path(path).read_text())["measurement"])
-    except (ValueError, KeyError, TypeError) as exc:
+        data = json.loads(Path(path).read_text())
+        found = [measured_link(m["measurement"]) for m in [data, *data.get("more", [])]]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise DataError(f"{path} is not ddplab plan --measure's output ({exc!r})") from None
+    return MeasuredLinks(tuple(sorted(found, key=lambda link: link.ranks)))
 
 
-def read_links(path: Path) -> Link | None:
-    """The link of a sweep's links file, for the report; None when there is none or it cannot be read."""
+def read_links(path: Path) -> MeasuredLinks | None:
+    """The links of a sweep's links file, for the report; None when there is none or it cannot be read."""
     try:
         return load_links(path)
     except (OSError, DataError):

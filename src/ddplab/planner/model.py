@@ -26,7 +26,8 @@ Assumptions, each with the name it goes by in the code:
   GRAD_BYTES   4 bytes a parameter (fp32 gradients), 2 with an fp16 or bf16 comm hook; with
                accumulation, one all-reduce per optimizer step.
   LINK         one all-reduce costs links.Link.allreduce_s: across nodes the inter-node link's
-               figures (the ring runs at its slowest link), within a node the given link.
+               figures (the ring runs at its slowest link), within a node the given link; a
+               measured one as measured with N ranks (links.MeasuredLinks.for_ranks).
 """
 
 from __future__ import annotations
@@ -38,11 +39,12 @@ from typing import Any
 
 from ddplab.errors import DataError
 from ddplab.metrics.records import EpochRecord
-from ddplab.planner.links import Link
+from ddplab.planner.links import Link, MeasuredLinks
 
 BACKWARD_SHARE = 2 / 3  # of forward+backward compute
 FIRST_BUCKET_MIB = 1.0  # DDP's first bucket (torch.distributed's default first_bucket_bytes_cap)
 MIB = 2**20
+AnyLink = Link | MeasuredLinks  # a published link, or this machine's measured per number of ranks
 EFFICIENCY_BARS = (0.5, 0.8)
 
 
@@ -143,10 +145,10 @@ def exposed_comm(costs: StepCosts, link: Link, workers: int, local_batch: int, p
     return sum(times), times[-1] + max(0.0, sum(times[:-1]) - hidden_behind)
 
 
-def predict_one(costs: StepCosts, per_node: int, nodes: int, local_batch: int, link: Link,
-                inter_node: Link | None = None) -> Prediction:
+def predict_one(costs: StepCosts, per_node: int, nodes: int, local_batch: int, link: AnyLink,
+                inter_node: AnyLink | None = None) -> Prediction:
     workers = per_node * nodes
-    used = inter_node if nodes > 1 and inter_node is not None else link  # LINK
+    used = (inter_node if nodes > 1 and inter_node is not None else link).for_ranks(workers)  # LINK
     compute = costs.compute_s(local_batch, per_node)
     data = costs.data_per_image_s * local_batch * costs.accumulate * costs.slowdown(per_node)
     comm, exposed = exposed_comm(costs, used, workers, local_batch, per_node)
@@ -166,15 +168,15 @@ def predict_alone(costs: StepCosts, local_batch: int) -> float:
     return costs.train_images / (math.ceil(costs.train_images / (local_batch * costs.accumulate)) * step)
 
 
-def smallest_batch(costs: StepCosts, per_node: int, nodes: int, link: Link, inter_node: Link | None,
+def smallest_batch(costs: StepCosts, per_node: int, nodes: int, link: AnyLink, inter_node: AnyLink | None,
                    bar: float, batches: list[int]) -> int | None:
     """The smallest of `batches` at which this many workers reach `bar` efficiency (None: none does)."""
     return next((b for b in sorted(batches)
                  if predict_one(costs, per_node, nodes, b, link, inter_node).efficiency >= bar), None)
 
 
-def plan(costs: StepCosts, per_node: list[int], nodes: list[int], batches: list[int], link: Link,
-         inter_node: Link | None = None) -> dict[str, Any]:
+def plan(costs: StepCosts, per_node: list[int], nodes: list[int], batches: list[int], link: AnyLink,
+         inter_node: AnyLink | None = None) -> dict[str, Any]:
     """Every (workers per node, nodes, local batch) predicted, and where DDP starts paying."""
     rows = [predict_one(costs, p, m, b, link, inter_node) for m in nodes for p in per_node for b in batches]
     search = sorted({*batches, *(2**k for k in range(0, 14))})

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddplab.planner.links import LINKS_FILE, Link, read_links
+from ddplab.planner.links import LINKS_FILE, MeasuredLinks, read_links
 from ddplab.report import figures, noise, predictions
 from ddplab.report.runs import Point, Run, axis_text, experiment_config, group_points, groups_without, value_text
 
@@ -38,7 +38,7 @@ class Section:
     curves: list[list[dict[str, Any]]] = field(default_factory=list)
     pairs: list[dict[str, Any]] = field(default_factory=list)
     problems: list[dict[str, Any]] = field(default_factory=list)  # run rows of runs that did not finish
-    link: Link | None = None  # the sweep's measured link (links.json): scaling pairs get the model's prediction
+    link: MeasuredLinks | None = None  # the sweep's measured links (links.json): scaling pairs get the model's prediction
     model_curves: predictions.Curves | None = None  # the model's curves beside the measured scaling points
 
     @property

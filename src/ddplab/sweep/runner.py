@@ -158,28 +158,27 @@ def measure_sweep_link(sweep: Sweep, out: Path, echo) -> None:
     """out/links.json for the report's predictions, unless it is there or no run has several workers on one node.
     A failure costs the predictions, never the sweep."""
     from ddplab.planner import links
-    from ddplab.topology import usable_cores
 
-    ranks = max((r.config.dist.nproc for r in sweep.runs if r.config.dist.strategy == "ddp"), default=1)
-    if ranks < 2:
-        return
+    wanted = sorted({r.config.dist.nproc for r in sweep.runs if r.config.dist.strategy == "ddp" and r.config.dist.nproc > 1})
     gpus = len(visible_gpus())
     on_cuda = any(r.config.train.device != "cpu" for r in sweep.runs) and gpus >= 2
-    ranks = min(ranks, gpus if on_cuda else len(usable_cores()))
-    if ranks < 2 or (out / links.LINKS_FILE).is_file():
+    ranks = [n for n in wanted if n <= gpus] if on_cuda else wanted  # a CPU's ranks may share cores, as its runs do
+    if not ranks or (out / links.LINKS_FILE).is_file():
         return
     backend = "nccl" if on_cuda else "gloo"
-    echo(f"sweep {sweep.name}: measuring this machine's all-reduce ({backend} x{ranks}) for the report's predicted "
-         f"speedups (ddplab plan --measure) ...")
+    echo(f"sweep {sweep.name}: measuring this machine's all-reduce ({backend} x{', x'.join(map(str, ranks))}) for the "
+         f"report's predicted speedups (ddplab plan --measure) ...")
     try:
-        result = links.measure(backend, ranks, device="cuda" if on_cuda else "cpu", max_bytes=64 * links.MIB)
-        link = links.measured_link(result)
+        results = [links.measure(backend, n, device="cuda" if on_cuda else "cpu", max_bytes=64 * links.MIB) for n in ranks]
+        fitted = [links.measured_link(r) for r in results]
     except Exception as exc:  # noqa: BLE001 (the predictions are extra: any failure is said and passed over)
         echo(f"  could not measure it ({type(exc).__name__}: {str(exc)[:200]}); the report predicts nothing")
         return
     files.make_dir(out)
-    links.save_links(out / links.LINKS_FILE, result, link)
-    echo(f"  alpha {link.alpha_s * 1e6:,.0f} us, bus bandwidth {link.busbw_gbps:,.3g} GB/s ({result['wall_s']} s)")
+    links.save_links(out / links.LINKS_FILE, results)
+    for link, result in zip(fitted, results):
+        echo(f"  x{link.ranks}: alpha {link.alpha_s * 1e6:,.0f} us, bus bandwidth {link.busbw_gbps:,.3g} GB/s "
+             f"({result['wall_s']} s)")
 
 
 def check_out(out: Path) -> None:
