@@ -34,7 +34,7 @@ from ddplab.report.runs import load_run
 CASES = {
     "cifar": ["--dataset", "cifar10", "--data.subset", "4000", "--model.width", "0.5", "--data.crop_padding", "0",
               "--data.flip", "false", "--epochs", "3"],
-    "tiny": ["--dataset", "synthetic", "--data.synthetic_size", "2048", "--data.image_size", "16",
+    "tiny": ["--dataset", "synthetic", "--data.synthetic_size", "8192", "--data.image_size", "16",
              "--model.width", "0.25", "--epochs", "3"],
 }
 

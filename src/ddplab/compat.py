@@ -31,7 +31,8 @@ NEWER_APIS: dict[str, str] = {
         "torch 2.7+ infers an op's schema from list[int] and string annotations; older torch could not, so the "
         "kernels write their schemas out and nothing is lost"),
     "DistributedDataParallel._get_ddp_logging_data": (
-        "private, in every torch 2.x so far: DDP's own timings of sampled steps, which the report sets against "
+        "private, in every torch 2.x so far (with _set_ddp_runtime_logging_sample_rate): DDP's own timings of the "
+        "steps it samples, which the report sets against "
         "ddplab's communication probe and reads stragglers from; a torch without it (or with other field "
         "names) records none, and the report says the stragglers were not measured"),
 }
@@ -119,21 +120,54 @@ def launch_config(**kwargs: Any):
 # DDP's running averages over the steps it samples (nanoseconds), as `_get_ddp_logging_data` names them.
 DDP_TIMINGS = {"ddp_forward_s": "avg_forward_compute_time", "ddp_backward_s": "avg_backward_compute_time",
                "ddp_comm_s": "avg_backward_comm_time", "ddp_overlap_s": "avg_backward_compute_comm_overlap_time"}
+DDP_FIRST_SAMPLED, DDP_DEFAULT_SAMPLE_EVERY = 10, 100  # DDP times its first 10 steps, then one in 100 (torch's default)
 
 
-def ddp_timings(ddp: Any) -> dict[str, float] | None:
-    """DDP's own per-step averages in seconds (forward, backward compute, backward communication from the
-    first bucket's launch to the last one's end, and their overlap), or None where this torch does not
-    record them. DDP samples a few steps (its first ten, then one in a hundred), timing them with CUDA
-    events on a GPU; reading them costs no device sync. None also before a sampled step has finished."""
+def sample_ddp_every(ddp: Any, every: int) -> int:
+    """Ask DDP to time one step in `every` after its first ten (`_set_ddp_runtime_logging_sample_rate`, private);
+    the rate in effect: torch's default where this torch cannot be asked."""
+    setter = getattr(ddp, "_set_ddp_runtime_logging_sample_rate", None)
+    if setter is None:
+        return DDP_DEFAULT_SAMPLE_EVERY
+    try:
+        setter(every)
+    except Exception:  # noqa: BLE001 (a private API: any failure leaves torch's default)
+        return DDP_DEFAULT_SAMPLE_EVERY
+    return every
+
+
+def ddp_samples(iteration: int, every: int) -> int:
+    """Steps DDP has timed up to and including step `iteration`: its first ten, then each multiple of `every`."""
+    first = min(iteration, DDP_FIRST_SAMPLED)
+    return first + max(0, iteration // every - DDP_FIRST_SAMPLED // every)
+
+
+def ddp_timing_totals(ddp: Any, every: int) -> dict[str, float] | None:
+    """DDP's own timings summed over the steps it has timed so far, in seconds, with their count ("samples"):
+    forward, backward compute, backward communication (first bucket's launch to the last one's end) and
+    their overlap. DDP keeps running averages; the difference of two of these totals over their samples is
+    the mean of the steps in between (`every`: the sample rate in effect). None without the method; no
+    samples before DDP has timed a step or where it names its fields otherwise. DDP times a sampled step with CUDA events on a GPU; reading
+    them costs no device sync."""
     read = getattr(ddp, "_get_ddp_logging_data", None)
     if read is None:
         return None
     try:
         data = read()
-    except RuntimeError:  # a torch that keeps the method but has no logger for this module
+    except Exception:  # noqa: BLE001 (a private API: no logger, another torch: nothing recorded)
         return None
     values = {ours: data.get(theirs) for ours, theirs in DDP_TIMINGS.items()}
-    if not all(isinstance(v, int) for v in values.values()) or not values["ddp_backward_s"]:
+    iteration = data.get("iteration")
+    if not isinstance(iteration, int) or not all(isinstance(v, int) for v in values.values()) \
+            or not values["ddp_backward_s"]:
+        return dict.fromkeys(("samples", *DDP_TIMINGS), 0)  # nothing timed yet (or fields this code does not know)
+    samples = ddp_samples(iteration, every)
+    return {"samples": samples, **{k: v / 1e9 * samples for k, v in values.items()}}
+
+
+def ddp_epoch_means(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, float] | None:
+    """The mean of each DDP timing over the steps timed between two `ddp_timing_totals`; None without any."""
+    if before is None or after is None or after["samples"] <= before["samples"]:
         return None
-    return {k: v / 1e9 for k, v in values.items()}
+    n = after["samples"] - before["samples"]
+    return {k: (after[k] - before[k]) / n for k in DDP_TIMINGS}

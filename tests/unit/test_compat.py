@@ -192,19 +192,37 @@ def test_ddp_buffer_sync_follows_the_installed_signature(monkeypatch):
 
 
 def test_ddps_own_timings_are_read_where_this_torch_keeps_them():
-    """compat.ddp_timings: nanoseconds to seconds by ddplab's names; None without the method, with other field
-    names, or before DDP has timed a step (its backward average still 0)."""
+    """DDP keeps running averages (ns) over the steps it timed: its first ten, then one in `every`. Totals are
+    average x samples in seconds; two totals give the mean of the steps between them. None without the method;
+    no samples before a step was timed, with other field names, or an iteration it does not say."""
     class Ddp:
         def __init__(self, data):
-            self.data = data
+            self.data, self.rate = data, None
 
         def _get_ddp_logging_data(self):
             return self.data
 
+        def _set_ddp_runtime_logging_sample_rate(self, rate):
+            self.rate = rate
+
+    assert [compat.ddp_samples(it, 1) for it in (0, 5, 30)] == [0, 5, 30]
+    assert [compat.ddp_samples(it, 100) for it in (5, 30, 99, 100, 250)] == [5, 10, 10, 11, 12]
+    assert compat.ddp_samples(40, 20) == 12 and compat.ddp_samples(20, 5) == 12  # 20, 40 / 15, 20 past the first ten
     names = dict(avg_forward_compute_time=2_000_000, avg_backward_compute_time=4_000_000,
                  avg_backward_comm_time=3_000_000, avg_backward_compute_comm_overlap_time=1_000_000)
-    assert compat.ddp_timings(Ddp(names)) == {"ddp_forward_s": 0.002, "ddp_backward_s": 0.004, "ddp_comm_s": 0.003,
-                                               "ddp_overlap_s": 0.001}
-    assert compat.ddp_timings(object()) is None
-    assert compat.ddp_timings(Ddp({"avg_forward_compute_time": 1})) is None
-    assert compat.ddp_timings(Ddp({**names, "avg_backward_compute_time": 0})) is None
+    before = compat.ddp_timing_totals(Ddp({**names, "iteration": 10}), every=1)
+    assert before == {"samples": 10, "ddp_forward_s": 0.02, "ddp_backward_s": 0.04, "ddp_comm_s": 0.03,
+                      "ddp_overlap_s": 0.01}
+    # ten more steps took 6 ms of comm each: the running average is now 4.5 ms over 20
+    after = compat.ddp_timing_totals(Ddp({**names, "avg_backward_comm_time": 4_500_000, "iteration": 20}), every=1)
+    means = compat.ddp_epoch_means(before, after)
+    assert means["ddp_comm_s"] == pytest.approx(0.006) and means["ddp_forward_s"] == pytest.approx(0.002)
+    assert compat.ddp_epoch_means(after, after) is None and compat.ddp_epoch_means(None, after) is None
+    assert compat.ddp_timing_totals(object(), 1) is None
+    for nothing_yet in ({"avg_forward_compute_time": 1, "iteration": 3}, names, {**names, "iteration": 3,
+                                                                                 "avg_backward_compute_time": 0}):
+        assert compat.ddp_timing_totals(Ddp(nothing_yet), 1)["samples"] == 0  # other names, no iteration, none timed
+    assert compat.ddp_epoch_means(compat.ddp_timing_totals(Ddp(names), 1), before) is not None  # from nothing yet
+    ddp = Ddp(names)
+    assert compat.sample_ddp_every(ddp, 20) == 20 and ddp.rate == 20
+    assert compat.sample_ddp_every(object(), 1) == compat.DDP_DEFAULT_SAMPLE_EVERY

@@ -1,6 +1,7 @@
 """The scaling model's arithmetic on run folders with known numbers, and `ddplab plan RUN`."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -149,3 +150,14 @@ def test_published_figures_predicted_from_the_hardware_they_state(capsys):
     out = capsys.readouterr().out
     assert "predicted 0.097 s (-6%)" in out
     assert "stated 634.100 s, predicted 85.278 s (-87%)" in out and "would need 0.30 GB/s of bus bandwidth" in out
+
+
+def test_a_target_that_all_reduces_differently_is_planned_with_its_own_gradient_bytes(tmp_path):
+    """Planned from a 1-process run (1,000 parameters: 4,000 bytes of fp32 gradients), a DDP point with an fp16
+    comm hook all-reduces 2,000 bytes, in its own bucket size; a run without a parameter count keeps its bytes."""
+    costs = costs_of(write_run(tmp_path / "r"))
+    assert (costs.params, costs.grad_bytes, costs.bucket_cap_mb) == (1000, 4000, 25.0)
+    target = costs.for_config({"dist.comm_hook": "fp16", "dist.bucket_cap_mb": 5})
+    assert (target.grad_bytes, target.bucket_cap_mb, target.compute_per_image_s) == (2000, 5.0, costs.compute_per_image_s)
+    assert costs.for_config({}).grad_bytes == 4000
+    assert replace(costs, params=0.0).for_config({"dist.comm_hook": "bf16"}).grad_bytes == 4000

@@ -13,7 +13,7 @@ def record(epoch, train_acc, test_acc, test_loss, gpus=None):
     return epoch_record(epoch, train_loss=1.0 / epoch, train_acc=train_acc, test_loss=test_loss, test_acc=test_acc,
                         epoch_s=10.0, train_s=8.0, eval_s=2.0, images_per_s=100.0 * epoch, peak_alloc_mib=100.0 * epoch,
                         rank_train_s=[8.0, 9.0], rank_peak_alloc_mib=[50.0 * epoch, 60.0], gpu_peak_alloc_mib=gpus,
-                        rank_ddp_comm_s=[0.001 * epoch, 0.002], rank_ddp_overlap_s=[None, None])
+                        rank_ddp_comm_s=[0.001 * epoch, 0.002], rank_ddp_overlap_s=[float("nan"), 0.001])
 
 
 def test_overfitting_signals_and_data_parallel_memory():
@@ -29,8 +29,8 @@ def test_overfitting_signals_and_data_parallel_memory():
     assert s["memory"] == {"peak_alloc_mib": 300.0} and s["gpu_peak_alloc_mib"] == [320.0, 110.0]
     assert s["ranks"]["train_s"] == {"per_rank": [24.0, 27.0], "max": 27.0, "mean": 25.5}
     assert s["ranks"]["peak_alloc_mib"]["per_rank"] == [150.0, 60.0]  # peaks, not sums
-    assert s["ranks"]["ddp_comm_ms"]["per_rank"] == [3.0, 2.0]  # DDP's running average a step: the last epoch's
-    assert "ddp_overlap_ms" not in s["ranks"] and "ddp_overlap_s" not in s["ranks"]  # not recorded
+    assert s["ranks"]["ddp_comm_ms"]["per_rank"] == [3.0, 2.0]  # DDP's mean a step: the last epoch's
+    assert "ddp_overlap_ms" not in s["ranks"] and "ddp_overlap_s" not in s["ranks"]  # a rank timed nothing (NaN)
     assert s["time"]["mean_epoch_s_after_first"] == 10.0 and s["time"]["images_per_s"] == 200.0
     text = format_summary(s)
     assert "overfitting" in text and "+37.00%" in text and "per rank" in text
@@ -45,3 +45,17 @@ def test_comm_wait_is_shown_inside_forward_backward_never_beside_it():
     assert text == "data 0.5 s, forward+backward 8.0 s (of which comm wait 3.2 s), optimizer 1.0 s"
     assert phases_text({"data_s": 0.5, "forward_backward_s": 8.0, "optimizer_s": 1.0, "comm_wait_s": 0.0}) == (
         "data 0.5 s, forward+backward 8.0 s, optimizer 1.0 s")  # one process: nothing to wait for
+
+
+def test_a_resumed_run_whose_early_epochs_lack_a_per_rank_figure_still_sums_up():
+    """Epochs written before a figure existed (a checkpoint of an older ddplab, resumed) lack its per-rank
+    list: the summary sums the epochs that hold it instead of failing at the end of the run."""
+    old = record(1, 0.5, 0.55, 1.0)
+    old.per_rank.pop("ddp_comm_s")
+    old.per_rank.pop("train_s")
+    history = [old, record(2, 0.8, 0.60, 0.9)]
+    state = SimpleNamespace(history=history, epoch=2, step=20, best_test_acc=0.60, best_epoch=2, stopped_early=False)
+    info = {"world_size": 2, "device": "cpu", "steps_per_epoch": 10, "params": 1, "flops_per_image": 2,
+            "train_images": 100, "eval_images": 50, "eval_split": "test", "classes": list("abc")}
+    s = build_summary(RunConfig(), info, state, startup_s=1.5, total_s=40.0)
+    assert s["ranks"]["train_s"]["per_rank"] == [8.0, 9.0] and s["ranks"]["ddp_comm_ms"]["per_rank"] == [2.0, 2.0]

@@ -291,3 +291,41 @@ def test_a_running_run_shows_each_new_epoch_with_the_time_left(tmp_path):
         f.write(third[20:])
     assert watch.new_lines() == ["epoch 3/4, test acc 75.00%, 5.0 s/epoch, about 4.0 s left"]
     assert watch.new_lines() == []
+
+
+def test_the_sweep_measures_each_worker_count_once_and_keeps_what_it_has(tmp_path, monkeypatch):
+    """A sweep with 2- and 4-worker points measures the all-reduce with 2 and with 4 ranks (on a CPU, 4 ranks
+    on 2 cores as its runs are); a links file already there keeps its counts and gains the missing ones; a
+    count that fails to measure costs only that count."""
+    from ddplab.planner import links
+    from ddplab.sweep.runner import measure_sweep_link
+
+    measured = []
+
+    def fake_measure(backend, ranks, *, device="cpu", max_bytes=0):
+        measured.append(ranks)
+        if ranks == 8:
+            raise RuntimeError("eight ranks would not start")
+        link = links.Link("x", 1.0, 0.001 * ranks, "test")
+        sizes = list(links.SIZES[:5])
+        return {"backend": backend, "ranks": ranks, "device": device, "sizes": sizes,
+                "times_s": [link.allreduce_s(s, ranks) for s in sizes], "wall_s": 0.1}
+
+    monkeypatch.setattr(links, "measure", fake_measure)
+    text = SWEEP.replace('"dist.nproc" = 2', '"dist.nproc" = 4')
+    said = []
+    sweep = load_sweep(write(tmp_path, text))
+    out = tmp_path / "out"
+    out.mkdir()
+    links.save_links(out / links.LINKS_FILE, [fake_measure("gloo", 2)])  # from an earlier sweep: 2 ranks only
+    measured.clear()
+    measure_sweep_link(sweep, out, said.append)
+    assert measured == [4] and links.load_links(out / links.LINKS_FILE).ranks == [2, 4]
+    assert links.load_links(out / links.LINKS_FILE).for_ranks(4).alpha_s == pytest.approx(0.004)
+    measure_sweep_link(sweep, out, said.append)
+    assert measured == [4]  # nothing missing: nothing measured
+    eight = load_sweep(write(tmp_path, SWEEP.replace('"dist.nproc" = 2', '"dist.nproc" = 8'), "eight.toml"))
+    measure_sweep_link(eight, out, said.append)
+    assert measured == [4, 8] and links.load_links(out / links.LINKS_FILE).ranks == [2, 4]
+    assert "x8: could not measure it (RuntimeError: eight ranks would not start); 8 workers are predicted over " \
+           "the nearest count measured" in said[-1]

@@ -96,6 +96,7 @@ class EpochTraining:
     steps: list[dict[str, Any]]  # the training loss at each progress refresh (steps.jsonl)
     phases: dict[str, float] | None  # seconds per phase of the step; None with time_breakdown off
     last_step: list[tuple[torch.Tensor, torch.Tensor]]  # its micro-batches: what the communication probe replays
+    ddp_start: dict[str, float] | None = None  # DDP's timing totals once its first step had run (see ddp_timings)
 
 
 class Trainer:
@@ -114,6 +115,8 @@ class Trainer:
         self.gpu_sampler = gpu_sampler  # None: not sampled (no GPU); the same on every rank
         self.graphed: GraphedStep | None = None  # the captured step, with --train.cuda_graphs
         self.profiler: StepProfiler | None = None  # --train.profile_steps: told of every optimizer step
+        ddp = ddp_module(model)  # DDP times the steps the time breakdown times: each on a CPU, 1 in 20 on CUDA
+        self.ddp_sample_every = compat.sample_ddp_every(ddp, self.timed_step_every()) if ddp is not None else 0
         o = config.optim
         self.lookahead = Lookahead(unwrap(model).parameters(), every=o.lookahead_steps, alpha=o.lookahead_alpha) \
             if o.lookahead_steps else None
@@ -161,7 +164,7 @@ class Trainer:
         train = self.train_epoch(epoch)
         train_s = clock.stop()
         cpu_end = contention.snapshot()
-        ddp = self.ddp_timings() if train.phases is not None else {}  # before the probe's steps add to them
+        ddp = self.ddp_timings(train.ddp_start) if train.phases is not None else {}
         phases = {}
         if train.phases is not None:  # the communication probe runs outside the epoch's clock
             phases = {**train.phases, "comm_wait_s": self.comm_wait_per_step(train.last_step) * self.steps_per_epoch()}
@@ -199,13 +202,24 @@ class Trainer:
         )
         return record, {"steps": steps, "gpu": gpu_rows}
 
-    def ddp_timings(self) -> dict[str, float]:
-        """Each rank's DDP timings (compat.ddp_timings), NaN where not recorded: the same keys on every rank,
-        as `per_rank` gathers them; none for a model that is not DDP."""
+    def ddp_totals(self) -> dict[str, float] | None:
+        ddp = ddp_module(self.model)
+        return compat.ddp_timing_totals(ddp, self.ddp_sample_every) if ddp is not None else None
+
+    def ddp_timings(self, start: dict[str, float] | None) -> dict[str, float]:
+        """Each rank's DDP timings over this epoch's training steps (compat.ddp_epoch_means), NaN where none were
+        timed: the same keys on every rank, as `per_rank` gathers them; none for a model that is not DDP.
+
+        DDP records a step's timings at the next synced forward, so the window runs from just after the
+        epoch's first step (whose forward recorded the step before it: the previous epoch's last probe
+        step) to its end: the epoch's steps but the last, none of the probe's. A captured step never runs
+        DDP's Python forward, so DDP times nothing of it."""
         ddp = ddp_module(self.model)
         if ddp is None or not self.ctx.is_distributed:
             return {}
-        return compat.ddp_timings(ddp) or dict.fromkeys(compat.DDP_TIMINGS, math.nan)
+        captured = self.graphed is not None and self.graphed.graph is not None
+        means = None if captured else compat.ddp_epoch_means(start, self.ddp_totals())
+        return means or dict.fromkeys(compat.DDP_TIMINGS, math.nan)
 
     def per_rank(self, **values: float) -> dict[str, list[float]]:
         """Each rank's own figures, gathered (one collective per epoch), by name."""
@@ -304,12 +318,15 @@ class Trainer:
             self.lookahead.reset()
         batches = iter(self.train_loader)
         steps = []  # the training loss where it is read anyway (progress refreshes): curves for short runs
+        ddp_start = None
         for i in range(num_steps):
             timer.begin_step(i)
             faults.maybe_inject(self.ctx.rank, epoch, i)
             group = [b for _, b in zip(range(self.accumulate), batches)]
             timer.lap("data_s")
             loss = self.train_step(group, meter, timer)
+            if i == 0 and timer.enabled:
+                ddp_start = self.ddp_totals()
             nonfinite |= ~torch.isfinite(loss)
             should_sync = (i + 1) % refresh == 0 or i + 1 == num_steps
             if should_sync:
@@ -325,7 +342,8 @@ class Trainer:
             self.lookahead.sync()
         totals = meter.reduced(self.ctx.all_reduce_sum)
         return EpochTraining(loss=totals["loss"], acc=totals["acc"], count=totals["count"], steps=steps,
-                             phases=timer.totals(num_steps) if timer.enabled else None, last_step=group)
+                             phases=timer.totals(num_steps) if timer.enabled else None, last_step=group,
+                             ddp_start=ddp_start)
 
     def train_step(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], meter: ClassificationMeter,
                    timer: PhaseTimer) -> torch.Tensor:

@@ -113,17 +113,18 @@ def gpu_summary(gpu: dict[str, Any], history: list[EpochRecord]) -> dict[str, An
 
 def per_rank_summary(history: list[EpochRecord]) -> dict[str, dict[str, Any]]:
     """Per-rank totals (time, samples) and peaks (memory) over the run, with max and mean across ranks; DDP's
-    own timings (ddp_*) are running averages a step: the last epoch's, in milliseconds (ddp_*_ms)."""
+    own timings (ddp_*) are means a step: the last epoch's, in milliseconds (ddp_*_ms)."""
     out = {}
     for key in history[-1].per_rank if history else ():
         if key.endswith("_pct"):  # a rate: averaged over epochs, not summed
             continue
-        columns = list(zip(*(r.per_rank[key] for r in history)))  # one tuple per rank
-        if key.startswith("ddp_"):
-            if any(c[-1] is None for c in columns):
-                continue  # not recorded on this torch
-            per_rank, key = [1000 * c[-1] for c in columns], key.removesuffix("_s") + "_ms"
-        else:
+        if key.startswith("ddp_"):  # DDP's own timings: the last epoch's means, where it timed steps
+            last = history[-1].per_rank[key]
+            if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in last):
+                continue
+            per_rank, key = [1000 * v for v in last], key.removesuffix("_s") + "_ms"
+        else:  # epochs from before a resume may lack a figure added since: the epochs that hold it
+            columns = list(zip(*(r.per_rank[key] for r in history if key in r.per_rank)))  # one tuple per rank
             per_rank = [max(c) if key.endswith("_mib") else sum(c) for c in columns]
         out[key] = {"per_rank": [round(v, 3) for v in per_rank], "max": round(max(per_rank), 3),
                     "mean": round(statistics.fmean(per_rank), 3)}

@@ -227,15 +227,22 @@ def save_links(path: Path, results: list[dict[str, Any]], **extra: Any) -> None:
     files.write_json(path, {**records[0], "more": records[1:], **extra})
 
 
-def load_links(path: Path) -> MeasuredLinks:
-    """The links a links file describes, fitted again from its measurements; one that is not such a file is a
+def measurements(path: Path) -> list[dict[str, Any]]:
+    """The `measure` results a links file holds (one per number of ranks); one that is not such a file is a
     DataError naming it."""
     try:
         data = json.loads(Path(path).read_text())
-        found = [measured_link(m["measurement"]) for m in [data, *data.get("more", [])]]
+        found = [m["measurement"] for m in [data, *data.get("more", [])]]
+        for m in found:
+            measured_link(m)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise DataError(f"{path} is not ddplab plan --measure's output ({exc!r})") from None
-    return MeasuredLinks(tuple(sorted(found, key=lambda link: link.ranks)))
+    return found
+
+
+def load_links(path: Path) -> MeasuredLinks:
+    """The links a links file describes, fitted again from its measurements."""
+    return MeasuredLinks(tuple(sorted(map(measured_link, measurements(path)), key=lambda link: link.ranks)))
 
 
 def read_links(path: Path) -> MeasuredLinks | None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ddplab.errors import DataError
@@ -62,6 +62,13 @@ class StepCosts:
     bucket_cap_mb: float
     on_cuda: bool
     measured: dict[str, Any]  # what it was derived from, for plan.json
+    params: float = 0.0  # the model's parameters (0: unknown; `for_config` then keeps grad_bytes)
+
+    def for_config(self, config: dict[str, Any]) -> StepCosts:
+        """These costs for a target run whose flattened config may all-reduce differently (GRAD_BYTES: its comm
+        hook; BUCKETS: its bucket_cap_mb), as a DDP point planned from a 1-process run does."""
+        return replace(self, grad_bytes=self.params * grad_bytes_per_param(config) if self.params else self.grad_bytes,
+                       bucket_cap_mb=float(config.get("dist.bucket_cap_mb", self.bucket_cap_mb)))
 
     def backward_s(self, local_batch: int, per_node: int) -> float:
         return BACKWARD_SHARE * self.compute_s(local_batch, per_node)
@@ -113,16 +120,20 @@ def step_costs(summary: dict[str, Any], epochs: list[EpochRecord], config: dict[
     compute = sum(r.forward_backward_s for r in timed) - comm
     optimizer = sum(r.optimizer_s or 0.0 for r in timed)
     rest = max(sum(r.train_s for r in timed) - data - compute - comm - optimizer, 0.0)
-    hook = config.get("dist.comm_hook", "none")
     return StepCosts(
         data_per_image_s=data / images / share, compute_per_image_s=compute / images / share,
         optimizer_s=optimizer / steps / share, rest_s=rest / steps, accumulate=int(batch.get("accumulate", 1)),
         train_images=int(summary["data"]["train_images"]),
-        grad_bytes=summary["model"]["params"] * (2 if hook in ("fp16", "bf16") else 4),
+        grad_bytes=summary["model"]["params"] * grad_bytes_per_param(config), params=summary["model"]["params"],
         bucket_cap_mb=float(config.get("dist.bucket_cap_mb", 25.0)), on_cuda=on_cuda,
         measured={"world_size": run["world_size"], "local_batch": batch["local"], "device": run["device"],
                   "epochs_timed": len(timed), "steps": steps, "step_s": statistics.fmean(r.train_s for r in timed)
                   * len(timed) / steps, "comm_wait_s_per_step": comm / steps})
+
+
+def grad_bytes_per_param(config: dict[str, Any]) -> int:
+    """GRAD_BYTES: what DDP all-reduces per parameter under a flattened config's comm hook."""
+    return 2 if config.get("dist.comm_hook", "none") in ("fp16", "bf16") else 4
 
 
 def buckets(grad_bytes: float, cap_mb: float) -> list[float]:

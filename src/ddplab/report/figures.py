@@ -93,17 +93,21 @@ def run_figures(run: Run) -> dict[str, Any]:
 def communication(steady: list[EpochRecord], global_batch: int, train_s: float) -> dict[str, float | None]:
     """COMM_MS of a run, and the share of its training time rank 0 spent waiting for the slowest rank; None
     where not measured (one process, no time breakdown, a torch whose DDP keeps no timings). DDP's figures
-    are running averages over its sampled steps: the last epoch's hold them all."""
+    are each epoch's means over the steps it timed: averaged here over the epochs that have them all."""
     out: dict[str, float | None] = dict.fromkeys((*COMM_MS, "straggler_share"))
     steps = sum(math.ceil(r.train_samples / global_batch) for r in steady)
     if not steady or not steps or steady[-1].comm_wait_s is None:
         return out
     out["probe_comm_ms"] = 1000 * sum(r.comm_wait_s or 0.0 for r in steady) / steps
-    comm, overlap = (steady[-1].per_rank.get(k) or [] for k in ("ddp_comm_s", "ddp_overlap_s"))
-    exposed = [c - o if c is not None and o is not None else None for c, o in zip(comm, overlap)]
-    if len(exposed) < 2 or None in exposed:
+    timed = [(r.per_rank["ddp_comm_s"], r.per_rank["ddp_overlap_s"]) for r in steady
+             if all(None not in (r.per_rank.get(k) or [None]) for k in ("ddp_comm_s", "ddp_overlap_s"))]
+    ranks = len(timed[-1][0]) if timed else 0
+    timed = [(c, o) for c, o in timed if len(c) == len(o) == ranks]
+    if ranks < 2 or not timed:
         return out
-    least = min(range(len(exposed)), key=exposed.__getitem__)
+    comm = [statistics.fmean(c[i] for c, _ in timed) for i in range(ranks)]
+    exposed = [statistics.fmean(c[i] - o[i] for c, o in timed) for i in range(ranks)]
+    least = min(range(ranks), key=exposed.__getitem__)
     wait = exposed[0] - exposed[least]
     out.update(ddp_exposed_ms=1000 * exposed[least], ddp_comm_ms=1000 * comm[least], straggler_ms=1000 * wait,
                straggler_share=wait * steps / train_s if train_s else None)

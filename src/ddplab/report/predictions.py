@@ -16,6 +16,7 @@ from ddplab.errors import DataError
 from ddplab.planner import model
 from ddplab.report.runs import Point, groups_without
 
+CURVE_FIELDS = ("dist.nproc", "dist.nnodes", "dist.strategy", "train.batch_size")  # what a curve's points may differ in
 CURVE_WORKERS = (1, 2, 4, 8)  # the model's speedup curve reaches at least this far, and twice the most measured
 
 
@@ -62,7 +63,7 @@ def predict_pair(section: Any, i: int, j: int) -> dict[str, float | None]:
     where = shape(row)
     if section.link is None or costs is None or where is None:
         return {"predicted": None, "link_ms": None}
-    p = model.predict_one(costs, *where, row["local_batch"], section.link)
+    p = model.predict_one(costs.for_config(section.points[i].config), *where, row["local_batch"], section.link)
     return {"predicted": p.speedup, "link_ms": 1000 * p.comm_s if p.workers > 1 else None}
 
 
@@ -88,21 +89,24 @@ def model_curves(section: Any) -> Curves | None:
         nodes = shape(mine[0]["row"])[1]
         most = max(c["row"]["world_size"] for c in mine)
         xs = sorted({w for w in (*CURVE_WORKERS, 2 * most) if w % nodes == 0} | {c["row"]["world_size"] for c in mine} | {1})
-        predicted = [model.predict_one(costs, w // nodes if w > 1 else 1, nodes if w > 1 else 1, base["local_batch"],
+        target = costs.for_config(section.points[index[id(mine[0]["row"])]].config)
+        predicted = [model.predict_one(target, w // nodes if w > 1 else 1, nodes if w > 1 else 1, base["local_batch"],
                                        section.link).speedup for w in xs]
         ideal = [float(w) if costs.on_cuda else float(nodes if w > 1 else 1) for w in xs]
         workers.append(Curve(f"from {base['point']}", xs, predicted,
                              [(c["row"]["world_size"], c["speedup"]) for c in mine if c["speedup"] is not None], ideal))
     batch = []
-    recipe = next(g for g in groups_without(section.points, ("dist.", "train.batch_size")) if bases[0] in g)
-    rows = [section.rows[k] for k in recipe if shape(section.rows[k]) is not None and measured_epoch_s(section.rows[k])]
-    batches = sorted({r["local_batch"] for r in rows})
+    recipe = next(g for g in groups_without(section.points, CURVE_FIELDS) if bases[0] in g)
+    members = [k for k in recipe if shape(section.rows[k]) is not None and measured_epoch_s(section.rows[k])]
+    batches = sorted({section.rows[k]["local_batch"] for k in members})
     if len(batches) > 1:
         costs = plan_costs(section.points[bases[0]])
         xs = sorted({*batches, *(b for b in (2**k for k in range(14)) if batches[0] <= b <= batches[-1])})
-        for where in sorted({shape(r) for r in rows}):
+        for where in sorted({shape(section.rows[k]) for k in members}):
+            mine = [k for k in members if shape(section.rows[k]) == where]
+            target = costs.for_config(section.points[mine[0]].config)
             batch.append(Curve(
                 f"{where[0] * where[1]} worker{'s' * (where[0] * where[1] > 1)}" + (f" on {where[1]} nodes" if where[1] > 1 else ""),
-                xs, [model.predict_one(costs, *where, b, section.link).epoch_train_s for b in xs],
-                [(r["local_batch"], measured_epoch_s(r)) for r in rows if shape(r) == where]))
+                xs, [model.predict_one(target, *where, b, section.link).epoch_train_s for b in xs],
+                [(section.rows[k]["local_batch"], measured_epoch_s(section.rows[k])) for k in mine]))
     return Curves(section.rows[bases[0]]["point"], workers, batch)

@@ -29,7 +29,7 @@ from ddplab import files, runfiles
 from ddplab.process import INTERRUPTED, POLL_S, STOP_GRACE_S, Child, Finished, ddplab_command, stop_all, wait_any
 from ddplab.config import build_config, check_environment, load_toml
 from ddplab.engine.runlock import describe, live_owner, run_lock
-from ddplab.errors import ConfigError
+from ddplab.errors import ConfigError, DataError
 from ddplab.metrics.records import read_epochs
 from ddplab.sweep.manifest import manifest_of, read_manifest, write_manifest
 from ddplab.sweep.slots import Slot, SlotPool, visible_gpus
@@ -155,30 +155,40 @@ def run_sweep(sweep: Sweep, out: Path, *, timeout_s: float | None = None, parall
 
 
 def measure_sweep_link(sweep: Sweep, out: Path, echo) -> None:
-    """out/links.json for the report's predictions, unless it is there or no run has several workers on one node.
-    A failure costs the predictions, never the sweep."""
+    """out/links.json for the report's predictions: this machine's all-reduce measured with each number of DDP
+    workers the sweep runs (on CUDA, up to its GPUs), keeping what a links file there already holds. Each
+    count measured on its own: a failure costs that count's predictions, never the sweep."""
     from ddplab.planner import links
 
-    wanted = sorted({r.config.dist.nproc for r in sweep.runs if r.config.dist.strategy == "ddp" and r.config.dist.nproc > 1})
+    wanted = {r.config.dist.nproc for r in sweep.runs if r.config.dist.strategy == "ddp" and r.config.dist.nproc > 1}
     gpus = len(visible_gpus())
     on_cuda = any(r.config.train.device != "cpu" for r in sweep.runs) and gpus >= 2
-    ranks = [n for n in wanted if n <= gpus] if on_cuda else wanted  # a CPU's ranks may share cores, as its runs do
-    if not ranks or (out / links.LINKS_FILE).is_file():
+    if on_cuda:  # NCCL needs a GPU per rank: more workers than GPUs share them, measured with all the GPUs
+        wanted = {min(n, gpus) for n in wanted}
+    path = out / links.LINKS_FILE
+    try:
+        kept = links.measurements(path) if path.is_file() else []
+    except (OSError, DataError):
+        kept = []  # not a links file: measured again
+    ranks = sorted(wanted - {m["ranks"] for m in kept})
+    if not ranks:
         return
     backend = "nccl" if on_cuda else "gloo"
     echo(f"sweep {sweep.name}: measuring this machine's all-reduce ({backend} x{', x'.join(map(str, ranks))}) for the "
          f"report's predicted speedups (ddplab plan --measure) ...")
-    try:
-        results = [links.measure(backend, n, device="cuda" if on_cuda else "cpu", max_bytes=64 * links.MIB) for n in ranks]
-        fitted = [links.measured_link(r) for r in results]
-    except Exception as exc:  # noqa: BLE001 (the predictions are extra: any failure is said and passed over)
-        echo(f"  could not measure it ({type(exc).__name__}: {str(exc)[:200]}); the report predicts nothing")
-        return
-    files.make_dir(out)
-    links.save_links(out / links.LINKS_FILE, results)
-    for link, result in zip(fitted, results):
-        echo(f"  x{link.ranks}: alpha {link.alpha_s * 1e6:,.0f} us, bus bandwidth {link.busbw_gbps:,.3g} GB/s "
-             f"({result['wall_s']} s)")
+    new = []
+    for n in ranks:
+        try:
+            result = links.measure(backend, n, device="cuda" if on_cuda else "cpu", max_bytes=64 * links.MIB)
+            link = links.measured_link(result)
+        except Exception as exc:  # noqa: BLE001 (the predictions are extra: any failure is said and passed over)
+            echo(f"  x{n}: could not measure it ({type(exc).__name__}: {str(exc)[:200]}); {n} workers are predicted over the nearest count measured")
+            continue
+        new.append(result)
+        echo(f"  x{n}: alpha {link.alpha_s * 1e6:,.0f} us, bus bandwidth {link.busbw_gbps:,.3g} GB/s ({result['wall_s']} s)")
+    if new:
+        files.make_dir(out)
+        links.save_links(path, kept + new)
 
 
 def check_out(out: Path) -> None:
