@@ -33,7 +33,7 @@ TEXT = ("strategy", "device", "device_name", "precision", "backend", "memory_lab
 SETTINGS = ("world_size", "nodes", "local_batch", "global_batch", "accumulate", "train_images", "test_images")
 MEASURED = ("epochs", "final_test_acc", "best_test_acc", "final_train_acc", "train_eval_acc", "acc_gap",
             "final_test_loss", "min_test_loss", "min_test_loss_epoch", "total_s", "train_s", "eval_s", "epoch_s",
-            "images_per_s", "cores_busy", "peak_mib", *SHARES, "straggler_share", *COMM_MS)
+            "images_per_s", "cores_busy", "peak_mib", *SHARES, "straggler_share", "allreduce_share", *COMM_MS)
 MEMORY_LABELS = ("peak_alloc_mib", "peak_rss_mib", "peak_reserved_mib")  # first found is reported
 OVERFIT_RISE = 0.10  # test loss this far above its minimum at the end counts as overfitting
 EARLY_STOP_PATIENCE = 2  # epochs without a lower test loss before early stopping would stop (seed report D's)
@@ -91,10 +91,10 @@ def run_figures(run: Run) -> dict[str, Any]:
 
 
 def communication(steady: list[EpochRecord], global_batch: int, train_s: float) -> dict[str, float | None]:
-    """COMM_MS of a run, and the share of its training time rank 0 spent waiting for the slowest rank; None
-    where not measured (one process, no time breakdown, a torch whose DDP keeps no timings). DDP's figures
+    """COMM_MS of a run, and the shares of its training time rank 0 spent on the all-reduce (DDP's exposed
+    all-reduce on the rank that waited least) and waiting for the slowest rank; None where not measured (one process, no time breakdown, a torch whose DDP keeps no timings). DDP's figures
     are each epoch's means over the steps it timed: averaged here over the epochs that have them all."""
-    out: dict[str, float | None] = dict.fromkeys((*COMM_MS, "straggler_share"))
+    out: dict[str, float | None] = dict.fromkeys((*COMM_MS, "straggler_share", "allreduce_share"))
     steps = sum(math.ceil(r.train_samples / global_batch) for r in steady)
     if not steady or not steps or steady[-1].comm_wait_s is None:
         return out
@@ -110,7 +110,8 @@ def communication(steady: list[EpochRecord], global_batch: int, train_s: float) 
     least = min(range(ranks), key=exposed.__getitem__)
     wait = exposed[0] - exposed[least]
     out.update(ddp_exposed_ms=1000 * exposed[least], ddp_comm_ms=1000 * comm[least], straggler_ms=1000 * wait,
-               straggler_share=wait * steps / train_s if train_s else None)
+               straggler_share=wait * steps / train_s if train_s else None,
+               allreduce_share=exposed[least] * steps / train_s if train_s else None)
     return out
 
 
@@ -227,8 +228,9 @@ def scale(rows: list[dict[str, Any]], base: dict[str, Any] | None, name: str) ->
 def scaling_gap(row: dict[str, Any], base: dict[str, Any], ideal: float) -> dict[str, Any] | None:
     """Where a multi-worker point's training epoch loses to the ideal (the baseline's epoch over `ideal`),
     in seconds an epoch by cause: compute (forward+backward less the waits below), the all-reduce wait
-    (the probe's), the wait for a straggling rank (rank 0's, from DDP's timers; None where not measured,
-    and then inside compute), optimizer, data, and the rest of the step. None unless both sides have a
+    (DDP's timers where it kept them, as they time every step on a CPU; else ddplab's probe), the wait
+    for a straggling rank (rank 0's, from DDP's timers; None where not measured, and then inside
+    compute), optimizer, data, and the rest of the step. None unless both sides have a
     time breakdown and the point is slower than ideal."""
     shares = ("forward_backward_share", "comm_wait_share", "optimizer_share", "data_share")
     if not (row.get("images_per_s") and base.get("images_per_s") and row.get("train_images") and ideal) or any(
@@ -243,9 +245,10 @@ def scaling_gap(row: dict[str, Any], base: dict[str, Any], ideal: float) -> dict
         return (row.get(key) or 0.0) * epoch - (base.get(key) or 0.0) * target
 
     stragglers = seconds("straggler_share") if row.get("straggler_share") is not None else None
+    wait = seconds("allreduce_share" if row.get("allreduce_share") is not None else "comm_wait_share")
     parts: dict[str, float | None] = {
-        "compute": seconds("forward_backward_share") - seconds("comm_wait_share") - (stragglers or 0.0),
-        "all-reduce wait": seconds("comm_wait_share"), "stragglers": stragglers,
+        "compute": seconds("forward_backward_share") - wait - (stragglers or 0.0),
+        "all-reduce wait": wait, "stragglers": stragglers,
         "optimizer": seconds("optimizer_share"), "data": seconds("data_share")}
     parts["the rest of the step"] = (epoch - target) - sum(v for v in parts.values() if v is not None)
     biggest = max((k for k, v in parts.items() if v is not None), key=parts.get)

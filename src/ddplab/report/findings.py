@@ -125,7 +125,8 @@ def communication_text(c: dict[str, Any]) -> str:
         return ""
     probe, ddp = r["probe_comm_ms"], r["ddp_exposed_ms"]
     agree = ("they agree" if abs(probe - ddp) <= max(COMM_AGREE_MS, COMM_AGREE * max(probe, ddp))
-             else "they disagree (the probe times one lined-up step in eval mode, DDP its sampled training steps)")
+             else "they disagree (the probe times one step in eval mode a few times an epoch, DDP the training steps "
+                  "it timed; the epoch is taken apart with DDP's)")
     text = (f". The all-reduce per step: ddplab's probe {ms(probe)} ms of wait, DDP's own timers {ms(ddp)} ms exposed "
             f"on the rank that waited least ({ms(r['ddp_comm_ms'])} ms from the first bucket's launch to the last "
             f"one's end): {agree}; rank 0 waited {ms(r['straggler_ms'])} ms a step for the slowest rank")
