@@ -32,9 +32,9 @@ NEWER_APIS: dict[str, str] = {
         "kernels write their schemas out and nothing is lost"),
     "DistributedDataParallel._get_ddp_logging_data": (
         "private, in every torch 2.x so far (with _set_ddp_runtime_logging_sample_rate): DDP's own timings of the "
-        "steps it samples, which the report sets against "
-        "ddplab's communication probe and reads stragglers from; a torch without it (or with other field "
-        "names) records none, and the report says the stragglers were not measured"),
+        "steps it samples, which the report sets against ddplab's communication probe and reads stragglers from; "
+        "a torch without it (or with other field names) records none, and the report says the stragglers were not "
+        "measured"),
 }
 
 
@@ -147,8 +147,8 @@ def ddp_timing_totals(ddp: Any, every: int) -> dict[str, float] | None:
     forward, backward compute, backward communication (first bucket's launch to the last one's end) and
     their overlap. DDP keeps running averages; the difference of two of these totals over their samples is
     the mean of the steps in between (`every`: the sample rate in effect). None without the method; no
-    samples before DDP has timed a step or where it names its fields otherwise. DDP times a sampled step with CUDA events on a GPU; reading
-    them costs no device sync."""
+    samples before DDP has timed a step or where it names its fields otherwise. DDP times a sampled step
+    with CUDA events on a GPU; reading them costs no device sync."""
     read = getattr(ddp, "_get_ddp_logging_data", None)
     if read is None:
         return None

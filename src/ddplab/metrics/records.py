@@ -188,6 +188,17 @@ def gap_train_acc(record: EpochRecord | None) -> tuple[float | None, str]:
     return (record.train_acc if record is not None else None), "train_acc (running, augmented)"
 
 
+def timed_epochs(history: list[EpochRecord]) -> list[EpochRecord]:
+    """The epochs whose clocks count (the report's, the scaling model's): all but the first, which warms
+    caches, unless there is one."""
+    return history[1:] or history
+
+
+def optimizer_steps(records: list[EpochRecord], global_batch: int) -> int:
+    """Optimizer steps the epochs of `records` took at `global_batch` images a step (a ragged last one counts)."""
+    return sum(math.ceil(r.train_samples / global_batch) for r in records)
+
+
 def worst_reading(records: list[EpochRecord], name: str) -> float | None:
     """The highest finite reading of the field `name` over epoch records (None: never measured), as the
     summary and the report judge a run's load."""

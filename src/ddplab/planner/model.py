@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ddplab.errors import DataError
-from ddplab.metrics.records import EpochRecord
+from ddplab.metrics.records import EpochRecord, optimizer_steps, timed_epochs
 from ddplab.planner.links import Link, MeasuredLinks
 
 BACKWARD_SHARE = 2 / 3  # of forward+backward compute
@@ -106,11 +106,11 @@ def step_costs(summary: dict[str, Any], epochs: list[EpochRecord], config: dict[
     run, batch = summary["run"], summary["batch"]
     if run["strategy"] == "dp":
         raise DataError("a DataParallel run's step mixes its GPUs' work: plan from a single-process or DDP run")
-    timed = epochs[1:] or epochs
+    timed = timed_epochs(epochs)
     if not timed or any(r.forward_backward_s is None for r in timed):
         raise DataError("the run has no time breakdown (train.time_breakdown was off): its step cannot be split "
                         "into compute and communication; train it again with the breakdown on")
-    steps = sum(math.ceil(r.train_samples / batch["global"]) for r in timed)
+    steps = optimizer_steps(timed, batch["global"])
     images = sum(r.train_samples for r in timed) / run["world_size"]  # per worker
     per_node = run["world_size"] // max(1, int(config.get("dist.nnodes", 1)))
     on_cuda = str(run["device"]).startswith("cuda")

@@ -26,14 +26,14 @@ SPEED_NOTE = ("Training images per second of training time (epochs after the fir
 GAP_NOTE = ("Points below 90% of the ideal: one training epoch (epochs after the first) against the ideal one, "
             "the baseline's over the devices added, by cause: compute is forward+backward less the all-reduce wait "
             "(DDP's own timers where it kept them, else ddplab's probe) and rank 0's wait for the slowest rank "
-            "(DDP's timers; '-' where not measured, and then inside compute). The stragglers' part is never negative, so a shared machine's jitter shows as a "
-            "small one; when rank 0 is itself the slowest, it is 0 and the others' wait is not in it.")
+            "(DDP's timers; '-' where not measured, and then inside compute). The stragglers' part is never "
+            "negative, so a shared machine's jitter shows as a small one; when rank 0 is itself the slowest, it is "
+            "0 and the others' wait is not in it.")
 COMM_NOTE = ("Per training step, epochs after the first. Probe wait: ddplab times one step with and without the "
              "gradient all-reduce, the ranks lined up. DDP exposed: DDP's own timers on the steps it timed (every step "
-             "on a CPU, 1 in 20 on CUDA), from the end "
-             "of backward to the last bucket's end, on the rank that waited least; span: from the first bucket's "
-             "launch. Stragglers: how much longer rank 0's exposed wait was. Link: the all-reduce of these gradients "
-             "over this machine's measured link (ddplab plan --measure).")
+             "on a CPU, 1 in 20 on CUDA), from the end of backward to the last bucket's end, on the rank that waited "
+             "least; span: from the first bucket's launch. Stragglers: how much longer rank 0's exposed wait was. "
+             "Link: the all-reduce of these gradients over this machine's measured link (ddplab plan --measure).")
 SCALING_NOTE = ("Speedup: training throughput over the baseline's; of ideal: speedup over the devices added "
                 "(GPUs; on a CPU, processes on one machine share its cores: ideal 1x). A timing verdict is "
                 "'beyond noise' only past 2 noises and 3%.")

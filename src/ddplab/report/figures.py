@@ -13,12 +13,12 @@ the same cores).
 
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Any
 
 from ddplab.errors import DataError
-from ddplab.metrics.records import PHASES, EpochRecord, gap_train_acc  # the file format's rules, torch-free
+from ddplab.metrics.records import (PHASES, EpochRecord, gap_train_acc, optimizer_steps,
+                                    timed_epochs)  # the file format's rules, torch-free
 from ddplab.report import noise
 from ddplab.topology import resolve_backend  # torch-free
 from ddplab.report.runs import Point, Run
@@ -55,7 +55,7 @@ def run_row(run: Run, point: str = "") -> dict[str, Any]:
 
 def run_figures(run: Run) -> dict[str, Any]:
     s, history = run.summary, run.history
-    steady = noise.timed_epochs(history)
+    steady = timed_epochs(history)
     train_s = sum(r.train_s for r in steady)
     label, peak = peak_memory(s)
     final, last = s["final"], history[-1]
@@ -95,7 +95,7 @@ def communication(steady: list[EpochRecord], global_batch: int, train_s: float) 
     all-reduce on the rank that waited least) and waiting for the slowest rank; None where not measured (one process, no time breakdown, a torch whose DDP keeps no timings). DDP's figures
     are each epoch's means over the steps it timed: averaged here over the epochs that have them all."""
     out: dict[str, float | None] = dict.fromkeys((*COMM_MS, "straggler_share", "allreduce_share"))
-    steps = sum(math.ceil(r.train_samples / global_batch) for r in steady)
+    steps = optimizer_steps(steady, global_batch)
     if not steady or not steps or steady[-1].comm_wait_s is None:
         return out
     out["probe_comm_ms"] = 1000 * sum(r.comm_wait_s or 0.0 for r in steady) / steps
@@ -225,6 +225,11 @@ def scale(rows: list[dict[str, Any]], base: dict[str, Any] | None, name: str) ->
         row["is_baseline"] = base is not None and row is base
 
 
+def train_epoch_s(row: dict[str, Any]) -> float | None:
+    """A row's training epoch (epochs after the first): its training images over its throughput."""
+    return row["train_images"] / row["images_per_s"] if row.get("images_per_s") and row.get("train_images") else None
+
+
 def scaling_gap(row: dict[str, Any], base: dict[str, Any], ideal: float) -> dict[str, Any] | None:
     """Where a multi-worker point's training epoch loses to the ideal (the baseline's epoch over `ideal`),
     in seconds an epoch by cause: compute (forward+backward less the waits below), the all-reduce wait
@@ -236,8 +241,7 @@ def scaling_gap(row: dict[str, Any], base: dict[str, Any], ideal: float) -> dict
     if not (row.get("images_per_s") and base.get("images_per_s") and row.get("train_images") and ideal) or any(
             not isinstance(side.get(key), (int, float)) for side in (row, base) for key in shares):
         return None
-    epoch = row["train_images"] / row["images_per_s"]
-    target = base["train_images"] / base["images_per_s"] / ideal
+    epoch, target = train_epoch_s(row), train_epoch_s(base) / ideal
     if epoch <= target:
         return None
 

@@ -28,7 +28,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
-from ddplab.metrics.records import EpochRecord, worst_reading
+from ddplab.metrics.records import EpochRecord, timed_epochs, worst_reading
 
 NOISE_SIGMAS = 2.0  # a difference beyond this many standard deviations is an effect
 MIN_TIMING_EFFECT = 0.03  # timing ratios closer to 1 than 3% are never called an effect (run-to-run drift)
@@ -68,11 +68,6 @@ class Load:
         elif self.gpu_others:
             parts.append(f"{self.gpu_others} other process(es) shared its GPU")
         return " and ".join(parts)
-
-
-def timed_epochs(history: list[EpochRecord]) -> list[EpochRecord]:
-    """The epochs whose clocks the report uses: all but the first (it warms caches), unless there is one."""
-    return history[1:] or history
 
 
 def run_load(history: list[EpochRecord], *, shared_device: bool = False) -> Load:

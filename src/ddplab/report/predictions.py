@@ -14,6 +14,7 @@ from typing import Any
 
 from ddplab.errors import DataError
 from ddplab.planner import model
+from ddplab.report.figures import train_epoch_s
 from ddplab.report.runs import Point, groups_without
 
 CURVE_FIELDS = ("dist.nproc", "dist.nnodes", "dist.strategy", "train.batch_size")  # what a curve's points may differ in
@@ -67,11 +68,6 @@ def predict_pair(section: Any, i: int, j: int) -> dict[str, float | None]:
     return {"predicted": p.speedup, "link_ms": 1000 * p.comm_s if p.workers > 1 else None}
 
 
-def measured_epoch_s(row: dict[str, Any]) -> float | None:
-    """A point's training epoch (epochs after the first), as the model predicts it: images over throughput."""
-    return row["train_images"] / row["images_per_s"] if row.get("images_per_s") and row.get("train_images") else None
-
-
 def model_curves(section: Any) -> Curves | None:
     """The model's curves beside the section's scaling points, each baseline's speedup against workers and,
     where the points span local batches, the training epoch against the local batch, planned from the
@@ -80,16 +76,15 @@ def model_curves(section: Any) -> Curves | None:
     pairs = [c for c in section.pairs if c["scaling"] and c.get("predicted") is not None]
     if not pairs:
         return None
-    index = {id(r): k for k, r in enumerate(section.rows)}
-    bases = sorted({index[id(c["base"])] for c in pairs}, key=lambda j: section.rows[j]["local_batch"])
+    bases = sorted({c["base_at"] for c in pairs}, key=lambda j: section.rows[j]["local_batch"])
     workers = []
     for j in bases:
         costs, base = plan_costs(section.points[j]), section.rows[j]
-        mine = [c for c in pairs if c["base"] is base]
+        mine = [c for c in pairs if c["base_at"] == j]
         nodes = shape(mine[0]["row"])[1]
         most = max(c["row"]["world_size"] for c in mine)
         xs = sorted({w for w in (*CURVE_WORKERS, 2 * most) if w % nodes == 0} | {c["row"]["world_size"] for c in mine} | {1})
-        target = costs.for_config(section.points[index[id(mine[0]["row"])]].config)
+        target = costs.for_config(section.points[mine[0]["at"]].config)
         predicted = [model.predict_one(target, w // nodes if w > 1 else 1, nodes if w > 1 else 1, base["local_batch"],
                                        section.link).speedup for w in xs]
         ideal = [float(w) if costs.on_cuda else float(nodes if w > 1 else 1) for w in xs]
@@ -97,7 +92,7 @@ def model_curves(section: Any) -> Curves | None:
                              [(c["row"]["world_size"], c["speedup"]) for c in mine if c["speedup"] is not None], ideal))
     batch = []
     recipe = next(g for g in groups_without(section.points, CURVE_FIELDS) if bases[0] in g)
-    members = [k for k in recipe if shape(section.rows[k]) is not None and measured_epoch_s(section.rows[k])]
+    members = [k for k in recipe if shape(section.rows[k]) is not None and train_epoch_s(section.rows[k])]
     batches = sorted({section.rows[k]["local_batch"] for k in members})
     if len(batches) > 1:
         costs = plan_costs(section.points[bases[0]])
@@ -108,5 +103,5 @@ def model_curves(section: Any) -> Curves | None:
             batch.append(Curve(
                 f"{where[0] * where[1]} worker{'s' * (where[0] * where[1] > 1)}" + (f" on {where[1]} nodes" if where[1] > 1 else ""),
                 xs, [model.predict_one(target, *where, b, section.link).epoch_train_s for b in xs],
-                [(section.rows[k]["local_batch"], measured_epoch_s(section.rows[k])) for k in mine]))
+                [(section.rows[k]["local_batch"], train_epoch_s(section.rows[k])) for k in mine]))
     return Curves(section.rows[bases[0]]["point"], workers, batch)

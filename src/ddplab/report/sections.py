@@ -164,7 +164,8 @@ def pair(section: Section, i: int, j: int, scaling: bool, changed: str | None = 
     acc_diff = figures.difference(row.get("final_test_acc"), base.get("final_test_acc"))
     timing = (noise.timing_verdict(ratio, row["timing"], base["timing"], loads) if ratio is not None
               else noise.Verdict("not timed"))
-    return {"point": row["point"], "baseline": base["point"], "row": row, "base": base, "changed": changed,
+    return {"point": row["point"], "baseline": base["point"], "row": row, "base": base, "at": i, "base_at": j,
+            "changed": changed,
             "scaling": scaling, "speedup": ratio, "ideal": ideal,
             **(predictions.predict_pair(section, i, j) if scaling else {"predicted": None, "link_ms": None}),
             "gap": (figures.scaling_gap(row, base, ideal)
