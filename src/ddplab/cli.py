@@ -10,6 +10,7 @@
     ddplab plan [RUN [--gpus 1,2,4,8] [--nodes 1,2] [--batch 16,32] [--link NAME|measured]] [--published]
                 [--measure [--backend gloo|nccl] [--nproc N]]
     ddplab models [--image-size N] [--num-classes K]
+    ddplab hosts up N [--link RATE] | down | status | link I up|down | shape RATE | exec I -- CMD
 
 Errors meant for the user (`DdplabError`) print one line and exit with their code (2 for
 config errors); `--debug` shows the traceback instead.
@@ -34,7 +35,7 @@ from ddplab.config import SECTIONS, RunConfig, build_config, coerce, field_types
 from ddplab.errors import ConfigError, DataError, DdplabError, SweepError, file_error
 
 # Commands that only read run folders: they work where torch cannot be imported (a laptop, a CI box).
-TORCH_FREE = ("report", "compare", "plan")  # plan imports torch only to --measure
+TORCH_FREE = ("report", "compare", "plan", "hosts")  # plan imports torch only to --measure
 
 # Short flags for the settings people change most; every setting also has --section.field.
 SHORTCUTS: dict[str, str] = {
@@ -137,6 +138,10 @@ def preset_path(name: str) -> Path:
 
 def cmd_train(args: argparse.Namespace) -> int:
     config, saved = config_and_saved(args)  # validated before torch is imported: a bad value is answered at once
+    if config.dist.nnodes > 1 and not config.output.debug:
+        # Read once, when torch loads: c10d's socket logs (a reverse lookup that fails, each retry of a connect to
+        # a host not up yet) would bury the one line ddplab says for each network fault. --debug keeps them.
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     from ddplab.launch import launch
 
     launch(config, saved=saved)
@@ -438,6 +443,38 @@ def measured_or_published(name: str, links_file: Path):
     return links.load_links(links_file)
 
 
+def cmd_hosts(args: argparse.Namespace) -> int:
+    """A test cluster of hosts with their own addresses on this machine (ddplab/hosts.py)."""
+    from ddplab import hosts
+
+    if args.action == "up":
+        made = hosts.up(args.count, args.link, name=args.name)
+        print(f"{made.hosts} host(s) up in cluster {made.name!r}, each link {hosts.rate_text(made.rate_bit_s)}:")
+    elif args.action == "down":
+        stopped = hosts.down(args.name)
+        print(f"cluster {args.name!r} is down" + (f"; {len(stopped)} process(es) in it were stopped" if stopped else ""))
+        return 0
+    elif args.action == "link":
+        made = hosts.find(args.name)
+        made.host(args.host)  # names the hosts there are
+        hosts.set_link(made, args.host, args.state)
+    elif args.action == "shape":
+        made = hosts.reshape(args.name, args.rate)
+    elif args.action == "exec":
+        made = hosts.find(args.name)
+        command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+        if not command:
+            raise ConfigError("ddplab hosts exec I -- COMMAND: no command given")
+        os.execvp("ip", [*made.exec_prefix(args.host), *command])
+    for row in hosts.status(args.name):
+        print(f"  host {row['host']}  {row['address']:<12} link {row['link']:<4} {row['rate']:<9} "
+              f"{row['processes']} process(es)   run in it: ddplab hosts exec {row['host']} -- CMD")
+    if args.action == "up":
+        print(f"a run across them: ddplab hosts exec I -- ddplab train ... --nnodes {made.hosts} "
+              f"--rdzv-endpoint {made.endpoint()}   (I = 0..{made.hosts - 1}); ddplab hosts down when done")
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     only = args.paths[0] if len(args.paths) == 1 else None
     out = args.out or (only / "report" if only is not None and (only / "manifest.json").is_file() else Path("report"))
@@ -562,6 +599,26 @@ def build_parser(with_kernels: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=None, help="report folder (default: SWEEP/report for one sweep, else ./report)")
     p.add_argument("--title", default=None)
     p.set_defaults(func=cmd_report)
+    p = sub.add_parser("hosts", help="a test cluster on this machine: hosts with their own addresses and links of a set "
+                                      "rate (network namespaces; needs root)")
+    hosts_sub = p.add_subparsers(dest="action", required=True)
+    q = hosts_sub.add_parser("up", help="make N hosts on a switch, at 10.211.0.1, .2, ...")
+    q.add_argument("count", type=positive_whole, metavar="N")
+    q.add_argument("--link", default=None, metavar="RATE", help="each host's link rate, both ways: 100mbit, 1gbit, ... "
+                                                                "(default: unshaped)")
+    q = hosts_sub.add_parser("down", help="stop what runs in the hosts and remove them")
+    q = hosts_sub.add_parser("status", help="each host's address, link and processes")
+    q = hosts_sub.add_parser("link", help="pull a host's cable (down) or plug it back (up)")
+    q.add_argument("host", type=int, metavar="I")
+    q.add_argument("state", choices=("up", "down"))
+    q = hosts_sub.add_parser("shape", help="set every link's rate (or none)")
+    q.add_argument("rate", metavar="RATE")
+    q = hosts_sub.add_parser("exec", help="run a command in host I")
+    q.add_argument("host", type=int, metavar="I")
+    q.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD")
+    for q in hosts_sub.choices.values():
+        q.add_argument("--name", default="ddplab", help="the cluster's name (default ddplab); several may exist at once")
+    p.set_defaults(func=cmd_hosts)
     p = sub.add_parser("models", help="list models with parameter and FLOP counts")
     p.add_argument("--image-size", type=int, default=32)
     p.add_argument("--num-classes", type=int, default=10)

@@ -253,7 +253,8 @@ class DistConfig:
     rdzv_backend: str = opt("c10d", "ddp: rendezvous: c10d (elastic, ranks assigned on arrival) | static (ranks from --dist.node_rank)")
     rdzv_id: str | None = opt(None, "ddp: rendezvous id shared by all nodes of one multi-node run (default: random)")
     max_restarts: int = opt(0, "ddp: restarts of the worker group after a failure")
-    timeout_s: int = opt(600, "ddp: seconds a collective may wait before the run fails")
+    timeout_s: int = opt(600, "ddp: seconds a collective, the nodes' rendezvous or a silent rendezvous host may hold up "
+                         "the run before it fails")
     bucket_cap_mb: float = opt(25.0, "ddp: gradient bucket size in MiB")
     static_graph: bool = opt(False, "ddp: static_graph=True")
     gradient_as_bucket_view: bool = opt(False, "ddp: gradients as views into the all-reduce buckets")

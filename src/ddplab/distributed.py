@@ -38,6 +38,11 @@ class DistContext:
     device: torch.device = torch.device("cpu")
     backend: str | None = None  # None: no process group
     monitor: object = None  # a separate Gloo group, for monitored_barrier
+    hosts: tuple[str, ...] = ()  # each rank's address (multi-node runs), to name the host of a rank in errors
+
+    def on_host(self, rank: int) -> str:
+        """' on HOST' for an error about `rank`, where the ranks are spread over several hosts."""
+        return f" on {self.hosts[rank]}" if len(set(self.hosts)) > 1 and 0 <= rank < len(self.hosts) else ""
 
     @property
     def is_main(self) -> bool:
@@ -177,6 +182,15 @@ def route_address(endpoint: str | None) -> str | None:
         return None
 
 
+def this_host() -> str:
+    """This node's address as the other nodes reach it (the interface towards the master), else its hostname."""
+    if "MASTER_ADDR" in os.environ:
+        address = route_address(f"{os.environ['MASTER_ADDR']}:{os.environ.get('MASTER_PORT', '1')}")
+        if address and not address.startswith("127."):
+            return address
+    return socket.gethostname()
+
+
 def interface_for_address(address: str) -> str | None:
     """The name of the network interface that holds `address` (Linux, IPv4), if any."""
     import fcntl
@@ -255,9 +269,13 @@ def distributed_context(config: RunConfig, place: ProcessPlace | None) -> Iterat
                             world_size=place.world_size, timeout=timeout, **init_kwargs)
     # A group of its own: after a timed-out collective the main group's connections are closed.
     monitor = dist.new_group(backend="gloo", timeout=timeout)
+    hosts: list = [None] * place.world_size
+    if config.dist.nnodes > 1:
+        dist.all_gather_object(hosts, this_host(), group=monitor)
     try:
         yield DistContext(rank=place.rank, world_size=place.world_size, local_rank=place.local_rank,
-                          device=device, backend=backend, monitor=monitor)
+                          device=device, backend=backend, monitor=monitor,
+                          hosts=tuple(hosts) if config.dist.nnodes > 1 else ())
     finally:
         dist.destroy_process_group()
 

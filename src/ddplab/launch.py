@@ -22,7 +22,7 @@ import time
 import uuid
 from pathlib import Path
 
-from ddplab import compat, errors
+from ddplab import compat, errors, watchdog
 from ddplab.config import RunConfig
 from ddplab.distributed import route_address
 from ddplab.plan import RunPlan, as_worker, prepared
@@ -83,6 +83,7 @@ def interrupts_said(config: RunConfig):
 def launch_workers(plan: RunPlan):
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.launcher.api import elastic_launch
 
     config = plan.config
@@ -94,7 +95,7 @@ def launch_workers(plan: RunPlan):
         run_id=d.rdzv_id or (f"ddplab-{d.rdzv_endpoint}" if d.nnodes > 1 else str(uuid.uuid4())),
         rdzv_backend=d.rdzv_backend,
         rdzv_endpoint=d.rdzv_endpoint or "localhost:0",  # port 0: the store picks a free port itself
-        rdzv_configs={"rank": d.node_rank} if static else c10d_configs(d.rdzv_endpoint),
+        rdzv_configs={"rank": d.node_rank} if static else c10d_configs(d.rdzv_endpoint, d.timeout_s),
         local_addr=route_address(d.rdzv_endpoint) if d.nnodes > 1 else None,
         max_restarts=d.max_restarts, monitor_interval=0.1, start_method="spawn",
         # After Ctrl-C / SIGTERM, wait this long for the workers before the agent's SIGKILL
@@ -104,16 +105,60 @@ def launch_workers(plan: RunPlan):
     )
     if not config.output.debug:
         quiet_elastic_logs()
-    with sigint_only_for_the_launcher() as interrupted, stopped_workers_woken_to_die():
+
+    def interrupted_line(name: str) -> str:
+        return (f"interrupted by {name}; every worker was stopped, checkpoints are kept: continue with "
+                f"ddplab train --out {config.output.out} --resume")
+
+    guard = watchdog.Watchdog(grace_s=SHUTDOWN_TIMEOUT_S + 5, interrupted_line=interrupted_line,
+                              endpoint=split_endpoint(d.rdzv_endpoint) if d.nnodes > 1 else None,
+                              timeout_s=d.timeout_s, lost_line=lambda endpoint: lost_host_line(config, endpoint),
+                              unreached_line=lambda endpoint: unreached_line(config))
+    with sigint_only_for_the_launcher() as interrupted, stopped_workers_woken_to_die(), watchdog.guarded(guard):
         try:
             results = elastic_launch(launch_config, run_worker)(plan.for_workers())
         except ChildFailedError as exc:
             raise worker_failure(exc, d.max_restarts) from None
         except SignalException as exc:  # Ctrl-C / SIGTERM: the agent has already stopped every worker
-            name = "SIGINT" if interrupted else exc.sigval.name
-            raise Interrupted(f"interrupted by {name}; every worker was stopped, checkpoints are kept: continue with "
-                              f"ddplab train --out {config.output.out} --resume") from None
+            raise Interrupted(interrupted_line("SIGINT" if interrupted else exc.sigval.name)) from None
+        except RendezvousError as exc:
+            raise rendezvous_failure(exc, config) from None
     return next((r for r in results.values() if r is not None), None)
+
+
+def unreached_line(config: RunConfig) -> str:
+    return (f"cannot reach the rendezvous endpoint {config.dist.rdzv_endpoint} (dist.rdzv_endpoint) within "
+            f"dist.timeout_s={config.dist.timeout_s} s: is ddplab train running on the host that owns that address "
+            "(node 0), and does this host have a route to it?")
+
+
+def rendezvous_failure(exc: Exception, config: RunConfig) -> errors.DdplabError:
+    """One line for a rendezvous that never formed: which endpoint, what to check."""
+    from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError, RendezvousTimeoutError
+
+    d = config.dist
+    endpoint = d.rdzv_endpoint or "this machine"
+    if isinstance(exc, RendezvousConnectionError):
+        return errors.TrainingError(unreached_line(config))
+    if isinstance(exc, RendezvousTimeoutError):
+        return errors.TrainingError(
+            f"not all {d.nnodes} nodes joined the rendezvous at {endpoint} within dist.timeout_s={d.timeout_s} s: "
+            f"start the same command on every node, each with --nnodes {d.nnodes} and --rdzv-endpoint {endpoint}")
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else "no message"
+    return errors.TrainingError(f"the rendezvous at {endpoint} failed ({type(exc).__name__}): {first}")
+
+
+def split_endpoint(endpoint: str | None) -> tuple[str, int] | None:
+    if endpoint is None:
+        return None
+    host, port = endpoint.rsplit(":", 1)
+    return host.strip("[]"), int(port)
+
+
+def lost_host_line(config: RunConfig, endpoint: str) -> str:
+    return (f"lost the rendezvous host {endpoint}: no answer for dist.timeout_s={config.dist.timeout_s} s (a link "
+            f"or host down); every process on this node was stopped, checkpoints are kept: once it is back, run "
+            f"the same command with --resume on every node")
 
 
 def quiet_elastic_logs() -> None:
@@ -229,29 +274,35 @@ def stopped_with_sigterm_pending(pid: int) -> bool:
     return status.get("State", "").strip().startswith("T") and bool(pending >> (signal.SIGTERM - 1) & 1)
 
 
-def c10d_configs(endpoint: str | None) -> dict:
-    """The node that owns the endpoint's address hosts the rendezvous store.
+def c10d_configs(endpoint: str | None, timeout_s: int) -> dict:
+    """The rendezvous's waits, bounded by dist.timeout_s, and whether this node hosts its store.
 
-    PyTorch recognizes the host by its hostname only, so a node reached through another
-    interface (a second NIC, a network namespace) would wait for a store nobody starts.
-    Being able to bind the address is the test that it is ours.
+    Nodes wait for each other to join, and for the store to answer, for at most `timeout_s`
+    (torch's defaults: 600 s and 60 s): node 0, which hosts the store, may start minutes after
+    the others. A store request across a link that dies meanwhile is the watchdog's business.
+
+    The node that owns the endpoint's address hosts the store. PyTorch recognizes the host
+    by its hostname only, so a node reached through another interface (a second NIC, a
+    network namespace) would wait for a store nobody starts. Being able to bind the address
+    is the test that it is ours.
     """
+    waits = {"join_timeout": timeout_s, "read_timeout": timeout_s}
     if endpoint is None:
-        return {}
+        return waits
     host = endpoint.rsplit(":", 1)[0].strip("[]")
     try:  # where PyTorch already recognizes the host, keep its fallback for shared machines
         from torch.distributed.elastic.rendezvous.utils import _matches_machine_hostname
 
         if _matches_machine_hostname(host):
-            return {}
+            return waits
     except ImportError:
         pass
     try:
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
             probe.bind((host, 0))
     except OSError:
-        return {}
-    return {"is_host": True}
+        return waits
+    return {**waits, "is_host": True}
 
 
 def run_worker(launcher_plan: RunPlan):

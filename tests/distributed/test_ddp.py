@@ -3,7 +3,6 @@
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -226,50 +225,6 @@ def test_ctrl_c_stops_every_worker(tmp_path):
     if compat.elastic_signals_configurable():
         assert err.count("via signal SIGTERM") == 2, err[-3000:]
     assert (tmp_path / "r" / "checkpoints" / checkpoint.LAST).exists()
-
-
-def can_make_network_namespaces():
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        return False
-    name = f"ddplabprobe{os.getpid()}"
-    if subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode != 0:
-        return False
-    subprocess.run(["ip", "netns", "del", name], capture_output=True)
-    return True
-
-
-@pytest.fixture
-def two_hosts():
-    """Two network namespaces joined by a veth pair: 10.201.0.1 and 10.201.0.2, nothing else."""
-    if not can_make_network_namespaces():
-        pytest.skip("needs root and iproute2 to create network namespaces")
-    tag = os.getpid() % 100000
-    hosts, veths = [f"ddpA{tag}", f"ddpB{tag}"], [f"vA{tag}", f"vB{tag}"]
-    commands = [["ip", "netns", "add", hosts[0]], ["ip", "netns", "add", hosts[1]],
-                ["ip", "link", "add", veths[0], "type", "veth", "peer", "name", veths[1]]]
-    for host, veth, addr in zip(hosts, veths, ("10.201.0.1/24", "10.201.0.2/24")):
-        commands += [["ip", "link", "set", veth, "netns", host], ["ip", "-n", host, "addr", "add", addr, "dev", veth],
-                     ["ip", "-n", host, "link", "set", veth, "up"], ["ip", "-n", host, "link", "set", "lo", "up"]]
-    try:
-        for command in commands:
-            subprocess.run(command, check=True, capture_output=True)
-        yield hosts
-    finally:
-        for host in hosts:
-            subprocess.run(["ip", "netns", "del", host], capture_output=True)
-
-
-def test_two_nodes_in_separate_network_namespaces_give_the_same_run(ddp_run, two_hosts, tmp_path):
-    """The traffic crosses a real interface: each node sees only its own veth end."""
-    args = [sys.executable, "-m", "ddplab", "train", *TINY, "--strategy", "ddp", "--nproc", "1", "--dist.nnodes", "2",
-            "--dist.rdzv_endpoint", "10.201.0.1:29500", "--batch-size", "16", "--epochs", "2", *EXACT,
-            "--out", str(tmp_path / "netns")]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    nodes = [subprocess.Popen(["ip", "netns", "exec", host, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env) for host in two_hosts]
-    outputs = [n.communicate(timeout=300) for n in nodes]
-    assert [n.returncode for n in nodes] == [0, 0], [o[1][-2000:] for o in outputs]
-    assert metrics(tmp_path / "netns") == metrics(ddp_run)
 
 
 def test_a_stuck_rank_becomes_an_error_naming_it(tmp_path):

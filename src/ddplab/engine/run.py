@@ -160,11 +160,15 @@ def maybe_warm_up(trainer: Trainer) -> dict[str, Any] | None:
     return {"s": round(warmup_s, 3), **done, "counted_in": "startup_s"}
 
 
+MISSING_RANKS_WAIT_S = 10
+
+
 def collective_failure(exc: Exception, config: RunConfig, ctx: DistContext) -> Exception:
     """A collective failed or timed out: find out, and say, which ranks never arrived."""
-    missing = ctx.missing_ranks(timeout_s=min(30, config.dist.timeout_s), quiet=not config.output.debug)
+    # The ranks still alive timed out in the same collective, within moments of each other.
+    missing = ctx.missing_ranks(timeout_s=min(MISSING_RANKS_WAIT_S, config.dist.timeout_s), quiet=not config.output.debug)
     if missing:
-        who = ", ".join(map(str, missing))
+        who = ", ".join(f"{rank}{ctx.on_host(rank)}" for rank in missing)
         return TrainingError(f"rank {who} did not reach the collective within dist.timeout_s={config.dist.timeout_s} s "
                              "(stuck or far slower than the others); the last checkpoint is kept")
     return exc

@@ -19,7 +19,10 @@ from ddplab.distributed import DistContext
 from ddplab.engine import checkpoint
 from ddplab.errors import ConfigError
 
-RESUMABLE_DIFFERENCES = {"train.epochs", "train.profile_steps"}  # the length, and an observer that changes no number
+# What a resume may change: the length, an observer, and where and how patiently the nodes meet (a run cut
+# short by a network fault resumes on other hosts, or with a longer timeout): none changes a number.
+RESUMABLE_DIFFERENCES = {"train.epochs", "train.profile_steps", "dist.timeout_s", "dist.max_restarts",
+                         "dist.rdzv_endpoint", "dist.rdzv_id", "dist.node_rank"}
 
 
 @dataclass
@@ -80,7 +83,8 @@ def check_run_dir(config: RunConfig, saved: RunConfig | None = None) -> Resume |
     differing = config_differences(saved, config) - RESUMABLE_DIFFERENCES
     if differing:
         raise ConfigError(f"output.resume: the config differs from the run's saved config.toml in "
-                          f"{', '.join(sorted(differing))}; resume with the same settings (only train.epochs and train.profile_steps may change)")
+                          f"{', '.join(sorted(differing))}; resume with the same settings (only "
+                          f"{', '.join(sorted(RESUMABLE_DIFFERENCES))} may change)")
     state = checkpoint.load(run_dir / runfiles.CHECKPOINTS / checkpoint.LAST)
     done = state["train_state"]["epoch"]
     if config.train.epochs < done:

@@ -1,0 +1,164 @@
+"""Bounds on the launcher's waits that PyTorch's elastic agent does not keep across a network.
+
+The agent's main thread talks to the rendezvous store on host 0 (every monitor tick, at a
+restart, at the end), and a store call across a dead link blocks in C++ for its whole read
+timeout, then is retried: a node whose link was cut waited for minutes and its Python
+signal handlers never ran, so SIGTERM was ignored. This thread keeps two promises whatever
+the main thread is blocked in:
+
+- a signal (SIGTERM, Ctrl-C) ends this node's processes within `grace_s`: the agent's own
+  shutdown first, then SIGKILL for every descendant, the launcher's usual line, exit 130;
+- a rendezvous host that stops answering for `timeout_s`, or never answers, ends them with
+  one line that names it (exit 4). The probe is one idle TCP connection to the store's port whose kernel
+  keep-alive probes every second: it costs no traffic and no store request, and a dead
+  link shows as a socket error after `timeout_s`. A store that closes the connection (its
+  run ended, its host's processes died) is the agent's business: it fails at once.
+
+Checkpoints are atomic (temp file and rename), so killing mid-write keeps the last good one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from ddplab import errors
+
+STOPPED_BY_SIGNAL = 130
+UNREACHED_GRACE_S = 3  # past dist.timeout_s, for the agent to say a never-reached endpoint in its own words
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below `root` (Linux /proc), children before their own children."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            parents.setdefault(int(entry.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(entry.parent.name))
+    found, todo = [], [root]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def kill_descendants() -> None:
+    for pid in descendants(os.getpid()):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def end_now(line: str, code: int) -> None:
+    """Every process of this node gone, one line said, this process ended: the main thread may be
+    blocked in C++ for minutes yet, and nothing it would still do (tear-down talk with a dead host) counts."""
+    kill_descendants()
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(f"ddplab: error: {line}\n")
+        sys.stderr.flush()
+    os._exit(code)
+
+
+def open_probe(host: str, port: int, timeout_s: int) -> socket.socket:
+    """A connection to the store whose kernel gives up on it after about `timeout_s` of silence from the peer."""
+    probe = socket.create_connection((host, port), timeout=min(10, timeout_s))
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    if hasattr(socket, "TCP_KEEPIDLE"):  # Linux; elsewhere the system's keep-alive (hours) applies
+        probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 1)
+        probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 1)
+        probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, max(1, timeout_s - 1))
+    if hasattr(socket, "TCP_USER_TIMEOUT"):  # also bounds unacknowledged data, should any be queued
+        probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, timeout_s * 1000)
+    probe.settimeout(None)
+    return probe
+
+
+class Watchdog:
+    """The thread; `guarded` starts and stops it around the agent."""
+
+    def __init__(self, *, grace_s: float, interrupted_line: Callable[[str], str],
+                 endpoint: tuple[str, int] | None = None, timeout_s: int = 600,
+                 lost_line: Callable[[str], str] | None = None, unreached_line: Callable[[str], str] | None = None):
+        self.grace_s, self.interrupted_line = grace_s, interrupted_line
+        self.endpoint, self.timeout_s = endpoint, timeout_s
+        self.lost_line, self.unreached_line = lost_line, unreached_line
+        self.done = threading.Event()
+        self.signalled: str | None = None
+        self._wake_r, self._wake_w = os.pipe()
+        for fd in (self._wake_r, self._wake_w):
+            os.set_blocking(fd, False)
+
+    def watch_signals(self) -> None:
+        """Signals reach the C-level handler even while the main thread is stuck: CPython writes their
+        numbers to the wake-up fd at once, though the Python handler waits for the main thread."""
+        import select
+
+        deadline = None
+        while not self.done.is_set():
+            timeout = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+            ready, _, _ = select.select([self._wake_r], [], [], timeout)
+            if ready:
+                with contextlib.suppress(BlockingIOError):
+                    for number in os.read(self._wake_r, 64):
+                        if number in (signal.SIGTERM, signal.SIGINT) and self.signalled is None:
+                            self.signalled = signal.Signals(number).name
+                            deadline = time.monotonic() + self.grace_s
+            if deadline is not None and time.monotonic() >= deadline and not self.done.is_set():
+                end_now(self.interrupted_line(self.signalled or "SIGTERM"), STOPPED_BY_SIGNAL)
+
+    def watch_endpoint(self) -> None:
+        assert self.endpoint is not None and self.lost_line is not None and self.unreached_line is not None
+        host, port = self.endpoint
+        since = time.monotonic()
+        probe = None
+        while not self.done.is_set():  # the store may not be up yet: its host's node may start later
+            try:
+                probe = open_probe(host, port, self.timeout_s)
+                break
+            except OSError:
+                if time.monotonic() - since > self.timeout_s + UNREACHED_GRACE_S:
+                    # torch's connect retries once more after its timeout, with a back-off as long: don't wait for it
+                    end_now(self.unreached_line(f"{host}:{port}"), errors.TrainingError.exit_code)
+                self.done.wait(1.0)
+        if probe is None:
+            return
+        with probe:
+            try:
+                while not self.done.is_set():
+                    import select
+
+                    ready, _, _ = select.select([probe], [], [], 0.5)
+                    if ready and not probe.recv(1):
+                        return  # the store closed it: the run ended there, or that host's processes died
+            except OSError:  # ETIMEDOUT: the keep-alive probes went unanswered for timeout_s
+                if not self.done.is_set():
+                    end_now(self.lost_line(f"{host}:{port}"), errors.TrainingError.exit_code)
+
+
+@contextlib.contextmanager
+def guarded(watchdog: Watchdog) -> Iterator[Watchdog]:
+    """Run the watchdog's threads for the length of the block (main thread only: it owns the wake-up fd)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield watchdog
+        return
+    previous = signal.set_wakeup_fd(watchdog._wake_w, warn_on_full_buffer=False)
+    threads = [threading.Thread(target=watchdog.watch_signals, name="ddplab-watchdog-signals", daemon=True)]
+    if watchdog.endpoint is not None:
+        threads.append(threading.Thread(target=watchdog.watch_endpoint, name="ddplab-watchdog-endpoint", daemon=True))
+    for thread in threads:
+        thread.start()
+    try:
+        yield watchdog
+    finally:
+        watchdog.done.set()
+        signal.set_wakeup_fd(previous)
+        for thread in threads:
+            thread.join(timeout=2)
+        for fd in (watchdog._wake_r, watchdog._wake_w):
+            os.close(fd)

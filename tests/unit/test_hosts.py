@@ -1,0 +1,60 @@
+"""The test cluster's arithmetic and refusals, without making a host (ddplab.hosts; the hosts themselves are
+made for real in tests/distributed/test_network.py)."""
+
+import pytest
+
+from ddplab import hosts
+from ddplab.hosts import Cluster, HostsError, parse_rate, rate_text
+
+
+@pytest.mark.parametrize("text, bits", [("100mbit", 100e6), ("1gbit", 1e9), ("2.5gbit", 2.5e9), ("500k", 5e5),
+                                        ("1G", 1e9), ("10mbps", 80e6), ("64kbit", 64e3)])
+def test_rates_read_as_tc_spells_them(text, bits):
+    assert parse_rate(text) == pytest.approx(bits)
+
+
+@pytest.mark.parametrize("text", [None, "none", "unshaped", " Off "])
+def test_no_rate_is_an_unshaped_link(text):
+    assert parse_rate(text) is None
+
+
+@pytest.mark.parametrize("text, why", [("fast", "expected e.g. 100mbit"), ("1tbit", "expected e.g."),
+                                       ("1kbit", "between 8kbit and 100gbit"), ("200gbit", "between 8kbit and 100gbit"),
+                                       ("-5mbit", "expected e.g.")])
+def test_bad_rates_are_refused_in_one_line(text, why):
+    with pytest.raises(HostsError, match=why):
+        parse_rate(text)
+
+
+def test_rates_print_in_the_largest_whole_unit():
+    assert [rate_text(r) for r in (None, 2e8, 1e9, 2.5e9, 64e3)] == ["unshaped", "200mbit", "1gbit", "2.5gbit", "64kbit"]
+
+
+def test_hosts_are_numbered_from_the_first_address_of_the_subnet():
+    cluster = Cluster("c", 3, None)
+    assert [cluster.address(i) for i in range(3)] == ["10.211.0.1", "10.211.0.2", "10.211.0.3"]
+    assert [cluster.host(i) for i in range(3)] == ["c-h0", "c-h1", "c-h2"]
+    assert cluster.endpoint(1234) == "10.211.0.1:1234" and cluster.switch == "c-sw"
+    assert cluster.exec_prefix(2) == ["ip", "netns", "exec", "c-h2"]
+    with pytest.raises(HostsError, match="host 3 is not in cluster 'c', whose hosts are 0..2"):
+        cluster.address(3)
+
+
+def test_without_root_it_says_so_in_one_line(monkeypatch):
+    monkeypatch.setattr(hosts.os, "geteuid", lambda: 1000)
+    with pytest.raises(HostsError, match=r"need root: run as root \(e\.g\. sudo ddplab hosts"):
+        hosts.up(2)
+    assert hosts.why_not_available().startswith("test hosts are network namespaces, which need root")
+
+
+def test_without_iproute2_it_says_which_package(monkeypatch):
+    monkeypatch.setattr(hosts.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(hosts.shutil, "which", lambda name: None)
+    with pytest.raises(HostsError, match=r"iproute2's `ip` \(apt-get install iproute2\)"):
+        hosts.check_can_make()
+
+
+@pytest.mark.parametrize("name", ["", "Ab", "a-b", "x" * 13, "1abc"])
+def test_cluster_names_fit_interface_and_namespace_names(name):
+    with pytest.raises(HostsError, match="1 to 12 lower-case letters and digits"):
+        hosts.up(1, name=name)
