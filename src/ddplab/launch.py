@@ -95,7 +95,7 @@ def launch_workers(plan: RunPlan):
         run_id=d.rdzv_id or (f"ddplab-{d.rdzv_endpoint}" if d.nnodes > 1 else str(uuid.uuid4())),
         rdzv_backend=d.rdzv_backend,
         rdzv_endpoint=d.rdzv_endpoint or "localhost:0",  # port 0: the store picks a free port itself
-        rdzv_configs={"rank": d.node_rank} if static else c10d_configs(d.rdzv_endpoint, d.timeout_s),
+        rdzv_configs={"rank": d.node_rank} if static else c10d_configs(d.rdzv_endpoint, d.timeout_s, patience_s(d)),
         local_addr=route_address(d.rdzv_endpoint) if d.nnodes > 1 else None,
         max_restarts=d.max_restarts, monitor_interval=0.1, start_method="spawn",
         # After Ctrl-C / SIGTERM, wait this long for the workers before the agent's SIGKILL
@@ -112,7 +112,7 @@ def launch_workers(plan: RunPlan):
 
     guard = watchdog.Watchdog(grace_s=SHUTDOWN_TIMEOUT_S + 5, interrupted_line=interrupted_line,
                               endpoint=split_endpoint(d.rdzv_endpoint) if d.nnodes > 1 else None,
-                              timeout_s=d.timeout_s, lost_line=lambda endpoint: lost_host_line(config, endpoint),
+                              timeout_s=patience_s(d), lost_line=lambda endpoint: lost_host_line(config, endpoint),
                               unreached_line=lambda endpoint: unreached_line(config))
     with sigint_only_for_the_launcher() as interrupted, stopped_workers_woken_to_die(), watchdog.guarded(guard):
         try:
@@ -274,7 +274,13 @@ def stopped_with_sigterm_pending(pid: int) -> bool:
     return status.get("State", "").strip().startswith("T") and bool(pending >> (signal.SIGTERM - 1) & 1)
 
 
-def c10d_configs(endpoint: str | None, timeout_s: int) -> dict:
+def patience_s(d) -> int:
+    """How long a node waits for a silent rendezvous host: dist.timeout_s, and as long again for each restart
+    left, so that a link back within that window re-forms the group (the agent's store call just waits)."""
+    return d.timeout_s * (1 + d.max_restarts)
+
+
+def c10d_configs(endpoint: str | None, timeout_s: int, store_timeout_s: int | None = None) -> dict:
     """The rendezvous's waits, bounded by dist.timeout_s, and whether this node hosts its store.
 
     Nodes wait for each other to join, and for the store to answer, for at most `timeout_s`
@@ -286,7 +292,7 @@ def c10d_configs(endpoint: str | None, timeout_s: int) -> dict:
     network namespace) would wait for a store nobody starts. Being able to bind the address
     is the test that it is ours.
     """
-    waits = {"join_timeout": timeout_s, "read_timeout": timeout_s}
+    waits = {"join_timeout": timeout_s, "read_timeout": store_timeout_s or timeout_s}
     if endpoint is None:
         return waits
     host = endpoint.rsplit(":", 1)[0].strip("[]")

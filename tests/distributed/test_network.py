@@ -311,3 +311,18 @@ def test_a_link_back_within_the_timeout_goes_on_by_itself(make_cluster, referenc
     results = nodes.finish()
     assert [code for code, _ in results.values()] == [0, 0], {i: e[-2000:] for i, (_, e) in results.items()}
     assert_same_run(tmp_path / "run", reference(2, 3))
+
+
+def test_a_link_back_within_the_restart_window_restarts_the_group_and_ends_exactly(make_cluster, reference, tmp_path):
+    """Down for longer than dist.timeout_s: the collectives fail, and with --max-restarts the agents re-form the
+    group once the link is back (a silent rendezvous host is waited for dist.timeout_s per restart left)."""
+    cluster = make_cluster(2)
+    nodes = Nodes(cluster, tmp_path / "run", env=SLOW_EPOCH_2, extra=["--max-restarts", "1"])
+    nodes.wait_for_epochs(1)
+    hosts.set_link(cluster, 1, "down")
+    time.sleep(TIMEOUT_S * 1.5)
+    hosts.set_link(cluster, 1, "up")
+    results = nodes.finish()
+    assert [code for code, _ in results.values()] == [0, 0], {i: e[-2000:] for i, (_, e) in results.items()}
+    assert "resumed from epoch 1" in results[0][1]
+    assert_same_run(tmp_path / "run", reference(2, 3))
