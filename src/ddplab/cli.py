@@ -8,7 +8,7 @@
                            [--executor slurm [--slurm.partition P ...] [--wait]]
     ddplab report RUN_OR_SWEEP_DIR ... [--out DIR]
     ddplab plan [RUN [--gpus 1,2,4,8] [--nodes 1,2] [--batch 16,32] [--link NAME|measured]] [--published]
-                [--measure [--backend gloo|nccl] [--nproc N]]
+                [--measure [--backend gloo|nccl] [--nproc N] [--nnodes M --rdzv-endpoint HOST:PORT]]
     ddplab models [--image-size N] [--num-classes K]
     ddplab hosts up N [--link RATE] | down | status | link I up|down | shape RATE | exec I -- CMD
 
@@ -138,14 +138,20 @@ def preset_path(name: str) -> Path:
 
 def cmd_train(args: argparse.Namespace) -> int:
     config, saved = config_and_saved(args)  # validated before torch is imported: a bad value is answered at once
-    if config.dist.nnodes > 1 and not config.output.debug:
-        # Read once, when torch loads: c10d's socket logs (a reverse lookup that fails, each retry of a connect to
-        # a host not up yet) would bury the one line ddplab says for each network fault. --debug keeps them.
-        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+    if config.dist.nnodes > 1:
+        quiet_native_logs(config.output.debug)
     from ddplab.launch import launch
 
     launch(config, saved=saved)
     return 0
+
+
+def quiet_native_logs(debug: bool) -> None:
+    """Before torch loads, which reads it once: c10d's socket logs across nodes (a reverse lookup that fails,
+    each retry of a connect to a host not up yet) would bury the one line ddplab says for each network fault.
+    --debug keeps them."""
+    if not debug:
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -351,6 +357,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(f"{link.name:<8} {link.busbw_gbps:>9,.1f} {link.alpha_s * 1e6:>9,.0f}  {link.source}")
         print("measure this machine's: ddplab plan --measure [--backend gloo|nccl] [--nproc N]")
         return 0
+    if args.nnodes > 1:
+        quiet_native_logs(args.debug)
     compat.check_torch()
     import torch
 
@@ -361,9 +369,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         raise ConfigError(f"--nproc {max(args.nproc)}: NCCL needs a GPU per rank and this machine has "
                           f"{torch.cuda.device_count()}")
     results = []
-    for ranks in args.nproc:
-        print(f"measuring all-reduce: {backend} x{ranks} on {device}, 4 KiB to {args.max_mib} MiB ...", flush=True)
-        result = links.measure(backend, ranks, device=device, max_bytes=args.max_mib * links.MIB)
+    for per_node in args.nproc:
+        ranks = per_node * args.nnodes
+        where = f" across {args.nnodes} nodes" if args.nnodes > 1 else ""
+        print(f"measuring all-reduce: {backend} x{ranks} on {device}{where}, 4 KiB to {args.max_mib} MiB ...", flush=True)
+        result = links.measure(backend, per_node, device=device, max_bytes=args.max_mib * links.MIB, nnodes=args.nnodes,
+                               rdzv_endpoint=args.rdzv_endpoint, timeout_s=args.timeout_s)
         link = links.measured_link(result)
         print(f"{'size':>10} {'time us':>10} {'algbw GB/s':>11} {'busbw GB/s':>11} {'model us':>10}")
         factor = 2 * (ranks - 1) / ranks
@@ -591,6 +602,11 @@ def build_parser(with_kernels: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--nproc", type=whole_list, default=[2],
                    help="processes (ranks) to measure with; a list (2,4) measures each, for predictions of as many")
     p.add_argument("--max-mib", type=positive_whole, default=256, help="the largest message, MiB")
+    p.add_argument("--nnodes", type=positive_whole, default=1,
+                   help="--measure across this many nodes: run the same command on each (default 1)")
+    p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
+                   help="with --nnodes: node 0's address and a free port, the same on every node")
+    p.add_argument("--timeout-s", type=positive_whole, default=600, help="with --nnodes: how long nodes wait for each other")
     p.add_argument("--out", type=Path, default=None,
                    help="where --measure writes links.json, or RUN's prediction plan.json (default: ./links.json, ./plan.json)")
     p.set_defaults(func=cmd_plan)

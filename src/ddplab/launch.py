@@ -110,10 +110,11 @@ def launch_workers(plan: RunPlan):
         return (f"interrupted by {name}; every worker was stopped, checkpoints are kept: continue with "
                 f"ddplab train --out {config.output.out} --resume")
 
+    timeout = f"dist.timeout_s={d.timeout_s}"
     guard = watchdog.Watchdog(grace_s=SHUTDOWN_TIMEOUT_S + 5, interrupted_line=interrupted_line,
                               endpoint=split_endpoint(d.rdzv_endpoint) if d.nnodes > 1 else None,
                               timeout_s=patience_s(d), lost_line=lambda endpoint: lost_host_line(config, endpoint),
-                              unreached_line=lambda endpoint: unreached_line(config))
+                              unreached_line=lambda endpoint: unreached_line(endpoint, timeout))
     with sigint_only_for_the_launcher() as interrupted, stopped_workers_woken_to_die(), watchdog.guarded(guard):
         try:
             results = elastic_launch(launch_config, run_worker)(plan.for_workers())
@@ -122,28 +123,27 @@ def launch_workers(plan: RunPlan):
         except SignalException as exc:  # Ctrl-C / SIGTERM: the agent has already stopped every worker
             raise Interrupted(interrupted_line("SIGINT" if interrupted else exc.sigval.name)) from None
         except RendezvousError as exc:
-            raise rendezvous_failure(exc, config) from None
+            raise rendezvous_failure(exc, d.rdzv_endpoint, d.nnodes, timeout) from None
     return next((r for r in results.values() if r is not None), None)
 
 
-def unreached_line(config: RunConfig) -> str:
-    return (f"cannot reach the rendezvous endpoint {config.dist.rdzv_endpoint} (dist.rdzv_endpoint) within "
-            f"dist.timeout_s={config.dist.timeout_s} s: is ddplab train running on the host that owns that address "
-            "(node 0), and does this host have a route to it?")
+def unreached_line(endpoint: str | None, timeout: str) -> str:
+    return (f"cannot reach the rendezvous endpoint {endpoint} within {timeout} s: is ddplab running on the host "
+            "that owns that address (node 0), and does this host have a route to it?")
 
 
-def rendezvous_failure(exc: Exception, config: RunConfig) -> errors.DdplabError:
-    """One line for a rendezvous that never formed: which endpoint, what to check."""
+def rendezvous_failure(exc: Exception, endpoint: str | None, nnodes: int, timeout: str) -> errors.DdplabError:
+    """One line for a rendezvous that never formed: which endpoint, what to check. `timeout`: the setting that
+    bounded it and its value, as the user would spell it (dist.timeout_s=600)."""
     from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError, RendezvousTimeoutError
 
-    d = config.dist
-    endpoint = d.rdzv_endpoint or "this machine"
+    endpoint = endpoint or "this machine"
     if isinstance(exc, RendezvousConnectionError):
-        return errors.TrainingError(unreached_line(config))
+        return errors.TrainingError(unreached_line(endpoint, timeout))
     if isinstance(exc, RendezvousTimeoutError):
         return errors.TrainingError(
-            f"not all {d.nnodes} nodes joined the rendezvous at {endpoint} within dist.timeout_s={d.timeout_s} s: "
-            f"start the same command on every node, each with --nnodes {d.nnodes} and --rdzv-endpoint {endpoint}")
+            f"not all {nnodes} nodes joined the rendezvous at {endpoint} within {timeout} s: "
+            f"start the same command on every node, each with --nnodes {nnodes} and --rdzv-endpoint {endpoint}")
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else "no message"
     return errors.TrainingError(f"the rendezvous at {endpoint} failed ({type(exc).__name__}): {first}")
 
@@ -156,9 +156,12 @@ def split_endpoint(endpoint: str | None) -> tuple[str, int] | None:
 
 
 def lost_host_line(config: RunConfig, endpoint: str) -> str:
-    return (f"lost the rendezvous host {endpoint}: no answer for dist.timeout_s={config.dist.timeout_s} s (a link "
-            f"or host down); every process on this node was stopped, checkpoints are kept: once it is back, run "
-            f"the same command with --resume on every node")
+    d = config.dist
+    waited = (f"dist.timeout_s={d.timeout_s} s" if not d.max_restarts else
+              f"{patience_s(d)} s (dist.timeout_s={d.timeout_s} s, and as long for each of {d.max_restarts} restart(s))")
+    return (f"lost the rendezvous host {endpoint}: no answer for {waited} (a link or host down); every process on "
+            "this node was stopped, checkpoints are kept: once it is back, run the same command with --resume on "
+            "every node")
 
 
 def quiet_elastic_logs() -> None:

@@ -7,6 +7,7 @@ Needs root and iproute2 (CI runs as root); skipped with the reason elsewhere.
 """
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -203,6 +204,27 @@ def test_a_host_whose_link_is_down_is_unreachable_and_down_stops_what_runs_in_th
     assert cluster.switch not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
+def test_plan_measures_the_link_between_hosts_at_the_rate_it_was_given(make_cluster, tmp_path):
+    """ddplab plan --measure across two hosts: the bus bandwidth it fits is the link's rate (a 2-rank ring sends
+    each byte once each way), and the links file says it was measured across nodes."""
+    from ddplab.planner.links import load_links
+
+    cluster = make_cluster(2, "100mbit")
+    args = [sys.executable, "-m", "ddplab", "plan", "--measure", "--nproc", "1", "--nnodes", "2", "--rdzv-endpoint",
+            cluster.endpoint(), "--max-mib", "4", "--timeout-s", "60"]
+    procs = [subprocess.Popen([*cluster.exec_prefix(i), *args, "--out", str(tmp_path / f"links{i}.json")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV) for i in (0, 1)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outputs]
+    link = load_links(tmp_path / "links0.json").links[0]
+    assert link.ranks == 2 and "across 2 nodes" in link.source
+    rate = 100e6 / 8  # bytes per second
+    largest = json.loads((tmp_path / "links0.json").read_text())["measurement"]
+    assert 0.8 * rate < largest["sizes"][-1] / largest["times_s"][-1] < 1.02 * rate, largest  # 4 MiB: the rate itself
+    assert 0.75 * rate < link.busbw_gbps * 1e9 < 1.25 * rate, link  # the fit: tbf's burst speeds up the small ones
+    assert load_links(tmp_path / "links1.json").links[0].busbw_gbps == link.busbw_gbps  # one measurement, both nodes
+
+
 @pytest.mark.parametrize("layout", [(2, 1), (2, 2), (3, 1)], ids=["2x1", "2x2", "3x1"])
 def test_nodes_on_their_own_hosts_train_the_same_run_as_one_node(make_cluster, reference, tmp_path, layout):
     """Traffic crosses real interfaces (each host sees only its eth0): ranks, shards and all-reduce as on one node."""
@@ -292,7 +314,7 @@ def test_a_link_down_during_the_rendezvous_is_named_on_both_sides(make_cluster, 
         f"ddplab: error: not all 2 nodes joined the rendezvous at {cluster.endpoint()} within dist.timeout_s={TIMEOUT_S} s: "
         f"start the same command on every node, each with --nnodes 2 and --rdzv-endpoint {cluster.endpoint()}")
     assert last_line(results[1][1]).startswith(
-        f"ddplab: error: cannot reach the rendezvous endpoint {cluster.endpoint()} (dist.rdzv_endpoint) within "
+        f"ddplab: error: cannot reach the rendezvous endpoint {cluster.endpoint()} within "
         f"dist.timeout_s={TIMEOUT_S} s")
     assert nodes.left_running() == {0: [], 1: []}
     hosts.set_link(cluster, 1, "up")

@@ -317,6 +317,8 @@ CASES = [
          r"--nproc 1: an all-reduce needs 2 or more ranks to measure a link", alone=True),
     Case("plan-nccl-on-a-cpu", ["plan", "--measure", "--backend", "nccl"], 2,
          r"(--backend nccl needs CUDA devices; use --backend gloo on a CPU|NCCL needs a GPU per rank)", alone=True),
+    Case("plan-nodes-without-endpoint", ["plan", "--measure", "--nnodes", "2"], 2,
+         r"--nnodes 2: every node needs --rdzv-endpoint host:port, the same on each", alone=True),
     Case("plan-zero-mib", ["plan", "--measure", "--max-mib", "0"], 2, r"argument --max-mib: '0' is not a whole number >= 1",
          alone=True),
     Case("plan-unknown-link", ["plan", "{tmp}/run", "--link", "infiniband"], 2,

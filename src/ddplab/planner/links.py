@@ -145,37 +145,60 @@ def fit(sizes: list[float], times: list[float], ranks: int) -> tuple[float, floa
 def measured_link(result: dict[str, Any]) -> Link:
     """The Link a `measure` result describes."""
     alpha, busbw, error = fit(result["sizes"], result["times_s"], result["ranks"])
+    nodes = result.get("nodes", 1)
+    where = f" across {nodes} nodes" if nodes > 1 else ""
     return Link(f"measured-{result['backend']}", busbw, alpha, f"measured here: {result['backend']} x{result['ranks']} "
-                f"on {result['device']}", measured=True, fit_error=error, ranks=result["ranks"])
+                f"on {result['device']}{where}", measured=True, fit_error=error, ranks=result["ranks"])
 
 
-def measure(backend: str = "gloo", ranks: int = 2, *, device: str = "cpu", max_bytes: int = MAX_BYTES) -> dict[str, Any]:
-    """Time all-reduce over SIZES up to `max_bytes` with `ranks` processes of the elastic launcher."""
+def measure(backend: str = "gloo", ranks: int = 2, *, device: str = "cpu", max_bytes: int = MAX_BYTES,
+            nnodes: int = 1, rdzv_endpoint: str | None = None, timeout_s: int = 600) -> dict[str, Any]:
+    """Time all-reduce over SIZES up to `max_bytes` with `ranks` processes of the elastic launcher on each of
+    `nnodes` nodes (each runs this, with the same `rdzv_endpoint`: node 0's address)."""
     from torch.distributed.launcher.api import elastic_launch
 
     from ddplab import compat
+    from ddplab.distributed import route_address
+    from ddplab.launch import c10d_configs
 
-    if ranks < 2:
+    if ranks * nnodes < 2:
         raise ConfigError(f"--nproc {ranks}: an all-reduce needs 2 or more ranks to measure a link")
     if backend == "nccl" and device != "cuda":
         raise ConfigError("--backend nccl needs CUDA devices; use --backend gloo on a CPU")
+    if nnodes > 1 and rdzv_endpoint is None:
+        raise ConfigError(f"--nnodes {nnodes}: every node needs --rdzv-endpoint host:port, the same on each (node 0's "
+                          "address)")
     sizes = [s for s in SIZES if s <= max_bytes]
     if len(sizes) < 3:
         raise ConfigError(f"--max-mib {max_bytes / MIB:g} leaves {len(sizes)} message size(s) from 4 KiB; the fit needs 3")
-    config = compat.launch_config(min_nodes=1, max_nodes=1, nproc_per_node=ranks, run_id=str(uuid.uuid4()),
-                                  rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,
+    config = compat.launch_config(min_nodes=nnodes, max_nodes=nnodes, nproc_per_node=ranks,
+                                  run_id=f"ddplab-links-{rdzv_endpoint}" if nnodes > 1 else str(uuid.uuid4()),
+                                  rdzv_backend="c10d", rdzv_endpoint=rdzv_endpoint or "localhost:0",
+                                  rdzv_configs=c10d_configs(rdzv_endpoint, timeout_s), max_restarts=0,
+                                  local_addr=route_address(rdzv_endpoint) if nnodes > 1 else None,
                                   monitor_interval=0.1, start_method="spawn")
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
+
     start = time.perf_counter()
-    results = elastic_launch(config, time_allreduce)(backend, sizes, device)
-    return {"backend": backend, "ranks": ranks, "device": device, "sizes": sizes, "times_s": results[0],
-            "wall_s": round(time.perf_counter() - start, 1)}
+    try:
+        results = elastic_launch(config, time_allreduce)(backend, sizes, device, nnodes > 1)
+    except RendezvousError as exc:
+        from ddplab.launch import rendezvous_failure
+
+        raise rendezvous_failure(exc, rdzv_endpoint, nnodes, f"--timeout-s {timeout_s}") from None
+    return {"backend": backend, "ranks": ranks * nnodes, "nodes": nnodes, "device": device, "sizes": sizes,
+            "times_s": next(iter(results.values())), "wall_s": round(time.perf_counter() - start, 1)}  # keyed by global rank
 
 
-def time_allreduce(backend: str, sizes: list[int], device: str) -> list[float]:
+def time_allreduce(backend: str, sizes: list[int], device: str, across_nodes: bool = False) -> list[float]:
     """In each worker: seconds per all-reduce of each size, the slowest rank's."""
     import torch
     import torch.distributed as dist
 
+    if across_nodes and backend == "gloo":
+        from ddplab.distributed import maybe_set_gloo_interface
+
+        maybe_set_gloo_interface()
     dist.init_process_group(backend)
     try:
         on = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if device == "cuda" else torch.device("cpu")
