@@ -142,3 +142,21 @@ def test_plan_validation_sets_the_model_against_measured_runs(tmp_path):
     assert row["measured"] > 0 and row["predicted"] > 0 and row["error"] == row["predicted"] / row["measured"] - 1
     assert f"| tiny | 32 | {row['one']:,.0f} img/s | 2 | {row['predicted']:,.0f} | {row['measured']:,.0f} | " \
            f"{row['error']:+.0%} |" in proc.stdout
+
+
+def test_network_sets_one_host_against_two_at_a_link_rate(tmp_path):
+    from ddplab import hosts
+
+    reason = hosts.why_not_available()
+    if reason:
+        pytest.skip(reason)
+    results, stdout = run_bench("network", tmp_path)
+    runs = results["runs"]
+    assert list(runs) == ["one host", "2 hosts at 200mbit"]
+    one, two = runs["one host"][0], runs["2 hosts at 200mbit"][0]
+    assert (one["world_size"], one["batch_local"], two["world_size"], two["batch_local"]) == (1, 64, 2, 32)
+    assert one["train_samples"] == two["train_samples"] == [512, 512]  # the same images, the same global batch
+    assert one["ddp_exposed_ms"] is None and two["ddp_exposed_ms"] > 0
+    assert results["speedup"]["2 hosts at 200mbit"] == pytest.approx(two["images_per_s"] / one["images_per_s"])
+    link = results["links"]["2 hosts at 200mbit"]
+    assert link["set_bit_s"] == 200e6 and 0.5 < link["busbw_gbps"] * 8e9 / 200e6 < 1.5

@@ -134,16 +134,23 @@ def resolve_device(name: str, local_rank: int = 0, *, shared: bool = False) -> t
 
 
 def _slurm_rendezvous_env() -> None:
-    """srun gives ranks but no master: the first node of the job, a port from the job id."""
+    """srun gives ranks but no master: the first node of the job, at the address Slurm itself reaches it by
+    (its NodeAddr: a node's name need not resolve, as on ddplab's test hosts), a port from the job id."""
     if "MASTER_ADDR" not in os.environ:
+        import subprocess
+
         nodes = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST") or "127.0.0.1"
         try:
-            import subprocess
-
             first = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True,
                                    check=True, timeout=30).stdout.split()[0]
         except (OSError, subprocess.SubprocessError, IndexError):
             first = nodes.split(",")[0].split("[")[0]
+        try:
+            shown = subprocess.run(["scontrol", "show", "node", "-o", first], capture_output=True, text=True,
+                                   check=True, timeout=30).stdout
+            first = re.search(r"\bNodeAddr=(\S+)", shown).group(1)
+        except (OSError, subprocess.SubprocessError, AttributeError):
+            pass
         os.environ["MASTER_ADDR"] = first
     os.environ.setdefault("MASTER_PORT", str(20000 + int(os.environ.get("SLURM_JOB_ID", "0")) % 20000))
 

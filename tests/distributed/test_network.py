@@ -259,6 +259,10 @@ def test_a_link_cut_mid_epoch_ends_every_host_in_one_line_and_the_run_resumes_ex
     hosts.set_link(cluster, 1, "up")
     resume(cluster, tmp_path / "run")
     assert_same_run(tmp_path / "run", reference(2, 3))
+    # The run records its hosts and the link between them, as rank 0 reached the others (the report names it).
+    env = json.loads((tmp_path / "run" / "env.json").read_text())
+    assert sorted(env["hosts"]) == [cluster.address(0), cluster.address(1)]
+    assert (env["network"]["interface"], env["network"]["shaped_mbit"]) == ("eth0", 200.0)
 
 
 def test_sigterm_ends_a_host_within_seconds_while_its_collective_hangs_on_a_dead_link(make_cluster, reference, tmp_path):

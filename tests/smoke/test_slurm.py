@@ -120,3 +120,79 @@ def test_a_dry_run_prints_each_array_and_submits_nothing(cluster, tmp_path):
     queue = subprocess.run(["squeue", "-h"], capture_output=True, text=True, env=cluster.env)
     assert queue.stdout.strip() == ""
 
+
+
+# ---- two nodes, each on a host of its own (ddplab.hosts) --------------------------------------
+TWO_NODES = """
+[[variants]]
+label = "two"
+"dist.strategy" = "ddp"
+"dist.nnodes" = 2
+"dist.timeout_s" = 30
+"""
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory):
+    from ddplab import hosts
+
+    reason = hosts.why_not_available()
+    if reason:
+        pytest.skip(reason)
+    with hosts.cluster(2) as test_hosts:
+        cluster = SlurmCluster(tmp_path_factory.mktemp("slurm2"), hosts=test_hosts).start()
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
+
+
+def in_cluster(cluster, *args, env=None):
+    """A command run where the cluster's controller is reachable (host 0), as a user on its login node."""
+    return subprocess.run([*cluster.prefix, *map(str, args)], capture_output=True, text=True, timeout=600,
+                          env={**cluster.env, "OMP_NUM_THREADS": "1", **(env or {})})
+
+
+def test_a_two_node_point_runs_across_both_hosts_and_a_cancelled_one_resumes_exactly(two_nodes, tmp_path):
+    """srun starts one worker on each node, each in its own network namespace: the group meets at node0's
+    address (its NodeAddr: node names resolve nowhere here). Cancelled mid-run, then submitted again, it
+    resumes from its checkpoint and ends as the same run on one node does."""
+    path, out = tiny_sweep(tmp_path / "two.toml", TWO_NODES, epochs=3), tmp_path / "s"
+    reference = tmp_path / "reference"
+    sent = in_cluster(two_nodes, sys.executable, "-m", "ddplab", "sweep", path, "--out", out, "--executor", "slurm",
+                      env={"DDPLAB_FAULT": "slow:rank=1:epoch=2:ms=700"})
+    assert sent.returncode == 0, sent.stderr[-3000:]
+    assert "1 point(s) of 2 node(s) x 1 task(s)" in sent.stdout
+    job = manifest(out)["two"]["job"]
+    metrics_file = out / "runs" / "two" / "metrics.jsonl"
+    deadline = time.monotonic() + 180
+    while not (metrics_file.exists() and metrics_file.read_text().strip()):  # epoch 1 done; epoch 2 takes ~6 s
+        assert time.monotonic() < deadline, two_nodes.logs() + (out / "logs" / "two.log").read_text()
+        time.sleep(0.2)
+    assert in_cluster(two_nodes, "scancel", job.split("_")[0]).returncode == 0
+    waited = in_cluster(two_nodes, sys.executable, "-m", "ddplab", "sweep", path, "--out", out, "--wait", "--no-report")
+    assert waited.returncode == 1 and manifest(out)["two"]["status"] == "interrupted", (
+        str(manifest(out)["two"]) + (out / "logs" / "two.log").read_text()[-3000:])
+    assert (out / "runs" / "two" / "checkpoints" / "last.pt").is_file()
+    # A node set down: --status says so in one line.
+    assert in_cluster(two_nodes, "scontrol", "update", "nodename=node1", "state=down", "reason=cable").returncode == 0
+    again = in_cluster(two_nodes, sys.executable, "-m", "ddplab", "sweep", path, "--out", out, "--executor", "slurm")
+    assert again.returncode == 0, again.stderr[-3000:]
+    status = in_cluster(two_nodes, sys.executable, "-m", "ddplab", "sweep", path, "--out", out, "--status")
+    assert [line for line in status.stdout.splitlines() if "out of service" in line] == [
+        "slurm: node(s) out of service: node1 down (cable); a point that needs them waits in the queue (or fails, "
+        "when its task was running there)"], status.stdout
+    assert "two" in status.stdout and "queued" in status.stdout
+    assert in_cluster(two_nodes, "scontrol", "update", "nodename=node1", "state=resume").returncode == 0
+    done = in_cluster(two_nodes, sys.executable, "-m", "ddplab", "sweep", path, "--out", out, "--wait", "--no-report")
+    assert done.returncode == 0, done.stdout + done.stderr + two_nodes.logs()
+    log = (out / "logs" / "two.log").read_text()
+    assert "\n$ srun --nodes=2 --ntasks=2 --ntasks-per-node=1 " in log and "--resume" in log.split("\n$ ")[2].splitlines()[0]
+    summary = json.loads((out / "runs" / "two" / "summary.json").read_text())
+    assert summary["run"]["world_size"] == 2
+    env = json.loads((out / "runs" / "two" / "env.json").read_text())
+    assert sorted(env["hosts"]) == sorted(two_nodes.addresses)  # one worker on each host
+    ran = ddplab("train", "--config", out / "configs" / "two.toml", "--dist.nnodes", "1", "--dist.nproc", "2",
+                 "--out", reference, env=two_nodes.env)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert reproducible_epochs(out / "runs" / "two") == reproducible_epochs(reference)

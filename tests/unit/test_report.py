@@ -605,3 +605,20 @@ def test_a_scaling_point_short_of_the_ideal_says_where_its_epoch_went(tmp_path):
     assert "compute +0.50 s, all-reduce wait +1.10 s, stragglers not measured, optimizer +0.20 s" in md
     assert "| +0.50 | +1.10 | - | +0.20 |" in md and "measured two ways" not in md
     assert "Why it falls short" not in build_report([write_sweep(tmp_path / "fast")], tmp_path / "o2")["report_md"].read_text()
+
+
+def test_an_all_reduce_wait_across_nodes_names_the_link_it_crosses():
+    from ddplab.report.figures import link_text, why
+
+    shaped = {"interface": "eth0", "address": "10.211.0.1", "speed_mbit": 10000, "shaped_mbit": 100.0}
+    assert link_text(shaped) == "eth0, shaped to 100 Mbit/s"
+    assert link_text({**shaped, "shaped_mbit": None}) == "eth0, 10,000 Mbit/s"
+    assert link_text({"interface": "ib0", "speed_mbit": None, "shaped_mbit": None}) == "ib0"
+    assert link_text(None) is None and link_text({"interface": 3}) is None  # an env.json without it, or edited
+    base = {"local_batch": 32, "nodes": 1}
+    assert why("all-reduce wait", {"nodes": 2, "link": link_text(shaped), "local_batch": 32}, base) == (
+        "the gradients' all-reduce crosses the link between the 2 nodes (eth0, shaped to 100 Mbit/s) and backward "
+        "does not hide it")
+    assert why("all-reduce wait", {"nodes": 3, "link": None}, base) == (
+        "the gradients' all-reduce crosses the link between the 3 nodes and backward does not hide it")
+    assert why("all-reduce wait", {"nodes": 1, "link": None}, base) == "the gradients' all-reduce is not hidden behind backward"

@@ -136,8 +136,11 @@ def environment(ctx: DistContext) -> dict:
     from ddplab import __version__
     from ddplab.metrics.system import machine
 
+    from ddplab.metrics.system import network_link
+
+    spread = len(set(ctx.hosts)) > 1  # several nodes: the link between them, as rank 0's side sees it
     return {"ddplab": __version__, "git_sha": git_sha(), **machine(ctx.device), "world_size": ctx.world_size,
-            "argv": sys.argv}
+            **({"hosts": list(ctx.hosts), "network": network_link(ctx.hosts[0])} if spread else {}), "argv": sys.argv}
 
 
 def git_sha() -> str | None:

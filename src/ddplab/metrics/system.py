@@ -99,3 +99,32 @@ def machine(device: torch.device | str) -> dict:
         "platform": platform.platform(),
         "host": platform.node(),
     }
+
+
+def network_link(address: str | None) -> dict | None:
+    """The interface this node reaches the others through (the one holding `address`), its line rate as
+    the kernel states it, and the rate a root qdisc holds it to (tc tbf or htb: a shaped link, as on
+    ddplab's test hosts); None where no interface holds the address. Each figure None where unknown."""
+    import re
+    import subprocess
+    from pathlib import Path
+
+    from ddplab.distributed import interface_for_address
+
+    name = interface_for_address(address) if address else None
+    if name is None:
+        return None
+    try:
+        speed = int(Path(f"/sys/class/net/{name}/speed").read_text())
+    except (OSError, ValueError):
+        speed = -1
+    shaped = None
+    try:
+        qdisc = subprocess.run(["tc", "qdisc", "show", "dev", name], capture_output=True, text=True, timeout=5).stdout
+        found = re.search(r"\brate (\d+(?:\.\d+)?)([KMG]?)bit", qdisc)
+        if found:
+            shaped = float(found.group(1)) * {"": 1e-6, "K": 1e-3, "M": 1.0, "G": 1e3}[found.group(2)]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"interface": name, "address": address, "speed_mbit": speed if speed > 0 else None, "shaped_mbit": shaped}
+

@@ -69,7 +69,7 @@ def run_figures(run: Run) -> dict[str, Any]:
         "backend": s["run"].get("backend") or backend(s["run"]["strategy"], run.config.get("dist.backend", "auto"),
                                                        s["run"]["device"]),
         "memory_label": label,
-        "world_size": world_size(s), "nodes": run.config.get("dist.nnodes", 1),
+        "world_size": world_size(s), "nodes": run.config.get("dist.nnodes", 1), "link": link_text(run.env.get("network")),
         "local_batch": s["batch"]["local"], "global_batch": s["batch"]["global"], "accumulate": s["batch"].get("accumulate", 1),
         "train_images": s.get("data", {}).get("train_images"), "test_images": s.get("data", {}).get("eval_images"),
         "epochs": len(history),
@@ -113,6 +113,17 @@ def communication(steady: list[EpochRecord], global_batch: int, train_s: float) 
                straggler_share=wait * steps / train_s if train_s else None,
                allreduce_share=exposed[least] * steps / train_s if train_s else None)
     return out
+
+
+def link_text(link: dict | None) -> str | None:
+    """'eth0, shaped to 100 Mbit/s' / 'eth0, 10,000 Mbit/s' / 'eth0' for a run's env.json network entry."""
+    if not isinstance(link, dict) or not isinstance(link.get("interface"), str):
+        return None
+    for key, words in (("shaped_mbit", "shaped to "), ("speed_mbit", "")):
+        value = link.get(key)
+        if isinstance(value, (int, float)) and value > 0:
+            return f"{link['interface']}, {words}{value:,.0f} Mbit/s"
+    return link["interface"]
 
 
 def cores_busy(epochs: list[EpochRecord], train_s: float) -> float | None:
@@ -270,6 +281,10 @@ def why(part: str, row: dict[str, Any], base: dict[str, Any]) -> str:
                     "the device is less busy per image")
         return "the GPUs compute more slowly together than one alone" if on_cuda else \
             "the processes share the machine's cores"
+    nodes = row["nodes"] if isinstance(row.get("nodes"), int) else 1
+    if part == "all-reduce wait" and nodes > 1:
+        over = f" ({row['link']})" if row.get("link") else ""
+        return f"the gradients' all-reduce crosses the link between the {nodes} nodes{over} and backward does not hide it"
     return {"all-reduce wait": "the gradients' all-reduce is not hidden behind backward",
             "stragglers": "the ranks wait for the slowest one at each all-reduce",
             "data": "loading the batches takes longer per worker than alone",

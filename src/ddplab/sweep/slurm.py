@@ -228,7 +228,28 @@ def status(out: Path) -> list[str]:
     counts: dict[str, int] = {}
     for entry in manifest["runs"]:
         counts[entry["status"]] = counts.get(entry["status"], 0) + 1
-    return [f"sweep {manifest.get('name')}: " + ", ".join(f"{n} {s}" for s, n in counts.items()), *lines]
+    down = unavailable_nodes() if manifest.get("executor") == "slurm" and any(
+        entry["status"] in ("queued", "running", "submitted") for entry in manifest["runs"]) else []
+    nodes = [f"slurm: node(s) out of service: {', '.join(down)}; a point that needs them waits in the queue "
+             "(or fails, when its task was running there)"] if down else []
+    return [f"sweep {manifest.get('name')}: " + ", ".join(f"{n} {s}" for s, n in counts.items()), *nodes, *lines]
+
+
+UNAVAILABLE = ("down", "drain", "fail", "not_responding", "maint", "inval", "future", "power_down")
+
+
+def unavailable_nodes() -> list[str]:
+    """'NODE STATE (reason)' for each node Slurm will not run work on now; none when sinfo cannot be asked."""
+    try:
+        text = slurm_tool(["sinfo", "-h", "-N", "-o", "%N|%T|%E"], "sinfo")
+    except ConfigError:
+        return []
+    found = {}
+    for line in text.splitlines():
+        node, state, reason = (line.split("|", 2) + ["", ""])[:3]
+        if any(word in state.lower() for word in UNAVAILABLE):
+            found[node.strip()] = f"{node.strip()} {state.strip()}" + (f" ({reason.strip()})" if reason.strip() not in ("", "none") else "")
+    return list(found.values())
 
 
 def wait(out: Path, echo=print, poll_s: float = WAIT_POLL_S) -> dict[str, Any]:
@@ -270,12 +291,16 @@ def task(out: Path, name: str) -> int:
         done = supervise(cmd, log_path, env=env, stop_signal=signal.SIGTERM, grace_s=TASK_GRACE_S)
     finally:
         signal.signal(signal.SIGTERM, previous)
+    code, error = done.code, done.error
+    if nodes * tasks > 1 and code in (128 + signal.SIGTERM, -signal.SIGTERM):
+        # scancel and the time limit send SIGTERM to every step: the workers' step often ends before this
+        # batch step hears it, and srun says 143. Stopped, not failed: its checkpoints resume it.
+        code, error = INTERRUPTED, "its workers were stopped by SIGTERM (scancel, the time limit): submit again to resume"
     job = f"{os.environ.get('SLURM_ARRAY_JOB_ID', '?')}_{os.environ.get('SLURM_ARRAY_TASK_ID', '?')}"
     files.write_json(out / FOLDER / f"{name}.json", {"name": name, "job": job, "host": socket.gethostname(),
-                                                    "exit_code": done.code, "error": done.error,
-                                                    "wall_s": round(done.wall_s, 1)})
-    print(f"{name}: exit {done.code}" + (f": {done.error}" if done.error else ""), flush=True)
-    return done.code
+                                                    "exit_code": code, "error": error, "wall_s": round(done.wall_s, 1)})
+    print(f"{name}: exit {code}" + (f": {error}" if error else ""), flush=True)
+    return code
 
 
 def allocated_threads(env: dict[str, str], tasks_per_node: int) -> dict[str, str]:
