@@ -352,3 +352,32 @@ def test_a_link_back_within_the_restart_window_restarts_the_group_and_ends_exact
     assert [code for code, _ in results.values()] == [0, 0], {i: e[-2000:] for i, (_, e) in results.items()}
     assert "resumed from epoch 1" in results[0][1]
     assert_same_run(tmp_path / "run", reference(2, 3))
+
+
+def test_the_rendezvous_hosts_link_cut_while_it_writes_a_checkpoint_keeps_a_whole_one(make_cluster, reference, tmp_path):
+    """Host 0 (rank 0: it writes the checkpoints, and hosts the rendezvous store) loses its link between epoch 2's
+    checkpoint's temporary file and its rename: the write completes (the disk is local to it), then both hosts
+    end in one line each, and the resume starts from that whole checkpoint."""
+    cluster = make_cluster(2)
+    nodes = Nodes(cluster, tmp_path / "run", env={"DDPLAB_FAULT": "slowsave:epoch=2:ms=3000"})
+    checkpoints = tmp_path / "run" / "checkpoints"
+    nodes.wait_for_epochs(1)  # epoch 1's checkpoint (written before its metrics line) is whole
+    deadline = time.monotonic() + 120
+    while not list(checkpoints.glob("last.pt.*.tmp")):  # epoch 2's is being written
+        assert all(p.poll() is None for p in nodes.procs.values()) and time.monotonic() < deadline, nodes.finish()
+        time.sleep(0.02)
+    hosts.set_link(cluster, 0, "down")
+    cut = time.monotonic()
+    results = nodes.finish()
+    assert [code for code, _ in results.values()] == [4, 4], {i: e[-2000:] for i, (_, e) in results.items()}
+    # Host 0 waits out the rest of the 3 s write before its next collective starts its timeout.
+    assert nodes.ended_at[0] - cut < 3 + TIMEOUT_S + MARGIN_S and nodes.ended_at[1] - cut < TIMEOUT_S + MARGIN_S, \
+        {i: t - cut for i, t in nodes.ended_at.items()}
+    assert last_line(results[1][1]).startswith(f"ddplab: error: lost the rendezvous host {cluster.endpoint()}")
+    assert f"rank 1 on {cluster.address(1)} did not reach the collective" in last_line(results[0][1])
+    assert nodes.left_running() == {0: [], 1: []}
+    assert checkpoint.load(checkpoints / checkpoint.LAST)["train_state"]["epoch"] == 2
+    assert not list(checkpoints.glob("*.tmp"))
+    hosts.set_link(cluster, 0, "up")
+    resume(cluster, tmp_path / "run")
+    assert_same_run(tmp_path / "run", reference(2, 3))

@@ -14,16 +14,22 @@ from typing import Any
 
 import torch
 
-from ddplab import files, runfiles
+from ddplab import faults, files, runfiles
 from ddplab.errors import ConfigError, DataError, FileSystemError
 
 LAST, BEST = runfiles.LAST_CHECKPOINT, runfiles.BEST_CHECKPOINT
 
 
-def save_atomic(obj: Any, path: Path) -> None:
+def save_atomic(obj: Any, path: Path, *, epoch: int | None = None) -> None:
     files.make_dir(path.parent)
+
+    def write(tmp: Path) -> None:
+        torch.save(obj, tmp)
+        if epoch is not None:
+            faults.maybe_slow_save(epoch)
+
     try:
-        files.write_atomic(path, lambda tmp: torch.save(obj, tmp))
+        files.write_atomic(path, write)
     except RuntimeError as exc:  # torch.save reports a failed write (a full disk, say) as RuntimeError
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise FileSystemError(f"cannot write checkpoint {path}: {reason}; is the disk full? "

@@ -486,7 +486,7 @@ class Trainer:
 
     def maybe_save_checkpoint(self) -> None:
         if self.checkpoint_dir is not None:
-            checkpoint.save_atomic(self.state_dict(), self.checkpoint_dir / checkpoint.LAST)
+            checkpoint.save_atomic(self.state_dict(), self.checkpoint_dir / checkpoint.LAST, epoch=self.state.epoch)
 
     def maybe_save_best(self) -> None:
         if self.checkpoint_dir is not None and self.config.output.save_best:
