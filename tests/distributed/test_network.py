@@ -265,22 +265,24 @@ def test_a_link_cut_mid_epoch_ends_every_host_in_one_line_and_the_run_resumes_ex
     assert (env["network"]["interface"], env["network"]["shaped_mbit"]) == ("eth0", 200.0)
 
 
-def test_sigterm_ends_a_host_within_seconds_while_its_collective_hangs_on_a_dead_link(make_cluster, reference, tmp_path):
+def test_sigterm_or_ctrl_c_ends_a_host_within_seconds_while_its_collective_hangs_on_a_dead_link(make_cluster, reference,
+                                                                                               tmp_path):
     """The cut host's launcher is blocked in a store call across the dead link, where Python signal handlers
-    never run: it used to ignore SIGTERM for minutes."""
+    never run: it used to ignore SIGTERM for minutes. Host 1 gets Ctrl-C's SIGINT, host 0 SIGTERM."""
     cluster = make_cluster(2)
     nodes = Nodes(cluster, tmp_path / "run", env=SLOW_EPOCH_2, extra=["--dist.timeout_s", "300"])
     nodes.wait_for_epochs(1)
     hosts.set_link(cluster, 1, "down")
     time.sleep(2)  # both sides now wait on the dead link
     sent = time.monotonic()
-    for i in (1, 0):
-        os.kill(nodes.launcher(i), signal.SIGTERM)
+    os.kill(nodes.launcher(1), signal.SIGINT)
+    os.kill(nodes.launcher(0), signal.SIGTERM)
     results = nodes.finish(timeout=60)
     assert [code for code, _ in results.values()] == [130, 130], {i: e[-2000:] for i, (_, e) in results.items()}
     assert all(nodes.ended_at[i] - sent < 15 for i in (0, 1)), {i: t - sent for i, t in nodes.ended_at.items()}
-    for _, err in results.values():
-        assert last_line(err).startswith("ddplab: error: interrupted by SIGTERM; every worker was stopped"), err[-2000:]
+    for i, name in ((0, "SIGTERM"), (1, "SIGINT")):
+        assert last_line(results[i][1]).startswith(f"ddplab: error: interrupted by {name}; every worker was stopped"), \
+            results[i][1][-2000:]
     assert nodes.left_running() == {0: [], 1: []}
     hosts.set_link(cluster, 1, "up")
     resume(cluster, tmp_path / "run")
