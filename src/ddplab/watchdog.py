@@ -20,7 +20,9 @@ Checkpoints are atomic (temp file and rename), so killing mid-write keeps the la
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import select
 import signal
 import socket
 import sys
@@ -33,6 +35,8 @@ from ddplab import errors
 
 STOPPED_BY_SIGNAL = 130
 UNREACHED_GRACE_S = 3  # past dist.timeout_s, for the agent to say a never-reached endpoint in its own words
+# What a dead link or host looks like to a socket (a reset or a refusal is a live peer's answer).
+UNREACHABLE = {errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN, errno.ENETDOWN}
 
 
 def descendants(root: int) -> list[int]:
@@ -65,16 +69,27 @@ def end_now(line: str, code: int) -> None:
     os._exit(code)
 
 
+MAX_KEEPALIVE_PROBES = 127  # Linux refuses a larger TCP_KEEPCNT
+
+
 def open_probe(host: str, port: int, timeout_s: int) -> socket.socket:
-    """A connection to the store whose kernel gives up on it after about `timeout_s` of silence from the peer."""
+    """A connection to the store whose kernel gives up on it after `timeout_s` of silence from the peer.
+
+    A keep-alive probe every second from the first idle second; TCP_USER_TIMEOUT (Linux) decides
+    when unanswered probes close the connection (tcp(7): it overrides the probe count, which
+    Linux caps at 127). Elsewhere the count alone bounds it, at most 127 s."""
     probe = socket.create_connection((host, port), timeout=min(10, timeout_s))
-    probe.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    if hasattr(socket, "TCP_KEEPIDLE"):  # Linux; elsewhere the system's keep-alive (hours) applies
-        probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 1)
-        probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 1)
-        probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, max(1, timeout_s - 1))
-    if hasattr(socket, "TCP_USER_TIMEOUT"):  # also bounds unacknowledged data, should any be queued
-        probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, timeout_s * 1000)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if hasattr(socket, "TCP_KEEPIDLE"):  # Linux; elsewhere the system's keep-alive (hours) applies
+            probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 1)
+            probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 1)
+            probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, min(MAX_KEEPALIVE_PROBES, max(1, timeout_s - 1)))
+        if hasattr(socket, "TCP_USER_TIMEOUT"):
+            probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, timeout_s * 1000)
+    except OSError:
+        probe.close()
+        raise
     probe.settimeout(None)
     return probe
 
@@ -97,8 +112,6 @@ class Watchdog:
     def watch_signals(self) -> None:
         """Signals reach the C-level handler even while the main thread is stuck: CPython writes their
         numbers to the wake-up fd at once, though the Python handler waits for the main thread."""
-        import select
-
         deadline = None
         while not self.done.is_set():
             timeout = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
@@ -117,12 +130,14 @@ class Watchdog:
         host, port = self.endpoint
         since = time.monotonic()
         probe = None
-        while not self.done.is_set():  # the store may not be up yet: its host's node may start later
+        while not self.done.is_set():  # the store may not be up yet (refused): its host's node may start later
             try:
                 probe = open_probe(host, port, self.timeout_s)
                 break
-            except OSError:
-                if time.monotonic() - since > self.timeout_s + UNREACHED_GRACE_S:
+            except OSError as exc:
+                if exc.errno not in UNREACHABLE | {errno.ECONNREFUSED} and not isinstance(exc, TimeoutError):
+                    return  # not the network's doing: the probe stands down, the agent's own timeouts remain
+                if time.monotonic() - since > self.timeout_s + UNREACHED_GRACE_S and not workers_started():
                     # torch's connect retries once more after its timeout, with a back-off as long: don't wait for it
                     end_now(self.unreached_line(f"{host}:{port}"), errors.TrainingError.exit_code)
                 self.done.wait(1.0)
@@ -131,14 +146,22 @@ class Watchdog:
         with probe:
             try:
                 while not self.done.is_set():
-                    import select
-
                     ready, _, _ = select.select([probe], [], [], 0.5)
                     if ready and not probe.recv(1):
                         return  # the store closed it: the run ended there, or that host's processes died
-            except OSError:  # ETIMEDOUT: the keep-alive probes went unanswered for timeout_s
-                if not self.done.is_set():
+            except OSError as exc:  # ETIMEDOUT: the keep-alive probes went unanswered for timeout_s
+                if exc.errno in UNREACHABLE and not self.done.is_set():
                     end_now(self.lost_line(f"{host}:{port}"), errors.TrainingError.exit_code)
+
+
+def workers_started() -> bool:
+    """Whether this launcher has spawned its workers, which it does only once the rendezvous formed (the
+    store was reached, whatever the probe saw): any descendant but multiprocessing's resource tracker."""
+    for pid in descendants(os.getpid()):
+        with contextlib.suppress(OSError):
+            if b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return True
+    return False
 
 
 @contextlib.contextmanager
