@@ -472,8 +472,11 @@ def cmd_hosts(args: argparse.Namespace) -> int:
     elif args.action == "shape":
         made = hosts.reshape(args.name, args.rate)
     elif args.action == "exec":
+        command = list(args.cmd)
+        while command[:1] == ["--name"] and len(command) > 1:  # after I, the rest is the command's, but for --name
+            args.name, command = command[1], command[2:]
         made = hosts.find(args.name)
-        command = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+        command = command[1:] if command[:1] == ["--"] else command
         if not command:
             raise ConfigError("ddplab hosts exec I -- COMMAND: no command given")
         os.execvp("ip", [*made.exec_prefix(args.host), *command])

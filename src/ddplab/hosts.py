@@ -4,8 +4,8 @@ Loopback is not a network. Multi-node DDP meets what loopback never shows: an in
 pick, a link of finite speed, a link that goes down, a host that dies. Here each host is a
 network namespace with one interface, `eth0`, holding 10.211.0.(i+1)/24; every `eth0` is a
 veth pair whose other end hangs on a bridge in a namespace of its own (the switch), so the
-machine's own network is never touched. Each link can be shaped (tc `tbf`, both directions:
-this kernel has no `netem`, so there is no delay or loss emulation) and set down or up.
+machine's own network is never touched. Each link can be shaped (tc `tbf`, both directions;
+a rate only: no delay or loss, which need `netem`, missing from some kernels) and set down or up.
 
 Processes run in a host with `ip netns exec` (`ddplab hosts exec I -- CMD`); the file
 system is shared, as on a cluster with a shared disk. `ddplab hosts down` kills what still
@@ -221,6 +221,7 @@ def link_is_up(cluster: Cluster, i: int) -> bool:
 def find(name: str = DEFAULT_NAME) -> Cluster:
     """The cluster `up` made under this name."""
     _check_name(name)
+    check_can_make()
     try:
         data = json.loads(_state_file(name).read_text())
         cluster = Cluster(str(data["name"]), int(data["hosts"]),
@@ -244,6 +245,7 @@ def down(name: str = DEFAULT_NAME, *, missing_ok: bool = False) -> list[int]:
     """Kill what runs in the hosts (SIGTERM, SIGKILL after 5 s) and delete them and the switch.
     Returns the process ids that were still running."""
     _check_name(name)
+    check_can_make()
     try:
         recorded = json.loads(_state_file(name).read_text())["hosts"]
     except (OSError, ValueError, KeyError, TypeError):

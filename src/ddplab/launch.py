@@ -27,6 +27,7 @@ from ddplab.config import RunConfig
 from ddplab.distributed import route_address
 from ddplab.plan import RunPlan, as_worker, prepared
 SHUTDOWN_TIMEOUT_S = 5
+STORE_SLACK_S = 10  # a store call outwaits the watchdog's probe, so a lost host is said in the probe's words
 
 
 class Interrupted(errors.DdplabError):
@@ -47,7 +48,7 @@ def launch(config: RunConfig, *, saved: RunConfig | None = None, command: bool =
             print(f"ddplab: nothing to do: {note}", flush=True)
             return finished_result(plan.run_dir)
         if plan.launches_workers():
-            return launch_workers(plan)
+            return launch_workers(plan, command=command)
         if plan.place is not None or not command:
             return run(plan)  # a worker's launcher stops it: SIGTERM keeps its default action
         with interrupts_said(plan.config):
@@ -80,7 +81,9 @@ def interrupts_said(config: RunConfig):
         signal.signal(signal.SIGTERM, previous)
 
 
-def launch_workers(plan: RunPlan):
+def launch_workers(plan: RunPlan, *, command: bool = True):
+    """N workers through the elastic launcher; `command`: this process is the `ddplab` command, which the
+    watchdog may end (never a Python caller's process)."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous.api import RendezvousError
@@ -95,7 +98,8 @@ def launch_workers(plan: RunPlan):
         run_id=d.rdzv_id or (f"ddplab-{d.rdzv_endpoint}" if d.nnodes > 1 else str(uuid.uuid4())),
         rdzv_backend=d.rdzv_backend,
         rdzv_endpoint=d.rdzv_endpoint or "localhost:0",  # port 0: the store picks a free port itself
-        rdzv_configs={"rank": d.node_rank} if static else c10d_configs(d.rdzv_endpoint, d.timeout_s, patience_s(d)),
+        rdzv_configs=({"rank": d.node_rank, "timeout": d.timeout_s} if static
+                      else c10d_configs(d.rdzv_endpoint, d.timeout_s, patience_s(d) + STORE_SLACK_S)),
         local_addr=route_address(d.rdzv_endpoint) if d.nnodes > 1 else None,
         max_restarts=d.max_restarts, monitor_interval=0.1, start_method="spawn",
         # After Ctrl-C / SIGTERM, wait this long for the workers before the agent's SIGKILL
@@ -114,8 +118,9 @@ def launch_workers(plan: RunPlan):
     guard = watchdog.Watchdog(grace_s=SHUTDOWN_TIMEOUT_S + 5, interrupted_line=interrupted_line,
                               endpoint=split_endpoint(d.rdzv_endpoint) if d.nnodes > 1 else None,
                               timeout_s=patience_s(d), lost_line=lambda endpoint: lost_host_line(config, endpoint),
-                              unreached_line=lambda endpoint: unreached_line(endpoint, timeout))
-    with sigint_only_for_the_launcher() as interrupted, stopped_workers_woken_to_die(), watchdog.guarded(guard):
+                              unreached_line=lambda endpoint: unreached_line(endpoint, waited_text(d)))
+    guarded = watchdog.guarded(guard) if command else contextlib.nullcontext()
+    with sigint_only_for_the_launcher() as interrupted, stopped_workers_woken_to_die(), guarded:
         try:
             results = elastic_launch(launch_config, run_worker)(plan.for_workers())
         except ChildFailedError as exc:
@@ -155,13 +160,16 @@ def split_endpoint(endpoint: str | None) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
+def waited_text(d) -> str:
+    """How long a node waits for a silent rendezvous host, as the settings that make it."""
+    return (f"dist.timeout_s={d.timeout_s}" if not d.max_restarts else
+            f"{patience_s(d)} (dist.timeout_s={d.timeout_s}, and as long for each of {d.max_restarts} restart(s))")
+
+
 def lost_host_line(config: RunConfig, endpoint: str) -> str:
-    d = config.dist
-    waited = (f"dist.timeout_s={d.timeout_s} s" if not d.max_restarts else
-              f"{patience_s(d)} s (dist.timeout_s={d.timeout_s} s, and as long for each of {d.max_restarts} restart(s))")
-    return (f"lost the rendezvous host {endpoint}: no answer for {waited} (a link or host down); every process on "
-            "this node was stopped, checkpoints are kept: once it is back, run the same command with --resume on "
-            "every node")
+    return (f"lost the rendezvous host {endpoint}: no answer for {waited_text(config.dist)} s (a link or host down); "
+            "every process on this node was stopped, checkpoints are kept: once it is back, run the same command "
+            "with --resume on every node")
 
 
 def quiet_elastic_logs() -> None:
@@ -244,7 +252,7 @@ def stopped_workers_woken_to_die(poll_s: float = 0.2):
 
     def watch() -> None:
         while not done.wait(poll_s):
-            for pid in children(os.getpid()):
+            for pid in watchdog.children(os.getpid()):
                 if stopped_with_sigterm_pending(pid):
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGCONT)
@@ -256,16 +264,6 @@ def stopped_workers_woken_to_die(poll_s: float = 0.2):
     finally:
         done.set()
         watcher.join()
-
-
-def children(parent: int) -> list[int]:
-    """Process ids whose parent is `parent` (Linux /proc; none elsewhere)."""
-    found = []
-    for entry in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            if int(entry.read_text().rsplit(")", 1)[1].split()[1]) == parent:
-                found.append(int(entry.parent.name))
-    return found
 
 
 def stopped_with_sigterm_pending(pid: int) -> bool:

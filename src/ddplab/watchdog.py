@@ -6,8 +6,9 @@ timeout, then is retried: a node whose link was cut waited for minutes and its P
 signal handlers never ran, so SIGTERM was ignored. This thread keeps two promises whatever
 the main thread is blocked in:
 
-- a signal (SIGTERM, Ctrl-C) ends this node's processes within `grace_s`: the agent's own
-  shutdown first, then SIGKILL for every descendant, the launcher's usual line, exit 130;
+- a signal the agent stops on (SIGTERM, Ctrl-C, SIGHUP, SIGQUIT) ends this node's processes
+  within `grace_s`: the agent's own shutdown first, then SIGKILL for every descendant, the
+  launcher's usual line, exit 130;
 - a rendezvous host that stops answering for `timeout_s`, or never answers, ends them with
   one line that names it (exit 4). The probe is one idle TCP connection to the store's port whose kernel
   keep-alive probes every second: it costs no traffic and no store request, and a dead
@@ -15,6 +16,8 @@ the main thread is blocked in:
   run ended, its host's processes died) is the agent's business: it fails at once.
 
 Checkpoints are atomic (temp file and rename), so killing mid-write keeps the last good one.
+Only the `ddplab` command arms it: killing every descendant and ending the process is for a
+process that is the run, never for a Python caller's (a notebook's kernel).
 """
 
 from __future__ import annotations
@@ -25,26 +28,35 @@ import os
 import select
 import signal
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ddplab import errors
+from ddplab.process import INTERRUPTED
 
-STOPPED_BY_SIGNAL = 130
 UNREACHED_GRACE_S = 3  # past dist.timeout_s, for the agent to say a never-reached endpoint in its own words
 # What a dead link or host looks like to a socket (a reset or a refusal is a live peer's answer).
 UNREACHABLE = {errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH, errno.EHOSTDOWN, errno.ENETDOWN}
 
 
-def descendants(root: int) -> list[int]:
-    """Every process below `root` (Linux /proc), children before their own children."""
-    parents: dict[int, list[int]] = {}
+def children_by_parent() -> dict[int, list[int]]:
+    """Every process's children, by parent id (Linux /proc; none elsewhere)."""
+    found: dict[int, list[int]] = {}
     for entry in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
-            parents.setdefault(int(entry.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(entry.parent.name))
+            found.setdefault(int(entry.read_text().rsplit(")", 1)[1].split()[1]), []).append(int(entry.parent.name))
+    return found
+
+
+def children(parent: int) -> list[int]:
+    return children_by_parent().get(parent, [])
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below `root`, children before their own children."""
+    parents = children_by_parent()
     found, todo = [], [root]
     while todo:
         for child in parents.get(todo.pop(), []):
@@ -63,9 +75,8 @@ def end_now(line: str, code: int) -> None:
     """Every process of this node gone, one line said, this process ended: the main thread may be
     blocked in C++ for minutes yet, and nothing it would still do (tear-down talk with a dead host) counts."""
     kill_descendants()
-    with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(f"ddplab: error: {line}\n")
-        sys.stderr.flush()
+    with contextlib.suppress(OSError):  # not sys.stderr: the blocked main thread may hold its lock
+        os.write(2, f"ddplab: error: {line}\n".encode())
     os._exit(code)
 
 
@@ -85,8 +96,8 @@ def open_probe(host: str, port: int, timeout_s: int) -> socket.socket:
             probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, 1)
             probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, 1)
             probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, min(MAX_KEEPALIVE_PROBES, max(1, timeout_s - 1)))
-        if hasattr(socket, "TCP_USER_TIMEOUT"):
-            probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, timeout_s * 1000)
+        if hasattr(socket, "TCP_USER_TIMEOUT"):  # milliseconds, a C int
+            probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, min(timeout_s * 1000, 2**31 - 1))
     except OSError:
         probe.close()
         raise
@@ -94,8 +105,11 @@ def open_probe(host: str, port: int, timeout_s: int) -> socket.socket:
     return probe
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)  # those the elastic agent stops on
+
+
 class Watchdog:
-    """The thread; `guarded` starts and stops it around the agent."""
+    """The threads' state; `guarded` starts and stops them around the agent."""
 
     def __init__(self, *, grace_s: float, interrupted_line: Callable[[str], str],
                  endpoint: tuple[str, int] | None = None, timeout_s: int = 600,
@@ -105,9 +119,7 @@ class Watchdog:
         self.lost_line, self.unreached_line = lost_line, unreached_line
         self.done = threading.Event()
         self.signalled: str | None = None
-        self._wake_r, self._wake_w = os.pipe()
-        for fd in (self._wake_r, self._wake_w):
-            os.set_blocking(fd, False)
+        self._wake_r = self._wake_w = -1  # the wake-up pipe, while guarded
 
     def watch_signals(self) -> None:
         """Signals reach the C-level handler even while the main thread is stuck: CPython writes their
@@ -119,11 +131,11 @@ class Watchdog:
             if ready:
                 with contextlib.suppress(BlockingIOError):
                     for number in os.read(self._wake_r, 64):
-                        if number in (signal.SIGTERM, signal.SIGINT) and self.signalled is None:
+                        if number in STOP_SIGNALS and self.signalled is None:
                             self.signalled = signal.Signals(number).name
                             deadline = time.monotonic() + self.grace_s
             if deadline is not None and time.monotonic() >= deadline and not self.done.is_set():
-                end_now(self.interrupted_line(self.signalled or "SIGTERM"), STOPPED_BY_SIGNAL)
+                end_now(self.interrupted_line(self.signalled or "SIGTERM"), INTERRUPTED)
 
     def watch_endpoint(self) -> None:
         assert self.endpoint is not None and self.lost_line is not None and self.unreached_line is not None
@@ -137,7 +149,8 @@ class Watchdog:
             except OSError as exc:
                 if exc.errno not in UNREACHABLE | {errno.ECONNREFUSED} and not isinstance(exc, TimeoutError):
                     return  # not the network's doing: the probe stands down, the agent's own timeouts remain
-                if time.monotonic() - since > self.timeout_s + UNREACHED_GRACE_S and not workers_started():
+                if time.monotonic() - since > self.timeout_s + UNREACHED_GRACE_S and not workers_started() \
+                        and not self.done.is_set():
                     # torch's connect retries once more after its timeout, with a back-off as long: don't wait for it
                     end_now(self.unreached_line(f"{host}:{port}"), errors.TrainingError.exit_code)
                 self.done.wait(1.0)
@@ -170,6 +183,9 @@ def guarded(watchdog: Watchdog) -> Iterator[Watchdog]:
     if threading.current_thread() is not threading.main_thread():
         yield watchdog
         return
+    watchdog._wake_r, watchdog._wake_w = os.pipe()
+    for fd in (watchdog._wake_r, watchdog._wake_w):
+        os.set_blocking(fd, False)
     previous = signal.set_wakeup_fd(watchdog._wake_w, warn_on_full_buffer=False)
     threads = [threading.Thread(target=watchdog.watch_signals, name="ddplab-watchdog-signals", daemon=True)]
     if watchdog.endpoint is not None:

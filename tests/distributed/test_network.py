@@ -28,7 +28,7 @@ pytestmark = pytest.mark.dist
 TINY = ["--dataset", "synthetic", "--data.synthetic_size", "256", "--data.image_size", "16", "--data.num_classes", "4",
         "--model.width", "0.5", "--device", "cpu", "--output.progress", "false", "--output.tensorboard", "false",
         "--data.crop_padding", "0", "--data.flip", "false", "--model.dropout", "0", "--batch-size", "16"]
-TIMEOUT_S = 10  # dist.timeout_s of the fault cases
+TIMEOUT_S = 6  # dist.timeout_s of the fault cases
 MARGIN_S = 15  # what "within the timeout plus seconds" allows: start-up, the ranks' barrier, the agent's tear-down
 SLOW_EPOCH_2 = {"DDPLAB_FAULT": "slow:rank=1:epoch=2:ms=400"}  # epoch 2 takes ~3 s: a cut after epoch 1 lands in it
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}

@@ -42,8 +42,9 @@ def test_hosts_are_numbered_from_the_first_address_of_the_subnet():
 
 def test_without_root_it_says_so_in_one_line(monkeypatch):
     monkeypatch.setattr(hosts.os, "geteuid", lambda: 1000)
-    with pytest.raises(HostsError, match=r"need root: run as root \(e\.g\. sudo ddplab hosts"):
-        hosts.up(2)
+    for command in (lambda: hosts.up(2), hosts.down, hosts.status, lambda: hosts.reshape("ddplab", "1gbit")):
+        with pytest.raises(HostsError, match=r"need root: run as root \(e\.g\. sudo ddplab hosts"):
+            command()
     assert hosts.why_not_available().startswith("test hosts are network namespaces, which need root")
 
 

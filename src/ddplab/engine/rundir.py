@@ -134,9 +134,7 @@ def reproducible(config: RunConfig) -> RunConfig:
 
 def environment(ctx: DistContext) -> dict:
     from ddplab import __version__
-    from ddplab.metrics.system import machine
-
-    from ddplab.metrics.system import network_link
+    from ddplab.metrics.system import machine, network_link
 
     spread = len(set(ctx.hosts)) > 1  # several nodes: the link between them, as rank 0's side sees it
     return {"ddplab": __version__, "git_sha": git_sha(), **machine(ctx.device), "world_size": ctx.world_size,

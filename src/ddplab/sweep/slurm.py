@@ -48,6 +48,7 @@ from ddplab.sweep.spec import Sweep, SweepRun, slug
 FOLDER = "slurm"  # batch scripts and each task's outcome
 WAIT_POLL_S = 2.0
 TASK_GRACE_S = 20  # a cancelled task's run is SIGKILLed after this; below Slurm's default KillWait (30 s)
+SIGTERM_WAIT_S = 5  # how long a task whose workers died of SIGTERM waits to hear whether it was cancelled too
 QUEUED = ("PENDING", "CONFIGURING", "REQUEUED", "RESV_DEL_HOLD", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED")
 
 
@@ -284,18 +285,29 @@ def task(out: Path, name: str) -> int:
         cmd = ["srun", f"--nodes={nodes}", f"--ntasks={nodes * tasks}", f"--ntasks-per-node={tasks}", *cmd]
     env = {**os.environ, **allocated_threads(os.environ, tasks)}
     print(f"{name}: {'resuming' if resume else 'running'} on {socket.gethostname()} (log: {log_path})", flush=True)
-    previous = signal.signal(signal.SIGTERM, raise_terminated)  # scancel, the time limit: stop resumable
+    terminated: list[bool] = []
+
+    def on_sigterm(signum, frame) -> None:  # scancel, the time limit: stop resumable
+        terminated.append(True)
+        raise_terminated(signum, frame)
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         # SIGTERM: srun forwards it to the workers (one SIGINT only makes it print their state); stopped
         # within TASK_GRACE_S, before Slurm's SIGKILL (KillWait, 30 s by default), so the outcome is written.
         done = supervise(cmd, log_path, env=env, stop_signal=signal.SIGTERM, grace_s=TASK_GRACE_S)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGTERM, lambda signum, frame: terminated.append(True))
     code, error = done.code, done.error
     if nodes * tasks > 1 and code in (128 + signal.SIGTERM, -signal.SIGTERM):
         # scancel and the time limit send SIGTERM to every step: the workers' step often ends before this
-        # batch step hears it, and srun says 143. Stopped, not failed: its checkpoints resume it.
-        code, error = INTERRUPTED, "its workers were stopped by SIGTERM (scancel, the time limit): submit again to resume"
+        # batch step hears its own, and srun says 143. Stopped, not failed, when this step was told too.
+        deadline = time.monotonic() + SIGTERM_WAIT_S
+        while not terminated and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if terminated:
+            code, error = INTERRUPTED, "stopped by SIGTERM (scancel, the time limit): submit again to resume"
+    signal.signal(signal.SIGTERM, previous)
     job = f"{os.environ.get('SLURM_ARRAY_JOB_ID', '?')}_{os.environ.get('SLURM_ARRAY_TASK_ID', '?')}"
     files.write_json(out / FOLDER / f"{name}.json", {"name": name, "job": job, "host": socket.gethostname(),
                                                     "exit_code": code, "error": error, "wall_s": round(done.wall_s, 1)})
