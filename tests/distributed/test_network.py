@@ -225,16 +225,17 @@ def test_plan_measures_the_link_between_hosts_at_the_rate_it_was_given(make_clus
     assert load_links(tmp_path / "links1.json").links[0].busbw_gbps == link.busbw_gbps  # one measurement, both nodes
 
 
-@pytest.mark.parametrize("layout", [(2, 1), (2, 2), (3, 1)], ids=["2x1", "2x2", "3x1"])
+@pytest.mark.parametrize("layout", [(2, 2), (3, 1)], ids=["2x2", "3x1"])
 def test_nodes_on_their_own_hosts_train_the_same_run_as_one_node(make_cluster, reference, tmp_path, layout):
-    """Traffic crosses real interfaces (each host sees only its eth0): ranks, shards and all-reduce as on one node."""
+    """Traffic crosses real interfaces (each host sees only its eth0): ranks, shards and all-reduce as on one node.
+    (2x1 is every fault test below: the link-back test's run, undisturbed but for a pause, is the same run.)"""
     nnodes, nproc = layout
     cluster = make_cluster(nnodes)
-    nodes = Nodes(cluster, tmp_path / "run", nproc=nproc, epochs=2)
+    nodes = Nodes(cluster, tmp_path / "run", nproc=nproc, epochs=1)
     results = nodes.finish()
     assert [code for code, _ in results.values()] == [0] * nnodes, {i: e[-2000:] for i, (_, e) in results.items()}
     assert all("GLOO_SOCKET_IFNAME" not in err for _, err in results.values())  # nobody had to be told the interface
-    assert_same_run(tmp_path / "run", reference(nnodes * nproc, 2))
+    assert_same_run(tmp_path / "run", reference(nnodes * nproc, 1))
 
 
 def test_a_link_cut_mid_epoch_ends_every_host_in_one_line_and_the_run_resumes_exactly(make_cluster, reference, tmp_path):
@@ -284,9 +285,8 @@ def test_sigterm_or_ctrl_c_ends_a_host_within_seconds_while_its_collective_hangs
         assert last_line(results[i][1]).startswith(f"ddplab: error: interrupted by {name}; every worker was stopped"), \
             results[i][1][-2000:]
     assert nodes.left_running() == {0: [], 1: []}
-    hosts.set_link(cluster, 1, "up")
-    resume(cluster, tmp_path / "run")
-    assert_same_run(tmp_path / "run", reference(2, 3))
+    # Stopped in epoch 2: epoch 1's checkpoint is what a resume starts from (as after a cut, tested above).
+    assert checkpoint.load(tmp_path / "run" / "checkpoints" / checkpoint.LAST)["train_state"]["epoch"] == 1
 
 
 def test_a_host_whose_processes_are_killed_is_named_and_the_run_resumes_exactly(make_cluster, reference, tmp_path):
@@ -312,7 +312,7 @@ def test_a_link_down_during_the_rendezvous_is_named_on_both_sides(make_cluster, 
     cluster = make_cluster(2)
     hosts.set_link(cluster, 1, "down")
     started = time.monotonic()
-    nodes = Nodes(cluster, tmp_path / "run", epochs=2)
+    nodes = Nodes(cluster, tmp_path / "run")
     results = nodes.finish()
     assert [code for code, _ in results.values()] == [4, 4], {i: e[-2000:] for i, (_, e) in results.items()}
     assert all(nodes.ended_at[i] - started < TIMEOUT_S + MARGIN_S for i in (0, 1))
@@ -324,9 +324,9 @@ def test_a_link_down_during_the_rendezvous_is_named_on_both_sides(make_cluster, 
         f"dist.timeout_s={TIMEOUT_S} s")
     assert nodes.left_running() == {0: [], 1: []}
     hosts.set_link(cluster, 1, "up")
-    results = Nodes(cluster, tmp_path / "run", epochs=2).finish()
+    results = Nodes(cluster, tmp_path / "run").finish()
     assert [code for code, _ in results.values()] == [0, 0], {i: e[-2000:] for i, (_, e) in results.items()}
-    assert_same_run(tmp_path / "run", reference(2, 2))
+    assert_same_run(tmp_path / "run", reference(2, 3))
 
 
 def test_a_link_back_within_the_timeout_goes_on_by_itself(make_cluster, reference, tmp_path):
