@@ -266,8 +266,7 @@ def test_a_link_cut_mid_epoch_ends_every_host_in_one_line_and_the_run_resumes_ex
     assert (env["network"]["interface"], env["network"]["shaped_mbit"]) == ("eth0", 200.0)
 
 
-def test_sigterm_or_ctrl_c_ends_a_host_within_seconds_while_its_collective_hangs_on_a_dead_link(make_cluster, reference,
-                                                                                               tmp_path):
+def test_sigterm_or_ctrl_c_ends_a_host_within_seconds_while_its_collective_hangs_on_a_dead_link(make_cluster, tmp_path):
     """The cut host's launcher is blocked in a store call across the dead link, where Python signal handlers
     never run: it used to ignore SIGTERM for minutes. Host 1 gets Ctrl-C's SIGINT, host 0 SIGTERM."""
     cluster = make_cluster(2)
