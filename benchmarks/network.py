@@ -118,7 +118,7 @@ def main(argv=None) -> int:
         base.mkdir(parents=True, exist_ok=True)
         with hosts.cluster(2) as cluster:
             for side in sides[1:]:  # the link first: its own measurement, at this rate
-                hosts.shape(cluster, 0, rate_of[side]), hosts.shape(cluster, 1, rate_of[side])
+                hosts.reshape(cluster.name, rate_of[side])
                 print(f"measuring the link: {side} ...", file=sys.stderr, flush=True)
                 out = base / f"links-{hosts.rate_text(rate_of[side])}.json"
                 run_on_hosts(cluster, [sys.executable, "-m", "ddplab", "plan", "--measure", "--nproc", "1", "--nnodes", "2",
@@ -133,7 +133,7 @@ def main(argv=None) -> int:
                 if side == "one host":
                     common.run_ddplab([*flags, "--batch-size", str(args.batch_size)], run_dir, env=common.child_env(1))
                 else:
-                    hosts.shape(cluster, 0, rate_of[side]), hosts.shape(cluster, 1, rate_of[side])
+                    hosts.reshape(cluster.name, rate_of[side])
                     run_on_hosts(cluster, [sys.executable, "-m", "ddplab", "train", *flags, "--batch-size",
                                            str(args.batch_size // 2), "--strategy", "ddp", "--nproc", "1", "--nnodes", "2",
                                            "--rdzv-endpoint", cluster.endpoint(29500 + repeat), "--dist.timeout_s", "300",

@@ -170,6 +170,12 @@ def rendezvous_store(place: ProcessPlace, timeout: timedelta) -> dist.Store:
     return dist.PrefixStore(f"ddplab/attempt_{attempt}", store)
 
 
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    """'host:port' (an IPv6 host in brackets) -> (host, port)."""
+    host, port = endpoint.rsplit(":", 1)
+    return host.strip("[]"), int(port)
+
+
 def route_address(endpoint: str | None) -> str | None:
     """This node's address on the interface that reaches the rendezvous endpoint.
 
@@ -179,23 +185,26 @@ def route_address(endpoint: str | None) -> str | None:
     """
     if endpoint is None:
         return None
-    host, port = endpoint.rsplit(":", 1)
-    host = host.strip("[]")
+    host, port = split_endpoint(endpoint)
     try:
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect((host, int(port)))
+            probe.connect((host, port))
             return probe.getsockname()[0]
     except OSError:
         return None
 
 
+def master_route() -> str | None:
+    """This node's address on the interface that reaches the master (MASTER_ADDR), if it has one."""
+    if "MASTER_ADDR" not in os.environ:
+        return None
+    return route_address(f"{os.environ['MASTER_ADDR']}:{os.environ.get('MASTER_PORT', '1')}")
+
+
 def this_host() -> str:
     """This node's address as the other nodes reach it (the interface towards the master), else its hostname."""
-    if "MASTER_ADDR" in os.environ:
-        address = route_address(f"{os.environ['MASTER_ADDR']}:{os.environ.get('MASTER_PORT', '1')}")
-        if address and not address.startswith("127."):
-            return address
-    return socket.gethostname()
+    address = master_route()
+    return address if address and not address.startswith("127.") else socket.gethostname()
 
 
 def interface_for_address(address: str) -> str | None:
@@ -221,9 +230,9 @@ def maybe_set_gloo_interface() -> None:
     Gloo otherwise binds to whatever the hostname resolves to, often loopback or an
     interface the other nodes cannot reach.
     """
-    if "GLOO_SOCKET_IFNAME" in os.environ or "MASTER_ADDR" not in os.environ:
+    if "GLOO_SOCKET_IFNAME" in os.environ:
         return
-    local = route_address(f"{os.environ['MASTER_ADDR']}:{os.environ.get('MASTER_PORT', '1')}")
+    local = master_route()
     name = interface_for_address(local) if local else None
     if name and name != "lo":
         os.environ["GLOO_SOCKET_IFNAME"] = name
@@ -276,13 +285,13 @@ def distributed_context(config: RunConfig, place: ProcessPlace | None) -> Iterat
                             world_size=place.world_size, timeout=timeout, **init_kwargs)
     # A group of its own: after a timed-out collective the main group's connections are closed.
     monitor = dist.new_group(backend="gloo", timeout=timeout)
-    hosts: list = [None] * place.world_size
+    hosts: list = []
     if config.dist.nnodes > 1:
+        hosts = [None] * place.world_size
         dist.all_gather_object(hosts, this_host(), group=monitor)
     try:
         yield DistContext(rank=place.rank, world_size=place.world_size, local_rank=place.local_rank,
-                          device=device, backend=backend, monitor=monitor,
-                          hosts=tuple(hosts) if config.dist.nnodes > 1 else ())
+                          device=device, backend=backend, monitor=monitor, hosts=tuple(hosts))
     finally:
         dist.destroy_process_group()
 

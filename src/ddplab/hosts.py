@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import itertools
 import json
 import os
 import re
@@ -92,6 +93,11 @@ def parse_rate(text: str | None) -> float | None:
     return rate
 
 
+def as_rate(rate: str | float | None) -> float | None:
+    """Bits per second from a rate as a user spells it, or as a number already."""
+    return float(rate) if isinstance(rate, (int, float)) else parse_rate(rate)
+
+
 def rate_text(rate_bit_s: float | None) -> str:
     if rate_bit_s is None:
         return "unshaped"
@@ -156,7 +162,7 @@ def up(hosts: int, rate: str | float | None = None, *, name: str = DEFAULT_NAME)
     _check_name(name)
     if not 1 <= hosts <= MAX_HOSTS:
         raise HostsError(f"hosts: {hosts}: must be between 1 and {MAX_HOSTS}")
-    rate_bit_s = rate if isinstance(rate, (int, float)) or rate is None else parse_rate(rate)
+    rate_bit_s = as_rate(rate)
     check_can_make()
     cluster = Cluster(name, hosts, rate_bit_s)
     taken = _namespaces() & {cluster.switch, *(f"{name}-h{i}" for i in range(hosts))}
@@ -196,10 +202,10 @@ def shape(cluster: Cluster, i: int, rate_bit_s: float | None) -> None:
                   "burst", str(burst), "latency", "100ms"])
 
 
-def reshape(name: str, rate: str | None) -> Cluster:
+def reshape(name: str, rate: str | float | None) -> Cluster:
     """Every link of cluster `name` at a new rate (or unshaped)."""
     made = find(name)
-    made = Cluster(made.name, made.hosts, parse_rate(rate))
+    made = Cluster(made.name, made.hosts, as_rate(rate))
     for i in range(made.hosts):
         shape(made, i, made.rate_bit_s)
     _state_file(name).write_text(json.dumps(asdict(made)))
@@ -250,9 +256,9 @@ def down(name: str = DEFAULT_NAME, *, missing_ok: bool = False) -> list[int]:
         recorded = json.loads(_state_file(name).read_text())["hosts"]
     except (OSError, ValueError, KeyError, TypeError):
         recorded = None
-    prefix = f"{name}-h"
-    namespaces = sorted(ns for ns in _namespaces() if ns.startswith(prefix) and ns[len(prefix):].isdigit())
-    namespaces += [f"{name}-sw"] if f"{name}-sw" in _namespaces() else []
+    prefix, existing = f"{name}-h", _namespaces()
+    namespaces = sorted(ns for ns in existing if ns.startswith(prefix) and ns[len(prefix):].isdigit())
+    namespaces += [f"{name}-sw"] if f"{name}-sw" in existing else []
     if not namespaces and recorded is None and not missing_ok:
         raise HostsError(f"no test cluster named {name!r}")
     stopped = stop_processes([pid for ns in namespaces for pid in processes_in(ns)])
@@ -291,11 +297,14 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+_made = itertools.count()  # clusters made by this process, for their default names
+
+
 @contextlib.contextmanager
 def cluster(hosts: int, rate: str | float | None = None, *, name: str | None = None) -> Iterator[Cluster]:
     """A cluster for the length of a block (a test, a benchmark): always taken down, with whatever
-    still runs in it, also on an error or Ctrl-C. The default name is unique to this process."""
-    name = name or f"t{os.getpid() % 10**8}"
+    still runs in it, also on an error or Ctrl-C. The default name is unique to this process and call."""
+    name = name or f"t{os.getpid() % 10**6}x{next(_made)}"
     made = up(hosts, rate, name=name)
     try:
         yield made

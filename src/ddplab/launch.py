@@ -23,8 +23,8 @@ import uuid
 from pathlib import Path
 
 from ddplab import compat, errors, watchdog
-from ddplab.config import RunConfig
-from ddplab.distributed import route_address
+from ddplab.config import DistConfig, RunConfig
+from ddplab.distributed import route_address, split_endpoint
 from ddplab.plan import RunPlan, as_worker, prepared
 SHUTDOWN_TIMEOUT_S = 5
 STORE_SLACK_S = 10  # a store call outwaits the watchdog's probe, so a lost host is said in the probe's words
@@ -116,7 +116,7 @@ def launch_workers(plan: RunPlan, *, command: bool = True):
 
     timeout = f"dist.timeout_s={d.timeout_s}"
     guard = watchdog.Watchdog(grace_s=SHUTDOWN_TIMEOUT_S + 5, interrupted_line=interrupted_line,
-                              endpoint=split_endpoint(d.rdzv_endpoint) if d.nnodes > 1 else None,
+                              endpoint=split_endpoint(d.rdzv_endpoint) if d.nnodes > 1 and d.rdzv_endpoint else None,
                               timeout_s=patience_s(d), lost_line=lambda endpoint: lost_host_line(config, endpoint),
                               unreached_line=lambda endpoint: unreached_line(endpoint, waited_text(d)))
     guarded = watchdog.guarded(guard) if command else contextlib.nullcontext()
@@ -153,14 +153,7 @@ def rendezvous_failure(exc: Exception, endpoint: str | None, nnodes: int, timeou
     return errors.TrainingError(f"the rendezvous at {endpoint} failed ({type(exc).__name__}): {first}")
 
 
-def split_endpoint(endpoint: str | None) -> tuple[str, int] | None:
-    if endpoint is None:
-        return None
-    host, port = endpoint.rsplit(":", 1)
-    return host.strip("[]"), int(port)
-
-
-def waited_text(d) -> str:
+def waited_text(d: DistConfig) -> str:
     """How long a node waits for a silent rendezvous host, as the settings that make it."""
     return (f"dist.timeout_s={d.timeout_s}" if not d.max_restarts else
             f"{patience_s(d)} (dist.timeout_s={d.timeout_s}, and as long for each of {d.max_restarts} restart(s))")
@@ -275,7 +268,7 @@ def stopped_with_sigterm_pending(pid: int) -> bool:
     return status.get("State", "").strip().startswith("T") and bool(pending >> (signal.SIGTERM - 1) & 1)
 
 
-def patience_s(d) -> int:
+def patience_s(d: DistConfig) -> int:
     """How long a node waits for a silent rendezvous host: dist.timeout_s, and as long again for each restart
     left, so that a link back within that window re-forms the group (the agent's store call just waits)."""
     return d.timeout_s * (1 + d.max_restarts)
@@ -296,7 +289,7 @@ def c10d_configs(endpoint: str | None, timeout_s: int, store_timeout_s: int | No
     waits = {"join_timeout": timeout_s, "read_timeout": store_timeout_s or timeout_s}
     if endpoint is None:
         return waits
-    host = endpoint.rsplit(":", 1)[0].strip("[]")
+    host = split_endpoint(endpoint)[0]
     try:  # where PyTorch already recognizes the host, keep its fallback for shared machines
         from torch.distributed.elastic.rendezvous.utils import _matches_machine_hostname
 

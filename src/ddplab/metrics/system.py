@@ -110,6 +110,7 @@ def network_link(address: str | None) -> dict | None:
     from pathlib import Path
 
     from ddplab.distributed import interface_for_address
+    from ddplab.hosts import HostsError, parse_rate
 
     name = interface_for_address(address) if address else None
     if name is None:
@@ -121,10 +122,9 @@ def network_link(address: str | None) -> dict | None:
     shaped = None
     try:
         qdisc = subprocess.run(["tc", "qdisc", "show", "dev", name], capture_output=True, text=True, timeout=5).stdout
-        found = re.search(r"\brate (\d+(?:\.\d+)?)([KMG]?)bit", qdisc)
-        if found:
-            shaped = float(found.group(1)) * {"": 1e-6, "K": 1e-3, "M": 1.0, "G": 1e3}[found.group(2)]
-    except (OSError, subprocess.SubprocessError):
+        found = re.search(r"\brate (\S+)", qdisc)
+        shaped = parse_rate(found.group(1)) / 1e6 if found else None  # tc's spelling, as `ddplab hosts` reads it
+    except (OSError, subprocess.SubprocessError, HostsError):
         pass
     return {"interface": name, "address": address, "speed_mbit": speed if speed > 0 else None, "shaped_mbit": shaped}
 
