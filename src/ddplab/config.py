@@ -37,6 +37,9 @@ from ddplab.errors import ConfigError
 MODELS = ("simple_cnn", "vgg_small", "resnet18", "fastnet", "speednet")
 OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop", "muon")
 SCHEDULES = ("onecycle", "cosine", "linear", "step", "none")
+# Planned over train.epochs: extending a run re-plans them, and a shorter run is not the first epochs of a
+# longer one (with the others it is, seed for seed, which the report's equal-epoch comparisons use).
+SCHEDULES_OVER_THE_RUN = ("onecycle", "cosine", "linear")
 PRECISIONS = ("fp32", "bf16", "fp16")
 STRATEGIES = ("single", "dp", "ddp")
 BACKENDS = ("auto", "nccl", "gloo", "mpi")

@@ -622,3 +622,49 @@ def test_an_all_reduce_wait_across_nodes_names_the_link_it_crosses():
     assert why("all-reduce wait", {"nodes": 3, "link": None}, base) == (
         "the gradients' all-reduce crosses the link between the 3 nodes and backward does not hide it")
     assert why("all-reduce wait", {"nodes": 1, "link": None}, base) == "the gradients' all-reduce is not hidden behind backward"
+
+
+def write_sized_down_sweep(sweep: Path, schedule: str = "none") -> Path:
+    """fp32 for 3 epochs and bf16 sized down to 2 (an [adapt] table did it), two seeds each; fp32's test
+    accuracy climbs 30, 40, 60% (seed 1: +2 points), bf16 ends at 41 and 43%."""
+    runs = []
+    for seed in (0, 1):
+        fp32 = write_run(sweep / "runs" / f"fp32_s{seed}", seed=seed, epoch_s=(12.0, 10.0, 10.0), steps=True,
+                         config={"optim": {"schedule": schedule}})
+        lines = [json.loads(line) for line in (fp32 / "metrics.jsonl").read_text().splitlines()]
+        for record, acc in zip(lines, (0.30, 0.40, 0.60)):
+            record["test_acc"] = acc + 0.02 * seed
+        (fp32 / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+        summary = json.loads((fp32 / "summary.json").read_text())
+        summary["final"]["test_acc"] = summary["best"]["test_acc"] = 0.60 + 0.02 * seed
+        (fp32 / "summary.json").write_text(json.dumps(summary))
+        write_run(sweep / "runs" / f"bf16_s{seed}", seed=seed, precision="bf16", epoch_s=(60.0, 50.0), steps=True,
+                  test_acc=0.41 + 0.02 * seed, config={"optim": {"schedule": schedule}})
+        runs += [{"name": f"fp32_s{seed}", "point": {"config": "fp32"}, "seed": seed},
+                 {"name": f"bf16_s{seed}", "point": {"config": "bf16"}, "seed": seed}]
+    adapted = "this CPU (Test) does not compute bf16 natively: so bf16 with train.epochs=2 (the others: 3)"
+    sections = [{"title": "Precision", "kind": "compare", "runs": [r["name"] for r in runs],
+                 "baseline_runs": ["fp32_s0", "fp32_s1"], "not_measured": [], "adapted": [adapted]}]
+    return write_manifest(sweep, runs, sections=sections)
+
+
+def test_a_point_sized_down_for_this_machine_is_compared_at_equal_epochs(tmp_path):
+    """bf16 trained 2 epochs where fp32 trained 3: with a schedule not planned over the run, fp32's first 2
+    epochs are what a 2-epoch fp32 run would have trained, seed for seed, so bf16 is set against them (speed
+    from their timed epochs, accuracy at epoch 2), and the setup line says what was adapted."""
+    from ddplab.report.sections import build_sections, setup_text
+    from ddplab.report.figures import run_row
+
+    runs = load_runs([write_sized_down_sweep(tmp_path / "sweep")])
+    (section,) = build_sections(runs, {r.name: run_row(r) for r in runs})
+    (pair,) = section.pairs
+    assert pair["baseline"] == "fp32, its first 2 epochs" and pair["equal_epochs"]
+    assert pair["base"]["final_test_acc"] == pytest.approx(0.41) and pair["acc_diff"] == pytest.approx(0.01)
+    assert pair["speedup"] == pytest.approx(9.0 / 49.0)  # epoch 2 alone is timed on both sides
+    assert setup_text(section).endswith("; adapted to this machine: this CPU (Test) does not compute bf16 natively: "
+                                        "so bf16 with train.epochs=2 (the others: 3)")
+    # A schedule planned over the run (onecycle): fp32's first 2 epochs are not a 2-epoch run; compared as they are.
+    runs = load_runs([write_sized_down_sweep(tmp_path / "onecycle", schedule="onecycle")])
+    (section,) = build_sections(runs, {r.name: run_row(r) for r in runs})
+    (pair,) = section.pairs
+    assert pair["baseline"] == "fp32" and not pair["equal_epochs"] and pair["acc_diff"] == pytest.approx(-0.19)

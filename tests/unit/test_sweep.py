@@ -329,3 +329,56 @@ def test_the_sweep_measures_each_worker_count_once_and_keeps_what_it_has(tmp_pat
     assert measured == [4, 8] and links.load_links(out / links.LINKS_FILE).ranks == [2, 4]
     assert "x8: could not measure it (RuntimeError: eight ranks would not start); 8 workers are predicted over " \
            "the nearest count measured" in said[-1]
+
+
+ADAPTED = SECTIONED + """
+[base.train]
+epochs = 12
+
+[adapt.cpu_without_native_bf16]
+"bf16" = { "train.epochs" = 3 }
+"""
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_an_adaptation_changes_the_points_it_names_only_where_its_condition_holds(tmp_path, monkeypatch, native):
+    """[adapt.cpu_without_native_bf16] sizes the bf16 point down on a CPU without bf16 instructions, and
+    only there; the manifest's sections and the dry run say what was detected and what changed."""
+    from ddplab.metrics import system
+    from ddplab.sweep import spec
+
+    found = {"native": native, "text": "computes bf16 natively (AMX)" if native else "does not compute bf16 natively"}
+    monkeypatch.setattr(system, "cpu_bf16", lambda: found)
+    monkeypatch.setattr(system, "cpu_model", lambda: "Test CPU")
+    sweep = load_sweep(write(tmp_path, ADAPTED))
+    epochs = {r.name: r.config.train.epochs for r in sweep.runs}
+    assert epochs == {"one_s0": 12, "two_s0": 12, "bf16_s0": 12 if native else 3, "bf16_s1": 12 if native else 3,
+                      "two_s1": 12, "one_s1": 12}
+    (adaptation,) = sweep.adaptations
+    assert adaptation == spec.Adaptation("cpu_without_native_bf16", not native, f"this CPU (Test CPU) {found['text']}",
+                                         {"bf16": {"train.epochs": 3}}, {"train.epochs": 12})
+    line = ("this CPU (Test CPU) computes bf16 natively (AMX): bf16 run as written" if native else
+            "this CPU (Test CPU) does not compute bf16 natively: so bf16 with train.epochs=3 (the others: 12)")
+    scaling, precision = sweep.section_records()
+    assert scaling["adapted"] == [] and precision["adapted"] == [line]
+    assert f"adapted to this machine: {line}" in format_plan(sweep, tmp_path / "out")
+
+
+@pytest.mark.parametrize(("table", "error"), [
+    ('[adapt.cpu_without_native_bf16]\n"bf16" = { "train.precision" = "fp32" }',
+     r"'bf16' sets train.precision, which an axis sets: an adaptation changes base settings only"),
+    ('[adapt.cpu_without_native_bf16]\n"bf16" = { "train.seed" = 3 }', r"which \[sweep\] repeats sets"),
+    ('[adapt.cpu_without_native_bf16]\n"fp8" = { "train.epochs" = 3 }', r"names point\(s\) fp8, which no run has"),
+    ('[adapt.cpu_without_native_bf16]\n"bf16" = 3', r"must be a table of settings"),
+    ('[adapt.on_tuesdays]\n"bf16" = { "train.epochs" = 3 }', r"\[adapt.on_tuesdays\]: unknown condition; ddplab knows "
+                                                            r"cpu_without_native_bf16"),
+    ('[adapt.cpu_without_native_bf16]\n"bf16" = { "train.epochs" = 0 }', r"train.epochs"),
+])
+@pytest.mark.parametrize("native", [False, True])
+def test_an_adaptation_that_would_break_a_promise_is_refused(tmp_path, monkeypatch, table, error, native):
+    """On every machine, whether or not its condition holds there."""
+    from ddplab.metrics import system
+
+    monkeypatch.setattr(system, "cpu_bf16", lambda: {"native": native, "text": "?"})
+    with pytest.raises(ConfigError, match=error):
+        load_sweep(write(tmp_path, SECTIONED + table))

@@ -76,9 +76,6 @@ def _constant(step: int) -> float:
     return 1.0
 
 
-SCHEDULES_OVER_THE_RUN = ("onecycle", "cosine", "linear")  # planned over train.epochs: extending a run re-plans them
-
-
 def build_scheduler(optimizer: Optimizer, cfg: OptimConfig, *, epochs: int, steps_per_epoch: int) -> LRScheduler:
     total = epochs * steps_per_epoch
     warmup = min(total - 1, round(cfg.warmup_epochs * steps_per_epoch))

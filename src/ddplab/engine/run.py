@@ -20,14 +20,14 @@ import torch
 
 from ddplab import files, runfiles
 from ddplab import log as logsetup
-from ddplab.config import RunConfig
+from ddplab.config import SCHEDULES_OVER_THE_RUN, RunConfig
 from ddplab.data.augment import AugmentSpec
 from ddplab.data.datasets import load_dataset, make_splits
 from ddplab.data.loader import DeviceLoader
 from ddplab.distributed import DistContext, distributed_context, wrap_model
 from ddplab.engine import checkpoint
 from ddplab.engine.early_stop import EarlyStopping
-from ddplab.engine.optim import SCHEDULES_OVER_THE_RUN, build_optimizer, build_scheduler
+from ddplab.engine.optim import build_optimizer, build_scheduler
 from ddplab.engine.precision import Precision
 from ddplab.engine.rundir import prepare_run_dir
 from ddplab.engine.trainer import PROGRESS_UPDATES_PER_EPOCH, Trainer, steps_per_epoch

@@ -77,6 +77,27 @@ class Point:
     axes: dict[str, Any]  # the values of the report's axes at this point
 
 
+def first_epochs(run: Run, epochs: int) -> Run:
+    """A finished run as if it had stopped after `epochs`: what a run of that many epochs would have
+    recorded, seed for seed, when nothing in its recipe is planned over its length
+    (`config.SCHEDULES_OVER_THE_RUN`; the caller checks). Its time is its startup and those epochs."""
+    import dataclasses
+
+    history = run.history[:epochs]
+    last, best = history[-1], max(history, key=lambda r: r.test_acc)
+    final = {k: getattr(last, k) for k in ("epoch", "train_loss", "train_acc", "train_eval_loss", "train_eval_acc",
+                                           "test_loss", "test_acc")}
+    summary = dict(run.summary or {})
+    summary.update(final=final, best={"epoch": best.epoch, "test_acc": best.test_acc},
+                   run={**summary.get("run", {}), "epochs_planned": epochs, "epochs_done": epochs},
+                   time={**summary.get("time", {}), "train_s": sum(r.train_s for r in history),
+                         "eval_s": sum(r.eval_s for r in history),
+                         "total_s": (summary.get("time", {}).get("startup_s") or 0.0) + sum(r.epoch_s for r in history)})
+    return dataclasses.replace(run, summary=summary, history=history,
+                               steps=[r for r in run.steps if isinstance(r.get("epoch"), int) and r["epoch"] <= epochs],
+                               gpu=[r for r in run.gpu if not isinstance(r.get("epoch"), int) or r["epoch"] <= epochs])
+
+
 def load_runs(paths: list[Path]) -> list[Run]:
     """Every run under `paths`, in a stable order, each folder once."""
     runs: list[Run] = []

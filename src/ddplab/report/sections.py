@@ -15,9 +15,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddplab.config import SCHEDULES_OVER_THE_RUN
 from ddplab.planner.links import LINKS_FILE, MeasuredLinks, read_links
 from ddplab.report import figures, noise, predictions
-from ddplab.report.runs import Point, Run, axis_text, experiment_config, group_points, groups_without, value_text
+from ddplab.report.runs import (Point, Run, axis_text, experiment_config, first_epochs, group_points, groups_without,
+                                value_text)
 
 SCALING_FIELDS = ("dist.nproc", "dist.nnodes", "dist.strategy")  # what a scaling comparison varies
 GAP_BELOW = 0.9  # a scaling point below this efficiency gets its epoch taken apart against the ideal
@@ -33,6 +35,7 @@ class Section:
     note: str = ""
     baseline_runs: set[str] = field(default_factory=set)
     not_measured: list[tuple[str, str]] = field(default_factory=list)  # (point, why)
+    adapted: list[str] = field(default_factory=list)  # what the sweep changed for this machine, and why (spec.Adaptation)
     points: list[Point] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
     curves: list[list[dict[str, Any]]] = field(default_factory=list)
@@ -77,7 +80,8 @@ def sweep_sections(runs: list[Run]) -> list[Section]:
                            source=str(sweep.dir), runs=[r for r in members if r.status != "skipped"],
                            question=str(spec.get("question") or ""), note=str(spec.get("note") or ""),
                            baseline_runs={by_name[n].name for n in spec.get("baseline_runs", []) if n in by_name},
-                           not_measured=list(dict.fromkeys(not_measured)), link=link))
+                           not_measured=list(dict.fromkeys(not_measured)), link=link,
+                           adapted=[str(a) for a in spec.get("adapted") or []]))
     return out
 
 
@@ -114,8 +118,29 @@ def declared_pairs(section: Section) -> list[dict[str, Any]]:
             continue
         j = min(base_idx, key=lambda b: (len(differing(experiment_config(section.points[b].config), experiment_config(point.config))),
                                          sum(section.points[b].axes.get(a) != v for a, v in point.axes.items())))
-        out.append(pair(section, i, j, scaling=section.kind == "scaling"))
+        out.append(pair(section, i, j, scaling=section.kind == "scaling", base_row=equal_epochs(section, i, j)))
     return out
+
+
+def equal_epochs(section: Section, i: int, j: int) -> dict[str, Any] | None:
+    """Baseline point j cut to point i's epochs, when i trained fewer (a point sized down for this machine,
+    spec.Adaptation) and j's first epochs are what a run of i's length would have trained: the same seeds,
+    and a schedule not planned over the run. None: compare the points as they are."""
+    point, base = section.points[i], section.points[j]
+    epochs = section.rows[i].get("epochs")
+    if (not isinstance(epochs, (int, float)) or not epochs or epochs != int(epochs)
+            or not all(r.finished for r in point.runs + base.runs)
+            or not all(r.summary["run"].get("epochs_planned") == len(r.history) for r in point.runs)  # not stopped early
+            or min(len(r.history) for r in base.runs) <= epochs
+            or {r.seed for r in point.runs} != {r.seed for r in base.runs}
+            or base.config.get("optim.schedule") in SCHEDULES_OVER_THE_RUN):
+        return None
+    cut = [first_epochs(r, int(epochs)) for r in base.runs]
+    label = f"{base.label}, its first {int(epochs)} epochs"
+    row = figures.point_rows([Point(label, cut, base.config, base.axes)], {r.name: figures.run_row(r, label) for r in cut})[0]
+    row["acc_noise"] = noise.accuracy_noise(row)[0]
+    row["cut_from"] = base.label
+    return row
 
 
 def scaling_pairs(section: Section) -> list[dict[str, Any]]:
@@ -155,9 +180,11 @@ def differing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
 
 
-def pair(section: Section, i: int, j: int, scaling: bool, changed: str | None = None) -> dict[str, Any]:
-    """Point i against point j: speed ratio (training throughput) and accuracy difference, each with its verdict."""
-    row, base = section.rows[i], section.rows[j]
+def pair(section: Section, i: int, j: int, scaling: bool, changed: str | None = None,
+         base_row: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Point i against point j (or `base_row`, j at i's epochs): speed ratio (training throughput) and
+    accuracy difference, each with its verdict."""
+    row, base = section.rows[i], base_row or section.rows[j]
     ratio = figures.speedup(row, base)
     ideal = figures.ideal_speedup(row, base) if scaling else None
     loads = {**row["loads"], **base["loads"]}
@@ -165,6 +192,7 @@ def pair(section: Section, i: int, j: int, scaling: bool, changed: str | None = 
     timing = (noise.timing_verdict(ratio, row["timing"], base["timing"], loads) if ratio is not None
               else noise.Verdict("not timed"))
     return {"point": row["point"], "baseline": base["point"], "row": row, "base": base, "at": i, "base_at": j,
+            "equal_epochs": base_row is not None,
             "changed": changed,
             "scaling": scaling, "speedup": ratio, "ideal": ideal,
             **(predictions.predict_pair(section, i, j) if scaling else {"predicted": None, "link_ms": None}),
@@ -209,6 +237,7 @@ def setup_text(section: Section) -> str:
     if machine and machine[0]:
         parts.append(f"on {machine[0]}" + (f" ({machine[1]} CPUs)" if machine[1] else "")
                      + (f", torch {machine[2]}" if machine[2] else ""))
+    parts += [f"adapted to this machine: {a}" for a in section.adapted]
     return "; ".join(parts)
 
 

@@ -41,7 +41,8 @@ def manifest_of(sweep: Sweep, previous: dict[str, dict], states: dict[str, str],
         runs.append(entry)
     return {"version": VERSION, "name": sweep.name, "description": sweep.description, "sweep_file": str(sweep.file),
             "profile": sweep.profile, "overrides": sweep.overrides, "axes": sweep.axes, "repeats": sweep.repeats,
-            "order": sweep.order, "sections": sweep.section_records(), "runs": runs}
+            "order": sweep.order, "adapted": [a.text() for a in sweep.adaptations], "sections": sweep.section_records(),
+            "runs": runs}
 
 
 def read_manifest(out: Path) -> dict[str, dict]:

@@ -39,11 +39,16 @@
     [not_measured]                   # points a section names that this file (or profile) does not run
     "fp16" = "why not, in one line"
 
+    [adapt.cpu_without_native_bf16]  # settings of named points, applied only where the condition holds
+    "bf16" = { "train.epochs" = 3 }  # on the machine that loads the sweep (CONDITIONS); the manifest
+                                     # and the report's setup line say what was detected and adapted
+
     [profiles.cpu.base.train]        # --profile cpu: merged over the file (base deep, grid per
-    epochs = 2                       # key; variants, sections, not_measured and [sweep] keys replaced)
+    epochs = 2                       # key; variants, sections, not_measured, adapt and [sweep] keys replaced)
 
 A sweep never runs something other than what it names: a setting may come from one place
-only (the base, one axis, or --set), and the seed comes from `repeats`.
+only (the base, one axis, or --set), and the seed comes from `repeats`. An adaptation may
+change a base setting of the points it names, never an axis's own (the point's name promises it).
 """
 
 from __future__ import annotations
@@ -63,7 +68,7 @@ ORDERS = ("listed", "interleaved")
 UNAVAILABLE = ("refuse", "skip")
 KINDS = ("all", "run", "scaling", "overfitting", "regularization", "compare")
 SWEEP_KEYS = {"name", "description", "repeats", "order", "unavailable"}
-PROFILE_KEYS = {"sweep", "base", "grid", "variants", "sections", "not_measured"}
+PROFILE_KEYS = {"sweep", "base", "grid", "variants", "sections", "not_measured", "adapt"}
 TOP_KEYS = PROFILE_KEYS | {"profiles"}
 SECTION_KEYS = {"title", "question", "kind", "points", "baseline", "note"}
 MAX_RUNS = 10_000  # a grid that expands past this is a mistake, and would take minutes to validate
@@ -77,6 +82,37 @@ class SweepRun:
     seed: int
     config: RunConfig
     launch: str = "ddplab"
+
+
+def cpu_without_native_bf16() -> tuple[bool, str]:
+    from ddplab.metrics.system import cpu_bf16, cpu_model
+
+    found = cpu_bf16()
+    return not found["native"], f"this CPU ({cpu_model()}) {found['text']}"
+
+
+# What an [adapt.NAME] table may depend on: NAME -> a check of this machine, (holds, what was found).
+CONDITIONS = {"cpu_without_native_bf16": cpu_without_native_bf16}
+
+
+@dataclass(frozen=True)
+class Adaptation:
+    """An [adapt.NAME] table as this machine decided it: the points it names get `settings` when it holds."""
+
+    condition: str
+    holds: bool
+    detected: str  # what the check found, in words
+    points: dict[str, dict[str, Any]]  # point name -> dotted settings
+    replaced: dict[str, Any] = field(default_factory=dict)  # dotted setting -> the value the other points keep
+
+    def text(self) -> str:
+        """One line for the report's setup and the dry run: what was detected, what it changed."""
+        if not self.holds:
+            return f"{self.detected}: {', '.join(self.points)} run as written"
+        changes = "; ".join(f"{name} with " + ", ".join(
+            f"{k}={v}" + (f" (the others: {self.replaced[k]})" if k in self.replaced else "") for k, v in s.items())
+            for name, s in self.points.items())
+        return f"{self.detected}: so {changes}"
 
 
 @dataclass(frozen=True)
@@ -105,10 +141,14 @@ class Sweep:
     unavailable: str = "refuse"
     sections: list[Section] = field(default_factory=list)
     not_measured: dict[str, str] = field(default_factory=dict)  # point name -> why this sweep does not run it
+    adaptations: list[Adaptation] = field(default_factory=list)  # [adapt.NAME] tables, as decided on this machine
 
     def runs_named(self, name: str) -> list[SweepRun]:
         """The runs of every point that has `name` as one of its axis values."""
         return [r for r in self.runs if name in (point_text(v) for v in r.point.values())]
+
+    def point_names(self) -> list[str]:
+        return list(dict.fromkeys(point_text(v) for r in self.runs for v in r.point.values()))
 
     def section_records(self) -> list[dict[str, Any]]:
         """The sections as the manifest stores them: resolved to run names, so the report needs no file."""
@@ -117,7 +157,9 @@ class Sweep:
             runs = list(dict.fromkeys(r.name for n in s.points for r in self.runs_named(n))) if s.points \
                 else [r.name for r in self.runs]
             baseline = s.baseline or tuple(n for n in s.points if self.runs_named(n))[:1]
+            adapted = [a.text() for a in self.adaptations if any(n in a.points for n in s.points or self.point_names())]
             out.append({"title": s.title, "question": s.question, "kind": s.kind, "note": s.note, "runs": runs,
+                        "adapted": adapted,
                         "baseline_runs": list(dict.fromkeys(r.name for n in baseline for r in self.runs_named(n))),
                         "not_measured": [{"point": n, "reason": self.not_measured[n]} for n in s.points
                                          if not self.runs_named(n)]})
@@ -216,7 +258,7 @@ def apply_profile(spec: dict[str, Any], profile: dict[str, Any]) -> dict[str, An
     for section, values in profile.get("base", {}).items():
         out.setdefault("base", {}).setdefault(section, {}).update(values)
     out.setdefault("grid", {}).update(profile.get("grid", {}))
-    for replaced in ("variants", "sections", "not_measured"):
+    for replaced in ("variants", "sections", "not_measured", "adapt"):
         if replaced in profile:
             out[replaced] = profile[replaced]
     out.setdefault("sweep", {}).update(profile.get("sweep", {}))
@@ -235,6 +277,8 @@ def expand(spec: dict[str, Any], path: Path, profile: str | None = None,
     if count > MAX_RUNS:
         raise ConfigError(f"sweep file {path} expands to {count:,} runs (more than {MAX_RUNS:,}): shorten the grid")
     base = spec.get("base", {})
+    adaptations = read_adaptations(spec.get("adapt", {}), axes, path, base)
+    adapted = {name: settings for a in adaptations if a.holds for name, settings in a.points.items()}
     seed0 = base.get("train", {}).get("seed", 0)
     if isinstance(seed0, bool) or not isinstance(seed0, int):
         raise ConfigError(f"train.seed={seed0!r} in [base.train] is not valid: expected an integer")
@@ -243,6 +287,16 @@ def expand(spec: dict[str, Any], path: Path, profile: str | None = None,
         point = {axis: shown for (axis, _), (shown, _) in zip(axes, combo)}
         settings = {k: v for _, dotted in combo for k, v in dotted.items()}
         launch = settings.pop("launch", "ddplab")
+        labels = [point_text(shown) for shown in point.values()]
+        for a in adaptations:  # checked on every machine, applied where its condition holds
+            for name in labels:
+                if name in a.points and not a.holds:
+                    try:
+                        build_config(merge(merge_dotted(base, {**settings, **a.points[name]}), overrides or {}))
+                    except ConfigError as exc:
+                        raise ConfigError(f"sweep file {path}: [adapt.{a.condition}] {name!r}: {exc}") from None
+        for name in labels:
+            settings.update(adapted.get(name, {}))
         if launch not in LAUNCHERS:
             raise ConfigError(f"launch={launch!r} in sweep point {point} is not valid: choose one of {', '.join(LAUNCHERS)}")
         runs = []
@@ -260,7 +314,12 @@ def expand(spec: dict[str, Any], path: Path, profile: str | None = None,
     sweep = Sweep(name=meta["name"] or path.stem, description=meta["description"], axes=[a for a, _ in axes],
                   repeats=meta["repeats"], runs=ordered(points, meta["order"]), file=path, profile=profile,
                   order=meta["order"], unavailable=meta["unavailable"],
-                  not_measured=not_measured_table(spec.get("not_measured", {})))
+                  not_measured=not_measured_table(spec.get("not_measured", {})), adaptations=adaptations)
+    for a in adaptations:
+        unknown = [n for n in a.points if n not in sweep.point_names()]
+        if unknown:
+            raise ConfigError(f"sweep file {path}: [adapt.{a.condition}] names point(s) {', '.join(unknown)}, which no run "
+                              f"has (points: {', '.join(sweep.point_names())})")
     sweep.sections = read_sections(spec.get("sections", []), sweep, path)
     return sweep
 
@@ -372,6 +431,34 @@ def check_one_source(axes: list[Axis], overrides: dict[str, dict[str, Any]], bas
         if name in output:
             raise ConfigError(f"[base.output] {name} is not valid in a sweep: the sweep names each run's folder "
                               "and resumes interrupted runs itself")
+
+
+def read_adaptations(table: Any, axes: list[Axis], path: Path, base: dict[str, Any]) -> list[Adaptation]:
+    """The [adapt.NAME] tables, each condition checked on this machine once. An adaptation sets base settings
+    only: an axis's own setting (or the seed) is what a point's name promises, so it is refused."""
+    check_table(table, f"sweep file {path}: [adapt]")
+    owned = {k for _, values in axes for _, settings in values for k in settings}
+    out = []
+    for condition, points in table.items():
+        where = f"sweep file {path}: [adapt.{condition}]"
+        if condition not in CONDITIONS:
+            raise ConfigError(f"{where}: unknown condition; ddplab knows {', '.join(CONDITIONS)}")
+        check_table(points, where)
+        for name, settings in points.items():
+            if not isinstance(settings, dict) or not settings:
+                raise ConfigError(f"{where}.{name!r} must be a table of settings, e.g. {{ \"train.epochs\" = 3 }}, "
+                                  f"got {settings!r}")
+            for key in settings:
+                check_dotted(key)
+                if key == SEED or key in owned:
+                    raise ConfigError(f"{where}: {name!r} sets {key}, which {'[sweep] repeats' if key == SEED else 'an axis'} "
+                                      "sets: an adaptation changes base settings only (the point's name promises the rest)")
+        holds, detected = CONDITIONS[condition]()
+        keys = {k for settings in points.values() for k in settings}
+        replaced = {k: base[k.split(".")[0]][k.split(".", 1)[1]] for k in keys
+                    if k.split(".", 1)[1] in base.get(k.split(".")[0], {})}
+        out.append(Adaptation(condition, holds, detected, {n: dict(s) for n, s in points.items()}, replaced))
+    return out
 
 
 def not_measured_table(table: Any) -> dict[str, str]:
