@@ -245,7 +245,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     else:
         manifest = run_sweep(sweep, out, timeout_s=args.timeout, parallel=args.parallel,
-                             measure_link=not args.no_report, echo=echo)
+                             measure_link=not args.no_report, estimate=not args.no_estimate, echo=echo)
     if not args.no_report:
         report(out / "report", [out], title=f"ddplab sweep {sweep.name}: {sweep.description}" if sweep.description else None)
     unfinished = [r for r in manifest["runs"] if r["status"] != "finished"]
@@ -266,6 +266,8 @@ def add_sweep_options(p: argparse.ArgumentParser) -> None:
                    help="run up to N points at once, each on its own CPU cores and GPUs (auto: one per GPU, "
                         "1 on a CPU); their timings are measured under each other's load")
     p.add_argument("--no-report", action="store_true", help="skip the report at the end")
+    p.add_argument("--no-estimate", action="store_true",
+                   help="start the first run at once, without the probe that says how long the sweep will take")
     p.add_argument("--status", action="store_true", help="each point's state (run folder, Slurm queue) and exit")
     p.add_argument("--executor", choices=("local", "slurm"), default="local",
                    help="local: run the points here; slurm: submit them as job arrays (sbatch) and return")

@@ -91,7 +91,8 @@ NUMBER = re.compile(r"[-+]?\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+")  # decimals and th
 def run_sweep_with_load_on_the_second_run(sweep_file: Path, out: Path) -> None:
     """Burn every core from the moment the sweep says its second run starts until the sweep ends."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "ddplab", "sweep", str(sweep_file), "--out", str(out), "--no-report"],
+    proc = subprocess.Popen([sys.executable, "-m", "ddplab", "sweep", str(sweep_file), "--out", str(out), "--no-report",
+                             "--no-estimate"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     burners, lines = [], []
     try:

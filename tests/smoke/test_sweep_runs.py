@@ -71,10 +71,15 @@ def test_a_sweep_survives_failures_and_a_rerun_resumes(sweep_file, tmp_path):
     assert runs["ddp-x2"]["exit_code"] == 4 and runs["ddp-x2"]["error"].startswith("worker rank 0 failed")
     assert runs["broken"]["exit_code"] == 2 and "no Conv2d->ReLU pair" in runs["broken"]["error"]
     assert runs["ddp-x2"]["point"] == {"variant": "ddp x2"} and runs["ddp-x2"]["seed"] == 0
+    # Before the first run, how long the sweep will take, each point probed; after the last, how that went.
+    assert re.search(r"^sweep tiny: expected to take about [\d.]+ s: each point probed in [\d.]+ s; a run of single "
+                     r"[\d.]+ s, ddp x2 [\d.]+ s, broken [\d.]+ s$", proc.stdout, re.M), proc.stdout
+    assert re.search(r"^sweep tiny: 3 runs in [\d.]+ s; expected [\d.]+ s before the first \([+-]\d+%\)$", proc.stdout, re.M)
     # 2. Again, without the fault: the two interrupted runs resume from their checkpoints; the broken one fails again.
-    proc = ddplab("sweep", str(sweep_file), "--out", str(out), "--no-report")
+    proc = ddplab("sweep", str(sweep_file), "--out", str(out), "--no-report", "--no-estimate")
     assert proc.returncode == 1 and "1 of 3 runs did not finish" in proc.stderr.strip().splitlines()[-1]
     assert "[1/3] single: resuming" in proc.stdout and "[2/3] ddp-x2: resuming" in proc.stdout
+    assert "expected" not in proc.stdout
     runs = manifest(out)
     assert [runs[n]["status"] for n in ("single", "ddp-x2", "broken")] == ["finished", "finished", "failed"]
     # A resumed run is the run it would have been: the same as one never interrupted.
@@ -84,7 +89,7 @@ def test_a_sweep_survives_failures_and_a_rerun_resumes(sweep_file, tmp_path):
         assert metrics(out / "runs" / name) == metrics(fresh), name
     # 3. Once more: finished runs are not touched.
     before = (out / "runs" / "single" / "summary.json").stat().st_mtime_ns
-    proc = ddplab("sweep", str(sweep_file), "--out", str(out))
+    proc = ddplab("sweep", str(sweep_file), "--out", str(out), "--no-estimate")
     assert "2 already finished, 1 to run" in proc.stdout
     assert (out / "runs" / "single" / "summary.json").stat().st_mtime_ns == before
     # ... and the report is made from the sweep folder at the end.
@@ -104,7 +109,7 @@ label = "broken"
     out = tmp_path / "s"
     # SIGINT as a terminal delivers it, also when the suite itself runs in the background (`cmd &`), where the
     # shell hands every child SIGINT ignored and Python keeps it so.
-    proc = subprocess.Popen([sys.executable, "-m", "ddplab", "sweep", str(path), "--out", str(out), "--no-report"],
+    proc = subprocess.Popen([sys.executable, "-m", "ddplab", "sweep", str(path), "--out", str(out), "--no-report", "--no-estimate"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -136,7 +141,8 @@ def long_sweep(tmp_path, epochs=200):
 def start_sweep(path, out, marker, *args):
     import signal
 
-    return subprocess.Popen([sys.executable, "-m", "ddplab", "sweep", str(path), "--out", str(out), "--no-report", *args],
+    return subprocess.Popen([sys.executable, "-m", "ddplab", "sweep", str(path), "--out", str(out), "--no-report", "--no-estimate",
+                             *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1", marker: "1"},
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -178,7 +184,7 @@ def test_a_killed_sweep_leaves_no_run_training_and_a_rerun_finishes_it(tmp_path,
         time.sleep(0.1)
     assert not (out / "runs" / "single" / "summary.json").exists()
     assert (out / "runs" / "single" / "checkpoints" / "last.pt").is_file()
-    rerun = ddplab("sweep", str(path), "--out", str(out), "--no-report", env={marker: "1"})
+    rerun = ddplab("sweep", str(path), "--out", str(out), "--no-report", "--no-estimate", env={marker: "1"})
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert manifest(out)["single"]["status"] == "finished"
     assert "resuming" in rerun.stdout
@@ -199,7 +205,7 @@ def test_a_rerun_waits_for_a_live_owner_of_a_run_folder(tmp_path):
                                "    print('held', flush=True); sys.stdin.read()"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "held"
-    rerun = subprocess.Popen([sys.executable, "-m", "ddplab", "sweep", str(path), "--out", str(out), "--no-report"],
+    rerun = subprocess.Popen([sys.executable, "-m", "ddplab", "sweep", str(path), "--out", str(out), "--no-report", "--no-estimate"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env={**os.environ, "OMP_NUM_THREADS": "1", f"DDPLAB_TEST_{uuid.uuid4().hex}": "1"})
     lines = []
@@ -225,9 +231,9 @@ needs_two_cores = pytest.mark.skipif(len(usable_cores()) < 2, reason="two slots 
 @needs_two_cores
 def test_a_parallel_sweep_runs_points_at_once_each_on_its_own_cores_and_measures_what_one_at_a_time_does(tmp_path):
     path = parallel_sweep(tmp_path)
-    one = ddplab("sweep", str(path), "--out", str(tmp_path / "one"), "--no-report")
+    one = ddplab("sweep", str(path), "--out", str(tmp_path / "one"), "--no-report", "--no-estimate")
     assert one.returncode == 0, one.stderr[-3000:]
-    two = ddplab("sweep", str(path), "--out", str(tmp_path / "two"), "--parallel", "2")
+    two = ddplab("sweep", str(path), "--out", str(tmp_path / "two"), "--parallel", "2", "--no-estimate")
     assert two.returncode == 0, two.stderr[-3000:]
     lines = [line for line in two.stdout.splitlines() if line.startswith(("sweep tiny: 3 runs", "[", "  sweep:"))]
     cores = len(usable_cores()) // 2
@@ -269,7 +275,7 @@ def test_ctrl_c_stops_every_running_point_of_a_parallel_sweep_and_a_rerun_finish
     while leftover_processes(marker):
         assert time.monotonic() < deadline, leftover_processes(marker)
         time.sleep(0.1)
-    rerun = ddplab("sweep", str(path), "--out", str(out), "--no-report", "--parallel", "2", env={marker: "1"})
+    rerun = ddplab("sweep", str(path), "--out", str(out), "--no-report", "--no-estimate", "--parallel", "2", env={marker: "1"})
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert {r["status"] for r in manifest(out).values()} == {"finished"}
     assert rerun.stdout.count("resuming") == 2

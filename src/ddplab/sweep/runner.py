@@ -116,6 +116,7 @@ def format_plan(sweep: Sweep, out: Path) -> str:
                      + ("  [torchrun]" if run.launch == "torchrun" else ""))
     for name, reason in sweep.not_measured.items():
         lines.append(f"  {'(' + name + ')':<40} {'not in this sweep':<18} {reason}")
+    lines += [f"adapted to this machine: {a.text()}" for a in sweep.adaptations]
     refused = next((reason for _, _, reason in rows if reason), None)
     if refused:
         lines.append(f"the sweep would stop before running anything: {refused}")
@@ -140,18 +141,19 @@ def raise_terminated(signum: int, frame: Any) -> None:
 
 
 def run_sweep(sweep: Sweep, out: Path, *, timeout_s: float | None = None, parallel: int | str = 1,
-              measure_link: bool = False, echo=print) -> dict[str, Any]:
+              measure_link: bool = False, estimate: bool = False, echo=print) -> dict[str, Any]:
     """Run every unfinished run of `sweep` into `out`, up to `parallel` at once (sweep/slots.py), holding
     `out` for the whole sweep (one sweep per folder, as one run per run folder); returns the final manifest.
     `measure_link`: a sweep with multi-worker runs first measures this machine's all-reduce into
-    out/links.json, from which the report predicts their speedups (planner/)."""
+    out/links.json, from which the report predicts their speedups (planner/). `estimate`: say how long the
+    sweep will take before its first run (a probe, sweep/estimate.py) and keep saying it as runs finish."""
     check_out(out)
     slots = SlotPool(parallel)
     slots.refuse_fixed_devices([(run.name, run.config) for run in sweep.runs])
     with run_lock(out, "sweep"):
         if measure_link:
             measure_sweep_link(sweep, out, echo)
-        return run_held(sweep, out, timeout_s, slots, echo)
+        return run_held(sweep, out, timeout_s, slots, echo, estimate)
 
 
 def measure_sweep_link(sweep: Sweep, out: Path, echo) -> None:
@@ -212,18 +214,42 @@ def prepare_folder(sweep: Sweep, out: Path, unavailable: dict[str, str]) -> tupl
                       if entry["status"] not in ("finished", "skipped")]
 
 
-def run_held(sweep: Sweep, out: Path, timeout_s: float | None, slots: SlotPool, echo) -> dict[str, Any]:
+def run_held(sweep: Sweep, out: Path, timeout_s: float | None, slots: SlotPool, echo,
+             estimate: bool = False) -> dict[str, Any]:
     manifest, todo = prepare_folder(sweep, out, unavailable_runs(sweep))
     skipped = sum(e["status"] == "skipped" for e in manifest["runs"])
     echo(f"sweep {sweep.name}: {len(sweep.runs)} runs, {len(sweep.runs) - len(todo) - skipped} already finished, "
          f"{len(todo)} to run" + (f", {skipped} not runnable here (see the report)" if skipped else "")
          + (f"; {slots.describe()}" if slots.requested != 1 else ""))
+    expected = expect(sweep, out, manifest, [run for run, _ in todo], slots, echo) if todo and estimate else None
     previous = signal.signal(signal.SIGTERM, raise_terminated)
     try:
-        Scheduler(out, manifest, slots, timeout_s, echo).run(todo)
+        scheduler = Scheduler(out, manifest, slots, timeout_s, echo, expected)
+        scheduler.run(todo)
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if expected is not None and expected.said_s:
+        took = time.perf_counter() - scheduler.started
+        echo(f"sweep {sweep.name}: {len(todo)} runs in {duration(took)}; expected {duration(expected.said_s)} before the "
+             f"first ({(expected.said_s - took) / took:+.0%})")
     return manifest
+
+
+def expect(sweep: Sweep, out: Path, manifest: dict[str, Any], todo: list[SweepRun], slots: SlotPool, echo):
+    """The sweep's time, said before its first run (sweep/estimate.py); None when it cannot be made."""
+    from ddplab.planner.links import LINKS_FILE, read_links
+    from ddplab.sweep import estimate
+
+    walls = {e["name"]: e["wall_s"] for e in manifest["runs"] if e["status"] == "finished" and e.get("wall_s")}
+    done = {run.name: len(read_epochs(out / "runs" / run.name / runfiles.METRICS, growing=True)) for run in todo}
+    found = estimate.estimate(sweep, todo, done, walls, links=read_links(out / LINKS_FILE), echo=echo)
+    if found is None:
+        return None
+    at_once = max(1, min(slots.parallel, len(todo)))
+    found.said_s = found.total_s([run.name for run in todo], at_once)
+    echo(f"sweep {sweep.name}: expected to take about {duration(found.said_s)}"
+         + (f" ({at_once} at a time)" if at_once > 1 else "") + f": {found.describe(todo)}")
+    return found
 
 
 @dataclass
@@ -241,8 +267,10 @@ class Scheduler:
     manifest (rewritten whole, so valid at every moment) and, on Ctrl-C or SIGTERM, stops every running
     tree at once, each left resumable."""
 
-    def __init__(self, out: Path, manifest: dict[str, Any], slots: SlotPool, timeout_s: float | None, echo):
+    def __init__(self, out: Path, manifest: dict[str, Any], slots: SlotPool, timeout_s: float | None, echo,
+                 expected=None):
         self.out, self.manifest, self.slots, self.timeout_s, self.echo = out, manifest, slots, timeout_s, echo
+        self.expected = expected  # estimate.Estimate, or None: the mean finished run prices the rest
         self.running: list[Running] = []
         self.walls: list[float] = []
         self.started = time.perf_counter()
@@ -250,6 +278,7 @@ class Scheduler:
     def run(self, todo: list[tuple[SweepRun, dict[str, Any]]]) -> None:
         pending = [(f"[{i}/{len(todo)}] {run.name}", run, entry) for i, (run, entry) in enumerate(todo, 1)]
         self.total = len(todo)
+        self.pending = pending
         try:
             while pending or self.running:
                 while pending and (slot := self.slots.take(pending[0][1].config)) is not None:
@@ -307,10 +336,21 @@ class Scheduler:
         self.walls.append(done.wall_s)
         finished = len(self.walls)
         at_once = max(1, min(self.slots.parallel, left + len(self.running)))
-        eta = sum(self.walls) / finished * (left + len(self.running)) / at_once if left + len(self.running) else 0.0
+        if self.expected is not None:
+            if done.code == 0:
+                self.expected.finished(r.run.name, done.wall_s)
+            now = time.perf_counter()
+            eta = (sum(self.expected.run_s(run.name) for _, run, _ in self.pending)
+                   + sum(max(0.0, self.expected.run_s(x.run.name) - (now - x.child.start)) for x in self.running)) / at_once
+            said = self.expected.said_s
+            overall = now - self.started + eta
+            eta_note = f" (all told about {duration(overall)}; {duration(said)} expected at the start)" if eta and said else ""
+        else:
+            eta = sum(self.walls) / finished * (left + len(self.running)) / at_once if left + len(self.running) else 0.0
+            eta_note = ""
         self.echo(f"  sweep: {finished} of {self.total} done" + (f", {len(self.running)} running" if self.running else "")
                   + f", {duration(time.perf_counter() - self.started)} so far"
-                  + (f", about {duration(eta)} left" if eta else ""))
+                  + (f", about {duration(eta)} left{eta_note}" if eta else ""))
         if done.code == INTERRUPTED:  # stopped on its own by Ctrl-C: the sweep stops too
             raise KeyboardInterrupt
 

@@ -1,0 +1,292 @@
+"""How long a sweep will take: said before its first run, kept honest as runs finish.
+
+A run costs what starting it costs (Python, torch, the data, the workers) plus its epochs.
+Before anything runs, each point is priced from the best source there is:
+
+- finished runs of the same point in this sweep folder (a sweep run again): their own times;
+- otherwise a probe, one subprocess for the whole sweep (`python -m ddplab.sweep.estimate`):
+  the time it took to import what a run imports and to load the first point's data is a
+  run's start, and each point's model is timed at its own per-worker shape (local batch,
+  threads, precision) for a few training steps and an evaluation batch, on images of the
+  data's shape. A DDP point adds the all-reduce the sweep measured (links.json), and
+  starts a second Python (the launcher, then its workers).
+
+What the probe cannot see (data augmentation's cost, torch.compile, a busy machine) is why
+the estimate is kept honest: each finished run replaces its point's probe, and the points
+not yet run are scaled by how far the finished ones were from their probes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddplab.config import RunConfig, build_config
+from ddplab.sweep.spec import Sweep, SweepRun
+
+WARMUP_STEPS = 2  # steps that warm caches and the allocator up, untimed
+PROBE_S, MIN_STEPS, MAX_STEPS = 0.2, 3, 40  # then steps are timed as one block of about PROBE_S
+PROBE_EVAL_IMAGES = 64  # at most, per evaluation batch timed
+PROBE_TIMEOUT_S = 300.0
+# On a CPU, DDP's workers fill the node's cores: Gloo's all-reduce cannot hide behind the backward pass and
+# competes with it, and each step waits for the slower worker. On ddp x2 of the assignment's CPU profile a
+# step took 22.9 ms where the probe's step alone took 14 ms and the idle link (links.json) 2.2 ms an
+# all-reduce (DDP's own timers: 4.4 and 6.0 ms of it communicating): about 4 link times a step beyond the
+# step (2-core EPYC, torch 2.13).
+CPU_DDP_STEP_IN_LINK_TIMES = 4.0
+
+
+@dataclass
+class PointCost:
+    """What one run of a point is expected to take: its start (everything but epochs) and each epoch."""
+
+    start_s: float
+    epoch_s: float
+    source: str  # "probe" | "finished runs"
+
+    def run_s(self, epochs: float) -> float:
+        return self.start_s + epochs * self.epoch_s
+
+
+@dataclass
+class Estimate:
+    """Every run's expected wall time; updated as runs finish (`finished`)."""
+
+    costs: dict[str, PointCost]  # point key -> cost
+    runs: dict[str, tuple[str, int]]  # run name -> (point key, epochs it has left to train)
+    probe_s: float | None = None  # the probe's own wall time (None: no probe was needed)
+    measured: dict[str, list[float]] = field(default_factory=dict)  # point key -> wall times of its finished runs
+    ratios: list[tuple[float, float]] = field(default_factory=list)  # (measured, predicted) of runs with a probe
+    said_s: float | None = None  # what the sweep said before its first run
+
+    def run_s(self, name: str) -> float:
+        key, epochs = self.runs[name]
+        if self.measured.get(key):
+            return statistics.fmean(self.measured[key])
+        cost = self.costs[key]
+        return cost.run_s(epochs) * (self.scale() if cost.source == "probe" else 1.0)
+
+    def scale(self) -> float:
+        """How much longer than their probes the finished runs took (1 before any finished)."""
+        if not self.ratios:
+            return 1.0
+        return sum(m for m, _ in self.ratios) / sum(p for _, p in self.ratios)
+
+    def total_s(self, names: list[str], at_once: int = 1) -> float:
+        return sum(self.run_s(n) for n in names) / max(1, at_once)
+
+    def describe(self, todo: list[SweepRun]) -> str:
+        """Where the figure comes from, and each point's run in it."""
+        by_point: dict[str, tuple[str, float]] = {}
+        for run in todo:
+            label = ", ".join(map(str, run.point.values())) or run.name
+            by_point.setdefault(label, (self.costs[self.runs[run.name][0]].source, self.run_s(run.name)))
+        sources = {source for source, _ in by_point.values()}
+        how = (f"each point probed in {self.probe_s:.1f} s" if self.probe_s is not None else "") + (
+            "; " if len(sources) > 1 else "") + ("points with finished runs priced by them" if "finished runs" in sources else "")
+        return how + "; a run of " + ", ".join(f"{label} {seconds_text(s)}" for label, (_, s) in by_point.items())
+
+    def finished(self, name: str, wall_s: float) -> None:
+        key, epochs = self.runs[name]
+        if self.costs[key].source == "probe" and not self.measured.get(key):
+            self.ratios.append((wall_s, self.costs[key].run_s(epochs)))
+        self.measured.setdefault(key, []).append(wall_s)
+
+
+def seconds_text(s: float) -> str:
+    return f"{s:.0f} s" if s < 60 else f"{int(s // 60)}m{round(s % 60):02d}s"
+
+
+def point_key(run: SweepRun) -> str:
+    """Runs that cost the same: the config without its seed."""
+    values = run.config.to_dict()
+    values["train"].pop("seed", None)
+    values.pop("output", None)
+    return json.dumps(values, sort_keys=True, default=str) + run.launch
+
+
+def estimate(sweep: Sweep, todo: list[SweepRun], done_epochs: dict[str, int], walls: dict[str, float],
+             links: Any = None, echo=print) -> Estimate | None:
+    """The estimate for the runs in `todo` (`done_epochs`: epochs a resumed run has already trained; `walls`:
+    wall times of this sweep's finished runs); None when it cannot be made here (said in one line)."""
+    keys = {run.name: point_key(run) for run in sweep.runs}
+    runs = {run.name: (keys[run.name], run.config.train.epochs - done_epochs.get(run.name, 0)) for run in todo}
+    costs: dict[str, PointCost] = {}
+    for run in sweep.runs:  # a point with finished runs is priced by them
+        wall = walls.get(run.name)
+        if wall:
+            epochs = run.config.train.epochs
+            costs.setdefault(keys[run.name], PointCost(0.0, wall / epochs, "finished runs"))
+    probe_runs = list({keys[r.name]: r for r in todo if keys[r.name] not in costs}.values())
+    probe_s = None
+    if probe_runs:
+        started = time.perf_counter()
+        try:
+            probed = run_probe([r.config for r in probe_runs])
+        except ProbeFailed as exc:
+            echo(f"sweep {sweep.name}: no time estimate before the first run ({exc}); each finished run gives one")
+            return None
+        probe_s = time.perf_counter() - started
+        for run, cost in zip(probe_runs, price(probe_runs, probed, links)):
+            costs[keys[run.name]] = cost
+    return Estimate(costs, runs, probe_s)
+
+
+class ProbeFailed(Exception):
+    pass
+
+
+def run_probe(configs: list[RunConfig], timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
+    """The probe subprocess's measurements: {"torch_s", "import_s", "data_s", "exit_s", "points": [{step_s,
+    eval_image_s, ...}, ...]}: torch_s and import_s run from this process starting it to its having imported
+    torch, then all a run imports; exit_s from its last line to its end (a Python with torch loaded takes a
+    while to tear down)."""
+    payload = json.dumps([c.to_dict() for c in configs])
+    launched, started = time.time(), time.perf_counter()
+    try:
+        done = subprocess.run([sys.executable, "-m", "ddplab.sweep.estimate"], input=payload, capture_output=True,
+                              text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise ProbeFailed(f"the probe took over {timeout_s:g} s") from None
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ProbeFailed(f"the probe failed: {last[:200]}")
+    ended = time.time()
+    try:
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise ProbeFailed(f"the probe printed no result: {done.stdout.strip()[-200:] or 'nothing'}") from None
+    result["torch_s"] = result.pop("torch_at") - launched
+    result["import_s"] = result.pop("ready_at") - launched
+    result["exit_s"] = max(0.0, ended - result.pop("done_at"))
+    result["wall_s"] = time.perf_counter() - started
+    return result
+
+
+def price(runs: list[SweepRun], probed: dict[str, Any], links: Any = None) -> list[PointCost]:
+    """Each probed point's cost per run: its start (a Python with all a run imports, the data, its end; a DDP
+    run's launcher first starts a Python with torch) and its epoch (training steps plus the all-reduce, and
+    the evaluation)."""
+    out = []
+    for run, point in zip(runs, probed["points"]):
+        c = run.config
+        workers = c.dist.nproc * c.dist.nnodes if c.dist.strategy == "ddp" else 1
+        launcher = probed["torch_s"] + probed["exit_s"] if c.dist.strategy == "ddp" else 0.0
+        start = launcher + probed["import_s"] + probed["data_s"] + probed["exit_s"]
+        steps = math.ceil(point["train_images"] / (c.train.batch_size * workers * c.train.accumulate)) * c.train.accumulate
+        comm = 0.0
+        if workers > 1 and links is not None:
+            try:
+                comm = links.for_ranks(workers).allreduce_s(point["grad_bytes"], workers)
+            except (KeyError, ValueError, AttributeError):
+                comm = 0.0
+            if c.train.device == "cpu":
+                comm *= CPU_DDP_STEP_IN_LINK_TIMES
+        evaluated = point["eval_images"] / workers
+        epoch = steps * point["step_s"] + math.ceil(steps / c.train.accumulate) * comm + evaluated * point["eval_image_s"]
+        out.append(PointCost(start, epoch, "probe"))
+    return out
+
+
+# ---- the probe, in its own process -------------------------------------------------------------
+def probe_point(config: RunConfig, data) -> dict[str, float]:
+    """A point's training step and evaluation cost per image, at its per-worker shape, on images of the data's shape."""
+    import torch
+    import torch.nn.functional as F
+
+    from ddplab.distributed import resolve_device, set_cpu_threads
+    from ddplab.engine.optim import build_optimizer
+    from ddplab.engine.precision import Precision
+    from ddplab.engine.run import build_model
+
+    device = resolve_device(config.train.device)
+    workers = config.dist.nproc if config.dist.strategy == "ddp" else 1
+    threads = torch.get_num_threads()
+    set_cpu_threads(device, config.train.threads, local_world=workers)
+    try:
+        torch.manual_seed(0)
+        model = build_model(config, data).to(device)
+        optimizer = build_optimizer(model.parameters(), config.optim, device)
+        precision = Precision(config.train.precision, device)
+        shape = tuple(data.image_shape)
+        x = torch.randn(config.train.batch_size, *shape, device=device)
+        y = torch.randint(0, data.num_classes, (config.train.batch_size,), device=device)
+
+        def step() -> None:
+            with precision.autocast():
+                loss = F.cross_entropy(model(x).float(), y)
+            precision.backward(loss)
+            precision.step(optimizer)
+            optimizer.zero_grad(set_to_none=True)
+
+        step_s = timed(step, device)
+        batch = min(config.train.eval_batch_size, PROBE_EVAL_IMAGES)
+        xe = torch.randn(batch, *shape, device=device)
+        model.eval()
+
+        def evaluate() -> None:
+            with torch.no_grad(), precision.autocast():
+                model(xe)
+
+        eval_s = timed(evaluate, device, warmup=1, budget_s=PROBE_S / 2, min_steps=1)
+        grad_bytes = sum(p.numel() * 4 for p in model.parameters() if p.requires_grad)
+    finally:
+        torch.set_num_threads(threads)
+    return {"step_s": step_s, "eval_image_s": eval_s / batch, "grad_bytes": grad_bytes}
+
+
+def timed(fn, device, warmup: int = WARMUP_STEPS, budget_s: float = PROBE_S, min_steps: int = MIN_STEPS) -> float:
+    """Seconds per call of `fn`: after `warmup` calls, one timed block of as many calls as fit in about
+    `budget_s` (at least `min_steps`), as a run's epoch times them (one clock, not one per call)."""
+    from ddplab.metrics.system import synchronize
+
+    started = time.perf_counter()
+    for _ in range(warmup):
+        fn()
+    synchronize(device)
+    each = (time.perf_counter() - started) / max(1, warmup)
+    steps = max(min_steps, min(MAX_STEPS, int(budget_s / max(each, 1e-6))))
+    started = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    synchronize(device)
+    return (time.perf_counter() - started) / steps
+
+
+def main() -> None:
+    """The probe: configs (as dicts, JSON) on stdin, its measurements as one JSON line on stdout."""
+    import torch
+
+    torch_at = time.time()  # a launcher's start
+    import torch._dynamo  # noqa: F401 (torch's optimizers and DDP import it on first use: 3 s of every run's start)
+
+    from ddplab.distributed import DistContext, resolve_device
+    from ddplab.engine.run import build_datasets  # what a run imports: ddplab's engine
+
+    ready_at = time.time()
+    configs = [build_config(values) for values in json.loads(sys.stdin.read())]
+    loaded = time.perf_counter()
+    first = configs[0]
+    train, test, _ = build_datasets(first, DistContext(device=resolve_device(first.train.device)))
+    data_s = time.perf_counter() - loaded
+    points = []
+    for config in configs:
+        if (config.data.dataset, config.data.subset, config.data.test_subset) != (first.data.dataset, first.data.subset,
+                                                                                  first.data.test_subset):
+            train, test, _ = build_datasets(config, DistContext(device=resolve_device(config.train.device)))
+        cost = probe_point(config, train)
+        cost["train_images"] = len(train)
+        cost["eval_images"] = len(test) + min(config.train.eval_train_images, len(train))
+        points.append(cost)
+    print(json.dumps({"torch_at": torch_at, "ready_at": ready_at, "data_s": data_s, "points": points,
+                      "done_at": time.time()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
