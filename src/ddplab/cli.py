@@ -30,7 +30,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from ddplab import compat, files, runfiles
+from ddplab import compat, faults, files, runfiles
 from ddplab.config import SECTIONS, RunConfig, build_config, coerce, field_types, load_toml, merge, parse_dotted
 from ddplab.errors import ConfigError, DataError, DdplabError, SweepError, file_error
 
@@ -683,6 +683,7 @@ def main(argv: list[str] | None = None) -> int:
         args = build_parser(with_kernels=command == "kernels").parse_args(argv)
         if args.command not in TORCH_FREE:
             compat.check_torch()  # before the command imports an API an older torch lacks
+        faults.check_env()  # a test hook obeys the contract of a flag, whatever the command (a sweep's runs inherit it)
         code = args.func(args)
         sys.stdout.flush()  # here, where a closed pipe is handled, not at exit
         return code

@@ -7,7 +7,7 @@ sleeps 30 ms before each step it matches (a straggler: no step given, every step
 writing of that epoch's last.pt for 4 s between its temporary file and the rename (a fault during a checkpoint
 write). The fault fires while the elastic restart
 count is below `attempts` (default 1: the first attempt only, so a restarted group runs
-clean). Unset, this costs one comparison per step.
+clean). Unset, this costs a call and a comparison per step.
 """
 
 from __future__ import annotations
@@ -16,38 +16,80 @@ import os
 import signal
 import time
 
-from ddplab.errors import TrainingError
+from ddplab.errors import ConfigError, TrainingError
 
 ENV = "DDPLAB_FAULT"
 
 
+ACTIONS = ("kill", "raise", "hang", "stop", "slow", "slowsave")
+LEAST = {"rank": 0, "epoch": 1, "step": 1, "attempts": 1, "ms": 0}  # each field's smallest meaningful value
+GRAMMAR = ("kill|raise|hang|stop[:rank=R][:epoch=E][:step=S][:attempts=N], slow:ms=M[...] or "
+           "slowsave:ms=M[:epoch=E] (R >= 0, E, S, N >= 1, M >= 0)")
+
+
 def parse(spec: str) -> tuple[str, dict[str, int]]:
-    action, *fields = spec.split(":")
-    where = {k: int(v) for k, v in (f.split("=") for f in fields)}
-    if (action not in ("kill", "raise", "hang", "stop", "slow", "slowsave")
-            or not set(where) <= {"rank", "epoch", "step", "attempts", "ms"}
-            or ("ms" in where) != (action in ("slow", "slowsave")) or (action == "slowsave" and "step" in where)):
-        raise ValueError(f"{ENV}={spec!r}: expected kill|raise|hang|stop[:rank=R][:epoch=E][:step=S][:attempts=N], "
-                         "slow:ms=M[...] or slowsave:ms=M[:epoch=E]")
+    """`spec` as (action, {field: value}); a malformed one is a ConfigError naming the variable and the part
+    that is wrong (a hook obeys the contract of a flag: one line, exit 2, before any worker starts)."""
+    action, *fields = spec.strip().split(":")
+    where: dict[str, int] = {}
+    for part in fields:
+        key, eq, value = part.partition("=")
+        if not eq or key not in LEAST or not value.strip().lstrip("-").isdigit():
+            raise ConfigError(f"{ENV}={spec!r}: {part!r} is not FIELD=INTEGER with a field of "
+                              f"{', '.join(LEAST)}; expected {GRAMMAR}")
+        if key in where:
+            raise ConfigError(f"{ENV}={spec!r}: {key} is given twice; expected {GRAMMAR}")
+        where[key] = int(value)
+        if where[key] < LEAST[key]:
+            raise ConfigError(f"{ENV}={spec!r}: {key}={where[key]} would never fire (the least {key} is "
+                              f"{LEAST[key]}); expected {GRAMMAR}")
+    if (action not in ACTIONS or ("ms" in where) != (action in ("slow", "slowsave"))
+            or (action == "slowsave" and ("step" in where or "rank" in where))):
+        raise ConfigError(f"{ENV}={spec!r}: expected {GRAMMAR}")
     return action, where
 
 
-_FAULT = parse(os.environ[ENV]) if os.environ.get(ENV) else None
+def check_env(world_size: int | None = None, epochs: int | None = None) -> None:
+    """A fault set in the environment, checked before anything starts: its grammar always, and, given the run's
+    shape, a rank or an epoch the run does not have (a fault that would never fire is a test that cannot fail)."""
+    spec = os.environ.get(ENV)
+    if not spec:
+        return
+    _, where = parse(spec)
+    if world_size is not None and where.get("rank", 0) >= world_size:
+        raise ConfigError(f"{ENV}={spec!r}: rank={where['rank']} would never fire: this run has ranks 0 to "
+                          f"{world_size - 1}")
+    if epochs is not None and where.get("epoch", 1) > epochs:
+        raise ConfigError(f"{ENV}={spec!r}: epoch={where['epoch']} would never fire: this run trains {epochs} epoch{'s' if epochs != 1 else ''}")
+
+
+_UNREAD = ("", {})
+_FAULT: tuple[str, dict[str, int]] | None = _UNREAD  # read on first use: importing this module never fails
+
+
+def current() -> tuple[str, dict[str, int]] | None:
+    """This process's fault, parsed once (the CLI has refused a malformed one before anything started)."""
+    global _FAULT
+    if _FAULT is _UNREAD:
+        _FAULT = parse(os.environ[ENV]) if os.environ.get(ENV) else None
+    return _FAULT
 
 
 def maybe_slow_save(epoch: int) -> None:
     """Between a checkpoint's temporary file and its rename (rank 0 writes checkpoints)."""
-    if _FAULT is None or _FAULT[0] != "slowsave":
+    fault = current()
+    if fault is None or fault[0] != "slowsave":
         return
-    where = _FAULT[1]
+    where = fault[1]
     if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) < where.get("attempts", 1) and where.get("epoch", epoch) == epoch:
         time.sleep(where["ms"] / 1000)
 
 
 def maybe_inject(rank: int, epoch: int, step: int) -> None:
-    if _FAULT is None or _FAULT[0] == "slowsave":
+    fault = current()
+    if fault is None or fault[0] == "slowsave":
         return
-    action, where = _FAULT
+    action, where = fault
     if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) >= where.get("attempts", 1):
         return
     here = {"rank": rank, "epoch": epoch, "step": step}

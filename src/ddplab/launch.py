@@ -22,7 +22,7 @@ import time
 import uuid
 from pathlib import Path
 
-from ddplab import compat, errors, watchdog
+from ddplab import compat, errors, faults, watchdog
 from ddplab.config import DistConfig, RunConfig
 from ddplab.distributed import route_address, split_endpoint
 from ddplab.plan import RunPlan, as_worker, prepared
@@ -47,6 +47,8 @@ def launch(config: RunConfig, *, saved: RunConfig | None = None, command: bool =
         if note is not None:  # a finished run folder is never rewritten
             print(f"ddplab: nothing to do: {note}", flush=True)
             return finished_result(plan.run_dir)
+        if plan.place is None:  # the root of the run: a fault this run cannot fire is refused before anything starts
+            faults.check_env(world_size=plan.config.world_size(), epochs=plan.config.train.epochs)
         if plan.launches_workers():
             return launch_workers(plan, command=command)
         if plan.place is not None or not command:

@@ -396,6 +396,26 @@ CASES = [
          r"LOCAL_WORLD_SIZE='abc' is not a whole number >= 1", alone=True, after=no_folder("r"),
          env={"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "abc", "MASTER_ADDR": "127.0.0.1",
               "MASTER_PORT": "9"}),
+    # the fault hook (DDPLAB_FAULT) obeys a flag's contract: one line, exit 2, before anything starts, whatever the
+    # command (a sweep's runs inherit it); a fault this run cannot fire is refused too
+    Case("fault-no-value", [*S, "--out", "{tmp}/r"], 2, r"DDPLAB_FAULT='kill:rank': 'rank' is not FIELD=INTEGER",
+         alone=True, after=no_folder("r"), env={"DDPLAB_FAULT": "kill:rank"}),
+    Case("fault-not-a-number", [*S, "--strategy", "ddp", "--nproc", "2", "--out", "{tmp}/r"], 2,
+         r"DDPLAB_FAULT='kill:rank=one:epoch=1': 'rank=one' is not FIELD=INTEGER", alone=True, after=no_folder("r"),
+         env={"DDPLAB_FAULT": "kill:rank=one:epoch=1"}),
+    Case("fault-negative-delay", ["sweep", "{tmp}/s.toml", "--out", "{tmp}/out"], 2,
+         r"DDPLAB_FAULT='slow:ms=-5': ms=-5 would never fire \(the least ms is 0\)", alone=True, after=no_folder("out"),
+         env={"DDPLAB_FAULT": "slow:ms=-5"}, setup=lambda tmp: sweep_file(tmp, '"train.batch_size" = [8]')),
+    Case("fault-epoch-zero", ["plan", "--measure", "--nproc", "2"], 2, r"DDPLAB_FAULT='raise:epoch=0': epoch=0 would never "
+         r"fire", alone=True, env={"DDPLAB_FAULT": "raise:epoch=0"}),
+    Case("fault-unknown-action", ["assignment", "--dry-run"], 2, r"DDPLAB_FAULT='crash:rank=0': expected kill\|raise",
+         alone=True, env={"DDPLAB_FAULT": "crash:rank=0"}),
+    Case("fault-rank-past-the-world", [*S, "--strategy", "ddp", "--nproc", "2", "--out", "{tmp}/r"], 2,
+         r"DDPLAB_FAULT='kill:rank=2:epoch=1': rank=2 would never fire: this run has ranks 0 to 1", alone=True,
+         after=no_folder("r"), env={"DDPLAB_FAULT": "kill:rank=2:epoch=1"}),
+    Case("fault-epoch-past-the-run", [*S, "--out", "{tmp}/r"], 2,
+         r"DDPLAB_FAULT='raise:epoch=3': epoch=3 would never fire: this run trains 1 epoch$", alone=True,
+         after=no_folder("r"), env={"DDPLAB_FAULT": "raise:epoch=3"}),
     # not errors: nothing to do, and said so; stray launcher variables ignored, and said so
     Case("sbatch-without-srun", [*S, "--out", "{tmp}/r"], 0, env={"SLURM_PROCID": "0", "SLURM_NTASKS": "2"},
          note=r"ddplab: note: ignored SLURM_NTASKS=2: srun did not start this process"),

@@ -3,6 +3,7 @@
 import pytest
 
 from ddplab import faults
+from ddplab.errors import ConfigError
 
 
 @pytest.mark.parametrize("spec, parsed", [
@@ -16,10 +17,23 @@ def test_a_fault_reads_as_written(spec, parsed):
 
 
 @pytest.mark.parametrize("spec", ["slow:rank=1", "kill:rank=1:ms=5", "sleep:rank=1", "kill:node=1", "slowsave:epoch=2",
-                                  "slowsave:epoch=2:step=1:ms=5"])
-def test_a_malformed_fault_is_refused(spec):
-    with pytest.raises(ValueError, match="expected kill"):
+                                  "slowsave:epoch=2:step=1:ms=5", "slowsave:rank=1:ms=5", "kill:rank", "kill:rank=x",
+                                  "kill:rank=1.5", "kill:rank=1:rank=2", "slow:ms=-5", "kill:epoch=0", "kill:step=0",
+                                  "kill:rank=-1", "raise:attempts=0", ""])
+def test_a_malformed_fault_is_one_line_naming_the_variable(spec):
+    with pytest.raises(ConfigError, match=r"^DDPLAB_FAULT=.*expected kill\|raise\|hang\|stop"):
         faults.parse(spec)
+
+
+def test_a_fault_the_run_cannot_fire_is_refused_before_it_starts(monkeypatch):
+    monkeypatch.setenv("DDPLAB_FAULT", "kill:rank=1:epoch=2:step=3")
+    faults.check_env(world_size=2, epochs=2)
+    with pytest.raises(ConfigError, match=r"rank=1 would never fire: this run has ranks 0 to 0$"):
+        faults.check_env(world_size=1, epochs=2)
+    with pytest.raises(ConfigError, match=r"epoch=2 would never fire: this run trains 1 epoch$"):
+        faults.check_env(world_size=2, epochs=1)
+    monkeypatch.delenv("DDPLAB_FAULT")
+    faults.check_env(world_size=1, epochs=1)  # unset: nothing to check
 
 
 def test_a_slow_save_holds_only_the_checkpoint_of_its_epoch(monkeypatch):
