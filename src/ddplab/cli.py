@@ -68,7 +68,7 @@ def _is_bool(hint: Any) -> bool:
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=Path, default=argparse.SUPPRESS, help="TOML config file (e.g. a run's config.toml)")
+    parser.add_argument("--config", type=files.user_path, default=argparse.SUPPRESS, help="TOML config file (e.g. a run's config.toml)")
     parser.add_argument("--preset", default=argparse.SUPPRESS, metavar="NAME",
                         help="a recipe that ships with ddplab, as a base for the flags: " + ", ".join(list_presets()))
     for flag, key in SHORTCUTS.items():
@@ -256,7 +256,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def add_sweep_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", type=Path, default=None, help="sweep folder (default: runs/<sweep name>); re-running resumes it")
+    p.add_argument("--out", type=files.user_path, default=None, help="sweep folder (default: runs/<sweep name>); re-running resumes it")
     p.add_argument("--profile", default=None, help="a [profiles.NAME] of the file (default: gpu on CUDA, else cpu, if present)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                    help="a setting for every run that no axis of the sweep sets (repeatable), e.g. --set train.epochs=3")
@@ -565,7 +565,7 @@ def build_parser(with_kernels: bool = True) -> argparse.ArgumentParser:
     add_config_arguments(p)
     p.set_defaults(func=cmd_train)
     p = sub.add_parser("eval", help="test loss/accuracy of a run's final or best weights")
-    p.add_argument("run_dir", type=Path)
+    p.add_argument("run_dir", type=files.user_path)
     p.add_argument("--weights", choices=("final", "best"), default="final")
     p.add_argument("--device", default="auto")
     p.add_argument("--data-dir", default=None, help="data root, if it moved since training")
@@ -577,7 +577,7 @@ def build_parser(with_kernels: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=None, help="data root (default: $DDPLAB_DATA, else ./data)")
     p.set_defaults(func=cmd_data)
     p = sub.add_parser("compare", help="runs side by side: accuracy, throughput, scaling, where the time went")
-    p.add_argument("run_dirs", nargs="+", type=Path)
+    p.add_argument("run_dirs", nargs="+", type=files.user_path)
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("sweep", help="run every point of a sweep file, each in its own process tree, then report")
@@ -589,7 +589,7 @@ def build_parser(with_kernels: bool = True) -> argparse.ArgumentParser:
     add_sweep_options(p)
     p.set_defaults(func=cmd_sweep, file="assignment", list=False)
     p = sub.add_parser("plan", help="what more workers or nodes would give a measured run; the links they would use")
-    p.add_argument("run", nargs="?", type=Path, default=None, help="a finished run folder (single process or DDP)")
+    p.add_argument("run", nargs="?", type=files.user_path, default=None, help="a finished run folder (single process or DDP)")
     p.add_argument("--gpus", type=whole_list, default=None, metavar="1,2,4,8",
                    help="workers per node to predict: GPUs on CUDA, processes on a CPU (default 1,2,4,8 on CUDA, 1,2 on a CPU)")
     p.add_argument("--nodes", type=whole_list, default=[1], metavar="1,2", help="nodes to predict (default 1)")
@@ -598,7 +598,7 @@ def build_parser(with_kernels: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--link", default=None, help="the link within a node: a published one (ddplab plan lists them) or "
                                                "measured (--links-file); default nvlink on CUDA, measured on a CPU")
     p.add_argument("--inter-link", default="ib", help="the link between nodes (default ib)")
-    p.add_argument("--links-file", type=Path, default=Path("links.json"), help="ddplab plan --measure's output")
+    p.add_argument("--links-file", type=files.user_path, default=Path("links.json"), help="ddplab plan --measure's output")
     p.add_argument("--published", action="store_true",
                    help="published scaling figures (PyTorch's DDP benchmark, DAWNBench) against the model's predictions")
     p.add_argument("--measure", action="store_true",
@@ -612,12 +612,12 @@ def build_parser(with_kernels: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
                    help="with --nnodes: node 0's address and a free port, the same on every node")
     p.add_argument("--timeout-s", type=positive_whole, default=600, help="with --nnodes: how long nodes wait for each other")
-    p.add_argument("--out", type=Path, default=None,
+    p.add_argument("--out", type=files.user_path, default=None,
                    help="where --measure writes links.json, or RUN's prediction plan.json (default: ./links.json, ./plan.json)")
     p.set_defaults(func=cmd_plan)
     p = sub.add_parser("report", help="tables, plots and an HTML page from run and sweep folders")
-    p.add_argument("paths", nargs="+", type=Path, help="run folders, sweep folders, or folders holding them")
-    p.add_argument("--out", type=Path, default=None, help="report folder (default: SWEEP/report for one sweep, else ./report)")
+    p.add_argument("paths", nargs="+", type=files.user_path, help="run folders, sweep folders, or folders holding them")
+    p.add_argument("--out", type=files.user_path, default=None, help="report folder (default: SWEEP/report for one sweep, else ./report)")
     p.add_argument("--title", default=None)
     p.set_defaults(func=cmd_report)
     p = sub.add_parser("hosts", help="a test cluster on this machine: hosts with their own addresses and links of a set "

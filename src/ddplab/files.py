@@ -18,6 +18,12 @@ from typing import Any
 from ddplab.errors import file_error
 
 
+def user_path(text: str | Path) -> Path:
+    """A path as a user gave it (a flag, a positional argument, a sweep file's name): `~` and `~user` expanded
+    here, once, as a shell would have (a quoted `~/runs` otherwise became a folder named `~`)."""
+    return Path(text).expanduser()
+
+
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     """Call `write(tmp)` and rename tmp to `path`; on any failure remove tmp and re-raise."""
     path = Path(path)

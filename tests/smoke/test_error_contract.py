@@ -74,6 +74,13 @@ def unchanged_after(setup: Callable[[Path], None]):
     return do_setup, check
 
 
+def tilde_expanded(name):
+    """`name` is under the home folder (the test's), and no folder named ~ was made beside it."""
+    def check(tmp):
+        assert (tmp / name).is_file() and not any(p.name == "~" for p in tmp.rglob("~")), sorted(p.name for p in tmp.iterdir())
+    return check
+
+
 def no_folder(name):
     def check(tmp):
         assert not (tmp / name).exists(), sorted(p.name for p in (tmp / name).iterdir())
@@ -416,6 +423,13 @@ CASES = [
     Case("fault-epoch-past-the-run", [*S, "--out", "{tmp}/r"], 2,
          r"DDPLAB_FAULT='raise:epoch=3': epoch=3 would never fire: this run trains 1 epoch$", alone=True,
          after=no_folder("r"), env={"DDPLAB_FAULT": "raise:epoch=3"}),
+    # a path with ~ is the home folder's, wherever a command takes a path (HOME is the test's folder here)
+    Case("tilde-report-out", ["report", "~/run", "--out", "~/rep"], 0, env={"HOME": "{tmp}"},
+         setup=lambda tmp: finished_run(tmp), after=tilde_expanded("rep/index.html")),
+    Case("tilde-sweep-file", ["sweep", "~/s.toml", "--out", "~/sw", "--dry-run"], 0, env={"HOME": "{tmp}"},
+         setup=lambda tmp: sweep_file(tmp, '"train.batch_size" = [8]'), after=tilde_expanded("s.toml")),
+    Case("tilde-compare", ["compare", "~/run", "~/run"], 0, env={"HOME": "{tmp}"},
+         setup=lambda tmp: finished_run(tmp), after=tilde_expanded("run/summary.json")),
     # not errors: nothing to do, and said so; stray launcher variables ignored, and said so
     Case("sbatch-without-srun", [*S, "--out", "{tmp}/r"], 0, env={"SLURM_PROCID": "0", "SLURM_NTASKS": "2"},
          note=r"ddplab: note: ignored SLURM_NTASKS=2: srun did not start this process"),
@@ -441,7 +455,8 @@ def test_error_contract(case, tmp_path, tmp_path_factory):
     if case.setup:
         case.setup(tmp_path)
     marker = f"DDPLAB_TEST_{uuid.uuid4().hex}"
-    proc = ddplab(*[a.replace("{tmp}", str(tmp_path)) for a in case.args], env={marker: "1", **(case.env or {})})
+    env = {k: v.replace("{tmp}", str(tmp_path)) for k, v in (case.env or {}).items()}
+    proc = ddplab(*[a.replace("{tmp}", str(tmp_path)) for a in case.args], env={marker: "1", **env})
     assert proc.returncode == case.code, proc.stderr[-3000:]
     if case.code:
         errors = [line for line in proc.stderr.splitlines() if line.startswith("ddplab: error:")]
