@@ -668,3 +668,30 @@ def test_a_point_sized_down_for_this_machine_is_compared_at_equal_epochs(tmp_pat
     (section,) = build_sections(runs, {r.name: run_row(r) for r in runs})
     (pair,) = section.pairs
     assert pair["baseline"] == "fp32" and not pair["equal_epochs"] and pair["acc_diff"] == pytest.approx(-0.19)
+
+
+def test_a_plot_is_whole_or_absent(tmp_path, monkeypatch):
+    """A full disk while a PNG is written: one FileSystemError naming it, nothing under its name, no temp file."""
+    import errno
+
+    import matplotlib.pyplot as plt
+
+    from ddplab.errors import FileSystemError
+    from ddplab.report import plots
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    real = type(fig).savefig
+
+    def full_disk(self, path, **kwargs):
+        real(self, path, **kwargs)  # the bytes land, then the disk fills (as a close that fails would)
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(type(fig), "savefig", full_disk)
+    with pytest.raises(FileSystemError, match="No space left on device"):
+        plots.save(fig, tmp_path / "loss.png", "a curve")
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    fig, ax = plt.subplots()
+    plot = plots.save(fig, tmp_path / "loss.png", "a curve")
+    assert plot.path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and list(tmp_path.iterdir()) == [tmp_path / "loss.png"]

@@ -11,7 +11,6 @@ only inside them, so building the parser stays cheap.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -57,7 +56,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     result = run_bench(args.device, repeats=args.repeats, quick=args.quick, dtype=getattr(torch, args.dtype))
     print(format_table(result))
     if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=2))
+        from ddplab import files
+
+        files.write_json(args.json, result)
         print(f"\nwrote {args.json}")
     return 0
 

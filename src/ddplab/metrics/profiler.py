@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from ddplab import files
+
 log = logging.getLogger("ddplab")
 
 SKIP_STEPS = 5
@@ -106,11 +108,11 @@ class StepProfiler:
             self.folder.mkdir(parents=True, exist_ok=True)
             tag = f"rank{self.rank}_steps{a}-{b}"
             trace, ops = self.folder / f"trace_{tag}.json", self.folder / f"ops_{tag}.txt"
-            prof.export_chrome_trace(str(trace))
+            files.write_atomic(trace, lambda tmp: prof.export_chrome_trace(str(tmp)))
             averages = prof.key_averages()
             cuda = self.device.type == "cuda"
-            ops.write_text(averages.table(sort_by="self_device_time_total" if cuda else "self_cpu_time_total",
-                                          row_limit=-1) + "\n")
+            files.write_text(ops, averages.table(sort_by="self_device_time_total" if cuda else "self_cpu_time_total",
+                                                 row_limit=-1) + "\n")
             self.written = {"trace": trace.name, "ops": ops.name, **step_figures(averages, cuda, self.steps)}
         except Exception as error:  # noqa: BLE001
             self.failed(error)

@@ -23,7 +23,7 @@ matplotlib.rcParams["text.parse_math"] = False  # a label like "cost $x$" is tex
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from ddplab.errors import file_error  # noqa: E402
+from ddplab import files  # noqa: E402
 from ddplab.report.runs import Point, groups_without  # noqa: E402
 
 DPI = 100
@@ -69,10 +69,8 @@ def save(fig: Any, path: Path, caption: str) -> Plot:
     clipped = [t.get_text().replace("\n", " ") for leg in legends
                if not edge.contains(*leg.get_window_extent().p0) or not edge.contains(*leg.get_window_extent().p1)
                for t in leg.get_texts()]
-    try:
-        fig.savefig(path, dpi=DPI)
-    except OSError as exc:
-        raise file_error(exc) from None
+    try:  # whole or absent: a full disk leaves no half-drawn PNG under the real name
+        files.write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format=path.suffix.lstrip(".") or "png"))
     finally:
         plt.close(fig)
     return Plot(path.stem.split("-", 1)[-1], path, caption, legend, lines, clipped)
