@@ -82,6 +82,8 @@ def test_a_sweep_survives_failures_and_a_rerun_resumes(sweep_file, tmp_path):
     assert "expected" not in proc.stdout
     runs = manifest(out)
     assert [runs[n]["status"] for n in ("single", "ddp-x2", "broken")] == ["finished", "finished", "failed"]
+    # what the estimate prices a finished point by: the wall of the last process, and the epochs it trained
+    assert runs["single"]["wall_epochs"] == runs["ddp-x2"]["wall_epochs"] == 1
     # A resumed run is the run it would have been: the same as one never interrupted.
     for name in ("single", "ddp-x2"):
         fresh = tmp_path / f"fresh-{name}"

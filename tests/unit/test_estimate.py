@@ -92,8 +92,8 @@ def test_finished_runs_of_a_point_price_it_without_a_probe(sweep, monkeypatch):
                 "points": [{"step_s": 0.01, "eval_image_s": 0.0, "grad_bytes": 4, "train_images": 256, "eval_images": 0}]}
 
     monkeypatch.setattr(estimate, "run_probe", probe)
-    found = estimate.estimate(sweep, [a, b], {b.name: 3}, {a.name: 8.0, ddp.name: 20.0})
+    found = estimate.estimate(sweep, [a, b], {b.name: 3}, {a.name: (8.0, 4), ddp.name: (20.0, 1)})
     assert probed == [b.config]
-    assert found.run_s(a.name) == 8.0  # 4 epochs of 2 s, as its finished run took
+    assert found.run_s(a.name) == 8.0  # 4 epochs of 2 s, as its finished run took (its last process trained 4)
     assert found.run_s(b.name) == pytest.approx(2.0 + 1 * 8 * 0.01)  # 1 epoch left of 8 steps of 32 images
     assert "points with finished runs priced by them" in found.describe([a, b])

@@ -624,7 +624,7 @@ def test_an_all_reduce_wait_across_nodes_names_the_link_it_crosses():
     assert why("all-reduce wait", {"nodes": 1, "link": None}, base) == "the gradients' all-reduce is not hidden behind backward"
 
 
-def write_sized_down_sweep(sweep: Path, schedule: str = "none") -> Path:
+def write_sized_down_sweep(sweep: Path, schedule: str = "none", adapted_here: bool = True) -> Path:
     """fp32 for 3 epochs and bf16 sized down to 2 (an [adapt] table did it), two seeds each; fp32's test
     accuracy climbs 30, 40, 60% (seed 1: +2 points), bf16 ends at 41 and 43%."""
     runs = []
@@ -644,7 +644,8 @@ def write_sized_down_sweep(sweep: Path, schedule: str = "none") -> Path:
                  {"name": f"bf16_s{seed}", "point": {"config": "bf16"}, "seed": seed}]
     adapted = "this CPU (Test) does not compute bf16 natively: so bf16 with train.epochs=2 (the others: 3)"
     sections = [{"title": "Precision", "kind": "compare", "runs": [r["name"] for r in runs],
-                 "baseline_runs": ["fp32_s0", "fp32_s1"], "not_measured": [], "adapted": [adapted]}]
+                 "baseline_runs": ["fp32_s0", "fp32_s1"], "not_measured": [], "adapted": [adapted],
+                 "adapted_points": ["bf16"] if adapted_here else []}]
     return write_manifest(sweep, runs, sections=sections)
 
 
@@ -668,6 +669,10 @@ def test_a_point_sized_down_for_this_machine_is_compared_at_equal_epochs(tmp_pat
     (section,) = build_sections(runs, {r.name: run_row(r) for r in runs})
     (pair,) = section.pairs
     assert pair["baseline"] == "fp32" and not pair["equal_epochs"] and pair["acc_diff"] == pytest.approx(-0.19)
+    # A point that asks for fewer epochs itself (not sized down for this machine) is compared as it is.
+    runs = load_runs([write_sized_down_sweep(tmp_path / "asked", adapted_here=False)])
+    (section,) = build_sections(runs, {r.name: run_row(r) for r in runs})
+    assert not section.pairs[0]["equal_epochs"] and section.pairs[0]["acc_diff"] == pytest.approx(-0.19)
 
 
 def test_a_plot_is_whole_or_absent(tmp_path, monkeypatch):

@@ -361,6 +361,7 @@ def test_an_adaptation_changes_the_points_it_names_only_where_its_condition_hold
             "this CPU (Test CPU) does not compute bf16 natively: so bf16 with train.epochs=3 (the others: 12)")
     scaling, precision = sweep.section_records()
     assert scaling["adapted"] == [] and precision["adapted"] == [line]
+    assert scaling["adapted_points"] == [] and precision["adapted_points"] == ([] if native else ["bf16"])
     assert f"adapted to this machine: {line}" in format_plan(sweep, tmp_path / "out")
 
 
@@ -382,3 +383,11 @@ def test_an_adaptation_that_would_break_a_promise_is_refused(tmp_path, monkeypat
     monkeypatch.setattr(system, "cpu_bf16", lambda: {"native": native, "text": "?"})
     with pytest.raises(ConfigError, match=error):
         load_sweep(write(tmp_path, SECTIONED + table))
+
+
+def test_set_cannot_replace_what_an_adaptation_sets(tmp_path):
+    """The manifest and the report would say the adaptation while the runs trained --set's value."""
+    with pytest.raises(ConfigError, match=r"--set train.epochs would replace what \[adapt.cpu_without_native_bf16\] "
+                                          r"sets for bf16"):
+        load_sweep(write(tmp_path, ADAPTED), overrides=["train.epochs=4"])
+    assert load_sweep(write(tmp_path, ADAPTED), overrides=["train.batch_size=8"]).runs[0].config.train.batch_size == 8

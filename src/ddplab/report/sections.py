@@ -36,6 +36,7 @@ class Section:
     baseline_runs: set[str] = field(default_factory=set)
     not_measured: list[tuple[str, str]] = field(default_factory=list)  # (point, why)
     adapted: list[str] = field(default_factory=list)  # what the sweep changed for this machine, and why (spec.Adaptation)
+    adapted_points: list[str] = field(default_factory=list)  # the points it changed
     points: list[Point] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
     curves: list[list[dict[str, Any]]] = field(default_factory=list)
@@ -81,7 +82,8 @@ def sweep_sections(runs: list[Run]) -> list[Section]:
                            question=str(spec.get("question") or ""), note=str(spec.get("note") or ""),
                            baseline_runs={by_name[n].name for n in spec.get("baseline_runs", []) if n in by_name},
                            not_measured=list(dict.fromkeys(not_measured)), link=link,
-                           adapted=[str(a) for a in spec.get("adapted") or []]))
+                           adapted=[str(a) for a in spec.get("adapted") or []],
+                           adapted_points=[str(a) for a in spec.get("adapted_points") or []]))
     return out
 
 
@@ -123,17 +125,19 @@ def declared_pairs(section: Section) -> list[dict[str, Any]]:
 
 
 def equal_epochs(section: Section, i: int, j: int) -> dict[str, Any] | None:
-    """Baseline point j cut to point i's epochs, when i trained fewer (a point sized down for this machine,
-    spec.Adaptation) and j's first epochs are what a run of i's length would have trained: the same seeds,
-    and a schedule not planned over the run. None: compare the points as they are."""
+    """Baseline point j cut to point i's epochs, when i was sized down for this machine (spec.Adaptation: a point
+    that asks for fewer epochs on its own compares them as they are) and j's first epochs are what a run of i's
+    length would have trained: the same seeds, and a schedule not planned over the run. None: compare the
+    points as they are."""
     point, base = section.points[i], section.points[j]
     epochs = section.rows[i].get("epochs")
-    if (not isinstance(epochs, (int, float)) or not epochs or epochs != int(epochs)
+    if (not set(map(str, point.axes.values())) & set(section.adapted_points)
+            or not isinstance(epochs, (int, float)) or not epochs or epochs != int(epochs)
             or not all(r.finished for r in point.runs + base.runs)
             or not all(r.summary["run"].get("epochs_planned") == len(r.history) for r in point.runs)  # not stopped early
             or min(len(r.history) for r in base.runs) <= epochs
             or {r.seed for r in point.runs} != {r.seed for r in base.runs}
-            or base.config.get("optim.schedule") in SCHEDULES_OVER_THE_RUN):
+            or base.config.get("optim.schedule", SCHEDULES_OVER_THE_RUN[0]) in SCHEDULES_OVER_THE_RUN):
         return None
     cut = [first_epochs(r, int(epochs)) for r in base.runs]
     label = f"{base.label}, its first {int(epochs)} epochs"

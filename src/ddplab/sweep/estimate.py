@@ -61,14 +61,15 @@ class Estimate:
     costs: dict[str, PointCost]  # point key -> cost
     runs: dict[str, tuple[str, int]]  # run name -> (point key, epochs it has left to train)
     probe_s: float | None = None  # the probe's own wall time (None: no probe was needed)
-    measured: dict[str, list[float]] = field(default_factory=dict)  # point key -> wall times of its finished runs
+    measured: dict[str, list[float]] = field(default_factory=dict)  # point key -> its finished runs' wall per epoch
     ratios: list[tuple[float, float]] = field(default_factory=list)  # (measured, predicted) of runs with a probe
     said_s: float | None = None  # what the sweep said before its first run
+    shared: int = 1  # points run at once on one CPU's cores, each that much slower than its probe
 
     def run_s(self, name: str) -> float:
         key, epochs = self.runs[name]
         if self.measured.get(key):
-            return statistics.fmean(self.measured[key])
+            return statistics.fmean(self.measured[key]) * epochs
         cost = self.costs[key]
         return cost.run_s(epochs) * (self.scale() if cost.source == "probe" else 1.0)
 
@@ -93,10 +94,11 @@ class Estimate:
         return how + "; a run of " + ", ".join(f"{label} {seconds_text(s)}" for label, (_, s) in by_point.items())
 
     def finished(self, name: str, wall_s: float) -> None:
+        """Run `name` took `wall_s` for the epochs it had left: its point's other runs are priced by it, per epoch."""
         key, epochs = self.runs[name]
         if self.costs[key].source == "probe" and not self.measured.get(key):
             self.ratios.append((wall_s, self.costs[key].run_s(epochs)))
-        self.measured.setdefault(key, []).append(wall_s)
+        self.measured.setdefault(key, []).append(wall_s / max(1, epochs))
 
 
 def seconds_text(s: float) -> str:
@@ -114,15 +116,15 @@ def point_key(run: SweepRun) -> str:
 def estimate(sweep: Sweep, todo: list[SweepRun], done_epochs: dict[str, int], walls: dict[str, float],
              links: Any = None, echo=print) -> Estimate | None:
     """The estimate for the runs in `todo` (`done_epochs`: epochs a resumed run has already trained; `walls`:
-    wall times of this sweep's finished runs); None when it cannot be made here (said in one line)."""
+    this sweep's finished runs' (wall time, epochs their last process trained)); None when it cannot be made
+    here (said in one line)."""
     keys = {run.name: point_key(run) for run in sweep.runs}
     runs = {run.name: (keys[run.name], run.config.train.epochs - done_epochs.get(run.name, 0)) for run in todo}
     costs: dict[str, PointCost] = {}
-    for run in sweep.runs:  # a point with finished runs is priced by them
-        wall = walls.get(run.name)
-        if wall:
-            epochs = run.config.train.epochs
-            costs.setdefault(keys[run.name], PointCost(0.0, wall / epochs, "finished runs"))
+    for run in sweep.runs:  # a point with finished runs is priced by them: wall per epoch its last process trained
+        wall, trained = walls.get(run.name, (None, None))
+        if wall and trained:
+            costs.setdefault(keys[run.name], PointCost(0.0, wall / trained, "finished runs"))
     probe_runs = list({keys[r.name]: r for r in todo if keys[r.name] not in costs}.values())
     probe_s = None
     if probe_runs:
@@ -147,11 +149,14 @@ def run_probe(configs: list[RunConfig], timeout_s: float = PROBE_TIMEOUT_S) -> d
     eval_image_s, ...}, ...]}: torch_s and import_s run from this process starting it to its having imported
     torch, then all a run imports; exit_s from its last line to its end (a Python with torch loaded takes a
     while to tear down)."""
-    payload = json.dumps([c.to_dict() for c in configs])
+    payload = json.dumps([c.to_dict() for c in configs])  # (the probe never downloads: the first run does, said)
     launched, started = time.time(), time.perf_counter()
-    try:
+    from ddplab.process import die_with_parent
+
+    try:  # dies with the sweep, even one killed outright; Ctrl-C reaches it as it reaches the sweep
         done = subprocess.run([sys.executable, "-m", "ddplab.sweep.estimate"], input=payload, capture_output=True,
-                              text=True, timeout=timeout_s)
+                              text=True, timeout=timeout_s,
+                              preexec_fn=die_with_parent if sys.platform == "linux" else None)
     except subprocess.TimeoutExpired:
         raise ProbeFailed(f"the probe took over {timeout_s:g} s") from None
     if done.returncode != 0:
@@ -270,16 +275,19 @@ def main() -> None:
     from ddplab.engine.run import build_datasets  # what a run imports: ddplab's engine
 
     ready_at = time.time()
-    configs = [build_config(values) for values in json.loads(sys.stdin.read())]
+    configs = []
+    for values in json.loads(sys.stdin.read()):
+        values.setdefault("data", {})["download"] = False  # data not there yet is the first run's to download, said
+        configs.append(build_config(values))
     loaded = time.perf_counter()
     first = configs[0]
     train, test, _ = build_datasets(first, DistContext(device=resolve_device(first.train.device)))
     data_s = time.perf_counter() - loaded
-    points = []
+    points, data = [], first.data
     for config in configs:
-        if (config.data.dataset, config.data.subset, config.data.test_subset) != (first.data.dataset, first.data.subset,
-                                                                                  first.data.test_subset):
+        if config.data != data:  # other images (size, split, folder): the point is timed on its own
             train, test, _ = build_datasets(config, DistContext(device=resolve_device(config.train.device)))
+            data = config.data
         cost = probe_point(config, train)
         cost["train_images"] = len(train)
         cost["eval_images"] = len(test) + min(config.train.eval_train_images, len(train))

@@ -17,7 +17,7 @@ from ddplab.sweep.spec import Sweep
 
 MANIFEST = "manifest.json"
 VERSION = 2
-KEPT = ("status", "exit_code", "error", "wall_s", "job")  # job: its Slurm array task (--executor slurm)  # what a re-run keeps of a run's earlier entry
+KEPT = ("status", "exit_code", "error", "wall_s", "wall_epochs", "job")  # job: its Slurm array task (--executor slurm)  # what a re-run keeps of a run's earlier entry
 
 
 def manifest_of(sweep: Sweep, previous: dict[str, dict], states: dict[str, str],
@@ -28,7 +28,7 @@ def manifest_of(sweep: Sweep, previous: dict[str, dict], states: dict[str, str],
     for run in sweep.runs:
         entry = {"name": run.name, "dir": f"runs/{run.name}", "point": run.point, "seed": run.seed, "launch": run.launch,
                  "config": f"configs/{run.name}.toml", "status": "pending", "exit_code": None, "error": None, "wall_s": None,
-                 "job": None}
+                 "wall_epochs": None, "job": None}
         old = previous.get(run.name)
         if old is not None and old.get("status") != "skipped":
             entry.update({k: old.get(k) for k in KEPT})

@@ -221,9 +221,9 @@ def run_held(sweep: Sweep, out: Path, timeout_s: float | None, slots: SlotPool, 
     echo(f"sweep {sweep.name}: {len(sweep.runs)} runs, {len(sweep.runs) - len(todo) - skipped} already finished, "
          f"{len(todo)} to run" + (f", {skipped} not runnable here (see the report)" if skipped else "")
          + (f"; {slots.describe()}" if slots.requested != 1 else ""))
-    expected = expect(sweep, out, manifest, [run for run, _ in todo], slots, echo) if todo and estimate else None
     previous = signal.signal(signal.SIGTERM, raise_terminated)
-    try:
+    try:  # SIGTERM during the probe too: Ctrl-C's way out (the probe ends with the sweep), exit 130
+        expected = expect(sweep, out, manifest, [run for run, _ in todo], slots, echo) if todo and estimate else None
         scheduler = Scheduler(out, manifest, slots, timeout_s, echo, expected)
         scheduler.run(todo)
     finally:
@@ -235,18 +235,29 @@ def run_held(sweep: Sweep, out: Path, timeout_s: float | None, slots: SlotPool, 
     return manifest
 
 
+def resumed_epochs(run_dir: Path) -> int:
+    """Epochs a run will not train again: those its metrics hold, when a checkpoint lets it resume from them."""
+    if not (run_dir / runfiles.CHECKPOINTS / runfiles.LAST_CHECKPOINT).is_file():
+        return 0
+    return len(read_epochs(run_dir / runfiles.METRICS, growing=True))
+
+
 def expect(sweep: Sweep, out: Path, manifest: dict[str, Any], todo: list[SweepRun], slots: SlotPool, echo):
     """The sweep's time, said before its first run (sweep/estimate.py); None when it cannot be made."""
     from ddplab.planner.links import LINKS_FILE, read_links
     from ddplab.sweep import estimate
 
-    walls = {e["name"]: e["wall_s"] for e in manifest["runs"] if e["status"] == "finished" and e.get("wall_s")}
-    done = {run.name: len(read_epochs(out / "runs" / run.name / runfiles.METRICS, growing=True)) for run in todo}
+    walls = {e["name"]: (e["wall_s"], e.get("wall_epochs")) for e in manifest["runs"]
+             if e["status"] == "finished" and e.get("wall_s")}
+    done = {run.name: resumed_epochs(out / "runs" / run.name) for run in todo}
     found = estimate.estimate(sweep, todo, done, walls, links=read_links(out / LINKS_FILE), echo=echo)
     if found is None:
         return None
     at_once = max(1, min(slots.parallel, len(todo)))
-    found.said_s = found.total_s([run.name for run in todo], at_once)
+    # Points at once on a CPU share its cores: each is about that much slower than the probe (which had them all).
+    shared = at_once if all(run.config.train.device == "cpu" for run in todo) else 1
+    found.said_s = found.total_s([run.name for run in todo], at_once) * shared
+    found.shared = shared
     echo(f"sweep {sweep.name}: expected to take about {duration(found.said_s)}"
          + (f" ({at_once} at a time)" if at_once > 1 else "") + f": {found.describe(todo)}")
     return found
@@ -341,7 +352,8 @@ class Scheduler:
                 self.expected.finished(r.run.name, done.wall_s)
             now = time.perf_counter()
             eta = (sum(self.expected.run_s(run.name) for _, run, _ in self.pending)
-                   + sum(max(0.0, self.expected.run_s(x.run.name) - (now - x.child.start)) for x in self.running)) / at_once
+                   + sum(max(0.0, self.expected.run_s(x.run.name) * self.expected.shared - (now - x.child.start))
+                         for x in self.running)) / at_once * self.expected.shared
             said = self.expected.said_s
             overall = now - self.started + eta
             eta_note = f" (all told about {duration(overall)}; {duration(said)} expected at the start)" if eta and said else ""
@@ -361,7 +373,7 @@ class Scheduler:
         if code == 0 and status == "failed":
             error = "the run exited 0 but left no summary.json"
         r.entry.update(status="interrupted" if code == INTERRUPTED else status, exit_code=code, error=error,
-                       wall_s=round(done.wall_s, 1))
+                       wall_s=round(done.wall_s, 1), wall_epochs=r.watch.count() - r.watch.started)
         write_manifest(self.out, self.manifest)
         self.echo(f"{r.tag}: " + (f"finished in {duration(done.wall_s)}" if status == "finished"
                                   else "interrupted (resumable)" if code == INTERRUPTED
@@ -393,7 +405,7 @@ class EpochWatch:
 
     def __init__(self, path: Path, epochs: int):
         self.path, self.epochs = path, epochs
-        self.seen = self.count()  # a resumed run's earlier epochs are not news
+        self.seen = self.started = self.count()  # a resumed run's earlier epochs are not news
         self.times: list[float] = []
 
     def count(self) -> int:

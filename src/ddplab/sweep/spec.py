@@ -157,9 +157,11 @@ class Sweep:
             runs = list(dict.fromkeys(r.name for n in s.points for r in self.runs_named(n))) if s.points \
                 else [r.name for r in self.runs]
             baseline = s.baseline or tuple(n for n in s.points if self.runs_named(n))[:1]
-            adapted = [a.text() for a in self.adaptations if any(n in a.points for n in s.points or self.point_names())]
+            names = s.points or self.point_names()
+            adapted = [a.text() for a in self.adaptations if any(n in a.points for n in names)]
             out.append({"title": s.title, "question": s.question, "kind": s.kind, "note": s.note, "runs": runs,
                         "adapted": adapted,
+                        "adapted_points": [n for a in self.adaptations if a.holds for n in a.points if n in names],
                         "baseline_runs": list(dict.fromkeys(r.name for n in baseline for r in self.runs_named(n))),
                         "not_measured": [{"point": n, "reason": self.not_measured[n]} for n in s.points
                                          if not self.runs_named(n)]})
@@ -280,6 +282,13 @@ def expand(spec: dict[str, Any], path: Path, profile: str | None = None,
         raise ConfigError(f"sweep file {path} expands to {count:,} runs (more than {MAX_RUNS:,}): shorten the grid")
     base = spec.get("base", {})
     adaptations = read_adaptations(spec.get("adapt", {}), axes, path, base)
+    for a in adaptations:
+        for key in sorted({k for settings in a.points.values() for k in settings}):
+            section, _, name = key.partition(".")
+            if name in (overrides or {}).get(section, {}):
+                raise ConfigError(f"--set {key} would replace what [adapt.{a.condition}] sets for "
+                                  f"{', '.join(a.points)}: the report would say one and the runs train the other; "
+                                  "change the sweep file instead")
     adapted = {name: settings for a in adaptations if a.holds for name, settings in a.points.items()}
     seed0 = base.get("train", {}).get("seed", 0)
     if isinstance(seed0, bool) or not isinstance(seed0, int):
