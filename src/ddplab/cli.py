@@ -212,9 +212,19 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def one_mode(command: str, modes: list[tuple[str, bool]]) -> None:
+    """Modes of a command that exclude each other: two given is one line, never one of them dropped in silence."""
+    given = [name for name, on in modes if on]
+    if len(given) > 1:
+        raise ConfigError(f"ddplab {command}: {given[0]} and {given[1]} cannot go together (each is a mode of its own): "
+                          "give one")
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from ddplab.sweep import bundled_sweeps, default_out, format_plan, load_sweep, run_sweep, sweep_file
 
+    one_mode("sweep", [("--list", args.list), ("--status", args.status), ("--dry-run", args.dry_run), ("--wait", args.wait)])
+    one_mode("sweep", [("--list", args.list), ("a sweep file", args.file is not None)])
     if args.list:
         for name, description in bundled_sweeps().items():
             print(f"{name:<16} {description}")
@@ -300,6 +310,28 @@ def sweep_slurm_options(args: argparse.Namespace):
                         parallel=args.parallel if isinstance(args.parallel, int) and args.parallel > 1 else None)
 
 
+OVERSUBSCRIBED = 4  # ranks a CPU core may hold while a link is timed: past this, the timing is the scheduler's
+
+
+def refuse_unmeasurable(args: argparse.Namespace) -> None:
+    """plan --measure's values it would cap or could not honour, refused or said before any process starts."""
+    from ddplab.planner.links import MIB, SIZES
+    from ddplab.topology import usable_cores
+
+    if args.max_mib * MIB > SIZES[-1]:
+        raise ConfigError(f"--max-mib {args.max_mib}: messages are timed from 4 KiB up by 4x to {SIZES[-1] // MIB} MiB; "
+                          f"give 1 to {SIZES[-1] // MIB}")
+    largest = max(s for s in SIZES if s <= args.max_mib * MIB)
+    if largest != args.max_mib * MIB:
+        print(f"ddplab: note: --max-mib {args.max_mib}: messages are timed from 4 KiB up by 4x, so the largest is "
+              f"{largest // MIB} MiB", file=sys.stderr)
+    cores = len(usable_cores())
+    if args.backend != "nccl" and max(args.nproc) > OVERSUBSCRIBED * cores:
+        raise ConfigError(f"--nproc {max(args.nproc)}: this process may use {cores} CPU core(s); past "
+                          f"{OVERSUBSCRIBED * cores} processes ({OVERSUBSCRIBED} a core) the all-reduce's time is the "
+                          "scheduler's, not the link's")
+
+
 def whole_list(text: str) -> list[int]:
     """A comma-separated list of whole numbers >= 1 (1,2,4,8)."""
     parts = [part.strip() for part in text.split(",")]
@@ -337,6 +369,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """The published links, or (--measure) this machine's all-reduce, fitted and written to --out."""
     from ddplab.planner import links
 
+    one_mode("plan", [("a run folder", args.run is not None), ("--measure", args.measure), ("--published", args.published)])
+    if args.measure:
+        refuse_unmeasurable(args)
     if args.run is not None:
         return plan_run(args)
     if args.published:

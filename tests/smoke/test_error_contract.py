@@ -192,6 +192,24 @@ CASES = [
     Case("flag-without-value", ["train", "--lr"], 2, r"argument --lr: expected one argument \(see ddplab train --help\)$",
          alone=True),
     Case("sweep-flag-typo", ["sweep", "assignment", "--dryrun"], 2, r"did you mean --dry-run\?", alone=True),
+    # modes that exclude each other are one line, never one dropped in silence; a value a command would cap or
+    # cannot honour is said or refused before any process starts
+    Case("sweep-list-with-a-file", ["sweep", "assignment", "--list"], 2,
+         r"ddplab sweep: --list and a sweep file cannot go together", alone=True),
+    Case("sweep-status-with-dry-run", ["assignment", "--status", "--dry-run", "--out", "{tmp}/o"], 2,
+         r"--status and --dry-run cannot go together", alone=True, after=no_folder("o")),
+    Case("sweep-dry-run-with-wait", ["sweep", "assignment", "--executor", "slurm", "--dry-run", "--wait"], 2,
+         r"--dry-run and --wait cannot go together", alone=True),
+    Case("plan-run-with-measure", ["plan", "{tmp}/run", "--measure"], 2,
+         r"ddplab plan: a run folder and --measure cannot go together", alone=True, setup=lambda tmp: finished_run(tmp)),
+    Case("plan-published-with-measure", ["plan", "--published", "--measure"], 2,
+         r"--measure and --published cannot go together", alone=True),
+    Case("plan-message-past-the-largest", ["plan", "--measure", "--max-mib", "4096", "--out", "{tmp}/l.json"], 2,
+         r"--max-mib 4096: messages are timed from 4 KiB up by 4x to 1024 MiB; give 1 to 1024", alone=True,
+         after=no_folder("l.json")),
+    Case("plan-ranks-past-the-cores", ["plan", "--measure", "--nproc", "4096", "--backend", "gloo", "--out", "{tmp}/l.json"],
+         2, r"--nproc 4096: this process may use \d+ CPU core\(s\); past \d+ processes \(4 a core\) the all-reduce's time "
+         r"is the scheduler's", alone=True, after=no_folder("l.json")),
     Case("flag-of-another-command", ["report", "{tmp}", "--resume"], 2, r"--resume is an option of ddplab train", alone=True),
     Case("sweep-debug", ["sweep", "{tmp}/nope.toml", "--debug"], 2, r"sweep file .*nope\.toml does not exist", debug=True),
     # configuration (exit 2): the field, the value and what is allowed

@@ -101,3 +101,16 @@ def test_a_multi_node_run_needs_a_meeting_point_only_when_ddplab_launches_it(tmp
         with prepared(config):
             pass
     assert not (tmp_path / "r").exists()
+
+
+def test_a_largest_message_between_the_sizes_timed_is_said(capsys):
+    """--max-mib 300 times up to 256 MiB (the sizes go up by 4x): said, not dropped in silence."""
+    import argparse
+
+    from ddplab.cli import refuse_unmeasurable
+
+    refuse_unmeasurable(argparse.Namespace(max_mib=300, nproc=[2], backend="gloo"))
+    assert capsys.readouterr().err == ("ddplab: note: --max-mib 300: messages are timed from 4 KiB up by 4x, so the "
+                                       "largest is 256 MiB\n")
+    refuse_unmeasurable(argparse.Namespace(max_mib=256, nproc=[2], backend="gloo"))
+    assert capsys.readouterr().err == ""
