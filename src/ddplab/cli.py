@@ -111,12 +111,14 @@ def config_and_saved(args: argparse.Namespace) -> tuple[RunConfig, RunConfig | N
     elif hasattr(args, "config"):
         base = load_toml(args.config)
     elif resume and "out" in output:  # resume with the run's own settings
+        from ddplab.engine.rundir import saved_config
+
         path = Path(output["out"]) / runfiles.CONFIG
         if not path.is_file():
             raise ConfigError(f"output.resume: {output['out']} holds no run to resume (no config.toml there); "
                               "start a new run there without --resume")
-        base = load_toml(path)
-        saved = build_config(base)
+        saved = saved_config(path.parent)
+        base = saved.to_dict()
     else:
         base = {}
     return build_config(merge(base, overrides)), saved

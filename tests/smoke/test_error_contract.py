@@ -179,6 +179,21 @@ def unknown_section(tmp):
 
 
 resume_nothing_setup, resume_nothing_after = unchanged_after(finished_run)
+
+
+def config_rewritten(text):
+    """A finished run whose config.toml now holds `text` (a function of the old text)."""
+    def setup(tmp):
+        path = finished_run(tmp) / "config.toml"
+        path.write_text(text(path.read_text()))
+    return unchanged_after(setup)
+
+
+resume_empty_setup, resume_empty_after = config_rewritten(lambda old: "")
+resume_other_setup, resume_other_after = config_rewritten(lambda old: '[train]\nepochs = 4\n')
+resume_unknown_setup, resume_unknown_after = config_rewritten(lambda old: old + "\n[extras]\nnote = 1\n")
+resume_edited_setup, resume_edited_after = config_rewritten(
+    lambda old: "\n".join("lr = 0.5" if line.startswith("lr = ") else line for line in old.splitlines()) + "\n")
 sweep_into_run_setup, sweep_into_run_after = unchanged_after(
     lambda tmp: (finished_run(tmp), sweep_file(tmp, '"train.batch_size" = [8]')))
 foreign_setup, foreign_after = unchanged_after(foreign_checkpoint)
@@ -459,6 +474,20 @@ CASES = [
          after=report_lists_the_unreadable_run),
     Case("resume-finished-run", ["train", "--out", "{tmp}/run", "--resume"], 0, setup=resume_nothing_setup,
          after=resume_nothing_after),
+    # a resumed run's config.toml is its record: empty, cut short, other-shaped or edited, it is refused naming the
+    # file, and nothing in the folder changes (never filled in with defaults, never trained on under other settings)
+    Case("resume-empty-config", ["train", "--out", "{tmp}/run", "--resume", "--epochs", "3"], 2,
+         r"run/config\.toml is not the config\.toml ddplab wrote for this run \(it is empty\)", alone=True,
+         setup=resume_empty_setup, after=resume_empty_after),
+    Case("resume-other-shaped-config", ["train", "--out", "{tmp}/run", "--resume"], 2,
+         r"run/config\.toml is not the config\.toml ddplab wrote for this run \(no \[data\], \[model\], \[optim\], "
+         r"\[dist\], \[output\]\)", alone=True, setup=resume_other_setup, after=resume_other_after),
+    Case("resume-config-with-unknown-section", ["train", "--out", "{tmp}/run", "--resume", "--epochs", "3"], 2,
+         r"run/config\.toml: unknown config section \[extras\].*\(edited since the run wrote it\?\)", alone=True,
+         setup=resume_unknown_setup, after=resume_unknown_after),
+    Case("resume-edited-config", ["train", "--out", "{tmp}/run", "--resume", "--epochs", "3"], 2,
+         r"run/config\.toml was edited after the run's last checkpoint \(optim\.lr: [\d.]+ in the checkpoint, 0\.5 in "
+         r"the file\)", alone=True, setup=resume_edited_setup, after=resume_edited_after),
 ]
 
 

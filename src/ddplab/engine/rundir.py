@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddplab import files, runfiles
-from ddplab.config import RunConfig, build_config, load_toml, save_config
+from ddplab.config import SECTIONS, RunConfig, build_config, load_toml, save_config
 from ddplab.distributed import DistContext
 from ddplab.engine import checkpoint
 from ddplab.errors import ConfigError
@@ -79,18 +79,42 @@ def check_run_dir(config: RunConfig, saved: RunConfig | None = None) -> Resume |
         return None
     run_dir = Path(config.output.out)
     if saved is None:
-        saved = build_config(load_toml(run_dir / runfiles.CONFIG))
+        saved = saved_config(run_dir)
     differing = config_differences(saved, config) - RESUMABLE_DIFFERENCES
     if differing:
         raise ConfigError(f"output.resume: the config differs from the run's saved config.toml in "
                           f"{', '.join(sorted(differing))}; resume with the same settings (only "
                           f"{', '.join(sorted(RESUMABLE_DIFFERENCES))} may change)")
     state = checkpoint.load(run_dir / runfiles.CHECKPOINTS / checkpoint.LAST)
+    if isinstance(state.get("config"), dict):  # what the checkpoint was trained with (checkpoints since 2026-11-25)
+        edited = config_differences(build_config(state["config"]), saved) - RESUMABLE_DIFFERENCES
+        if edited:
+            trained, now = build_config(state["config"]).to_dict(), saved.to_dict()
+            changes = "; ".join(f"{k}: {trained[k.split('.')[0]][k.split('.')[1]]!r} in the checkpoint, "
+                                f"{now[k.split('.')[0]][k.split('.')[1]]!r} in the file" for k in sorted(edited))
+            raise ConfigError(f"{run_dir / runfiles.CONFIG} was edited after the run's last checkpoint ({changes}): "
+                              "resuming would train on with settings the checkpoint was not trained with; put the "
+                              "file back, or start a new run from it with --config")
     done = state["train_state"]["epoch"]
     if config.train.epochs < done:
         raise ConfigError(f"train.epochs={config.train.epochs} is not valid: {run_dir} has already trained {done} epochs")
     return Resume(epoch=done, stopped_early=bool(state["train_state"].get("stopped_early")),
                   planned_epochs=saved.train.epochs, checkpoint=state)
+
+
+def saved_config(run_dir: Path) -> RunConfig:
+    """A run folder's config.toml, the one reader of it for a resume: ddplab writes every section and field, so
+    an empty, truncated or other-shaped file is refused naming it, never filled in with defaults."""
+    path = Path(run_dir) / runfiles.CONFIG
+    values = load_toml(path)
+    missing = [s for s in SECTIONS if not isinstance(values.get(s), dict)]
+    if missing:
+        raise ConfigError(f"{path} is not the config.toml ddplab wrote for this run ({'it is empty' if not values else 'no [' + '], ['.join(missing) + ']'}): "
+                          "edited or truncated? put it back as it was, or start a new run in another folder")
+    try:
+        return build_config(values)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc} (edited since the run wrote it?)") from None
 
 
 def config_differences(saved: RunConfig, config: RunConfig) -> set[str]:

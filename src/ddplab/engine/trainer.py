@@ -460,6 +460,7 @@ class Trainer:
             "scaler": self.precision.state_dict(),
             "early_stopping": self.early_stopping.state_dict(),
             "train_state": {**self.state.state_dict(), "earlier_sessions_s": self.elapsed_s()},
+            "config": self.config.to_dict(),  # what these weights were trained with: a resume refuses an edited config.toml
         }
 
     def elapsed_s(self) -> float:

@@ -27,7 +27,7 @@ from typing import Any
 
 from ddplab import files, runfiles
 from ddplab.process import INTERRUPTED, POLL_S, STOP_GRACE_S, Child, Finished, ddplab_command, stop_all, wait_any
-from ddplab.config import build_config, check_environment, load_toml
+from ddplab.config import check_environment
 from ddplab.engine.runlock import describe, live_owner, run_lock
 from ddplab.errors import ConfigError, DataError
 from ddplab.metrics.records import read_epochs
@@ -63,13 +63,13 @@ def check_machine(sweep: Sweep) -> None:
 def stale_reason(run: SweepRun, out: Path, state: str) -> str | None:
     """Why a run folder cannot be kept or continued for this run, or None: not a run folder, or trained
     with other settings than the file asks for now (its results would be reported under a wrong name)."""
-    from ddplab.engine.rundir import config_differences
+    from ddplab.engine.rundir import config_differences, saved_config
 
     run_dir = out / "runs" / run.name
     if state == "foreign":
         return f"{run_dir} exists and is not a ddplab run folder: move it, or use another --out"
     if state in ("finished", "unfinished"):
-        differing = config_differences(build_config(load_toml(run_dir / runfiles.CONFIG)), run.config)
+        differing = config_differences(saved_config(run_dir), run.config)
         if state == "unfinished":
             differing -= {"train.profile_steps"}  # changes no number (as --resume allows)
         if differing:
