@@ -391,3 +391,16 @@ def test_set_cannot_replace_what_an_adaptation_sets(tmp_path):
                                           r"sets for bf16"):
         load_sweep(write(tmp_path, ADAPTED), overrides=["train.epochs=4"])
     assert load_sweep(write(tmp_path, ADAPTED), overrides=["train.batch_size=8"]).runs[0].config.train.batch_size == 8
+
+
+def test_a_label_longer_than_a_file_name_gives_a_short_distinct_folder(tmp_path):
+    """Run folders, configs and logs are named after points: a 300-character label must not reach the file
+    system as a 300-byte name (ENAMETOOLONG mid-sweep). Shortened deterministically: its start and a hash."""
+    long = "x" * 300
+    text = (f'[sweep]\nrepeats = 2\n[base.data]\ndataset = "synthetic"\n[[variants]]\nlabel = "{long}"\n'
+            f'[[variants]]\nlabel = "{long}y"\n')
+    runs = load_sweep(write(tmp_path, text)).runs
+    names = [r.name for r in runs]
+    assert all(len(n) <= 120 for n in names) and len(set(names)) == 4
+    assert [n[-3:] for n in names] == ["_s0", "_s1", "_s0", "_s1"] and names[0].startswith("x" * 100)
+    assert names == [r.name for r in load_sweep(write(tmp_path, text, "again.toml")).runs]  # the same every time

@@ -545,12 +545,21 @@ def slug(value: Any) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text).strip("-") or "x"
 
 
+MAX_NAME = 120  # characters of a run's folder name (a file name may hold 255 bytes; its logs add a suffix)
+
+
 def run_name_for(point: dict[str, Any], seed: int, repeats: int) -> str:
-    """Readable and stable: `batch_size-32_2-workers_s0` (the seed only when there are repeats)."""
+    """Readable and stable: `batch_size-32_2-workers_s0` (the seed only when there are repeats). A name past
+    MAX_NAME keeps its start and ends in a hash of the whole, so long labels still name distinct folders."""
+    import hashlib
+
     parts = [slug(v) if "." not in axis else f"{slug(axis.rsplit('.', 1)[1])}-{slug(v)}" for axis, v in point.items()]
-    if repeats > 1:
-        parts.append(f"s{seed}")
-    return "_".join(parts) or "run"
+    seed_part = f"_s{seed}" if repeats > 1 else ""
+    name = "_".join(parts) or "run"
+    if len(name) + len(seed_part) > MAX_NAME:
+        digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+        name = f"{name[:MAX_NAME - len(seed_part) - 11].rstrip('-_')}-{digest}"
+    return name + seed_part
 
 
 def unique(name: str, taken: set[str]) -> str:
