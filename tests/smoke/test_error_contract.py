@@ -52,6 +52,7 @@ def finished_run(tmp: Path, name: str = "run") -> Path:
         proc = ddplab(*S, "--out", str(base / "run"))
         assert proc.returncode == 0, proc.stderr
         SHARED["run"] = base / "run"
+    tmp.mkdir(parents=True, exist_ok=True)
     shutil.copytree(SHARED["run"], tmp / name)
     return tmp / name
 
@@ -72,6 +73,13 @@ def unchanged_after(setup: Callable[[Path], None]):
         assert snapshot(tmp) == state["before"]
 
     return do_setup, check
+
+
+def shown_as_replacement(name):
+    def check(tmp):
+        text = (tmp / name).read_text(encoding="utf-8")  # valid UTF-8 throughout
+        assert "run\ufffd" in text
+    return check
 
 
 def tilde_expanded(name):
@@ -461,6 +469,11 @@ CASES = [
          setup=lambda tmp: finished_run(tmp), after=tilde_expanded("rep/index.html")),
     Case("tilde-sweep-file", ["sweep", "~/s.toml", "--out", "~/sw", "--dry-run"], 0, env={"HOME": "{tmp}"},
          setup=lambda tmp: sweep_file(tmp, '"train.batch_size" = [8]'), after=tilde_expanded("s.toml")),
+    # folder names that are not UTF-8 (Python holds their bytes as lone surrogates): shown as U+FFFD, never a crash
+    Case("report-non-utf8-folder", ["report", "{tmp}/bad\udcffdir", "--out", "{tmp}/rep"], 0,
+         setup=lambda tmp: finished_run(tmp / "bad\udcffdir", "run\udcfe"), after=shown_as_replacement("rep/index.html")),
+    Case("compare-non-utf8-folder", ["compare", "{tmp}/bad\udcffdir/run\udcfe", "{tmp}/bad\udcffdir/run\udcfe"], 0,
+         setup=lambda tmp: finished_run(tmp / "bad\udcffdir", "run\udcfe")),
     Case("tilde-compare", ["compare", "~/run", "~/run"], 0, env={"HOME": "{tmp}"},
          setup=lambda tmp: finished_run(tmp), after=tilde_expanded("run/summary.json")),
     # not errors: nothing to do, and said so; stray launcher variables ignored, and said so

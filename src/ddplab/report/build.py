@@ -13,7 +13,7 @@ from typing import Any
 from ddplab import files
 from ddplab.report import figures, html, plots, tables
 from ddplab.report.findings import section_findings
-from ddplab.report.runs import load_runs
+from ddplab.report.runs import load_runs, shown
 from ddplab.report.sections import Section, architecture, build_sections, setup_text
 
 RESULTS_NOTE = ("Mean ± std over seeds. Train accuracy is measured on training images as the test set is (eval mode, "
@@ -67,11 +67,12 @@ def build_report(paths: list[Path], out: Path, title: str | None = None) -> dict
               "sections": [{"title": v.title, "findings": [f.text for f in v.findings], "tables": v.tables + v.details,
                             "setup": v.setup, "plots": v.plots, "kind": s.kind} for v, s in zip(views, sections)],
               "findings": [f.text for v in views for f in v.findings]}
-    files.write_text(result["runs_csv"], tables.csv_text(list(run_rows.values()), tables.RUN_COLUMNS))
-    files.write_text(result["points_csv"], tables.csv_text(point_rows, tables.point_columns(point_rows)))
-    files.write_text(result["report_md"], html.markdown(title, meta, views, "plots"))
+    # Folder names need not be UTF-8 (runs.shown): what the pages and tables show of them is.
+    files.write_text(result["runs_csv"], shown(tables.csv_text(list(run_rows.values()), tables.RUN_COLUMNS)))
+    files.write_text(result["points_csv"], shown(tables.csv_text(point_rows, tables.point_columns(point_rows))))
+    files.write_text(result["report_md"], shown(html.markdown(title, meta, views, "plots")))
     anchors = [f"{i}-{s.slug}" for i, s in enumerate(sections, 1)]
-    files.write_text(result["index_html"], html.page(title, meta, views, anchors, any(r.gpu for r in runs)))
+    files.write_text(result["index_html"], shown(html.page(title, meta, views, anchors, any(r.gpu for r in runs))))
     return result
 
 

@@ -151,12 +151,12 @@ def readable_run(run_dir: Path, status: str | None = None) -> Run:
     try:
         return load_run(run_dir, status)
     except DataError as exc:
-        return Run(dir=run_dir, name=run_dir.name, status="unreadable", config={}, error=str(exc))
+        return Run(dir=run_dir, name=shown(run_dir.name), status="unreadable", config={}, error=shown(str(exc)))
 
 
 def load_run(run_dir: Path, status: str | None = None) -> Run:
     """A run with its records; one without summary.json comes back unfinished, with what it left."""
-    run = Run(dir=run_dir, name=run_dir.name, status=status or "unfinished", config=read_config(run_dir))
+    run = Run(dir=run_dir, name=shown(run_dir.name), status=status or "unfinished", config=read_config(run_dir))
     if not (run_dir / runfiles.SUMMARY).is_file():
         run.error = unfinished_reason(run_dir)
         return run
@@ -182,7 +182,7 @@ def load_sweep(sweep_dir: Path) -> list[Run]:
     sections = manifest.get("sections") or []
     if not isinstance(sections, list) or not all(isinstance(s, dict) for s in sections):
         raise DataError(f"{sweep_dir / 'manifest.json'}: 'sections' is not a list of sections")
-    folder = SweepFolder(dir=sweep_dir, name=str(manifest.get("name") or sweep_dir.name),
+    folder = SweepFolder(dir=sweep_dir, name=shown(str(manifest.get("name") or sweep_dir.name)),
                          description=str(manifest.get("description") or ""), axes=axes, sections=sections)
     runs = [sweep_run(sweep_dir, entry, axes) for entry in entries]
     for run in runs:
@@ -203,10 +203,10 @@ def sweep_run(sweep_dir: Path, entry: dict[str, Any], axes: list[str]) -> Run:
         if not run.finished and run.status != "unreadable":
             run.error = f"the manifest says finished but {run_dir} has no summary.json"
     else:
-        run = Run(dir=run_dir, name=run_dir.name, status=status,
+        run = Run(dir=run_dir, name=shown(run_dir.name), status=status,
                   config=read_config(run_dir) if run_dir.is_dir() else {})
         run.error = entry.get("error") or failure_reason(status, entry.get("exit_code"), run_dir)
-    run.name = str(entry.get("name") or run.name)
+    run.name = shown(str(entry.get("name") or run.name))
     run.point = dict(entry.get("point") or {})
     run.axes = axes
     return run
@@ -283,6 +283,12 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def shown(text: str) -> str:
+    """A name from the file system as text that can be shown and written: bytes that are not UTF-8 (Python keeps
+    them as lone surrogates) become U+FFFD, which pages, CSVs, JSON and plot labels all take."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def name_runs(runs: list[Run]) -> None:
     """Give runs that share a folder name their parent's name too, so every row is told apart."""
     counts: dict[str, int] = {}
@@ -290,7 +296,7 @@ def name_runs(runs: list[Run]) -> None:
         counts[run.name] = counts.get(run.name, 0) + 1
     for run in runs:
         if counts[run.name] > 1:
-            run.name = f"{run.dir.parent.name}/{run.name}"
+            run.name = f"{shown(run.dir.parent.name)}/{run.name}"
     seen: dict[str, int] = {}
     for run in runs:  # still equal (same parent names): number them
         seen[run.name] = seen.get(run.name, 0) + 1
