@@ -613,3 +613,42 @@ def test_a_full_disk_keeps_the_last_good_checkpoint_and_no_temp_file(tmp_path, m
     monkeypatch.setattr(torch, "save", real_save)
     assert checkpoint.load(out / "checkpoints" / "last.pt")["train_state"]["epoch"] == 1
     assert main(["train", "--out", str(out), "--resume"]) == 0  # and the run goes on from there
+
+
+def ranks_started(marker: str) -> bool:
+    """Whether a process of this test is an all-reduce rank (the elastic launcher's spawned worker)."""
+    for pid in leftover_processes(marker):
+        try:
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return True
+        except OSError:
+            pass
+    return False
+
+
+@pytest.mark.parametrize("command", [["plan", "--measure", "--nproc", "2", "--out", "{tmp}/links.json"],
+                                     ["sweep", "{tmp}/s.toml", "--out", "{tmp}/out"]], ids=["plan-measure", "sweep"])
+def test_a_stop_signal_while_the_link_is_timed_ends_the_command_with_130(command, tmp_path):
+    """SIGTERM once the ranks run: one line, exit 130, no process left, nothing written, and a sweep starts
+    none of its runs (it measures the link first when it has a DDP point)."""
+    import signal
+    import time
+
+    (tmp_path / "s.toml").write_text('[base.data]\ndataset = "synthetic"\nsynthetic_size = 64\n[base.train]\n'
+                                     'device = "cpu"\nepochs = 1\n[[variants]]\nlabel = "ddp"\n'
+                                     '"dist.strategy" = "ddp"\n"dist.nproc" = 2\n')
+    marker = f"DDPLAB_TEST_{uuid.uuid4().hex}"
+    proc = subprocess.Popen([sys.executable, "-m", "ddplab", *[a.replace("{tmp}", str(tmp_path)) for a in command]],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", marker: "1"})
+    deadline = time.monotonic() + 120
+    while not ranks_started(marker):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == ("ddplab: error: interrupted by SIGTERM while timing the all-reduce: nothing "
+                                            "was written; run the command again to measure")
+    assert "Traceback" not in err and leftover_processes(marker) == []
+    assert not (tmp_path / "links.json").exists() and not (tmp_path / "out" / "runs").exists()

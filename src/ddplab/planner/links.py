@@ -177,6 +177,7 @@ def measure(backend: str = "gloo", ranks: int = 2, *, device: str = "cpu", max_b
                                   rdzv_configs=c10d_configs(rdzv_endpoint, timeout_s), max_restarts=0,
                                   local_addr=route_address(rdzv_endpoint) if nnodes > 1 else None,
                                   monitor_interval=0.1, start_method="spawn")
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.rendezvous.api import RendezvousError
 
     start = time.perf_counter()
@@ -186,6 +187,11 @@ def measure(backend: str = "gloo", ranks: int = 2, *, device: str = "cpu", max_b
         from ddplab.launch import rendezvous_failure
 
         raise rendezvous_failure(exc, rdzv_endpoint, nnodes, f"--timeout-s {timeout_s}") from None
+    except SignalException as exc:  # Ctrl-C or SIGTERM: the agent has stopped the ranks; nothing was written
+        from ddplab.launch import Interrupted
+
+        raise Interrupted(f"interrupted by {exc.sigval.name} while timing the all-reduce: nothing was written; "
+                          "run the command again to measure") from None
     return {"backend": backend, "ranks": ranks * nnodes, "nodes": nnodes, "device": device, "sizes": sizes,
             "times_s": next(iter(results.values())), "wall_s": round(time.perf_counter() - start, 1)}  # keyed by global rank
 

@@ -160,6 +160,7 @@ def measure_sweep_link(sweep: Sweep, out: Path, echo) -> None:
     """out/links.json for the report's predictions: this machine's all-reduce measured with each number of DDP
     workers the sweep runs (on CUDA, up to its GPUs), keeping what a links file there already holds. Each
     count measured on its own: a failure costs that count's predictions, never the sweep."""
+    from ddplab.launch import Interrupted
     from ddplab.planner import links
 
     wanted = {r.config.dist.nproc for r in sweep.runs if r.config.dist.strategy == "ddp" and r.config.dist.nproc > 1}
@@ -183,6 +184,8 @@ def measure_sweep_link(sweep: Sweep, out: Path, echo) -> None:
         try:
             result = links.measure(backend, n, device="cuda" if on_cuda else "cpu", max_bytes=64 * links.MIB)
             link = links.measured_link(result)
+        except Interrupted:  # a stop signal stops the sweep, before any run starts (exit 130)
+            raise
         except Exception as exc:  # noqa: BLE001 (the predictions are extra: any failure is said and passed over)
             echo(f"  x{n}: could not measure it ({type(exc).__name__}: {str(exc)[:200]}); {n} workers are predicted over the nearest count measured")
             continue
