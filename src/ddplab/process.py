@@ -87,6 +87,11 @@ class Child:
 
     def before_exec(self) -> None:
         die_with_parent()
+        # A command started in the background by a script inherits SIGINT ignored (and a child keeps what its
+        # parent ignored across exec): the child's stop signals are its own again, or stopping it would wait
+        # out the grace and end in SIGKILL.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
         if self.cpus:
             os.sched_setaffinity(0, self.cpus)
 
