@@ -332,3 +332,21 @@ def test_a_run_folder_that_processes_cannot_agree_on_is_refused_and_a_given_one_
         build_config(two_nodes).with_out_folder()
     given = build_config({**two_nodes, "output": {"out": "~/runs/x"}}).with_out_folder()
     assert given.output.out == str(Path.home() / "runs" / "x")
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("", r"config\.toml is not the config\.toml ddplab wrote for this run \(it is empty\)"),
+    ("[train]\nepochs = 4\n", r"config\.toml is not the config\.toml ddplab wrote for this run \(no \[data\], \[model\], "
+                               r"\[optim\], \[dist\], \[output\]\)"),
+    (None, r"config\.toml: unknown config section \[extras\].*\(edited since the run wrote it\?\)"),
+])
+def test_a_run_config_not_as_ddplab_wrote_it_is_refused_naming_the_file(tmp_path, text, error):
+    """What a resume reads a run's settings from (rundir.saved_config): never filled in with defaults."""
+    from ddplab.engine.rundir import saved_config
+
+    save_config(build_config({"data": {"dataset": "synthetic"}}), tmp_path / "config.toml")
+    assert saved_config(tmp_path).data.dataset == "synthetic"
+    path = tmp_path / "config.toml"
+    path.write_text(path.read_text() + "\n[extras]\nnote = 1\n" if text is None else text)
+    with pytest.raises(ConfigError, match=error):
+        saved_config(tmp_path)
