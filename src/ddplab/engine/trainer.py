@@ -460,7 +460,9 @@ class Trainer:
             "scaler": self.precision.state_dict(),
             "early_stopping": self.early_stopping.state_dict(),
             "train_state": {**self.state.state_dict(), "earlier_sessions_s": self.elapsed_s()},
-            "config": self.config.to_dict(),  # what these weights were trained with: a resume refuses an edited config.toml
+            # What these weights were trained with, as config.toml records it (the data root absolute): a resume
+            # refuses a config.toml edited since.
+            "config": self.config.with_data_root().to_dict(),
         }
 
     def elapsed_s(self) -> float:
