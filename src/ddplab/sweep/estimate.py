@@ -91,7 +91,9 @@ class Estimate:
         sources = {source for source, _ in by_point.values()}
         how = (f"each point probed in {self.probe_s:.1f} s" if self.probe_s is not None else "") + (
             "; " if len(sources) > 1 else "") + ("points with finished runs priced by them" if "finished runs" in sources else "")
-        return how + "; a run of " + ", ".join(f"{label} {seconds_text(s)}" for label, (_, s) in by_point.items())
+        from ddplab.sweep.runner import duration
+
+        return how + "; a run of " + ", ".join(f"{label} {duration(s)}" for label, (_, s) in by_point.items())
 
     def finished(self, name: str, wall_s: float) -> None:
         """Run `name` took `wall_s` for the epochs it had left: its point's other runs are priced by it, per epoch."""
@@ -99,10 +101,6 @@ class Estimate:
         if self.costs[key].source == "probe" and not self.measured.get(key):
             self.ratios.append((wall_s, self.costs[key].run_s(epochs)))
         self.measured.setdefault(key, []).append(wall_s / max(1, epochs))
-
-
-def seconds_text(s: float) -> str:
-    return f"{s:.0f} s" if s < 60 else f"{int(s // 60)}m{round(s % 60):02d}s"
 
 
 def point_key(run: SweepRun) -> str:
@@ -128,13 +126,12 @@ def estimate(sweep: Sweep, todo: list[SweepRun], done_epochs: dict[str, int], wa
     probe_runs = list({keys[r.name]: r for r in todo if keys[r.name] not in costs}.values())
     probe_s = None
     if probe_runs:
-        started = time.perf_counter()
         try:
             probed = run_probe([r.config for r in probe_runs])
         except ProbeFailed as exc:
             echo(f"sweep {sweep.name}: no time estimate before the first run ({exc}); each finished run gives one")
             return None
-        probe_s = time.perf_counter() - started
+        probe_s = probed["wall_s"]
         for run, cost in zip(probe_runs, price(probe_runs, probed, links)):
             costs[keys[run.name]] = cost
     return Estimate(costs, runs, probe_s)
@@ -181,7 +178,7 @@ def price(runs: list[SweepRun], probed: dict[str, Any], links: Any = None) -> li
     out = []
     for run, point in zip(runs, probed["points"]):
         c = run.config
-        workers = c.dist.nproc * c.dist.nnodes if c.dist.strategy == "ddp" else 1
+        workers = c.world_size()
         launcher = probed["torch_s"] + probed["exit_s"] if c.dist.strategy == "ddp" else 0.0
         start = launcher + probed["import_s"] + probed["data_s"] + probed["exit_s"]
         steps = math.ceil(point["train_images"] / (c.train.batch_size * workers * c.train.accumulate)) * c.train.accumulate

@@ -354,9 +354,10 @@ class Scheduler:
             if done.code == 0:
                 self.expected.finished(r.run.name, done.wall_s)
             now = time.perf_counter()
-            eta = (sum(self.expected.run_s(run.name) for _, run, _ in self.pending)
-                   + sum(max(0.0, self.expected.run_s(x.run.name) * self.expected.shared - (now - x.child.start))
-                         for x in self.running)) / at_once * self.expected.shared
+            shared = self.expected.shared  # each run that much slower than priced, running beside the others
+            eta = (sum(self.expected.run_s(run.name) * shared for _, run, _ in self.pending)
+                   + sum(max(0.0, self.expected.run_s(x.run.name) * shared - (now - x.child.start))
+                         for x in self.running)) / at_once
             said = self.expected.said_s
             overall = now - self.started + eta
             eta_note = f" (all told about {duration(overall)}; {duration(said)} expected at the start)" if eta and said else ""

@@ -289,7 +289,6 @@ def expand(spec: dict[str, Any], path: Path, profile: str | None = None,
                 raise ConfigError(f"--set {key} would replace what [adapt.{a.condition}] sets for "
                                   f"{', '.join(a.points)}: the report would say one and the runs train the other; "
                                   "change the sweep file instead")
-    adapted = {name: settings for a in adaptations if a.holds for name, settings in a.points.items()}
     seed0 = base.get("train", {}).get("seed", 0)
     if isinstance(seed0, bool) or not isinstance(seed0, int):
         raise ConfigError(f"train.seed={seed0!r} in [base.train] is not valid: expected an integer")
@@ -298,16 +297,15 @@ def expand(spec: dict[str, Any], path: Path, profile: str | None = None,
         point = {axis: shown for (axis, _), (shown, _) in zip(axes, combo)}
         settings = {k: v for _, dotted in combo for k, v in dotted.items()}
         launch = settings.pop("launch", "ddplab")
-        labels = [point_text(shown) for shown in point.values()]
-        for a in adaptations:  # checked on every machine, applied where its condition holds
-            for name in labels:
-                if name in a.points and not a.holds:
-                    try:
-                        build_config(merge(merge_dotted(base, {**settings, **a.points[name]}), overrides or {}))
-                    except ConfigError as exc:
-                        raise ConfigError(f"sweep file {path}: [adapt.{a.condition}] {name!r}: {exc}") from None
-        for name in labels:
-            settings.update(adapted.get(name, {}))
+        for a in adaptations:  # applied where its condition holds, checked on every machine
+            for name in (point_text(shown) for shown in point.values() if point_text(shown) in a.points):
+                if a.holds:
+                    settings.update(a.points[name])
+                    continue
+                try:
+                    build_config(merge(merge_dotted(base, {**settings, **a.points[name]}), overrides or {}))
+                except ConfigError as exc:
+                    raise ConfigError(f"sweep file {path}: [adapt.{a.condition}] {name!r}: {exc}") from None
         if launch not in LAUNCHERS:
             raise ConfigError(f"launch={launch!r} in sweep point {point} is not valid: choose one of {', '.join(LAUNCHERS)}")
         runs = []
@@ -465,9 +463,11 @@ def read_adaptations(table: Any, axes: list[Axis], path: Path, base: dict[str, A
                     raise ConfigError(f"{where}: {name!r} sets {key}, which {'[sweep] repeats' if key == SEED else 'an axis'} "
                                       "sets: an adaptation changes base settings only (the point's name promises the rest)")
         holds, detected = CONDITIONS[condition]()
-        keys = {k for settings in points.values() for k in settings}
-        replaced = {k: base[k.split(".")[0]][k.split(".", 1)[1]] for k in keys
-                    if k.split(".", 1)[1] in base.get(k.split(".")[0], {})}
+        replaced = {}  # what the points it leaves alone keep, where the base sets it
+        for key in {k for settings in points.values() for k in settings}:
+            section, _, field_name = key.partition(".")
+            if field_name in base.get(section, {}):
+                replaced[key] = base[section][field_name]
         out.append(Adaptation(condition, holds, detected, {n: dict(s) for n, s in points.items()}, replaced))
     return out
 
