@@ -41,6 +41,7 @@ class Case:
     alone: bool = False  # the error line is all of stderr (no usage screen, no log lines)
     env: dict[str, str] | None = None  # set for the command, on top of this process's environment
     note: str = ""  # regex stderr must match besides the error line (a note on what was ignored)
+    says: str = ""  # regex stdout must match (what a command that succeeds reports)
 
 
 def finished_run(tmp: Path, name: str = "run") -> Path:
@@ -184,6 +185,90 @@ def bad_toml(tmp):
 
 def unknown_section(tmp):
     (tmp / "x.toml").write_text("[trian]\nepochs = 2\n")
+
+
+def edited_json(rel: str, edit: Callable[[dict], object]):
+    """A finished run (and a links file measured on this machine's model of it) whose file `rel` ('run/summary.json',
+    'links.json') is edited by `edit` (a JSON object in, changed in place)."""
+    def setup(tmp):
+        finished_run(tmp)
+        write_links(tmp / "links.json")
+        path = tmp / rel
+        data = json.loads(path.read_text())
+        edit(data)
+        path.write_text(json.dumps(data))
+    return setup
+
+
+def edited_line(rel: str, number: int, **fields):
+    """A finished run whose JSONL file `rel` has `fields` set on its line `number` (1-based)."""
+    def setup(tmp):
+        finished_run(tmp)
+        path = tmp / rel
+        lines = path.read_text().splitlines()
+        lines[number - 1] = json.dumps({**json.loads(lines[number - 1]), **fields})
+        path.write_text("\n".join(lines) + "\n")
+    return setup
+
+
+def write_links(path: Path) -> None:
+    """A links file as `ddplab plan --measure` writes it, for a link of 1 GB/s and 1 ms (no measuring: exact times)."""
+    sizes = [4096 * 4**i for i in range(6)]
+    times = [0.001 + s * 2 * (2 - 1) / 2 / 1e9 for s in sizes]
+    path.write_text(json.dumps({"measurement": {"backend": "gloo", "ranks": 2, "nodes": 1, "device": "cpu", "sizes": sizes,
+                                                "times_s": times, "wall_s": 1.0}, "more": []}))
+
+
+def sweep_folder(edit: Callable[[dict], object] | None = None, links: str | None = None, executor: str | None = None):
+    """A sweep folder holding the finished run as its one point ('a'), its manifest edited by `edit`; `links`: the
+    text of its links.json; `executor`: 'slurm' makes it a submitted Slurm sweep of job 7."""
+    def setup(tmp):
+        from run_folders import write_manifest
+
+        finished_run(tmp / "sw" / "runs", "a")
+        write_manifest(tmp / "sw", [{"name": "a", "point": {"train.batch_size": 128}, "seed": 0}], axes=["train.batch_size"])
+        path = tmp / "sw" / "manifest.json"
+        manifest = json.loads(path.read_text())
+        if executor:
+            manifest.update(executor=executor, slurm_jobs=["7"])
+            manifest["runs"][0].update(status="submitted", job="7_0")
+            (tmp / "sw" / "runs" / "a" / "summary.json").unlink()
+        if edit:
+            edit(manifest)
+        path.write_text(json.dumps(manifest))
+        (tmp / "sw" / "sweep.toml").write_text('[base.data]\ndataset = "synthetic"\n[grid]\n"train.batch_size" = [128]\n')
+        if links is not None:
+            (tmp / "sw" / "links.json").write_text(links)
+    return setup
+
+
+def slurm_tools(sbatch: str = "", squeue: str = ""):
+    """Slurm's sbatch and squeue, on PATH in {tmp}/bin, answering these texts (exit 0); a sweep file beside them."""
+    def setup(tmp):
+        (tmp / "bin").mkdir(exist_ok=True)
+        for tool, answer in (("sbatch", sbatch), ("squeue", squeue)):
+            (tmp / "bin" / tool).write_text(f"#!/bin/sh\ncat <<'EOF'\n{answer}\nEOF\n")
+            (tmp / "bin" / tool).chmod(0o755)
+    return setup
+
+
+def combined(*setups):
+    def setup(tmp):
+        for one in setups:
+            one(tmp)
+    return setup
+
+
+def report_says(*texts):
+    def check(tmp):
+        md = (tmp / "rep" / "report.md").read_text()
+        assert all(text in md for text in texts), md
+    return check
+
+
+def no_job_recorded(tmp):
+    manifest = json.loads((tmp / "out" / "manifest.json").read_text())
+    assert [e["job"] for e in manifest["runs"]] == [None] and manifest.get("slurm_jobs") == [], manifest
 
 
 resume_nothing_setup, resume_nothing_after = unchanged_after(finished_run)
@@ -463,6 +548,57 @@ CASES = [
     Case("fault-epoch-past-the-run", [*S, "--out", "{tmp}/r"], 2,
          r"DDPLAB_FAULT='raise:epoch=3': epoch=3 would never fire: this run trains 1 epoch$", alone=True,
          after=no_folder("r"), env={"DDPLAB_FAULT": "raise:epoch=3"}),
+    # every file ddplab reads and every answer of another program is checked at its border: a missing field, a wrong
+    # type, zero where a count divides, NaN, 1e308, a 400-digit integer is one line naming the file and the field
+    # (exit 3), or, where a file only adds to what is shown, left out and said
+    Case("report-summary-zero-workers", ["report", "{tmp}/run", "--out", "{tmp}/rep"], 3,
+         r"run/summary\.json: run\.world_size is 0, not a whole number >= 1$", alone=True,
+         setup=edited_json("run/summary.json", lambda s: s["run"].update(world_size=0)), after=no_folder("rep")),
+    Case("plan-summary-text-batch", ["plan", "{tmp}/run", "--link", "nvlink", "--out", "{tmp}/p.json"], 3,
+         r"run/summary\.json: batch\.local is '128', not a whole number >= 1$", alone=True,
+         setup=edited_json("run/summary.json", lambda s: s["batch"].update(local="128")), after=no_folder("p.json")),
+    Case("plan-summary-400-digit-params", ["plan", "{tmp}/run", "--link", "nvlink", "--out", "{tmp}/p.json"], 3,
+         r"model\.params is 999999999999\.\.\. \(400 digits\), not a whole number >= 0$", alone=True,
+         setup=edited_json("run/summary.json", lambda s: s["model"].update(params=int("9" * 400))), after=no_folder("p.json")),
+    Case("compare-summary-nan-time", ["compare", "{tmp}/run"], 3, r"run/summary\.json: time\.train_s is nan, not a number "
+         r">= 0$", alone=True, setup=edited_json("run/summary.json", lambda s: s["time"].update(train_s=float("nan")))),
+    Case("report-summary-section-not-an-object", ["report", "{tmp}/run", "--out", "{tmp}/rep"], 3,
+         r"summary\.json: run is 'single', not a JSON object$", alone=True,
+         setup=edited_json("run/summary.json", lambda s: s.update(run="single"))),
+    Case("plan-metrics-negative-time", ["plan", "{tmp}/run", "--link", "nvlink", "--out", "{tmp}/p.json"], 3,
+         r"run/metrics\.jsonl line 1: train_s is -1\.0, not a number >= 0$", alone=True,
+         setup=edited_line("run/metrics.jsonl", 1, train_s=-1.0), after=no_folder("p.json")),
+    Case("plan-links-zero-ranks", ["plan", "{tmp}/run", "--links-file", "{tmp}/links.json", "--out", "{tmp}/p.json"], 3,
+         r"links\.json: measurement\.ranks is 0, not a whole number >= 2$", alone=True,
+         setup=edited_json("links.json", lambda d: d["measurement"].update(ranks=0)), after=no_folder("p.json")),
+    Case("plan-links-1e308-time", ["plan", "{tmp}/run", "--links-file", "{tmp}/links.json", "--out", "{tmp}/p.json"], 3,
+         r"links\.json: measurement\.times_s is .*, not a list, each item a number > 0 <= 3600$", alone=True,
+         setup=edited_json("links.json", lambda d: d["measurement"]["times_s"].__setitem__(2, 1e308)), after=no_folder("p.json")),
+    Case("report-sweep-links-not-a-measurement", ["report", "{tmp}/sw", "--out", "{tmp}/rep"], 0,
+         setup=sweep_folder(links='{"measurement": {"ranks": "two"}}'),
+         after=report_says("links.json lacks measurement.backend, which ddplab always writes", "no predictions from it")),
+    Case("report-manifest-point-not-an-object", ["report", "{tmp}/sw", "--out", "{tmp}/rep"], 3,
+         r"sw/manifest\.json: runs\[0\]\.point is 'x', not a JSON object$", alone=True,
+         setup=sweep_folder(lambda m: m["runs"][0].update(point="x")), after=no_folder("rep")),
+    Case("status-manifest-unknown-status", ["sweep", "{tmp}/sw/sweep.toml", "--status", "--out", "{tmp}/sw"], 3,
+         r"sw/manifest\.json: runs\[0\]\.status is 'done', not one of pending, running, finished", alone=True,
+         setup=sweep_folder(lambda m: m["runs"][0].update(status="done"))),
+    Case("report-env-text-cpus", ["report", "{tmp}/sw", "--out", "{tmp}/rep"], 0,
+         setup=combined(sweep_folder(), lambda tmp: (tmp / "sw/runs/a/env.json").write_text('{"cpus": "two"}')),
+         after=report_says("env.json: cpus is 'two', not a whole number &gt;= 1: left out")),
+    Case("sweep-sbatch-answers-a-web-page", ["sweep", "{tmp}/s.toml", "--out", "{tmp}/out", "--executor", "slurm"], 2,
+         r"sbatch answered '<html><body>502 Bad Gateway</body></html>', not a job id \(JOB or JOB;CLUSTER\)", alone=False,
+         env={"PATH": "{tmp}/bin:" + os.environ["PATH"]}, after=no_job_recorded,
+         setup=combined(slurm_tools(sbatch="<html><body>502 Bad Gateway</body></html>"),
+                        lambda tmp: sweep_file(tmp, '"train.batch_size" = [8]'))),
+    Case("status-squeue-answers-a-web-page", ["sweep", "{tmp}/sw/sweep.toml", "--status", "--out", "{tmp}/sw"], 2,
+         r"squeue answered '<html>maintenance</html>', not lines of JOB_TASK\|STATE", alone=True,
+         env={"PATH": "{tmp}/bin:" + os.environ["PATH"]},
+         setup=combined(sweep_folder(executor="slurm"), slurm_tools(squeue="<html>maintenance</html>"))),
+    Case("status-slurm-outcome-cut-short", ["sweep", "{tmp}/sw/sweep.toml", "--status", "--out", "{tmp}/sw"], 0,
+         env={"PATH": "{tmp}/bin:" + os.environ["PATH"]}, says=r"a +failed .*its outcome cannot be read: .*a\.json line 1 is not JSON",
+         setup=combined(sweep_folder(executor="slurm"), slurm_tools(),
+                        lambda tmp: ((tmp / "sw/slurm").mkdir(), (tmp / "sw/slurm/a.json").write_text('{"exit_code": 0')))),
     # a path with ~ is the home folder's, wherever a command takes a path (HOME is the test's folder here)
     Case("tilde-report-out", ["report", "~/run", "--out", "~/rep"], 0, env={"HOME": "{tmp}"},
          setup=lambda tmp: finished_run(tmp), after=tilde_expanded("rep/index.html")),
@@ -519,6 +655,7 @@ def test_error_contract(case, tmp_path, tmp_path_factory):
         assert not case.alone or proc.stderr.strip() == errors[0], proc.stderr[-3000:]
     assert ("Traceback" in proc.stderr) == case.debug, proc.stderr[-3000:]
     assert re.search(case.note, proc.stderr), proc.stderr[-3000:]
+    assert re.search(case.says, proc.stdout), proc.stdout[-3000:]
     assert leftover_processes(marker) == []
     if case.after:
         case.after(tmp_path)

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ddplab.errors import ConfigError, DataError
-from ddplab.planner.links import (GB, PUBLISHED, SIZES, Link, fit, link_named, load_links, measure, measured_link,
+from ddplab.planner.links import (GB, PUBLISHED, SIZES, Link, fit, link_named, load_links, measure, measured_link, read_links,
                                   save_links)
 
 
@@ -118,5 +118,26 @@ def test_a_links_file_holds_one_fit_per_number_of_ranks(tmp_path):
     (tmp_path / "old.json").write_text(json.dumps({"measurement": measurement(two, 2)}))  # a file from before "more"
     assert load_links(tmp_path / "old.json").ranks == [2]
     (tmp_path / "bad.json").write_text(json.dumps({"measurement": measurement(two, 2), "more": "x"}))
-    with pytest.raises(DataError, match="is not ddplab plan --measure's output"):
+    with pytest.raises(DataError, match=r"bad\.json: more is 'x', not a list, each item a JSON object$"):
         load_links(tmp_path / "bad.json")
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda m: m.update(ranks=0), r"measurement\.ranks is 0, not a whole number >= 2$"),
+    (lambda m: m.pop("times_s"), r"lacks measurement\.times_s, which ddplab always writes"),
+    (lambda m: m["times_s"].__setitem__(0, float("nan")), r"measurement\.times_s is \[nan, .*not a list, each item a number > 0"),
+    (lambda m: m["times_s"].__setitem__(1, 1e308), r"measurement\.times_s is .*not a list, each item a number > 0 <= 3600"),
+    (lambda m: m["sizes"].__setitem__(0, 10**400), r"measurement\.sizes is \[1000.*not a list, each item a number > 0"),
+    (lambda m: m.update(backend=None), r"measurement\.backend is null, not text$"),
+    (lambda m: m["sizes"].pop(), r"measurement times 5 sizes but lists 4$"),
+    (lambda m: m.update(times_s=[0.001] * 5), r"measurement: the all-reduce times do not grow with the message size"),
+], ids=["zero-ranks", "no-times", "nan-time", "1e308-time", "400-digit-size", "null-backend", "sizes-short", "flat"])
+def test_a_links_file_ddplab_did_not_write_is_one_line_naming_the_field(tmp_path, edit, says):
+    """Every number of a links file reaches the fit checked: no ZeroDivisionError, OverflowError or nan."""
+    record = measurement(Link("2", 1.0, 0.001, "test"), 2)
+    edit(record)
+    (tmp_path / "links.json").write_text(json.dumps({"measurement": record}))
+    with pytest.raises(DataError, match=says):
+        load_links(tmp_path / "links.json")
+    skipped = []
+    assert read_links(tmp_path / "links.json", skipped) is None and "links.json" in skipped[0]

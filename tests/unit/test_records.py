@@ -6,8 +6,8 @@ import math
 import pytest
 
 from ddplab.errors import DataError
-from ddplab.metrics.records import (SCHEMA_VERSION, EpochRecord, read_epochs, read_summary, reproducible,
-                                    worst_reading)
+from ddplab.metrics.records import SCHEMA_VERSION, EpochRecord, read_epochs, reproducible, worst_reading
+from ddplab.metrics.summary import read_summary
 from run_folders import epoch_fields, epoch_line, epoch_record
 
 
@@ -33,10 +33,14 @@ def test_a_record_written_before_the_schema_was_is_read_as_schema_1():
     ({"schema": SCHEMA_VERSION + 1}, f"has schema {SCHEMA_VERSION + 1}"),
     ({"schema": "2"}, "has schema '2'"),
     ({"test_acc": None}, "lacks test_acc"),
-    ({"test_acc": "0.5"}, "test_acc is not a number"),
-    ({"epoch": True}, "epoch is not a number"),
-    ({"rank_cpu_s": 1.5}, "rank_cpu_s is not a list of numbers"),
-    ({"gpu_peak_alloc_mib": ["a"]}, "gpu_peak_alloc_mib is not a list of numbers"),
+    ({"test_acc": "0.5"}, "test_acc is '0.5', not a number from 0 to 1"),
+    ({"epoch": True}, "epoch is true, not a whole number >= 1"),
+    ({"epoch": 0}, "epoch is 0, not a whole number >= 1"),
+    ({"train_s": float("inf")}, "train_s is inf, not a number >= 0"),
+    ({"images_per_s": -3.0}, "images_per_s is -3.0, not a number >= 0"),
+    ({"rank_cpu_s": 1.5}, "rank_cpu_s is 1.5, not a list, each item a number or null"),
+    ({"rank_cpu_s": [1e308]}, "rank_cpu_s is [1e+308], not a list, each item a number or null"),
+    ({"gpu_peak_alloc_mib": ["a"]}, "gpu_peak_alloc_mib is ['a'], not a list, each item a number >= 0 or null"),
 ])
 def test_a_record_ddplab_did_not_write_is_one_line_naming_the_field(change, says):
     with pytest.raises(DataError, match="line 7") as err:
@@ -66,14 +70,44 @@ def test_a_growing_file_gives_its_whole_lines_and_a_finished_one_names_the_bad_l
         read_epochs(path)
 
 
+OLD_SUMMARY = {"status": "finished", "run": {"dataset": "synthetic", "model": "simple_cnn", "strategy": "single",
+                                              "world_size": 1, "device": "cpu"},
+               "batch": {"local": 32, "global": 32}, "model": {"params": 1000}, "data": {"train_images": 256},
+               "final": {"test_acc": 0.5}, "best": {"epoch": 1}, "time": {"train_s": 1.0, "total_s": 2.0}}
+
+
 def test_the_summary_schema_is_checked_and_an_old_summary_is_read(tmp_path):
-    (tmp_path / "summary.json").write_text(json.dumps({"status": "finished"}))
-    assert read_summary(tmp_path) == {"status": "finished"}
-    (tmp_path / "summary.json").write_text(json.dumps({"schema": SCHEMA_VERSION + 1}))
+    (tmp_path / "summary.json").write_text(json.dumps(OLD_SUMMARY))  # no schema: version 1, fewer fields
+    assert read_summary(tmp_path) == OLD_SUMMARY
+    (tmp_path / "summary.json").write_text(json.dumps({**OLD_SUMMARY, "schema": SCHEMA_VERSION + 1}))
     with pytest.raises(DataError, match="written by a newer ddplab"):
         read_summary(tmp_path)
     (tmp_path / "summary.json").write_text("[]")
     with pytest.raises(DataError, match="not a JSON object"):
+        read_summary(tmp_path)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda s: s["run"].pop("world_size"), r"summary\.json lacks run\.world_size, which ddplab always writes"),
+    (lambda s: s["run"].update(world_size=0), r"summary\.json: run\.world_size is 0, not a whole number >= 1$"),
+    (lambda s: s["batch"].update(local="32"), r"batch\.local is '32', not a whole number >= 1$"),
+    (lambda s: s["batch"].update(local=10**400), r"batch\.local is 100000000000\.\.\. \(401 digits\), not a whole number"),
+    (lambda s: s["time"].update(train_s=float("nan")), r"time\.train_s is nan, not a number >= 0$"),
+    (lambda s: s["time"].update(total_s=1e308), r"time\.total_s is 1e\+308, not a number >= 0$"),
+    (lambda s: s["final"].update(test_acc=1.5), r"final\.test_acc is 1\.5, not a number from 0 to 1 or null$"),
+    (lambda s: s.update(run="single"), r"summary\.json: run is 'single', not a JSON object$"),
+    (lambda s: s["run"].update(device=None), r"run\.device is null, not text$"),
+    (lambda s: s.update(status="done"), r"status is 'done', not one of finished, stopped_early$"),
+    (lambda s: s.update(ranks={"cpu_s": {"per_rank": [1.0, "x"], "max": 1.0, "mean": 1.0}}),
+     r"ranks\.cpu_s\.per_rank is \[1\.0, 'x'\], not a list, each item a number or null$"),
+    (lambda s: s.update(memory={"peak_rss_mib": -1}), r"memory\.peak_rss_mib is -1, not a number >= 0$"),
+], ids=["missing", "zero-count", "text-for-a-count", "400-digits", "nan", "1e308", "accuracy-past-1", "not-an-object",
+        "null-text", "unknown-status", "a-rank-list", "negative-memory"])
+def test_a_summary_field_that_is_not_what_ddplab_writes_is_named(tmp_path, edit, message):
+    summary = json.loads(json.dumps(OLD_SUMMARY))
+    edit(summary)
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(DataError, match=message):
         read_summary(tmp_path)
 
 

@@ -86,3 +86,56 @@ def test_status_says_a_run_whose_local_sweep_was_killed_is_stopped_not_running(t
         {"name": "mid", "dir": "runs/mid", "status": "running"}]}))  # its sweep was SIGKILLed: no lock holder
     lines = status(tmp_path)
     assert lines[0] == "sweep s: 1 finished, 1 stopped" and lines[2].split()[:2] == ["mid", "stopped"]
+
+
+def fake_tool(monkeypatch, answer: str):
+    """Slurm's tools answering `answer` (exit 0) to whatever they are asked."""
+    from ddplab.sweep import slurm
+
+    monkeypatch.setattr(slurm, "slurm_tool", lambda args, what: answer)
+
+
+@pytest.mark.parametrize("answer, job", [("4242\n", "4242"), ("4242;cluster-a\n", "4242"),
+                                         ("sbatch: note: using account x\n4243\n", "4243")])
+def test_sbatch_s_answer_is_read_as_a_job_id(monkeypatch, tmp_path, answer, job):
+    from ddplab.sweep.slurm import sbatch
+
+    fake_tool(monkeypatch, answer)
+    assert sbatch(tmp_path / "a.sbatch", []) == job
+
+
+@pytest.mark.parametrize("answer", ["<html><body>502 Bad Gateway</body></html>", "", "Submitted batch job 12",
+                                    "12;", "-5"])
+def test_an_sbatch_answer_that_is_not_a_job_id_is_never_recorded_as_one(monkeypatch, tmp_path, answer):
+    from ddplab.sweep.slurm import sbatch
+
+    fake_tool(monkeypatch, answer)
+    with pytest.raises(ConfigError, match=r"^sbatch answered .*, not a job id \(JOB or JOB;CLUSTER\): a\.sbatch may or "
+                                          r"may not be queued; see squeue before submitting again$"):
+        sbatch(tmp_path / "a.sbatch", [])
+
+
+def test_squeue_s_answer_is_read_line_by_line_and_one_that_is_not_a_queue_is_refused(monkeypatch):
+    from ddplab.sweep.slurm import queued_jobs
+
+    fake_tool(monkeypatch, "9_0|RUNNING\n9_1|PENDING\n8_0|RUNNING\n\n")
+    assert queued_jobs({"slurm_jobs": ["9"]}) == {"9_0": "RUNNING", "9_1": "PENDING"}
+    fake_tool(monkeypatch, "")
+    assert queued_jobs({"slurm_jobs": ["9"]}) == {}  # nothing queued
+    for garbage in ("<html>maintenance</html>", "JOBID|STATE"):
+        fake_tool(monkeypatch, garbage)
+        with pytest.raises(ConfigError, match="squeue answered .*, not lines of JOB_TASK|STATE"):
+            queued_jobs({"slurm_jobs": ["9"]})
+
+
+@pytest.mark.parametrize("outcome", ['{"exit_code": "4"}', '{"error": "x"}', "[]", '{"exit_code": 4, "wall_s": NaN}',
+                                     '{"exit_code": 4', '{"exit_code": 1e400}'],
+                         ids=["text-code", "no-code", "not-an-object", "nan-wall", "cut-short", "overflow"])
+def test_a_task_outcome_that_is_not_what_the_task_writes_is_its_failure_naming_the_file(tmp_path, outcome):
+    (tmp_path / "slurm").mkdir()
+    (tmp_path / "slurm" / "r.json").write_text(outcome)
+    manifest = {"runs": [{"name": "r", "dir": "runs/r", "status": "submitted", "job": "9_0"}]}
+    refresh(tmp_path, manifest, {})
+    entry = manifest["runs"][0]
+    assert entry["status"] == "failed" and entry["exit_code"] is None
+    assert entry["error"].startswith(f"its outcome cannot be read: {tmp_path / 'slurm' / 'r.json'}")

@@ -1,11 +1,12 @@
 """Sweep files: expansion into validated runs, names, profiles, the bundled sweeps."""
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from ddplab.errors import ConfigError
+from ddplab.errors import ConfigError, DataError
 from ddplab.sweep import check_machine, format_plan, load_sweep, plan, run_name_for, run_sweep
 from run_folders import epoch_line
 
@@ -404,3 +405,28 @@ def test_a_label_longer_than_a_file_name_gives_a_short_distinct_folder(tmp_path)
     assert all(len(n) <= 120 for n in names) and len(set(names)) == 4
     assert [n[-3:] for n in names] == ["_s0", "_s1", "_s0", "_s1"] and names[0].startswith("x" * 100)
     assert names == [r.name for r in load_sweep(write(tmp_path, text, "again.toml")).runs]  # the same every time
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda m: m["runs"][0].update(status="done"), r"runs\[0\]\.status is 'done', not one of pending, running"),
+    (lambda m: m["runs"][0].update(point={"train.lr": float("nan")}), r"runs\[0\]\.point\.train\.lr is nan, not text, a number"),
+    (lambda m: m["runs"][0].update(dir="../elsewhere"), r"runs\[0\]\.dir is '\.\./elsewhere', outside the sweep's runs/"),
+    (lambda m: m["runs"].append(dict(m["runs"][0])), r"runs\[1\]\.name 'a' is listed twice"),
+    (lambda m: m.update(version=3), r"has version 3; this ddplab reads versions 1, 2"),
+    (lambda m: m.update(sections=[{"title": "t", "runs": 5}]), r"sections\[0\]\.runs is 5, not a list, each item text"),
+    (lambda m: m["runs"][0].update(wall_s=-1), r"runs\[0\]\.wall_s is -1, not a number >= 0"),
+], ids=["status", "nan-axis-value", "outside", "twice", "newer", "section-runs", "negative-wall"])
+def test_the_manifest_has_one_reader_and_a_runner_remakes_a_bad_one_saying_so(tmp_path, edit, says):
+    from ddplab.sweep.manifest import load, read_manifest
+    from run_folders import write_manifest
+
+    write_manifest(tmp_path, [{"name": "a", "point": {"train.lr": 0.1}, "seed": 0}])
+    assert load(tmp_path)["runs"][0]["name"] == "a"
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    edit(manifest)
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match=says):
+        load(tmp_path)
+    said = []
+    assert read_manifest(tmp_path, said.append) == {}
+    assert len(said) == 1 and said[0].startswith("note: ") and said[0].endswith(": made again from the run folders")

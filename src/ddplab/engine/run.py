@@ -35,8 +35,8 @@ from ddplab.errors import ConfigError, TrainingError
 from ddplab.metrics.sinks import JsonlSink, LogSink, NullSink, ProgressBar, SamplesSink, SinkGroup, tensorboard_sink
 from ddplab.metrics.gpu import GpuSampler
 from ddplab.metrics.profiler import build_profiler
-from ddplab.metrics.records import EpochRecord, read_epochs, read_summary
-from ddplab.metrics.summary import build_summary, format_summary
+from ddplab.metrics.records import EpochRecord, read_epochs
+from ddplab.metrics.summary import build_summary, format_summary, read_summary
 from ddplab.plan import RunPlan
 from ddplab.metrics.system import Stopwatch, synchronize
 from ddplab.models import count_flops, count_params, create_model, describe_layers

@@ -1,5 +1,5 @@
 """The epoch record (one line of metrics.jsonl), typed, and the schema version it shares with
-summary.json: the one module that reads both and says how the epoch record is written.
+summary.json (metrics/summary.py reads that): the one module that reads and writes epoch records.
 
 The trainer writes it, the summary adds it up, the report (which reads run folders anywhere
 and never imports torch) turns it into shares, a sweep watches it grow: all through
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ddplab import runfiles
+from ddplab.borders import COUNT, SHARE, WHOLE, number, numbers
 from ddplab.errors import DataError
 
 SCHEMA_VERSION = 2  # of metrics.jsonl's records and summary.json; 1: written before the version was (same fields)
@@ -84,8 +85,9 @@ class EpochRecord:
 
     @classmethod
     def from_json(cls, data: Any, where: str = "an epoch record") -> EpochRecord:
-        """A record from its JSON object; a missing field, a value of the wrong kind or a newer schema is a
-        DataError naming `where` and the field."""
+        """A record from its JSON object (a file's line, or a checkpoint's state); a missing field, a value of
+        the wrong kind or a newer schema is a DataError naming `where` and the field. NaN in a reading that
+        may be missing is read as missing: the file says null there (files.finite)."""
         if not isinstance(data, dict):
             raise DataError(f"{where} is not a JSON object")
         schema = check_schema(data, where)
@@ -96,8 +98,8 @@ class EpochRecord:
                     raise DataError(f"{where} lacks {f.name}, which ddplab always writes: written by another "
                                     "program, or edited?")
                 continue
-            values[f.name] = _checked(data[f.name], f.name, where, many=f.name in LISTS)
-        per_rank = {key.removeprefix(RANK_PREFIX): _checked(value, key, where, many=True)
+            values[f.name] = _checked(data[f.name], f.name, where, many=f.name in LISTS, optional=f.name not in REQUIRED)
+        per_rank = {key.removeprefix(RANK_PREFIX): _checked(value, key, where, many=True, optional=True)
                     for key, value in data.items() if key.startswith(RANK_PREFIX)}
         return cls(**values, per_rank=per_rank, schema=schema)
 
@@ -108,18 +110,23 @@ LISTS = frozenset({"gpu_peak_alloc_mib"})
 SCALARS = frozenset(f.name for f in FIELDS) - LISTS
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+# What each field holds (borders.py): counts are whole, accuracies shares, everything else a finite number >= 0.
+KINDS = {"epoch": COUNT, "step": WHOLE, "train_samples": WHOLE, "test_samples": WHOLE, "gpu_other_processes": WHOLE,
+         "train_acc": SHARE, "test_acc": SHARE, "train_eval_acc": SHARE, "gpu_peak_alloc_mib": numbers(number(0) | None)}
+PER_RANK = numbers(number() | None)
 
 
-def _checked(value: Any, name: str, where: str, *, many: bool) -> Any:
-    if many:
-        if isinstance(value, list) and all(v is None or _number(v) for v in value):
-            return value
-        raise DataError(f"{where}: {name} is not a list of numbers ({str(value)[:40]!r})")
-    if _number(value):
-        return value
-    raise DataError(f"{where}: {name} is not a number ({str(value)[:40]!r})")
+def _unmeasured(value: Any) -> bool:
+    return isinstance(value, float) and math.isnan(value)
+
+
+def _checked(value: Any, name: str, where: str, *, many: bool, optional: bool) -> Any:
+    if optional:
+        value = ([None if _unmeasured(v) else v for v in value] if many and isinstance(value, list)
+                 else None if _unmeasured(value) else value)
+        if value is None:
+            return None
+    return (PER_RANK if many and name not in KINDS else KINDS.get(name, number(0))).check(value, where, name)
 
 
 def read_epochs(path: Path, run_dir: Path | None = None, *, growing: bool = False) -> list[EpochRecord]:
@@ -131,24 +138,14 @@ def read_epochs(path: Path, run_dir: Path | None = None, *, growing: bool = Fals
         except OSError:
             return []
         records = []
-        for number, line in enumerate(filter(str.strip, lines), 1):
+        for line_no, line in enumerate(filter(str.strip, lines), 1):
             try:
-                records.append(EpochRecord.from_json(runfiles.json_line(line), f"{path} line {number}"))
+                records.append(EpochRecord.from_json(runfiles.json_line(line), f"{path} line {line_no}"))
             except (ValueError, DataError):
                 break
         return records
     return [EpochRecord.from_json(record, f"{path} line {number}")
             for number, record in enumerate(runfiles.read_jsonl(path, run_dir or Path(path).parent), 1)]
-
-
-def read_summary(run_dir: Path) -> dict[str, Any]:
-    """summary.json, checked for its schema (1: written before the version was, same sections)."""
-    path = run_dir / runfiles.SUMMARY
-    summary = runfiles.read_json(path, run_dir)
-    if not isinstance(summary, dict):
-        raise DataError(f"{path} does not hold a ddplab summary (not a JSON object)")
-    check_schema(summary, str(path))
-    return summary
 
 
 def check_schema(data: dict[str, Any], where: str) -> int:

@@ -2,17 +2,24 @@
 
 Built from the per-epoch records only, so the same function serves a finished run, a
 resumed one and (later) the report. Times split start-up from training (contract 7);
-batch sizes are given local and global (contract 2).
+batch sizes are given local and global (contract 2). `read_summary` is the one reader of
+summary.json, checked against `SUMMARY`, which says what each field holds.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from pathlib import Path
 from typing import Any
 
+from ddplab import runfiles
+from ddplab.borders import (ANY, COUNT, FLAG, LIST, SECONDS, SHARE, TABLE, TEXT, WHOLE, check, check_each, number,
+                            numbers, one_of)
 from ddplab.config import RunConfig
-from ddplab.metrics.records import MEMORY, PHASES, SCHEMA_VERSION, EpochRecord, gap_train_acc, worst_reading
+from ddplab.errors import DataError
+from ddplab.metrics.records import (MEMORY, PHASES, SCHEMA_VERSION, EpochRecord, check_schema, gap_train_acc,
+                                    worst_reading)
 
 
 def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: float, total_s: float) -> dict[str, Any]:
@@ -86,6 +93,53 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
         # --train.profile_steps: the window, its files under RUN/profile/, the ops with the most self time.
         "profile": info.get("profile"),
     }
+
+
+# What each field of summary.json holds, as `build_summary` writes it (None where it writes null): the
+# reader checks every field it finds against this, so a field added there gets its kind here.
+LOSS, ACC, GAP = number(0) | None, SHARE | None, number(-1, 1) | None
+SUMMARY = {
+    "schema": WHOLE, "status": one_of("finished", "stopped_early"),
+    "run": {"dataset": TEXT, "model": TEXT, "strategy": TEXT, "world_size": COUNT, "backend": TEXT, "shared_device": FLAG,
+            "device": TEXT, "precision": TEXT, "optimizer": TEXT, "lr": number(0), "schedule": TEXT, "seed": WHOLE,
+            "epochs_planned": COUNT, "epochs_done": WHOLE},
+    "batch": {"local": COUNT, "accumulate": COUNT, "global": COUNT, "steps_per_epoch": WHOLE, "optimizer_steps": WHOLE},
+    "model": {"params": WHOLE, "flops_per_image": number(0), "layers": TEXT | None},
+    "data": {"train_images": WHOLE, "eval_images": WHOLE, "eval_split": TEXT, "num_classes": COUNT,
+             "train_eval_images": WHOLE | None},
+    "final": {"epoch": WHOLE | None, "train_loss": LOSS, "train_acc": ACC, "train_eval_loss": LOSS, "train_eval_acc": ACC,
+              "test_loss": LOSS, "test_acc": ACC},
+    "best": {"epoch": WHOLE | None, "test_acc": ACC},
+    "overfitting": {"train_test_acc_gap": GAP, "gap_from": TEXT, "min_test_loss": LOSS, "min_test_loss_epoch": WHOLE | None,
+                    "test_loss_rise": number() | None, "best_minus_final_acc": GAP},
+    "time": {"startup_s": SECONDS | None, "warmup": ANY, "data_init_s": SECONDS | None, "train_s": SECONDS,
+             "eval_s": SECONDS, "total_s": SECONDS, "mean_epoch_s": SECONDS | None,
+             "mean_epoch_s_after_first": SECONDS | None, "images_per_s": number(0) | None, "record_s": SECONDS | None},
+    "memory": TABLE, "gpu_peak_alloc_mib": numbers(number(0)) | None, "phases_s": TABLE, "contention": TABLE,
+    "ranks": TABLE, "gpu": {"measured": FLAG, "reason": TEXT | None, "per_rank": LIST}, "engine": TABLE | None,
+    "profile": TABLE | None,
+}
+SUMMARY_EACH = {"memory": number(0), "phases_s": SECONDS, "contention": number(0) | None,
+                "ranks": {"per_rank": numbers(number() | None), "max": number(), "mean": number()}}
+# What every ddplab has written, and the commands that read a summary use without a default.
+SUMMARY_REQUIRED = ("status", "run.dataset", "run.model", "run.strategy", "run.world_size", "run.device", "batch.local",
+                    "batch.global", "model.params", "data.train_images", "final", "best", "time.train_s",
+                    "time.total_s")
+
+
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    """summary.json, checked: its schema version (1: written before the version was, same sections) and each
+    field against `SUMMARY`; a bad one is a DataError naming the file and the field."""
+    path = run_dir / runfiles.SUMMARY
+    summary = runfiles.read_json(path, run_dir)
+    if not isinstance(summary, dict):
+        raise DataError(f"{path} does not hold a ddplab summary (not a JSON object)")
+    check_schema(summary, str(path))
+    check(summary, SUMMARY, str(path), required=SUMMARY_REQUIRED)
+    for name, kind in SUMMARY_EACH.items():
+        if summary.get(name) is not None:
+            check_each(summary[name], kind, str(path), name)
+    return summary
 
 
 CONTENTION_KEYS = ("other_cpu_share", "steal_share", "cpu_pressure_share", "load_avg_1m", "gpu_other_processes")

@@ -25,7 +25,6 @@ measured: a run gets at most that.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import statistics
@@ -35,6 +34,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddplab import runfiles
+from ddplab.borders import COUNT, SECONDS, TABLE, TEXT, check, list_of, number, whole
 from ddplab.errors import ConfigError, DataError
 
 GB = 1e9  # bandwidths are in GB/s (10^9 bytes per second), as nccl-tests and the specifications give them
@@ -256,16 +257,30 @@ def save_links(path: Path, results: list[dict[str, Any]], **extra: Any) -> None:
     files.write_json(path, {**records[0], "more": records[1:], **extra})
 
 
+# What a links file's measurement holds (`measure` writes it); the fitted "link" beside it is fitted again.
+MEASUREMENT = {"backend": TEXT, "ranks": whole(2), "nodes": COUNT, "device": TEXT,
+               "sizes": list_of(number(above=0, most=MAX_BYTES * 16)), "times_s": list_of(number(above=0, most=3600)),
+               "wall_s": SECONDS}
+
+
 def measurements(path: Path) -> list[dict[str, Any]]:
-    """The `measure` results a links file holds (one per number of ranks); one that is not such a file is a
-    DataError naming it."""
-    try:
-        data = json.loads(Path(path).read_text())
-        found = [m["measurement"] for m in [data, *data.get("more", [])]]
-        for m in found:
+    """The `measure` results a links file holds (one per number of ranks), checked; one that is not such a file
+    is a DataError naming it and the field."""
+    data = runfiles.read_json(Path(path), Path(path).parent)
+    check(data, {"measurement": TABLE, "more": list_of(TABLE)}, str(path), required=("measurement",))
+    found = []
+    for i, record in enumerate([data, *data.get("more", [])]):
+        where = "measurement" if i == 0 else f"more[{i - 1}].measurement"
+        m = check(record, {"measurement": MEASUREMENT}, str(path),
+                  required=tuple(f"measurement.{k}" for k in ("backend", "ranks", "device", "sizes", "times_s")))
+        m = m["measurement"]
+        if len(m["sizes"]) != len(m["times_s"]):
+            raise DataError(f"{path}: {where} times {len(m['times_s'])} sizes but lists {len(m['sizes'])}")
+        try:
             measured_link(m)
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise DataError(f"{path} is not ddplab plan --measure's output ({exc!r})") from None
+        except DataError as exc:
+            raise DataError(f"{path}: {where}: {exc}") from None
+        found.append(m)
     return found
 
 
@@ -274,9 +289,14 @@ def load_links(path: Path) -> MeasuredLinks:
     return MeasuredLinks(tuple(sorted(map(measured_link, measurements(path)), key=lambda link: link.ranks)))
 
 
-def read_links(path: Path) -> MeasuredLinks | None:
-    """The links of a sweep's links file, for the report; None when there is none or it cannot be read."""
+def read_links(path: Path, skipped: list[str] | None = None) -> MeasuredLinks | None:
+    """The links of a sweep's links file, for the report and the sweep's estimate: None when there is none, or
+    when it cannot be read (then why, in `skipped`: it costs the predictions only)."""
+    if not Path(path).is_file():
+        return None
     try:
         return load_links(path)
-    except (OSError, DataError):
+    except (OSError, ConfigError, DataError) as exc:
+        if skipped is not None:
+            skipped.append(f"{exc}: no predictions from it")
         return None

@@ -229,6 +229,7 @@ def run_notes(section: Section) -> list[Finding]:
     out = [Finding(f"run {r.name} stopped early after {len(r.history)} epochs (test loss stopped improving)")
            for p in section.points for r in p.runs if r.status == "stopped_early"]
     out += [Finding(f"run {r.name}: {what}", "missing") for p in section.points for r in p.runs for what in r.skipped]
+    out += [Finding(what, "missing") for what in section.skipped]
     if section.problems:
         kinds = {s: sum(r["status"] == s for r in section.problems) for s in dict.fromkeys(r["status"] for r in section.problems)}
         listing = ", ".join(f"{n} {s}" for s, n in kinds.items())

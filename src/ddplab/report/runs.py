@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from ddplab import runfiles
+from ddplab.borders import COUNT, TABLE, TEXT, kept
 from ddplab.errors import ConfigError, DataError
-from ddplab.metrics.records import EpochRecord, read_epochs, read_summary
+from ddplab.metrics.records import EpochRecord, read_epochs
+from ddplab.metrics.summary import read_summary
 from ddplab.runfiles import read_json, read_jsonl
 
 if sys.version_info >= (3, 11):
@@ -23,7 +25,9 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 FINISHED = ("finished", "stopped_early")  # summary.json statuses of a run that ran to its end
-MANIFEST_VERSIONS = (1, 2)  # 2 added the run order, the sections and the points not measured
+# What the report shows of env.json (engine/rundir.environment writes it): a field of another kind is left
+# out and said, the rest of the run drawn.
+ENV = {"device_name": TEXT, "torch": TEXT, "cpus": COUNT, "network": TABLE | None}
 IGNORED_FIELDS = ("train.seed",)  # what may differ between the repeats of one point
 IGNORED_SECTIONS = ("output.",)  # where a run was written, not what it trained
 
@@ -164,38 +168,29 @@ def load_run(run_dir: Path, status: str | None = None) -> Run:
     run.status = str(run.summary.get("status", "finished"))
     run.steps = numeric_records(read_optional(run_dir / runfiles.STEPS, run_dir), run_dir / runfiles.STEPS, run.skipped)
     run.gpu = numeric_records(read_optional(run_dir / runfiles.GPU, run_dir), run_dir / runfiles.GPU, run.skipped)
-    env = read_json(run_dir / runfiles.ENV, run_dir) if (run_dir / runfiles.ENV).is_file() else {}
-    run.env = env if isinstance(env, dict) else {}
+    if (run_dir / runfiles.ENV).is_file():
+        run.env, skipped = kept(read_json(run_dir / runfiles.ENV, run_dir), ENV, str(run_dir / runfiles.ENV))
+        run.skipped += skipped
     return run
 
 
 def load_sweep(sweep_dir: Path) -> list[Run]:
     """The runs a sweep's manifest.json lists, with the axis values of each."""
-    manifest = read_json(sweep_dir / "manifest.json", sweep_dir)
-    entries = manifest.get("runs") if isinstance(manifest, dict) else None
-    if not isinstance(entries, list) or not all(isinstance(e, dict) and "dir" in e for e in entries):
-        raise DataError(f"{sweep_dir / 'manifest.json'} is not a ddplab sweep manifest (no list of runs with a 'dir')")
-    if manifest.get("version", 1) not in MANIFEST_VERSIONS:
-        raise DataError(f"{sweep_dir / 'manifest.json'} has version {manifest.get('version')!r}; this ddplab reads "
-                        f"versions {', '.join(map(str, MANIFEST_VERSIONS))}")
-    axes = [str(a) for a in manifest.get("axes") or []]
-    sections = manifest.get("sections") or []
-    if not isinstance(sections, list) or not all(isinstance(s, dict) for s in sections):
-        raise DataError(f"{sweep_dir / 'manifest.json'}: 'sections' is not a list of sections")
-    folder = SweepFolder(dir=sweep_dir, name=shown(str(manifest.get("name") or sweep_dir.name)),
-                         description=str(manifest.get("description") or ""), axes=axes, sections=sections)
-    runs = [sweep_run(sweep_dir, entry, axes) for entry in entries]
+    from ddplab.sweep import manifest as manifests
+
+    manifest = manifests.load(sweep_dir)
+    axes = list(manifest.get("axes") or [])
+    folder = SweepFolder(dir=sweep_dir, name=shown(manifest.get("name") or sweep_dir.name),
+                         description=manifest.get("description") or "", axes=axes, sections=manifest.get("sections") or [])
+    runs = [sweep_run(sweep_dir, entry, axes) for entry in manifest["runs"]]
     for run in runs:
         run.sweep = folder
     return runs
 
 
 def sweep_run(sweep_dir: Path, entry: dict[str, Any], axes: list[str]) -> Run:
-    run_dir = sweep_dir / str(entry["dir"])
-    if not run_dir.resolve().is_relative_to(sweep_dir.resolve()):  # the manifest is data: stay inside the sweep
-        raise DataError(f"{sweep_dir / 'manifest.json'}: run {entry.get('name')!r} has its folder outside the sweep "
-                        f"({entry['dir']}); a sweep's runs are under its runs/")
-    status = str(entry.get("status") or "pending")
+    run_dir = sweep_dir / entry["dir"]
+    status = entry.get("status") or "pending"
     # A run folder that finished is read whatever the manifest says: a Slurm sweep's tasks finish on
     # their own, after the manifest was last written.
     if run_dir.is_dir() and (status == "finished" or runfiles.run_state(run_dir) == "finished"):
@@ -206,7 +201,7 @@ def sweep_run(sweep_dir: Path, entry: dict[str, Any], axes: list[str]) -> Run:
         run = Run(dir=run_dir, name=shown(run_dir.name), status=status,
                   config=read_config(run_dir) if run_dir.is_dir() else {})
         run.error = entry.get("error") or failure_reason(status, entry.get("exit_code"), run_dir)
-    run.name = shown(str(entry.get("name") or run.name))
+    run.name = shown(entry["name"])
     run.point = dict(entry.get("point") or {})
     run.axes = axes
     return run

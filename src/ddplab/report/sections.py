@@ -44,6 +44,7 @@ class Section:
     problems: list[dict[str, Any]] = field(default_factory=list)  # run rows of runs that did not finish
     link: MeasuredLinks | None = None  # the sweep's measured links (links.json): scaling pairs get the model's prediction
     model_curves: predictions.Curves | None = None  # the model's curves beside the measured scaling points
+    skipped: list[str] = field(default_factory=list)  # files of its sweep the report could not use, said in its findings
 
     @property
     def slug(self) -> str:
@@ -70,7 +71,8 @@ def sweep_sections(runs: list[Run]) -> list[Section]:
     by_name = {r.name.rsplit("/", 1)[-1]: r for r in runs}  # report names may carry the parent folder
     specs = sweep.sections or [{"title": sweep.description or sweep.name, "kind": "all", "runs": list(by_name)}]
     out = []
-    link = read_links(sweep.dir / LINKS_FILE)
+    skipped: list[str] = []
+    link = read_links(sweep.dir / LINKS_FILE, skipped)
     for spec in specs:
         members = [by_name[n] for n in spec.get("runs", []) if n in by_name]
         not_measured = [(str(m.get("point")), str(m.get("reason"))) for m in spec.get("not_measured", [])]
@@ -83,7 +85,7 @@ def sweep_sections(runs: list[Run]) -> list[Section]:
                            baseline_runs={by_name[n].name for n in spec.get("baseline_runs", []) if n in by_name},
                            not_measured=list(dict.fromkeys(not_measured)), link=link,
                            adapted=[str(a) for a in spec.get("adapted") or []],
-                           adapted_points=[str(a) for a in spec.get("adapted_points") or []]))
+                           adapted_points=[str(a) for a in spec.get("adapted_points") or []], skipped=skipped))
     return out
 
 

@@ -27,7 +27,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddplab.borders import LIST, SECONDS, WHOLE, check, number
 from ddplab.config import RunConfig, build_config
+from ddplab.errors import DataError
 from ddplab.sweep.spec import Sweep, SweepRun
 
 WARMUP_STEPS = 2  # steps that warm caches and the allocator up, untimed
@@ -141,6 +143,11 @@ class ProbeFailed(Exception):
     pass
 
 
+PROBE = {"torch_at": number(0), "ready_at": number(0), "done_at": number(0), "data_s": SECONDS, "points": LIST}
+PROBED_POINT = {"step_s": number(above=0), "eval_image_s": SECONDS, "grad_bytes": WHOLE, "train_images": WHOLE,
+                "eval_images": WHOLE}
+
+
 def run_probe(configs: list[RunConfig], timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
     """The probe subprocess's measurements: {"torch_s", "import_s", "data_s", "exit_s", "points": [{step_s,
     eval_image_s, ...}, ...]}: torch_s and import_s run from this process starting it to its having imported
@@ -164,6 +171,14 @@ def run_probe(configs: list[RunConfig], timeout_s: float = PROBE_TIMEOUT_S) -> d
         result = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         raise ProbeFailed(f"the probe printed no result: {done.stdout.strip()[-200:] or 'nothing'}") from None
+    try:  # its own subprocess, but an answer all the same: checked before any arithmetic
+        check(result, PROBE, "the probe's answer", required=tuple(PROBE))
+        for i, point in enumerate(result["points"]):
+            check(point, PROBED_POINT, "the probe's answer", prefix=f"points[{i}].", required=tuple(PROBED_POINT))
+    except DataError as exc:
+        raise ProbeFailed(str(exc)) from None
+    if len(result["points"]) != len(configs):
+        raise ProbeFailed(f"the probe timed {len(result['points'])} points of {len(configs)}")
     result["torch_s"] = result.pop("torch_at") - launched
     result["import_s"] = result.pop("ready_at") - launched
     result["exit_s"] = max(0.0, ended - result.pop("done_at"))

@@ -202,7 +202,8 @@ def check_out(out: Path) -> None:
                           "choose another --out")
 
 
-def prepare_folder(sweep: Sweep, out: Path, unavailable: dict[str, str]) -> tuple[dict[str, Any], list[tuple[SweepRun, dict]]]:
+def prepare_folder(sweep: Sweep, out: Path, unavailable: dict[str, str],
+                   echo=print) -> tuple[dict[str, Any], list[tuple[SweepRun, dict]]]:
     """The sweep folder made ready to run into (folders it cannot keep refused first), its manifest written;
     the runs left to run, each with its manifest entry."""
     states = run_states(sweep, out)
@@ -211,7 +212,7 @@ def prepare_folder(sweep: Sweep, out: Path, unavailable: dict[str, str]) -> tupl
         files.make_dir(out / sub)
     if sweep.file.resolve() != (out / "sweep.toml").resolve():
         files.write_text(out / "sweep.toml", sweep.file.read_text())
-    manifest = manifest_of(sweep, read_manifest(out), states, unavailable)
+    manifest = manifest_of(sweep, read_manifest(out, echo), states, unavailable)
     write_manifest(out, manifest)
     return manifest, [(run, entry) for run, entry in zip(sweep.runs, manifest["runs"])
                       if entry["status"] not in ("finished", "skipped")]
@@ -219,7 +220,7 @@ def prepare_folder(sweep: Sweep, out: Path, unavailable: dict[str, str]) -> tupl
 
 def run_held(sweep: Sweep, out: Path, timeout_s: float | None, slots: SlotPool, echo,
              estimate: bool = False) -> dict[str, Any]:
-    manifest, todo = prepare_folder(sweep, out, unavailable_runs(sweep))
+    manifest, todo = prepare_folder(sweep, out, unavailable_runs(sweep), echo)
     skipped = sum(e["status"] == "skipped" for e in manifest["runs"])
     echo(f"sweep {sweep.name}: {len(sweep.runs)} runs, {len(sweep.runs) - len(todo) - skipped} already finished, "
          f"{len(todo)} to run" + (f", {skipped} not runnable here (see the report)" if skipped else "")

@@ -21,8 +21,8 @@ scancel (by the user) and srun are used: the scheduling is Slurm's.
 from __future__ import annotations
 
 import getpass
-import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -38,7 +38,8 @@ from typing import Any
 from ddplab import files, runfiles
 from ddplab.config import build_config, load_toml
 from ddplab.engine.runlock import live_owner, run_lock
-from ddplab.errors import ConfigError
+from ddplab.borders import INTEGER, SECONDS, TEXT, check, shown
+from ddplab.errors import ConfigError, DataError
 from ddplab.metrics.records import read_epochs
 from ddplab.process import INTERRUPTED, supervise
 from ddplab.sweep.manifest import MANIFEST, read_full_manifest, write_manifest
@@ -108,7 +109,7 @@ def submit(sweep: Sweep, out: Path, options: SlurmOptions, *, dry_run: bool = Fa
         return {}
     with run_lock(out, "sweep"):
         earlier = read_full_manifest(out) if (out / MANIFEST).is_file() else {}
-        manifest, todo = prepare_folder(sweep, out, unavailable={})
+        manifest, todo = prepare_folder(sweep, out, unavailable={}, echo=echo)
         manifest["slurm_jobs"] = list(earlier.get("slurm_jobs") or [])
         queued = queued_jobs(manifest)
         refresh(out, manifest, queued)  # a point whose task is still queued or running is not submitted twice
@@ -160,10 +161,19 @@ def slurm_tool(args: list[str], what: str) -> str:
     return proc.stdout
 
 
+JOB_ID = re.compile(r"(\d+)(;[\w.-]+)?")  # sbatch --parsable: JOB or JOB;CLUSTER
+TASK_LINE = re.compile(r"(\d+_\d+)\|([A-Z_]+)")  # squeue -r -o %i|%T: one array task a line
+
+
 def sbatch(script: Path, extra: list[str]) -> str:
-    """Submit `script`; the job id."""
+    """Submit `script`; the job id. An answer that is not one (a site's wrapper, an error page) is one line:
+    it is never recorded as a job."""
     answer = slurm_tool(["sbatch", "--parsable", *extra, str(script)], shlex.join(["sbatch", *extra, script.name])).strip()
-    return answer.split(";")[0]
+    found = JOB_ID.fullmatch(answer.splitlines()[-1].strip() if answer else "")
+    if found is None:
+        raise ConfigError(f"sbatch answered {shown(answer, 80)}, not a job id (JOB or JOB;CLUSTER): {script.name} may or "
+                          "may not be queued; see squeue before submitting again")
+    return found.group(1)
 
 
 def job_of(entry: dict[str, Any]) -> str:
@@ -177,7 +187,11 @@ def queued_jobs(manifest: dict[str, Any]) -> dict[str, str]:
         return {}
     # All of this user's array tasks, filtered here: asked by id, squeue refuses a job it has forgotten.
     text = slurm_tool(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T"], "squeue")
-    tasks = dict(line.strip().split("|", 1) for line in text.splitlines() if "|" in line)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    tasks = dict(m.groups() for line in lines if (m := TASK_LINE.fullmatch(line)))
+    if lines and not tasks:  # an answer that is not a queue: never read as "nothing queued"
+        raise ConfigError(f"squeue answered {shown(text.strip(), 80)}, not lines of JOB_TASK|STATE: cannot tell what is "
+                          "queued; is this Slurm's squeue?")
     return {task: state for task, state in tasks.items() if task.split("_")[0] in jobs}
 
 
@@ -202,12 +216,18 @@ def refresh(out: Path, manifest: dict[str, Any], queued: dict[str, str], *, writ
         write_manifest(out, manifest)
 
 
+OUTCOME = {"exit_code": INTEGER, "error": TEXT | None, "wall_s": SECONDS | None}  # what `task` writes
+
+
 def read_outcome(path: Path) -> dict[str, Any] | None:
-    try:
-        outcome = json.loads(path.read_text())
-    except (OSError, ValueError):
+    """A task's outcome file, checked; None when there is none. One that is not what `task` writes (cut short,
+    edited) is the task's failure, naming the file: never a traceback, never a status it did not say."""
+    if not path.is_file():
         return None
-    return outcome if isinstance(outcome, dict) else None
+    try:
+        return check(runfiles.read_json(path, path.parent), OUTCOME, str(path), required=("exit_code",))
+    except (ConfigError, DataError) as exc:
+        return {"exit_code": None, "error": f"its outcome cannot be read: {exc}", "wall_s": None}
 
 
 def status(out: Path) -> list[str]:
