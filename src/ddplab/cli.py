@@ -407,6 +407,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if device == "cuda" and max(args.nproc) > torch.cuda.device_count():
         raise ConfigError(f"--nproc {max(args.nproc)}: NCCL needs a GPU per rank and this machine has "
                           f"{torch.cuda.device_count()}")
+    out = args.out or Path(links.LINKS_FILE)
+    files.ready_to_write(out)  # before the measurement, which a read-only --out would throw away
     results = []
     for per_node in args.nproc:
         ranks = per_node * args.nnodes
@@ -426,7 +428,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
         results.append(result)
     from ddplab.metrics.system import machine
 
-    out = args.out or Path(links.LINKS_FILE)
     links.save_links(out, results, machine=machine(device))
     print(f"links: {out}")
     return 0
@@ -440,6 +441,8 @@ def plan_run(args: argparse.Namespace) -> int:
     run = load_run(args.run)
     if not run.finished:
         raise ConfigError(f"{args.run} is not a finished ddplab run ({run.error}): plan from a finished one")
+    out = args.out or Path("plan.json")
+    files.ready_to_write(out)
     costs = model.step_costs(run.summary, run.history, run.config)
     link = measured_or_published(args.link or ("nvlink" if costs.on_cuda else "measured"), args.links_file)
     inter = measured_or_published(args.inter_link, args.links_file) if max(args.nodes) > 1 else None
@@ -466,7 +469,6 @@ def plan_run(args: argparse.Namespace) -> int:
         print(f"  note: the link was measured with at most {max(link.ranks)} ranks; the rows with "
               f"{', '.join(map(str, unmeasured))} workers use that fit, optimistic where ranks share cores "
               f"(measure with: ddplab plan --measure --nproc {','.join(map(str, [*link.ranks, *unmeasured]))})")
-    out = args.out or Path("plan.json")
     files.write_json(out, {"run": str(args.run), **result})
     print(f"plan: {out} (assumptions: ddplab/planner/model.py)")
     return 0

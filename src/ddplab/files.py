@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ddplab.errors import file_error
+from ddplab.errors import FileSystemError, file_error
 
 
 def user_path(text: str | Path) -> Path:
@@ -34,8 +34,26 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError):
+            if exc.filename in (None, str(tmp), tmp):  # the user named `path`: the temporary name is ours
+                exc.filename = str(path)
+            if isinstance(exc, FileNotFoundError) and not path.parent.is_dir():
+                raise FileSystemError(f"cannot write {path}: its folder {path.parent} does not exist") from None
             raise file_error(exc) from None
         raise
+
+
+def ready_to_write(path: Path) -> None:
+    """The folder of `path` made (with its parents) and shown to take a file, before work whose result would
+    otherwise be lost to a read-only or missing folder (a link measurement, a plan)."""
+    folder = Path(path).parent
+    make_dir(folder)
+    probe = folder / f".{Path(path).name}.{os.getpid()}.probe"
+    try:
+        probe.touch()
+    except OSError as exc:
+        exc.filename = str(folder)
+        raise file_error(exc, "write into") from None
+    probe.unlink(missing_ok=True)
 
 
 def write_text(path: Path, text: str) -> None:

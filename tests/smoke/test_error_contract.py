@@ -514,6 +514,14 @@ CASES = [
     Case("out-under-a-file", [*S, "--out", "{tmp}/file/r"], 5, r"cannot .*file/r.*Not a directory", setup=a_file),
     Case("ddp-unwritable-out", [*S, "--strategy", "ddp", "--nproc", "2", "--out", "/sys/ddplab-contract/r"], 5,
          r"cannot .*/sys/ddplab-contract"),
+    # what a command writes is checked writable before the work it would hold (a link measurement, a plan)
+    Case("plan-measure-unwritable-out", ["plan", "--measure", "--nproc", "2", "--out", "/sys/ddplab-contract/l.json"], 5,
+         r"cannot create the folder /sys/ddplab-contract: Operation not permitted$", alone=True),
+    Case("plan-out-in-proc", ["plan", "{tmp}/run", "--link", "nvlink", "--out", "/proc/ddplab-plan.json"], 5,
+         r"cannot write into /proc: ", alone=True, setup=lambda tmp: finished_run(tmp)),
+    Case("report-unwritable-out", ["report", "{tmp}/run", "--out", "/sys/ddplab-contract/rep"], 5,
+         r"cannot create the folder /sys/ddplab-contract: Operation not permitted$", alone=True,
+         setup=lambda tmp: finished_run(tmp)),
     # stray launcher variables: partial sets are ignored and named; a full set asks for DDP; malformed is one line
     Case("torchrun-set-without-ddp", [*S, "--out", "{tmp}/r"], 2,
          r"started by torchrun as rank 0 of 2 \(RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT are set\), but "
@@ -782,3 +790,50 @@ def test_a_stop_signal_while_the_link_is_timed_ends_the_command_with_130(command
                                             "was written; run the command again to measure")
     assert "Traceback" not in err and leftover_processes(marker) == []
     assert not (tmp_path / "links.json").exists() and not (tmp_path / "out" / "runs").exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 64 KiB file system (tmpfs; needs root), unmounted afterwards: a disk that fills up mid-command."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    yield disk
+    subprocess.run(["umount", str(disk)], check=True)
+
+
+def whole(path: Path) -> bool:
+    """A file as ddplab finishes it: a PNG up to its IEND chunk, JSON that parses, a page to its end."""
+    data = path.read_bytes()
+    if path.suffix == ".png":
+        return data.endswith(b"IEND\xaeB`\x82")
+    if path.suffix == ".json":
+        return json.loads(data) is not None
+    if path.suffix == ".html":
+        return data.rstrip().endswith(b"</html>")
+    return data.endswith(b"\n")
+
+
+@pytest.mark.parametrize("command, full", [(["report", "{sweep}", "--out", "{disk}/rep"], False),
+                                           (["plan", "{run}", "--link", "nvlink", "--out", "{disk}/p.json"], True)],
+                         ids=["report", "plan"])
+def test_a_disk_that_fills_up_leaves_whole_files_or_none(command, full, small_disk, tmp_path, tmp_path_factory):
+    """Plots, pages, CSVs and plan.json on a full disk: exit 5, one line naming the file, no temporary file, and
+    every file left is whole (PNGs too: each is written to a temporary file and renamed)."""
+    SHARED.setdefault("factory", tmp_path_factory)
+    sweep_folder()(tmp_path)
+    if full:  # not a byte left (a report's pages alone outgrow 64 KiB)
+        with pytest.raises(OSError), open(small_disk / "fill", "wb", buffering=0) as f:
+            while True:
+                f.write(b"\0" * 1024)
+    args = [a.format(sweep=tmp_path / "sw", run=tmp_path / "sw" / "runs" / "a", disk=small_disk) for a in command]
+    proc = ddplab(*args)
+    assert proc.returncode == 5, proc.stderr[-2000:]
+    line = proc.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(rf"ddplab: error: cannot (write|create the folder) {re.escape(str(small_disk))}/\S+: No space left "
+                        r"on device; free some space", line), line
+    left = [p for p in small_disk.rglob("*") if p.is_file() and p.name != "fill"]
+    assert not [p for p in left if ".tmp" in p.name or ".probe" in p.name], left
+    assert all(whole(p) for p in left), [p for p in left if not whole(p)]
