@@ -228,6 +228,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     one_mode("sweep", [("--list", args.list), ("--status", args.status), ("--dry-run", args.dry_run), ("--wait", args.wait)])
     one_mode("sweep", [("--list", args.list), ("a sweep file", args.file is not None)])
     if args.list:
+        used_by("sweep", "with --list", args, ("--list",))
+    elif args.status:
+        used_by("sweep", "with --status (it reads the sweep folder, runs nothing)", args,
+                ("--status", "--out", "--profile", "--set"))
+    if args.list:
         for name, description in bundled_sweeps().items():
             print(f"{name:<16} {description}")
         return 0
@@ -367,13 +372,23 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+PLAN_PREDICTS = ("--gpus", "--nodes", "--batch", "--link", "--inter-link", "--links-file", "--out")
+PLAN_MEASURES = ("--measure", "--backend", "--nproc", "--max-mib", "--nnodes", "--rdzv-endpoint", "--timeout-s", "--out")
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     """The published links, or (--measure) this machine's all-reduce, fitted and written to --out."""
     from ddplab.planner import links
 
     one_mode("plan", [("a run folder", args.run is not None), ("--measure", args.measure), ("--published", args.published)])
-    if args.measure:
+    if args.run is not None:
+        used_by("plan", "for a run folder's prediction (those options are --measure's)", args, PLAN_PREDICTS)
+    elif args.measure:
+        used_by("plan", "with --measure (those options are for a run folder's prediction)", args, PLAN_MEASURES)
         refuse_unmeasurable(args)
+    else:
+        used_by("plan", "with --published" if args.published else "without a run folder or --measure (it lists the "
+                "published links)", args, ("--published",))
     if args.run is not None:
         return plan_run(args)
     if args.published:
@@ -712,6 +727,24 @@ def add_debug(parser: argparse.ArgumentParser) -> None:
             add_debug(p)
     if not subcommands and "--debug" not in parser._option_string_actions:
         parser.add_argument("--debug", action="store_true", help="on an error, show the traceback too")
+    if not subcommands:
+        parser.set_defaults(command_parser=parser)  # for `given_options`
+
+
+def given_options(args: argparse.Namespace) -> list[str]:
+    """The options of `args`' command set to something other than their default: what the user asked for."""
+    parser = getattr(args, "command_parser", None)
+    return [a.option_strings[-1] for a in (parser._actions if parser else []) if a.option_strings
+            and a.default is not argparse.SUPPRESS and getattr(args, a.dest, a.default) != a.default]
+
+
+def used_by(command: str, mode: str, args: argparse.Namespace, uses: tuple[str, ...]) -> None:
+    """Options given that `mode` does nothing with: one line, never dropped in silence."""
+    unused = [o for o in given_options(args) if o not in (*uses, "--debug")]
+    if unused:
+        them = "it" if len(unused) == 1 else "them"
+        raise ConfigError(f"ddplab {command}: {', '.join(unused)} {'does' if len(unused) == 1 else 'do'} nothing {mode}: "
+                          f"leave {them} out")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -316,6 +316,19 @@ CASES = [
     Case("plan-ranks-past-the-cores", ["plan", "--measure", "--nproc", "4096", "--backend", "gloo", "--out", "{tmp}/l.json"],
          2, r"--nproc 4096: this process may use \d+ CPU core\(s\); past \d+ processes \(4 a core\) the all-reduce's time "
          r"is the scheduler's", alone=True, after=no_folder("l.json")),
+    # an option the mode given does nothing with is one line, never dropped: a run's prediction takes no --nproc
+    Case("plan-run-with-measure-options", ["plan", "{tmp}/run", "--nproc", "4", "--max-mib", "4"], 2,
+         r"ddplab plan: --nproc, --max-mib do nothing for a run folder's prediction \(those options are --measure's\): "
+         r"leave them out$", alone=True, setup=lambda tmp: finished_run(tmp)),
+    Case("plan-measure-with-prediction-options", ["plan", "--measure", "--gpus", "4", "--out", "{tmp}/l.json"], 2,
+         r"--gpus does nothing with --measure \(those options are for a run folder's prediction\)", alone=True,
+         after=no_folder("l.json")),
+    Case("plan-published-with-a-links-file", ["plan", "--published", "--links-file", "{tmp}/l.json"], 2,
+         r"--links-file does nothing with --published: leave it out$", alone=True),
+    Case("sweep-status-with-parallel", ["sweep", "assignment", "--status", "--parallel", "2", "--no-report"], 2,
+         r"ddplab sweep: --parallel, --no-report do nothing with --status \(it reads the sweep folder, runs nothing\)",
+         alone=True),
+    Case("sweep-list-with-out", ["sweep", "--list", "--out", "{tmp}/o"], 2, r"--out does nothing with --list", alone=True),
     Case("flag-of-another-command", ["report", "{tmp}", "--resume"], 2, r"--resume is an option of ddplab train", alone=True),
     Case("sweep-debug", ["sweep", "{tmp}/nope.toml", "--debug"], 2, r"sweep file .*nope\.toml does not exist", debug=True),
     # configuration (exit 2): the field, the value and what is allowed
