@@ -78,7 +78,7 @@ class Child:
         self.start = time.perf_counter()
         self.kill_at: float | None = None  # past its timeout: when SIGKILL follows the SIGTERM
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.log = open(self.log_path, "a")
+        self.log = open(self.log_path, "a", errors="surrogateescape")  # a path of bytes that are not UTF-8 as it is
         self.log.write(f"\n$ {' '.join(self.command)}\n")
         self.log.flush()
         self.proc = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,

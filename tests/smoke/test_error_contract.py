@@ -76,10 +76,14 @@ def unchanged_after(setup: Callable[[Path], None]):
     return do_setup, check
 
 
-def shown_as_replacement(name):
+def shown_as_replacement(name, shown="run\ufffd"):
+    """`name` holds `shown` (a name of bytes that are not UTF-8, shown with U+FFFD), and it and every page and table
+    beside it are valid UTF-8."""
     def check(tmp):
-        text = (tmp / name).read_text(encoding="utf-8")  # valid UTF-8 throughout
-        assert "run\ufffd" in text
+        assert shown in (tmp / name).read_text(encoding="utf-8")
+        for path in (tmp / name).parent.rglob("*"):
+            if path.suffix in (".html", ".md", ".csv", ".json"):
+                path.read_text(encoding="utf-8")
     return check
 
 
@@ -630,6 +634,11 @@ CASES = [
          setup=lambda tmp: finished_run(tmp / "bad\udcffdir", "run\udcfe"), after=shown_as_replacement("rep/index.html")),
     Case("compare-non-utf8-folder", ["compare", "{tmp}/bad\udcffdir/run\udcfe", "{tmp}/bad\udcffdir/run\udcfe"], 0,
          setup=lambda tmp: finished_run(tmp / "bad\udcffdir", "run\udcfe")),
+    Case("sweep-into-a-non-utf8-folder", ["sweep", "{tmp}/s.toml", "--out", "{tmp}/sw\udcff", "--no-estimate"], 0,
+         setup=lambda tmp: sweep_text('[base.data]\ndataset = "synthetic"\nsynthetic_size = 64\nimage_size = 16\n'
+                                      '[base.train]\ndevice = "cpu"\nepochs = 1\n[grid]\n"train.batch_size" = [32]\n')(tmp),
+         after=shown_as_replacement("sw\udcff/report/index.html", "sw\ufffd"),
+         says=r"\[1/1\] batch-size-32: finished"),  # TensorBoard's writer takes only UTF-8 paths: the run goes on without it
     Case("tilde-compare", ["compare", "~/run", "~/run"], 0, env={"HOME": "{tmp}"},
          setup=lambda tmp: finished_run(tmp), after=tilde_expanded("run/summary.json")),
     # not errors: nothing to do, and said so; stray launcher variables ignored, and said so
@@ -656,6 +665,7 @@ CASES = [
 
 def ddplab(*args, env=None):
     return subprocess.run([sys.executable, "-m", "ddplab", *args], capture_output=True, text=True, timeout=300,
+                          errors="replace",  # a path of bytes that are not UTF-8 is printed as it is
                           env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
 
 

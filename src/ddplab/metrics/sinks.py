@@ -121,6 +121,12 @@ class TensorBoardSink(NullSink):
 def tensorboard_sink(log_dir: Path) -> MetricSink:
     """TensorBoard events when the optional package is there, else nothing (and say so once)."""
     try:
+        str(log_dir).encode("utf-8")
+    except UnicodeEncodeError:  # TensorBoard's writer encodes its path as UTF-8, strictly: a name of other bytes fails
+        log.warning(f"no TensorBoard events: its writer cannot take the folder name {str(log_dir)!r} (bytes that are not "
+                    "UTF-8); everything else of the run is written")
+        return NullSink()
+    try:
         return TensorBoardSink(log_dir)
     except ImportError:
         log.info("tensorboard is not installed: no event files (pip install 'ddplab[tensorboard]')")

@@ -21,7 +21,7 @@ from ddplab.metrics.records import (PHASES, EpochRecord, gap_train_acc, optimize
                                     timed_epochs)  # the file format's rules, torch-free
 from ddplab.report import noise
 from ddplab.topology import resolve_backend  # torch-free
-from ddplab.report.runs import Point, Run
+from ddplab.report.runs import Point, Run, shown
 
 # A DDP run's communication per step, measured two ways (milliseconds): ddplab's probe of the all-reduce
 # wait (the step timed with and without gradient sync, ranks lined up), and DDP's own timers on its
@@ -43,7 +43,7 @@ EARLY_STOP_PATIENCE = 2  # epochs without a lower test loss before early stoppin
 def run_row(run: Run, point: str = "") -> dict[str, Any]:
     """The figures of one run; a run that did not finish keeps only its status and error."""
     row = {"run": run.name, "point": point, "seed": run.seed, "status": run.status, "error": run.error or "",
-           "dir": str(run.dir)}
+           "dir": shown(str(run.dir))}
     if not run.finished:
         return row
     try:

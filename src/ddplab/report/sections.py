@@ -19,7 +19,7 @@ from ddplab.config import SCHEDULES_OVER_THE_RUN
 from ddplab.planner.links import LINKS_FILE, MeasuredLinks, read_links
 from ddplab.report import figures, noise, predictions
 from ddplab.report.runs import (Point, Run, axis_text, experiment_config, first_epochs, group_points, groups_without,
-                                value_text)
+                                shown, value_text)
 
 SCALING_FIELDS = ("dist.nproc", "dist.nnodes", "dist.strategy")  # what a scaling comparison varies
 GAP_BELOW = 0.9  # a scaling point below this efficiency gets its epoch taken apart against the ideal
@@ -80,7 +80,7 @@ def sweep_sections(runs: list[Run]) -> list[Section]:
             if run.status == "skipped":
                 not_measured.append((point_label(run), run.error or "not run"))
         out.append(Section(title=str(spec.get("title") or sweep.name), kind=str(spec.get("kind") or "all"),
-                           source=str(sweep.dir), runs=[r for r in members if r.status != "skipped"],
+                           source=shown(str(sweep.dir)), runs=[r for r in members if r.status != "skipped"],
                            question=str(spec.get("question") or ""), note=str(spec.get("note") or ""),
                            baseline_runs={by_name[n].name for n in spec.get("baseline_runs", []) if n in by_name},
                            not_measured=list(dict.fromkeys(not_measured)), link=link,
