@@ -624,7 +624,8 @@ def test_an_all_reduce_wait_across_nodes_names_the_link_it_crosses():
     assert why("all-reduce wait", {"nodes": 1, "link": None}, base) == "the gradients' all-reduce is not hidden behind backward"
 
 
-def write_sized_down_sweep(sweep: Path, schedule: str = "none", adapted_here: bool = True) -> Path:
+def write_sized_down_sweep(sweep: Path, schedule: str = "none", adapted_here: bool = True,
+                           values: tuple = ("fp32", "bf16"), named: str = "bf16") -> Path:
     """fp32 for 3 epochs and bf16 sized down to 2 (an [adapt] table did it), two seeds each; fp32's test
     accuracy climbs 30, 40, 60% (seed 1: +2 points), bf16 ends at 41 and 43%."""
     runs = []
@@ -640,12 +641,12 @@ def write_sized_down_sweep(sweep: Path, schedule: str = "none", adapted_here: bo
         (fp32 / "summary.json").write_text(json.dumps(summary))
         write_run(sweep / "runs" / f"bf16_s{seed}", seed=seed, precision="bf16", epoch_s=(60.0, 50.0), steps=True,
                   test_acc=0.41 + 0.02 * seed, config={"optim": {"schedule": schedule}})
-        runs += [{"name": f"fp32_s{seed}", "point": {"config": "fp32"}, "seed": seed},
-                 {"name": f"bf16_s{seed}", "point": {"config": "bf16"}, "seed": seed}]
+        runs += [{"name": f"fp32_s{seed}", "point": {"config": values[0]}, "seed": seed},
+                 {"name": f"bf16_s{seed}", "point": {"config": values[1]}, "seed": seed}]
     adapted = "this CPU (Test) does not compute bf16 natively: so bf16 with train.epochs=2 (the others: 3)"
     sections = [{"title": "Precision", "kind": "compare", "runs": [r["name"] for r in runs],
                  "baseline_runs": ["fp32_s0", "fp32_s1"], "not_measured": [], "adapted": [adapted],
-                 "adapted_points": ["bf16"] if adapted_here else []}]
+                 "adapted_points": [named] if adapted_here else []}]
     return write_manifest(sweep, runs, sections=sections)
 
 
@@ -673,6 +674,10 @@ def test_a_point_sized_down_for_this_machine_is_compared_at_equal_epochs(tmp_pat
     runs = load_runs([write_sized_down_sweep(tmp_path / "asked", adapted_here=False)])
     (section,) = build_sections(runs, {r.name: run_row(r) for r in runs})
     assert not section.pairs[0]["equal_epochs"] and section.pairs[0]["acc_diff"] == pytest.approx(-0.19)
+    # An axis of true/false: the sweep names the point "true" (spec.point_text), as the report must read it.
+    runs = load_runs([write_sized_down_sweep(tmp_path / "flag", values=(False, True), named="true")])
+    (section,) = build_sections(runs, {r.name: run_row(r) for r in runs})
+    assert section.pairs[0]["equal_epochs"] and section.pairs[0]["acc_diff"] == pytest.approx(0.01)
 
 
 def test_a_plot_is_whole_or_absent(tmp_path, monkeypatch):

@@ -20,6 +20,7 @@ from ddplab.planner.links import LINKS_FILE, MeasuredLinks, read_links
 from ddplab.report import figures, noise, predictions
 from ddplab.report.runs import (Point, Run, axis_text, experiment_config, first_epochs, group_points, groups_without,
                                 shown, value_text)
+from ddplab.sweep.spec import point_text
 
 SCALING_FIELDS = ("dist.nproc", "dist.nnodes", "dist.strategy")  # what a scaling comparison varies
 GAP_BELOW = 0.9  # a scaling point below this efficiency gets its epoch taken apart against the ideal
@@ -133,7 +134,8 @@ def equal_epochs(section: Section, i: int, j: int) -> dict[str, Any] | None:
     points as they are."""
     point, base = section.points[i], section.points[j]
     epochs = section.rows[i].get("epochs")
-    if (not set(map(str, point.axes.values())) & set(section.adapted_points)
+    names = {point_text(v) for r in point.runs for v in r.point.values()}  # as the sweep names its points
+    if (not names & set(section.adapted_points)
             or not isinstance(epochs, (int, float)) or not epochs or epochs != int(epochs)
             or not all(r.finished for r in point.runs + base.runs)
             or not all(r.summary["run"].get("epochs_planned") == len(r.history) for r in point.runs)  # not stopped early
