@@ -347,6 +347,16 @@ class RunConfig:
             raise _bad("train.drop_last", True, f"it leaves no training batch: {has} training images, fewer than "
                        f"train.batch_size={self.train.batch_size}; lower --batch-size or leave drop_last off")
 
+    def most_steps_per_epoch(self) -> int | None:
+        """The optimizer steps an epoch takes at most, where the training images are counted without the data
+        (a held-out split and drop_last only take steps away); None for an image folder."""
+        d = self.data
+        images = training_images(d.dataset, subset=d.subset, fold=d.fold, synthetic_size=d.synthetic_size)
+        if images is None:
+            return None
+        batches = math.ceil(images_per_rank(images, self.world_size()) / self.train.batch_size)
+        return math.ceil(batches / self.train.accumulate)
+
     def check_cuda_graphs(self) -> None:
         """What a captured step cannot hold: host-side decisions inside the step, or a non-CUDA collective."""
         refuse = {

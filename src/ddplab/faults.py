@@ -49,7 +49,7 @@ def parse(spec: str) -> tuple[str, dict[str, int]]:
     return action, where
 
 
-def check_env(world_size: int | None = None, epochs: int | None = None) -> None:
+def check_env(world_size: int | None = None, epochs: int | None = None, steps: int | None = None) -> None:
     """A fault set in the environment, checked before anything starts: its grammar always, and, given the run's
     shape, a rank or an epoch the run does not have (a fault that would never fire is a test that cannot fail)."""
     spec = os.environ.get(ENV)
@@ -61,6 +61,9 @@ def check_env(world_size: int | None = None, epochs: int | None = None) -> None:
                           f"{world_size - 1}")
     if epochs is not None and where.get("epoch", 1) > epochs:
         raise ConfigError(f"{ENV}={spec!r}: epoch={where['epoch']} would never fire: this run trains {epochs} epoch{'s' if epochs != 1 else ''}")
+    if steps is not None and where.get("step", 1) > steps:
+        raise ConfigError(f"{ENV}={spec!r}: step={where['step']} would never fire: this run's epochs take at most "
+                          f"{steps} optimizer step{'s' if steps != 1 else ''}")
 
 
 _UNREAD = ("", {})

@@ -48,7 +48,8 @@ def launch(config: RunConfig, *, saved: RunConfig | None = None, command: bool =
             print(f"ddplab: nothing to do: {note}", flush=True)
             return finished_result(plan.run_dir)
         if plan.place is None:  # the root of the run: a fault this run cannot fire is refused before anything starts
-            faults.check_env(world_size=plan.config.world_size(), epochs=plan.config.train.epochs)
+            faults.check_env(world_size=plan.config.world_size(), epochs=plan.config.train.epochs,
+                             steps=plan.config.most_steps_per_epoch())
         if plan.launches_workers():
             return launch_workers(plan, command=command)
         if plan.place is not None or not command:

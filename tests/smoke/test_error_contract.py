@@ -624,6 +624,9 @@ CASES = [
          env={"PATH": "{tmp}/bin:" + os.environ["PATH"]}, says=r"a +failed .*its outcome cannot be read: .*a\.json line 1 is not JSON",
          setup=combined(sweep_folder(executor="slurm"), slurm_tools(),
                         lambda tmp: ((tmp / "sw/slurm").mkdir(), (tmp / "sw/slurm/a.json").write_text('{"exit_code": 0')))),
+    Case("fault-step-past-the-epoch", [*S, "--out", "{tmp}/r"], 2,
+         r"DDPLAB_FAULT='raise:epoch=1:step=9': step=9 would never fire: this run's epochs take at most 2 optimizer "
+         r"steps$", alone=True, after=no_folder("r"), env={"DDPLAB_FAULT": "raise:epoch=1:step=9"}),
     # a path with ~ is the home folder's, wherever a command takes a path (HOME is the test's folder here)
     Case("tilde-report-out", ["report", "~/run", "--out", "~/rep"], 0, env={"HOME": "{tmp}"},
          setup=lambda tmp: finished_run(tmp), after=tilde_expanded("rep/index.html")),

@@ -32,6 +32,9 @@ def test_a_fault_the_run_cannot_fire_is_refused_before_it_starts(monkeypatch):
         faults.check_env(world_size=1, epochs=2)
     with pytest.raises(ConfigError, match=r"epoch=2 would never fire: this run trains 1 epoch$"):
         faults.check_env(world_size=2, epochs=1)
+    faults.check_env(world_size=2, epochs=2, steps=3)
+    with pytest.raises(ConfigError, match=r"step=3 would never fire: this run's epochs take at most 2 optimizer steps$"):
+        faults.check_env(world_size=2, epochs=2, steps=2)
     monkeypatch.delenv("DDPLAB_FAULT")
     faults.check_env(world_size=1, epochs=1)  # unset: nothing to check
 
@@ -47,3 +50,17 @@ def test_a_slow_save_holds_only_the_checkpoint_of_its_epoch(monkeypatch):
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")  # a restarted group runs clean
     faults.maybe_slow_save(2)
     assert slept == [1.5]
+
+
+def test_step_counts_from_one_as_epoch_does_so_the_least_step_fires_on_the_first(tmp_path, monkeypatch):
+    """A run of 1 step an epoch: step=1 fires before it, and step=2 is refused."""
+    from ddplab.cli import main
+
+    args = ["train", "--dataset", "synthetic", "--data.synthetic_size", "32", "--data.image_size", "8", "--batch-size", "32",
+            "--epochs", "1", "--device", "cpu", "--output.progress", "false", "--output.tensorboard", "false"]
+    monkeypatch.setenv("DDPLAB_FAULT", "raise:epoch=1:step=1")
+    monkeypatch.setattr(faults, "_FAULT", faults._UNREAD)
+    assert main([*args, "--out", str(tmp_path / "a")]) == 4
+    monkeypatch.setenv("DDPLAB_FAULT", "raise:epoch=1:step=2")
+    monkeypatch.setattr(faults, "_FAULT", faults._UNREAD)
+    assert main([*args, "--out", str(tmp_path / "b")]) == 2 and not (tmp_path / "b").exists()

@@ -321,7 +321,7 @@ class Trainer:
         ddp_start = None
         for i in range(num_steps):
             timer.begin_step(i)
-            faults.maybe_inject(self.ctx.rank, epoch, i)
+            faults.maybe_inject(self.ctx.rank, epoch, i + 1)  # steps count from 1, as epochs do
             group = [b for _, b in zip(range(self.accumulate), batches)]
             timer.lap("data_s")
             loss = self.train_step(group, meter, timer)
