@@ -239,7 +239,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.file is None:
         raise ConfigError("ddplab sweep: give a sweep file or a bundled sweep's name (ddplab sweep --list)")
     slurm_options = sweep_slurm_options(args)
-    sweep = load_sweep(sweep_file(args.file), profile=args.profile, overrides=args.set)
+    # The runs' machine picks the default profile: under Slurm, the nodes the tasks ask for, not this login node.
+    on_gpus = slurm_options.asks_gpus() if slurm_options is not None else None
+    sweep = load_sweep(sweep_file(args.file), profile=args.profile, overrides=args.set, on_gpus=on_gpus)
+    if on_gpus is not None and args.profile is None and sweep.profile is not None:
+        print(f"sweep {sweep.name}: profile {sweep.profile}, as its tasks " + ("ask Slurm for GPUs" if on_gpus else
+              "ask Slurm for no GPU (--slurm.gpus-per-node)") + "; --profile picks another", flush=True)
     out = args.out or default_out(sweep)
     echo = lambda line: print(line, flush=True)  # noqa: E731
     if args.status:

@@ -259,7 +259,9 @@ def test_a_parallel_sweep_runs_points_at_once_each_on_its_own_cores_and_measures
 
 
 @needs_two_cores
-def test_ctrl_c_stops_every_running_point_of_a_parallel_sweep_and_a_rerun_finishes_them(tmp_path):
+def test_sigterm_stops_every_running_point_of_a_parallel_sweep_and_a_rerun_finishes_them(tmp_path):
+    """SIGTERM at the sweep alone (a scheduler's, a script's `kill`), started as a script's `cmd &` starts it
+    (SIGINT ignored): each running point is stopped resumable, as Ctrl-C at a serial sweep stops its run."""
     import signal
     import time
     import uuid
@@ -267,10 +269,10 @@ def test_ctrl_c_stops_every_running_point_of_a_parallel_sweep_and_a_rerun_finish
     from conftest import leftover_processes
 
     path, out, marker = parallel_sweep(tmp_path, epochs=40), tmp_path / "s", f"DDPLAB_TEST_{uuid.uuid4().hex}"
-    proc = start_sweep(path, out, marker, "--parallel", "2")
+    proc = start_sweep(path, out, marker, "--parallel", "2", sigint=signal.SIG_IGN)
     for name in ("a", "b"):
         wait_for_epochs(proc, out / "runs" / name / "metrics.jsonl")
-    os.killpg(proc.pid, signal.SIGINT)
+    os.kill(proc.pid, signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and err.strip().splitlines()[-1] == "ddplab: interrupted", err[-3000:]
     runs = manifest(out)

@@ -139,3 +139,24 @@ def test_a_task_outcome_that_is_not_what_the_task_writes_is_its_failure_naming_t
     entry = manifest["runs"][0]
     assert entry["status"] == "failed" and entry["exit_code"] is None
     assert entry["error"].startswith(f"its outcome cannot be read: {tmp_path / 'slurm' / 'r.json'}")
+
+
+@pytest.mark.parametrize("options, gpus", [(SlurmOptions(gpus_per_node=1), True), (SlurmOptions(), False),
+                                           (SlurmOptions(extra="--gres=gpu:a100:2 --mem=8G"), True),
+                                           (SlurmOptions(extra="--gpus=4"), True), (SlurmOptions(extra="--mem=8G"), False)])
+def test_a_slurm_sweep_takes_its_default_profile_from_the_nodes_it_asks_for_not_this_machine(options, gpus, tmp_path, capsys):
+    """From a CPU login node, a sweep whose tasks ask for GPUs runs its gpu profile (it ran the cpu one: a small
+    subset for 2 epochs, on GPU nodes, without a word), and says so."""
+    from ddplab.cli import main as ddplab
+    from ddplab.sweep.spec import load_sweep, sweep_file
+
+    sweep = load_sweep(sweep_file("assignment"), on_gpus=options.asks_gpus())
+    assert options.asks_gpus() is gpus and sweep.profile == ("gpu" if gpus else "cpu")
+    argv = ["sweep", "assignment", "--executor", "slurm", "--dry-run", "--out", str(tmp_path / "s")]
+    if options.gpus_per_node:
+        argv += ["--slurm.gpus-per-node", str(options.gpus_per_node)]
+    if options.extra:
+        argv += [f"--slurm.extra={options.extra}"]
+    assert ddplab(argv) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"sweep assignment: profile {'gpu' if gpus else 'cpu'}, as its tasks ask Slurm for")

@@ -62,6 +62,10 @@ class SlurmOptions:
     extra: str = ""  # more sbatch options, e.g. "--mem=16G --qos=short"
     parallel: int | None = None  # tasks of one array at once (None: as many as Slurm gives)
 
+    def asks_gpus(self) -> bool:
+        """Whether the tasks get GPUs: --slurm.gpus-per-node, or a GPU request among the extra options."""
+        return bool(self.gpus_per_node) or re.search(r"--(gpus|gres=\S*gpu|gpus-per-\w+)\b", self.extra) is not None
+
     def sbatch_options(self) -> list[str]:
         options = [f"--{name}={value}" for name, value in (("partition", self.partition), ("account", self.account),
                                                            ("time", self.time), ("gpus-per-node", self.gpus_per_node))

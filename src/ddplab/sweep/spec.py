@@ -200,9 +200,11 @@ def sweep_file(name: str | Path) -> Path:
     raise ConfigError(f"{name!r} is neither a sweep file nor a bundled sweep; bundled: {', '.join(bundled_sweeps())}")
 
 
-def load_sweep(path: str | Path, profile: str | None = None, overrides: list[str] | None = None) -> Sweep:
+def load_sweep(path: str | Path, profile: str | None = None, overrides: list[str] | None = None,
+               on_gpus: bool | None = None) -> Sweep:
     """The sweep in `path` with `profile` applied, then `overrides` ("section.field=value" on every run,
-    for settings no axis sets: e.g. train.epochs=3), every run validated."""
+    for settings no axis sets: e.g. train.epochs=3), every run validated. `on_gpus`: whether the runs will
+    have GPUs, where that is not this machine (an executor's nodes); it picks the default profile."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"sweep file {path} does not exist (bundled sweeps: ddplab sweep --list)")
@@ -211,7 +213,7 @@ def load_sweep(path: str | Path, profile: str | None = None, overrides: list[str
     profiles = spec.get("profiles", {})
     check_table(profiles, f"sweep file {path}: [profiles]")
     if profile is None and profiles:
-        profile = default_profile(profiles)
+        profile = default_profile(profiles, on_gpus)
     if profile is not None:
         if profile not in profiles:
             raise ConfigError(f"sweep file {path} has no profile {profile!r}; it has: {', '.join(profiles) or 'none'}")
@@ -249,11 +251,14 @@ def check_tables(spec: Any, allowed: set[str], where: str) -> None:
         check_table(values, f"{where}: [base.{section}]")
 
 
-def default_profile(profiles: dict[str, Any]) -> str | None:
-    """"gpu" on a CUDA machine, else "cpu", when the file has them."""
-    import torch
+def default_profile(profiles: dict[str, Any], on_gpus: bool | None = None) -> str | None:
+    """"gpu" where the runs will have GPUs (`on_gpus`; None: this machine, if it has CUDA), else "cpu", when the
+    file has them."""
+    if on_gpus is None:
+        import torch
 
-    preferred = "gpu" if torch.cuda.is_available() else "cpu"
+        on_gpus = torch.cuda.is_available()
+    preferred = "gpu" if on_gpus else "cpu"
     return preferred if preferred in profiles else None
 
 
