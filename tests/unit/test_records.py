@@ -71,9 +71,11 @@ def test_a_growing_file_gives_its_whole_lines_and_a_finished_one_names_the_bad_l
 
 
 OLD_SUMMARY = {"status": "finished", "run": {"dataset": "synthetic", "model": "simple_cnn", "strategy": "single",
-                                              "world_size": 1, "device": "cpu"},
-               "batch": {"local": 32, "global": 32}, "model": {"params": 1000}, "data": {"train_images": 256},
-               "final": {"test_acc": 0.5}, "best": {"epoch": 1}, "time": {"train_s": 1.0, "total_s": 2.0}}
+                                              "world_size": 1, "device": "cpu", "precision": "fp32"},
+               "batch": {"local": 32, "global": 32}, "model": {"params": 1000, "flops_per_image": 2e6},
+               "data": {"train_images": 256, "eval_images": 64},
+               "final": {"test_acc": 0.5, "train_acc": 0.6, "test_loss": 1.2}, "best": {"epoch": 1, "test_acc": 0.5},
+               "time": {"train_s": 1.0, "total_s": 2.0}}
 
 
 def test_the_summary_schema_is_checked_and_an_old_summary_is_read(tmp_path):

@@ -122,9 +122,10 @@ SUMMARY = {
 SUMMARY_EACH = {"memory": number(0), "phases_s": SECONDS, "contention": number(0) | None,
                 "ranks": {"per_rank": numbers(number() | None), "max": number(), "mean": number()}}
 # What every ddplab has written, and the commands that read a summary use without a default.
-SUMMARY_REQUIRED = ("status", "run.dataset", "run.model", "run.strategy", "run.world_size", "run.device", "batch.local",
-                    "batch.global", "model.params", "data.train_images", "final", "best", "time.train_s",
-                    "time.total_s")
+SUMMARY_REQUIRED = ("status", "run.dataset", "run.model", "run.strategy", "run.world_size", "run.device", "run.precision",
+                    "batch.local", "batch.global", "model.params", "model.flops_per_image", "data.train_images",
+                    "data.eval_images", "final.test_acc", "final.train_acc", "final.test_loss", "best.test_acc",
+                    "time.train_s", "time.total_s")
 
 
 def read_summary(run_dir: Path) -> dict[str, Any]:

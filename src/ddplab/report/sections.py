@@ -235,7 +235,7 @@ def setup_text(section: Section) -> str:
         parts.append(f"{data[0]}: {data[1]:,} training / {data[2]:,} test images")
     epochs = same(lambda r: s(r)["run"].get("epochs_planned"))
     if epochs:
-        parts.append(f"{epochs} epochs")
+        parts.append(f"{epochs} epoch{'s' * (epochs != 1)}")
     optim = same(lambda r: (s(r)["run"].get("optimizer"), s(r)["run"].get("lr"), s(r)["run"].get("schedule")))
     if optim and optim[0]:
         parts.append(f"{optim[0]} lr {value_text(optim[1])} (schedule {optim[2]})")
