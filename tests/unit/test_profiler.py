@@ -77,7 +77,8 @@ def test_a_failure_to_profile_is_a_warning_not_a_lost_run(tmp_path, monkeypatch)
     monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", broken)
     result = train(tiny_config(tmp_path / "r", data=DATA, train={"profile_steps": 3}))
     assert result.summary["status"] == "finished" and (tmp_path / "r" / "summary.json").is_file()
-    assert result.summary["profile"]["reason"] == ("profiling failed: FileSystemError: cannot write a file: No space "
+    trace = tmp_path / "r" / "profile" / "trace_rank0_steps7-9.json"  # the file, never its temporary name
+    assert result.summary["profile"]["reason"] == (f"profiling failed: FileSystemError: cannot write {trace}: No space "
                                                    "left on device; free some space")
     assert "WARNING profiling failed" in (tmp_path / "r" / "train.log").read_text()
     assert not list((tmp_path / "r").rglob("trace_*"))  # no half-written trace, under its name or a temporary one

@@ -111,7 +111,7 @@ SCALARS = frozenset(f.name for f in FIELDS) - LISTS
 
 
 # What each field holds (borders.py): counts are whole, accuracies shares, everything else a finite number >= 0.
-KINDS = {"epoch": COUNT, "step": WHOLE, "train_samples": WHOLE, "test_samples": WHOLE, "gpu_other_processes": WHOLE,
+KINDS = {"epoch": COUNT, "step": WHOLE, "train_samples": COUNT, "test_samples": COUNT, "gpu_other_processes": WHOLE,
          "train_acc": SHARE, "test_acc": SHARE, "train_eval_acc": SHARE, "gpu_peak_alloc_mib": numbers(number(0) | None)}
 PER_RANK = numbers(number() | None)
 
