@@ -131,7 +131,12 @@ def test_speedrun_reports_mean_and_std_over_seeds_and_the_flops_floor(tmp_path):
 
 def test_plan_validation_sets_the_model_against_measured_runs(tmp_path):
     """--quick: the tiny net at batch 32, one process and 2 workers, the link measured with 2 ranks; each row's
-    error is its predicted over its measured throughput, less one, as the table prints it."""
+    error is its predicted over its measured throughput, less one, as the table prints it, and within 50%.
+
+    On the 2-core development VM the model is off by 11-26% on such runs (BENCHMARKS.md), and one run's
+    throughput differs by up to 45% from one try to the next when the machine is shared: a tighter bound
+    would fail on noise. 50% still catches a model wrong in kind (a missing factor of two in the shared
+    cores, a bandwidth in bits for bytes, a communication term a thousand times off)."""
     out = tmp_path / "plan.json"
     proc = subprocess.run([sys.executable, str(BENCH / "plan_validation.py"), "--quick", "--out", str(out)],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
@@ -140,6 +145,7 @@ def test_plan_validation_sets_the_model_against_measured_runs(tmp_path):
     (row,) = payload["rows"]
     assert (row["case"], row["batch"], row["workers"]) == ("tiny", 32, 2) and set(payload["links"]) == {"2"}
     assert row["measured"] > 0 and row["predicted"] > 0 and row["error"] == row["predicted"] / row["measured"] - 1
+    assert abs(row["error"]) < 0.5 or len(os.sched_getaffinity(0)) < 2, row  # 2 workers on one core mean nothing
     assert f"| tiny | 32 | {row['one']:,.0f} img/s | 2 | {row['predicted']:,.0f} | {row['measured']:,.0f} | " \
            f"{row['error']:+.0%} |" in proc.stdout
 
