@@ -37,7 +37,8 @@ import torch  # noqa: E402
 
 from ddplab import process  # noqa: E402
 from ddplab.data.datasets import holds_cifar10  # noqa: E402
-from ddplab.metrics.records import EpochRecord, read_epochs, read_summary  # noqa: E402
+from ddplab.metrics.records import EpochRecord, read_epochs  # noqa: E402
+from ddplab.metrics.summary import read_summary  # noqa: E402
 from ddplab.metrics.system import machine  # noqa: E402
 
 

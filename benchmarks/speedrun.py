@@ -26,6 +26,7 @@ import _common as common
 
 from ddplab import runfiles  # torch-free; _common puts src on the path
 
+
 def parse_args(argv=None) -> argparse.Namespace:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []

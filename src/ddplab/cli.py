@@ -382,9 +382,8 @@ PLAN_MEASURES = ("--measure", "--backend", "--nproc", "--max-mib", "--nnodes", "
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    """The published links, or (--measure) this machine's all-reduce, fitted and written to --out."""
-    from ddplab.planner import links
-
+    """A run's prediction, the published cases, the published links, or (--measure) this machine's all-reduce:
+    the options checked against the mode here, the work in planner/command.py."""
     one_mode("plan", [("a run folder", args.run is not None), ("--measure", args.measure), ("--published", args.published)])
     if args.run is not None:
         used_by("plan", "for a run folder's prediction (those options are --measure's)", args, PLAN_PREDICTS)
@@ -394,125 +393,20 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         used_by("plan", "with --published" if args.published else "without a run folder or --measure (it lists the "
                 "published links)", args, ("--published",))
-    if args.run is not None:
-        return plan_run(args)
-    if args.published:
-        from ddplab.planner.published import CASES, predict
+    from ddplab.planner import command
 
-        print("published scaling figures, predicted from the hardware they state (BENCHMARKS.md)")
-        for case in CASES:
-            print(f"{case.name}: {case.source}" + (f"; {case.note}" if case.note else ""))
-            for r in predict(case):
-                print(f"  {r['gpus']:>3} GPU(s) on {r['nodes']} node(s) over {r['link']}: stated {r['stated']:,.3f} s, "
-                      f"predicted {r['predicted']:,.3f} s ({r['error']:+.0%}), all-reduce left exposed "
-                      f"{r['exposed_comm_s'] * 1e3:,.2f} ms a step"
-                      + (f"; unexplained {r['unexplained_s'] * 1e3:,.1f} ms a step (an all-reduce alone would need "
-                         f"{r['implied_busbw_gbps']:,.2f} GB/s of bus bandwidth to take it)"
-                         if r["implied_busbw_gbps"] is not None else ""))
-        return 0
+    if args.run is not None:
+        return command.predict_run(args.run, gpus=args.gpus, nodes=args.nodes, batches=args.batch, link=args.link,
+                                   inter_link=args.inter_link, links_file=args.links_file, out=args.out)
+    if args.published:
+        return command.show_published()
     if not args.measure:
-        print(f"{'link':<8} {'bus GB/s':>9} {'alpha us':>9}  source (published, not measured)")
-        for link in links.PUBLISHED.values():
-            print(f"{link.name:<8} {link.busbw_gbps:>9,.1f} {link.alpha_s * 1e6:>9,.0f}  {link.source}")
-        print("measure this machine's: ddplab plan --measure [--backend gloo|nccl] [--nproc N]")
-        return 0
+        return command.list_links()
     if args.nnodes > 1:
         quiet_native_logs(args.debug)
     compat.check_torch()
-    import torch
-
-    on_cuda = torch.cuda.is_available()
-    backend = ("nccl" if on_cuda else "gloo") if args.backend == "auto" else args.backend
-    device = "cuda" if backend == "nccl" else "cpu"
-    if device == "cuda" and max(args.nproc) > torch.cuda.device_count():
-        raise ConfigError(f"--nproc {max(args.nproc)}: NCCL needs a GPU per rank and this machine has "
-                          f"{torch.cuda.device_count()}")
-    out = args.out or Path(links.LINKS_FILE)
-    files.ready_to_write(out)  # before the measurement, which a read-only --out would throw away
-    results = []
-    for per_node in args.nproc:
-        ranks = per_node * args.nnodes
-        where = f" across {args.nnodes} nodes" if args.nnodes > 1 else ""
-        print(f"measuring all-reduce: {backend} x{ranks} on {device}{where}, 4 KiB to {args.max_mib} MiB ...", flush=True)
-        result = links.measure(backend, per_node, device=device, max_bytes=args.max_mib * links.MIB, nnodes=args.nnodes,
-                               rdzv_endpoint=args.rdzv_endpoint, timeout_s=args.timeout_s)
-        link = links.measured_link(result)
-        print(f"{'size':>10} {'time us':>10} {'algbw GB/s':>11} {'busbw GB/s':>11} {'model us':>10}")
-        factor = 2 * (ranks - 1) / ranks
-        for size, t in zip(result["sizes"], result["times_s"]):
-            print(f"{size / links.KIB:>8,.0f} K {t * 1e6:>10,.1f} {size / t / links.GB:>11,.3f} "
-                  f"{size * factor / t / links.GB:>11,.3f} {link.allreduce_s(size, ranks) * 1e6:>10,.1f}")
-        print(f"fit ({ranks} ranks): alpha {link.alpha_s * 1e6:,.1f} us, bus bandwidth {link.busbw_gbps:,.3f} GB/s; "
-              f"model error median {link.fit_error['median']:.1%}, worst {link.fit_error['max']:.1%} "
-              f"({result['wall_s']} s)")
-        results.append(result)
-    from ddplab.metrics.system import machine
-
-    links.save_links(out, results, machine=machine(device))
-    print(f"links: {out}")
-    return 0
-
-
-def plan_run(args: argparse.Namespace) -> int:
-    """Predict RUN on --gpus x --nodes at --batch over --link; print the table and write plan.json."""
-    from ddplab.planner import links, model
-    from ddplab.report.runs import load_run
-
-    run = load_run(args.run)
-    if not run.finished:
-        raise ConfigError(f"{args.run} is not a finished ddplab run ({run.error}): plan from a finished one")
-    out = args.out or Path("plan.json")
-    files.ready_to_write(out)
-    costs = model.step_costs(run.summary, run.history, run.config)
-    link = measured_or_published(args.link or ("nvlink" if costs.on_cuda else "measured"), args.links_file)
-    inter = measured_or_published(args.inter_link, args.links_file) if max(args.nodes) > 1 else None
-    per_node = args.gpus or ([1, 2, 4, 8] if costs.on_cuda else [1, 2])
-    batches = args.batch or [run.summary["batch"]["local"]]
-    result = model.plan(costs, per_node, args.nodes, batches, link, inter)
-    m = costs.measured
-    print(f"plan for {args.run}: measured {m['world_size']} worker(s) at local batch {m['local_batch']} on "
-          f"{m['device']}, {m['step_s'] * 1e3:,.1f} ms a step; link {link_text(link)}"
-          + (f", between nodes {link_text(inter)}" if inter else ""))
-    print(f"  {'workers':>9} {'batch':>6} {'step ms':>9} {'comm ms':>8} {'exposed':>8} {'images/s':>10} "
-          f"{'speedup':>8} {'ideal':>6} {'efficiency':>10}")
-    for r in result["rows"]:
-        print(f"  {r['per_node']:>3} x {r['nodes']:<3} {r['local_batch']:>6} {r['step_s'] * 1e3:>9,.2f} "
-              f"{r['comm_s'] * 1e3:>8,.2f} {r['exposed_comm_s'] * 1e3:>8,.2f} {r['images_per_s']:>10,.0f} "
-              f"{r['speedup']:>7.2f}x {r['ideal']:>5.0f}x {r['efficiency']:>10.0%}")
-    for p in result["pays_from"]:
-        said = ", ".join(f"{pct}% efficiency from local batch {p[f'batch_for_{pct}pct']}" if p[f"batch_for_{pct}pct"]
-                         else f"never {pct}% efficient up to local batch 8192" for pct in (50, 80))
-        print(f"  {p['per_node']} x {p['nodes']}: {said}")
-    unmeasured = sorted({r["workers"] for r in result["rows"] if r["workers"] > max(link.ranks)}
-                        if isinstance(link, links.MeasuredLinks) else set())
-    if unmeasured:
-        print(f"  note: the link was measured with at most {max(link.ranks)} ranks; the rows with "
-              f"{', '.join(map(str, unmeasured))} workers use that fit, optimistic where ranks share cores "
-              f"(measure with: ddplab plan --measure --nproc {','.join(map(str, [*link.ranks, *unmeasured]))})")
-    files.write_json(out, {"run": str(args.run), **result})
-    print(f"plan: {out} (assumptions: ddplab/planner/model.py)")
-    return 0
-
-
-def link_text(link) -> str:
-    """A link as the plan's header gives it: its figures, measured or published (each fit, for a measured set)."""
-    from ddplab.planner import links
-
-    if isinstance(link, links.MeasuredLinks):
-        return link.links[0].name + " (" + "; ".join(f"{k.ranks} ranks {k.busbw_gbps:,.3g} GB/s, {k.alpha_s * 1e6:,.0f} us"
-                                                       for k in link.links) + ", measured)"
-    return f"{link.name} ({link.busbw_gbps:,.3g} GB/s, {link.alpha_s * 1e6:,.0f} us, published)"
-
-
-def measured_or_published(name: str, links_file: Path):
-    from ddplab.planner import links
-
-    if name != "measured":
-        return links.link_named(name)
-    if not links_file.is_file():
-        raise ConfigError(f"--link measured reads {links_file}, which does not exist: measure this machine's link "
-                          "first (ddplab plan --measure), or name a published link")
-    return links.load_links(links_file)
+    return command.measure_links(args.backend, args.nproc, nnodes=args.nnodes, max_mib=args.max_mib,
+                                 rdzv_endpoint=args.rdzv_endpoint, timeout_s=args.timeout_s, out=args.out)
 
 
 def cmd_hosts(args: argparse.Namespace) -> int:

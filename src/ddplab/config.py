@@ -30,8 +30,15 @@ else:  # pragma: no cover
 
 import tomli_w
 
-from ddplab.data.options import (CIFAR100_LABELS, DATASETS, FLIP_MODES, STL10_FOLDS, default_root, images_per_rank,
-                                 training_images)
+from ddplab.data.options import (
+    CIFAR100_LABELS,
+    DATASETS,
+    FLIP_MODES,
+    STL10_FOLDS,
+    default_root,
+    images_per_rank,
+    training_images,
+)
 from ddplab.errors import ConfigError
 
 MODELS = ("simple_cnn", "vgg_small", "resnet18", "fastnet", "speednet")

@@ -26,6 +26,7 @@ from ddplab import compat, errors, faults, watchdog
 from ddplab.config import DistConfig, RunConfig
 from ddplab.distributed import route_address, split_endpoint
 from ddplab.plan import RunPlan, as_worker, prepared
+
 SHUTDOWN_TIMEOUT_S = 5
 STORE_SLACK_S = 10  # a store call outwaits the watchdog's probe, so a lost host is said in the probe's words
 

@@ -135,6 +135,13 @@ def usable_cores() -> list[int]:
     return list(range(os.cpu_count() or 1))
 
 
+def devices_brought(workers: int, nodes: int, *, on_cuda: bool) -> int:
+    """The hardware `workers` on `nodes` bring, which perfect scaling multiplies speed by: their GPUs on CUDA; on
+    a CPU their nodes (one node's processes share its cores). The one definition of the ideal speedup's terms,
+    for the report, `ddplab compare` and the planner."""
+    return workers if on_cuda else nodes
+
+
 def resolve_backend(requested: str, *, on_cuda: bool, shared_device: bool = False) -> str:
     """The collective backend a DDP run uses: "auto" is NCCL on CUDA, Gloo on a CPU or where the workers
     share one GPU (NCCL refuses two ranks on one device). The one place "auto" is resolved."""

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import leftover_processes
 from ddplab import compat
 from ddplab.config import load_toml
 from ddplab.engine import checkpoint
 from ddplab.metrics.records import PHASES, read_epochs, reproducible
+
+from conftest import leftover_processes
 
 pytestmark = pytest.mark.dist
 

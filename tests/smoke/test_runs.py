@@ -11,14 +11,14 @@ import time
 import pytest
 import torch
 
-from ddplab.metrics.records import read_epochs, reproducible
 import ddplab
-from conftest import tiny_config
 from ddplab.cli import main
 from ddplab.config import load_toml
 from ddplab.engine import checkpoint
 from ddplab.engine.trainer import Trainer
+from ddplab.metrics.records import read_epochs, reproducible
 
+from conftest import tiny_config
 
 
 def metrics(run_dir):

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from ddplab.metrics.records import read_epochs, reproducible
+
 from slurm_cluster import SlurmCluster, why_not
 from sweep_files import THREE_POINTS, tiny_sweep
 

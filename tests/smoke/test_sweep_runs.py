@@ -1,8 +1,8 @@
 """`ddplab sweep` for real: runs in their own process trees, failures recorded, re-runs resume, a report at the end."""
 
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 
@@ -10,6 +10,7 @@ import pytest
 
 from ddplab.metrics.records import read_epochs, reproducible
 from ddplab.topology import usable_cores
+
 from sweep_files import TINY_BASE, tiny_sweep
 
 TINY = TINY_BASE + """

@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 
 from ddplab.data.augment import (
-    AugmentSpec,
     Augmenter,
+    AugmentSpec,
     color_jitter,
     cutout,
     random_crop,
@@ -128,7 +128,7 @@ def test_batched_crop_matches_a_per_sample_loop(p, h, w, mode):
     y = random_crop(x, p, gen(9), mode)
     offsets = torch.randint(0, 2 * p + 1, (2, len(x)), generator=gen(9))
     xp = F.pad(x, (p,) * 4, mode="reflect" if mode == "reflect" else "constant")
-    ref = torch.stack([xp[i, :, t : t + h, l : l + w] for i, (t, l) in enumerate(offsets.T.tolist())])
+    ref = torch.stack([xp[i, :, t : t + h, left : left + w] for i, (t, left) in enumerate(offsets.T.tolist())])
     assert torch.equal(y, ref)
 
 

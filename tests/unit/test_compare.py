@@ -3,11 +3,12 @@
 import csv
 
 import pytest
-from run_folders import epoch_line, write_run
 
 from ddplab.cli import main
 from ddplab.report.build import build_report
 from ddplab.report.compare import format_rows, load_run, scaling_rows
+
+from run_folders import epoch_line, write_run
 
 
 def test_speedup_and_efficiency_against_the_fewest_workers(tmp_path):

@@ -6,11 +6,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import tiny_config
 from ddplab import compat, launch
 from ddplab.cli import main
 from ddplab.errors import ConfigError
 from ddplab.plan import RunPlan
+
+from conftest import tiny_config
 from old_torch import OLDEST, old_launch_config_class
 
 
@@ -57,6 +58,7 @@ def test_reading_run_folders_needs_no_torch(tmp_path):
     import sys
 
     import ddplab
+
     from conftest import tiny_config
 
     run = ddplab.train(tiny_config(tmp_path / "run")).run_dir

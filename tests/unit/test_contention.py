@@ -13,6 +13,7 @@ from ddplab.metrics.contention import CpuSnapshot, epoch_contention, rank_interv
 from ddplab.metrics.gpu import GpuSampler
 from ddplab.metrics.records import is_machine_field
 from ddplab.metrics.summary import contention_summary
+
 from run_folders import epoch_record
 
 STAT = """cpu  1000 50 300 9000 20 10 40 100 0 0

@@ -15,10 +15,10 @@ import pytest
 import torch
 from PIL import Image
 
+from ddplab.config import build_config
 from ddplab.data import datasets, formats
 from ddplab.data.datasets import DATASETS, dataset_info, load_dataset, make_splits, verify_dataset
 from ddplab.data.formats import RestrictedUnpickler
-from ddplab.config import build_config
 from ddplab.errors import ConfigError, DataError
 
 CIFAR10_NAMES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]

@@ -54,8 +54,9 @@ def test_cpu_workers_of_one_node_split_the_cores_they_may_use(monkeypatch):
 
 
 def test_compile_mode_reaches_torch_compile(monkeypatch):
-    from conftest import tiny_config
     from ddplab.distributed import DistContext, wrap_model
+
+    from conftest import tiny_config
 
     seen = []
     monkeypatch.setattr(torch, "compile", lambda model, **kwargs: seen.append(kwargs) or model)

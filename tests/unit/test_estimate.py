@@ -5,6 +5,7 @@ import pytest
 
 from ddplab.sweep import load_sweep
 from ddplab.sweep.estimate import Estimate, PointCost, point_key, price
+
 from sweep_files import tiny_sweep
 
 

@@ -4,8 +4,9 @@ import json
 import threading
 from types import SimpleNamespace
 
-from conftest import tiny_config
 from ddplab.metrics.gpu import GpuSampler, load_nvml, nvml_index, summarize
+
+from conftest import tiny_config
 
 
 class FakeNVML:

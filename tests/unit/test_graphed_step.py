@@ -9,12 +9,13 @@ the plain loop. The CUDA tests capture for real and skip here.
 import pytest
 import torch
 
-from conftest import tiny_config
-from ddplab.metrics.records import reproducible
 from ddplab.config import build_config, check_environment
 from ddplab.distributed import DistContext, resolve_device, unwrap
 from ddplab.engine.run import build_trainer
 from ddplab.errors import ConfigError
+from ddplab.metrics.records import reproducible
+
+from conftest import tiny_config
 
 NO_RANDOMNESS = {"crop_padding": 0, "flip": False}
 

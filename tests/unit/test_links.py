@@ -5,8 +5,19 @@ import json
 import pytest
 
 from ddplab.errors import ConfigError, DataError
-from ddplab.planner.links import (GB, PUBLISHED, SIZES, Link, fit, link_named, load_links, measure, measured_link, read_links,
-                                  save_links)
+from ddplab.planner.links import (
+    GB,
+    PUBLISHED,
+    SIZES,
+    Link,
+    fit,
+    link_named,
+    load_links,
+    measure,
+    measured_link,
+    read_links,
+    save_links,
+)
 
 
 def test_the_fit_recovers_alpha_and_bus_bandwidth_from_exact_times():

@@ -283,8 +283,9 @@ def test_ddplab_models_counts_what_training_counts():
 
 
 def test_the_models_list_and_a_training_run_count_the_same_parameters(tmp_path):
-    from conftest import tiny_config
     from ddplab.engine.run import train
+
+    from conftest import tiny_config
 
     run = train(tiny_config(tmp_path / "r", model={"name": "speednet", "width": 0.125}, train={"epochs": 1}))
     assert run.summary["model"]["params"] == model_info("speednet", num_classes=4, image_size=16, width=0.125)["params"]

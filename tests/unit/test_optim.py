@@ -118,9 +118,10 @@ def test_fused_kernels_on_cuda_only_where_the_optimizer_has_one():
 
 def test_a_checkpoint_from_a_fused_gpu_run_resumes_unfused_here(tmp_path):
     """The saved param groups say fused=True; the optimizer built on this CPU must stay unfused."""
-    from conftest import tiny_config
     from ddplab.distributed import DistContext
     from ddplab.engine.run import build_trainer
+
+    from conftest import tiny_config
 
     trainer = build_trainer(tiny_config(optim={"name": "adam", "lr": 1e-3}), DistContext(), None)[0]
     trainer.fit()

@@ -7,11 +7,12 @@ import pytest
 import torch
 
 import ddplab
-from conftest import tiny_config
 from ddplab import config as config_module
 from ddplab.cli import main
 from ddplab.engine.rundir import Resume
 from ddplab.plan import RunPlan, prepared
+
+from conftest import tiny_config
 
 
 @pytest.fixture

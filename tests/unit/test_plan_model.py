@@ -9,6 +9,7 @@ from ddplab.errors import DataError
 from ddplab.planner import model
 from ddplab.planner.links import Link
 from ddplab.report.runs import load_run
+
 from run_folders import write_run
 
 FREE = Link("free", busbw_gbps=1e12, alpha_s=0.0, source="test: costs nothing")

@@ -6,11 +6,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import tiny_config
-from ddplab.metrics.records import reproducible
 from ddplab.engine.run import train
 from ddplab.metrics.profiler import KERNELS_OUTSIDE_OPS, OUTSIDE_OPS, SKIP_STEPS, WARMUP_STEPS, step_figures
+from ddplab.metrics.records import reproducible
 from ddplab.metrics.summary import format_summary
+
+from conftest import tiny_config
 
 DATA = {"synthetic_size": 512}  # 16 steps an epoch at batch 32
 

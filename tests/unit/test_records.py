@@ -8,6 +8,7 @@ import pytest
 from ddplab.errors import DataError
 from ddplab.metrics.records import SCHEMA_VERSION, EpochRecord, read_epochs, reproducible, worst_reading
 from ddplab.metrics.summary import read_summary
+
 from run_folders import epoch_fields, epoch_line, epoch_record
 
 
@@ -141,6 +142,7 @@ def test_a_checkpoint_written_before_the_records_were_typed_resumes(tmp_path):
 
 def test_a_run_writes_the_schema_it_was_written_with(tmp_path):
     import ddplab
+
     from conftest import tiny_config
 
     result = ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 1}))

@@ -18,6 +18,7 @@ from ddplab.report import noise
 from ddplab.report.build import build_report
 from ddplab.report.figures import early_stop_epoch, overfitting
 from ddplab.report.runs import group_points, load_runs
+
 from run_folders import epoch_line, write_manifest, write_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -654,8 +655,8 @@ def test_a_point_sized_down_for_this_machine_is_compared_at_equal_epochs(tmp_pat
     """bf16 trained 2 epochs where fp32 trained 3: with a schedule not planned over the run, fp32's first 2
     epochs are what a 2-epoch fp32 run would have trained, seed for seed, so bf16 is set against them (speed
     from their timed epochs, accuracy at epoch 2), and the setup line says what was adapted."""
-    from ddplab.report.sections import build_sections, setup_text
     from ddplab.report.figures import run_row
+    from ddplab.report.sections import build_sections, setup_text
 
     runs = load_runs([write_sized_down_sweep(tmp_path / "sweep")])
     (section,) = build_sections(runs, {r.name: run_row(r) for r in runs})

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from ddplab.metrics.sinks import JsonlSink, ProgressBar, SinkGroup, tensorboard_sink
+
 from run_folders import epoch_record
 
 
@@ -59,6 +60,7 @@ def test_a_run_writes_tensorboard_scalars_that_tensorboard_reads_back(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     import ddplab
+
     from conftest import tiny_config
 
     result = ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 2}, output={"tensorboard": True}))

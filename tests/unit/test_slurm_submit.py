@@ -10,6 +10,7 @@ from ddplab.config import build_config
 from ddplab.errors import ConfigError
 from ddplab.sweep.slurm import SlurmOptions, allocated_threads, batch_script, main, refresh, shape
 from ddplab.sweep.spec import SweepRun
+
 from run_folders import write_run
 
 

@@ -7,7 +7,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import tiny_config
 from ddplab.data.augment import AugmentSpec
 from ddplab.data.dataset import ImageDataset
 from ddplab.data.loader import DeviceLoader
@@ -20,6 +19,8 @@ from ddplab.engine.run import build_trainer
 from ddplab.engine.trainer import evaluate, tta_views
 from ddplab.errors import ConfigError
 from ddplab.models import create_model
+
+from conftest import tiny_config
 
 SPEEDNET = {"name": "speednet", "width": 0.125}
 

@@ -6,6 +6,7 @@ import pytest
 
 from ddplab.config import RunConfig
 from ddplab.metrics.summary import build_summary, format_summary
+
 from run_folders import epoch_record
 
 

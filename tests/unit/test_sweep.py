@@ -8,6 +8,7 @@ import torch
 
 from ddplab.errors import ConfigError, DataError
 from ddplab.sweep import check_machine, format_plan, load_sweep, plan, run_name_for, run_sweep
+
 from run_folders import epoch_line
 
 REPO = Path(__file__).resolve().parents[2]
@@ -418,6 +419,7 @@ def test_a_label_longer_than_a_file_name_gives_a_short_distinct_folder(tmp_path)
 ], ids=["status", "nan-axis-value", "outside", "twice", "newer", "section-runs", "negative-wall"])
 def test_the_manifest_has_one_reader_and_a_runner_remakes_a_bad_one_saying_so(tmp_path, edit, says):
     from ddplab.sweep.manifest import load, read_manifest
+
     from run_folders import write_manifest
 
     write_manifest(tmp_path, [{"name": "a", "point": {"train.lr": 0.1}, "seed": 0}])

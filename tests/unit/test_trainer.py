@@ -5,13 +5,14 @@ import math
 import pytest
 import torch
 
-from conftest import tiny_config
-from ddplab.metrics.records import reproducible
 from ddplab.distributed import DistContext, unwrap
 from ddplab.engine import checkpoint
 from ddplab.engine.run import build_trainer
 from ddplab.engine.trainer import evaluate
 from ddplab.errors import TrainingError
+from ddplab.metrics.records import reproducible
+
+from conftest import tiny_config
 
 NO_RANDOMNESS = {"crop_padding": 0, "flip": False}  # augmentation draws depend on the batch size
 
@@ -178,7 +179,9 @@ def test_warm_up_changes_nothing_the_run_depends_on():
     assert torch.equal(torch.get_rng_state(), rng)
     assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())  # weights and BatchNorm statistics
     assert all(p.grad is None for p in module.parameters()) and trainer.state.step == 0
-    strip = lambda history: [reproducible(r, per_rank=False) for r in history]
+    def strip(history):
+        return [reproducible(r, per_rank=False) for r in history]
+
     assert strip(trainer.fit().history) == strip(plain)
 
 

@@ -18,8 +18,15 @@ import torch
 from ddplab.data import download as dl
 from ddplab.data import formats
 from ddplab.data.dataset import ImageDataset
-from ddplab.data.options import (CIFAR10_FORMATS, CIFAR100_LABELS, DATASETS, OFFICIAL_SPLIT_SIZES, STL10_FOLDS,
-                                 SYNTHETIC_TRAIN_SIZE, default_root)
+from ddplab.data.options import (
+    CIFAR10_FORMATS,
+    CIFAR100_LABELS,
+    DATASETS,
+    OFFICIAL_SPLIT_SIZES,
+    STL10_FOLDS,
+    SYNTHETIC_TRAIN_SIZE,
+    default_root,
+)
 from ddplab.errors import ConfigError, DataError
 
 _ARCHIVE_KEY = {"cifar10": "cifar10", "cifar100": "cifar100", "stl10": "stl10"}

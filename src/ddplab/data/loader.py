@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import torch
 
-from ddplab.data.augment import AugmentSpec, Augmenter
+from ddplab.data.augment import Augmenter, AugmentSpec
 from ddplab.data.dataset import ImageDataset
 from ddplab.data.options import images_per_rank
 from ddplab.seeding import derive_seed

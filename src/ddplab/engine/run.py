@@ -32,14 +32,14 @@ from ddplab.engine.precision import Precision
 from ddplab.engine.rundir import prepare_run_dir
 from ddplab.engine.trainer import PROGRESS_UPDATES_PER_EPOCH, Trainer, steps_per_epoch
 from ddplab.errors import ConfigError, TrainingError
-from ddplab.metrics.sinks import JsonlSink, LogSink, NullSink, ProgressBar, SamplesSink, SinkGroup, tensorboard_sink
 from ddplab.metrics.gpu import GpuSampler
 from ddplab.metrics.profiler import build_profiler
 from ddplab.metrics.records import EpochRecord, read_epochs
+from ddplab.metrics.sinks import JsonlSink, LogSink, NullSink, ProgressBar, SamplesSink, SinkGroup, tensorboard_sink
 from ddplab.metrics.summary import build_summary, format_summary, read_summary
-from ddplab.plan import RunPlan
 from ddplab.metrics.system import Stopwatch, synchronize
 from ddplab.models import count_flops, count_params, create_model, describe_layers
+from ddplab.plan import RunPlan
 
 log = logging.getLogger("ddplab")
 

@@ -239,7 +239,7 @@ def gray_rows(device: torch.device, *, num_images: int = 200, loop_images: int =
         batch = images[:count].to(dev)
         try:
             reps, warm = (1, 0) if impl == "python_loop" else (repeats, 3)
-            ms = time_ms(lambda: gray_fn(batch, impl=impl), dev, reps, warm)
+            ms = time_ms(lambda batch=batch, impl=impl: gray_fn(batch, impl=impl), dev, reps, warm)
         except Exception as exc:  # a row that fails (e.g. nvcc missing) must not sink the table
             rows.append(_gray_row(variant, dev.type, status="error", reason=f"{type(exc).__name__}: {exc}"))
             continue
@@ -260,7 +260,7 @@ def build_net(shape: ConvShape, device: torch.device, dtype: torch.dtype) -> nn.
     """Conv2d + ReLU modules of `shape` (seeded: every variant gets the same weights)."""
     torch.manual_seed(0)
     modules: list[nn.Module] = []
-    convs = [nn.Conv2d(l.c_in, l.c_out, l.kernel, l.stride, l.padding) for l in shape.layers]
+    convs = [nn.Conv2d(c.c_in, c.c_out, c.kernel, c.stride, c.padding) for c in shape.layers]
     for conv in convs[:-1] + [convs[-1]] * shape.repeat_last:
         modules += [conv, nn.ReLU()]
     return nn.Sequential(*modules).to(device=device, dtype=dtype)

@@ -14,12 +14,33 @@ from pathlib import Path
 from typing import Any
 
 from ddplab import runfiles
-from ddplab.borders import (ANY, COUNT, FLAG, LIST, SECONDS, SHARE, TABLE, TEXT, WHOLE, check, check_each, number,
-                            numbers, one_of)
+from ddplab.borders import (
+    ANY,
+    COUNT,
+    FLAG,
+    LIST,
+    SECONDS,
+    SHARE,
+    TABLE,
+    TEXT,
+    WHOLE,
+    check,
+    check_each,
+    number,
+    numbers,
+    one_of,
+)
 from ddplab.config import RunConfig
 from ddplab.errors import DataError
-from ddplab.metrics.records import (MEMORY, PHASES, SCHEMA_VERSION, EpochRecord, check_schema, gap_train_acc,
-                                    worst_reading)
+from ddplab.metrics.records import (
+    MEMORY,
+    PHASES,
+    SCHEMA_VERSION,
+    EpochRecord,
+    check_schema,
+    gap_train_acc,
+    worst_reading,
+)
 
 
 def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: float, total_s: float) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from typing import Any
 from ddplab.errors import DataError
 from ddplab.metrics.records import EpochRecord, optimizer_steps, timed_epochs
 from ddplab.planner.links import Link, MeasuredLinks
+from ddplab.topology import devices_brought
 
 BACKWARD_SHARE = 2 / 3  # of forward+backward compute
 FIRST_BUCKET_MIB = 1.0  # DDP's first bucket (torch.distributed's default first_bucket_bytes_cap)
@@ -167,7 +168,7 @@ def predict_one(costs: StepCosts, per_node: int, nodes: int, local_batch: int, l
     steps = math.ceil(costs.train_images / (local_batch * costs.accumulate * workers))
     rate = costs.train_images / (steps * step)
     alone = predict_alone(costs, local_batch)
-    ideal = float(workers if costs.on_cuda else nodes)
+    ideal = float(devices_brought(workers, nodes, on_cuda=costs.on_cuda))
     return Prediction(per_node, nodes, local_batch, used.name, step, compute, exposed, comm, steps * step, rate,
                       rate / alone, ideal, rate / alone / ideal)
 

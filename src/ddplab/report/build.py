@@ -46,7 +46,7 @@ def build_report(paths: list[Path], out: Path, title: str | None = None) -> dict
     run_rows = {r.name: figures.run_row(r) for r in runs}
     sections = build_sections(runs, run_rows)
     for section in reversed(sections):  # a run's point label is the one of the first section it is in
-        for p, row in zip(section.points, section.rows):
+        for p in section.points:
             for r in p.runs:
                 run_rows[r.name].update(point=p.label, section=section.title)
     files.make_dir(out / "plots")

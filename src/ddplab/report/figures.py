@@ -17,11 +17,16 @@ import statistics
 from typing import Any
 
 from ddplab.errors import DataError
-from ddplab.metrics.records import (PHASES, EpochRecord, gap_train_acc, optimizer_steps,
-                                    timed_epochs)  # the file format's rules, torch-free
+from ddplab.metrics.records import (
+    PHASES,
+    EpochRecord,
+    gap_train_acc,
+    optimizer_steps,
+    timed_epochs,  # the file format's rules, torch-free
+)
 from ddplab.report import noise
-from ddplab.topology import resolve_backend  # torch-free
 from ddplab.report.runs import Point, Run, shown
+from ddplab.topology import devices_brought, resolve_backend  # torch-free
 
 # A DDP run's communication per step, measured two ways (milliseconds): ddplab's probe of the all-reduce
 # wait (the step timed with and without gradient sync, ranks lined up), and DDP's own timers on its
@@ -205,10 +210,10 @@ def fewest_workers(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def devices(row: dict[str, Any]) -> int:
-    """The hardware a row's workers bring: GPUs on CUDA; on a CPU its nodes (one node's processes share its cores)."""
-    if str(row.get("device", "")).startswith("cuda"):
-        return row["world_size"] if isinstance(row.get("world_size"), int) else 1
-    return row["nodes"] if isinstance(row.get("nodes"), int) else 1
+    """The hardware a row's workers bring (topology.devices_brought)."""
+    return devices_brought(row["world_size"] if isinstance(row.get("world_size"), int) else 1,
+                           row["nodes"] if isinstance(row.get("nodes"), int) else 1,
+                           on_cuda=str(row.get("device", "")).startswith("cuda"))
 
 
 def speedup(row: dict[str, Any], base: dict[str, Any]) -> float | None:

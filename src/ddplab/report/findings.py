@@ -14,8 +14,19 @@ from typing import Any
 
 from ddplab.report import figures, noise
 from ddplab.report.sections import Section, cpu_count
-from ddplab.report.tables import (faster, loss, memory_title, mib, ms, percent_value, points_value, rate, seconds,
-                                  seconds_signed, times)
+from ddplab.report.tables import (
+    faster,
+    loss,
+    memory_title,
+    mib,
+    ms,
+    percent_value,
+    points_value,
+    rate,
+    seconds,
+    seconds_signed,
+    times,
+)
 
 DATA_BOUND_SHARE = 0.25  # a data share this large is worth saying: the input pipeline limits the step
 GAP_WORTH_SAYING = 0.10  # train accuracy this far above test is said even without a rising test loss

@@ -16,6 +16,7 @@ from ddplab.errors import DataError
 from ddplab.planner import model
 from ddplab.report.figures import train_epoch_s
 from ddplab.report.runs import Point, groups_without
+from ddplab.topology import devices_brought
 
 CURVE_FIELDS = ("dist.nproc", "dist.nnodes", "dist.strategy", "train.batch_size")  # what a curve's points may differ in
 CURVE_WORKERS = (1, 2, 4, 8)  # the model's speedup curve reaches at least this far, and twice the most measured
@@ -87,7 +88,7 @@ def model_curves(section: Any) -> Curves | None:
         target = costs.for_config(section.points[mine[0]["at"]].config)
         predicted = [model.predict_one(target, w // nodes if w > 1 else 1, nodes if w > 1 else 1, base["local_batch"],
                                        section.link).speedup for w in xs]
-        ideal = [float(w) if costs.on_cuda else float(nodes if w > 1 else 1) for w in xs]
+        ideal = [float(devices_brought(w, nodes if w > 1 else 1, on_cuda=costs.on_cuda)) for w in xs]
         workers.append(Curve(f"from {base['point']}", xs, predicted,
                              [(c["row"]["world_size"], c["speedup"]) for c in mine if c["speedup"] is not None], ideal))
     batch = []

@@ -18,8 +18,17 @@ from typing import Any
 from ddplab.config import SCHEDULES_OVER_THE_RUN
 from ddplab.planner.links import LINKS_FILE, MeasuredLinks, read_links
 from ddplab.report import figures, noise, predictions
-from ddplab.report.runs import (Point, Run, axis_text, experiment_config, first_epochs, group_points, groups_without,
-                                shown, value_text)
+from ddplab.report.runs import (
+    Point,
+    Run,
+    axis_text,
+    experiment_config,
+    first_epochs,
+    group_points,
+    groups_without,
+    shown,
+    value_text,
+)
 from ddplab.sweep.spec import point_text
 
 SCALING_FIELDS = ("dist.nproc", "dist.nnodes", "dist.strategy")  # what a scaling comparison varies

@@ -26,15 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from ddplab import files, runfiles
-from ddplab.process import INTERRUPTED, POLL_S, STOP_GRACE_S, Child, Finished, ddplab_command, stop_all, wait_any
 from ddplab.config import check_environment
 from ddplab.engine.runlock import describe, live_owner, run_lock
 from ddplab.errors import ConfigError, DataError
 from ddplab.metrics.records import read_epochs
+from ddplab.process import INTERRUPTED, POLL_S, STOP_GRACE_S, Child, Finished, ddplab_command, stop_all, wait_any
 from ddplab.sweep.manifest import manifest_of, read_manifest, write_manifest
 from ddplab.sweep.slots import Slot, SlotPool, visible_gpus
 from ddplab.sweep.spec import Sweep, SweepRun, slug
-
+from ddplab.topology import resolve_backend
 
 
 def run_states(sweep: Sweep, out: Path) -> dict[str, str]:
@@ -176,7 +176,7 @@ def measure_sweep_link(sweep: Sweep, out: Path, echo) -> None:
     ranks = sorted(wanted - {m["ranks"] for m in kept})
     if not ranks:
         return
-    backend = "nccl" if on_cuda else "gloo"
+    backend = resolve_backend("auto", on_cuda=on_cuda)
     echo(f"sweep {sweep.name}: measuring this machine's all-reduce ({backend} x{', x'.join(map(str, ranks))}) for the "
          f"report's predicted speedups (ddplab plan --measure) ...")
     new = []

@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from ddplab import files, runfiles
+from ddplab.borders import INTEGER, SECONDS, TEXT, check, shown
 from ddplab.config import build_config, load_toml
 from ddplab.engine.runlock import live_owner, run_lock
-from ddplab.borders import INTEGER, SECONDS, TEXT, check, shown
 from ddplab.errors import ConfigError, DataError
 from ddplab.metrics.records import read_epochs
 from ddplab.process import INTERRUPTED, supervise
