@@ -124,7 +124,7 @@ def launch_workers(plan: RunPlan, *, command: bool = True):
                               timeout_s=patience_s(d), lost_line=lambda endpoint: lost_host_line(config, endpoint),
                               unreached_line=lambda endpoint: unreached_line(endpoint, waited_text(d)))
     guarded = watchdog.guarded(guard) if command else contextlib.nullcontext()
-    with sigint_only_for_the_launcher() as interrupted, stopped_workers_woken_to_die(), guarded:
+    with sigint_only_for_the_launcher() as interrupted, stopped_workers_woken_to_die(), whole_spawns(), guarded:
         try:
             results = elastic_launch(launch_config, run_worker)(plan.for_workers())
         except ChildFailedError as exc:
@@ -232,6 +232,45 @@ def sigint_only_for_the_launcher():
             os.environ.pop(compat.ELASTIC_SIGNALS_ENV, None)
         else:
             os.environ[compat.ELASTIC_SIGNALS_ENV] = previous_env
+
+
+@contextlib.contextmanager
+def whole_spawns():
+    """A stop signal that lands while a worker is being spawned is held until that worker has its arguments.
+
+    A spawned worker reads what to run from a pipe its launcher writes right after starting it.
+    SIGTERM or SIGINT between the two (the agent's handler raises in the main thread) leaves the
+    pipe closed unwritten: the worker prints an EOFError traceback under ddplab's one line. Held
+    (in Python, not by a signal mask, which the worker would inherit), the signal is raised again
+    as soon as the spawn is whole, and the agent stops a worker that can die quietly. Only the
+    main thread can set handlers; elsewhere, and where multiprocessing's internals differ, this
+    does nothing.
+    """
+    from multiprocessing import popen_spawn_posix
+
+    original = getattr(popen_spawn_posix.Popen, "_launch", None)
+    if original is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def launch(self, process_obj):
+        held: list[int] = []
+        handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        for s in handlers:
+            signal.signal(s, lambda signum, frame: held.append(signum))
+        try:
+            return original(self, process_obj)
+        finally:
+            for s, handler in handlers.items():
+                signal.signal(s, handler)
+            for s in dict.fromkeys(held):
+                os.kill(os.getpid(), s)
+
+    popen_spawn_posix.Popen._launch = launch
+    try:
+        yield
+    finally:
+        popen_spawn_posix.Popen._launch = original
 
 
 @contextlib.contextmanager

@@ -160,7 +160,7 @@ def measure(backend: str = "gloo", ranks: int = 2, *, device: str = "cpu", max_b
 
     from ddplab import compat
     from ddplab.distributed import route_address
-    from ddplab.launch import c10d_configs
+    from ddplab.launch import c10d_configs, whole_spawns
 
     if ranks * nnodes < 2:
         raise ConfigError(f"--nproc {ranks}: an all-reduce needs 2 or more ranks to measure a link")
@@ -183,7 +183,8 @@ def measure(backend: str = "gloo", ranks: int = 2, *, device: str = "cpu", max_b
 
     start = time.perf_counter()
     try:
-        results = elastic_launch(config, time_allreduce)(backend, sizes, device, nnodes > 1)
+        with whole_spawns():
+            results = elastic_launch(config, time_allreduce)(backend, sizes, device, nnodes > 1)
     except RendezvousError as exc:
         from ddplab.launch import rendezvous_failure
 
