@@ -5,8 +5,8 @@ machine, a later ddplab, a hand edit, a truncated copy), and Slurm's tools answe
 such a border yields is checked here before any arithmetic sees it: a missing field, a wrong
 type, zero where a count divides, NaN, 1e308 or a 400-digit integer is one DataError naming the
 file (or program) and the field, never a traceback or a `nan` in a table. Each file kind has one
-reader, which declares its fields with the kinds below (records.read_summary, links.measured_link,
-sweep/manifest.read_manifest, ...); README "Borders" says what each command does with a bad one.
+reader, which declares its fields with the kinds below (metrics/summary.read_summary, EpochRecord,
+planner/links.measurements, sweep/manifest.load, ...); README "Borders" says what each command does with a bad one.
 Torch-free.
 """
 
@@ -65,7 +65,6 @@ def list_of(kind: Kind) -> Kind:
         (x is None and kind.nullable) or (x is not None and kind.accepts(x)) for x in v))
 
 
-numbers = list_of  # a list of numbers reads better so
 TEXT = Kind("text", lambda v: isinstance(v, str))
 INTEGER = Kind("a whole number", lambda v: isinstance(v, int) and not isinstance(v, bool) and abs(v) <= LARGEST)
 SCALAR = Kind("text, a number, true or false", lambda v: isinstance(v, (str, bool)) or _real(v))

@@ -259,7 +259,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             slurm.submit(sweep, out, slurm_options, dry_run=args.dry_run, echo=echo)
             if args.dry_run or not args.wait:
                 return 0
-        elif not (out / slurm.MANIFEST).is_file() or slurm.read_full_manifest(out).get("executor") != "slurm":
+        elif not (out / slurm.MANIFEST).is_file() or slurm.load(out).get("executor") != "slurm":
             raise ConfigError(f"--wait waits for a sweep submitted with --executor slurm, and {out} holds none")
         manifest = slurm.wait(out, echo=echo)
     elif args.dry_run:

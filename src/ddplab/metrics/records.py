@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ddplab import runfiles
-from ddplab.borders import COUNT, SHARE, WHOLE, number, numbers
+from ddplab.borders import COUNT, SHARE, WHOLE, list_of, number
 from ddplab.errors import DataError
 
 SCHEMA_VERSION = 2  # of metrics.jsonl's records and summary.json; 1: written before the version was (same fields)
@@ -112,8 +112,8 @@ SCALARS = frozenset(f.name for f in FIELDS) - LISTS
 
 # What each field holds (borders.py): counts are whole, accuracies shares, everything else a finite number >= 0.
 KINDS = {"epoch": COUNT, "step": WHOLE, "train_samples": COUNT, "test_samples": COUNT, "gpu_other_processes": WHOLE,
-         "train_acc": SHARE, "test_acc": SHARE, "train_eval_acc": SHARE, "gpu_peak_alloc_mib": numbers(number(0) | None)}
-PER_RANK = numbers(number() | None)
+         "train_acc": SHARE, "test_acc": SHARE, "train_eval_acc": SHARE, "gpu_peak_alloc_mib": list_of(number(0) | None)}
+PER_RANK = list_of(number() | None)
 
 
 def _unmeasured(value: Any) -> bool:

@@ -26,8 +26,8 @@ from ddplab.borders import (
     WHOLE,
     check,
     check_each,
+    list_of,
     number,
-    numbers,
     one_of,
 )
 from ddplab.config import RunConfig
@@ -136,12 +136,12 @@ SUMMARY = {
     "time": {"startup_s": SECONDS | None, "warmup": ANY, "data_init_s": SECONDS | None, "train_s": SECONDS,
              "eval_s": SECONDS, "total_s": SECONDS, "mean_epoch_s": SECONDS | None,
              "mean_epoch_s_after_first": SECONDS | None, "images_per_s": number(0) | None, "record_s": SECONDS | None},
-    "memory": TABLE, "gpu_peak_alloc_mib": numbers(number(0)) | None, "phases_s": TABLE, "contention": TABLE,
+    "memory": TABLE, "gpu_peak_alloc_mib": list_of(number(0)) | None, "phases_s": TABLE, "contention": TABLE,
     "ranks": TABLE, "gpu": {"measured": FLAG, "reason": TEXT | None, "per_rank": LIST}, "engine": TABLE | None,
     "profile": TABLE | None,
 }
 SUMMARY_EACH = {"memory": number(0), "phases_s": SECONDS, "contention": number(0) | None,
-                "ranks": {"per_rank": numbers(number() | None), "max": number(), "mean": number()}}
+                "ranks": {"per_rank": list_of(number() | None), "max": number(), "mean": number()}}
 # What every ddplab has written, and the commands that read a summary use without a default.
 SUMMARY_REQUIRED = ("status", "run.dataset", "run.model", "run.strategy", "run.world_size", "run.device", "run.precision",
                     "batch.local", "batch.global", "model.params", "model.flops_per_image", "data.train_images",

@@ -100,10 +100,5 @@ def read_manifest(out: Path, echo=None) -> dict[str, dict]:
         return {}
 
 
-def read_full_manifest(out: Path) -> dict[str, Any]:
-    """The whole manifest in `out`, for the commands that follow a sweep (--status, --wait)."""
-    return load(out)
-
-
 def write_manifest(out: Path, manifest: dict[str, Any]) -> None:
     files.write_json(Path(out) / MANIFEST, manifest)

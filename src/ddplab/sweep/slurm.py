@@ -42,7 +42,7 @@ from ddplab.engine.runlock import live_owner, run_lock
 from ddplab.errors import ConfigError, DataError
 from ddplab.metrics.records import read_epochs
 from ddplab.process import INTERRUPTED, supervise
-from ddplab.sweep.manifest import MANIFEST, read_full_manifest, write_manifest
+from ddplab.sweep.manifest import MANIFEST, load, write_manifest
 from ddplab.sweep.runner import check_out, command, duration, prepare_folder, raise_terminated
 from ddplab.sweep.spec import Sweep, SweepRun, slug
 
@@ -112,7 +112,7 @@ def submit(sweep: Sweep, out: Path, options: SlurmOptions, *, dry_run: bool = Fa
             echo(batch_script(out, name, [run.name for run in runs], nodes, tasks, options))
         return {}
     with run_lock(out, "sweep"):
-        earlier = read_full_manifest(out) if (out / MANIFEST).is_file() else {}
+        earlier = load(out) if (out / MANIFEST).is_file() else {}
         manifest, todo = prepare_folder(sweep, out, unavailable={}, echo=echo)
         manifest["slurm_jobs"] = list(earlier.get("slurm_jobs") or [])
         queued = queued_jobs(manifest)
@@ -237,7 +237,7 @@ def read_outcome(path: Path) -> dict[str, Any] | None:
 def status(out: Path) -> list[str]:
     """One line per point: what it is doing, from the queue, its outcome and its run folder (the manifest
     is only read: `--wait` and the runners write it)."""
-    manifest = read_full_manifest(out)
+    manifest = load(out)
     if manifest.get("executor") == "slurm":
         refresh(out, manifest, queued_jobs(manifest), write=False)
     for entry in manifest["runs"]:
@@ -280,7 +280,7 @@ def unavailable_nodes() -> list[str]:
 def wait(out: Path, echo=print, poll_s: float = WAIT_POLL_S) -> dict[str, Any]:
     """Wait until none of the sweep's tasks is queued or running; the manifest with each point's outcome."""
     start, shown = time.perf_counter(), None
-    while queued := queued_jobs(read_full_manifest(out)):  # read again: a submission meanwhile adds jobs
+    while queued := queued_jobs(load(out)):  # read again: a submission meanwhile adds jobs
         waiting = sum(state in QUEUED for state in queued.values())
         summary = f"{waiting} queued, {len(queued) - waiting} running"
         if summary != shown:
@@ -288,7 +288,7 @@ def wait(out: Path, echo=print, poll_s: float = WAIT_POLL_S) -> dict[str, Any]:
             shown = summary
         time.sleep(poll_s)
     with run_lock(out, "sweep"):  # no submission writes the manifest between this read and write
-        manifest = read_full_manifest(out)
+        manifest = load(out)
         refresh(out, manifest, queued_jobs(manifest))
     return manifest
 
