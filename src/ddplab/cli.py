@@ -22,7 +22,6 @@ import argparse
 import dataclasses
 import difflib
 import json
-import math
 import os
 import sys
 import traceback
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ddplab import compat, faults, files, runfiles
+from ddplab.arguments import parallel_points, positive_seconds, positive_whole, whole_list
 from ddplab.config import SECTIONS, RunConfig, build_config, coerce, field_types, load_toml, merge, parse_dotted
 from ddplab.errors import ConfigError, DataError, DdplabError, SweepError, file_error
 
@@ -82,7 +82,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group(f"[{section}] settings")
         hints = field_types(section)
         for f in dataclasses.fields(cls):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
             kwargs: dict[str, Any] = dict(dest=f"{section}.{f.name}", default=argparse.SUPPRESS,
                                           help=f"{f.metadata.get('help', '')} (default: {default})")
             if _is_bool(hints[f.name]):
@@ -223,7 +223,7 @@ def one_mode(command: str, modes: list[tuple[str, bool]]) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from ddplab.sweep import bundled_sweeps, default_out, format_plan, load_sweep, run_sweep, sweep_file
+    from ddplab.sweep import SweepFolder, bundled_sweeps, default_out, executor, load_sweep, sweep_file
 
     one_mode("sweep", [("--list", args.list), ("--status", args.status), ("--dry-run", args.dry_run), ("--wait", args.wait)])
     one_mode("sweep", [("--list", args.list), ("a sweep file", args.file is not None)])
@@ -238,48 +238,50 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     if args.file is None:
         raise ConfigError("ddplab sweep: give a sweep file or a bundled sweep's name (ddplab sweep --list)")
-    slurm_options = sweep_slurm_options(args)
-    # The runs' machine picks the default profile: under Slurm, the nodes the tasks ask for, not this login node.
-    on_gpus = slurm_options.asks_gpus() if slurm_options is not None else None
+    runner = executor.from_args(args)
+    # Where the points run picks the default profile: under Slurm, the nodes the tasks ask for, not this login node.
+    on_gpus = runner.runs_on_gpus()
     sweep = load_sweep(sweep_file(args.file), profile=args.profile, overrides=args.set, on_gpus=on_gpus)
     if on_gpus is not None and args.profile is None and sweep.profile is not None:
-        print(f"sweep {sweep.name}: profile {sweep.profile}, as its tasks " + ("ask Slurm for GPUs" if on_gpus else
-              "ask Slurm for no GPU (--slurm.gpus-per-node)") + "; --profile picks another", flush=True)
-    out = args.out or default_out(sweep)
+        print(f"sweep {sweep.name}: profile {sweep.profile}, as its points ask {runner.name} for "
+              + ("GPUs" if on_gpus else f"no GPU (its --{runner.name}.* options)")
+              + "; --profile picks another", flush=True)
+    folder = SweepFolder(args.out or default_out(sweep))
     echo = lambda line: print(line, flush=True)  # noqa: E731
     if args.status:
-        from ddplab.sweep import slurm
-
-        print("\n".join(slurm.status(out)))
+        print("\n".join(executor.status(folder)))
         return 0
-    if slurm_options is not None or args.wait:
-        from ddplab.sweep import slurm
-
-        if slurm_options is not None:
-            slurm.submit(sweep, out, slurm_options, dry_run=args.dry_run, echo=echo)
-            if args.dry_run or not args.wait:
-                return 0
-        elif not (out / slurm.MANIFEST).is_file() or slurm.load(out).get("executor") != "slurm":
-            raise ConfigError(f"--wait waits for a sweep submitted with --executor slurm, and {out} holds none")
-        manifest = slurm.wait(out, echo=echo)
-    elif args.dry_run:
-        print(format_plan(sweep, out))
+    if args.dry_run:
+        print(runner.dry_run(sweep, folder))
         return 0
+    if args.wait and args.executor == "local":  # wait for what an earlier command submitted, by its executor
+        waiting = [name for name, each in executor.registered().items() if each.waits]
+        if not folder.has_manifest() or not executor.named(folder.load().executor).waits:
+            raise ConfigError(f"--wait waits for a sweep submitted with --executor {' or '.join(waiting)}, and "
+                              f"{folder.root} holds none")
+        runner = executor.named(folder.load().executor).reading()
+        manifest = runner.wait(folder, echo)
     else:
-        manifest = run_sweep(sweep, out, timeout_s=args.timeout, parallel=args.parallel,
-                             measure_link=not args.no_report, estimate=not args.no_estimate, echo=echo)
+        manifest = runner.submit(sweep, folder, echo)
+        if runner.waits:
+            if not args.wait:
+                return 0
+            manifest = runner.wait(folder, echo)
     if not args.no_report:
-        report(out / "report", [out], title=f"ddplab sweep {sweep.name}: {sweep.description}" if sweep.description else None)
-    unfinished = [r for r in manifest["runs"] if r["status"] != "finished"]
+        report(folder.root / "report", [folder.root],
+               title=f"ddplab sweep {sweep.name}: {sweep.description}" if sweep.description else None)
+    unfinished = manifest.unfinished()
     if unfinished:
-        raise SweepError(f"{len(unfinished)} of {len(manifest['runs'])} runs did not finish (see {out / 'manifest.json'}); "
+        raise SweepError(f"{len(unfinished)} of {len(manifest.runs)} runs did not finish (see {folder.manifest_path}); "
                          "run the sweep again to retry them")
     return 0
 
 
 def add_sweep_options(p: argparse.ArgumentParser) -> None:
+    from ddplab.sweep import executor
+
     p.add_argument("--out", type=files.user_path, default=None, help="sweep folder (default: runs/<sweep name>); re-running resumes it")
-    p.add_argument("--profile", default=None, help="a [profiles.NAME] of the file (default: gpu on CUDA, else cpu, if present)")
+    p.add_argument("--profile", default=None, help="a [profiles.NAME] of the file (default: gpu where the points run on CUDA, else cpu, if present)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                    help="a setting for every run that no axis of the sweep sets (repeatable), e.g. --set train.epochs=3")
     p.add_argument("--dry-run", action="store_true", help="list the runs and what would happen to each; run nothing")
@@ -291,35 +293,12 @@ def add_sweep_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-estimate", action="store_true",
                    help="start the first run at once, without the probe that says how long the sweep will take")
     p.add_argument("--status", action="store_true", help="each point's state (run folder, Slurm queue) and exit")
-    p.add_argument("--executor", choices=("local", "slurm"), default="local",
-                   help="local: run the points here; slurm: submit them as job arrays (sbatch) and return")
+    executors = executor.registered()
+    p.add_argument("--executor", choices=tuple(executors), default=next(iter(executors)),
+                   help="where the points run: local (here; the default) or slurm (submitted as job arrays, sbatch)")
     p.add_argument("--wait", action="store_true", help="with slurm: wait for the sweep's jobs, then write the report")
-    p.add_argument("--slurm.partition", dest="slurm_partition", default=None, help="slurm: the partition (sbatch -p)")
-    p.add_argument("--slurm.account", dest="slurm_account", default=None, help="slurm: the account (sbatch -A)")
-    p.add_argument("--slurm.time", dest="slurm_time", default=None, metavar="HH:MM:SS",
-                   help="slurm: each point's time limit; a point stopped by it resumes when the sweep is submitted again")
-    p.add_argument("--slurm.gpus-per-node", dest="slurm_gpus_per_node", type=positive_whole, default=None, metavar="G",
-                   help="slurm: GPUs each point's allocation asks for per node")
-    p.add_argument("--slurm.extra", dest="slurm_extra", default="", metavar='"OPTIONS"',
-                   help='slurm: more sbatch options, after an = sign: --slurm.extra="--mem=16G --qos=short"')
-
-
-def sweep_slurm_options(args: argparse.Namespace):
-    """The Slurm options of `ddplab sweep` (None: the sweep runs here); a Slurm option without
-    --executor slurm, or a local-only option with it, is one line."""
-    given = [f"--slurm.{name.removeprefix('slurm_').replace('_', '-')}" for name in
-             ("slurm_partition", "slurm_account", "slurm_time", "slurm_gpus_per_node", "slurm_extra") if getattr(args, name)]
-    if args.executor != "slurm":
-        if given:
-            raise ConfigError(f"{given[0]} is for --executor slurm")
-        return None
-    if args.timeout is not None:
-        raise ConfigError("--timeout stops runs of a local sweep; under Slurm give each point a limit with --slurm.time")
-    from ddplab.sweep.slurm import SlurmOptions
-
-    return SlurmOptions(partition=args.slurm_partition, account=args.slurm_account, time=args.slurm_time,
-                        gpus_per_node=args.slurm_gpus_per_node, extra=args.slurm_extra,
-                        parallel=args.parallel if isinstance(args.parallel, int) and args.parallel > 1 else None)
+    for each in executors.values():
+        each.add_options(p)
 
 
 OVERSUBSCRIBED = 4  # ranks a CPU core may hold while a link is timed: past this, the timing is the scheduler's
@@ -342,39 +321,6 @@ def refuse_unmeasurable(args: argparse.Namespace) -> None:
         raise ConfigError(f"--nproc {max(args.nproc)}: this process may use {cores} CPU core(s); past "
                           f"{OVERSUBSCRIBED * cores} processes ({OVERSUBSCRIBED} a core) the all-reduce's time is the "
                           "scheduler's, not the link's")
-
-
-def whole_list(text: str) -> list[int]:
-    """A comma-separated list of whole numbers >= 1 (1,2,4,8)."""
-    parts = [part.strip() for part in text.split(",")]
-    if not parts or not all(part.isdigit() and int(part) >= 1 for part in parts):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers >= 1")
-    return sorted({int(part) for part in parts})
-
-
-def positive_whole(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
-    return int(text)
-
-
-def parallel_points(text: str) -> int | str:
-    from ddplab.sweep.slots import parse_parallel
-
-    try:
-        return parse_parallel(text)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
-    return value
 
 
 PLAN_PREDICTS = ("--gpus", "--nodes", "--batch", "--link", "--inter-link", "--links-file", "--out")
@@ -606,7 +552,8 @@ def add_kernels_parser(sub) -> None:
     try:
         from ddplab.kernels.cli import add_parser
     except (ImportError, AttributeError):  # no torch, or one below the floor: `main` says which, in one line
-        add_parser = add_kernels_placeholder
+        add_kernels_placeholder(sub)
+        return
     add_parser(sub)
 
 

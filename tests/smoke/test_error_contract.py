@@ -272,7 +272,7 @@ def report_says(*texts):
 
 def no_job_recorded(tmp):
     manifest = json.loads((tmp / "out" / "manifest.json").read_text())
-    assert [e["job"] for e in manifest["runs"]] == [None] and manifest.get("slurm_jobs") == [], manifest
+    assert [e["job"] for e in manifest["runs"]] == [None] and manifest.get("jobs") == [], manifest
 
 
 resume_nothing_setup, resume_nothing_after = unchanged_after(finished_run)

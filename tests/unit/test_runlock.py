@@ -49,7 +49,7 @@ def test_a_live_owner_is_seen_waited_for_and_named_after_the_grace(tmp_path):
 
     from ddplab.engine.runlock import live_owner
     from ddplab.errors import ConfigError
-    from ddplab.sweep.runner import wait_for_owner
+    from ddplab.sweep.local import wait_for_owner
 
     holder = subprocess.Popen([sys.executable, "-c", "import sys, pathlib; from ddplab.engine.runlock import run_lock\n"
                                f"with run_lock(pathlib.Path({str(tmp_path)!r})):\n    print('held', flush=True); sys.stdin.read()"],

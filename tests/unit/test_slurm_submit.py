@@ -8,7 +8,8 @@ import pytest
 
 from ddplab.config import build_config
 from ddplab.errors import ConfigError
-from ddplab.sweep.slurm import SlurmOptions, allocated_threads, batch_script, main, refresh, shape
+from ddplab.sweep.folder import Manifest, SweepFolder
+from ddplab.sweep.slurm import SlurmExecutor, SlurmOptions, allocated_threads, batch_script, main, shape
 from ddplab.sweep.spec import SweepRun
 
 from run_folders import write_run
@@ -20,10 +21,10 @@ def run(strategy="single", nproc=1, nnodes=1):
 
 
 def test_a_point_with_several_worker_processes_gets_them_all_in_its_allocation():
-    assert shape(run()) == (1, 1)
-    assert shape(run("ddp", nproc=4)) == (1, 4)
-    assert shape(run("ddp", nproc=2, nnodes=3)) == (3, 2)
-    assert shape(run("ddp", nproc=1)) == (1, 1)
+    assert shape(run().config) == (1, 1)
+    assert shape(run("ddp", nproc=4).config) == (1, 4)
+    assert shape(run("ddp", nproc=2, nnodes=3).config) == (3, 2)
+    assert shape(run("ddp", nproc=1).config) == (1, 1)
 
 
 def test_the_batch_script_runs_one_point_per_array_task_named_in_the_script(tmp_path):
@@ -53,14 +54,16 @@ def test_each_submitted_point_takes_its_status_from_its_folder_its_outcome_and_t
     for name, code, error in (("stopped", 130, "interrupted"), ("broken", 4, "training diverged")):
         (tmp_path / "slurm" / f"{name}.json").write_text(json.dumps({"exit_code": code, "error": error, "wall_s": 3.0}))
     names = ["done", "stopped", "broken", "waiting", "training", "vanished"]
-    manifest = {"runs": [{"name": n, "dir": f"runs/{n}", "status": "submitted", "job": f"9_{i}"} for i, n in enumerate(names)]}
-    refresh(tmp_path, manifest, {"9_3": "PENDING", "9_4": "RUNNING"})
-    got = {e["name"]: (e["status"], e.get("exit_code")) for e in manifest["runs"]}
+    manifest = Manifest.from_json({"name": "s", "runs": [{"name": n, "dir": f"runs/{n}", "status": "submitted",
+                                                          "job": f"9_{i}"} for i, n in enumerate(names)]})
+    SlurmExecutor.update(SweepFolder(tmp_path), manifest, {"9_3": "PENDING", "9_4": "RUNNING"})
+    got = {e.name: (e.status.value, e.exit_code) for e in manifest.runs}
     assert got == {"done": ("finished", 0), "stopped": ("interrupted", 130), "broken": ("failed", 4),
                    "waiting": ("queued", None), "training": ("running", None), "vanished": ("failed", None)}
-    vanished = manifest["runs"][-1]["error"]
+    vanished = manifest.runs[-1].error
     assert vanished.startswith("its task (job 9_5) ended without an outcome") and "slurm-9_5.out" in vanished
-    assert json.loads((tmp_path / "manifest.json").read_text()) == manifest
+    SweepFolder(tmp_path).write(manifest)
+    assert SweepFolder(tmp_path).load() == manifest  # the typed manifest reads back as written
 
 
 def test_the_task_entry_point_says_how_it_is_called(capsys):
@@ -79,13 +82,13 @@ def test_a_points_threads_follow_the_cpus_slurm_allocated():
 
 
 def test_status_says_a_run_whose_local_sweep_was_killed_is_stopped_not_running(tmp_path):
-    from ddplab.sweep.slurm import status
+    from ddplab.sweep.executor import status
 
     write_run(tmp_path / "runs" / "done")
     (tmp_path / "manifest.json").write_text(json.dumps({"name": "s", "runs": [
         {"name": "done", "dir": "runs/done", "status": "finished"},
         {"name": "mid", "dir": "runs/mid", "status": "running"}]}))  # its sweep was SIGKILLed: no lock holder
-    lines = status(tmp_path)
+    lines = status(SweepFolder(tmp_path))
     assert lines[0] == "sweep s: 1 finished, 1 stopped" and lines[2].split()[:2] == ["mid", "stopped"]
 
 
@@ -120,13 +123,14 @@ def test_squeue_s_answer_is_read_line_by_line_and_one_that_is_not_a_queue_is_ref
     from ddplab.sweep.slurm import queued_jobs
 
     fake_tool(monkeypatch, "9_0|RUNNING\n9_1|PENDING\n8_0|RUNNING\n\n")
-    assert queued_jobs({"slurm_jobs": ["9"]}) == {"9_0": "RUNNING", "9_1": "PENDING"}
+    ninth = Manifest(name="s", runs=[], jobs=["9"])
+    assert queued_jobs(ninth) == {"9_0": "RUNNING", "9_1": "PENDING"}
     fake_tool(monkeypatch, "")
-    assert queued_jobs({"slurm_jobs": ["9"]}) == {}  # nothing queued
+    assert queued_jobs(ninth) == {}  # nothing queued
     for garbage in ("<html>maintenance</html>", "JOBID|STATE"):
         fake_tool(monkeypatch, garbage)
         with pytest.raises(ConfigError, match="squeue answered .*, not lines of JOB_TASK|STATE"):
-            queued_jobs({"slurm_jobs": ["9"]})
+            queued_jobs(ninth)
 
 
 @pytest.mark.parametrize("outcome", ['{"exit_code": "4"}', '{"error": "x"}', "[]", '{"exit_code": 4, "wall_s": NaN}',
@@ -135,11 +139,12 @@ def test_squeue_s_answer_is_read_line_by_line_and_one_that_is_not_a_queue_is_ref
 def test_a_task_outcome_that_is_not_what_the_task_writes_is_its_failure_naming_the_file(tmp_path, outcome):
     (tmp_path / "slurm").mkdir()
     (tmp_path / "slurm" / "r.json").write_text(outcome)
-    manifest = {"runs": [{"name": "r", "dir": "runs/r", "status": "submitted", "job": "9_0"}]}
-    refresh(tmp_path, manifest, {})
-    entry = manifest["runs"][0]
-    assert entry["status"] == "failed" and entry["exit_code"] is None
-    assert entry["error"].startswith(f"its outcome cannot be read: {tmp_path / 'slurm' / 'r.json'}")
+    manifest = Manifest.from_json({"name": "s", "runs": [{"name": "r", "dir": "runs/r", "status": "submitted",
+                                                          "job": "9_0"}]})
+    SlurmExecutor.update(SweepFolder(tmp_path), manifest, {})
+    entry = manifest.runs[0]
+    assert entry.status == "failed" and entry.exit_code is None
+    assert entry.error.startswith(f"its outcome cannot be read: {tmp_path / 'slurm' / 'r.json'}")
 
 
 @pytest.mark.parametrize("options, gpus", [(SlurmOptions(gpus_per_node=1), True), (SlurmOptions(), False),
@@ -160,4 +165,4 @@ def test_a_slurm_sweep_takes_its_default_profile_from_the_nodes_it_asks_for_not_
         argv += [f"--slurm.extra={options.extra}"]
     assert ddplab(argv) == 0
     first = capsys.readouterr().out.splitlines()[0]
-    assert first.startswith(f"sweep assignment: profile {'gpu' if gpus else 'cpu'}, as its tasks ask Slurm for")
+    assert first.startswith(f"sweep assignment: profile {'gpu' if gpus else 'cpu'}, as its points ask slurm for")

@@ -7,7 +7,15 @@ import pytest
 import torch
 
 from ddplab.errors import ConfigError, DataError
-from ddplab.sweep import check_machine, format_plan, load_sweep, plan, run_name_for, run_sweep
+from ddplab.sweep import (
+    LocalExecutor,
+    SweepFolder,
+    dry_run_rows,
+    dry_run_text,
+    load_sweep,
+    run_name_for,
+    unavailable_runs,
+)
 
 from run_folders import epoch_line
 
@@ -157,7 +165,7 @@ def test_bundled_sweeps_parse_in_both_profiles(path):
     trained = sum(r.config.train.epochs * r.config.data.subset for r in cpu.runs)
     assert 0 < trained <= 250_000  # images trained in all: sized for minutes on 2 cores
     if not torch.cuda.is_available():
-        check_machine(cpu)  # the CPU profile runs on this machine
+        unavailable_runs(cpu)  # the CPU profile runs on this machine
 
 
 def test_every_seed_experiment_has_a_bundled_sweep():
@@ -182,19 +190,19 @@ def test_dry_run_plan_says_what_would_happen(tmp_path):
     (finished / "summary.json").write_text("{}")
     for run, run_dir in zip(sweep.runs, (finished, unfinished)):
         (run_dir / "config.toml").write_text(run.config.to_toml())
-    lines = format_plan(sweep, out).splitlines()
+    lines = dry_run_text(sweep, SweepFolder(out)).splitlines()
     assert lines[0] == f"sweep demo: 4 runs in {out} (profile small)"
     assert "skip (finished)" in lines[1] and "resume" in lines[2] and " run " in lines[3] and lines[3].endswith("[torchrun]")
     assert len(lines) == 5
     # The same folder with other settings: the dry run says what the sweep would refuse, and why.
-    other = format_plan(load_sweep(write(tmp_path, SWEEP), profile="small", overrides=["train.epochs=5"]), out).splitlines()
+    other = dry_run_text(load_sweep(write(tmp_path, SWEEP), profile="small", overrides=["train.epochs=5"]), SweepFolder(out)).splitlines()
     assert "refuse (other settings)" in other[1] and "refuse (other settings)" in other[2]
     assert other[-1].startswith(f"the sweep would stop before running anything: {finished} was trained with other")
     # ... and the sweep itself stops there: before any run, with nothing written.
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
     with pytest.raises(ConfigError, match=r"was trained with other settings than the sweep now asks for \(train\.epochs "
                                           r"differ\): the sweep file, its profile or --set changed since"):
-        run_sweep(load_sweep(write(tmp_path, SWEEP), profile="small", overrides=["train.epochs=5"]), out)
+        LocalExecutor().submit(load_sweep(write(tmp_path, SWEEP), profile="small", overrides=["train.epochs=5"]), SweepFolder(out))
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
 
 
@@ -271,14 +279,14 @@ def test_runs_this_machine_cannot_start_are_skipped_with_the_reason_or_refused(t
     text = ('[sweep]\nunavailable = "skip"\n[base.data]\ndataset = "synthetic"\n[base.train]\ndevice = "cpu"\n'
             '[[variants]]\nlabel = "here"\n[[variants]]\nlabel = "there"\n"train.device" = "cuda:99"\n')
     sweep = load_sweep(write(tmp_path, text))
-    actions = {run.name: action for run, action, _ in plan(sweep, tmp_path / "out")}
+    actions = {run.name: action for run, action, _ in dry_run_rows(sweep, SweepFolder(tmp_path / "out"))}
     assert actions == {"here": "run", "there": "skip (unavailable)"}
     with pytest.raises(ConfigError, match=r"sweep run there \(\{'variant': 'there'\}\) cannot run here: "):
-        check_machine(load_sweep(write(tmp_path, text.replace('"skip"', '"refuse"'))))
+        unavailable_runs(load_sweep(write(tmp_path, text.replace('"skip"', '"refuse"'))))
 
 
 def test_a_running_run_shows_each_new_epoch_with_the_time_left(tmp_path):
-    from ddplab.sweep.runner import EpochWatch
+    from ddplab.sweep.local import EpochWatch
 
     path = tmp_path / "metrics.jsonl"
     path.write_text(epoch_line(1, epoch_s=9.0))
@@ -300,7 +308,7 @@ def test_the_sweep_measures_each_worker_count_once_and_keeps_what_it_has(tmp_pat
     on 2 cores as its runs are); a links file already there keeps its counts and gains the missing ones; a
     count that fails to measure costs only that count."""
     from ddplab.planner import links
-    from ddplab.sweep.runner import measure_sweep_link
+    from ddplab.sweep.local import measure_sweep_link
 
     measured = []
 
@@ -364,7 +372,7 @@ def test_an_adaptation_changes_the_points_it_names_only_where_its_condition_hold
     scaling, precision = sweep.section_records()
     assert scaling["adapted"] == [] and precision["adapted"] == [line]
     assert scaling["adapted_points"] == [] and precision["adapted_points"] == ([] if native else ["bf16"])
-    assert f"adapted to this machine: {line}" in format_plan(sweep, tmp_path / "out")
+    assert f"adapted to this machine: {line}" in dry_run_text(sweep, SweepFolder(tmp_path / "out"))
 
 
 @pytest.mark.parametrize(("table", "error"), [
@@ -418,17 +426,16 @@ def test_a_label_longer_than_a_file_name_gives_a_short_distinct_folder(tmp_path)
     (lambda m: m["runs"][0].update(wall_s=-1), r"runs\[0\]\.wall_s is -1, not a number >= 0"),
 ], ids=["status", "nan-axis-value", "outside", "twice", "newer", "section-runs", "negative-wall"])
 def test_the_manifest_has_one_reader_and_a_runner_remakes_a_bad_one_saying_so(tmp_path, edit, says):
-    from ddplab.sweep.manifest import load, read_manifest
-
     from run_folders import write_manifest
 
+    folder = SweepFolder(tmp_path)
     write_manifest(tmp_path, [{"name": "a", "point": {"train.lr": 0.1}, "seed": 0}])
-    assert load(tmp_path)["runs"][0]["name"] == "a"
+    assert folder.load().runs[0].name == "a"
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     edit(manifest)
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(DataError, match=says):
-        load(tmp_path)
+        folder.load()
     said = []
-    assert read_manifest(tmp_path, said.append) == {}
+    assert folder.earlier_entries(said.append) == {}
     assert len(said) == 1 and said[0].startswith("note: ") and said[0].endswith(": made again from the run folders")

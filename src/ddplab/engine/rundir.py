@@ -21,7 +21,8 @@ from ddplab.errors import ConfigError
 
 # What a resume may change: the length, an observer, and where and how patiently the nodes meet (a run cut
 # short by a network fault resumes on other hosts, or with a longer timeout): none changes a number.
-RESUMABLE_DIFFERENCES = {"train.epochs", "train.profile_steps", "dist.timeout_s", "dist.max_restarts",
+OBSERVERS = {"train.profile_steps"}  # settings that change no number of the run (a sweep's re-run may change them)
+RESUMABLE_DIFFERENCES = {"train.epochs", *OBSERVERS, "dist.timeout_s", "dist.max_restarts",
                          "dist.rdzv_endpoint", "dist.rdzv_id", "dist.node_rank"}
 
 
@@ -56,6 +57,7 @@ class Resume:
 def refuse_by_state(config: RunConfig) -> str:
     """The refusals that need no file read (a finished, unfinished or foreign folder; nothing to resume):
     checked before the folder's lock is taken, so a refused run leaves no trace in it. Returns the state."""
+    assert config.output.out is not None  # named by RunConfig.with_out_folder
     run_dir = Path(config.output.out)
     state = runfiles.run_state(run_dir)
     if config.output.resume:
@@ -77,6 +79,7 @@ def check_run_dir(config: RunConfig, saved: RunConfig | None = None) -> Resume |
     refuse_by_state(config)
     if not config.output.resume:
         return None
+    assert config.output.out is not None
     run_dir = Path(config.output.out)
     if saved is None:
         saved = saved_config(run_dir)
@@ -136,6 +139,7 @@ def config_differences(saved: RunConfig, config: RunConfig) -> set[str]:
 
 def prepare_run_dir(config: RunConfig, ctx: DistContext) -> Path:
     """Rank 0 creates the folder (checked when the run was prepared); the others wait for it."""
+    assert config.output.out is not None
     run_dir = Path(config.output.out)
     if ctx.is_main:
         files.make_dir(run_dir)

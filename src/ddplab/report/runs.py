@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddplab import runfiles
 from ddplab.borders import COUNT, TABLE, TEXT, kept
@@ -18,6 +18,9 @@ from ddplab.errors import ConfigError, DataError
 from ddplab.metrics.records import EpochRecord, read_epochs
 from ddplab.metrics.summary import read_summary
 from ddplab.runfiles import read_json, read_jsonl
+
+if TYPE_CHECKING:
+    from ddplab.sweep.folder import Entry
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -33,7 +36,7 @@ IGNORED_SECTIONS = ("output.",)  # where a run was written, not what it trained
 
 
 @dataclass
-class SweepFolder:
+class SweepShown:
     """A sweep as its manifest describes it: the report makes one section per entry of `sections`."""
 
     dir: Path
@@ -58,7 +61,7 @@ class Run:
     point: dict[str, Any] = field(default_factory=dict)  # sweep axis values, from the manifest
     axes: list[str] = field(default_factory=list)  # the manifest's axes; empty outside sweeps
     error: str | None = None
-    sweep: SweepFolder | None = None  # the sweep it belongs to; None for a run given on its own
+    sweep: SweepShown | None = None  # the sweep it belongs to; None for a run given on its own
     env: dict[str, Any] = field(default_factory=dict)  # env.json: versions, device name, host
     skipped: list[str] = field(default_factory=list)  # what of its files the report could not use, said in its findings
 
@@ -176,21 +179,20 @@ def load_run(run_dir: Path, status: str | None = None) -> Run:
 
 def load_sweep(sweep_dir: Path) -> list[Run]:
     """The runs a sweep's manifest.json lists, with the axis values of each."""
-    from ddplab.sweep import manifest as manifests
+    from ddplab.sweep.folder import SweepFolder
 
-    manifest = manifests.load(sweep_dir)
-    axes = list(manifest.get("axes") or [])
-    folder = SweepFolder(dir=sweep_dir, name=shown(manifest.get("name") or sweep_dir.name),
-                         description=manifest.get("description") or "", axes=axes, sections=manifest.get("sections") or [])
-    runs = [sweep_run(sweep_dir, entry, axes) for entry in manifest["runs"]]
+    manifest = SweepFolder(sweep_dir).load()
+    shown_as = SweepShown(dir=sweep_dir, name=shown(manifest.name or sweep_dir.name), description=manifest.description,
+                          axes=list(manifest.axes), sections=list(manifest.sections))
+    runs = [sweep_run(sweep_dir, entry, manifest.axes) for entry in manifest.runs]
     for run in runs:
-        run.sweep = folder
+        run.sweep = shown_as
     return runs
 
 
-def sweep_run(sweep_dir: Path, entry: dict[str, Any], axes: list[str]) -> Run:
-    run_dir = sweep_dir / entry["dir"]
-    status = entry.get("status") or "pending"
+def sweep_run(sweep_dir: Path, entry: Entry, axes: list[str]) -> Run:
+    run_dir = sweep_dir / entry.dir
+    status = entry.status.value
     # A run folder that finished is read whatever the manifest says: a Slurm sweep's tasks finish on
     # their own, after the manifest was last written.
     if run_dir.is_dir() and (status == "finished" or runfiles.run_state(run_dir) == "finished"):
@@ -200,10 +202,10 @@ def sweep_run(sweep_dir: Path, entry: dict[str, Any], axes: list[str]) -> Run:
     else:
         run = Run(dir=run_dir, name=shown(run_dir.name), status=status,
                   config=read_config(run_dir) if run_dir.is_dir() else {})
-        run.error = entry.get("error") or failure_reason(status, entry.get("exit_code"), run_dir)
-    run.name = shown(entry["name"])
-    run.point = dict(entry.get("point") or {})
-    run.axes = axes
+        run.error = entry.error or failure_reason(status, entry.exit_code, run_dir)
+    run.name = shown(entry.name)
+    run.point = dict(entry.point)
+    run.axes = list(axes)
     return run
 
 

@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,7 +94,7 @@ class Estimate:
         sources = {source for source, _ in by_point.values()}
         how = (f"each point probed in {self.probe_s:.1f} s" if self.probe_s is not None else "") + (
             "; " if len(sources) > 1 else "") + ("points with finished runs priced by them" if "finished runs" in sources else "")
-        from ddplab.sweep.runner import duration
+        from ddplab.sweep.local import duration
 
         return how + "; a run of " + ", ".join(f"{label} {duration(s)}" for label, (_, s) in by_point.items())
 
@@ -113,7 +114,8 @@ def point_key(run: SweepRun) -> str:
     return json.dumps(values, sort_keys=True, default=str) + run.launch
 
 
-def estimate(sweep: Sweep, todo: list[SweepRun], done_epochs: dict[str, int], walls: dict[str, float],
+def estimate(sweep: Sweep, todo: list[SweepRun], done_epochs: dict[str, int],
+             walls: Mapping[str, tuple[float | None, int | None]],
              links: Any = None, echo=print) -> Estimate | None:
     """The estimate for the runs in `todo` (`done_epochs`: epochs a resumed run has already trained; `walls`:
     this sweep's finished runs' (wall time, epochs their last process trained)); None when it cannot be made

@@ -103,15 +103,15 @@ class SlotPool:
         cores = list(usable_cores() if cores is None else cores)
         self.gpus = list(visible_gpus() if gpus is None and parallel != 1 else gpus or [])
         self.requested, self.cores = parallel, len(cores)
-        if parallel == AUTO:  # one point per GPU on a CUDA machine; one at a time on a CPU (clean timings)
-            parallel = max(1, min(len(self.gpus), len(cores)))
-        if parallel > len(cores):
-            raise ConfigError(f"--parallel {parallel}: this process may use {len(cores)} CPU core(s), and a point "
+        # AUTO: one point per GPU on a CUDA machine; one at a time on a CPU (clean timings).
+        count = max(1, min(len(self.gpus), len(cores))) if parallel == AUTO else int(parallel)
+        if count > len(cores):
+            raise ConfigError(f"--parallel {count}: this process may use {len(cores)} CPU core(s), and a point "
                               "never gets fewer than one; give at most that many")
-        self.parallel = parallel
-        self.groups = split_cores(cores, parallel) if parallel > 1 else [()]
+        self.parallel = count
+        self.groups: list[tuple[int, ...]] = split_cores(cores, count) if count > 1 else [()]
         self.free_cores = list(self.groups)
-        self.free_gpus = list(self.gpus) if parallel > 1 else []
+        self.free_gpus = list(self.gpus) if count > 1 else []
 
     def take(self, config: RunConfig) -> Slot | None:
         """A slot for a point of `config`, or None while what it needs is in use. A point that takes k GPUs

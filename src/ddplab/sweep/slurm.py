@@ -20,6 +20,7 @@ scancel (by the user) and srun are used: the scheduling is Slurm's.
 
 from __future__ import annotations
 
+import argparse
 import getpass
 import os
 import re
@@ -30,20 +31,21 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ddplab import files, runfiles
+from ddplab.arguments import positive_whole
 from ddplab.borders import INTEGER, SECONDS, TEXT, check, shown
-from ddplab.config import build_config, load_toml
-from ddplab.engine.runlock import live_owner, run_lock
+from ddplab.config import RunConfig, build_config, load_toml
+from ddplab.engine.runlock import run_lock
 from ddplab.errors import ConfigError, DataError
-from ddplab.metrics.records import read_epochs
-from ddplab.process import INTERRUPTED, supervise
-from ddplab.sweep.manifest import MANIFEST, load, write_manifest
-from ddplab.sweep.runner import check_out, command, duration, prepare_folder, raise_terminated
+from ddplab.process import INTERRUPTED
+from ddplab.sweep.folder import Manifest, Status, SweepFolder, ended_as
+from ddplab.sweep.local import duration, raise_terminated
+from ddplab.sweep.point import Point
 from ddplab.sweep.spec import Sweep, SweepRun, slug
 
 FOLDER = "slurm"  # batch scripts and each task's outcome
@@ -76,9 +78,9 @@ class SlurmOptions:
             raise ConfigError(f"--slurm.extra {self.extra!r} cannot be split into options ({exc})") from None
 
 
-def shape(run: SweepRun) -> tuple[int, int]:
+def shape(config: RunConfig) -> tuple[int, int]:
     """(nodes, tasks per node) of a point's allocation: its workers when they are several processes."""
-    dist = run.config.dist
+    dist = config.dist
     if dist.strategy == "ddp" and (dist.nproc > 1 or dist.nnodes > 1):
         return dist.nnodes, dist.nproc
     return 1, 1
@@ -98,54 +100,152 @@ def batch_script(out: Path, name: str, runs: list[str], nodes: int, tasks: int, 
     return "\n".join(lines) + "\n"
 
 
-def submit(sweep: Sweep, out: Path, options: SlurmOptions, *, dry_run: bool = False, echo=print) -> dict[str, Any]:
-    """Write the points' configs and batch scripts and submit one job array per allocation shape (dry run:
-    print them, submit and write nothing); the manifest records each point's job."""
-    check_out(out)
-    extra = options.sbatch_options()
-    if not dry_run and shutil.which("sbatch") is None:
-        slurm_tool(["sbatch", "--version"], "sbatch")  # says it is missing, before the folder is touched
-    if dry_run:
-        groups = arrays(sweep.runs, sweep)
-        for (name, nodes, tasks), runs in groups.items():
-            echo(f"$ sbatch --parsable {shlex.join(extra)} {out / FOLDER / (name + '.sbatch')}".replace("  ", " "))
-            echo(batch_script(out, name, [run.name for run in runs], nodes, tasks, options))
-        return {}
-    with run_lock(out, "sweep"):
-        earlier = load(out) if (out / MANIFEST).is_file() else {}
-        manifest, todo = prepare_folder(sweep, out, unavailable={}, echo=echo)
-        manifest["slurm_jobs"] = list(earlier.get("slurm_jobs") or [])
-        queued = queued_jobs(manifest)
-        refresh(out, manifest, queued)  # a point whose task is still queued or running is not submitted twice
-        todo = [(run, entry) for run, entry in todo if job_of(entry) not in queued and entry["status"] != "finished"]
-        if not todo:
-            echo(f"sweep {sweep.name}: nothing to submit ({'every point finished' if not queued else 'the rest is queued'})")
-            return manifest
-        files.make_dir(out / FOLDER)
-        entries = {run.name: entry for run, entry in todo}
-        manifest["executor"] = "slurm"
-        for (name, nodes, tasks), runs in arrays([run for run, _ in todo], sweep).items():
-            for run in runs:
-                files.write_text(out / entries[run.name]["config"], run.config.to_toml())
-                (out / FOLDER / f"{run.name}.json").unlink(missing_ok=True)  # an earlier task's outcome
-            script = out / FOLDER / f"{name}.sbatch"
-            files.write_text(script, batch_script(out, name, [run.name for run in runs], nodes, tasks, options))
-            job = sbatch(script, extra)
-            for i, run in enumerate(runs):
-                entries[run.name].update(status="submitted", job=f"{job}_{i}", exit_code=None, error=None)
-            manifest["slurm_jobs"].append(job)
-            write_manifest(out, manifest)  # each job recorded as soon as it exists: a later refusal loses none
-            echo(f"submitted job {job}: {len(runs)} point(s) of {nodes} node(s) x {tasks} task(s) "
-                 f"({', '.join(run.name for run in runs)})")
-    echo(f"follow it: ddplab sweep {sweep.file} --out {out} --status (or --wait for the report)")
-    return manifest
+class SlurmExecutor:
+    """Submits the points as job arrays (one per allocation shape) and returns; --wait waits for them."""
+
+    name: ClassVar[str] = "slurm"
+    waits: ClassVar[bool] = True
+    OPTIONS = ("partition", "account", "time", "gpus_per_node", "extra")
+
+    def __init__(self, options: SlurmOptions | None = None):
+        self.options = options or SlurmOptions()
+
+    @classmethod
+    def add_options(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--slurm.partition", dest="slurm_partition", default=None,
+                            help="slurm: the partition (sbatch -p)")
+        parser.add_argument("--slurm.account", dest="slurm_account", default=None, help="slurm: the account (sbatch -A)")
+        parser.add_argument("--slurm.time", dest="slurm_time", default=None, metavar="HH:MM:SS",
+                            help="slurm: each point's time limit; a point stopped by it resumes when the sweep is "
+                                 "submitted again")
+        parser.add_argument("--slurm.gpus-per-node", dest="slurm_gpus_per_node", type=positive_whole, default=None,
+                            metavar="G", help="slurm: GPUs each point's allocation asks for per node")
+        parser.add_argument("--slurm.extra", dest="slurm_extra", default="", metavar='"OPTIONS"',
+                            help='slurm: more sbatch options, after an = sign: --slurm.extra="--mem=16G --qos=short"')
+
+    @classmethod
+    def options_given(cls, args: argparse.Namespace) -> list[str]:
+        return [f"--slurm.{name.replace('_', '-')}" for name in cls.OPTIONS if getattr(args, f"slurm_{name}", None)]
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> SlurmExecutor:
+        if args.timeout is not None:
+            raise ConfigError("--timeout stops runs of a local sweep; under Slurm give each point a limit with --slurm.time")
+        return cls(SlurmOptions(partition=args.slurm_partition, account=args.slurm_account, time=args.slurm_time,
+                                gpus_per_node=args.slurm_gpus_per_node, extra=args.slurm_extra,
+                                parallel=args.parallel if isinstance(args.parallel, int) and args.parallel > 1 else None))
+
+    @classmethod
+    def reading(cls) -> SlurmExecutor:
+        return cls()
+
+    def runs_on_gpus(self) -> bool | None:
+        """The nodes the tasks ask for decide, never this login node."""
+        return self.options.asks_gpus()
+
+    def dry_run(self, sweep: Sweep, folder: SweepFolder) -> str:
+        """Each batch script and its sbatch line, nothing written or submitted."""
+        extra, lines = self.options.sbatch_options(), []
+        for (name, nodes, tasks), runs in arrays(sweep.runs, sweep).items():
+            lines.append(f"$ sbatch --parsable {shlex.join(extra)} {folder.own(FOLDER) / (name + '.sbatch')}"
+                         .replace("  ", " "))
+            lines.append(batch_script(folder.root, name, [run.name for run in runs], nodes, tasks, self.options))
+        return "\n".join(lines)
+
+    def submit(self, sweep: Sweep, folder: SweepFolder, echo=print) -> Manifest:
+        """Write the points' configs and batch scripts and submit one job array per allocation shape; the manifest
+        records each point's job."""
+        folder.refuse_run_folder()
+        extra = self.options.sbatch_options()
+        if shutil.which("sbatch") is None:
+            slurm_tool(["sbatch", "--version"], "sbatch")  # says it is missing, before the folder is touched
+        with run_lock(folder.root, "sweep"):
+            earlier = folder.load() if folder.has_manifest() else None
+            manifest, todo = folder.prepare(sweep, unavailable={}, echo=echo)
+            manifest.jobs = list(earlier.jobs) if earlier is not None else []
+            queued = queued_jobs(manifest)
+            self.update(folder, manifest, queued)  # a point whose task is still queued or running is not submitted twice
+            folder.write(manifest)
+            todo = [(run, entry) for run, entry in todo if (entry.job or "") not in queued
+                    and entry.status is not Status.FINISHED]
+            if not todo:
+                echo(f"sweep {sweep.name}: nothing to submit "
+                     f"({'every point finished' if not queued else 'the rest is queued'})")
+                return manifest
+            files.make_dir(folder.own(FOLDER))
+            entries = {run.name: entry for run, entry in todo}
+            manifest.executor = self.name
+            for (name, nodes, tasks), runs in arrays([run for run, _ in todo], sweep).items():
+                for run in runs:
+                    files.write_text(folder.root / entries[run.name].config, run.config.to_toml())
+                    outcome_file(folder, run.name).unlink(missing_ok=True)  # an earlier task's outcome
+                script = folder.own(FOLDER) / f"{name}.sbatch"
+                files.write_text(script, batch_script(folder.root, name, [run.name for run in runs], nodes, tasks,
+                                                      self.options))
+                job = sbatch(script, extra)
+                for i, run in enumerate(runs):
+                    entry = entries[run.name]
+                    entry.status, entry.job, entry.exit_code, entry.error = Status.SUBMITTED, f"{job}_{i}", None, None
+                manifest.jobs.append(job)
+                folder.write(manifest)  # each job recorded as soon as it exists: a later refusal loses none
+                echo(f"submitted job {job}: {len(runs)} point(s) of {nodes} node(s) x {tasks} task(s) "
+                     f"({', '.join(run.name for run in runs)})")
+        echo(f"follow it: ddplab sweep {sweep.file} --out {folder.root} --status (or --wait for the report)")
+        return manifest
+
+    def refresh(self, folder: SweepFolder, manifest: Manifest) -> list[str]:
+        self.update(folder, manifest, queued_jobs(manifest))
+        down = unavailable_nodes() if any(
+            e.status in (Status.QUEUED, Status.RUNNING, Status.SUBMITTED) for e in manifest.runs) else []
+        return [f"slurm: node(s) out of service: {', '.join(down)}; a point that needs them waits in the queue "
+                "(or fails, when its task was running there)"] if down else []
+
+    @staticmethod
+    def update(folder: SweepFolder, manifest: Manifest, queued: dict[str, str]) -> None:
+        """Each submitted point's status from its run folder, its task's outcome and the queue."""
+        for entry in manifest.runs:
+            if not entry.job or entry.status.settled:
+                continue
+            outcome = read_outcome(outcome_file(folder, entry.name))
+            if runfiles.run_state(folder.root / entry.dir) == "finished":
+                entry.ended(Status.FINISHED, 0, None, (outcome or {}).get("wall_s"), entry.wall_epochs)
+            elif entry.job in queued:
+                entry.status = Status.QUEUED if queued[entry.job] in QUEUED else Status.RUNNING
+            elif outcome is not None:
+                code = outcome.get("exit_code")
+                entry.ended(ended_as(code, summary_written=False), code, outcome.get("error"), outcome.get("wall_s"),
+                            entry.wall_epochs)
+            else:
+                entry.status, entry.error = Status.FAILED, (
+                    f"its task (job {entry.job}) ended without an outcome: cancelled before it started, or killed; "
+                    f"see {folder.root / 'logs'}/slurm-{entry.job}.out")
+
+    def wait(self, folder: SweepFolder, echo=print, poll_s: float | None = None) -> Manifest:
+        """Wait until none of the sweep's tasks is queued or running; the manifest with each point's outcome."""
+        start, said = time.perf_counter(), None
+        while queued := queued_jobs(folder.load()):  # read again: a submission meanwhile adds jobs
+            waiting = sum(state in QUEUED for state in queued.values())
+            summary = f"{waiting} queued, {len(queued) - waiting} running"
+            if summary != said:
+                echo(f"  slurm: {summary} ({duration(time.perf_counter() - start)} so far)")
+                said = summary
+            time.sleep(WAIT_POLL_S if poll_s is None else poll_s)
+        with run_lock(folder.root, "sweep"):  # no submission writes the manifest between this read and write
+            manifest = folder.load()
+            self.update(folder, manifest, queued_jobs(manifest))
+            folder.write(manifest)
+        return manifest
+
+
+def outcome_file(folder: SweepFolder, name: str) -> Path:
+    return folder.own(FOLDER) / f"{name}.json"
 
 
 def arrays(runs: list[SweepRun], sweep: Sweep) -> dict[tuple[str, int, int], list[SweepRun]]:
     """The points grouped into one array per allocation shape, each array named after the sweep and its shape."""
     groups: dict[tuple[str, int, int], list[SweepRun]] = {}
     for run in runs:
-        nodes, tasks = shape(run)
+        nodes, tasks = shape(run.config)
         groups.setdefault((f"ddplab-{slug(sweep.name)}-{nodes}x{tasks}", nodes, tasks), []).append(run)
     return groups
 
@@ -180,44 +280,19 @@ def sbatch(script: Path, extra: list[str]) -> str:
     return found.group(1)
 
 
-def job_of(entry: dict[str, Any]) -> str:
-    return str(entry.get("job") or "")
-
-
-def queued_jobs(manifest: dict[str, Any]) -> dict[str, str]:
+def queued_jobs(manifest: Manifest) -> dict[str, str]:
     """The array tasks of this sweep's jobs that Slurm still holds, by "JOB_INDEX", with their state."""
-    jobs = set(manifest.get("slurm_jobs") or [])
+    jobs = set(manifest.jobs)
     if not jobs:
         return {}
     # All of this user's array tasks, filtered here: asked by id, squeue refuses a job it has forgotten.
     text = slurm_tool(["squeue", "-h", "-r", "-u", getpass.getuser(), "-o", "%i|%T"], "squeue")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    tasks = dict(m.groups() for line in lines if (m := TASK_LINE.fullmatch(line)))
+    tasks = {m[1]: m[2] for line in lines if (m := TASK_LINE.fullmatch(line))}
     if lines and not tasks:  # an answer that is not a queue: never read as "nothing queued"
         raise ConfigError(f"squeue answered {shown(text.strip(), 80)}, not lines of JOB_TASK|STATE: cannot tell what is "
                           "queued; is this Slurm's squeue?")
     return {task: state for task, state in tasks.items() if task.split("_")[0] in jobs}
-
-
-def refresh(out: Path, manifest: dict[str, Any], queued: dict[str, str], *, write: bool = True) -> None:
-    """Each submitted point's status from its run folder, its task's outcome and the queue."""
-    for entry in manifest["runs"]:
-        if not entry.get("job") or entry["status"] in ("finished", "skipped"):
-            continue
-        outcome = read_outcome(out / FOLDER / f"{entry['name']}.json")
-        if runfiles.run_state(out / entry["dir"]) == "finished":
-            entry.update(status="finished", exit_code=0, error=None, wall_s=(outcome or {}).get("wall_s"))
-        elif job_of(entry) in queued:
-            entry["status"] = "queued" if queued[job_of(entry)] in QUEUED else "running"
-        elif outcome is not None:
-            code = outcome.get("exit_code")
-            entry.update(status="interrupted" if code == INTERRUPTED else "failed", exit_code=code,
-                         error=outcome.get("error"), wall_s=outcome.get("wall_s"))
-        else:
-            entry.update(status="failed", error=f"its task (job {job_of(entry)}) ended without an outcome: cancelled "
-                                                f"before it started, or killed; see {out / 'logs'}/slurm-{job_of(entry)}.out")
-    if write:
-        write_manifest(out, manifest)
 
 
 OUTCOME = {"exit_code": INTEGER, "error": TEXT | None, "wall_s": SECONDS | None}  # what `task` writes
@@ -232,32 +307,6 @@ def read_outcome(path: Path) -> dict[str, Any] | None:
         return check(runfiles.read_json(path, path.parent), OUTCOME, str(path), required=("exit_code",))
     except (ConfigError, DataError) as exc:
         return {"exit_code": None, "error": f"its outcome cannot be read: {exc}", "wall_s": None}
-
-
-def status(out: Path) -> list[str]:
-    """One line per point: what it is doing, from the queue, its outcome and its run folder (the manifest
-    is only read: `--wait` and the runners write it)."""
-    manifest = load(out)
-    if manifest.get("executor") == "slurm":
-        refresh(out, manifest, queued_jobs(manifest), write=False)
-    for entry in manifest["runs"]:
-        if entry["status"] == "running" and manifest.get("executor") != "slurm" and live_owner(out / entry["dir"]) is None:
-            entry["status"] = "stopped"  # its sweep was killed outright: nothing trains it any more
-    lines = []
-    for entry in manifest["runs"]:
-        run_dir = out / entry["dir"]
-        epochs = len(read_epochs(run_dir / runfiles.METRICS, growing=True))
-        where = f" (job {entry['job']})" if entry.get("job") else ""
-        error = f": {entry['error']}" if entry.get("error") and entry["status"] != "finished" else ""
-        lines.append(f"  {entry['name']:<40} {entry['status']:<12} {epochs} epoch(s) recorded{where}{error}")
-    counts: dict[str, int] = {}
-    for entry in manifest["runs"]:
-        counts[entry["status"]] = counts.get(entry["status"], 0) + 1
-    down = unavailable_nodes() if manifest.get("executor") == "slurm" and any(
-        entry["status"] in ("queued", "running", "submitted") for entry in manifest["runs"]) else []
-    nodes = [f"slurm: node(s) out of service: {', '.join(down)}; a point that needs them waits in the queue "
-             "(or fails, when its task was running there)"] if down else []
-    return [f"sweep {manifest.get('name')}: " + ", ".join(f"{n} {s}" for s, n in counts.items()), *nodes, *lines]
 
 
 UNAVAILABLE = ("down", "drain", "fail", "not_responding", "maint", "inval", "future", "power_down")
@@ -277,38 +326,20 @@ def unavailable_nodes() -> list[str]:
     return list(found.values())
 
 
-def wait(out: Path, echo=print, poll_s: float = WAIT_POLL_S) -> dict[str, Any]:
-    """Wait until none of the sweep's tasks is queued or running; the manifest with each point's outcome."""
-    start, shown = time.perf_counter(), None
-    while queued := queued_jobs(load(out)):  # read again: a submission meanwhile adds jobs
-        waiting = sum(state in QUEUED for state in queued.values())
-        summary = f"{waiting} queued, {len(queued) - waiting} running"
-        if summary != shown:
-            echo(f"  slurm: {summary} ({duration(time.perf_counter() - start)} so far)")
-            shown = summary
-        time.sleep(poll_s)
-    with run_lock(out, "sweep"):  # no submission writes the manifest between this read and write
-        manifest = load(out)
-        refresh(out, manifest, queued_jobs(manifest))
-    return manifest
-
-
 # ---- inside an array task -------------------------------------------------------------------
 def task(out: Path, name: str) -> int:
     """Run the point `name` of the sweep folder `out`; its exit code."""
-    run_dir, config_file, log_path = out / "runs" / name, out / "configs" / f"{name}.toml", out / "logs" / f"{name}.log"
-    if runfiles.run_state(run_dir) == "finished":
+    folder = SweepFolder(out)
+    if runfiles.run_state(folder.run_dir(name)) == "finished":
         print(f"{name}: finished already", flush=True)
         return 0
-    config = build_config(load_toml(config_file))
-    resume = (run_dir / runfiles.CHECKPOINTS / runfiles.LAST_CHECKPOINT).is_file()
-    point = SweepRun(name, {}, config.train.seed, config)
-    cmd = command(point, config_file, run_dir, resume)
-    nodes, tasks = shape(point)
-    if nodes * tasks > 1:  # the workers are the step's tasks (topology: an srun step of several tasks)
-        cmd = ["srun", f"--nodes={nodes}", f"--ntasks={nodes * tasks}", f"--ntasks-per-node={tasks}", *cmd]
+    point = Point(folder, name, build_config(load_toml(folder.config_file(name))))
+    nodes, tasks = shape(point.config)
+    # The workers are the step's tasks (topology: an srun step of several tasks).
+    wrap = ["srun", f"--nodes={nodes}", f"--ntasks={nodes * tasks}", f"--ntasks-per-node={tasks}"] if nodes * tasks > 1 else []
     env = {**os.environ, **allocated_threads(os.environ, tasks)}
-    print(f"{name}: {'resuming' if resume else 'running'} on {socket.gethostname()} (log: {log_path})", flush=True)
+    print(f"{name}: {'resuming' if point.resumes() else 'running'} on {socket.gethostname()} (log: {point.log})",
+          flush=True)
     terminated: list[bool] = []
 
     def on_sigterm(signum, frame) -> None:  # scancel, the time limit: stop resumable
@@ -319,7 +350,7 @@ def task(out: Path, name: str) -> int:
     try:
         # SIGTERM: srun forwards it to the workers (one SIGINT only makes it print their state); stopped
         # within TASK_GRACE_S, before Slurm's SIGKILL (KillWait, 30 s by default), so the outcome is written.
-        done = supervise(cmd, log_path, env=env, stop_signal=signal.SIGTERM, grace_s=TASK_GRACE_S)
+        done = point.run(env, wrap=wrap, stop_signal=signal.SIGTERM, grace_s=TASK_GRACE_S)
     finally:
         signal.signal(signal.SIGTERM, lambda signum, frame: terminated.append(True))
     code, error = done.code, done.error
@@ -333,13 +364,13 @@ def task(out: Path, name: str) -> int:
             code, error = INTERRUPTED, "stopped by SIGTERM (scancel, the time limit): submit again to resume"
     signal.signal(signal.SIGTERM, previous)
     job = f"{os.environ.get('SLURM_ARRAY_JOB_ID', '?')}_{os.environ.get('SLURM_ARRAY_TASK_ID', '?')}"
-    files.write_json(out / FOLDER / f"{name}.json", {"name": name, "job": job, "host": socket.gethostname(),
+    files.write_json(outcome_file(folder, name), {"name": name, "job": job, "host": socket.gethostname(),
                                                     "exit_code": code, "error": error, "wall_s": round(done.wall_s, 1)})
     print(f"{name}: exit {code}" + (f": {error}" if error else ""), flush=True)
     return code
 
 
-def allocated_threads(env: dict[str, str], tasks_per_node: int) -> dict[str, str]:
+def allocated_threads(env: Mapping[str, str], tasks_per_node: int) -> dict[str, str]:
     """OMP_NUM_THREADS for a point's processes: the CPUs Slurm gave each task (unless the user set it).
 
     Without it, each process starts one thread per core of the node, whatever it was allocated

@@ -297,7 +297,8 @@ def expand(spec: dict[str, Any], path: Path, profile: str | None = None,
     seed0 = base.get("train", {}).get("seed", 0)
     if isinstance(seed0, bool) or not isinstance(seed0, int):
         raise ConfigError(f"train.seed={seed0!r} in [base.train] is not valid: expected an integer")
-    points, names = [], set()
+    points: list[list[SweepRun]] = []
+    names: set[str] = set()
     for combo in itertools.product(*(values for _, values in axes)):
         point = {axis: shown for (axis, _), (shown, _) in zip(axes, combo)}
         settings = {k: v for _, dotted in combo for k, v in dotted.items()}
@@ -431,8 +432,8 @@ def check_one_source(axes: list[Axis], overrides: dict[str, dict[str, Any]], bas
                 raise ConfigError(f"{key} is set by two axes ({owner[key]} and {axis}): each point would train with "
                                   "whichever came last; set it in one place")
             owner[key] = axis
-    for section, values in overrides.items():
-        for name in values:
+    for section, settings in overrides.items():
+        for name in settings:
             key = f"{section}.{name}"
             if key == SEED:
                 raise ConfigError(f"--set {SEED}: the seed is set by [sweep] repeats from [base.train] seed")

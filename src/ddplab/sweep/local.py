@@ -1,49 +1,121 @@
-"""Run a `Sweep`: every run its own process tree, supervised, one after another or a few at once,
-with its progress shown.
+"""The local executor: a sweep's points run here, one after another or a few at once, with their
+progress shown.
 
-Every run config is checked against this machine before the first starts (a run it cannot
-start stops the sweep, or with `unavailable = "skip"` is recorded as not measured). Each run
-is `python -m ddplab train` (or torchrun) in its own session, so a crash, a CUDA error or a
-hang cannot poison the next; it writes its own run folder `runs/<name>`. With `--parallel N`
-up to N run at once, each on its own cores and GPUs (sweep/slots.py). While they train the
-sweep shows one line per epoch (accuracy, seconds per epoch, time left), where each log is,
-and after each run how many are done and about how long the rest will take. A failed run is
-recorded with its exit code and error line and the sweep goes on. Running the same sweep
-again skips finished runs and resumes interrupted ones, after checking that each was trained
-with the settings the file asks for now. Ctrl-C or SIGTERM stops every running run as Ctrl-C
-stops a run (each stays resumable) and ends the sweep with 130; a run whose sweep is killed
-outright is sent SIGTERM by the kernel (Linux).
+Every point's config is checked against this machine before the first starts (a point it cannot
+start stops the sweep, or with `unavailable = "skip"` is recorded as not measured). Each point is
+its own process tree (point.py), so a crash, a CUDA error or a hang cannot poison the next. With
+`--parallel N` up to N run at once, each on its own cores and GPUs (sweep/slots.py). While they
+train the sweep shows one line per epoch (accuracy, seconds per epoch, time left), where each log
+is, and after each point how many are done and about how long the rest will take. A failed point
+is recorded with its exit code and error line and the sweep goes on. Running the same sweep again
+skips finished points and resumes interrupted ones, after checking that each was trained with the
+settings the file asks for now. Ctrl-C or SIGTERM stops every running point as Ctrl-C stops a run
+(each stays resumable) and ends the sweep with 130; a point whose sweep is killed outright is sent
+SIGTERM by the kernel (Linux).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from ddplab import files, runfiles
 from ddplab.config import check_environment
 from ddplab.engine.runlock import describe, live_owner, run_lock
 from ddplab.errors import ConfigError, DataError
 from ddplab.metrics.records import read_epochs
-from ddplab.process import INTERRUPTED, POLL_S, STOP_GRACE_S, Child, Finished, ddplab_command, stop_all, wait_any
-from ddplab.sweep.manifest import manifest_of, read_manifest, write_manifest
+from ddplab.process import INTERRUPTED, POLL_S, STOP_GRACE_S, Child, Finished, stop_all, wait_any
+from ddplab.sweep.folder import Entry, Manifest, Status, SweepFolder
+from ddplab.sweep.point import Point
 from ddplab.sweep.slots import Slot, SlotPool, visible_gpus
 from ddplab.sweep.spec import Sweep, SweepRun, slug
 from ddplab.topology import resolve_backend
 
 
-def run_states(sweep: Sweep, out: Path) -> dict[str, str]:
-    """Each run's folder as it stands: new | finished | unfinished | foreign (runfiles.run_state)."""
-    return {run.name: runfiles.run_state(out / "runs" / run.name) for run in sweep.runs}
+class LocalExecutor:
+    """Runs the points here, up to `parallel` at once; submit returns when they have ended."""
+
+    name: ClassVar[str] = "local"
+    waits: ClassVar[bool] = False
+
+    def __init__(self, *, parallel: int | str = 1, timeout_s: float | None = None, measure_link: bool = False,
+                 estimate: bool = False):
+        self.parallel, self.timeout_s, self.measure_link, self.estimate = parallel, timeout_s, measure_link, estimate
+
+    @classmethod
+    def add_options(cls, parser: argparse.ArgumentParser) -> None:
+        pass  # --parallel, --timeout and --no-estimate are `ddplab sweep`'s own: the local executor's by default
+
+    @classmethod
+    def options_given(cls, args: argparse.Namespace) -> list[str]:
+        return []
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> LocalExecutor:
+        return cls(parallel=args.parallel, timeout_s=args.timeout, measure_link=not args.no_report,
+                   estimate=not args.no_estimate)
+
+    @classmethod
+    def reading(cls) -> LocalExecutor:
+        return cls()
+
+    def runs_on_gpus(self) -> bool | None:
+        return None  # this machine's CUDA
+
+    def dry_run(self, sweep: Sweep, folder: SweepFolder) -> str:
+        return dry_run_text(sweep, folder)
+
+    def submit(self, sweep: Sweep, folder: SweepFolder, echo=print) -> Manifest:
+        """Run every unfinished point into `folder`, holding it for the whole sweep (one sweep per folder, as one
+        run per run folder); the final manifest. `measure_link`: a sweep with multi-worker points first measures
+        this machine's all-reduce into links.json, from which the report predicts their speedups (planner/).
+        `estimate`: say how long the sweep will take before its first point (a probe, sweep/estimate.py) and keep
+        saying it as points finish."""
+        folder.refuse_run_folder()
+        slots = SlotPool(self.parallel)
+        slots.refuse_fixed_devices([(run.name, run.config) for run in sweep.runs])
+        with run_lock(folder.root, "sweep"):
+            if self.measure_link:
+                measure_sweep_link(sweep, folder.root, echo)
+            return self.run_held(sweep, folder, slots, echo)
+
+    def run_held(self, sweep: Sweep, folder: SweepFolder, slots: SlotPool, echo) -> Manifest:
+        manifest, todo = folder.prepare(sweep, unavailable_runs(sweep), echo)
+        skipped = sum(e.status is Status.SKIPPED for e in manifest.runs)
+        echo(f"sweep {sweep.name}: {len(sweep.runs)} runs, {len(sweep.runs) - len(todo) - skipped} already finished, "
+             f"{len(todo)} to run" + (f", {skipped} not runnable here (see the report)" if skipped else "")
+             + (f"; {slots.describe()}" if slots.requested != 1 else ""))
+        previous = signal.signal(signal.SIGTERM, raise_terminated)
+        try:  # SIGTERM during the probe too: Ctrl-C's way out (the probe ends with the sweep), exit 130
+            points = [run for run, _ in todo]
+            expected = expect(sweep, folder, manifest, points, slots, echo) if todo and self.estimate else None
+            scheduler = Scheduler(folder, manifest, slots, self.timeout_s, echo, expected)
+            scheduler.run(todo)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        if expected is not None and expected.said_s:
+            took = time.perf_counter() - scheduler.started
+            echo(f"sweep {sweep.name}: {len(todo)} runs in {duration(took)}; expected {duration(expected.said_s)} "
+                 f"before the first ({(expected.said_s - took) / took:+.0%})")
+        return manifest
+
+    def refresh(self, folder: SweepFolder, manifest: Manifest) -> list[str]:
+        for entry in manifest.runs:
+            if entry.status is Status.RUNNING and live_owner(folder.root / entry.dir) is None:
+                entry.status = Status.STOPPED  # its sweep was killed outright: nothing trains it any more
+        return []
+
+    def wait(self, folder: SweepFolder, echo=print) -> Manifest:
+        return folder.load()  # submit ran them
 
 
 def unavailable_runs(sweep: Sweep) -> dict[str, str]:
-    """Runs this machine cannot start, with the reason; with `unavailable = "refuse"` the first is an error."""
+    """Points this machine cannot start, with the reason; with `unavailable = "refuse"` the first is an error."""
     found = {}
     for run in sweep.runs:
         try:
@@ -55,47 +127,15 @@ def unavailable_runs(sweep: Sweep) -> dict[str, str]:
     return found
 
 
-def check_machine(sweep: Sweep) -> None:
-    """This machine's checks for every run, before the first one starts."""
-    unavailable_runs(sweep)
-
-
-def stale_reason(run: SweepRun, out: Path, state: str) -> str | None:
-    """Why a run folder cannot be kept or continued for this run, or None: not a run folder, or trained
-    with other settings than the file asks for now (its results would be reported under a wrong name)."""
-    from ddplab.engine.rundir import config_differences, saved_config
-
-    run_dir = out / "runs" / run.name
-    if state == "foreign":
-        return f"{run_dir} exists and is not a ddplab run folder: move it, or use another --out"
-    if state in ("finished", "unfinished"):
-        differing = config_differences(saved_config(run_dir), run.config)
-        if state == "unfinished":
-            differing -= {"train.profile_steps"}  # changes no number (as --resume allows)
-        if differing:
-            return (f"{run_dir} was trained with other settings than the sweep now asks for "
-                    f"({', '.join(sorted(differing))} differ): the sweep file, its profile or --set changed since; "
-                    "use another --out, or move that run folder away")
-    return None
-
-
-def stale_runs(sweep: Sweep, out: Path, states: dict[str, str]) -> None:
-    """Refuse, before anything runs, a sweep with a run folder it cannot keep or continue."""
-    for run in sweep.runs:
-        reason = stale_reason(run, out, states[run.name])
-        if reason:
-            raise ConfigError(reason)
-
-
-def plan(sweep: Sweep, out: Path) -> list[tuple[SweepRun, str, str | None]]:
-    """Each run with what a sweep would do with it now, and why the sweep would refuse its folder
-    (None: it would not; `stale_reason`)."""
-    states = run_states(sweep, out)
+def dry_run_rows(sweep: Sweep, folder: SweepFolder) -> list[tuple[SweepRun, str, str | None]]:
+    """Each point with what a local sweep would do with it now, and why the sweep would refuse its folder
+    (None: it would not; `SweepFolder.stale_reason`)."""
+    states = folder.run_states(sweep)
     unavailable = unavailable_runs(sweep)
     action = {"new": "run", "unfinished": "resume", "finished": "skip (finished)", "foreign": "refuse (not a run)"}
     rows = []
     for run in sweep.runs:
-        state, reason = states[run.name], stale_reason(run, out, states[run.name])
+        state, reason = states[run.name], folder.stale_reason(run, states[run.name])
         if run.name in unavailable:
             what = "skip (unavailable)"
         elif reason and state != "foreign":
@@ -106,10 +146,11 @@ def plan(sweep: Sweep, out: Path) -> list[tuple[SweepRun, str, str | None]]:
     return rows
 
 
-def format_plan(sweep: Sweep, out: Path) -> str:
-    lines = [f"sweep {sweep.name}: {len(sweep.runs)} runs in {out}" + (f" (profile {sweep.profile})" if sweep.profile else "")
+def dry_run_text(sweep: Sweep, folder: SweepFolder) -> str:
+    lines = [f"sweep {sweep.name}: {len(sweep.runs)} runs in {folder.root}"
+             + (f" (profile {sweep.profile})" if sweep.profile else "")
              + (", interleaved" if sweep.order == "interleaved" else "")]
-    rows = plan(sweep, out)
+    rows = dry_run_rows(sweep, folder)
     for run, action, _ in rows:
         point = ", ".join(f"{k}={v}" for k, v in run.point.items())
         lines.append(f"  {run.name:<40} {action:<18} seed {run.seed}  {point}"
@@ -123,37 +164,12 @@ def format_plan(sweep: Sweep, out: Path) -> str:
     return "\n".join(lines)
 
 
-def command(run: SweepRun, config_file: Path, run_dir: Path, resume: bool) -> list[str]:
-    args = ["train", "--config", str(config_file), "--out", str(run_dir), "--output.progress", "false",
-            *(["--resume"] if resume else [])]
-    if run.launch == "torchrun":
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                str(run.config.dist.nproc), "-m", "ddplab", *args]
-    return ddplab_command(*args)
-
-
 class Terminated(KeyboardInterrupt):
-    """SIGTERM at the sweep: handled as Ctrl-C is (the run stops resumable, the sweep exits 130)."""
+    """SIGTERM at the sweep: handled as Ctrl-C is (the point stops resumable, the sweep exits 130)."""
 
 
 def raise_terminated(signum: int, frame: Any) -> None:
     raise Terminated()
-
-
-def run_sweep(sweep: Sweep, out: Path, *, timeout_s: float | None = None, parallel: int | str = 1,
-              measure_link: bool = False, estimate: bool = False, echo=print) -> dict[str, Any]:
-    """Run every unfinished run of `sweep` into `out`, up to `parallel` at once (sweep/slots.py), holding
-    `out` for the whole sweep (one sweep per folder, as one run per run folder); returns the final manifest.
-    `measure_link`: a sweep with multi-worker runs first measures this machine's all-reduce into
-    out/links.json, from which the report predicts their speedups (planner/). `estimate`: say how long the
-    sweep will take before its first run (a probe, sweep/estimate.py) and keep saying it as runs finish."""
-    check_out(out)
-    slots = SlotPool(parallel)
-    slots.refuse_fixed_devices([(run.name, run.config) for run in sweep.runs])
-    with run_lock(out, "sweep"):
-        if measure_link:
-            measure_sweep_link(sweep, out, echo)
-        return run_held(sweep, out, timeout_s, slots, echo, estimate)
 
 
 def measure_sweep_link(sweep: Sweep, out: Path, echo) -> None:
@@ -196,65 +212,16 @@ def measure_sweep_link(sweep: Sweep, out: Path, echo) -> None:
         links.save_links(path, kept + new)
 
 
-def check_out(out: Path) -> None:
-    if any((out / name).is_file() for name in (runfiles.CONFIG, runfiles.METRICS)):
-        raise ConfigError(f"--out {out} is a run folder, not a sweep folder (a run folder is never rewritten): "
-                          "choose another --out")
-
-
-def prepare_folder(sweep: Sweep, out: Path, unavailable: dict[str, str],
-                   echo=print) -> tuple[dict[str, Any], list[tuple[SweepRun, dict]]]:
-    """The sweep folder made ready to run into (folders it cannot keep refused first), its manifest written;
-    the runs left to run, each with its manifest entry."""
-    states = run_states(sweep, out)
-    stale_runs(sweep, out, states)
-    for sub in ("runs", "configs", "logs"):
-        files.make_dir(out / sub)
-    if sweep.file.resolve() != (out / "sweep.toml").resolve():
-        files.write_text(out / "sweep.toml", sweep.file.read_text())
-    manifest = manifest_of(sweep, read_manifest(out, echo), states, unavailable)
-    write_manifest(out, manifest)
-    return manifest, [(run, entry) for run, entry in zip(sweep.runs, manifest["runs"])
-                      if entry["status"] not in ("finished", "skipped")]
-
-
-def run_held(sweep: Sweep, out: Path, timeout_s: float | None, slots: SlotPool, echo,
-             estimate: bool = False) -> dict[str, Any]:
-    manifest, todo = prepare_folder(sweep, out, unavailable_runs(sweep), echo)
-    skipped = sum(e["status"] == "skipped" for e in manifest["runs"])
-    echo(f"sweep {sweep.name}: {len(sweep.runs)} runs, {len(sweep.runs) - len(todo) - skipped} already finished, "
-         f"{len(todo)} to run" + (f", {skipped} not runnable here (see the report)" if skipped else "")
-         + (f"; {slots.describe()}" if slots.requested != 1 else ""))
-    previous = signal.signal(signal.SIGTERM, raise_terminated)
-    try:  # SIGTERM during the probe too: Ctrl-C's way out (the probe ends with the sweep), exit 130
-        expected = expect(sweep, out, manifest, [run for run, _ in todo], slots, echo) if todo and estimate else None
-        scheduler = Scheduler(out, manifest, slots, timeout_s, echo, expected)
-        scheduler.run(todo)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    if expected is not None and expected.said_s:
-        took = time.perf_counter() - scheduler.started
-        echo(f"sweep {sweep.name}: {len(todo)} runs in {duration(took)}; expected {duration(expected.said_s)} before the "
-             f"first ({(expected.said_s - took) / took:+.0%})")
-    return manifest
-
-
-def resumed_epochs(run_dir: Path) -> int:
-    """Epochs a run will not train again: those its metrics hold, when a checkpoint lets it resume from them."""
-    if not (run_dir / runfiles.CHECKPOINTS / runfiles.LAST_CHECKPOINT).is_file():
-        return 0
-    return len(read_epochs(run_dir / runfiles.METRICS, growing=True))
-
-
-def expect(sweep: Sweep, out: Path, manifest: dict[str, Any], todo: list[SweepRun], slots: SlotPool, echo):
-    """The sweep's time, said before its first run (sweep/estimate.py); None when it cannot be made."""
+def expect(sweep: Sweep, folder: SweepFolder, manifest: Manifest, todo: list[SweepRun], slots: SlotPool, echo):
+    """The sweep's time, said before its first point (sweep/estimate.py); None when it cannot be made."""
     from ddplab.planner.links import LINKS_FILE, read_links
     from ddplab.sweep import estimate
 
-    walls = {e["name"]: (e["wall_s"], e.get("wall_epochs")) for e in manifest["runs"]
-             if e["status"] == "finished" and e.get("wall_s")}
-    done = {run.name: resumed_epochs(out / "runs" / run.name) for run in todo}
-    found = estimate.estimate(sweep, todo, done, walls, links=read_links(out / LINKS_FILE), echo=echo)
+    walls = {e.name: (e.wall_s, e.wall_epochs) for e in manifest.runs if e.status is Status.FINISHED and e.wall_s}
+    # Epochs a point will not train again: those its metrics hold, when a checkpoint lets it resume from them.
+    done = {run.name: len(read_epochs(point.run_dir / runfiles.METRICS, growing=True)) if point.resumes() else 0
+            for run in todo if (point := Point(folder, run.name, run.config, run.launch))}
+    found = estimate.estimate(sweep, todo, done, walls, links=read_links(folder.root / LINKS_FILE), echo=echo)
     if found is None:
         return None
     at_once = max(1, min(slots.parallel, len(todo)))
@@ -270,11 +237,12 @@ def expect(sweep: Sweep, out: Path, manifest: dict[str, Any], todo: list[SweepRu
 @dataclass
 class Running:
     run: SweepRun
-    entry: dict[str, Any]
+    entry: Entry
     tag: str
     slot: Slot
     child: Child
     watch: EpochWatch
+    point: Point
 
 
 class Scheduler:
@@ -282,15 +250,15 @@ class Scheduler:
     manifest (rewritten whole, so valid at every moment) and, on Ctrl-C or SIGTERM, stops every running
     tree at once, each left resumable."""
 
-    def __init__(self, out: Path, manifest: dict[str, Any], slots: SlotPool, timeout_s: float | None, echo,
+    def __init__(self, folder: SweepFolder, manifest: Manifest, slots: SlotPool, timeout_s: float | None, echo,
                  expected=None):
-        self.out, self.manifest, self.slots, self.timeout_s, self.echo = out, manifest, slots, timeout_s, echo
+        self.folder, self.manifest, self.slots, self.timeout_s, self.echo = folder, manifest, slots, timeout_s, echo
         self.expected = expected  # estimate.Estimate, or None: the mean finished run prices the rest
         self.running: list[Running] = []
         self.walls: list[float] = []
         self.started = time.perf_counter()
 
-    def run(self, todo: list[tuple[SweepRun, dict[str, Any]]]) -> None:
+    def run(self, todo: list[tuple[SweepRun, Entry]]) -> None:
         pending = [(f"[{i}/{len(todo)}] {run.name}", run, entry) for i, (run, entry) in enumerate(todo, 1)]
         self.total = len(todo)
         self.pending = pending
@@ -314,31 +282,29 @@ class Scheduler:
                 self.record(r, done)
             raise
 
-    def start(self, tag: str, run: SweepRun, entry: dict[str, Any], slot: Slot) -> bool:
+    def start(self, tag: str, run: SweepRun, entry: Entry, slot: Slot) -> bool:
         """Start a point in `slot`; False when there was nothing left to run (the owner waited for finished it)."""
-        out = self.out
-        run_dir, config_file, log_path = out / entry["dir"], out / entry["config"], out / "logs" / f"{run.name}.log"
-        wait_for_owner(run_dir, tag, self.echo)
-        if (run_dir / runfiles.SUMMARY).is_file():  # the owner waited for was this run, and it finished
-            entry.update(status="finished", exit_code=0, error=None)
-            write_manifest(out, self.manifest)
+        point = Point(self.folder, run.name, run.config, run.launch)
+        wait_for_owner(point.run_dir, tag, self.echo)
+        if point.finished():  # the owner waited for was this point, and it finished
+            entry.ended(Status.FINISHED, 0, None, entry.wall_s, entry.wall_epochs)
+            self.folder.write(self.manifest)
             self.echo(f"{tag}: finished (by the process waited for)")
             return False
-        files.write_text(config_file, run.config.to_toml())
-        resume = (run_dir / runfiles.CHECKPOINTS / runfiles.LAST_CHECKPOINT).is_file()
+        files.write_text(point.config_file, run.config.to_toml())
         where = f", on {slot.describe()}" if slot.cores else ""
-        self.echo(f"{tag}: {'resuming' if resume else 'running'} (log: {log_path}{where})")
-        entry.update(status="running", exit_code=None, error=None)
-        write_manifest(out, self.manifest)
-        watch = EpochWatch(run_dir / runfiles.METRICS, run.config.train.epochs)
+        self.echo(f"{tag}: {'resuming' if point.resumes() else 'running'} (log: {point.log}{where})")
+        entry.status, entry.exit_code, entry.error = Status.RUNNING, None, None
+        self.folder.write(self.manifest)
+        watch = EpochWatch(point.run_dir / runfiles.METRICS, run.config.train.epochs)
         child = None
         try:
-            child = Child(command(run, config_file, run_dir, resume), log_path, timeout_s=self.timeout_s,
-                          env=slot.env(os.environ), cpus=slot.cores, timeout_from="sweep --timeout")
-            self.running.append(Running(run, entry, tag, slot, child, watch))
+            child = point.start(slot.env(os.environ), cpus=slot.cores, timeout_s=self.timeout_s,
+                                timeout_from="sweep --timeout")
+            self.running.append(Running(run, entry, tag, slot, child, watch, point))
         except KeyboardInterrupt:  # between the start and the append: the child is stopped with the others
             if child is not None and not any(r.child is child for r in self.running):
-                self.running.append(Running(run, entry, tag, slot, child, watch))
+                self.running.append(Running(run, entry, tag, slot, child, watch, point))
             raise
         return True
 
@@ -372,17 +338,13 @@ class Scheduler:
             raise KeyboardInterrupt
 
     def record(self, r: Running, done: Finished) -> None:
-        run_dir = self.out / r.entry["dir"]
-        code, error = done.code, done.error
-        status = "finished" if code == 0 and (run_dir / runfiles.SUMMARY).is_file() else "failed"
-        if code == 0 and status == "failed":
-            error = "the run exited 0 but left no summary.json"
-        r.entry.update(status="interrupted" if code == INTERRUPTED else status, exit_code=code, error=error,
-                       wall_s=round(done.wall_s, 1), wall_epochs=r.watch.count() - r.watch.started)
-        write_manifest(self.out, self.manifest)
-        self.echo(f"{r.tag}: " + (f"finished in {duration(done.wall_s)}" if status == "finished"
-                                  else "interrupted (resumable)" if code == INTERRUPTED
-                                  else f"FAILED (exit {code}): {error}"))
+        outcome = r.point.ended(done)
+        r.entry.ended(outcome.status, outcome.exit_code, outcome.error, outcome.wall_s,
+                      wall_epochs=r.watch.count() - r.watch.started)
+        self.folder.write(self.manifest)
+        self.echo(f"{r.tag}: " + (f"finished in {duration(done.wall_s)}" if outcome.status is Status.FINISHED
+                                  else "interrupted (resumable)" if outcome.status is Status.INTERRUPTED
+                                  else f"FAILED (exit {outcome.exit_code}): {outcome.error}"))
 
 
 def wait_for_owner(run_dir: Path, tag: str, echo, grace_s: float = STOP_GRACE_S) -> None:

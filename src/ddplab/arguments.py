@@ -1,0 +1,40 @@
+"""The kinds of value a command-line option takes (argparse `type=`): the commands' and the executors' options
+alike, so a bad value is argparse's one line naming the option. Torch-free."""
+
+import argparse
+import math
+
+from ddplab.errors import ConfigError
+
+
+def whole_list(text: str) -> list[int]:
+    """A comma-separated list of whole numbers >= 1 (1,2,4,8)."""
+    parts = [part.strip() for part in text.split(",")]
+    if not parts or not all(part.isdigit() and int(part) >= 1 for part in parts):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers >= 1")
+    return sorted({int(part) for part in parts})
+
+
+def positive_whole(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return int(text)
+
+
+def parallel_points(text: str) -> int | str:
+    from ddplab.sweep.slots import parse_parallel
+
+    try:
+        return parse_parallel(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
+    return value

@@ -1,0 +1,86 @@
+"""One point of a sweep, as every executor runs it: the local slots and a Slurm array task alike.
+
+A point is `ddplab train` (or torchrun) on its config in the sweep folder, its own process tree,
+its output appended to its log. One that finished is not run again; one with a checkpoint resumes;
+its exit code and run folder say what became of it (`folder.ended_as`). An executor decides only
+where and when a point runs (its cores and GPUs, an allocation's srun) and records the outcome.
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddplab import runfiles
+from ddplab.config import RunConfig
+from ddplab.process import STOP_GRACE_S, Child, Finished, ddplab_command, supervise
+from ddplab.sweep.folder import Status, SweepFolder, ended_as
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of a point that ran: its status, exit code and error line, and how long it took."""
+
+    status: Status
+    exit_code: int | None
+    error: str | None
+    wall_s: float
+
+
+@dataclass(frozen=True)
+class Point:
+    folder: SweepFolder
+    name: str
+    config: RunConfig
+    launch: str = "ddplab"  # or "torchrun": the launcher starts the workers
+
+    @property
+    def run_dir(self) -> Path:
+        return self.folder.run_dir(self.name)
+
+    @property
+    def config_file(self) -> Path:
+        return self.folder.config_file(self.name)
+
+    @property
+    def log(self) -> Path:
+        return self.folder.log(self.name)
+
+    def finished(self) -> bool:
+        return runfiles.run_state(self.run_dir) == "finished"
+
+    def resumes(self) -> bool:
+        """Whether it continues from a checkpoint (an interrupted, preempted or timed-out attempt's)."""
+        return (self.run_dir / runfiles.CHECKPOINTS / runfiles.LAST_CHECKPOINT).is_file()
+
+    def command(self) -> list[str]:
+        args = ["train", "--config", str(self.config_file), "--out", str(self.run_dir), "--output.progress", "false",
+                *(["--resume"] if self.resumes() else [])]
+        if self.launch == "torchrun":
+            return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+                    str(self.config.dist.nproc), "-m", "ddplab", *args]
+        return ddplab_command(*args)
+
+    def start(self, env: Mapping[str, str], *, cpus: Sequence[int] = (), timeout_s: float | None = None,
+              timeout_from: str = "") -> Child:
+        """Started as its own process tree, polled by the caller (a local executor runs several at once)."""
+        return Child(self.command(), self.log, timeout_s=timeout_s, env=env, cpus=cpus, timeout_from=timeout_from)
+
+    def run(self, env: Mapping[str, str], *, wrap: Sequence[str] = (), stop_signal: int = signal.SIGINT,
+            grace_s: float = STOP_GRACE_S) -> Finished:
+        """Run to its end here (a remote task): `wrap` goes before the command (srun for several workers); a
+        KeyboardInterrupt (SIGTERM made one) stops it with `stop_signal`, resumable."""
+        return supervise([*wrap, *self.command()], self.log, env=env, stop_signal=stop_signal, grace_s=grace_s)
+
+    def outcome(self, exit_code: int | None, error: str | None, wall_s: float) -> Outcome:
+        status = ended_as(exit_code, (self.run_dir / runfiles.SUMMARY).is_file())
+        if exit_code == 0 and status is not Status.FINISHED:
+            error = "the run exited 0 but left no summary.json"
+        return Outcome(status, exit_code, error, round(wall_s, 1))
+
+    def ended(self, done: Finished) -> Outcome:
+        return self.outcome(done.code, done.error, done.wall_s)
