@@ -706,3 +706,11 @@ def test_a_plot_is_whole_or_absent(tmp_path, monkeypatch):
     fig, ax = plt.subplots()
     plot = plots.save(fig, tmp_path / "loss.png", "a curve")
     assert plot.path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and list(tmp_path.iterdir()) == [tmp_path / "loss.png"]
+
+
+def test_a_sweep_file_may_name_exactly_the_section_kinds_the_report_has():
+    """spec.KINDS (what a sweep file may say) and report/kinds.py (what the report does with each) name the same kinds."""
+    from ddplab.report.kinds import KINDS
+    from ddplab.sweep.spec import KINDS as NAMES
+
+    assert set(NAMES) == set(KINDS) and NAMES[0] == "all"

@@ -70,3 +70,19 @@ def test_a_run_writes_tensorboard_scalars_that_tensorboard_reads_back(tmp_path):
         scalars = events.Scalars(tag)
         assert [s.step for s in scalars] == [1, 2], tag
         assert [s.value for s in scalars] == pytest.approx([r.metric(key) for r in result.history], rel=1e-6), tag
+
+
+def test_the_main_rank_gets_every_registered_sink_the_run_asks_for_in_order(tmp_path, monkeypatch):
+    """SINKS is the one list a new sink joins; a maker that answers None (TensorBoard off) adds nothing."""
+    from ddplab.config import build_config
+    from ddplab.metrics import sinks
+
+    off = build_config({"output": {"tensorboard": False, "progress": False}})
+    kinds = [type(s).__name__ for s in sinks.run_sinks(off, tmp_path, []).sinks]
+    assert kinds == ["JsonlSink", "SamplesSink", "ProgressBar", "LogSink"]
+
+    class Extra(sinks.NullSink):
+        pass
+
+    monkeypatch.setattr(sinks, "SINKS", (*sinks.SINKS, lambda config, run_dir, history: Extra()))
+    assert type(sinks.run_sinks(off, tmp_path, []).sinks[-1]) is Extra

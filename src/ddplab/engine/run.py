@@ -35,7 +35,7 @@ from ddplab.errors import ConfigError, TrainingError
 from ddplab.metrics.gpu import GpuSampler
 from ddplab.metrics.profiler import build_profiler
 from ddplab.metrics.records import EpochRecord, read_epochs
-from ddplab.metrics.sinks import JsonlSink, LogSink, NullSink, ProgressBar, SamplesSink, SinkGroup, tensorboard_sink
+from ddplab.metrics.sinks import MetricSink, NullSink, run_sinks
 from ddplab.metrics.summary import build_summary, format_summary, read_summary
 from ddplab.metrics.system import Stopwatch, synchronize
 from ddplab.models import count_flops, count_params, create_model, describe_layers
@@ -116,6 +116,7 @@ def run_worker(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
     trainer, info = build_trainer(config, ctx, run_dir)
     trainer.session_start = start
     if config.output.resume:
+        assert plan.resume is not None  # check_run_dir read the folder of every resumed run
         path = run_dir / runfiles.CHECKPOINTS / checkpoint.LAST
         checkpoint.restore(path, trainer.load_state_dict, plan.resume.take_checkpoint(path))
         log.info("resumed from epoch %d (step %d)", trainer.state.epoch, trainer.state.step)
@@ -229,7 +230,9 @@ def maybe_init_from_data(model: torch.nn.Module, train_set, device: torch.device
     if not wants_data_init(model):
         return None
     clock = Stopwatch(device).start()
-    init_whitening(model.whitening, train_set, device)
+    whitening = model.whitening
+    assert isinstance(whitening, torch.nn.Conv2d)  # what wants_data_init checked
+    init_whitening(whitening, train_set, device)
     return round(clock.stop(), 4)
 
 
@@ -278,9 +281,10 @@ def configure_determinism(config: RunConfig, device: torch.device) -> None:
 
 def build_datasets(config: RunConfig, ctx: DistContext):
     d = config.data
-    common = dict(image_size=d.image_size, download=d.download and ctx.is_main, fold=d.fold,
-                  cifar100_labels=d.cifar100_labels, synthetic_size=d.synthetic_size,
-                  num_classes=d.num_classes, seed=config.train.seed, progress=ctx.is_main and config.output.progress)
+    common: dict[str, Any] = dict(
+        image_size=d.image_size, download=d.download and ctx.is_main, fold=d.fold,
+        cifar100_labels=d.cifar100_labels, synthetic_size=d.synthetic_size,
+        num_classes=d.num_classes, seed=config.train.seed, progress=ctx.is_main and config.output.progress)
     root = d.root()
     if d.download and ctx.is_distributed:
         # Rank 0 downloads; the others wait for it instead of racing on the same files.
@@ -299,8 +303,8 @@ def build_loaders(config: RunConfig, ctx: DistContext, train_set, eval_set) -> t
     d, t = config.data, config.train
     spec = AugmentSpec(crop_padding=d.crop_padding, translate=d.translate, flip=d.flip, flip_mode=d.flip_mode, cutout=d.cutout,
                        jitter=d.jitter, rotate=d.rotate)
-    common = dict(device=ctx.device, seed=t.seed, rank=ctx.rank, world_size=ctx.world_size,
-                  channels_last=config.model.channels_last)
+    common: dict[str, Any] = dict(device=ctx.device, seed=t.seed, rank=ctx.rank, world_size=ctx.world_size,
+                                  channels_last=config.model.channels_last)
     train_loader = DeviceLoader(train_set, batch_size=t.batch_size, train=True, augment=spec, drop_last=t.drop_last, **common)
     eval_loader = DeviceLoader(eval_set, batch_size=t.eval_batch_size, train=False, **common)
     seen = min(t.eval_train_images, len(train_set))
@@ -309,13 +313,5 @@ def build_loaders(config: RunConfig, ctx: DistContext, train_set, eval_set) -> t
     return train_loader, eval_loader, train_eval_loader
 
 
-def build_sinks(config: RunConfig, ctx: DistContext, run_dir: Path, history: list[EpochRecord]):
-    if not ctx.is_main:
-        return NullSink()
-    # The bar closes before the epoch's log line is written, so the two never interleave.
-    sinks = [JsonlSink(run_dir / runfiles.METRICS, history), SamplesSink(run_dir, keep_through_epoch=len(history)),
-             ProgressBar(config.train.epochs, enabled=None if config.output.progress else False),
-             LogSink(config.train.epochs)]
-    if config.output.tensorboard:
-        sinks.append(tensorboard_sink(run_dir / runfiles.TENSORBOARD))
-    return SinkGroup(sinks)
+def build_sinks(config: RunConfig, ctx: DistContext, run_dir: Path, history: list[EpochRecord]) -> MetricSink:
+    return run_sinks(config, run_dir, history) if ctx.is_main else NullSink()

@@ -5,7 +5,9 @@ is on (contract 6, STYLE rule 7). Hook points, in order, are the only ones there
 `epoch_start(epoch, num_steps)`, `step(images, loss)` after every optimizer step (`loss` is
 None between progress refreshes), `epoch_end(record)`, then `samples(name, rows)` once per
 kind of reading taken within the epoch ("steps": the training loss at each progress
-refresh; "gpu": utilization samples), and `close()`.
+refresh; "gpu": utilization samples), and `close()`. A new sink (MLflow, W&B) is a class here
+or in a module of its own, and one line in `SINKS`: a function of (config, run folder, earlier
+epochs) that returns it, or None when the run does not ask for it.
 """
 
 from __future__ import annotations
@@ -14,11 +16,15 @@ import json
 import logging
 import math
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ddplab import files
+from ddplab import files, runfiles
 from ddplab.metrics.records import EpochRecord
+
+if TYPE_CHECKING:
+    from ddplab.config import RunConfig
 
 log = logging.getLogger("ddplab")
 
@@ -193,3 +199,19 @@ class SinkGroup(NullSink):
     def close(self) -> None:
         for s in self.sinks:
             s.close()
+
+
+SinkMaker = Callable[["RunConfig", Path, list[EpochRecord]], MetricSink | None]
+# The main rank's sinks, in order (the bar closes before the epoch's log line is written, so the two never interleave).
+SINKS: tuple[SinkMaker, ...] = (
+    lambda config, run_dir, history: JsonlSink(run_dir / runfiles.METRICS, history),
+    lambda config, run_dir, history: SamplesSink(run_dir, keep_through_epoch=len(history)),
+    lambda config, run_dir, history: ProgressBar(config.train.epochs, enabled=None if config.output.progress else False),
+    lambda config, run_dir, history: LogSink(config.train.epochs),
+    lambda config, run_dir, history: tensorboard_sink(run_dir / runfiles.TENSORBOARD) if config.output.tensorboard else None,
+)
+
+
+def run_sinks(config: RunConfig, run_dir: Path, history: list[EpochRecord]) -> SinkGroup:
+    """Every sink the run asks for (the main rank's: the others get a NullSink)."""
+    return SinkGroup([sink for make in SINKS if (sink := make(config, run_dir, history)) is not None])

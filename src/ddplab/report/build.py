@@ -13,6 +13,7 @@ from typing import Any
 from ddplab import files
 from ddplab.report import figures, html, plots, tables
 from ddplab.report.findings import section_findings
+from ddplab.report.kinds import kind_of
 from ddplab.report.runs import load_runs, shown
 from ddplab.report.sections import Section, architecture, build_sections, setup_text
 
@@ -60,13 +61,14 @@ def build_report(paths: list[Path], out: Path, title: str | None = None) -> dict
             if c["row"].get("baseline") is None:
                 c["row"].update(speedup=c["speedup"], efficiency=c["efficiency"], baseline=c["baseline"])
     point_rows = [{**row, "section": s.title} for s in sections for row in s.rows]
-    result = {"out": out, "report_md": out / "report.md", "runs_csv": out / "runs.csv", "points_csv": out / "points.csv",
-              "index_html": out / "index.html", "plots": [p.path for v in views for p in v.plots],
-              "num_runs": len(runs), "num_finished": finished, "num_points": len(point_rows),
-              "num_not_finished": sum(not r.finished and r.status != "skipped" for r in runs),
-              "sections": [{"title": v.title, "findings": [f.text for f in v.findings], "tables": v.tables + v.details,
-                            "setup": v.setup, "plots": v.plots, "kind": s.kind} for v, s in zip(views, sections)],
-              "findings": [f.text for v in views for f in v.findings]}
+    result: dict[str, Any] = {
+        "out": out, "report_md": out / "report.md", "runs_csv": out / "runs.csv", "points_csv": out / "points.csv",
+        "index_html": out / "index.html", "plots": [p.path for v in views for p in v.plots],
+        "num_runs": len(runs), "num_finished": finished, "num_points": len(point_rows),
+        "num_not_finished": sum(not r.finished and r.status != "skipped" for r in runs),
+        "sections": [{"title": v.title, "findings": [f.text for f in v.findings], "tables": v.tables + v.details,
+                      "setup": v.setup, "plots": v.plots, "kind": s.kind} for v, s in zip(views, sections)],
+        "findings": [f.text for v in views for f in v.findings]}
     # Folder names need not be UTF-8 (runs.shown): what the pages and tables show of them is.
     files.write_text(result["runs_csv"], shown(tables.csv_text(list(run_rows.values()), tables.RUN_COLUMNS)))
     files.write_text(result["points_csv"], shown(tables.csv_text(point_rows, tables.point_columns(point_rows))))
@@ -93,7 +95,7 @@ def section_view(section: Section, plot_dir: Path, prefix: str) -> html.SectionV
         shown.append(("Comparisons", "Each point against its baseline: speed (training throughput) and test accuracy, "
                       "each with its verdict.", tables.comparison_table(others, scaling=False)))
     overfits = any((r.get("overfit") or {}).get("overfits") for r in rows)
-    if section.kind in ("overfitting", "regularization") or (section.kind == "all" and overfits):
+    if kind_of(section).overfitting == "always" or (kind_of(section).overfitting == "seen" and overfits):
         shown.append(("Overfitting", "Overfits: the test loss ends more than 10% above its lowest while the training "
                       "loss keeps falling. Early stopping: on test loss with patience 2, ddplab's own rule, applied to "
                       "the mean curve.", tables.overfitting_table(rows)))

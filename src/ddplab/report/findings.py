@@ -10,10 +10,9 @@ noise or as measured under load (`report.noise`); every figure is formatted by
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddplab.report import figures, noise
-from ddplab.report.sections import Section, cpu_count
 from ddplab.report.tables import (
     faster,
     loss,
@@ -27,6 +26,9 @@ from ddplab.report.tables import (
     seconds_signed,
     times,
 )
+
+if TYPE_CHECKING:
+    from ddplab.report.sections import Section
 
 DATA_BOUND_SHARE = 0.25  # a data share this large is worth saying: the input pipeline limits the step
 GAP_WORTH_SAYING = 0.10  # train accuracy this far above test is said even without a rising test loss
@@ -46,22 +48,24 @@ class Finding:
 
 
 def section_findings(section: Section) -> list[Finding]:
-    """The section's answer, in reading order."""
+    """The section's answer, in reading order: its kind's findings (report/kinds.py), then what is missing."""
+    from ddplab.report.kinds import kind_of
+
     if not section.rows:
         out = [Finding("no run of this section finished: nothing to compare (see the runs that did not finish)", "missing")]
         return out + not_measured(section)
-    by_kind = {
-        "run": lambda: run_findings(section.rows),
-        "scaling": lambda: scaling_findings(section),
-        "overfitting": lambda: overfitting_findings(section.rows),
-        "regularization": lambda: comparison_findings(section.pairs, overfit=True) + overfitting_findings(
-            [r for r in section.rows if r.get("is_baseline")]),
-        "compare": lambda: comparison_findings(section.pairs),
-        "all": lambda: (best_accuracy(section.rows) + scaling_findings(section)
-                        + comparison_findings([p for p in section.pairs if not p["scaling"]])
-                        + overfitting_findings(section.rows, brief=True)),
-    }
-    return by_kind.get(section.kind, by_kind["all"])() + not_measured(section) + run_notes(section)
+    return kind_of(section).findings(section) + not_measured(section) + run_notes(section)
+
+
+def all_findings(section: Section) -> list[Finding]:
+    return (best_accuracy(section.rows) + scaling_findings(section)
+            + comparison_findings([p for p in section.pairs if not p["scaling"]])
+            + overfitting_findings(section.rows, brief=True))
+
+
+def regularization_findings(section: Section) -> list[Finding]:
+    return comparison_findings(section.pairs, overfit=True) + overfitting_findings(
+        [r for r in section.rows if r.get("is_baseline")])
 
 
 def pct(row: dict[str, Any], key: str) -> str:
@@ -90,7 +94,7 @@ def run_findings(rows: list[dict[str, Any]]) -> list[Finding]:
 # ---- scaling ---------------------------------------------------------------------------------------
 def scaling_findings(section: Section) -> list[Finding]:
     out = []
-    cpus = cpu_count(section)
+    cpus = section.cpus()
     for c in (p for p in section.pairs if p["scaling"]):
         r, b, verdict = c["row"], c["base"], c["timing_verdict"]
         if c["speedup"] is None:

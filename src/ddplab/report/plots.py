@@ -24,6 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ddplab import files  # noqa: E402
+from ddplab.report.kinds import kind_of  # noqa: E402
 from ddplab.report.runs import Point, groups_without  # noqa: E402
 
 DPI = 100
@@ -46,14 +47,14 @@ def make_plots(section: Any, out_dir: Path, prefix: str) -> list[Plot]:
     """Every plot a section has data for, named `prefix-NAME.png`, in reading order."""
     rows, points, curves = section.rows, section.points, section.curves
     labels = [r["point"] for r in rows]
-    marks = section.kind in ("overfitting", "regularization")
+    kind = kind_of(section)
     made = [
-        plot_curves(labels, curves, rows if marks else None, out_dir / f"{prefix}-curves.png"),
-        plot_speed(rows, out_dir / f"{prefix}-speed.png") if section.kind not in ("run", "overfitting") else None,
+        plot_curves(labels, curves, rows if kind.marks_overfitting else None, out_dir / f"{prefix}-curves.png"),
+        plot_speed(rows, out_dir / f"{prefix}-speed.png") if "speed" in kind.plots else None,
         plot_batch_size(points, rows, out_dir / f"{prefix}-batch-size.png"),
         plot_model(section.model_curves, out_dir / f"{prefix}-predicted.png") if section.model_curves else None,
-        plot_time_breakdown(rows, out_dir / f"{prefix}-time-breakdown.png") if section.kind in ("scaling", "all") else None,
-        plot_step_loss(points, out_dir / f"{prefix}-step-loss.png") if section.kind in ("run", "all") else None,
+        plot_time_breakdown(rows, out_dir / f"{prefix}-time-breakdown.png") if "time-breakdown" in kind.plots else None,
+        plot_step_loss(points, out_dir / f"{prefix}-step-loss.png") if "step-loss" in kind.plots else None,
         plot_gpu_utilization(points, out_dir / f"{prefix}-gpu-utilization.png"),
     ]
     return [p for p in made if p is not None]
@@ -85,7 +86,7 @@ def wrap(label: str) -> str:
 
 
 # ---- curves ----------------------------------------------------------------------------------------
-def curve_series(curve: list[dict[str, Any]], metric: str) -> dict[str, tuple[list, list, list]]:
+def curve_series(curve: list[dict[str, Any]], metric: str) -> dict[str, tuple[list, ...]]:
     """(epochs, means, stds) of train and test `metric` ("loss" or "acc"); train on training images in
     eval mode when the runs measured it, else the running train figure."""
     scale = 100.0 if metric == "acc" else 1.0
@@ -257,8 +258,8 @@ def powers_of_two_axis(ax: Any, ticks: list[float]) -> None:
 
 
 def memory_axis(rows: list[dict[str, Any]]) -> str:
-    labels = {r.get("memory_label") for r in rows if r.get("memory_label")}
-    label = labels.pop() if len(labels) == 1 else None
+    labels = {r["memory_label"] for r in rows if r.get("memory_label")}
+    label = labels.pop() if len(labels) == 1 else ""
     return {"peak_rss_mib": "peak RSS per rank (MiB; the whole process: data, torch)",
             "peak_alloc_mib": "peak allocated per rank (MiB)",
             "peak_reserved_mib": "peak reserved per rank (MiB)"}.get(label, "peak memory per rank (MiB)")

@@ -18,6 +18,7 @@ from typing import Any
 from ddplab.config import SCHEDULES_OVER_THE_RUN
 from ddplab.planner.links import LINKS_FILE, MeasuredLinks, read_links
 from ddplab.report import figures, noise, predictions
+from ddplab.report.kinds import kind_of
 from ddplab.report.runs import (
     Point,
     Run,
@@ -56,6 +57,11 @@ class Section:
     model_curves: predictions.Curves | None = None  # the model's curves beside the measured scaling points
     skipped: list[str] = field(default_factory=list)  # files of its sweep the report could not use, said in its findings
 
+    def cpus(self) -> int | None:
+        """The CPUs of the machine its runs trained on (env.json), when they all say the same."""
+        found = {r.env.get("cpus") for p in self.points for r in p.runs}
+        return found.pop() if len(found) == 1 and None not in found else None
+
     @property
     def slug(self) -> str:
         return re.sub(r"[^a-z0-9]+", "-", self.title.lower()).strip("-")[:40] or "section"
@@ -78,6 +84,7 @@ def build_sections(runs: list[Run], run_rows: dict[str, dict[str, Any]]) -> list
 
 def sweep_sections(runs: list[Run]) -> list[Section]:
     sweep = runs[0].sweep
+    assert sweep is not None  # build_sections passes the runs of one sweep
     by_name = {r.name.rsplit("/", 1)[-1]: r for r in runs}  # report names may carry the parent folder
     specs = sweep.sections or [{"title": sweep.description or sweep.name, "kind": "all", "runs": list(by_name)}]
     out = []
@@ -111,9 +118,10 @@ def analyse(section: Section, run_rows: dict[str, dict[str, Any]]) -> None:
         row["overfit"] = figures.overfitting(curve)
         row["acc_noise"] = noise.accuracy_noise(row)[0]
     section.problems = [run_rows[r.name] for r in section.runs if not r.finished]
-    if section.kind in ("run", "overfitting"):
+    kind = kind_of(section)
+    if kind.pairs == "own":
         section.pairs = []  # these answer from each point's own figures
-    elif section.baseline_runs and section.kind != "all":
+    elif section.baseline_runs and kind.pairs == "baseline":
         section.pairs = declared_pairs(section)
     else:
         section.pairs = scaling_pairs(section) + axis_pairs(section)
@@ -132,7 +140,7 @@ def declared_pairs(section: Section) -> list[dict[str, Any]]:
             continue
         j = min(base_idx, key=lambda b: (len(differing(experiment_config(section.points[b].config), experiment_config(point.config))),
                                          sum(section.points[b].axes.get(a) != v for a, v in point.axes.items())))
-        out.append(pair(section, i, j, scaling=section.kind == "scaling", base_row=equal_epochs(section, i, j)))
+        out.append(pair(section, i, j, scaling=kind_of(section).speedups, base_row=equal_epochs(section, i, j)))
     return out
 
 
@@ -147,7 +155,8 @@ def equal_epochs(section: Section, i: int, j: int) -> dict[str, Any] | None:
     if (not names & set(section.adapted_points)
             or not isinstance(epochs, (int, float)) or not epochs or epochs != int(epochs)
             or not all(r.finished for r in point.runs + base.runs)
-            or not all(r.summary["run"].get("epochs_planned") == len(r.history) for r in point.runs)  # not stopped early
+            or not all(r.summary is not None and r.summary["run"].get("epochs_planned") == len(r.history)
+                       for r in point.runs)  # not stopped early
             or min(len(r.history) for r in base.runs) <= epochs
             or {r.seed for r in point.runs} != {r.seed for r in base.runs}
             or base.config.get("optim.schedule", SCHEDULES_OVER_THE_RUN[0]) in SCHEDULES_OVER_THE_RUN):
@@ -263,7 +272,3 @@ def architecture(section: Section) -> str | None:
     return layers.pop() if len(layers) == 1 and None not in layers else None
 
 
-def cpu_count(section: Section) -> int | None:
-    """The CPUs of the machine the section's runs trained on (env.json), when they all say the same."""
-    found = {r.env.get("cpus") for p in section.points for r in p.runs}
-    return found.pop() if len(found) == 1 and None not in found else None
