@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # The test suite, from scratch: installs what it needs, then runs pytest. Extra arguments go to pytest.
 # As root on Debian it also installs headless Chromium for the browser test and Slurm for the Slurm tests (each
-# skipped, with the reason, without them).
+# skipped, with the reason, without them). `--fast`: the fast tier (-m "not slow"), which needs neither: it
+# installs no system package (bootstrap only makes .venv when there is none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  [ -x .venv/bin/python ] || bash scripts/bootstrap.sh
+  exec .venv/bin/python -m pytest -q -m "not slow" "$@"
+fi
 bash scripts/bootstrap.sh
 if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "test: installing chromium for the browser test" >&2

@@ -1,4 +1,4 @@
-"""The code passes the linter CI holds it to (ruff; rules and exceptions in pyproject.toml's [tool.ruff])."""
+"""The code passes the linter and the type checker CI holds it to (ruff, mypy; their rules in pyproject.toml)."""
 
 import subprocess
 import sys
@@ -13,4 +13,14 @@ def test_src_and_tests_pass_ruff():
     pytest.importorskip("ruff", reason="ruff comes with the test extra (pip install -e '.[test]')")
     proc = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "src", "tests", "benchmarks", "scripts"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+@pytest.mark.slow  # about 30 s from cold
+def test_src_passes_the_type_checker():
+    """mypy over src/ddplab (settings in pyproject.toml's [tool.mypy]): a None that flows where a value is expected,
+    an argument of the wrong kind, a call to what a module does not have."""
+    pytest.importorskip("mypy", reason="mypy comes with the test extra (pip install -e '.[test]')")
+    proc = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental"], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

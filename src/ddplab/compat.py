@@ -56,7 +56,7 @@ def check_torch() -> None:
     import sys
 
     need = ".".join(map(str, MIN_TORCH))
-    torch = sys.modules.get("torch", False)
+    torch: Any = sys.modules.get("torch", False)
     try:
         version = torch.__version__ if torch else None if torch is None else importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
@@ -78,7 +78,7 @@ def accepted_kwargs(cls: type, kwargs: dict[str, Any], optional: set[str]) -> di
     return {k: v for k, v in kwargs.items() if k in names or k not in optional}
 
 
-def ddp_buffer_sync() -> dict[str, bool]:
+def ddp_buffer_sync() -> dict[str, Any]:
     """DDP keyword that broadcasts rank 0's buffers (BatchNorm statistics) every forward (PITFALLS row 12)."""
     import inspect
 
@@ -106,7 +106,7 @@ def agent_signals_without_sigint() -> str:
     """The elastic agent's own signals (LaunchConfig.signals_to_handle's default) less SIGINT, which the launcher keeps."""
     from torch.distributed.launcher.api import LaunchConfig
 
-    default = next(f.default for f in dataclasses.fields(LaunchConfig) if f.name == "signals_to_handle")
+    default: Any = next(f.default for f in dataclasses.fields(LaunchConfig) if f.name == "signals_to_handle")
     return ",".join(s for s in default.split(",") if s.strip() != "SIGINT")
 
 

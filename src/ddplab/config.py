@@ -596,7 +596,8 @@ def reference_markdown() -> str:
     for section, cls in SECTIONS.items():
         out += [f"`[{section}]`", "", "| setting | default | meaning |", "|---|---|---|"]
         for f in fields(cls):
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+            default = (f.default if f.default is not dataclasses.MISSING
+                       else f.default_factory())  # type: ignore[operator]
             shown = "unset" if default is None else repr(default).replace("'", '"')
             out.append(f"| `{section}.{f.name}` | `{shown}` | {f.metadata['help'].replace('|', '/')} |")
         out.append("")

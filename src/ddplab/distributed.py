@@ -19,6 +19,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -37,7 +38,7 @@ class DistContext:
     local_rank: int = 0
     device: torch.device = torch.device("cpu")
     backend: str | None = None  # None: no process group
-    monitor: object = None  # a separate Gloo group, for monitored_barrier
+    monitor: dist.ProcessGroup | None = None  # a separate Gloo group, for monitored_barrier
     hosts: tuple[str, ...] = ()  # each rank's address (multi-node runs), to name the host of a rank in errors
 
     def on_host(self, rank: int) -> str:
@@ -148,7 +149,9 @@ def _slurm_rendezvous_env() -> None:
         try:
             shown = subprocess.run(["scontrol", "show", "node", "-o", first], capture_output=True, text=True,
                                    check=True, timeout=30).stdout
-            first = re.search(r"\bNodeAddr=(\S+)", shown).group(1)
+            found = re.search(r"\bNodeAddr=(\S+)", shown)
+            if found:
+                first = found.group(1)
         except (OSError, subprocess.SubprocessError, AttributeError):
             pass
         os.environ["MASTER_ADDR"] = first
@@ -279,7 +282,7 @@ def distributed_context(config: RunConfig, place: ProcessPlace | None) -> Iterat
     backend = resolve_backend(config.dist.backend, on_cuda=device.type == "cuda", shared_device=shared)
     if backend == "gloo" and config.dist.nnodes > 1:
         maybe_set_gloo_interface()
-    init_kwargs = {"device_id": device} if backend == "nccl" else {}
+    init_kwargs: dict[str, Any] = {"device_id": device} if backend == "nccl" else {}
     timeout = timedelta(seconds=config.dist.timeout_s)
     dist.init_process_group(backend=backend, store=rendezvous_store(place, timeout), rank=place.rank,
                             world_size=place.world_size, timeout=timeout, **init_kwargs)
@@ -302,7 +305,7 @@ def unwrap(model: nn.Module) -> nn.Module:
         if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
             model = model.module
         elif hasattr(model, "_orig_mod"):
-            model = model._orig_mod
+            model = model._orig_mod  # type: ignore[assignment]
         else:
             return model
 
@@ -328,7 +331,7 @@ def wrap_model(model: nn.Module, config: RunConfig, ctx: DistContext) -> nn.Modu
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model = model.to(ctx.device)
     if config.model.channels_last:
-        model = model.to(memory_format=torch.channels_last)
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     if d.strategy == "dp":
         model = nn.DataParallel(model)
     elif ctx.is_distributed:
@@ -340,7 +343,8 @@ def wrap_model(model: nn.Module, config: RunConfig, ctx: DistContext) -> nn.Modu
         maybe_register_comm_hook(model, d.comm_hook)
     if config.model.compile:
         # After DDP, so DDPOptimizer can split graphs at bucket boundaries.
-        model = torch.compile(model, mode=None if config.model.compile_mode == "default" else config.model.compile_mode)
+        model = torch.compile(  # type: ignore[assignment]
+            model, mode=None if config.model.compile_mode == "default" else config.model.compile_mode)
     return model
 
 

@@ -66,7 +66,7 @@ def check_env(world_size: int | None = None, epochs: int | None = None, steps: i
                           f"{steps} optimizer step{'s' if steps != 1 else ''}")
 
 
-_UNREAD = ("", {})
+_UNREAD: tuple[str, dict[str, int]] = ("", {})
 _FAULT: tuple[str, dict[str, int]] | None = _UNREAD  # read on first use: importing this module never fails
 
 

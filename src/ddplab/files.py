@@ -24,7 +24,7 @@ def user_path(text: str | Path) -> Path:
     return Path(text).expanduser()
 
 
-def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
     """Call `write(tmp)` and rename tmp to `path`; on any failure remove tmp and re-raise."""
     path = Path(path)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # two writers of one file never share a temp file

@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from ddplab import compat, errors, faults, watchdog
 from ddplab.config import DistConfig, RunConfig
@@ -387,7 +388,7 @@ _ERROR_TYPES = {cls.__name__: cls for cls in (errors.ConfigError, errors.DataErr
 ROOT_CAUSE_WINDOW_S = 2  # failures this close to the first count as one event
 
 
-def root_failure(failures: dict) -> tuple[int, object]:
+def root_failure(failures: dict) -> tuple[int, Any]:
     """The failed rank that caused the others: among the failures of the first moment, one that
     recorded an exception before one that merely died.
 
@@ -413,6 +414,7 @@ def worker_failure(exc, max_restarts: int) -> errors.DdplabError:
     raw = failure.message
     message = raw.get("message", "") if isinstance(raw, dict) else str(raw)
     match = re.match(r"^(\w+): (.*)$", message, re.S)
+    cls: type[errors.DdplabError]
     cls, text = errors.TrainingError, message
     if match and match.group(1) in _ERROR_TYPES:
         cls, text = _ERROR_TYPES[match.group(1)], match.group(2)

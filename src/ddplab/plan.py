@@ -38,6 +38,7 @@ class RunPlan:
 
     @property
     def run_dir(self) -> Path:
+        assert self.config.output.out is not None  # named by with_out_folder before any plan
         return Path(self.config.output.out)
 
     def nothing_to_do(self) -> str | None:
@@ -105,6 +106,7 @@ def _folder_checked(config: RunConfig, place: ProcessPlace | None, holds: bool,
         yield RunPlan(config, place, False, check_run_dir(config, saved))
         return
     refuse_by_state(config)  # a refused run leaves no lock file behind in a folder that is not its own
+    assert config.output.out is not None
     with run_lock(Path(config.output.out)):
         yield RunPlan(config, place, True, check_run_dir(config, saved))
 
@@ -112,6 +114,7 @@ def _folder_checked(config: RunConfig, place: ProcessPlace | None, holds: bool,
 def resumed_after_restart(config: RunConfig) -> RunConfig:
     """A restarted worker group (elastic agent or torchrun) continues from the last checkpoint."""
     restarts = int(os.environ.get(RESTART_COUNT, "0"))
-    if restarts > 0 and (Path(config.output.out) / runfiles.CHECKPOINTS / runfiles.LAST_CHECKPOINT).exists():
+    out = config.output.out
+    if restarts > 0 and out is not None and (Path(out) / runfiles.CHECKPOINTS / runfiles.LAST_CHECKPOINT).exists():
         return dataclasses.replace(config, output=dataclasses.replace(config.output, resume=True))
     return config

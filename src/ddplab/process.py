@@ -141,7 +141,7 @@ def stop_all(children: Sequence[Child], sig: int = signal.SIGINT, grace_s: float
         deadline = time.monotonic() + grace_s
         for child in children:
             stop_tree(child.proc, sig, grace_s=max(deadline - time.monotonic(), 0.0), signalled=True)
-        return [child.finished(INTERRUPTED if exited[id(child)] is None else exited[id(child)]) for child in children]
+        return [child.finished(INTERRUPTED if (code := exited[id(child)]) is None else code) for child in children]
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -241,10 +242,11 @@ def dataset_info(name: str, root: str | Path | None) -> dict:
         return _image_folder_info(root)
     splits = {s: load_dataset(name, root, s) for s in ("train", "test")}
     train = splits["train"]
-    info = {"name": name, "root": str(root), "folder": str(dataset_folder(name, root)),
-            "classes": train.classes, "num_classes": train.num_classes, "image_shape": list(train.image_shape),
-            "mean": list(train.mean), "std": list(train.std),
-            "splits": {s: _split_entry(d) for s, d in splits.items()}, "files": []}
+    info: dict[str, Any] = {
+        "name": name, "root": str(root), "folder": str(dataset_folder(name, root)),
+        "classes": train.classes, "num_classes": train.num_classes, "image_shape": list(train.image_shape),
+        "mean": list(train.mean), "std": list(train.std),
+        "splits": {s: _split_entry(d) for s, d in splits.items()}, "files": []}
     if name != "synthetic":
         key = _archive_key(name, root)
         info["folder"] = str(root / dl.ARCHIVES[key].folder)
@@ -254,7 +256,8 @@ def dataset_info(name: str, root: str | Path | None) -> dict:
 
 
 def _image_folder_info(root: Path) -> dict:
-    splits, classes = {}, []
+    splits: dict[str, dict[str, Any]] = {}
+    classes: list[str] = []
     for split in formats.image_folder_splits(root):
         files, labels, classes = formats.image_folder_index(root, split)
         counts = torch.bincount(torch.tensor(labels), minlength=len(classes))
@@ -298,15 +301,15 @@ def verify_dataset(name: str, root: str | Path | None) -> list[str]:
     if missing:
         return problems
     fmt = "python" if key == "cifar10-python" else "binary"
-    for split, official in zip(("train", "test"), OFFICIAL_SPLIT_SIZES[name]):
+    for split, official_size in zip(("train", "test"), OFFICIAL_SPLIT_SIZES[name]):
         try:
             data = load_dataset(name, root, split, cifar10_format=fmt)
         except DataError as exc:
             problems.append(f"error: {exc}")
             continue
-        if len(data) != official:
+        if len(data) != official_size:
             problems.append(f"warning: the {split} split of {folder} has {len(data):,} images; "
-                            f"the official one has {official:,}")
+                            f"the official one has {official_size:,}")
         if name == "stl10" and split == "train":
             try:
                 formats.read_stl10_folds(folder, len(data))

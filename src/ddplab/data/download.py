@@ -24,6 +24,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ddplab.errors import ConfigError, DataError
 
@@ -243,7 +244,7 @@ def extract(archive: str | Path, root: str | Path) -> list[Path]:
             members = tar.getmembers()
             for member in members:
                 _check_member(member, archive)
-            kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            kwargs: dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
             tar.extractall(tmp, members=members, **kwargs)
         placed = []
         for entry in sorted(tmp.iterdir()):
@@ -260,7 +261,7 @@ def extract(archive: str | Path, root: str | Path) -> list[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def missing_files(name: str, root: str | Path) -> list[str]:
+def missing_files(name: str, root: str | os.PathLike[str]) -> list[str]:
     """Required files of dataset `name` absent from its canonical folder under `root`."""
     spec = spec_for(name)
     folder = Path(root) / spec.folder

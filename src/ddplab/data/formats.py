@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import pickle
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -212,7 +213,7 @@ def _as_str(value: object) -> str:
     return value.decode("latin1") if isinstance(value, bytes) else str(value)
 
 
-def _load_batch_dict(path: Path) -> dict[str, object]:
+def _load_batch_dict(path: Path) -> dict[str, Any]:
     obj = restricted_load(path)
     if not isinstance(obj, dict):
         raise DataError(f"{path} holds a {type(obj).__name__}, not a CIFAR batch dict; {_fix('cifar10', path.parent)}")

@@ -66,7 +66,7 @@ class DeviceLoader:
         data: ImageDataset,
         *,
         batch_size: int,
-        device: torch.device,
+        device: torch.device | str,
         train: bool,
         seed: int = 0,
         rank: int = 0,
@@ -94,10 +94,10 @@ class DeviceLoader:
         self.drop_last = drop_last
         self.channels_last = channels_last
         use_aug = train and augment is not None and not augment.is_identity()
-        self.augmenter = Augmenter(augment) if use_aug else None
+        self.augmenter = Augmenter(augment) if use_aug and augment is not None else None
         self.epoch = 0
         self.flip_parity: torch.Tensor | None = None  # alternating flip: each image's epoch-1 choice
-        if self.augmenter is not None and augment.flip and augment.flip_mode == "alternate":
+        if self.augmenter is not None and self.augmenter.spec.flip and self.augmenter.spec.flip_mode == "alternate":
             g = torch.Generator()
             g.manual_seed(derive_seed(seed, 0, 0, "flip"))  # the same on every rank: an image's flips agree
             self.flip_parity = torch.randint(0, 2, (len(self.labels),), generator=g, dtype=torch.uint8).to(self.device)
@@ -152,9 +152,11 @@ class DeviceLoader:
     def _make_batch(self, raw: torch.Tensor, gen: torch.Generator | None, batch: torch.Tensor | None = None) -> torch.Tensor:
         x = raw.float().div_(255)
         if self.augmenter is not None:
+            assert gen is not None  # __iter__ makes one whenever there is an augmenter
             x = self.augmenter(x, gen, self.mirror_mask(batch) if batch is not None else None)
         x = x.sub_(self.mean).div_(self.std)
         if self.augmenter is not None:
+            assert gen is not None
             x = self.augmenter.apply_cutout(x, gen)
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)

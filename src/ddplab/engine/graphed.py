@@ -118,6 +118,7 @@ class GraphedStep:
                 loss = self.run_step()
         self.replays += 1
         meter.add(self.meter.sums, self.accumulate * self.batch_size)
+        assert loss is not None  # set by the capture whenever there is a graph
         return loss.clone()  # the next replay overwrites the graph's output
 
 
@@ -143,6 +144,7 @@ def restore(saved: dict[str, Any], model: torch.nn.Module, optimizer: torch.opti
     step count, RMSprop's averages, and a momentum buffer whose first update then equals
     the gradient, as SGD's first step (zero dampening) sets it.
     """
+    p: torch.Tensor
     for p, value in zip(model.parameters(), saved["params"]):
         p.copy_(value)
     for p, grad in zip(model.parameters(), saved["grads"]):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from typing import Any
 
 import torch
 from torch.optim import Optimizer
@@ -26,12 +27,13 @@ def build_optimizer(params, cfg: OptimConfig, device: torch.device | str = "cpu"
                     momentum=cfg.momentum if cfg.muon_momentum is None else cfg.muon_momentum,
                     other_momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=cfg.weight_decay,
                     ns_steps=cfg.muon_ns_steps, normalize=cfg.muon_normalize)
-    cls, kwargs = {
+    options: dict[str, tuple[type[Any], dict[str, Any]]] = {
         "sgd": (torch.optim.SGD, dict(momentum=cfg.momentum, nesterov=cfg.nesterov)),
         "adam": (torch.optim.Adam, dict(betas=tuple(cfg.betas), eps=cfg.eps)),
         "adamw": (torch.optim.AdamW, dict(betas=tuple(cfg.betas), eps=cfg.eps)),
         "rmsprop": (torch.optim.RMSprop, dict(alpha=cfg.alpha, eps=cfg.eps, momentum=cfg.momentum)),
-    }[cfg.name]
+    }
+    cls, kwargs = options[cfg.name]
     if capturable and "capturable" in inspect.signature(cls).parameters:
         kwargs["capturable"] = True
     return cls(params, lr=cfg.lr, weight_decay=cfg.weight_decay, **kwargs, **fused_kwargs(cls, torch.device(device)))

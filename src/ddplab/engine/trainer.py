@@ -165,7 +165,7 @@ class Trainer:
         train_s = clock.stop()
         cpu_end = contention.snapshot()
         ddp = self.ddp_timings(train.ddp_start) if train.phases is not None else {}
-        phases = {}
+        phases: dict[str, Any] = {}
         if train.phases is not None:  # the communication probe runs outside the epoch's clock
             phases = {**train.phases, "comm_wait_s": self.comm_wait_per_step(train.last_step) * self.steps_per_epoch()}
         eval_clock = Stopwatch(self.ctx.device).start()
@@ -173,13 +173,13 @@ class Trainer:
         train_eval = self.evaluate_training_images()
         eval_s = eval_clock.stop()
         gpu_other = self.gpu_sampler.other_processes() if self.gpu_sampler is not None else None
-        load = contention.epoch_contention(
+        load: dict[str, Any] = contention.epoch_contention(
             self.ctx.all_gather_floats(contention.rank_interval(cpu_start, cpu_end, gpu_other)), train_s)
-        memory = peak_memory_mib(self.ctx.device)
+        memory: dict[str, Any] = peak_memory_mib(self.ctx.device)
         if data_parallel:  # one process, many GPUs: one figure per GPU
             memory["gpu_peak_alloc_mib"] = peak_alloc_per_gpu_mib()
         gpu_rows = sampler.stop() if sampler is not None else []
-        gpu = {}
+        gpu: dict[str, Any] = {}
         if sampler is not None:  # on every rank or none: the figures are gathered
             figures = summarize_gpu(gpu_rows)
             gpu = {"gpu_util_pct": figures["mean_util_pct"], "gpu_mem_used_mib": figures["peak_mem_used_mib"]}
@@ -221,7 +221,7 @@ class Trainer:
         means = None if captured else compat.ddp_epoch_means(start, self.ddp_totals())
         return means or dict.fromkeys(compat.DDP_TIMINGS, math.nan)
 
-    def per_rank(self, **values: float) -> dict[str, list[float]]:
+    def per_rank(self, **values: float) -> dict[str, list[float | None]]:
         """Each rank's own figures, gathered (one collective per epoch), by name."""
         names = list(values)
         table = self.ctx.all_gather_floats([float(values[n]) for n in names])
@@ -292,6 +292,7 @@ class Trainer:
             for name, b in module.named_buffers():
                 b.copy_(buffers[name])
         if ddp is not None:
+            assert forward_sync is not None
             ddp.require_forward_param_sync = forward_sync
         self.model.train()
         return shapes
@@ -419,7 +420,7 @@ class Trainer:
             return 0.0
         was_training = self.model.training
         self.model.eval()
-        times = {True: [], False: []}
+        times: dict[bool, list[float]] = {True: [], False: []}
         for _ in range(repeats):
             for sync in (True, False):
                 clock = Stopwatch(self.ctx.device).start()
@@ -440,10 +441,10 @@ class Trainer:
                              f"last good checkpoint: {last}. Lower --lr, add --optim.grad_clip, or use fp32/bf16")
 
     # ---- evaluation --------------------------------------------------------------------
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self) -> dict[str, Any]:
         return evaluate(self.model, self.eval_loader, self.precision, self.ctx, tta=self.config.train.tta)
 
-    def evaluate_training_images(self) -> dict[str, float] | None:
+    def evaluate_training_images(self) -> dict[str, Any] | None:
         """Loss and accuracy on training images measured as the test set is (eval mode, no augmentation):
         the train side of the train-test gap. The running `train_acc` is over augmented batches
         with dropout on and weights that changed during the epoch, so it is not comparable."""
@@ -499,7 +500,8 @@ class Trainer:
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, loader, precision: Precision, ctx: DistContext, tta: str = "none") -> dict[str, float]:
+def evaluate(model: torch.nn.Module, loader, precision: Precision, ctx: DistContext,
+             tta: str = "none") -> dict[str, Any]:
     """Plain cross-entropy and accuracy over the whole evaluation set, each sample once.
 
     The loader shards without padding, so the all-reduced sums count every sample exactly

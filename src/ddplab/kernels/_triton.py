@@ -18,6 +18,8 @@ strides work (NCHW or NHWC input, the output takes the input's memory format).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import triton
 import triton.language as tl
@@ -179,7 +181,7 @@ def _tile_configs() -> list[triton.Config]:
 # runtime); compiled kernels are autotuned per layer shape on first use (excluded from timing
 # by the benchmark's warm-up).
 _INTERPRETER_TILE = {"BLOCK_M": 32, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 4}
-_conv_relu_fwd_tuned = triton.autotune(
+_conv_relu_fwd_tuned: Any = triton.autotune(
     configs=_tile_configs(), key=["N", "C", "H", "W", "K", "P", "Q", "R", "S"]
 )(_conv_relu_fwd_kernel) if not INTERPRETED else None
 
@@ -222,6 +224,7 @@ def conv_relu_forward(
     )
     consts = dict(R=r, S=s, HAS_BIAS=bias is not None, UPCAST_DOT=INTERPRETED, PRECISION=precision)
     m = n * p * q
+    grid: Any
     if INTERPRETED:
         tile = _INTERPRETER_TILE
         grid = (triton.cdiv(m, tile["BLOCK_M"]) * triton.cdiv(k, tile["BLOCK_N"]),)

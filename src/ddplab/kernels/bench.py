@@ -33,6 +33,7 @@ enough times to last >= 1 ms (so launch latency is amortized as in a training lo
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import statistics
 import time
@@ -48,7 +49,8 @@ from ddplab.metrics.system import device_name, synchronize
 GRAY_IMAGE = (3, 128, 128)
 
 # Vendor peak figures for the roofline floors in NOTES.md (dense, no sparsity).
-H100_SXM = {"name": "H100 SXM", "bf16_tflops": 989.4, "tf32_tflops": 494.7, "fp32_tflops": 66.9, "hbm_gbps": 3350.0}
+H100_SXM: dict[str, Any] = {"name": "H100 SXM", "bf16_tflops": 989.4, "tf32_tflops": 494.7, "fp32_tflops": 66.9,
+                            "hbm_gbps": 3350.0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,7 +136,7 @@ def roofline_floor_s(flops: float, nbytes: float, peak_tflops: float, peak_gbps:
     return max(flops / (peak_tflops * 1e12), nbytes / (peak_gbps * 1e9))
 
 
-def roofline_rows(dtype: torch.dtype = torch.float32, peaks: dict[str, float] = H100_SXM) -> list[dict[str, Any]]:
+def roofline_rows(dtype: torch.dtype = torch.float32, peaks: dict[str, Any] = H100_SXM) -> list[dict[str, Any]]:
     """Per conv shape: FLOPs, minimum bytes, arithmetic intensity and the H100 floor times."""
     key = {torch.float32: "tf32_tflops", torch.bfloat16: "bf16_tflops", torch.float16: "bf16_tflops"}[dtype]
     rows = []
@@ -239,7 +241,7 @@ def gray_rows(device: torch.device, *, num_images: int = 200, loop_images: int =
         batch = images[:count].to(dev)
         try:
             reps, warm = (1, 0) if impl == "python_loop" else (repeats, 3)
-            ms = time_ms(lambda batch=batch, impl=impl: gray_fn(batch, impl=impl), dev, reps, warm)
+            ms = time_ms(functools.partial(gray_fn, batch, impl=impl), dev, reps, warm)
         except Exception as exc:  # a row that fails (e.g. nvcc missing) must not sink the table
             rows.append(_gray_row(variant, dev.type, status="error", reason=f"{type(exc).__name__}: {exc}"))
             continue
@@ -289,7 +291,7 @@ def _conv_callables(shape: ConvShape, variant: str, device: torch.device, dtype:
 
         assert fuse_conv_relu(net, backend="triton") == len(shape.applications())
     if variant == "torch.compile":
-        net = torch.compile(net)
+        net = torch.compile(net)  # type: ignore[assignment]
     params = list(net.parameters())
     gen = torch.Generator(device="cpu").manual_seed(1)
     x = torch.randn((shape.batch, *shape.image), generator=gen).to(device=device, dtype=dtype)
@@ -322,7 +324,7 @@ def conv_rows(device: torch.device, dtype: torch.dtype = torch.float32, *, repea
         costs = conv_costs(shape, dtype)
         for variant in variants:
             dev, reason = _variant_setup(variant, device)
-            row = {"section": "conv_relu", "case": shape.name, "variant": variant, "device": dev.type}
+            row: dict[str, Any] = {"section": "conv_relu", "case": shape.name, "variant": variant, "device": dev.type}
             if reason is not None:
                 rows.append({**row, "status": "needs GPU" if "GPU" in reason else "skipped", "reason": reason})
                 continue
@@ -361,7 +363,7 @@ def run_bench(device: str = "auto", *, repeats: int = 10, quick: bool = False,
     peaks = {"cpu": measure_peaks(torch.device("cpu"), dtype, quick=quick)}
     if dev.type == "cuda":
         peaks["cuda"] = measure_peaks(dev, dtype, quick=quick)
-    variants = CONV_VARIANTS
+    variants: tuple[str, ...] = CONV_VARIANTS
     if quick and dev.type == "cpu":
         variants = tuple(v for v in CONV_VARIANTS if v != "torch.compile")
     rows = gray_rows(dev, num_images=20 if quick else 200, loop_images=1 if quick else 2, repeats=repeats)

@@ -139,8 +139,9 @@ def _save_for_backward(ctx, x, weight, bias, y, stride, padding, dilation) -> No
 def _backward(ctx, grad_y: torch.Tensor):
     x, weight, y = ctx.saved_tensors
     needs = tuple(ctx.needs_input_grad[:3])
+    stride, padding, dilation = ctx.conv_args
     grad_x, grad_w, grad_b = conv_relu_backward_reference(
-        grad_y, x, weight, y, ctx.has_bias, *ctx.conv_args, needs_grad=needs)
+        grad_y, x, weight, y, ctx.has_bias, stride, padding, dilation, needs_grad=needs)
     return grad_x, grad_w, grad_b, None, None, None, None
 
 
@@ -197,6 +198,8 @@ class FusedConvReLU(nn.Module):
     state dicts are interchangeable. `backend` picks the path (see module docstring).
     """
 
+    bias: torch.Tensor | None
+
     def __init__(
         self,
         in_channels: int,
@@ -213,7 +216,7 @@ class FusedConvReLU(nn.Module):
         super().__init__()
         if backend not in BACKENDS:
             raise ValueError(f"unknown conv_relu backend {backend!r}: choose one of {', '.join(BACKENDS)}")
-        conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, dilation,
+        conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, dilation,  # type: ignore[arg-type]
                          bias=bias, device=device, dtype=dtype)
         self._take(conv)
         self.backend = backend
@@ -221,9 +224,10 @@ class FusedConvReLU(nn.Module):
     def _take(self, conv: nn.Conv2d) -> None:
         self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
         self.kernel_size = tuple(conv.kernel_size)
+        assert not isinstance(conv.padding, str)  # from_conv refuses one; __init__ takes ints
         self.stride, self.padding, self.dilation = tuple(conv.stride), tuple(conv.padding), tuple(conv.dilation)
         self.weight = conv.weight
-        self.register_parameter("bias", conv.bias)  # a Parameter, or None, as in nn.Conv2d
+        self.register_parameter("bias", conv.bias)  # type: ignore[arg-type]  # a Parameter, or None, as in nn.Conv2d
 
     @staticmethod
     def unsupported_reason(conv: nn.Conv2d) -> str | None:

@@ -15,12 +15,14 @@ forward() may use the conv's output elsewhere.
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 from torch import nn
 
 from ddplab.kernels.conv_relu import FusedConvReLU
 
 
-def _fusable_conv(module: nn.Module) -> bool:
+def _fusable_conv(module: nn.Module) -> TypeGuard[nn.Conv2d]:
     return type(module) is nn.Conv2d and FusedConvReLU.unsupported_reason(module) is None
 
 

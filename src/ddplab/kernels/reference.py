@@ -53,8 +53,8 @@ def rgb_to_gray_reference(x: torch.Tensor) -> torch.Tensor:
         # The integer numerator is exact in float64 and the division is correctly rounded,
         # so a tie k + 0.5 comes out exactly and floor(g + 0.5) rounds it up, like the
         # integer paths do.
-        w_r, w_g, w_b = GRAY_WEIGHTS_E4
-        gray = (w_r * r + w_g * g + w_b * b) / GRAY_SCALE
+        e_r, e_g, e_b = GRAY_WEIGHTS_E4
+        gray = (e_r * r + e_g * g + e_b * b) / GRAY_SCALE
         return torch.floor(gray + 0.5).clamp_(0, 255).to(torch.uint8)
     w_r, w_g, w_b = GRAY_WEIGHTS
     return (w_r * r + w_g * g + w_b * b).to(x.dtype)

@@ -7,6 +7,7 @@ and tiny so that the Triton interpreter finishes in seconds.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -83,7 +84,8 @@ def check_fuse(device: torch.device) -> dict[str, Any]:
 def run_checks(device: torch.device) -> list[dict[str, Any]]:
     """Every implementation of both ops on `device`, plus the model fusion pass."""
     results = []
-    jobs = [(check_gray, (impl, device)) for impl in ("python_loop", "torch", "triton", "cuda")]
+    jobs: list[tuple[Callable[..., dict[str, Any]], tuple[Any, ...]]] = [
+        (check_gray, (impl, device)) for impl in ("python_loop", "torch", "triton", "cuda")]
     jobs += [(check_conv, (backend, device)) for backend in ("reference", "triton")]
     jobs.append((check_fuse, (device,)))
     for fn, args in jobs:

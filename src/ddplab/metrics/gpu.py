@@ -58,7 +58,7 @@ class GpuSampler:
         self.handles: list[Any] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.nvml = nvml
+        self.nvml: Any = nvml  # the pynvml module (or a stand-in), or None
         if not self.gpus:
             self.nvml, self.reason = None, "no GPU (training on the CPU)"
             return

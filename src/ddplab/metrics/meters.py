@@ -7,6 +7,8 @@ device-to-host sync, so it happens at epoch end and at progress updates only.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
@@ -26,7 +28,7 @@ class ClassificationMeter:
         self.sums += sums
         self.count += count
 
-    def reduced(self, all_reduce_sum) -> dict[str, float]:
+    def reduced(self, all_reduce_sum) -> dict[str, Any]:
         """Global loss, accuracy and count; `all_reduce_sum` sums a tensor over ranks."""
         count = torch.full((1,), float(self.count), dtype=torch.float64, device=self.sums.device)
         totals = all_reduce_sum(torch.cat([self.sums, count]))

@@ -52,7 +52,7 @@ class StepProfiler:
         self.seen = 0  # this session's optimizer steps
         self.written: dict[str, Any] | None = None
         self.problem: str | None = None
-        self._profile = None
+        self._profile: torch.profiler.profile | None = None
         self._env: dict[str, str | None] = {}
 
     def window(self) -> tuple[int, int]:
@@ -83,7 +83,8 @@ class StepProfiler:
     def __exit__(self, *exc) -> None:
         if self._profile is None:
             return
-        self._profile, profile = None, self._profile
+        profile = self._profile
+        self._profile = None
         self.steps = min(self.steps, max(0, self.seen - SKIP_STEPS - WARMUP_STEPS))  # a run that ended early
         try:
             profile.__exit__(*exc)

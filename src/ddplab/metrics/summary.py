@@ -24,6 +24,7 @@ from ddplab.borders import (
     TABLE,
     TEXT,
     WHOLE,
+    Kind,
     check,
     check_each,
     list_of,
@@ -140,8 +141,10 @@ SUMMARY = {
     "ranks": TABLE, "gpu": {"measured": FLAG, "reason": TEXT | None, "per_rank": LIST}, "engine": TABLE | None,
     "profile": TABLE | None,
 }
-SUMMARY_EACH = {"memory": number(0), "phases_s": SECONDS, "contention": number(0) | None,
-                "ranks": {"per_rank": list_of(number() | None), "max": number(), "mean": number()}}
+SUMMARY_EACH: dict[str, Kind | dict[str, Any]] = {
+    "memory": number(0), "phases_s": SECONDS, "contention": number(0) | None,
+    "ranks": {"per_rank": list_of(number() | None), "max": number(), "mean": number()},
+}
 # What every ddplab has written, and the commands that read a summary use without a default.
 SUMMARY_REQUIRED = ("status", "run.dataset", "run.model", "run.strategy", "run.world_size", "run.device", "run.precision",
                     "batch.local", "batch.global", "model.params", "model.flops_per_image", "data.train_images",
@@ -179,9 +182,9 @@ def gpu_summary(gpu: dict[str, Any], history: list[EpochRecord]) -> dict[str, An
     util = [r.per_rank["gpu_util_pct"] for r in history if r.per_rank.get("gpu_util_pct")]
     mem = [r.per_rank["gpu_mem_used_mib"] for r in history if r.per_rank.get("gpu_mem_used_mib")]
     per_rank = []
-    for rank, (u, m) in enumerate(zip(zip(*util), zip(*mem))):
-        u = [v for v in u if v is not None and math.isfinite(v)]
-        m = [v for v in m if v is not None and math.isfinite(v)]
+    for rank, (rank_util, rank_mem) in enumerate(zip(zip(*util), zip(*mem))):
+        u = [v for v in rank_util if v is not None and math.isfinite(v)]
+        m = [v for v in rank_mem if v is not None and math.isfinite(v)]
         per_rank.append({"rank": rank, "mean_util_pct": round(statistics.fmean(u), 1) if u else None,
                          "peak_mem_used_mib": round(max(m), 1) if m else None})
     return {"measured": True, "reason": None, "per_rank": per_rank}
@@ -195,7 +198,7 @@ def per_rank_summary(history: list[EpochRecord]) -> dict[str, dict[str, Any]]:
         if key.endswith("_pct"):  # a rate: averaged over epochs, not summed
             continue
         if key.startswith("ddp_"):  # DDP's own timings: the last epoch's means, where it timed steps
-            last = history[-1].per_rank[key]
+            last: list[Any] = history[-1].per_rank[key]
             if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in last):
                 continue
             per_rank, key = [1000 * v for v in last], key.removesuffix("_s") + "_ms"

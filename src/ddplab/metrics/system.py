@@ -155,7 +155,8 @@ def network_link(address: str | None) -> dict | None:
     try:
         qdisc = subprocess.run(["tc", "qdisc", "show", "dev", name], capture_output=True, text=True, timeout=5).stdout
         found = re.search(r"\brate (\S+)", qdisc)
-        shaped = parse_rate(found.group(1)) / 1e6 if found else None  # tc's spelling, as `ddplab hosts` reads it
+        rate = parse_rate(found.group(1)) if found else None  # tc's spelling, as `ddplab hosts` reads it
+        shaped = rate / 1e6 if rate is not None else None
     except (OSError, subprocess.SubprocessError, HostsError):
         pass
     return {"interface": name, "address": address, "speed_mbit": speed if speed > 0 else None, "shaped_mbit": shaped}

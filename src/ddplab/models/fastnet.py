@@ -164,6 +164,7 @@ class SpeedNet(FastNet):
         self.logit_scale = math.sqrt(HEAD_RATE_RATIO) / width
         with torch.no_grad():
             for group in self.groups:
+                assert isinstance(group, ConvGroup)
                 for conv in (group.conv1, group.conv2):
                     n = min(conv.in_channels, conv.out_channels)
                     nn.init.dirac_(conv.weight[:n, :n])

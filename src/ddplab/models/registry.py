@@ -309,6 +309,10 @@ def _check_width(width: Any) -> float:
 
 
 def _check_dropout(dropout: Any) -> float:
-    if isinstance(dropout, bool) or not isinstance(dropout, numbers.Real) or not 0 <= dropout < 1:
+    if (
+        isinstance(dropout, bool)
+        or not isinstance(dropout, numbers.Real)
+        or not 0 <= dropout < 1  # type: ignore[operator]  # numbers.Real's stub has no reflected comparisons
+    ):
         raise ConfigError(f"model option dropout={dropout!r} is not valid: must be in [0, 1)")
     return float(dropout)

@@ -81,7 +81,7 @@ def vgg_small(
         num_classes=num_classes,
         in_channels=in_channels,
         image_size=image_size,
-        stages=tuple(tuple(scale_channels(c, width) for c in stage) for stage in _STAGES),
+        stages=tuple((scale_channels(a, width), scale_channels(b, width)) for a, b in _STAGES),
         hidden=(scale_channels(256, width), scale_channels(32, width)),
         dropout=dropout,
         batchnorm=batchnorm,

@@ -24,6 +24,7 @@ def predict_run(run_dir: Path, *, gpus: list[int] | None, nodes: list[int], batc
     run = load_run(run_dir)
     if not run.finished:
         raise ConfigError(f"{run_dir} is not a finished ddplab run ({run.error}): plan from a finished one")
+    assert run.summary is not None  # a finished run's
     out = out or Path("plan.json")
     files.ready_to_write(out)
     costs = model.step_costs(run.summary, run.history, run.config)

@@ -118,7 +118,7 @@ def step_costs(summary: dict[str, Any], epochs: list[EpochRecord], config: dict[
     share = 1 if on_cuda else per_node  # SHARED_CORES: one worker alone is this much faster
     data = sum(r.data_s or 0.0 for r in timed)
     comm = sum(r.comm_wait_s or 0.0 for r in timed)
-    compute = sum(r.forward_backward_s for r in timed) - comm
+    compute = sum(r.forward_backward_s or 0.0 for r in timed) - comm  # never None here: checked above
     optimizer = sum(r.optimizer_s or 0.0 for r in timed)
     rest = max(sum(r.train_s for r in timed) - data - compute - comm - optimizer, 0.0)
     return StepCosts(

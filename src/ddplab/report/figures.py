@@ -60,6 +60,7 @@ def run_row(run: Run, point: str = "") -> dict[str, Any]:
 
 def run_figures(run: Run) -> dict[str, Any]:
     s, history = run.summary, run.history
+    assert s is not None  # run_row passes finished runs only
     steady = timed_epochs(history)
     train_s = sum(r.train_s for r in steady)
     label, peak = peak_memory(s)
@@ -104,8 +105,9 @@ def communication(steady: list[EpochRecord], global_batch: int, train_s: float) 
     if not steady or not steps or steady[-1].comm_wait_s is None:
         return out
     out["probe_comm_ms"] = 1000 * sum(r.comm_wait_s or 0.0 for r in steady) / steps
-    timed = [(r.per_rank["ddp_comm_s"], r.per_rank["ddp_overlap_s"]) for r in steady
-             if all(None not in (r.per_rank.get(k) or [None]) for k in ("ddp_comm_s", "ddp_overlap_s"))]
+    timed: list[tuple[list[Any], list[Any]]] = [  # None-free: the condition keeps whole rows only
+        (r.per_rank["ddp_comm_s"], r.per_rank["ddp_overlap_s"]) for r in steady
+        if all(None not in (r.per_rank.get(k) or [None]) for k in ("ddp_comm_s", "ddp_overlap_s"))]
     ranks = len(timed[-1][0]) if timed else 0
     timed = [(c, o) for c, o in timed if len(c) == len(o) == ranks]
     if ranks < 2 or not timed:
@@ -234,10 +236,10 @@ def scale(rows: list[dict[str, Any]], base: dict[str, Any] | None, name: str) ->
     for row in rows:
         fast = (base is not None and row is not base and speedup(row, base) is not None
                 and isinstance(row.get("world_size"), int))
-        row["speedup"] = speedup(row, base) if fast else None
-        row["ideal"] = ideal_speedup(row, base) if fast else None
+        row["speedup"] = speedup(row, base) if fast and base is not None else None
+        row["ideal"] = ideal_speedup(row, base) if fast and base is not None else None
         row["efficiency"] = row["speedup"] / row["ideal"] if fast else None
-        row["baseline"] = base[name] if fast else None
+        row["baseline"] = base[name] if fast and base is not None else None
         row["is_baseline"] = base is not None and row is base
 
 
@@ -257,7 +259,10 @@ def scaling_gap(row: dict[str, Any], base: dict[str, Any], ideal: float) -> dict
     if not (row.get("images_per_s") and base.get("images_per_s") and row.get("train_images") and ideal) or any(
             not isinstance(side.get(key), (int, float)) for side in (row, base) for key in shares):
         return None
-    epoch, target = train_epoch_s(row), train_epoch_s(base) / ideal
+    epoch, base_epoch = train_epoch_s(row), train_epoch_s(base)
+    if epoch is None or base_epoch is None:  # a baseline without train_images
+        return None
+    target = base_epoch / ideal
     if epoch <= target:
         return None
 
@@ -271,7 +276,8 @@ def scaling_gap(row: dict[str, Any], base: dict[str, Any], ideal: float) -> dict
         "all-reduce wait": wait, "stragglers": stragglers,
         "optimizer": seconds("optimizer_share"), "data": seconds("data_share")}
     parts["the rest of the step"] = (epoch - target) - sum(v for v in parts.values() if v is not None)
-    biggest = max((k for k, v in parts.items() if v is not None), key=parts.get)
+    present = {k: v for k, v in parts.items() if v is not None}
+    biggest = max(present, key=present.__getitem__)
     return {"epoch_s": epoch, "ideal_epoch_s": target, "parts": parts, "biggest": biggest, "why": why(biggest, row, base)}
 
 

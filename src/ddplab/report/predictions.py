@@ -45,8 +45,10 @@ def plan_costs(point: Point) -> model.StepCosts | None:
     runs = [r for r in point.runs if r.finished]
     if not runs:
         return None
+    summary = runs[0].summary
+    assert summary is not None  # a finished run's
     try:
-        return model.step_costs(runs[0].summary, runs[0].history, runs[0].config)
+        return model.step_costs(summary, runs[0].history, runs[0].config)
     except (DataError, KeyError, TypeError, ValueError, ZeroDivisionError):
         return None
 
@@ -82,7 +84,9 @@ def model_curves(section: Any) -> Curves | None:
     for j in bases:
         costs, base = plan_costs(section.points[j]), section.rows[j]
         mine = [c for c in pairs if c["base_at"] == j]
-        nodes = shape(mine[0]["row"])[1]
+        first = shape(mine[0]["row"])
+        assert costs is not None and first is not None  # predict_pair predicted these pairs from them
+        nodes = first[1]
         most = max(c["row"]["world_size"] for c in mine)
         xs = sorted({w for w in (*CURVE_WORKERS, 2 * most) if w % nodes == 0} | {c["row"]["world_size"] for c in mine} | {1})
         target = costs.for_config(section.points[mine[0]["at"]].config)
@@ -93,16 +97,19 @@ def model_curves(section: Any) -> Curves | None:
                              [(c["row"]["world_size"], c["speedup"]) for c in mine if c["speedup"] is not None], ideal))
     batch = []
     recipe = next(g for g in groups_without(section.points, CURVE_FIELDS) if bases[0] in g)
-    members = [k for k in recipe if shape(section.rows[k]) is not None and train_epoch_s(section.rows[k])]
+    epochs = {k: e for k in recipe if shape(section.rows[k]) is not None and (e := train_epoch_s(section.rows[k]))}
+    members = list(epochs)
     batches = sorted({section.rows[k]["local_batch"] for k in members})
     if len(batches) > 1:
         costs = plan_costs(section.points[bases[0]])
+        assert costs is not None  # the first baseline's pairs were predicted from it
         xs = sorted({*batches, *(b for b in (2**k for k in range(14)) if batches[0] <= b <= batches[-1])})
-        for where in sorted({shape(section.rows[k]) for k in members}):
+        shapes = {s for k in members if (s := shape(section.rows[k])) is not None}
+        for where in sorted(shapes):
             mine = [k for k in members if shape(section.rows[k]) == where]
             target = costs.for_config(section.points[mine[0]].config)
             batch.append(Curve(
                 f"{where[0] * where[1]} worker{'s' * (where[0] * where[1] > 1)}" + (f" on {where[1]} nodes" if where[1] > 1 else ""),
                 xs, [model.predict_one(target, *where, b, section.link).epoch_train_s for b in xs],
-                [(section.rows[k]["local_batch"], train_epoch_s(section.rows[k])) for k in mine]))
+                [(section.rows[k]["local_batch"], epochs[k]) for k in mine]))
     return Curves(section.rows[bases[0]]["point"], workers, batch)

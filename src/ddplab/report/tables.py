@@ -96,7 +96,7 @@ def load_cell(row: dict[str, Any]) -> str:
 
 
 def memory_title(rows: list[dict[str, Any]]) -> str:
-    labels = {r.get("memory_label") for r in rows if r.get("memory_label")}
+    labels = {r["memory_label"] for r in rows if r.get("memory_label")}
     if len(labels) == 1:
         return {"peak_rss_mib": "peak RSS MiB/rank", "peak_alloc_mib": "peak alloc MiB/rank",
                 "peak_reserved_mib": "peak reserved MiB/rank"}.get(labels.pop(), "peak MiB/rank")
