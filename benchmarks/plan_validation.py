@@ -29,7 +29,7 @@ from _common import REPO, child_env, describe_machine, machine_info, read_metric
 from ddplab import process
 from ddplab.planner import model
 from ddplab.planner.links import load_links
-from ddplab.report.runs import load_run
+from ddplab.runread import read_run
 
 CASES = {
     "cifar": ["--dataset", "cifar10", "--data.subset", "4000", "--model.width", "0.5", "--data.crop_padding", "0",
@@ -72,7 +72,7 @@ def main() -> int:
         for case in cases:
             for batch in batches:
                 one = train(root / f"{case}-{batch}-1", case, batch, 1)
-                run = load_run(one)
+                run = read_run(one)
                 costs = model.step_costs(run.summary, run.history, run.config)
                 for n in workers:
                     measured = throughput(train(root / f"{case}-{batch}-{n}", case, batch, n))

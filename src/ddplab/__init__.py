@@ -15,8 +15,12 @@ def __getattr__(name: str):
         from ddplab.config import RunConfig
 
         return RunConfig
-    if name in ("train", "RunResult"):
-        from ddplab.engine import run
+    if name == "train":
+        from ddplab.launch import train
 
-        return getattr(run, name)
+        return train
+    if name == "RunResult":
+        from ddplab.engine.run import RunResult
+
+        return RunResult
     raise AttributeError(f"module 'ddplab' has no attribute {name!r}")

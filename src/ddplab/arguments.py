@@ -4,8 +4,6 @@ alike, so a bad value is argparse's one line naming the option. Torch-free."""
 import argparse
 import math
 
-from ddplab.errors import ConfigError
-
 
 def whole_list(text: str) -> list[int]:
     """A comma-separated list of whole numbers >= 1 (1,2,4,8)."""
@@ -21,13 +19,17 @@ def positive_whole(text: str) -> int:
     return int(text)
 
 
-def parallel_points(text: str) -> int | str:
-    from ddplab.sweep.slots import parse_parallel
+AUTO = "auto"  # --parallel auto: one point per GPU on a CUDA machine, one at a time on a CPU (sweep/slots.py)
 
-    try:
-        return parse_parallel(text)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+
+def parallel_points(text: str) -> int | str:
+    """`--parallel`: a whole number >= 1, or auto."""
+    if text == AUTO:
+        return AUTO
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of points to run at once (a whole number >= 1) "
+                                         "or auto")
+    return int(text)
 
 
 def positive_seconds(text: str) -> float:

@@ -111,7 +111,7 @@ def config_and_saved(args: argparse.Namespace) -> tuple[RunConfig, RunConfig | N
     elif hasattr(args, "config"):
         base = load_toml(args.config)
     elif resume and "out" in output:  # resume with the run's own settings
-        from ddplab.engine.rundir import saved_config
+        from ddplab.runfolder import saved_config
 
         path = Path(output["out"]) / runfiles.CONFIG
         if not path.is_file():
@@ -410,9 +410,10 @@ def report(out: Path, paths: list[Path], title: str | None = None) -> None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ddplab.report.compare import format_rows, load_run, scaling_rows
+    from ddplab.report.compare import format_rows, scaling_rows
+    from ddplab.runread import finished_run
 
-    rows = scaling_rows([load_run(d) for d in args.run_dirs])
+    rows = scaling_rows([finished_run(d) for d in args.run_dirs])
     print(json.dumps(rows, indent=2, default=str) if args.json else format_rows(rows))
     return 0
 

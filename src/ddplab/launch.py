@@ -21,12 +21,15 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddplab import compat, errors, faults, watchdog
 from ddplab.config import DistConfig, RunConfig
 from ddplab.distributed import route_address, split_endpoint
 from ddplab.plan import RunPlan, as_worker, prepared
+
+if TYPE_CHECKING:
+    from ddplab.engine.run import RunResult
 
 SHUTDOWN_TIMEOUT_S = 5
 STORE_SLACK_S = 10  # a store call outwaits the watchdog's probe, so a lost host is said in the probe's words
@@ -34,6 +37,12 @@ STORE_SLACK_S = 10  # a store call outwaits the watchdog's probe, so a lost host
 
 class Interrupted(errors.DdplabError):
     exit_code = 130
+
+
+def train(config: RunConfig) -> RunResult:
+    """Train as configured and return the finished run (the Python API: `ddplab.train`). It goes the
+    CLI's way: prepared once, then trained here or by the launcher's workers."""
+    return launch(config, command=False)
 
 
 def launch(config: RunConfig, *, saved: RunConfig | None = None, command: bool = True):
@@ -127,7 +136,7 @@ def launch_workers(plan: RunPlan, *, command: bool = True):
     guarded = watchdog.guarded(guard) if command else contextlib.nullcontext()
     with sigint_only_for_the_launcher() as interrupted, stopped_workers_woken_to_die(), whole_spawns(), guarded:
         try:
-            results = elastic_launch(launch_config, run_worker)(plan.for_workers())
+            results = elastic_launch(launch_config, worker_main)(plan.for_workers())
         except ChildFailedError as exc:
             raise worker_failure(exc, d.max_restarts) from None
         except SignalException as exc:  # Ctrl-C / SIGTERM: the agent has already stopped every worker
@@ -349,7 +358,7 @@ def c10d_configs(endpoint: str | None, timeout_s: int, store_timeout_s: int | No
     return {**waits, "is_host": True}
 
 
-def run_worker(launcher_plan: RunPlan):
+def worker_main(launcher_plan: RunPlan):
     """The body of each spawned worker (module-level, so spawn can import it)."""
     from ddplab.engine.run import run
 

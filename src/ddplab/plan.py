@@ -21,9 +21,9 @@ from pathlib import Path
 
 from ddplab import runfiles
 from ddplab.config import RunConfig, check_environment
-from ddplab.engine.rundir import Resume, check_run_dir, refuse_by_state
-from ddplab.engine.runlock import run_lock, should_hold
 from ddplab.errors import ConfigError
+from ddplab.runfolder import Resume, check_run_dir, refuse_by_state
+from ddplab.runlock import run_lock, should_hold
 from ddplab.topology import ProcessPlace, as_launched, placement
 
 RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"

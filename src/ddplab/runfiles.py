@@ -25,7 +25,7 @@ CHECKPOINTS = "checkpoints"
 LAST_CHECKPOINT = "last.pt"  # in CHECKPOINTS: the state after the last finished epoch
 BEST_CHECKPOINT = "best.pt"  # in CHECKPOINTS: the weights with the best test accuracy
 TENSORBOARD = "tensorboard"
-LOCK = ".lock"  # who holds the folder (engine/runlock.py)
+LOCK = ".lock"  # who holds the folder (runlock.py)
 
 
 def run_state(run_dir: Path) -> str:

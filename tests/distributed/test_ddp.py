@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddplab import compat
+from ddplab import checkpoint, compat
 from ddplab.config import load_toml
-from ddplab.engine import checkpoint
 from ddplab.metrics.records import PHASES, read_epochs, reproducible
 
 from conftest import leftover_processes

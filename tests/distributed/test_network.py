@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddplab import hosts
-from ddplab.engine import checkpoint
+from ddplab import checkpoint, hosts
 from ddplab.metrics.records import read_epochs, reproducible
 
 pytestmark = pytest.mark.dist

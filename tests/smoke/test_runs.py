@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import ddplab
+from ddplab import checkpoint
 from ddplab.cli import main
 from ddplab.config import load_toml
-from ddplab.engine import checkpoint
 from ddplab.engine.trainer import Trainer
 from ddplab.metrics.records import read_epochs, reproducible
 

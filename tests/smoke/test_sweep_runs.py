@@ -206,7 +206,7 @@ def test_a_rerun_waits_for_a_live_owner_of_a_run_folder(tmp_path):
     import uuid
 
     path, out = long_sweep(tmp_path, epochs=1), tmp_path / "s"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; from ddplab.engine.runlock import run_lock\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from ddplab.runlock import run_lock\n"
                                f"with run_lock(__import__('pathlib').Path({str(out / 'runs' / 'single')!r})):\n"
                                "    print('held', flush=True); sys.stdin.read()"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

@@ -6,7 +6,8 @@ import pytest
 
 from ddplab.cli import main
 from ddplab.report.build import build_report
-from ddplab.report.compare import format_rows, load_run, scaling_rows
+from ddplab.report.compare import format_rows, scaling_rows
+from ddplab.runread import finished_run
 
 from run_folders import epoch_line, write_run
 
@@ -16,7 +17,7 @@ def test_speedup_and_efficiency_against_the_fewest_workers(tmp_path):
     one = write_run(tmp_path / "one", epoch_s=(12.0, 10.0, 10.0), device="cuda:0")
     four = write_run(tmp_path / "four", strategy="ddp", nproc=4, epoch_s=(8.0, 4.0, 4.0), comm_share=0.1, test_acc=0.69,
                      device="cuda:0")
-    rows = {r["run"]: r for r in scaling_rows([load_run(four), load_run(one)])}
+    rows = {r["run"]: r for r in scaling_rows([finished_run(four), finished_run(one)])}
     assert rows["one"]["images_per_s"] == pytest.approx(2000 / 18)
     assert rows["four"]["speedup"] == pytest.approx(3.0) and rows["four"]["efficiency"] == pytest.approx(0.75)
     assert rows["four"]["comm_wait_share"] == pytest.approx(0.1) and rows["four"]["data_share"] == pytest.approx(0.1)
@@ -27,14 +28,14 @@ def test_speedup_and_efficiency_against_the_fewest_workers(tmp_path):
 def test_on_a_cpu_workers_share_the_cores_so_the_ideal_is_1x(tmp_path):
     one = write_run(tmp_path / "one", epoch_s=(12.0, 10.0, 10.0))
     two = write_run(tmp_path / "two", strategy="ddp", nproc=2, epoch_s=(12.0, 8.2, 8.2))
-    rows = {r["run"]: r for r in scaling_rows([load_run(one), load_run(two)])}
+    rows = {r["run"]: r for r in scaling_rows([finished_run(one), finished_run(two)])}
     assert rows["two"]["ideal"] == 1 and rows["two"]["efficiency"] == pytest.approx(rows["two"]["speedup"]) == pytest.approx(1.25)
 
 
 def test_without_a_one_worker_run_efficiency_is_against_the_smallest_world(tmp_path):
     two = write_run(tmp_path / "two", strategy="ddp", nproc=2, epoch_s=(6.0, 5.0, 5.0), device="cuda:0")
     four = write_run(tmp_path / "four", strategy="ddp", nproc=4, epoch_s=(4.0, 3.0, 3.0), device="cuda:0")
-    rows = {r["run"]: r for r in scaling_rows([load_run(four), load_run(two)])}
+    rows = {r["run"]: r for r in scaling_rows([finished_run(four), finished_run(two)])}
     assert rows["four"]["speedup"] == pytest.approx(2.0) and rows["four"]["efficiency"] == pytest.approx(1.0)
     assert rows["four"]["baseline"] == "two"
 
@@ -43,7 +44,7 @@ def test_compare_and_report_give_the_same_speedup(tmp_path):
     """One definition: a 1-worker and a DDP x2 run of the same config read the same in both commands."""
     runs = [write_run(tmp_path / "runs" / "a"),
             write_run(tmp_path / "runs" / "b", strategy="ddp", nproc=2, epoch_s=(8.0, 6.25, 6.25))]
-    compared = {r["run"]: r["speedup"] for r in scaling_rows([load_run(r) for r in runs])}
+    compared = {r["run"]: r["speedup"] for r in scaling_rows([finished_run(r) for r in runs])}
     result = build_report([tmp_path / "runs"], tmp_path / "report")
     with open(result["points_csv"]) as f:
         reported = [float(p["speedup"]) for p in csv.DictReader(f) if p["speedup"]]
@@ -52,7 +53,7 @@ def test_compare_and_report_give_the_same_speedup(tmp_path):
 
 def test_runs_sharing_a_folder_name_are_told_apart(tmp_path):
     runs = [write_run(tmp_path / "x" / "run"), write_run(tmp_path / "y" / "run", epoch_s=(5.0, 5.0, 5.0))]
-    rows = scaling_rows([load_run(r) for r in runs])
+    rows = scaling_rows([finished_run(r) for r in runs])
     assert [r["run"] for r in rows] == ["x/run", "y/run"] and rows[1]["speedup"] == pytest.approx(2.25)
     assert "over x/run's" in format_rows(rows)
 

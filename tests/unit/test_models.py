@@ -283,7 +283,7 @@ def test_ddplab_models_counts_what_training_counts():
 
 
 def test_the_models_list_and_a_training_run_count_the_same_parameters(tmp_path):
-    from ddplab.engine.run import train
+    from ddplab import train
 
     from conftest import tiny_config
 

@@ -9,8 +9,8 @@ import torch
 import ddplab
 from ddplab import config as config_module
 from ddplab.cli import main
-from ddplab.engine.rundir import Resume
 from ddplab.plan import RunPlan, prepared
+from ddplab.runfolder import Resume
 
 from conftest import tiny_config
 

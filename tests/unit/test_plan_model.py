@@ -8,7 +8,7 @@ import pytest
 from ddplab.errors import DataError
 from ddplab.planner import model
 from ddplab.planner.links import Link
-from ddplab.report.runs import load_run
+from ddplab.runread import read_run
 
 from run_folders import write_run
 
@@ -16,7 +16,7 @@ FREE = Link("free", busbw_gbps=1e12, alpha_s=0.0, source="test: costs nothing")
 
 
 def costs_of(run_dir):
-    run = load_run(run_dir)
+    run = read_run(run_dir)
     return model.step_costs(run.summary, run.history, run.config)
 
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ddplab.engine.run import train
+from ddplab import train
 from ddplab.metrics.profiler import KERNELS_OUTSIDE_OPS, OUTSIDE_OPS, SKIP_STEPS, WARMUP_STEPS, step_figures
 from ddplab.metrics.records import reproducible
 from ddplab.metrics.summary import format_summary

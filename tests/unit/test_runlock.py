@@ -4,8 +4,8 @@ import threading
 
 import pytest
 
-from ddplab.engine.runlock import run_lock, should_hold
 from ddplab.errors import ConfigError
+from ddplab.runlock import run_lock, should_hold
 
 
 @pytest.mark.parametrize("rank, nodes, launcher_holds, holds", [
@@ -47,11 +47,11 @@ def test_a_live_owner_is_seen_waited_for_and_named_after_the_grace(tmp_path):
     import subprocess
     import sys
 
-    from ddplab.engine.runlock import live_owner
     from ddplab.errors import ConfigError
+    from ddplab.runlock import live_owner
     from ddplab.sweep.local import wait_for_owner
 
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, pathlib; from ddplab.engine.runlock import run_lock\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, pathlib; from ddplab.runlock import run_lock\n"
                                f"with run_lock(pathlib.Path({str(tmp_path)!r})):\n    print('held', flush=True); sys.stdin.read()"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

@@ -1,10 +1,13 @@
 """Where a parallel sweep's points run: cores split, GPUs never shared, nothing held with one slot (no GPU needed)."""
 
+import argparse
+
 import pytest
 
+from ddplab.arguments import AUTO, parallel_points
 from ddplab.config import build_config
 from ddplab.errors import ConfigError
-from ddplab.sweep.slots import AUTO, Slot, SlotPool, gpus_needed, parse_parallel, split_cores
+from ddplab.sweep.slots import Slot, SlotPool, gpus_needed, split_cores
 
 
 def config(device="cuda", strategy="single", nproc=1, share=False):
@@ -90,9 +93,9 @@ def test_auto_is_one_point_per_gpu_and_one_at_a_time_on_a_cpu():
 
 
 def test_parallel_is_checked_before_anything_runs():
-    assert parse_parallel("3") == 3 and parse_parallel("auto") == AUTO
+    assert parallel_points("3") == 3 and parallel_points("auto") == AUTO
     for bad in ("0", "-1", "x", "1.5", ""):
-        with pytest.raises(ConfigError, match="is not a number of points to run at once"):
-            parse_parallel(bad)
+        with pytest.raises(argparse.ArgumentTypeError, match="is not a number of points to run at once"):
+            parallel_points(bad)
     with pytest.raises(ConfigError, match="--parallel 3: this process may use 2 CPU core"):
         SlotPool(3, cores=[0, 1], gpus=[])

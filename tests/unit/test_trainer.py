@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
+from ddplab import checkpoint
 from ddplab.distributed import DistContext, unwrap
-from ddplab.engine import checkpoint
 from ddplab.engine.run import build_trainer
 from ddplab.engine.trainer import evaluate
 from ddplab.errors import TrainingError

@@ -10,11 +10,10 @@ from pathlib import Path
 
 import torch
 
-from ddplab import runfiles
+from ddplab import checkpoint, runfiles
 from ddplab.config import build_config, check_environment, load_toml
 from ddplab.data.loader import DeviceLoader
 from ddplab.distributed import DistContext, resolve_device
-from ddplab.engine import checkpoint
 from ddplab.engine.precision import Precision
 from ddplab.engine.trainer import evaluate
 from ddplab.errors import ConfigError

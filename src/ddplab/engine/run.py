@@ -18,14 +18,13 @@ from typing import Any
 
 import torch
 
-from ddplab import files, runfiles
+from ddplab import checkpoint, files, runfiles
 from ddplab import log as logsetup
 from ddplab.config import SCHEDULES_OVER_THE_RUN, RunConfig
 from ddplab.data.augment import AugmentSpec
 from ddplab.data.datasets import load_dataset, make_splits
 from ddplab.data.loader import DeviceLoader
 from ddplab.distributed import DistContext, distributed_context, wrap_model
-from ddplab.engine import checkpoint
 from ddplab.engine.early_stop import EarlyStopping
 from ddplab.engine.optim import build_optimizer, build_scheduler
 from ddplab.engine.precision import Precision
@@ -55,19 +54,11 @@ class RunResult:
         return self.summary["final"]["test_acc"]
 
 
-def train(config: RunConfig) -> RunResult:
-    """Train as configured and return the finished run (the Python API: `ddplab.train`). It goes the
-    CLI's way: prepared once, then trained here or by the launcher's workers."""
-    from ddplab.launch import launch
-
-    return launch(config, command=False)
-
-
 def run(plan: RunPlan) -> RunResult:
     """This process's part of a prepared run: join its group, build, train, summarize."""
     start = time.perf_counter()
     with torch_settings_restored(), distributed_context(plan.config, plan.place) as ctx, memory_errors(plan.config, ctx):
-        return run_worker(plan, ctx, start)
+        return train_in_group(plan, ctx, start)
 
 
 @contextlib.contextmanager
@@ -109,7 +100,7 @@ def finished_result(run_dir: Path) -> RunResult:
     return RunResult(run_dir=run_dir, summary=summary, history=read_epochs(run_dir / runfiles.METRICS, run_dir))
 
 
-def run_worker(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
+def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
     config = plan.config
     run_dir = prepare_run_dir(config, ctx)
     logsetup.init_logging(ctx.rank, run_dir / runfiles.LOG if ctx.is_main else None, debug=config.output.debug)

@@ -1,140 +1,16 @@
-"""The run folder: created once, never silently overwritten, reopened only to resume.
-
-A folder holding a finished run (summary.json) or an unfinished one (a checkpoint) is
-refused unless `--resume` asks to continue it; on resume the saved config must match the
-requested one except for the number of epochs and output settings.
-"""
+"""The run folder as a run starts: rank 0 makes it and writes config.toml (first: it marks the folder
+as a run) and env.json (versions, machine, hosts). Whether it may be used was decided before, when
+the run was prepared (runfolder.py)."""
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddplab import files, runfiles
-from ddplab.config import SECTIONS, RunConfig, build_config, load_toml, save_config
+from ddplab.config import RunConfig, build_config, save_config
 from ddplab.distributed import DistContext
-from ddplab.engine import checkpoint
-from ddplab.errors import ConfigError
-
-# What a resume may change: the length, an observer, and where and how patiently the nodes meet (a run cut
-# short by a network fault resumes on other hosts, or with a longer timeout): none changes a number.
-OBSERVERS = {"train.profile_steps"}  # settings that change no number of the run (a sweep's re-run may change them)
-RESUMABLE_DIFFERENCES = {"train.epochs", *OBSERVERS, "dist.timeout_s", "dist.max_restarts",
-                         "dist.rdzv_endpoint", "dist.rdzv_id", "dist.node_rank"}
-
-
-@dataclass
-class Resume:
-    """What a run folder that `--resume` continues holds: read once, when the run is prepared."""
-
-    epoch: int  # epochs trained so far
-    stopped_early: bool
-    planned_epochs: int  # train.epochs of the saved config.toml, before this resume rewrites it
-    # last.pt as read for the checks, kept for the one restore in this process (None: not read here).
-    checkpoint: dict | None = field(default=None, repr=False, compare=False)
-
-    def nothing_left(self, run_dir: Path, epochs: int) -> str | None:
-        """Why resuming to `epochs` has no epoch to train, or None when it has work to do."""
-        if self.stopped_early:
-            return f"{run_dir} stopped early at epoch {self.epoch} (no improvement); there is nothing to resume"
-        if self.epoch >= epochs:
-            return f"{run_dir} has already trained {self.epoch} of {epochs} epochs; pass a larger --epochs to extend it"
-        return None
-
-    def take_checkpoint(self, path: Path) -> dict:
-        """last.pt for the restore: the copy read for the checks, handed over once, else read from `path`."""
-        state, self.checkpoint = self.checkpoint, None
-        return state if state is not None else checkpoint.load(path)
-
-    def without_checkpoint(self) -> Resume:
-        """The facts alone, for processes that read the checkpoint themselves (a launcher's workers)."""
-        return dataclasses.replace(self, checkpoint=None)
-
-
-def refuse_by_state(config: RunConfig) -> str:
-    """The refusals that need no file read (a finished, unfinished or foreign folder; nothing to resume):
-    checked before the folder's lock is taken, so a refused run leaves no trace in it. Returns the state."""
-    assert config.output.out is not None  # named by RunConfig.with_out_folder
-    run_dir = Path(config.output.out)
-    state = runfiles.run_state(run_dir)
-    if config.output.resume:
-        if state not in ("finished", "unfinished"):
-            raise ConfigError(f"output.resume: {run_dir} holds no checkpoint to resume from")
-    elif state == "finished":
-        raise ConfigError(f"output.out={str(run_dir)!r} already holds a finished run; choose another --out, "
-                          "or --resume it with more --epochs")
-    elif state == "unfinished":
-        raise ConfigError(f"output.out={str(run_dir)!r} holds an unfinished run; continue it with --resume, or choose another --out")
-    elif state == "foreign":
-        raise ConfigError(f"output.out={str(run_dir)!r} exists and is not a ddplab run folder; choose another --out")
-    return state
-
-
-def check_run_dir(config: RunConfig, saved: RunConfig | None = None) -> Resume | None:
-    """Decide whether this run may use its folder, and read what a resumed one holds (config.toml and
-    last.pt, once each; `saved`: its config.toml, already read by the caller). None for a new run."""
-    refuse_by_state(config)
-    if not config.output.resume:
-        return None
-    assert config.output.out is not None
-    run_dir = Path(config.output.out)
-    if saved is None:
-        saved = saved_config(run_dir)
-    differing = config_differences(saved, config) - RESUMABLE_DIFFERENCES
-    if differing:
-        raise ConfigError(f"output.resume: the config differs from the run's saved config.toml in "
-                          f"{', '.join(sorted(differing))}; resume with the same settings (only "
-                          f"{', '.join(sorted(RESUMABLE_DIFFERENCES))} may change)")
-    state = checkpoint.load(run_dir / runfiles.CHECKPOINTS / checkpoint.LAST)
-    if isinstance(state.get("config"), dict):  # what the checkpoint was trained with (checkpoints since 2026-11-25)
-        edited = config_differences(build_config(state["config"]), saved) - RESUMABLE_DIFFERENCES
-        if edited:
-            trained, now = build_config(state["config"]).to_dict(), saved.to_dict()
-            changes = "; ".join(f"{k}: {trained[k.split('.')[0]][k.split('.')[1]]!r} in the checkpoint, "
-                                f"{now[k.split('.')[0]][k.split('.')[1]]!r} in the file" for k in sorted(edited))
-            raise ConfigError(f"{run_dir / runfiles.CONFIG} was edited after the run's last checkpoint ({changes}): "
-                              "resuming would train on with settings the checkpoint was not trained with; put the "
-                              "file back, or start a new run from it with --config")
-    done = state["train_state"]["epoch"]
-    if config.train.epochs < done:
-        raise ConfigError(f"train.epochs={config.train.epochs} is not valid: {run_dir} has already trained {done} epochs")
-    return Resume(epoch=done, stopped_early=bool(state["train_state"].get("stopped_early")),
-                  planned_epochs=saved.train.epochs, checkpoint=state)
-
-
-def saved_config(run_dir: Path) -> RunConfig:
-    """A run folder's config.toml, the one reader of it for a resume: ddplab writes every section and field, so
-    an empty, truncated or other-shaped file is refused naming it, never filled in with defaults."""
-    path = Path(run_dir) / runfiles.CONFIG
-    values = load_toml(path)
-    missing = [s for s in SECTIONS if not isinstance(values.get(s), dict)]
-    if missing:
-        raise ConfigError(f"{path} is not the config.toml ddplab wrote for this run ({'it is empty' if not values else 'no [' + '], ['.join(missing) + ']'}): "
-                          "edited or truncated? put it back as it was, or start a new run in another folder")
-    try:
-        return build_config(values)
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc} (edited since the run wrote it?)") from None
-
-
-def config_differences(saved: RunConfig, config: RunConfig) -> set[str]:
-    """Settings (section.field) in which `config` asks for another run than a saved config.toml's.
-
-    Data roots compare as the absolute folders they name: a folder written before config.toml
-    recorded its root, or a config that leaves it to $DDPLAB_DATA, differs only if the folders do.
-    """
-    ours = config.with_data_root().to_dict()
-    theirs = saved.with_data_root().to_dict()
-    keys = set()
-    for section in ours.keys() | theirs.keys():
-        if section == "output":
-            continue
-        a, b = ours.get(section, {}), theirs.get(section, {})
-        keys |= {f"{section}.{k}" for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
-    return keys
 
 
 def prepare_run_dir(config: RunConfig, ctx: DistContext) -> Path:

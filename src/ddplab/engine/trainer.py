@@ -25,10 +25,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ddplab import compat, faults
+from ddplab import checkpoint, compat, faults
 from ddplab.config import RunConfig
 from ddplab.distributed import DistContext, ddp_module, no_sync, unwrap
-from ddplab.engine import checkpoint
 from ddplab.engine.early_stop import EarlyStopping
 from ddplab.engine.graphed import WARMUP_STEPS, WARMUP_STEPS_DDP, GraphedStep
 from ddplab.engine.lookahead import Lookahead

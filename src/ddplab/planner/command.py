@@ -19,11 +19,9 @@ def predict_run(run_dir: Path, *, gpus: list[int] | None, nodes: list[int], batc
                 inter_link: str, links_file: Path, out: Path | None) -> int:
     """A finished run predicted on `gpus` x `nodes` at `batches` over `link`: the table, and plan.json."""
     from ddplab.planner import model
-    from ddplab.report.runs import load_run
+    from ddplab.runread import finished_run
 
-    run = load_run(run_dir)
-    if not run.finished:
-        raise ConfigError(f"{run_dir} is not a finished ddplab run ({run.error}): plan from a finished one")
+    run = finished_run(run_dir)
     assert run.summary is not None  # a finished run's
     out = out or Path("plan.json")
     files.ready_to_write(out)

@@ -12,10 +12,10 @@ from typing import Any
 
 from ddplab import files
 from ddplab.report import figures, html, plots, tables
-from ddplab.report.findings import section_findings
-from ddplab.report.kinds import kind_of
-from ddplab.report.runs import load_runs, shown
+from ddplab.report.kinds import kind_of, section_findings
+from ddplab.report.runs import load_runs
 from ddplab.report.sections import Section, architecture, build_sections, setup_text
+from ddplab.runread import shown
 
 RESULTS_NOTE = ("Mean ± std over seeds. Train accuracy is measured on training images as the test set is (eval mode, "
                 "no augmentation) where the runs did so; gap = train - test accuracy. Acc noise: the larger of the seed "

@@ -9,28 +9,14 @@ Reads run folders only (no torch).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from ddplab.errors import ConfigError
 from ddplab.report import figures, tables
 from ddplab.report import runs as run_folders
+from ddplab.runread import Run
 
 
-def load_run(run_dir: str | Path) -> run_folders.Run:
-    """A finished run; one-line errors for anything else."""
-    run_dir = Path(run_dir)
-    if not run_dir.is_dir():
-        raise ConfigError(f"{run_dir} is not a folder: give run folders (each holding summary.json and metrics.jsonl)")
-    if not run_folders.is_run_dir(run_dir):
-        raise ConfigError(f"{run_dir} is not a finished ddplab run (no summary.json): give the folders runs wrote")
-    run = run_folders.load_run(run_dir)
-    if not run.finished:
-        raise ConfigError(f"{run_dir} is not a finished ddplab run ({run.error})")
-    return run
-
-
-def scaling_rows(runs: list[run_folders.Run]) -> list[dict[str, Any]]:
+def scaling_rows(runs: list[Run]) -> list[dict[str, Any]]:
     """The report's per-run figures, plus speedup and efficiency against the run with the fewest workers."""
     run_folders.name_runs(runs)
     rows = [figures.run_row(run) for run in runs]

@@ -25,7 +25,8 @@ from ddplab.metrics.records import (
     timed_epochs,  # the file format's rules, torch-free
 )
 from ddplab.report import noise
-from ddplab.report.runs import Point, Run, shown
+from ddplab.report.runs import Point
+from ddplab.runread import Run, shown
 from ddplab.topology import devices_brought, resolve_backend  # torch-free
 
 # A DDP run's communication per step, measured two ways (milliseconds): ddplab's probe of the all-reduce

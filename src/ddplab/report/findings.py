@@ -47,16 +47,6 @@ class Finding:
         return self.text
 
 
-def section_findings(section: Section) -> list[Finding]:
-    """The section's answer, in reading order: its kind's findings (report/kinds.py), then what is missing."""
-    from ddplab.report.kinds import kind_of
-
-    if not section.rows:
-        out = [Finding("no run of this section finished: nothing to compare (see the runs that did not finish)", "missing")]
-        return out + not_measured(section)
-    return kind_of(section).findings(section) + not_measured(section) + run_notes(section)
-
-
 def all_findings(section: Section) -> list[Finding]:
     return (best_accuracy(section.rows) + scaling_findings(section)
             + comparison_findings([p for p in section.pairs if not p["scaling"]])

@@ -47,3 +47,11 @@ KINDS = {k.name: k for k in (
 
 def kind_of(section: Section) -> SectionKind:
     return KINDS.get(section.kind, KINDS["all"])
+
+
+def section_findings(section: Section) -> list[Finding]:
+    """The section's answer, in reading order: its kind's findings (report/kinds.py), then what is missing."""
+    if not section.rows:
+        out = [say.Finding("no run of this section finished: nothing to compare (see the runs that did not finish)", "missing")]
+        return out + say.not_measured(section)
+    return kind_of(section).findings(section) + say.not_measured(section) + say.run_notes(section)

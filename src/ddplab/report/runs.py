@@ -1,4 +1,5 @@
-"""Find run folders (alone, in sweeps, or anywhere under a folder) and group them into points.
+"""Find run folders (alone, in sweeps, or anywhere under a folder) and group them into points (each
+folder read by runread.py).
 
 A point is one experiment repeated over seeds: runs whose config.toml files are equal once
 `train.seed` and the `[output]` section are left out. Reading never stops at a run that did
@@ -7,71 +8,19 @@ not finish: it is kept, with its status and error, so the report can list it.
 
 from __future__ import annotations
 
-import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ddplab import runfiles
-from ddplab.borders import COUNT, TABLE, TEXT, kept
 from ddplab.errors import ConfigError, DataError
-from ddplab.metrics.records import EpochRecord, read_epochs
-from ddplab.metrics.summary import read_summary
-from ddplab.runfiles import read_json, read_jsonl
+from ddplab.runread import Run, SweepShown, is_run_dir, read_config, readable_run, shown
 
 if TYPE_CHECKING:
     from ddplab.sweep.folder import Entry
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
-FINISHED = ("finished", "stopped_early")  # summary.json statuses of a run that ran to its end
-# What the report shows of env.json (engine/rundir.environment writes it): a field of another kind is left
-# out and said, the rest of the run drawn.
-ENV = {"device_name": TEXT, "torch": TEXT, "cpus": COUNT, "network": TABLE | None}
 IGNORED_FIELDS = ("train.seed",)  # what may differ between the repeats of one point
 IGNORED_SECTIONS = ("output.",)  # where a run was written, not what it trained
-
-
-@dataclass
-class SweepShown:
-    """A sweep as its manifest describes it: the report makes one section per entry of `sections`."""
-
-    dir: Path
-    name: str
-    description: str = ""
-    axes: list[str] = field(default_factory=list)
-    sections: list[dict[str, Any]] = field(default_factory=list)  # version 2; [] means one over every run
-
-
-@dataclass
-class Run:
-    """One run folder as read from disk; `summary` is None unless it finished."""
-
-    dir: Path
-    name: str
-    status: str  # finished | stopped_early | unfinished | failed | pending | running
-    config: dict[str, Any] = field(default_factory=dict)  # flattened: {"train.batch_size": 32, ...}
-    summary: dict[str, Any] | None = None
-    history: list[EpochRecord] = field(default_factory=list)
-    steps: list[dict[str, Any]] = field(default_factory=list)
-    gpu: list[dict[str, Any]] = field(default_factory=list)
-    point: dict[str, Any] = field(default_factory=dict)  # sweep axis values, from the manifest
-    axes: list[str] = field(default_factory=list)  # the manifest's axes; empty outside sweeps
-    error: str | None = None
-    sweep: SweepShown | None = None  # the sweep it belongs to; None for a run given on its own
-    env: dict[str, Any] = field(default_factory=dict)  # env.json: versions, device name, host
-    skipped: list[str] = field(default_factory=list)  # what of its files the report could not use, said in its findings
-
-    @property
-    def finished(self) -> bool:
-        return self.summary is not None
-
-    @property
-    def seed(self) -> Any:
-        return self.config.get("train.seed", (self.summary or {}).get("run", {}).get("seed"))
 
 
 @dataclass
@@ -146,37 +95,6 @@ def find_runs(root: Path, seen: set[Path] | None = None) -> list[Run]:
     return runs
 
 
-def is_run_dir(path: Path) -> bool:
-    """A folder ddplab trained into: finished, or started (config.toml and env.json written)."""
-    return any((path / f).is_file() for f in (runfiles.SUMMARY, runfiles.METRICS)) or all(
-        (path / f).is_file() for f in (runfiles.CONFIG, runfiles.ENV))
-
-
-def readable_run(run_dir: Path, status: str | None = None) -> Run:
-    """`load_run` for a report over many runs: a run whose files cannot be read (truncated, edited)
-    comes back "unreadable", with the reason, so the report draws the others and lists it."""
-    try:
-        return load_run(run_dir, status)
-    except DataError as exc:
-        return Run(dir=run_dir, name=shown(run_dir.name), status="unreadable", config={}, error=shown(str(exc)))
-
-
-def load_run(run_dir: Path, status: str | None = None) -> Run:
-    """A run with its records; one without summary.json comes back unfinished, with what it left."""
-    run = Run(dir=run_dir, name=shown(run_dir.name), status=status or "unfinished", config=read_config(run_dir))
-    if not (run_dir / runfiles.SUMMARY).is_file():
-        run.error = unfinished_reason(run_dir)
-        return run
-    run.summary, run.history = read_summary(run_dir), read_epochs(run_dir / runfiles.METRICS, run_dir)
-    run.status = str(run.summary.get("status", "finished"))
-    run.steps = numeric_records(read_optional(run_dir / runfiles.STEPS, run_dir), run_dir / runfiles.STEPS, run.skipped)
-    run.gpu = numeric_records(read_optional(run_dir / runfiles.GPU, run_dir), run_dir / runfiles.GPU, run.skipped)
-    if (run_dir / runfiles.ENV).is_file():
-        run.env, skipped = kept(read_json(run_dir / runfiles.ENV, run_dir), ENV, str(run_dir / runfiles.ENV))
-        run.skipped += skipped
-    return run
-
-
 def load_sweep(sweep_dir: Path) -> list[Run]:
     """The runs a sweep's manifest.json lists, with the axis values of each."""
     from ddplab.sweep.folder import SweepFolder
@@ -215,75 +133,6 @@ def failure_reason(status: str, exit_code: Any, run_dir: Path) -> str:
     if status == "finished":
         return f"the manifest says finished but {run_dir} is missing"
     return f"{status}: not finished when the report was made"
-
-
-def unfinished_reason(run_dir: Path) -> str:
-    """What a run without summary.json left: epochs recorded and the last error in its log."""
-    try:
-        epochs = len(read_epochs(run_dir / runfiles.METRICS, run_dir, growing=True))
-    except (ConfigError, DataError):
-        epochs = 0
-    reason = f"no summary.json: stopped or still running after {epochs} epoch{'s' * (epochs != 1)}"
-    try:
-        lines = (run_dir / runfiles.LOG).read_text(errors="replace").splitlines()
-    except OSError:
-        return reason
-    errors = [line.strip() for line in lines if "error" in line.lower()]
-    return f"{reason}; log: {errors[-1][:300]}" if errors else reason
-
-
-def read_optional(path: Path, run_dir: Path) -> list[dict[str, Any]]:
-    """Records of an optional JSONL file (steps.jsonl, gpu.jsonl); none when it is absent."""
-    if not path.is_file():
-        return []
-    records = read_jsonl(path, run_dir)
-    if not all(isinstance(r, dict) for r in records):
-        raise DataError(f"{path} does not hold JSON objects, one per line")
-    return records
-
-
-def numeric_records(records: list[dict[str, Any]], path: Path, skipped: list[str]) -> list[dict[str, Any]]:
-    """The records of a per-step or per-sample file whose values are numbers (or lists of them, or None), the
-    others left out and counted in `skipped`: one edited line must not cost the whole report."""
-    def number(v: Any) -> bool:
-        return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) or (
-            isinstance(v, list) and all(number(x) for x in v))
-
-    kept = [r for r in records if all(number(v) for v in r.values())]
-    if len(kept) < len(records):
-        skipped.append(f"{len(records) - len(kept)} of {len(records)} records of {path.name} left out (values that "
-                       "are not numbers)")
-    return kept
-
-
-def read_config(run_dir: Path) -> dict[str, Any]:
-    """config.toml flattened to dotted names; empty when the run wrote none."""
-    path = run_dir / runfiles.CONFIG
-    try:
-        with path.open("rb") as f:
-            return flatten(tomllib.load(f))
-    except FileNotFoundError:
-        return {}
-    except tomllib.TOMLDecodeError as exc:
-        raise DataError(f"{path} is not valid TOML: {str(exc).splitlines()[0]}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path} cannot be read ({type(exc).__name__})") from None
-
-
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = tuple(value) if isinstance(value, list) else value
-    return out
-
-
-def shown(text: str) -> str:
-    """A name from the file system as text that can be shown and written: bytes that are not UTF-8 (Python keeps
-    them as lone surrogates) become U+FFFD, which pages, CSVs, JSON and plot labels all take."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def name_runs(runs: list[Run]) -> None:

@@ -21,15 +21,14 @@ from ddplab.report import figures, noise, predictions
 from ddplab.report.kinds import kind_of
 from ddplab.report.runs import (
     Point,
-    Run,
     axis_text,
     experiment_config,
     first_epochs,
     group_points,
     groups_without,
-    shown,
     value_text,
 )
+from ddplab.runread import Run, shown
 from ddplab.sweep.spec import point_text
 
 SCALING_FIELDS = ("dist.nproc", "dist.nnodes", "dist.strategy")  # what a scaling comparison varies

@@ -94,8 +94,6 @@ class Estimate:
         sources = {source for source, _ in by_point.values()}
         how = (f"each point probed in {self.probe_s:.1f} s" if self.probe_s is not None else "") + (
             "; " if len(sources) > 1 else "") + ("points with finished runs priced by them" if "finished runs" in sources else "")
-        from ddplab.sweep.local import duration
-
         return how + "; a run of " + ", ".join(f"{label} {duration(s)}" for label, (_, s) in by_point.items())
 
     def finished(self, name: str, wall_s: float) -> None:
@@ -312,3 +310,11 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def duration(seconds: float) -> str:
+    seconds = max(seconds, 0.0)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, sec = divmod(round(seconds), 60)
+    return f"{minutes}m{sec:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"

@@ -254,7 +254,7 @@ class SweepFolder:
     def stale_reason(self, run: SweepRun, state: str) -> str | None:
         """Why a run folder cannot be kept or continued for this point, or None: not a run folder, or trained
         with other settings than the file asks for now (its results would be reported under a wrong name)."""
-        from ddplab.engine.rundir import OBSERVERS, config_differences, saved_config
+        from ddplab.runfolder import OBSERVERS, config_differences, saved_config
 
         run_dir = self.run_dir(run.name)
         if state == "foreign":

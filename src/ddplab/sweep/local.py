@@ -26,10 +26,11 @@ from typing import Any, ClassVar
 
 from ddplab import files, runfiles
 from ddplab.config import check_environment
-from ddplab.engine.runlock import describe, live_owner, run_lock
 from ddplab.errors import ConfigError, DataError
 from ddplab.metrics.records import read_epochs
 from ddplab.process import INTERRUPTED, POLL_S, STOP_GRACE_S, Child, Finished, stop_all, wait_any
+from ddplab.runlock import describe, live_owner, run_lock
+from ddplab.sweep.estimate import duration
 from ddplab.sweep.folder import Entry, Manifest, Status, SweepFolder
 from ddplab.sweep.point import Point
 from ddplab.sweep.slots import Slot, SlotPool, visible_gpus
@@ -388,14 +389,6 @@ class EpochWatch:
                          f"{self.times[-1]:.1f} s/epoch" + (f", about {duration(left)} left" if left > 0 else ""))
         self.seen = len(records)
         return lines
-
-
-def duration(seconds: float) -> str:
-    seconds = max(seconds, 0.0)
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, sec = divmod(round(seconds), 60)
-    return f"{minutes}m{sec:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"
 
 
 def default_out(sweep: Sweep) -> Path:

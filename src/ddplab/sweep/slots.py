@@ -25,11 +25,10 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ddplab.arguments import AUTO
 from ddplab.config import RunConfig
 from ddplab.errors import ConfigError
 from ddplab.topology import usable_cores
-
-AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -70,19 +69,6 @@ def visible_gpus() -> list[str]:
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     inherited = [name.strip() for name in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if name.strip()]
     return inherited[:count] if inherited else [str(i) for i in range(count)]
-
-
-def parse_parallel(text: str) -> int | str:
-    """`--parallel`: a whole number >= 1, or auto."""
-    if text == AUTO:
-        return AUTO
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise ConfigError(f"{text!r} is not a number of points to run at once (a whole number >= 1) or auto")
-    return value
 
 
 def split_cores(cores: Sequence[int], slots: int) -> list[tuple[int, ...]]:

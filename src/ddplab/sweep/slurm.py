@@ -40,11 +40,12 @@ from ddplab import files, runfiles
 from ddplab.arguments import positive_whole
 from ddplab.borders import INTEGER, SECONDS, TEXT, check, shown
 from ddplab.config import RunConfig, build_config, load_toml
-from ddplab.engine.runlock import run_lock
 from ddplab.errors import ConfigError, DataError
 from ddplab.process import INTERRUPTED
+from ddplab.runlock import run_lock
+from ddplab.sweep.estimate import duration
 from ddplab.sweep.folder import Manifest, Status, SweepFolder, ended_as
-from ddplab.sweep.local import duration, raise_terminated
+from ddplab.sweep.local import raise_terminated
 from ddplab.sweep.point import Point
 from ddplab.sweep.spec import Sweep, SweepRun, slug
 
