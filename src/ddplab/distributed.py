@@ -117,7 +117,7 @@ def stderr_silenced() -> Iterator[None]:
         os.close(saved)
 
 
-def device_name(name: str, local_rank: int = 0, *, shared: bool = False, cuda: bool = False) -> str:
+def rank_device(name: str, local_rank: int = 0, *, shared: bool = False, cuda: bool = False) -> str:
     """The device a rank trains on: `cuda` means cuda:LOCAL_RANK, one GPU per rank, or cuda:0 for every
     rank when the workers share one (--dist.share_device); "auto" is cuda where there is one."""
     if name == "auto":
@@ -128,7 +128,7 @@ def device_name(name: str, local_rank: int = 0, *, shared: bool = False, cuda: b
 
 
 def resolve_device(name: str, local_rank: int = 0, *, shared: bool = False) -> torch.device:
-    device = torch.device(device_name(name, local_rank, shared=shared, cuda=torch.cuda.is_available()))
+    device = torch.device(rank_device(name, local_rank, shared=shared, cuda=torch.cuda.is_available()))
     if device.type == "cuda":
         torch.cuda.set_device(device)  # before any allocation, or every rank touches GPU 0
     return device

@@ -5,7 +5,7 @@ its own free port (no find-free-port race, two runs on one machine never collide
 failed worker brings the whole group down and, with `--max-restarts K`, back up from the
 last checkpoint. A process already started by torchrun or srun runs as one worker.
 
-Everything is decided before any worker exists, once (plan.py): the config, the machine, the
+Everything is decided before any worker exists, once (runplan.py): the config, the machine, the
 run folder; the workers take the plan.
 """
 
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ddplab import compat, errors, faults, watchdog
 from ddplab.config import DistConfig, RunConfig
 from ddplab.distributed import route_address, split_endpoint
-from ddplab.plan import RunPlan, as_worker, prepared
+from ddplab.runplan import RunPlan, as_worker, prepared
 
 if TYPE_CHECKING:
     from ddplab.engine.run import RunResult

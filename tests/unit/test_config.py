@@ -214,7 +214,7 @@ def test_a_worker_that_asks_for_one_process_is_refused(env, launcher, strategy):
 
 
 def test_workers_may_share_one_device_over_gloo_only():
-    from ddplab.distributed import device_name
+    from ddplab.distributed import rank_device
 
     config = build_config({"dist": {"strategy": "ddp", "nproc": 2, "share_device": True}})
     assert config.dist.share_device and config.world_size() == 2
@@ -223,10 +223,10 @@ def test_workers_may_share_one_device_over_gloo_only():
     with pytest.raises(ConfigError, match=r"dist\.share_device=True .*only under --strategy ddp"):
         build_config({"dist": {"share_device": True}})
     # Each rank's device: its own GPU, or GPU 0 for all when they share; the CPU is the CPU.
-    assert [device_name("cuda", r, cuda=True) for r in (0, 1)] == ["cuda:0", "cuda:1"]
-    assert [device_name("cuda", r, shared=True, cuda=True) for r in (0, 1)] == ["cuda:0", "cuda:0"]
-    assert device_name("auto", 1, shared=True, cuda=True) == "cuda:0" and device_name("auto", 1) == "cpu"
-    assert device_name("cuda:1", 0, shared=True, cuda=True) == "cuda:1"
+    assert [rank_device("cuda", r, cuda=True) for r in (0, 1)] == ["cuda:0", "cuda:1"]
+    assert [rank_device("cuda", r, shared=True, cuda=True) for r in (0, 1)] == ["cuda:0", "cuda:0"]
+    assert rank_device("auto", 1, shared=True, cuda=True) == "cuda:0" and rank_device("auto", 1) == "cpu"
+    assert rank_device("cuda:1", 0, shared=True, cuda=True) == "cuda:1"
 
 
 def test_backend_auto_is_resolved_in_one_place():

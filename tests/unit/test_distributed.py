@@ -91,7 +91,7 @@ def test_the_rank_that_raised_is_the_root_cause_not_a_peer_that_died_with_it(tmp
 def test_a_restarted_worker_group_resumes_only_where_a_checkpoint_exists(tmp_path, monkeypatch):
     from ddplab import checkpoint
     from ddplab.config import build_config
-    from ddplab.plan import RESTART_COUNT, resumed_after_restart
+    from ddplab.runplan import RESTART_COUNT, resumed_after_restart
 
     config = build_config({"output": {"out": str(tmp_path)}})
     monkeypatch.setenv(RESTART_COUNT, "1")

@@ -66,7 +66,7 @@ def test_backward_hides_every_bucket_but_the_last():
 def test_where_ddp_starts_paying(tmp_path):
     costs = costs_of(write_run(tmp_path / "r", batch=50, device="cuda"))
     slow = Link("slow", busbw_gbps=0.0001, alpha_s=0.05, source="test")  # 90 ms an all-reduce
-    result = model.plan(costs, [1, 2], [1], [8, 64], slow)
+    result = model.predict_grid(costs, [1, 2], [1], [8, 64], slow)
     (pays,) = result["pays_from"]
     at_50, at_80 = pays["batch_for_50pct"], pays["batch_for_80pct"]
     assert (at_50, at_80) == (8, 64)  # 8.1 ms an image and 45 ms a step against 90 ms: b >= 5.6 and b >= 39

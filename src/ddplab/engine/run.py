@@ -1,6 +1,6 @@
 """One worker's run, from a validated config to a finished run folder.
 
-`run(plan)` is the body of every process that trains (plan.py prepared the run once): it
+`run(plan)` is the body of every process that trains (runplan.py prepared the run once): it
 joins the process's group, builds the components (data, model, optimizer, loaders,
 sinks), hands them to the `Trainer`, and writes the summary. The building happens before
 the trainer exists, so a failure half-way leaves no half-built trainer behind.
@@ -38,7 +38,7 @@ from ddplab.metrics.sinks import MetricSink, NullSink, run_sinks
 from ddplab.metrics.summary import build_summary, format_summary, read_summary
 from ddplab.metrics.system import Stopwatch, synchronize
 from ddplab.models import count_flops, count_params, create_model, describe_layers
-from ddplab.plan import RunPlan
+from ddplab.runplan import RunPlan
 
 log = logging.getLogger("ddplab")
 

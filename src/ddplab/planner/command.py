@@ -29,7 +29,7 @@ def predict_run(run_dir: Path, *, gpus: list[int] | None, nodes: list[int], batc
     within = measured_or_published(link or ("nvlink" if costs.on_cuda else "measured"), links_file)
     between = measured_or_published(inter_link, links_file) if max(nodes) > 1 else None
     per_node = gpus or ([1, 2, 4, 8] if costs.on_cuda else [1, 2])
-    result = model.plan(costs, per_node, nodes, batches or [run.summary["batch"]["local"]], within, between)
+    result = model.predict_grid(costs, per_node, nodes, batches or [run.summary["batch"]["local"]], within, between)
     m = costs.measured
     print(f"plan for {run_dir}: measured {m['world_size']} worker(s) at local batch {m['local_batch']} on "
           f"{m['device']}, {m['step_s'] * 1e3:,.1f} ms a step; link {link_text(within)}"

@@ -187,7 +187,7 @@ def smallest_batch(costs: StepCosts, per_node: int, nodes: int, link: AnyLink, i
                  if predict_one(costs, per_node, nodes, b, link, inter_node).efficiency >= bar), None)
 
 
-def plan(costs: StepCosts, per_node: list[int], nodes: list[int], batches: list[int], link: AnyLink,
+def predict_grid(costs: StepCosts, per_node: list[int], nodes: list[int], batches: list[int], link: AnyLink,
          inter_node: AnyLink | None = None) -> dict[str, Any]:
     """Every (workers per node, nodes, local batch) predicted, and where DDP starts paying."""
     rows = [predict_one(costs, p, m, b, link, inter_node) for m in nodes for p in per_node for b in batches]

@@ -86,7 +86,7 @@ def find_runs(root: Path, seen: set[Path] | None = None) -> list[Run]:
         return []
     seen.add(real)
     if (root / "manifest.json").is_file():
-        return load_sweep(root)
+        return sweep_runs(root)
     if is_run_dir(root):
         return [readable_run(root)]
     runs: list[Run] = []
@@ -95,7 +95,7 @@ def find_runs(root: Path, seen: set[Path] | None = None) -> list[Run]:
     return runs
 
 
-def load_sweep(sweep_dir: Path) -> list[Run]:
+def sweep_runs(sweep_dir: Path) -> list[Run]:
     """The runs a sweep's manifest.json lists, with the axis values of each."""
     from ddplab.sweep.folder import SweepFolder
 

@@ -116,7 +116,7 @@ class Adaptation:
 
 
 @dataclass(frozen=True)
-class Section:
+class SweepSection:
     """One question of the report, about the points whose axis values its `points` name."""
 
     title: str
@@ -139,7 +139,7 @@ class Sweep:
     overrides: list[str] = field(default_factory=list)  # --set settings, as given
     order: str = "listed"
     unavailable: str = "refuse"
-    sections: list[Section] = field(default_factory=list)
+    sections: list[SweepSection] = field(default_factory=list)
     not_measured: dict[str, str] = field(default_factory=dict)  # point name -> why this sweep does not run it
     adaptations: list[Adaptation] = field(default_factory=list)  # [adapt.NAME] tables, as decided on this machine
 
@@ -153,7 +153,7 @@ class Sweep:
     def section_records(self) -> list[dict[str, Any]]:
         """The sections as the manifest stores them: resolved to run names, so the report needs no file."""
         out = []
-        for s in self.sections or [Section(title=self.description or self.name)]:
+        for s in self.sections or [SweepSection(title=self.description or self.name)]:
             runs = list(dict.fromkeys(r.name for n in s.points for r in self.runs_named(n))) if s.points \
                 else [r.name for r in self.runs]
             baseline = s.baseline or tuple(n for n in s.points if self.runs_named(n))[:1]
@@ -485,7 +485,7 @@ def not_measured_table(table: Any) -> dict[str, str]:
     return dict(table)
 
 
-def read_sections(entries: list[Any], sweep: Sweep, path: Path) -> list[Section]:
+def read_sections(entries: list[Any], sweep: Sweep, path: Path) -> list[SweepSection]:
     sections = []
     for i, entry in enumerate(entries):
         where = f"sweep file {path}: sections[{i}]"
@@ -518,7 +518,7 @@ def read_sections(entries: list[Any], sweep: Sweep, path: Path) -> list[Section]
                                   "under [not_measured]")
         if points and set(baseline) - set(points):
             raise ConfigError(f"{where}.baseline: {', '.join(sorted(set(baseline) - set(points)))} is not one of its points")
-        sections.append(Section(title=entry["title"], question=entry.get("question", ""), kind=kind,
+        sections.append(SweepSection(title=entry["title"], question=entry.get("question", ""), kind=kind,
                                 points=tuple(points), baseline=tuple(baseline), note=entry.get("note", "")))
     return sections
 

@@ -1,4 +1,4 @@
-"""A run is prepared once (plan.py): a resume reads its folder's config.toml and last.pt once each."""
+"""A run is prepared once (runplan.py): a resume reads its folder's config.toml and last.pt once each."""
 
 from collections import Counter
 from pathlib import Path
@@ -9,8 +9,8 @@ import torch
 import ddplab
 from ddplab import config as config_module
 from ddplab.cli import main
-from ddplab.plan import RunPlan, prepared
 from ddplab.runfolder import Resume
+from ddplab.runplan import RunPlan, prepared
 
 from conftest import tiny_config
 
