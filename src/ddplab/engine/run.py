@@ -104,8 +104,7 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
     config = plan.config
     run_dir = prepare_run_dir(config, ctx)
     logsetup.init_logging(ctx.rank, run_dir / runfiles.LOG if ctx.is_main else None, debug=config.output.debug)
-    trainer, info = build_trainer(config, ctx, run_dir)
-    trainer.session_start = start
+    trainer, info = build_trainer(config, ctx, run_dir, session_start=start)
     if config.output.resume:
         assert plan.resume is not None  # check_run_dir read the folder of every resumed run
         path = run_dir / runfiles.CHECKPOINTS / checkpoint.LAST
@@ -118,22 +117,22 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
                         "trains them all under the new plan", planned_epochs, config.train.epochs,
                         config.optim.schedule, config.train.epochs, trainer.state.history[-1].lr,
                         trainer.optimizer.param_groups[0]["lr"], config.train.epochs)
-    trainer.sinks = build_sinks(config, ctx, run_dir, trainer.state.history)
-    info["warmup"] = maybe_warm_up(trainer)
-    trainer.profiler = build_profiler(config.train.profile_steps, ctx.device, ctx.rank, run_dir,
-                                      first_step=trainer.state.step, steps_per_epoch=trainer.steps_per_epoch())
+    sinks = build_sinks(config, ctx, run_dir, trainer.state.history)
+    warmup = maybe_warm_up(trainer)
+    profiler = build_profiler(config.train.profile_steps, ctx.device, ctx.rank, run_dir,
+                              first_step=trainer.state.step, steps_per_epoch=trainer.steps_per_epoch())
     startup_s = time.perf_counter() - start
     try:
-        with trainer.profiler or contextlib.nullcontext():
-            state = trainer.fit()
+        with profiler or contextlib.nullcontext():
+            state = trainer.fit(sinks, profiler)
     except RuntimeError as exc:  # Gloo/NCCL report a timed-out or broken collective as RuntimeError
         if not ctx.is_distributed or is_out_of_memory(exc):
             raise
         raise collective_failure(exc, config, ctx) from exc
     finally:
-        trainer.sinks.close()
-    info["profile"] = trainer.profiler.result() if trainer.profiler is not None else None
-    summary = build_summary(config, info, state, startup_s=startup_s, total_s=trainer.elapsed_s())
+        sinks.close()
+    summary = build_summary(config, info, state, startup_s=startup_s, total_s=trainer.elapsed_s(), warmup=warmup,
+                            profile=profiler.result() if profiler is not None else None)
     if ctx.is_main:
         files.write_json(run_dir / runfiles.SUMMARY, summary)
         print(format_summary(summary, run_dir), flush=True)
@@ -166,8 +165,9 @@ def collective_failure(exc: Exception, config: RunConfig, ctx: DistContext) -> E
     return exc
 
 
-def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> tuple[Trainer, dict[str, Any]]:
-    """Every component of a run, built in order and handed to a Trainer (sinks come later)."""
+def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None,
+                  session_start: float | None = None) -> tuple[Trainer, dict[str, Any]]:
+    """Every component of a run, built in order and handed to a Trainer (its observers come with `fit`)."""
     configure_determinism(config, ctx.device)
     train_set, eval_set, eval_split = build_datasets(config, ctx)
     torch.manual_seed(config.train.seed)  # identical initial weights on every rank (contract 3)
@@ -186,9 +186,9 @@ def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None) -> 
         config=config, ctx=ctx, model=wrapped, optimizer=optimizer,
         scheduler=build_scheduler(optimizer, config.optim, epochs=config.train.epochs, steps_per_epoch=num_steps),
         precision=Precision(config.train.precision, ctx.device, cache_casts=not config.train.cuda_graphs), train_loader=train_loader, eval_loader=eval_loader,
-        sinks=NullSink(), early_stopping=EarlyStopping(config.train.early_stop_metric, config.train.patience, config.train.min_delta),
+        early_stopping=EarlyStopping(config.train.early_stop_metric, config.train.patience, config.train.min_delta),
         checkpoint_dir=run_dir / runfiles.CHECKPOINTS if ctx.is_main and run_dir is not None else None,
-        gpu_sampler=build_gpu_sampler(config, ctx), train_eval_loader=train_eval_loader,
+        gpu_sampler=build_gpu_sampler(config, ctx), train_eval_loader=train_eval_loader, session_start=session_start,
     )
     sampler = trainer.gpu_sampler
     every = trainer.timed_step_every()

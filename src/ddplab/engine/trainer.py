@@ -39,7 +39,7 @@ from ddplab.metrics.gpu import summarize as summarize_gpu
 from ddplab.metrics.meters import ClassificationMeter
 from ddplab.metrics.profiler import StepProfiler
 from ddplab.metrics.records import EpochRecord
-from ddplab.metrics.sinks import MetricSink
+from ddplab.metrics.sinks import MetricSink, NullSink
 from ddplab.metrics.system import Stopwatch, peak_alloc_per_gpu_mib, peak_memory_mib, reset_peak_memory, synchronize
 from ddplab.seeding import derive_seed
 
@@ -100,13 +100,15 @@ class EpochTraining:
 
 class Trainer:
     def __init__(self, *, config: RunConfig, ctx: DistContext, model: torch.nn.Module, optimizer, scheduler,
-                 precision: Precision, train_loader, eval_loader, sinks: MetricSink, early_stopping: EarlyStopping,
-                 checkpoint_dir: Path | None, gpu_sampler: GpuSampler | None = None, train_eval_loader=None):
+                 precision: Precision, train_loader, eval_loader, early_stopping: EarlyStopping,
+                 checkpoint_dir: Path | None, gpu_sampler: GpuSampler | None = None, train_eval_loader=None,
+                 session_start: float | None = None):
         self.config, self.ctx = config, ctx
         self.model, self.optimizer, self.scheduler, self.precision = model, optimizer, scheduler, precision
         self.train_loader, self.eval_loader = train_loader, eval_loader
         self.train_eval_loader = train_eval_loader  # training images evaluated like the test set; None: off
-        self.sinks, self.early_stopping = sinks, early_stopping
+        self.early_stopping = early_stopping
+        self.sinks: MetricSink = NullSink()  # the observers of a fit: fit(sinks, profiler)
         self.checkpoint_dir = checkpoint_dir  # None on ranks that do not write
         self.state = TrainState()
         self.accumulate = config.train.accumulate
@@ -120,10 +122,13 @@ class Trainer:
         self.lookahead = Lookahead(unwrap(model).parameters(), every=o.lookahead_steps, alpha=o.lookahead_alpha) \
             if o.lookahead_steps else None
         self.clock_zero = time.perf_counter()  # t_s of step and GPU samples counts from here
-        self.session_start = self.clock_zero  # this session's wall clock; `train()` sets its own start
+        self.session_start = self.clock_zero if session_start is None else session_start  # this session's wall clock
 
     # ---- the table of contents -------------------------------------------------------
-    def fit(self) -> TrainState:
+    def fit(self, sinks: MetricSink | None = None, profiler: StepProfiler | None = None) -> TrainState:
+        """Train to the end (the configured epochs, or early stopping); `sinks` hear of every step and epoch,
+        `profiler` of every optimizer step, for this fit."""
+        self.sinks, self.profiler = sinks or NullSink(), profiler
         while self.should_continue():
             epoch = self.state.epoch + 1
             record, samples = self.run_epoch(epoch)

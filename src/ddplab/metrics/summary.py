@@ -44,7 +44,10 @@ from ddplab.metrics.records import (
 )
 
 
-def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: float, total_s: float) -> dict[str, Any]:
+def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: float, total_s: float,
+                  warmup: dict[str, Any] | None = None, profile: dict[str, Any] | None = None) -> dict[str, Any]:
+    """summary.json: `info` as build_trainer gathered it, the state fit left, the clocks, the warm-up and the
+    profile (each None when the run had none)."""
     history: list[EpochRecord] = state.history
     last = history[-1] if history else None
     epoch_s = [r.epoch_s for r in history]
@@ -85,7 +88,7 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
         "time": {
             "startup_s": round(startup_s, 3),
             # Compilation and autotuning run on every batch shape before the clocks (None: nothing to warm up).
-            "warmup": info.get("warmup"),
+            "warmup": warmup,
             "data_init_s": info.get("data_init_s"),  # the whitening stem's init from the data (None: none)
             "train_s": round(sum(r.train_s for r in history), 3),
             "eval_s": round(sum(r.eval_s for r in history), 3),
@@ -113,7 +116,7 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
         # How the numbers were taken: determinism, cuDNN autotuning, how often the device is synchronized.
         "engine": info.get("engine"),
         # --train.profile_steps: the window, its files under RUN/profile/, the ops with the most self time.
-        "profile": info.get("profile"),
+        "profile": profile,
     }
 
 
