@@ -43,16 +43,31 @@ from ddplab.metrics.system import machine  # noqa: E402
 
 
 def add_common_args(parser: argparse.ArgumentParser, name: str, *, repeats: int = 3) -> None:
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="cpu, cuda or cuda:N (default: cuda when available)")
-    parser.add_argument("--repeats", type=int, default=repeats, help="measurements per side, interleaved; medians reported")
-    parser.add_argument("--quick", action="store_true",
-                        help="a few seconds on small synthetic data: checks the script, measures nothing useful")
-    parser.add_argument("--data-dir", default=os.environ.get("DDPLAB_DATA"),
-                        help="data root holding cifar-10-batches-bin (default: $DDPLAB_DATA; synthetic data without it)")
+    parser.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="cpu, cuda or cuda:N (default: cuda when available)",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=repeats, help="measurements per side, interleaved; medians reported"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a few seconds on small synthetic data: checks the script, measures nothing useful",
+    )
+    parser.add_argument(
+        "--data-dir",
+        default=os.environ.get("DDPLAB_DATA"),
+        help="data root holding cifar-10-batches-bin (default: $DDPLAB_DATA; synthetic data without it)",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs") / "bench" / f"{name}.json", help="JSON results file")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="intra-op CPU threads per process (default: torch's own choice, or $OMP_NUM_THREADS)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="intra-op CPU threads per process (default: torch's own choice, or $OMP_NUM_THREADS)",
+    )
 
 
 def check_common_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -79,21 +94,24 @@ def cifar_root(data_dir: str | os.PathLike | None) -> Path | None:
 
 def machine_info(device: str) -> dict[str, Any]:
     """The machine a result was measured on (as a run folder's env.json says it), for the JSON and the table header."""
-    return {**machine(device), "date": datetime.date.today().isoformat(),
-            "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+    return {
+        **machine(device),
+        "date": datetime.date.today().isoformat(),
+        "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
 
 
 def describe_machine(info: dict[str, Any]) -> str:
     load = info.get("load_average_at_start")
     shared = f", load average {load[0]:.2f} at start" if load else ""
-    return (f"{info['device_name']}, {info['cpu_cores']} cores, torch {info['torch']}, {info['date']}{shared}")
+    return f"{info['device_name']}, {info['cpu_cores']} cores, torch {info['torch']}, {info['date']}{shared}"
 
 
 def interleaved(repeats: int, sides: Sequence[str]) -> Iterator[tuple[int, str]]:
     """(repeat, side) in the order A B, B A, A B, ...: each side goes first as often as the other,
     so a load that rises or falls during the benchmark does not favour either side."""
     for r in range(repeats):
-        for side in (sides if r % 2 == 0 else list(reversed(sides))):
+        for side in sides if r % 2 == 0 else list(reversed(sides)):
             yield r, side
 
 
@@ -153,15 +171,28 @@ def write_json(path: Path, payload: dict[str, Any]) -> None:
     path.write_text(json.dumps(payload, indent=2, default=str) + "\n")
 
 
-def finish(name: str, args: argparse.Namespace, machine: dict[str, Any], results: dict[str, Any],
-           table: str, notes: Sequence[str] = ()) -> dict[str, Any]:
+def finish(
+    name: str,
+    args: argparse.Namespace,
+    machine: dict[str, Any],
+    results: dict[str, Any],
+    table: str,
+    notes: Sequence[str] = (),
+) -> dict[str, Any]:
     """Print the table (with its command and machine) and write everything to --out."""
     machine = dict(machine)
     machine["load_average_at_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     text = "\n".join([f"$ {command_line()}", describe_machine(machine), "", table, *notes])
     print(text, flush=True)
-    payload = {"benchmark": name, "command": command_line(), "args": {k: v for k, v in vars(args).items()},
-               "machine": machine, "results": results, "table": table, "notes": list(notes)}
+    payload = {
+        "benchmark": name,
+        "command": command_line(),
+        "args": {k: v for k, v in vars(args).items()},
+        "machine": machine,
+        "results": results,
+        "table": table,
+        "notes": list(notes),
+    }
     write_json(args.out, payload)
     print(f"(written to {args.out})", flush=True)
     return payload
@@ -178,8 +209,9 @@ def child_env(threads: int | None = None) -> dict[str, str]:
     return env
 
 
-def run_ddplab(train_args: Sequence[str], run_dir: Path, *, env: dict[str, str], poll=None,
-               poll_s: float = 0.25) -> dict[str, Any]:
+def run_ddplab(
+    train_args: Sequence[str], run_dir: Path, *, env: dict[str, str], poll=None, poll_s: float = 0.25
+) -> dict[str, Any]:
     """`python -m ddplab train ... --out run_dir`, its output in run_dir.parent/<name>.log.
 
     Returns the process's wall time and exit code; `poll(elapsed_s)` is called every
@@ -187,11 +219,18 @@ def run_ddplab(train_args: Sequence[str], run_dir: Path, *, env: dict[str, str],
     """
     run_dir = Path(run_dir)
     log_path = run_dir.parent / f"{run_dir.name}.log"
-    cmd = process.ddplab_command("train", *train_args, "--output.progress", "false", "--output.tensorboard", "false",
-                                 "--out", str(run_dir))
+    cmd = process.ddplab_command(
+        "train", *train_args, "--output.progress", "false", "--output.tensorboard", "false", "--out", str(run_dir)
+    )
     start = time.perf_counter()
-    done = process.supervise(cmd, log_path, env=env, cwd=REPO, poll_s=poll_s,
-                             on_poll=None if poll is None else lambda: poll(time.perf_counter() - start))
+    done = process.supervise(
+        cmd,
+        log_path,
+        env=env,
+        cwd=REPO,
+        poll_s=poll_s,
+        on_poll=None if poll is None else lambda: poll(time.perf_counter() - start),
+    )
     if done.code != 0:
         tail = log_path.read_text()[-3000:]
         raise RuntimeError(f"ddplab train failed (exit {done.code}): {' '.join(cmd)}\n{tail}")
@@ -206,5 +245,8 @@ def read_metrics(run_dir: Path) -> list[EpochRecord]:
 def read_run(run_dir: Path) -> dict[str, Any]:
     """A finished run folder's metrics (one record per epoch), summary and environment."""
     run_dir = Path(run_dir)
-    return {"metrics": read_epochs(run_dir / runfiles.METRICS, run_dir), "summary": read_summary(run_dir),
-            "env": json.loads((run_dir / runfiles.ENV).read_text()) if (run_dir / runfiles.ENV).is_file() else {}}
+    return {
+        "metrics": read_epochs(run_dir / runfiles.METRICS, run_dir),
+        "summary": read_summary(run_dir),
+        "env": json.loads((run_dir / runfiles.ENV).read_text()) if (run_dir / runfiles.ENV).is_file() else {},
+    }

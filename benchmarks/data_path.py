@@ -96,8 +96,14 @@ class PerSampleAugmented(torch.utils.data.Dataset):
 def build_dataloader(args, data):
     device = torch.device(args.device)
     dataset = PerSampleAugmented(data.images, data.labels, data.mean, data.std, args.crop_padding, args.flip)
-    return torch.utils.data.DataLoader(dataset, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-                                       pin_memory=device.type == "cuda", persistent_workers=args.workers > 0)
+    return torch.utils.data.DataLoader(
+        dataset,
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=args.workers > 0,
+    )
 
 
 def build_device_loader(args, data):
@@ -106,8 +112,9 @@ def build_device_loader(args, data):
     from ddplab.data.loader import DeviceLoader
 
     spec = AugmentSpec(crop_padding=args.crop_padding, flip=args.flip)
-    return DeviceLoader(data, batch_size=args.batch_size, device=torch.device(args.device), train=True,
-                        augment=spec, seed=0)
+    return DeviceLoader(
+        data, batch_size=args.batch_size, device=torch.device(args.device), train=True, augment=spec, seed=0
+    )
 
 
 def epoch(side: str, loader, device: torch.device, epoch_index: int, limit: int | None = None) -> dict:
@@ -135,7 +142,12 @@ def epoch(side: str, loader, device: torch.device, epoch_index: int, limit: int 
 
 def batch_stats(x: torch.Tensor) -> dict:
     """Shape, dtype and moments of one batch: both sides should give normalized float batches."""
-    return {"shape": list(x.shape), "dtype": str(x.dtype), "mean": float(x.float().mean()), "std": float(x.float().std())}
+    return {
+        "shape": list(x.shape),
+        "dtype": str(x.dtype),
+        "mean": float(x.float().mean()),
+        "std": float(x.float().std()),
+    }
 
 
 def main(argv=None) -> int:
@@ -160,27 +172,76 @@ def main(argv=None) -> int:
     del loaders  # stops the DataLoader's workers
     rates = {side: [r["images_per_s"] for r in runs[side]] for side in SIDES}
     result = common.compare("dataloader", rates["dataloader"], "ddplab", rates["ddplab"])
-    labels = {"dataloader": f"per-sample DataLoader ({args.workers} workers{', pinned' if device.type == 'cuda' else ''})",
-              "ddplab": "ddplab DeviceLoader (batched, on the device)"}
+    labels = {
+        "dataloader": f"per-sample DataLoader ({args.workers} workers{', pinned' if device.type == 'cuda' else ''})",
+        "ddplab": "ddplab DeviceLoader (batched, on the device)",
+    }
     rows = []
     for side in SIDES:
         seconds = common.median([r["seconds"] for r in runs[side]])
-        rows.append([labels[side], common.fmt_rate(result[side]["median"]), f"{seconds:.2f}",
-                     common.fmt_list(rates[side], 0), f"{runs[side][0]['images']:,}", runs[side][0]["batches"],
-                     f"{setup_s[side]:.2f}"])
-    augment = ", ".join(filter(None, [f"crop (reflect pad {args.crop_padding})" if args.crop_padding else "",
-                                      "flip" if args.flip else ""])) or "none"
-    head = (f"{len(data):,} {dataset} training images, batch {args.batch_size}, augmentation: {augment}, normalize; "
-            f"one epoch per repeat, {args.repeats} repeat{'s' if args.repeats != 1 else ''} per side, interleaved")
-    table = "\n".join([head, "", common.markdown_table(
-        ["data path", f"images/s (median of {args.repeats})", "s/epoch (median)", "images/s per repeat", "images/epoch",
-         "batches/epoch", "set-up s (not timed)"], rows)])
-    notes = [f"\nddplab / DataLoader: {result['ratio']:.2f}x (median of the per-repeat ratios: "
-             f"{result['median_paired_ratio']:.2f}x; target >= 5x)"]
-    common.finish(NAME, args, machine, {
-        "dataset": dataset, "images": len(data), "expected_batches": math.ceil(len(data) / args.batch_size),
-        "runs": runs, "throughput": result, "speed_ratio": result["ratio"], "setup_s": setup_s, "first_batch": first,
-    }, table, notes)
+        rows.append(
+            [
+                labels[side],
+                common.fmt_rate(result[side]["median"]),
+                f"{seconds:.2f}",
+                common.fmt_list(rates[side], 0),
+                f"{runs[side][0]['images']:,}",
+                runs[side][0]["batches"],
+                f"{setup_s[side]:.2f}",
+            ]
+        )
+    augment = (
+        ", ".join(
+            filter(
+                None,
+                [f"crop (reflect pad {args.crop_padding})" if args.crop_padding else "", "flip" if args.flip else ""],
+            )
+        )
+        or "none"
+    )
+    head = (
+        f"{len(data):,} {dataset} training images, batch {args.batch_size}, augmentation: {augment}, normalize; "
+        f"one epoch per repeat, {args.repeats} repeat{'s' if args.repeats != 1 else ''} per side, interleaved"
+    )
+    table = "\n".join(
+        [
+            head,
+            "",
+            common.markdown_table(
+                [
+                    "data path",
+                    f"images/s (median of {args.repeats})",
+                    "s/epoch (median)",
+                    "images/s per repeat",
+                    "images/epoch",
+                    "batches/epoch",
+                    "set-up s (not timed)",
+                ],
+                rows,
+            ),
+        ]
+    )
+    notes = [
+        f"\nddplab / DataLoader: {result['ratio']:.2f}x (median of the per-repeat ratios: "
+        f"{result['median_paired_ratio']:.2f}x; target >= 5x)"
+    ]
+    common.finish(
+        NAME,
+        args,
+        machine,
+        {
+            "dataset": dataset,
+            "images": len(data),
+            "expected_batches": math.ceil(len(data) / args.batch_size),
+            "runs": runs,
+            "throughput": result,
+            "speed_ratio": result["ratio"],
+            "setup_s": setup_s,
+            "first_batch": first,
+        },
+        table,
+        notes,
+    )
     return 0
 
 

@@ -48,7 +48,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--epochs", type=int, default=2, help="epochs per run; the first is left out of images/s")
     p.add_argument("--batch-size", type=int, default=128, help="global batch; each DDP worker takes 1/nproc of it")
     p.add_argument("--ddplab-args", default="", help="extra `ddplab train` flags for both sides")
-    p.add_argument("--keep-runs", type=Path, default=None, help="keep the run folders here (default: a temporary folder)")
+    p.add_argument(
+        "--keep-runs", type=Path, default=None, help="keep the run folders here (default: a temporary folder)"
+    )
     args = p.parse_args(argv)
     common.check_common_args(p, args)
     if args.quick:
@@ -75,15 +77,31 @@ def common_flags(args) -> tuple[str, list[str]]:
         data += ["--subset", str(args.subset)] if args.subset else []
         name = "cifar10"
     device = "cuda" if args.device.startswith("cuda") else args.device
-    return name, [*data, "--model", args.model, "--epochs", str(args.epochs), "--device", device,
-                  *args.ddplab_args.split()]
+    return name, [
+        *data,
+        "--model",
+        args.model,
+        "--epochs",
+        str(args.epochs),
+        "--device",
+        device,
+        *args.ddplab_args.split(),
+    ]
 
 
 def side_flags(args, side: str) -> list[str]:
     if side == "single":
         return ["--batch-size", str(args.batch_size)]
-    return ["--batch-size", str(args.batch_size // args.nproc), "--strategy", "ddp", "--nproc", str(args.nproc),
-            "--backend", args.backend]
+    return [
+        "--batch-size",
+        str(args.batch_size // args.nproc),
+        "--strategy",
+        "ddp",
+        "--nproc",
+        str(args.nproc),
+        "--backend",
+        args.backend,
+    ]
 
 
 def measure(run: dict, wall_s: float) -> dict:
@@ -91,19 +109,26 @@ def measure(run: dict, wall_s: float) -> dict:
     keep = metrics[1:] or metrics
     train_s = sum(r.train_s for r in keep)
     images = sum(r.train_samples for r in keep)
-    phases = {p: sum(r.metric(p) or 0.0 for r in keep) / train_s for p in PHASES
-              if any(r.metric(p) is not None for r in keep)}
+    phases = {
+        p: sum(r.metric(p) or 0.0 for r in keep) / train_s for p in PHASES if any(r.metric(p) is not None for r in keep)
+    }
     return {
-        "world_size": summary["run"]["world_size"], "batch_local": summary["batch"]["local"],
-        "batch_global": summary["batch"]["global"], "steps_per_epoch": summary["batch"]["steps_per_epoch"],
+        "world_size": summary["run"]["world_size"],
+        "batch_local": summary["batch"]["local"],
+        "batch_global": summary["batch"]["global"],
+        "steps_per_epoch": summary["batch"]["steps_per_epoch"],
         "torch_threads": run["env"].get("torch_threads"),
         "train_images_per_epoch": [r.train_samples for r in metrics],
         "test_images_per_epoch": [r.test_samples for r in metrics],
-        "epoch_s": [r.epoch_s for r in metrics], "train_s": [r.train_s for r in metrics],
+        "epoch_s": [r.epoch_s for r in metrics],
+        "train_s": [r.train_s for r in metrics],
         "eval_s": [r.eval_s for r in metrics],
         "median_epoch_s": common.median([r.epoch_s for r in keep]),
-        "images_per_s": images / train_s, "phase_share": phases,
-        "test_acc": summary["final"]["test_acc"], "startup_s": summary["time"]["startup_s"], "process_wall_s": wall_s,
+        "images_per_s": images / train_s,
+        "phase_share": phases,
+        "test_acc": summary["final"]["test_acc"],
+        "startup_s": summary["time"]["startup_s"],
+        "process_wall_s": wall_s,
     }
 
 
@@ -119,8 +144,9 @@ def main(argv=None) -> int:
             print(f"repeat {repeat + 1}/{args.repeats}: {side} ...", file=sys.stderr, flush=True)
             run_dir = base / f"{side}-{repeat + 1}"
             proc = common.run_ddplab([*flags, *side_flags(args, side)], run_dir, env=env)
-            runs[side].append({"repeat": repeat + 1, "run_dir": str(run_dir),
-                               **measure(common.read_run(run_dir), proc["wall_s"])})
+            runs[side].append(
+                {"repeat": repeat + 1, "run_dir": str(run_dir), **measure(common.read_run(run_dir), proc["wall_s"])}
+            )
     rates = {side: [r["images_per_s"] for r in runs[side]] for side in SIDES}
     result = common.compare("single", rates["single"], "ddp", rates["ddp"])
     speedup = result["ratio"]
@@ -131,25 +157,74 @@ def main(argv=None) -> int:
         label = f"single, {threads}" if side == "single" else f"ddp {args.backend}, {args.nproc} x {threads}"
         share = r0["phase_share"]
         s = 1.0 if side == "single" else speedup
-        rows.append([label, r0["world_size"], f"{r0['batch_local']}/{r0['batch_global']}", f"{r0['test_acc']:.2%}",
-                     f"{common.median([r['median_epoch_s'] for r in runs[side]]):.1f}",
-                     common.fmt_rate(result[side]["median"]), common.fmt_list(rates[side], 0),
-                     f"{s:.2f}x", f"{s / r0['world_size']:.0%}",
-                     *(f"{common.median([r['phase_share'].get(p, 0.0) for r in runs[side]]):.0%}" if p in share else "-"
-                       for p in PHASES)])
+        rows.append(
+            [
+                label,
+                r0["world_size"],
+                f"{r0['batch_local']}/{r0['batch_global']}",
+                f"{r0['test_acc']:.2%}",
+                f"{common.median([r['median_epoch_s'] for r in runs[side]]):.1f}",
+                common.fmt_rate(result[side]["median"]),
+                common.fmt_list(rates[side], 0),
+                f"{s:.2f}x",
+                f"{s / r0['world_size']:.0%}",
+                *(
+                    f"{common.median([r['phase_share'].get(p, 0.0) for r in runs[side]]):.0%}" if p in share else "-"
+                    for p in PHASES
+                ),
+            ]
+        )
     n_images = runs["single"][0]["train_images_per_epoch"][0]
-    head = (f"{args.model}, {n_images:,} {dataset} training images, global batch {args.batch_size}, {args.epochs} epochs per "
-            f"run (images/s after the first), {args.repeats} repeat{'s' if args.repeats != 1 else ''} per side, alternating; ddplab defaults otherwise")
-    table = "\n".join([head, "", common.markdown_table(
-        ["run", "world", "batch local/global", "test acc", "epoch s (median)", f"train images/s (median of {args.repeats})",
-         "per repeat", "speedup", "efficiency", "data", "fwd+bwd", "optim", "comm wait"], rows)])
-    notes = [f"\nspeedup {speedup:.2f}x (median of the per-repeat speedups: {result['median_paired_ratio']:.2f}x), "
-             f"efficiency {speedup / args.nproc:.0%} with {args.nproc} workers. Phases are shares of training time; "
-             "comm wait is the part of fwd+bwd that waited for the gradient all-reduce (measured by a probe)."]
-    common.finish(NAME, args, machine, {
-        "dataset": dataset, "nproc": args.nproc, "backend": args.backend, "runs": runs, "throughput": result,
-        "speedup": speedup, "efficiency": speedup / args.nproc,
-    }, table, notes)
+    head = (
+        f"{args.model}, {n_images:,} {dataset} training images, global batch {args.batch_size}, "
+        f"{args.epochs} epochs per run (images/s after the first), "
+        f"{args.repeats} repeat{'s' if args.repeats != 1 else ''} per side, alternating; ddplab defaults otherwise"
+    )
+    table = "\n".join(
+        [
+            head,
+            "",
+            common.markdown_table(
+                [
+                    "run",
+                    "world",
+                    "batch local/global",
+                    "test acc",
+                    "epoch s (median)",
+                    f"train images/s (median of {args.repeats})",
+                    "per repeat",
+                    "speedup",
+                    "efficiency",
+                    "data",
+                    "fwd+bwd",
+                    "optim",
+                    "comm wait",
+                ],
+                rows,
+            ),
+        ]
+    )
+    notes = [
+        f"\nspeedup {speedup:.2f}x (median of the per-repeat speedups: {result['median_paired_ratio']:.2f}x), "
+        f"efficiency {speedup / args.nproc:.0%} with {args.nproc} workers. Phases are shares of training time; "
+        "comm wait is the part of fwd+bwd that waited for the gradient all-reduce (measured by a probe)."
+    ]
+    common.finish(
+        NAME,
+        args,
+        machine,
+        {
+            "dataset": dataset,
+            "nproc": args.nproc,
+            "backend": args.backend,
+            "runs": runs,
+            "throughput": result,
+            "speedup": speedup,
+            "efficiency": speedup / args.nproc,
+        },
+        table,
+        notes,
+    )
     return 0
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Training throughput: a plain PyTorch loop vs ddplab, same model, batch, optimizer and data.
 
-    python benchmarks/loop_overhead.py --device cuda          # seed report D's recipe (vgg_small, batch 32), full CIFAR-10
+    python benchmarks/loop_overhead.py --device cuda          # seed report D's recipe (vgg_small, batch 32),
+                                                              # full CIFAR-10
     python benchmarks/loop_overhead.py --device cpu --model simple_cnn --subset 4096 --repeats 3
     python benchmarks/loop_overhead.py --device cpu --quick   # seconds, synthetic data: checks the script only
 
@@ -38,8 +39,10 @@ import torch.nn.functional as F
 
 NAME = "loop_overhead"
 SIDES = ("plain", "ddplab")
-LABELS = {"plain": "plain PyTorch loop (DataLoader, {w} workers, per-sample normalize)",
-          "ddplab": "ddplab (`ddplab.train`, device-resident data, time breakdown on)"}
+LABELS = {
+    "plain": "plain PyTorch loop (DataLoader, {w} workers, per-sample normalize)",
+    "ddplab": "ddplab (`ddplab.train`, device-resident data, time breakdown on)",
+}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -49,7 +52,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--weight-decay", type=float, default=5e-4)
-    p.add_argument("--epochs", type=int, default=3, help="epochs per run (each side, each repeat); the first is warm-up")
+    p.add_argument(
+        "--epochs", type=int, default=3, help="epochs per run (each side, each repeat); the first is warm-up"
+    )
     p.add_argument("--subset", type=int, default=None, help="train on the first N images")
     p.add_argument("--workers", type=int, default=2, help="the plain loop's DataLoader worker processes")
     p.add_argument("--ddplab-args", default="", help="extra `--section.field value` settings for the ddplab side")
@@ -89,11 +94,19 @@ def plain_run(args, data) -> tuple[list[float], list[int]]:
         xs = torch.stack([(x.float() / 255 - mean) / std for x, _ in batch])
         return xs, torch.stack([y for _, y in batch])
 
-    loader = DataLoader(TensorDataset(data.images, data.labels), batch_size=args.batch_size, shuffle=True,
-                        num_workers=args.workers, pin_memory=device.type == "cuda", collate_fn=collate,
-                        persistent_workers=args.workers > 0)
+    loader = DataLoader(
+        TensorDataset(data.images, data.labels),
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.workers,
+        pin_memory=device.type == "cuda",
+        collate_fn=collate,
+        persistent_workers=args.workers > 0,
+    )
     torch.manual_seed(0)
-    model = create_model(args.model, num_classes=data.num_classes, in_channels=3, image_size=data.image_shape[1:]).to(device)
+    model = create_model(args.model, num_classes=data.num_classes, in_channels=3, image_size=data.image_shape[1:]).to(
+        device
+    )
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     times, images = [], []
     for _ in range(args.epochs):
@@ -122,12 +135,26 @@ def ddplab_run(args, dataset: str, root: Path | None) -> tuple[list[float], list
 
     with tempfile.TemporaryDirectory() as tmp:  # ddplab.train gives this process its torch settings back
         values = {
-            "data": {"dataset": dataset, "subset": args.subset, "crop_padding": 0, "flip": False, "download": False,
-                     **({"data_dir": str(root)} if root else {"synthetic_size": args.subset or 8192,
-                                                                  "image_size": args.image_size})},
+            "data": {
+                "dataset": dataset,
+                "subset": args.subset,
+                "crop_padding": 0,
+                "flip": False,
+                "download": False,
+                **(
+                    {"data_dir": str(root)}
+                    if root
+                    else {"synthetic_size": args.subset or 8192, "image_size": args.image_size}
+                ),
+            },
             "model": {"name": args.model},
-            "optim": {"name": "adam", "lr": args.lr, "weight_decay": args.weight_decay, "schedule": "none",
-                      "label_smoothing": 0.0},
+            "optim": {
+                "name": "adam",
+                "lr": args.lr,
+                "weight_decay": args.weight_decay,
+                "schedule": "none",
+                "label_smoothing": 0.0,
+            },
             "train": {"epochs": args.epochs, "batch_size": args.batch_size, "device": args.device},
             "output": {"out": str(Path(tmp) / "run"), "progress": False, "tensorboard": False},
         }
@@ -136,8 +163,11 @@ def ddplab_run(args, dataset: str, root: Path | None) -> tuple[list[float], list
         overrides = parse_dotted([f"{k.lstrip('-')}={v}" for k, v in zip(extra[::2], extra[1::2])])
         with contextlib.redirect_stdout(io.StringIO()):  # its summary; the log lines still go to stderr
             result = train(build_config(merge(values, overrides)))
-        return ([r.train_s for r in result.history], [r.train_samples for r in result.history],
-                result.summary.get("engine") or {})
+        return (
+            [r.train_s for r in result.history],
+            [r.train_samples for r in result.history],
+            result.summary.get("engine") or {},
+        )
 
 
 def throughput(times: list[float], images: list[int]) -> float:
@@ -159,29 +189,69 @@ def main(argv=None) -> int:
             times, images = plain_run(args, data)
         else:
             times, images, engine = ddplab_run(args, dataset, root)
-        runs[side].append({"repeat": repeat + 1, "epoch_s": times, "images": images,
-                           "images_per_s": throughput(times, images)})
+        runs[side].append(
+            {"repeat": repeat + 1, "epoch_s": times, "images": images, "images_per_s": throughput(times, images)}
+        )
     rates = {side: [r["images_per_s"] for r in runs[side]] for side in SIDES}
     result = common.compare("plain", rates["plain"], "ddplab", rates["ddplab"])
-    steady = {side: statistics.median([t for r in runs[side] for t in (r["epoch_s"][1:] or r["epoch_s"])])
-              for side in SIDES}
+    steady = {
+        side: statistics.median([t for r in runs[side] for t in (r["epoch_s"][1:] or r["epoch_s"])]) for side in SIDES
+    }
     images_per_epoch = {side: sorted({n for r in runs[side] for n in r["images"]}) for side in SIDES}
     rows = []
     for side in SIDES:
-        rows.append([LABELS[side].format(w=args.workers), common.fmt_rate(result[side]["median"]),
-                     f"{steady[side]:.2f}", common.fmt_list(rates[side], 0),
-                     "/".join(f"{n:,}" for n in images_per_epoch[side])])
-    head = (f"{args.model}, batch {args.batch_size}, Adam lr {args.lr:g}, {len(data):,} {dataset} images, "
-            f"{args.epochs} epochs per run (first left out), {args.repeats} repeat{'s' if args.repeats != 1 else ''} per side, interleaved")
-    table = "\n".join([head, "", common.markdown_table(
-        ["loop", f"images/s (median of {args.repeats})", "s/epoch (median)", "images/s per repeat", "images/epoch"], rows)])
+        rows.append(
+            [
+                LABELS[side].format(w=args.workers),
+                common.fmt_rate(result[side]["median"]),
+                f"{steady[side]:.2f}",
+                common.fmt_list(rates[side], 0),
+                "/".join(f"{n:,}" for n in images_per_epoch[side]),
+            ]
+        )
+    head = (
+        f"{args.model}, batch {args.batch_size}, Adam lr {args.lr:g}, {len(data):,} {dataset} images, "
+        f"{args.epochs} epochs per run (first left out), "
+        f"{args.repeats} repeat{'s' if args.repeats != 1 else ''} per side, interleaved"
+    )
+    table = "\n".join(
+        [
+            head,
+            "",
+            common.markdown_table(
+                [
+                    "loop",
+                    f"images/s (median of {args.repeats})",
+                    "s/epoch (median)",
+                    "images/s per repeat",
+                    "images/epoch",
+                ],
+                rows,
+            ),
+        ]
+    )
     ratio = result["ratio"]
-    notes = [f"\nddplab / plain throughput: {ratio:.3f}x (median of the per-repeat ratios: "
-             f"{result['median_paired_ratio']:.3f}x; target >= 0.95x); ddplab engine: {engine}"]
-    common.finish(NAME, args, machine, {
-        "dataset": dataset, "images": len(data), "images_per_epoch": images_per_epoch,
-        "runs": runs, "throughput": result, "speed_ratio": ratio, "steady_epoch_s": steady, "engine": engine,
-    }, table, notes)
+    notes = [
+        f"\nddplab / plain throughput: {ratio:.3f}x (median of the per-repeat ratios: "
+        f"{result['median_paired_ratio']:.3f}x; target >= 0.95x); ddplab engine: {engine}"
+    ]
+    common.finish(
+        NAME,
+        args,
+        machine,
+        {
+            "dataset": dataset,
+            "images": len(data),
+            "images_per_epoch": images_per_epoch,
+            "runs": runs,
+            "throughput": result,
+            "speed_ratio": ratio,
+            "steady_epoch_s": steady,
+            "engine": engine,
+        },
+        table,
+        notes,
+    )
     return 0
 
 

@@ -37,12 +37,16 @@ NAME = "network"
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common.add_common_args(p, NAME, repeats=2)
-    p.add_argument("--rates", default="100mbit,1gbit,none", help="link rates to compare, comma-separated (none: unshaped)")
+    p.add_argument(
+        "--rates", default="100mbit,1gbit,none", help="link rates to compare, comma-separated (none: unshaped)"
+    )
     p.add_argument("--model", default="simple_cnn")
     p.add_argument("--subset", type=int, default=8192, help="train on the first N images")
     p.add_argument("--epochs", type=int, default=2, help="epochs per run; the first is left out of images/s")
     p.add_argument("--batch-size", type=int, default=128, help="global batch; each host takes half")
-    p.add_argument("--keep-runs", type=Path, default=None, help="keep the run folders here (default: a temporary folder)")
+    p.add_argument(
+        "--keep-runs", type=Path, default=None, help="keep the run folders here (default: a temporary folder)"
+    )
     args = p.parse_args(argv)
     common.check_common_args(p, args)
     if args.device != "cpu":
@@ -69,10 +73,25 @@ def train_flags(args) -> tuple[str, list[str]]:
         if args.quick:
             data += ["--data.image_size", "16", "--model.width", "0.5"]
     else:
-        data, name = ["--dataset", "cifar10", "--data-dir", str(root), "--data.download", "false",
-                      "--subset", str(args.subset)], "cifar10"
-    return name, [*data, "--model", args.model, "--epochs", str(args.epochs), "--device", "cpu", "--train.threads", "1",
-                  "--output.progress", "false", "--output.tensorboard", "false"]
+        data, name = (
+            ["--dataset", "cifar10", "--data-dir", str(root), "--data.download", "false", "--subset", str(args.subset)],
+            "cifar10",
+        )
+    return name, [
+        *data,
+        "--model",
+        args.model,
+        "--epochs",
+        str(args.epochs),
+        "--device",
+        "cpu",
+        "--train.threads",
+        "1",
+        "--output.progress",
+        "false",
+        "--output.tensorboard",
+        "false",
+    ]
 
 
 def run_on_hosts(cluster: hosts.Cluster, command: list[str], logs: Path) -> None:
@@ -81,8 +100,14 @@ def run_on_hosts(cluster: hosts.Cluster, command: list[str], logs: Path) -> None
     procs = []
     for i in range(cluster.hosts):
         log = open(logs.with_name(f"{logs.name}-host{i}.log"), "w")
-        procs.append((subprocess.Popen([*cluster.exec_prefix(i), *command], stdout=log, stderr=subprocess.STDOUT,
-                                       env=env, cwd=common.REPO), log))
+        procs.append(
+            (
+                subprocess.Popen(
+                    [*cluster.exec_prefix(i), *command], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=common.REPO
+                ),
+                log,
+            )
+        )
     failed = []
     for i, (proc, log) in enumerate(procs):
         code = proc.wait(timeout=3600)
@@ -99,10 +124,16 @@ def measure_run(run_dir: Path) -> dict:
     keep = metrics[1:] or metrics
     train_s = sum(r.train_s for r in keep)
     comm = communication(keep, summary["batch"]["global"], train_s)  # as the report reads it
-    return {"world_size": summary["run"]["world_size"], "batch_local": summary["batch"]["local"],
-            "images_per_s": sum(r.train_samples for r in keep) / train_s, "median_epoch_s": common.median([r.epoch_s for r in keep]),
-            "ddp_exposed_ms": comm["ddp_exposed_ms"], "allreduce_share": comm["allreduce_share"],
-            "test_acc": summary["final"]["test_acc"], "train_samples": [r.train_samples for r in metrics]}
+    return {
+        "world_size": summary["run"]["world_size"],
+        "batch_local": summary["batch"]["local"],
+        "images_per_s": sum(r.train_samples for r in keep) / train_s,
+        "median_epoch_s": common.median([r.epoch_s for r in keep]),
+        "ddp_exposed_ms": comm["ddp_exposed_ms"],
+        "allreduce_share": comm["allreduce_share"],
+        "test_acc": summary["final"]["test_acc"],
+        "train_samples": [r.train_samples for r in metrics],
+    }
 
 
 def main(argv=None) -> int:
@@ -121,12 +152,36 @@ def main(argv=None) -> int:
                 hosts.reshape(cluster.name, rate_of[side])
                 print(f"measuring the link: {side} ...", file=sys.stderr, flush=True)
                 out = base / f"links-{hosts.rate_text(rate_of[side])}.json"
-                run_on_hosts(cluster, [sys.executable, "-m", "ddplab", "plan", "--measure", "--nproc", "1", "--nnodes", "2",
-                                       "--rdzv-endpoint", cluster.endpoint(29400), "--max-mib", "4" if args.quick else "16",
-                                       "--timeout-s", "120", "--out", str(out)], base / out.stem)
+                run_on_hosts(
+                    cluster,
+                    [
+                        sys.executable,
+                        "-m",
+                        "ddplab",
+                        "plan",
+                        "--measure",
+                        "--nproc",
+                        "1",
+                        "--nnodes",
+                        "2",
+                        "--rdzv-endpoint",
+                        cluster.endpoint(29400),
+                        "--max-mib",
+                        "4" if args.quick else "16",
+                        "--timeout-s",
+                        "120",
+                        "--out",
+                        str(out),
+                    ],
+                    base / out.stem,
+                )
                 link = load_links(out).links[0]
-                links[side] = {"set_bit_s": rate_of[side], "busbw_gbps": link.busbw_gbps, "alpha_ms": link.alpha_s * 1e3,
-                               "fit_error_median": link.fit_error["median"]}
+                links[side] = {
+                    "set_bit_s": rate_of[side],
+                    "busbw_gbps": link.busbw_gbps,
+                    "alpha_ms": link.alpha_s * 1e3,
+                    "fit_error_median": link.fit_error["median"],
+                }
             for repeat, side in common.interleaved(args.repeats, sides):
                 print(f"repeat {repeat + 1}/{args.repeats}: {side} ...", file=sys.stderr, flush=True)
                 run_dir = base / f"{side.replace(' ', '-')}-{repeat + 1}"
@@ -134,10 +189,31 @@ def main(argv=None) -> int:
                     common.run_ddplab([*flags, "--batch-size", str(args.batch_size)], run_dir, env=common.child_env(1))
                 else:
                     hosts.reshape(cluster.name, rate_of[side])
-                    run_on_hosts(cluster, [sys.executable, "-m", "ddplab", "train", *flags, "--batch-size",
-                                           str(args.batch_size // 2), "--strategy", "ddp", "--nproc", "1", "--nnodes", "2",
-                                           "--rdzv-endpoint", cluster.endpoint(29500 + repeat), "--dist.timeout_s", "300",
-                                           "--out", str(run_dir)], run_dir)
+                    run_on_hosts(
+                        cluster,
+                        [
+                            sys.executable,
+                            "-m",
+                            "ddplab",
+                            "train",
+                            *flags,
+                            "--batch-size",
+                            str(args.batch_size // 2),
+                            "--strategy",
+                            "ddp",
+                            "--nproc",
+                            "1",
+                            "--nnodes",
+                            "2",
+                            "--rdzv-endpoint",
+                            cluster.endpoint(29500 + repeat),
+                            "--dist.timeout_s",
+                            "300",
+                            "--out",
+                            str(run_dir),
+                        ],
+                        run_dir,
+                    )
                 runs[side].append({"repeat": repeat + 1, **measure_run(run_dir)})
     one = common.median([r["images_per_s"] for r in runs["one host"]])
     rows = []
@@ -145,22 +221,59 @@ def main(argv=None) -> int:
         rate = common.median([r["images_per_s"] for r in runs[side]])
         comm = [r["ddp_exposed_ms"] for r in runs[side] if r["ddp_exposed_ms"] is not None]
         link = links.get(side)
-        rows.append([side, f"{runs[side][0]['batch_local']}/{args.batch_size}", common.fmt_rate(rate),
-                     common.fmt_list([r["images_per_s"] for r in runs[side]], 0), f"{rate / one:.2f}x",
-                     f"{common.median(comm):,.1f}" if comm else "-",
-                     f"{link['busbw_gbps'] * 8e3:,.0f} Mbit/s" if link else "-",
-                     f"{link['alpha_ms']:.2f}" if link else "-"])
+        rows.append(
+            [
+                side,
+                f"{runs[side][0]['batch_local']}/{args.batch_size}",
+                common.fmt_rate(rate),
+                common.fmt_list([r["images_per_s"] for r in runs[side]], 0),
+                f"{rate / one:.2f}x",
+                f"{common.median(comm):,.1f}" if comm else "-",
+                f"{link['busbw_gbps'] * 8e3:,.0f} Mbit/s" if link else "-",
+                f"{link['alpha_ms']:.2f}" if link else "-",
+            ]
+        )
     n_images = runs["one host"][0]["train_samples"][0]
-    head = (f"{args.model}, {n_images:,} {dataset} training images, global batch {args.batch_size}, {args.epochs} epochs "
-            f"per run (images/s after the first), {args.repeats} repeat(s) per side, alternating; one thread per process")
-    table = "\n".join([head, "", common.markdown_table(
-        ["side", "batch local/global", "train images/s (median)", "per repeat", "vs one host",
-         "all-reduce wait ms/step (DDP, least-waiting rank)", "link measured (plan --measure)", "alpha ms"], rows)])
-    notes = ["\nThe link's rate is set with tc tbf on both ends of each host's veth; 'none' is veth unshaped. "
-             "The measured bandwidth is ddplab plan --measure's fitted bus bandwidth across the two hosts."]
-    common.finish(NAME, args, machine, {"dataset": dataset, "runs": runs, "links": links,
-                                        "speedup": {side: common.median([r["images_per_s"] for r in runs[side]]) / one
-                                                    for side in sides}}, table, notes)
+    head = (
+        f"{args.model}, {n_images:,} {dataset} training images, global batch {args.batch_size}, {args.epochs} epochs "
+        f"per run (images/s after the first), {args.repeats} repeat(s) per side, alternating; one thread per process"
+    )
+    table = "\n".join(
+        [
+            head,
+            "",
+            common.markdown_table(
+                [
+                    "side",
+                    "batch local/global",
+                    "train images/s (median)",
+                    "per repeat",
+                    "vs one host",
+                    "all-reduce wait ms/step (DDP, least-waiting rank)",
+                    "link measured (plan --measure)",
+                    "alpha ms",
+                ],
+                rows,
+            ),
+        ]
+    )
+    notes = [
+        "\nThe link's rate is set with tc tbf on both ends of each host's veth; 'none' is veth unshaped. "
+        "The measured bandwidth is ddplab plan --measure's fitted bus bandwidth across the two hosts."
+    ]
+    common.finish(
+        NAME,
+        args,
+        machine,
+        {
+            "dataset": dataset,
+            "runs": runs,
+            "links": links,
+            "speedup": {side: common.median([r["images_per_s"] for r in runs[side]]) / one for side in sides},
+        },
+        table,
+        notes,
+    )
     return 0
 
 

@@ -32,16 +32,53 @@ from ddplab.planner.links import load_links
 from ddplab.runread import read_run
 
 CASES = {
-    "cifar": ["--dataset", "cifar10", "--data.subset", "4000", "--model.width", "0.5", "--data.crop_padding", "0",
-              "--data.flip", "false", "--epochs", "3"],
-    "tiny": ["--dataset", "synthetic", "--data.synthetic_size", "8192", "--data.image_size", "16",
-             "--model.width", "0.25", "--epochs", "3"],
+    "cifar": [
+        "--dataset",
+        "cifar10",
+        "--data.subset",
+        "4000",
+        "--model.width",
+        "0.5",
+        "--data.crop_padding",
+        "0",
+        "--data.flip",
+        "false",
+        "--epochs",
+        "3",
+    ],
+    "tiny": [
+        "--dataset",
+        "synthetic",
+        "--data.synthetic_size",
+        "8192",
+        "--data.image_size",
+        "16",
+        "--model.width",
+        "0.25",
+        "--epochs",
+        "3",
+    ],
 }
 
 
 def train(out: Path, case: str, batch: int, workers: int) -> Path:
-    run_ddplab([*CASES[case], "--batch-size", str(batch), "--device", "cpu", "--strategy",
-                "ddp" if workers > 1 else "single", "--nproc", str(workers), "--backend", "gloo"], out, env=child_env())
+    run_ddplab(
+        [
+            *CASES[case],
+            "--batch-size",
+            str(batch),
+            "--device",
+            "cpu",
+            "--strategy",
+            "ddp" if workers > 1 else "single",
+            "--nproc",
+            str(workers),
+            "--backend",
+            "gloo",
+        ],
+        out,
+        env=child_env(),
+    )
     return out
 
 
@@ -65,9 +102,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         links = root / "links.json"  # one fit per worker count: 4 ranks on 2 cores wait on each other far longer
-        subprocess.run(process.ddplab_command("plan", "--measure", "--nproc", ",".join(map(str, workers)),
-                                              "--max-mib", "16", "--out", str(links)),
-                       check=True, capture_output=True, cwd=REPO, env=child_env())
+        subprocess.run(
+            process.ddplab_command(
+                "plan", "--measure", "--nproc", ",".join(map(str, workers)), "--max-mib", "16", "--out", str(links)
+            ),
+            check=True,
+            capture_output=True,
+            cwd=REPO,
+            env=child_env(),
+        )
         link = load_links(links)
         for case in cases:
             for batch in batches:
@@ -77,22 +120,40 @@ def main() -> int:
                 for n in workers:
                     measured = throughput(train(root / f"{case}-{batch}-{n}", case, batch, n))
                     predicted = model.predict_one(costs, n, 1, batch, link).images_per_s
-                    rows.append({"case": case, "batch": batch, "workers": n, "one": throughput(one),
-                                 "measured": measured, "predicted": predicted, "error": predicted / measured - 1})
-                    print(f"{case} batch {batch} x{n}: measured {measured:,.0f}, predicted {predicted:,.0f} "
-                          f"({rows[-1]['error']:+.0%})", file=sys.stderr)
-    print(f"{describe_machine(machine_info('cpu'))}; links measured: " + ", ".join(
-        f"{k.ranks} ranks {k.busbw_gbps:.2f} GB/s, alpha {k.alpha_s * 1e3:.2f} ms" for k in link.links) + "\n")
+                    rows.append(
+                        {
+                            "case": case,
+                            "batch": batch,
+                            "workers": n,
+                            "one": throughput(one),
+                            "measured": measured,
+                            "predicted": predicted,
+                            "error": predicted / measured - 1,
+                        }
+                    )
+                    print(
+                        f"{case} batch {batch} x{n}: measured {measured:,.0f}, predicted {predicted:,.0f} "
+                        f"({rows[-1]['error']:+.0%})",
+                        file=sys.stderr,
+                    )
+    print(
+        f"{describe_machine(machine_info('cpu'))}; links measured: "
+        + ", ".join(f"{k.ranks} ranks {k.busbw_gbps:.2f} GB/s, alpha {k.alpha_s * 1e3:.2f} ms" for k in link.links)
+        + "\n"
+    )
     print("| case | local batch | 1 process, measured | workers | predicted | measured | error |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['case']} | {r['batch']} | {r['one']:,.0f} img/s | {r['workers']} | {r['predicted']:,.0f} | "
-              f"{r['measured']:,.0f} | {r['error']:+.0%} |")
+        print(
+            f"| {r['case']} | {r['batch']} | {r['one']:,.0f} img/s | {r['workers']} | {r['predicted']:,.0f} | "
+            f"{r['measured']:,.0f} | {r['error']:+.0%} |"
+        )
     errors = [abs(r["error"]) for r in rows]
     print(f"\nmedian absolute error {statistics.median(errors):.0%}, worst {max(errors):.0%} over {len(rows)} points")
     if args.out:
-        args.out.write_text(json.dumps({"rows": rows, "links": {k.ranks: [k.busbw_gbps, k.alpha_s] for k in link.links}},
-                                        indent=1))
+        args.out.write_text(
+            json.dumps({"rows": rows, "links": {k.ranks: [k.busbw_gbps, k.alpha_s] for k in link.links}}, indent=1)
+        )
     return 0
 
 

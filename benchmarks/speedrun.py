@@ -29,12 +29,14 @@ from ddplab import runfiles  # torch-free; _common puts src on the path
 
 def parse_args(argv=None) -> argparse.Namespace:
     argv = list(sys.argv[1:] if argv is None else argv)
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    argv = argv[:argv.index("--")] if "--" in argv else argv
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common.add_common_args(p, "speedrun", repeats=1)
     p.add_argument("--seeds", type=int, default=5, help="runs, seeds 0..N-1 (the records report >= 5)")
-    p.add_argument("--runs-dir", type=Path, default=Path("runs") / "bench" / "speedrun", help="where the run folders go")
+    p.add_argument(
+        "--runs-dir", type=Path, default=Path("runs") / "bench" / "speedrun", help="where the run folders go"
+    )
     args = p.parse_args(argv)
     common.check_common_args(p, args)
     if args.seeds < 1:
@@ -46,10 +48,28 @@ def parse_args(argv=None) -> argparse.Namespace:
 def train_args(args: argparse.Namespace, seed: int) -> list[str]:
     base = ["--preset", "speedrun", "--seed", str(seed), "--device", args.device]
     if args.quick:  # tiny synthetic data, no compilation: checks the plumbing only
-        base += ["--dataset", "synthetic", "--data.synthetic_size", "512", "--data.image_size", "16",
-                 "--data.num_classes", "4", "--model.width", "0.125", "--model.compile", "false", "--epochs", "2",
-                 "--batch-size", "128", "--train.eval_batch_size", "128",
-                 "--optim.lr", str(0.053 * 128)]  # the preset's rate is 0.053 per image of its batch
+        base += [
+            "--dataset",
+            "synthetic",
+            "--data.synthetic_size",
+            "512",
+            "--data.image_size",
+            "16",
+            "--data.num_classes",
+            "4",
+            "--model.width",
+            "0.125",
+            "--model.compile",
+            "false",
+            "--epochs",
+            "2",
+            "--batch-size",
+            "128",
+            "--train.eval_batch_size",
+            "128",
+            "--optim.lr",
+            str(0.053 * 128),
+        ]  # the preset's rate is 0.053 per image of its batch
     elif common.cifar_root(args.data_dir) is not None:
         base += ["--data-dir", str(args.data_dir), "--data.download", "false"]
     if args.device == "cpu" and not args.quick:
@@ -100,27 +120,67 @@ def main(argv=None) -> int:
         run = common.read_run(run_dir)
         s, t = run["summary"], run["summary"]["time"]
         last = run["metrics"][-1]
-        runs.append({"seed": seed, "test_acc": s["final"]["test_acc"], "record_s": t["record_s"],
-                     "data_init_s": t["data_init_s"], "train_s": t["train_s"], "final_eval_s": last.eval_s,
-                     "other_evals_s": t["eval_s"] - last.eval_s, "warmup_s": (t.get("warmup") or {}).get("s"),
-                     "startup_s": t["startup_s"], "process_s": proc["wall_s"], "summary": s})
+        runs.append(
+            {
+                "seed": seed,
+                "test_acc": s["final"]["test_acc"],
+                "record_s": t["record_s"],
+                "data_init_s": t["data_init_s"],
+                "train_s": t["train_s"],
+                "final_eval_s": last.eval_s,
+                "other_evals_s": t["eval_s"] - last.eval_s,
+                "warmup_s": (t.get("warmup") or {}).get("s"),
+                "startup_s": t["startup_s"],
+                "process_s": proc["wall_s"],
+                "summary": s,
+            }
+        )
         print(f"seed {seed}: test acc {runs[-1]['test_acc']:.2%}, record {runs[-1]['record_s']:.2f} s", flush=True)
     flops = run_flops(args.runs_dir / "seed-0", runs[0]["summary"])
     rate = floor_rate(args.device, args.quick)
     floor_s = flops / (rate["bf16_tflops"] * 1e12)
     acc, acc_std = mean_std([r["test_acc"] for r in runs])
     rec, rec_std = mean_std([r["record_s"] for r in runs])
-    rows = [[r["seed"], f"{r['test_acc']:.2%}", f"{r['record_s']:.3f}", f"{r['data_init_s']:.3f}", f"{r['train_s']:.3f}",
-             f"{r['final_eval_s']:.3f}", f"{r['warmup_s'] or 0:.1f}", f"{r['other_evals_s']:.2f}"] for r in runs]
+    rows = [
+        [
+            r["seed"],
+            f"{r['test_acc']:.2%}",
+            f"{r['record_s']:.3f}",
+            f"{r['data_init_s']:.3f}",
+            f"{r['train_s']:.3f}",
+            f"{r['final_eval_s']:.3f}",
+            f"{r['warmup_s'] or 0:.1f}",
+            f"{r['other_evals_s']:.2f}",
+        ]
+        for r in runs
+    ]
     rows.append(["mean +- std", f"{acc:.2%} +- {acc_std:.2%}", f"{rec:.3f} +- {rec_std:.3f}", "", "", "", "", ""])
-    table = common.markdown_table(["seed", "test acc", "record s", "data init s", "train s", "final eval s (TTA)",
-                                   "compile warm-up s (apart)", "other evals s (apart)"], rows)
-    notes = [f"FLOPs per run: {flops:.3g} (forward {runs[0]['summary']['model']['flops_per_image'] / 1e6:.1f} "
-             f"MFLOP/image); floor at the measured bf16 rate {rate['bf16_tflops']:.1f} TFLOP/s ({rate['how']}): "
-             f"{floor_s:.3f} s; the mean run takes {rec / floor_s:.1f}x the floor"]
-    results = {"runs": [{k: v for k, v in r.items() if k != "summary"} for r in runs],
-               "test_acc": {"mean": acc, "std": acc_std}, "record_s": {"mean": rec, "std": rec_std},
-               "flops_per_run": flops, "floor": {**rate, "seconds": floor_s}, "train_args": train_args(args, 0)}
+    table = common.markdown_table(
+        [
+            "seed",
+            "test acc",
+            "record s",
+            "data init s",
+            "train s",
+            "final eval s (TTA)",
+            "compile warm-up s (apart)",
+            "other evals s (apart)",
+        ],
+        rows,
+    )
+    notes = [
+        f"FLOPs per run: {flops:.3g} (forward {runs[0]['summary']['model']['flops_per_image'] / 1e6:.1f} "
+        f"MFLOP/image); floor at the measured bf16 rate {rate['bf16_tflops']:.1f} TFLOP/s ({rate['how']}): "
+        f"{floor_s:.3f} s; the mean run takes {rec / floor_s:.1f}x the floor"
+    ]
+    results = {
+        "runs": [{k: v for k, v in r.items() if k != "summary"} for r in runs],
+        "test_acc": {"mean": acc, "std": acc_std},
+        "record_s": {"mean": rec, "std": rec_std},
+        "flops_per_run": flops,
+        "floor": {**rate, "seconds": floor_s},
+        "train_args": train_args(args, 0),
+    }
     common.finish("speedrun", args, machine, results, table, notes)
     return 0
 

@@ -12,9 +12,22 @@ import dataclasses
 
 OLDEST = "2.4"
 LAUNCH_CONFIG_FIELDS_2_4 = (
-    "min_nodes", "max_nodes", "nproc_per_node", "logs_specs", "run_id", "role", "rdzv_endpoint", "rdzv_backend",
-    "rdzv_configs", "rdzv_timeout", "max_restarts", "monitor_interval", "start_method", "log_line_prefix_template",
-    "metrics_cfg", "local_addr",
+    "min_nodes",
+    "max_nodes",
+    "nproc_per_node",
+    "logs_specs",
+    "run_id",
+    "role",
+    "rdzv_endpoint",
+    "rdzv_backend",
+    "rdzv_configs",
+    "rdzv_timeout",
+    "max_restarts",
+    "monitor_interval",
+    "start_method",
+    "log_line_prefix_template",
+    "metrics_cfg",
+    "local_addr",
 )
 
 
@@ -25,10 +38,14 @@ def old_launch_config_class():
     missing = set(LAUNCH_CONFIG_FIELDS_2_4) - set(current)
     assert not missing, f"torch dropped LaunchConfig fields {missing}: update this stand-in"
     kept = [(name, f.type, f) for name, f in current.items() if name in LAUNCH_CONFIG_FIELDS_2_4]
-    newer = {name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
-             for name, f in current.items() if name not in LAUNCH_CONFIG_FIELDS_2_4}
-    return dataclasses.make_dataclass("LaunchConfig", kept, bases=(),
-                                      namespace={**newer, "__post_init__": LaunchConfig.__post_init__})
+    newer = {
+        name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+        for name, f in current.items()
+        if name not in LAUNCH_CONFIG_FIELDS_2_4
+    }
+    return dataclasses.make_dataclass(
+        "LaunchConfig", kept, bases=(), namespace={**newer, "__post_init__": LaunchConfig.__post_init__}
+    )
 
 
 def use_old_launch_config():

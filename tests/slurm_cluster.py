@@ -54,7 +54,9 @@ class SlurmCluster:
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
         # The daemons enter a host's network namespace only: `ip netns exec` would also mount a sysfs of the
         # namespace's own, without the cgroup file system slurmd needs.
-        self.daemon_prefix = (lambda i: ["nsenter", f"--net=/run/netns/{hosts.host(i)}"]) if hosts is not None else (lambda i: [])
+        self.daemon_prefix = (
+            (lambda i: ["nsenter", f"--net=/run/netns/{hosts.host(i)}"]) if hosts is not None else (lambda i: [])
+        )
         self.prefix = hosts.exec_prefix(0) if hosts is not None else []
         count = hosts.hosts if hosts is not None else 1
         self.nodes = [f"node{i}" for i in range(count)] if hosts is not None else ["localhost"]
@@ -69,49 +71,110 @@ class SlurmCluster:
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
         socket_path = root / "munge" / "munge.socket"
-        self.procs.append(subprocess.Popen(
-            ["munged", "--foreground", "--force", f"--socket={socket_path}", f"--key-file={key}",
-             f"--pid-file={root / 'munge' / 'munged.pid'}", f"--log-file={root / 'munge' / 'munged.log'}",
-             f"--seed-file={root / 'munge' / 'munged.seed'}"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+        self.procs.append(
+            subprocess.Popen(
+                [
+                    "munged",
+                    "--foreground",
+                    "--force",
+                    f"--socket={socket_path}",
+                    f"--key-file={key}",
+                    f"--pid-file={root / 'munge' / 'munged.pid'}",
+                    f"--log-file={root / 'munge' / 'munged.log'}",
+                    f"--seed-file={root / 'munge' / 'munged.seed'}",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+            )
+        )
         self.wait_for(lambda: socket_path.exists(), timeout_s, "munged's socket")
-        self.conf.write_text("\n".join([
-            # Named localhost, as slurmctld accepts on any host (it checks its host's name): reached at the address.
-            "ClusterName=ddplabtest", f"SlurmctldHost=localhost({self.addresses[0]})",
-            f"SlurmctldPort={free_port()}", f"SlurmdPort={free_port()}",
-            "AuthType=auth/munge", "CredType=cred/munge", f"AuthInfo=socket={socket_path}",
-            "SlurmUser=root", "SlurmdUser=root",
-            f"StateSaveLocation={root / 'state'}", f"SlurmdSpoolDir={root / 'spool' / '%n'}",
-            f"SlurmctldPidFile={root / 'slurmctld.pid'}", f"SlurmdPidFile={root / 'slurmd-%n.pid'}",
-            f"SlurmctldLogFile={root / 'slurmctld.log'}", f"SlurmdLogFile={root / 'slurmd-%n.log'}",
-            "ProctrackType=proctrack/pgid", "TaskPlugin=task/none", "MpiDefault=none",
-            "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU",
-            "SchedulerType=sched/builtin", "ReturnToService=2", "MinJobAge=600", "KillWait=30",
-            "AccountingStorageType=accounting_storage/none", "JobCompType=jobcomp/none",
-            "SlurmctldTimeout=30", "SlurmdTimeout=30", "InactiveLimit=0",
-            *(node_line(n, a) for n, a in zip(self.nodes, self.addresses)),
-            f"PartitionName=debug Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP", ""]))
-        self.procs.append(subprocess.Popen([*self.daemon_prefix(0), "slurmctld", "-D", "-i", "-f", str(self.conf)], env=self.env,
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+        self.conf.write_text(
+            "\n".join(
+                [
+                    # Named localhost, as slurmctld accepts on any host (it checks its host's name):
+                    # reached at the address.
+                    "ClusterName=ddplabtest",
+                    f"SlurmctldHost=localhost({self.addresses[0]})",
+                    f"SlurmctldPort={free_port()}",
+                    f"SlurmdPort={free_port()}",
+                    "AuthType=auth/munge",
+                    "CredType=cred/munge",
+                    f"AuthInfo=socket={socket_path}",
+                    "SlurmUser=root",
+                    "SlurmdUser=root",
+                    f"StateSaveLocation={root / 'state'}",
+                    f"SlurmdSpoolDir={root / 'spool' / '%n'}",
+                    f"SlurmctldPidFile={root / 'slurmctld.pid'}",
+                    f"SlurmdPidFile={root / 'slurmd-%n.pid'}",
+                    f"SlurmctldLogFile={root / 'slurmctld.log'}",
+                    f"SlurmdLogFile={root / 'slurmd-%n.log'}",
+                    "ProctrackType=proctrack/pgid",
+                    "TaskPlugin=task/none",
+                    "MpiDefault=none",
+                    "SelectType=select/cons_tres",
+                    "SelectTypeParameters=CR_CPU",
+                    "SchedulerType=sched/builtin",
+                    "ReturnToService=2",
+                    "MinJobAge=600",
+                    "KillWait=30",
+                    "AccountingStorageType=accounting_storage/none",
+                    "JobCompType=jobcomp/none",
+                    "SlurmctldTimeout=30",
+                    "SlurmdTimeout=30",
+                    "InactiveLimit=0",
+                    *(node_line(n, a) for n, a in zip(self.nodes, self.addresses)),
+                    f"PartitionName=debug Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP",
+                    "",
+                ]
+            )
+        )
+        self.procs.append(
+            subprocess.Popen(
+                [*self.daemon_prefix(0), "slurmctld", "-D", "-i", "-f", str(self.conf)],
+                env=self.env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+            )
+        )
         for i, node in enumerate(self.nodes):
             (root / "spool" / node).mkdir(parents=True, exist_ok=True)
-            self.procs.append(subprocess.Popen([*self.daemon_prefix(i), "slurmd", "-D", "-N", node, "-f", str(self.conf)], env=self.env,
-                                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
-        self.wait_for(lambda: set(self.node_states().values()) <= {"idle", "mixed", "allocated"}
-                      and len(self.node_states()) == len(self.nodes), timeout_s, "the nodes to come up")
+            self.procs.append(
+                subprocess.Popen(
+                    [*self.daemon_prefix(i), "slurmd", "-D", "-N", node, "-f", str(self.conf)],
+                    env=self.env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        self.wait_for(
+            lambda: (
+                set(self.node_states().values()) <= {"idle", "mixed", "allocated"}
+                and len(self.node_states()) == len(self.nodes)
+            ),
+            timeout_s,
+            "the nodes to come up",
+        )
         return self
 
     def node_states(self) -> dict[str, str]:
-        proc = subprocess.run([*self.prefix, "sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True,
-                              env=self.env)
-        return dict(line.split() for line in proc.stdout.splitlines() if len(line.split()) == 2) if proc.returncode == 0 else {}
+        proc = subprocess.run(
+            [*self.prefix, "sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True, env=self.env
+        )
+        return (
+            dict(line.split() for line in proc.stdout.splitlines() if len(line.split()) == 2)
+            if proc.returncode == 0
+            else {}
+        )
 
     def wait_for(self, ready, timeout_s: float, what: str) -> None:
         deadline = time.monotonic() + timeout_s
         while not ready():
             dead = [p.args[0] for p in self.procs if p.poll() is not None]
             if dead or time.monotonic() > deadline:
-                raise RuntimeError(f"test Slurm cluster: {what} never came ({', '.join(dead) or 'timed out'}); "
-                                   f"logs in {self.root}:\n{self.logs()}")
+                raise RuntimeError(
+                    f"test Slurm cluster: {what} never came ({', '.join(dead) or 'timed out'}); "
+                    f"logs in {self.root}:\n{self.logs()}"
+                )
             time.sleep(0.2)
 
     def logs(self) -> str:

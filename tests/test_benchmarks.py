@@ -21,9 +21,14 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 def run_bench(name, tmp_path, *args):
     out = tmp_path / f"{name}.json"
     # One thread per process: quick runs, and no waiting on a second core that other work holds.
-    proc = subprocess.run([sys.executable, str(BENCH / f"{name}.py"), "--device", "cpu", "--quick", "--out", str(out), *args],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / f"{name}.py"), "--device", "cpu", "--quick", "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     payload = json.loads(out.read_text())
     assert payload["benchmark"] == name and payload["args"]["device"] == "cpu" and payload["args"]["quick"] is True
@@ -41,8 +46,9 @@ def check_comparison(throughput, a, b, repeats):
         assert throughput[side]["median"] == pytest.approx(statistics.median(values))
     assert throughput["ratio"] > 0
     assert throughput["ratio"] == pytest.approx(throughput[b]["median"] / throughput[a]["median"])
-    assert throughput["paired_ratios"] == pytest.approx([y / x for x, y in zip(throughput[a]["values"],
-                                                                                throughput[b]["values"])])
+    assert throughput["paired_ratios"] == pytest.approx(
+        [y / x for x, y in zip(throughput[a]["values"], throughput[b]["values"])]
+    )
 
 
 def test_loop_overhead_times_both_loops_interleaved(tmp_path):
@@ -85,7 +91,9 @@ def test_time_to_accuracy_reads_the_first_epoch_at_the_target(tmp_path):
     k = run["epoch"]
     assert all(e["test_acc"] < 0.5 for e in epochs[: k - 1]) and epochs[k - 1]["test_acc"] == run["test_acc"] >= 0.5
     expected = run["startup_s"] + sum(e["epoch_s"] for e in epochs[:k])
-    assert run["time_to_target_s"] == pytest.approx(expected) and results["time_to_target_s"]["median"] == pytest.approx(expected)
+    assert run["time_to_target_s"] == pytest.approx(expected) and results["time_to_target_s"][
+        "median"
+    ] == pytest.approx(expected)
     assert all(a["cumulative_s"] < b["cumulative_s"] for a, b in zip(epochs, epochs[1:]))
     # The process's own clock includes the interpreter's start and the between-epoch work.
     assert run["wall_to_target_s"] >= run["time_to_target_s"] and run["process_wall_s"] >= run["wall_to_target_s"]
@@ -96,8 +104,12 @@ def test_time_to_accuracy_reads_the_first_epoch_at_the_target(tmp_path):
 def test_ddp_scaling_runs_both_sides_on_the_same_global_batch(tmp_path):
     results, stdout = run_bench("ddp_scaling", tmp_path)
     single, ddp = results["runs"]["single"][0], results["runs"]["ddp"][0]
-    assert (single["world_size"], ddp["world_size"]) == (1, 2) and results["nproc"] == 2 and results["backend"] == "gloo"
-    assert (single["batch_local"], ddp["batch_local"]) == (64, 32) and single["batch_global"] == ddp["batch_global"] == 64
+    assert (
+        (single["world_size"], ddp["world_size"]) == (1, 2) and results["nproc"] == 2 and results["backend"] == "gloo"
+    )
+    assert (single["batch_local"], ddp["batch_local"]) == (64, 32) and single["batch_global"] == ddp[
+        "batch_global"
+    ] == 64
     assert single["steps_per_epoch"] == ddp["steps_per_epoch"] == 8
     assert single["train_images_per_epoch"] == ddp["train_images_per_epoch"] == [512, 512]
     assert single["test_images_per_epoch"] == ddp["test_images_per_epoch"] == [128, 128]
@@ -125,7 +137,9 @@ def test_speedrun_reports_mean_and_std_over_seeds_and_the_flops_floor(tmp_path):
     per_image = summary["model"]["flops_per_image"]
     # 3 forward-equivalents per training image seen (512 images x 2 epochs) + 6 TTA views of each test image (128).
     assert results["flops_per_run"] == per_image * (3 * 512 * 2 + 6 * 128)
-    assert results["floor"]["seconds"] == pytest.approx(results["flops_per_run"] / (results["floor"]["bf16_tflops"] * 1e12))
+    assert results["floor"]["seconds"] == pytest.approx(
+        results["flops_per_run"] / (results["floor"]["bf16_tflops"] * 1e12)
+    )
     assert "--preset" in results["train_args"] and "speedrun" in results["train_args"]
 
 
@@ -138,16 +152,23 @@ def test_plan_validation_sets_the_model_against_measured_runs(tmp_path):
     would fail on noise. 50% still catches a model wrong in kind (a missing factor of two in the shared
     cores, a bandwidth in bits for bytes, a communication term a thousand times off)."""
     out = tmp_path / "plan.json"
-    proc = subprocess.run([sys.executable, str(BENCH / "plan_validation.py"), "--quick", "--out", str(out)],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "plan_validation.py"), "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     payload = json.loads(out.read_text())
     (row,) = payload["rows"]
     assert (row["case"], row["batch"], row["workers"]) == ("tiny", 32, 2) and set(payload["links"]) == {"2"}
     assert row["measured"] > 0 and row["predicted"] > 0 and row["error"] == row["predicted"] / row["measured"] - 1
     assert abs(row["error"]) < 0.5 or len(os.sched_getaffinity(0)) < 2, row  # 2 workers on one core mean nothing
-    assert f"| tiny | 32 | {row['one']:,.0f} img/s | 2 | {row['predicted']:,.0f} | {row['measured']:,.0f} | " \
-           f"{row['error']:+.0%} |" in proc.stdout
+    assert (
+        f"| tiny | 32 | {row['one']:,.0f} img/s | 2 | {row['predicted']:,.0f} | {row['measured']:,.0f} | "
+        f"{row['error']:+.0%} |" in proc.stdout
+    )
 
 
 def test_network_sets_one_host_against_two_at_a_link_rate(tmp_path):

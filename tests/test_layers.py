@@ -89,21 +89,29 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_check_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
-    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\nelse:\n    import y\n"
-                     "def f():\n    import z\n")
-    assert [ast.unparse(n) for n in runtime_imports(tree)] == ["from typing import TYPE_CHECKING", "import y", "import z"]
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\nelse:\n    import y\n"
+        "def f():\n    import z\n"
+    )
+    assert [ast.unparse(n) for n in runtime_imports(tree)] == [
+        "from typing import TYPE_CHECKING",
+        "import y",
+        "import z",
+    ]
 
 
 def test_no_module_imports_one_that_imports_it_back():
     graph = import_graph()
     assert len(graph) > 80 and "ddplab.launch" in graph["ddplab.cli"]  # every module, lazy imports counted
     found = cycles(graph)
-    assert not found, "\n".join(" <-> ".join(c) + ": " + "; ".join(f"{m} imports {sorted(graph[m] & set(c))}" for m in c)
-                                for c in found)
+    assert not found, "\n".join(
+        " <-> ".join(c) + ": " + "; ".join(f"{m} imports {sorted(graph[m] & set(c))}" for m in c) for c in found
+    )
 
 
 def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """The graph between layers: each subpackage (engine, sweep, report, planner, ...) and each top-level module."""
+
     def layer(name: str) -> str:
         return ".".join(name.split(".")[:2])
 
@@ -118,5 +126,6 @@ def test_no_layer_imports_one_that_imports_it_back():
     layers = package_graph(import_graph())
     assert {"ddplab.report", "ddplab.planner", "ddplab.sweep", "ddplab.engine"} <= set(layers)
     found = cycles(layers)
-    assert not found, "\n".join(" <-> ".join(c) + ": " + "; ".join(f"{m} imports {sorted(layers[m] & set(c))}" for m in c)
-                                for c in found)
+    assert not found, "\n".join(
+        " <-> ".join(c) + ": " + "; ".join(f"{m} imports {sorted(layers[m] & set(c))}" for m in c) for c in found
+    )

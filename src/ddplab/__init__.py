@@ -1,7 +1,7 @@
 """ddplab: train image classifiers on one device or many, with numbers you can trust.
 
-    from ddplab import RunConfig, train
-    result = train(RunConfig())          # -> RunResult(run_dir, summary, history)
+from ddplab import RunConfig, train
+result = train(RunConfig())          # -> RunResult(run_dir, summary, history)
 """
 
 __version__ = "0.1.0"

@@ -27,8 +27,9 @@ def parallel_points(text: str) -> int | str:
     if text == AUTO:
         return AUTO
     if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of points to run at once (a whole number >= 1) "
-                                         "or auto")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of points to run at once (a whole number >= 1) or auto"
+        )
     return int(text)
 
 

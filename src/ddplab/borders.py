@@ -6,8 +6,8 @@ such a border yields is checked here before any arithmetic sees it: a missing fi
 type, zero where a count divides, NaN, 1e308 or a 400-digit integer is one DataError naming the
 file (or program) and the field, never a traceback or a `nan` in a table. Each file kind has one
 reader, which declares its fields with the kinds below (metrics/summary.read_summary, EpochRecord,
-planner/links.measurements, sweep/folder.SweepFolder.load, ...); README "Borders" says what each command does with a bad one.
-Torch-free.
+planner/links.measurements, sweep/folder.SweepFolder.load, ...); README "Borders" says what each
+command does with a bad one. Torch-free.
 """
 
 from __future__ import annotations
@@ -47,22 +47,33 @@ def _real(value: Any) -> bool:
 
 def number(least: float | None = None, most: float | None = None, *, above: float | None = None) -> Kind:
     """A finite JSON number (an integer counts) within bounds."""
-    bounds = [f">= {least:g}" if least is not None else "", f"> {above:g}" if above is not None else "",
-              f"<= {most:g}" if most is not None else ""]
-    return Kind(" ".join(["a number", *filter(None, bounds)]).replace(">= 0 <= 1", "from 0 to 1"),
-                lambda v: _real(v) and (least is None or v >= least) and (above is None or v > above)
-                and (most is None or v <= most))
+    bounds = [
+        f">= {least:g}" if least is not None else "",
+        f"> {above:g}" if above is not None else "",
+        f"<= {most:g}" if most is not None else "",
+    ]
+    return Kind(
+        " ".join(["a number", *filter(None, bounds)]).replace(">= 0 <= 1", "from 0 to 1"),
+        lambda v: (
+            _real(v) and (least is None or v >= least) and (above is None or v > above) and (most is None or v <= most)
+        ),
+    )
 
 
 def whole(least: int = 0) -> Kind:
-    return Kind(f"a whole number >= {least}", lambda v: isinstance(v, int) and not isinstance(v, bool)
-                and least <= v <= LARGEST)
+    return Kind(
+        f"a whole number >= {least}", lambda v: isinstance(v, int) and not isinstance(v, bool) and least <= v <= LARGEST
+    )
 
 
 def list_of(kind: Kind) -> Kind:
     """A JSON list whose items are each of `kind`."""
-    return Kind(f"a list, each item {kind.what}", lambda v: isinstance(v, list) and all(
-        (x is None and kind.nullable) or (x is not None and kind.accepts(x)) for x in v))
+    return Kind(
+        f"a list, each item {kind.what}",
+        lambda v: (
+            isinstance(v, list) and all((x is None and kind.nullable) or (x is not None and kind.accepts(x)) for x in v)
+        ),
+    )
 
 
 TEXT = Kind("text", lambda v: isinstance(v, str))
@@ -90,8 +101,9 @@ def check(data: Any, schema: dict[str, Any], where: str, *, required: tuple[str,
         raise DataError(f"{where}{': ' + prefix.rstrip('.') if prefix else ''} is {shown(data)}, not a JSON object")
     for name in required:
         if name.partition(".")[0] not in data:
-            raise DataError(f"{where} lacks {prefix}{name}, which ddplab always writes: written by another program, "
-                            "or edited?")
+            raise DataError(
+                f"{where} lacks {prefix}{name}, which ddplab always writes: written by another program, or edited?"
+            )
     for name, kind in schema.items():
         if name not in data:
             continue
@@ -141,4 +153,4 @@ def shown(value: Any, width: int = 40) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     text = repr(value)
-    return text if len(text) <= width else text[:width - 3] + "..."
+    return text if len(text) <= width else text[: width - 3] + "..."

@@ -32,8 +32,9 @@ def save_atomic(obj: Any, path: Path, *, epoch: int | None = None) -> None:
         files.write_atomic(path, write)
     except RuntimeError as exc:  # torch.save reports a failed write (a full disk, say) as RuntimeError
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise FileSystemError(f"cannot write checkpoint {path}: {reason}; is the disk full? "
-                              "The previous checkpoint is kept") from None
+        raise FileSystemError(
+            f"cannot write checkpoint {path}: {reason}; is the disk full? The previous checkpoint is kept"
+        ) from None
 
 
 # What each kind of checkpoint must hold to be ddplab's (the last one resumes a run, the best one is weights).
@@ -52,8 +53,10 @@ def load(path: Path, map_location: torch.device | str = "cpu") -> dict:
         raise DataError(f"checkpoint {path} does not exist") from None
     except Exception:  # unpickling refused, truncated zip, random bytes, ...
         # torch's own message advises loading with weights_only=False: never repeat that advice.
-        raise DataError(f"checkpoint {path} cannot be read: it is truncated, corrupt or not a PyTorch checkpoint "
-                        "(ddplab reads only tensors and plain values from checkpoints)") from None
+        raise DataError(
+            f"checkpoint {path} cannot be read: it is truncated, corrupt or not a PyTorch checkpoint "
+            "(ddplab reads only tensors and plain values from checkpoints)"
+        ) from None
     required = REQUIRED_KEYS.get(path.name, ("model",))
     missing = [k for k in required if k not in state] if isinstance(state, dict) else list(required)
     if missing:
@@ -68,5 +71,7 @@ def restore(path: Path, into: Callable[[dict], Any], state: dict) -> None:
     except (RuntimeError, ValueError, KeyError, TypeError) as exc:
         lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
         reason = " ".join(lines[:2])[:240] or type(exc).__name__
-        raise ConfigError(f"checkpoint {path} does not fit the configured run ({reason}); was the run's config.toml "
-                          "edited after it was written? Restore that config, or start a new run") from None
+        raise ConfigError(
+            f"checkpoint {path} does not fit the configured run ({reason}); was the run's config.toml "
+            "edited after it was written? Restore that config, or start a new run"
+        ) from None

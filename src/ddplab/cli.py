@@ -68,23 +68,44 @@ def _is_bool(hint: Any) -> bool:
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", type=files.user_path, default=argparse.SUPPRESS, help="TOML config file (e.g. a run's config.toml)")
-    parser.add_argument("--preset", default=argparse.SUPPRESS, metavar="NAME",
-                        help="a recipe that ships with ddplab, as a base for the flags: " + ", ".join(list_presets()))
+    parser.add_argument(
+        "--config", type=files.user_path, default=argparse.SUPPRESS, help="TOML config file (e.g. a run's config.toml)"
+    )
+    parser.add_argument(
+        "--preset",
+        default=argparse.SUPPRESS,
+        metavar="NAME",
+        help="a recipe that ships with ddplab, as a base for the flags: " + ", ".join(list_presets()),
+    )
     for flag, key in SHORTCUTS.items():
         section, name = key.split(".")
         parser.add_argument(flag, dest=key, metavar=name.upper(), default=argparse.SUPPRESS, help=f"same as --{key}")
-    parser.add_argument("--resume", dest="output.resume", action="store_const", const="true", default=argparse.SUPPRESS,
-                        help="continue the run in --out from its last checkpoint")
-    parser.add_argument("--debug", dest="output.debug", action="store_const", const="true", default=argparse.SUPPRESS,
-                        help="show tracebacks")
+    parser.add_argument(
+        "--resume",
+        dest="output.resume",
+        action="store_const",
+        const="true",
+        default=argparse.SUPPRESS,
+        help="continue the run in --out from its last checkpoint",
+    )
+    parser.add_argument(
+        "--debug",
+        dest="output.debug",
+        action="store_const",
+        const="true",
+        default=argparse.SUPPRESS,
+        help="show tracebacks",
+    )
     for section, cls in SECTIONS.items():
         group = parser.add_argument_group(f"[{section}] settings")
         hints = field_types(section)
         for f in dataclasses.fields(cls):
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
-            kwargs: dict[str, Any] = dict(dest=f"{section}.{f.name}", default=argparse.SUPPRESS,
-                                          help=f"{f.metadata.get('help', '')} (default: {default})")
+            kwargs: dict[str, Any] = dict(
+                dest=f"{section}.{f.name}",
+                default=argparse.SUPPRESS,
+                help=f"{f.metadata.get('help', '')} (default: {default})",
+            )
             if _is_bool(hints[f.name]):
                 kwargs.update(nargs="?", const="true", metavar="BOOL")
             else:
@@ -105,7 +126,9 @@ def config_and_saved(args: argparse.Namespace) -> tuple[RunConfig, RunConfig | N
     output = overrides.get("output", {})
     resume = coerce("output.resume", output.get("resume", False), bool)
     if hasattr(args, "config") and hasattr(args, "preset"):
-        raise ConfigError("--config and --preset both give a base recipe: choose one, and change single settings with flags")
+        raise ConfigError(
+            "--config and --preset both give a base recipe: choose one, and change single settings with flags"
+        )
     if hasattr(args, "preset"):
         base = load_toml(preset_path(args.preset))
     elif hasattr(args, "config"):
@@ -115,8 +138,10 @@ def config_and_saved(args: argparse.Namespace) -> tuple[RunConfig, RunConfig | N
 
         path = Path(output["out"]) / runfiles.CONFIG
         if not path.is_file():
-            raise ConfigError(f"output.resume: {output['out']} holds no run to resume (no config.toml there); "
-                              "start a new run there without --resume")
+            raise ConfigError(
+                f"output.resume: {output['out']} holds no run to resume (no config.toml there); "
+                "start a new run there without --resume"
+            )
         saved = saved_config(path.parent)
         base = saved.to_dict()
     else:
@@ -161,9 +186,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     result = evaluate_run(args.run_dir, weights=args.weights, device=args.device, data_dir=args.data_dir, tta=args.tta)
     views = "" if result["tta"] == "none" else f", tta {result['tta']}"
-    print(f"{result['run_dir']} ({result['weights']} weights, epoch {result['epoch']}{views}): "
-          f"{result['split']} acc {result['acc']:.4%} ({result['correct']}/{result['count']}), "
-          f"{result['split']} loss {result['loss']:.4f}")
+    print(
+        f"{result['run_dir']} ({result['weights']} weights, epoch {result['epoch']}{views}): "
+        f"{result['split']} acc {result['acc']:.4%} ({result['correct']}/{result['count']}), "
+        f"{result['split']} loss {result['loss']:.4f}"
+    )
     return 0
 
 
@@ -207,7 +234,10 @@ def cmd_models(args: argparse.Namespace) -> int:
     from ddplab.models import describe_models
 
     rows = describe_models(image_size=args.image_size, num_classes=args.num_classes)
-    print(f"{'model':<12} {'params':>12} {'MFLOP/image':>12}  defaults   (input 3x{args.image_size}x{args.image_size}, {args.num_classes} classes)")
+    print(
+        f"{'model':<12} {'params':>12} {'MFLOP/image':>12}  defaults   "
+        f"(input 3x{args.image_size}x{args.image_size}, {args.num_classes} classes)"
+    )
     for r in rows:
         defaults = ", ".join(f"{k}={v}" for k, v in r["defaults"].items())
         print(f"{r['name']:<12} {r['params']:>12,} {r['flops'] / 1e6:>12,.1f}  {defaults}")
@@ -218,20 +248,27 @@ def one_mode(command: str, modes: list[tuple[str, bool]]) -> None:
     """Modes of a command that exclude each other: two given is one line, never one of them dropped in silence."""
     given = [name for name, on in modes if on]
     if len(given) > 1:
-        raise ConfigError(f"ddplab {command}: {given[0]} and {given[1]} cannot go together (each is a mode of its own): "
-                          "give one")
+        raise ConfigError(
+            f"ddplab {command}: {given[0]} and {given[1]} cannot go together (each is a mode of its own): give one"
+        )
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from ddplab.sweep import SweepFolder, bundled_sweeps, default_out, executor, load_sweep, sweep_file
 
-    one_mode("sweep", [("--list", args.list), ("--status", args.status), ("--dry-run", args.dry_run), ("--wait", args.wait)])
+    one_mode(
+        "sweep", [("--list", args.list), ("--status", args.status), ("--dry-run", args.dry_run), ("--wait", args.wait)]
+    )
     one_mode("sweep", [("--list", args.list), ("a sweep file", args.file is not None)])
     if args.list:
         used_by("sweep", "with --list", args, ("--list",))
     elif args.status:
-        used_by("sweep", "with --status (it reads the sweep folder, runs nothing)", args,
-                ("--status", "--out", "--profile", "--set"))
+        used_by(
+            "sweep",
+            "with --status (it reads the sweep folder, runs nothing)",
+            args,
+            ("--status", "--out", "--profile", "--set"),
+        )
     if args.list:
         for name, description in bundled_sweeps().items():
             print(f"{name:<16} {description}")
@@ -243,9 +280,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     on_gpus = runner.runs_on_gpus()
     sweep = load_sweep(sweep_file(args.file), profile=args.profile, overrides=args.set, on_gpus=on_gpus)
     if on_gpus is not None and args.profile is None and sweep.profile is not None:
-        print(f"sweep {sweep.name}: profile {sweep.profile}, as its points ask {runner.name} for "
-              + ("GPUs" if on_gpus else f"no GPU (its --{runner.name}.* options)")
-              + "; --profile picks another", flush=True)
+        print(
+            f"sweep {sweep.name}: profile {sweep.profile}, as its points ask {runner.name} for "
+            + ("GPUs" if on_gpus else f"no GPU (its --{runner.name}.* options)")
+            + "; --profile picks another",
+            flush=True,
+        )
     folder = SweepFolder(args.out or default_out(sweep))
     echo = lambda line: print(line, flush=True)  # noqa: E731
     if args.status:
@@ -257,8 +297,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.wait and args.executor == "local":  # wait for what an earlier command submitted, by its executor
         waiting = [name for name, each in executor.registered().items() if each.waits]
         if not folder.has_manifest() or not executor.named(folder.load().executor).waits:
-            raise ConfigError(f"--wait waits for a sweep submitted with --executor {' or '.join(waiting)}, and "
-                              f"{folder.root} holds none")
+            raise ConfigError(
+                f"--wait waits for a sweep submitted with --executor {' or '.join(waiting)}, and "
+                f"{folder.root} holds none"
+            )
         runner = executor.named(folder.load().executor).reading()
         manifest = runner.wait(folder, echo)
     else:
@@ -268,34 +310,67 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 return 0
             manifest = runner.wait(folder, echo)
     if not args.no_report:
-        report(folder.root / "report", [folder.root],
-               title=f"ddplab sweep {sweep.name}: {sweep.description}" if sweep.description else None)
+        report(
+            folder.root / "report",
+            [folder.root],
+            title=f"ddplab sweep {sweep.name}: {sweep.description}" if sweep.description else None,
+        )
     unfinished = manifest.unfinished()
     if unfinished:
-        raise SweepError(f"{len(unfinished)} of {len(manifest.runs)} runs did not finish (see {folder.manifest_path}); "
-                         "run the sweep again to retry them")
+        raise SweepError(
+            f"{len(unfinished)} of {len(manifest.runs)} runs did not finish (see {folder.manifest_path}); "
+            "run the sweep again to retry them"
+        )
     return 0
 
 
 def add_sweep_options(p: argparse.ArgumentParser) -> None:
     from ddplab.sweep import executor
 
-    p.add_argument("--out", type=files.user_path, default=None, help="sweep folder (default: runs/<sweep name>); re-running resumes it")
-    p.add_argument("--profile", default=None, help="a [profiles.NAME] of the file (default: gpu where the points run on CUDA, else cpu, if present)")
-    p.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                   help="a setting for every run that no axis of the sweep sets (repeatable), e.g. --set train.epochs=3")
+    p.add_argument(
+        "--out",
+        type=files.user_path,
+        default=None,
+        help="sweep folder (default: runs/<sweep name>); re-running resumes it",
+    )
+    p.add_argument(
+        "--profile",
+        default=None,
+        help="a [profiles.NAME] of the file (default: gpu where the points run on CUDA, else cpu, if present)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="a setting for every run that no axis of the sweep sets (repeatable), e.g. --set train.epochs=3",
+    )
     p.add_argument("--dry-run", action="store_true", help="list the runs and what would happen to each; run nothing")
-    p.add_argument("--timeout", type=positive_seconds, default=None, help="seconds one run may take before it is stopped")
-    p.add_argument("--parallel", type=parallel_points, default=1, metavar="N|auto",
-                   help="run up to N points at once, each on its own CPU cores and GPUs (auto: one per GPU, "
-                        "1 on a CPU); their timings are measured under each other's load")
+    p.add_argument(
+        "--timeout", type=positive_seconds, default=None, help="seconds one run may take before it is stopped"
+    )
+    p.add_argument(
+        "--parallel",
+        type=parallel_points,
+        default=1,
+        metavar="N|auto",
+        help="run up to N points at once, each on its own CPU cores and GPUs (auto: one per GPU, "
+        "1 on a CPU); their timings are measured under each other's load",
+    )
     p.add_argument("--no-report", action="store_true", help="skip the report at the end")
-    p.add_argument("--no-estimate", action="store_true",
-                   help="start the first run at once, without the probe that says how long the sweep will take")
+    p.add_argument(
+        "--no-estimate",
+        action="store_true",
+        help="start the first run at once, without the probe that says how long the sweep will take",
+    )
     p.add_argument("--status", action="store_true", help="each point's state (run folder, Slurm queue) and exit")
     executors = executor.registered()
-    p.add_argument("--executor", choices=tuple(executors), default=next(iter(executors)),
-                   help="where the points run: local (here; the default) or slurm (submitted as job arrays, sbatch)")
+    p.add_argument(
+        "--executor",
+        choices=tuple(executors),
+        default=next(iter(executors)),
+        help="where the points run: local (here; the default) or slurm (submitted as job arrays, sbatch)",
+    )
     p.add_argument("--wait", action="store_true", help="with slurm: wait for the sweep's jobs, then write the report")
     for each in executors.values():
         each.add_options(p)
@@ -310,40 +385,72 @@ def refuse_unmeasurable(args: argparse.Namespace) -> None:
     from ddplab.topology import usable_cores
 
     if args.max_mib * MIB > SIZES[-1]:
-        raise ConfigError(f"--max-mib {args.max_mib}: messages are timed from 4 KiB up by 4x to {SIZES[-1] // MIB} MiB; "
-                          f"give 1 to {SIZES[-1] // MIB}")
+        raise ConfigError(
+            f"--max-mib {args.max_mib}: messages are timed from 4 KiB up by 4x to {SIZES[-1] // MIB} MiB; "
+            f"give 1 to {SIZES[-1] // MIB}"
+        )
     largest = max(s for s in SIZES if s <= args.max_mib * MIB)
     if largest != args.max_mib * MIB:
-        print(f"ddplab: note: --max-mib {args.max_mib}: messages are timed from 4 KiB up by 4x, so the largest is "
-              f"{largest // MIB} MiB", file=sys.stderr)
+        print(
+            f"ddplab: note: --max-mib {args.max_mib}: messages are timed from 4 KiB up by 4x, so the largest is "
+            f"{largest // MIB} MiB",
+            file=sys.stderr,
+        )
     cores = len(usable_cores())
     if args.backend != "nccl" and max(args.nproc) > OVERSUBSCRIBED * cores:
-        raise ConfigError(f"--nproc {max(args.nproc)}: this process may use {cores} CPU core(s); past "
-                          f"{OVERSUBSCRIBED * cores} processes ({OVERSUBSCRIBED} a core) the all-reduce's time is the "
-                          "scheduler's, not the link's")
+        raise ConfigError(
+            f"--nproc {max(args.nproc)}: this process may use {cores} CPU core(s); past "
+            f"{OVERSUBSCRIBED * cores} processes ({OVERSUBSCRIBED} a core) the all-reduce's time is the "
+            "scheduler's, not the link's"
+        )
 
 
 PLAN_PREDICTS = ("--gpus", "--nodes", "--batch", "--link", "--inter-link", "--links-file", "--out")
-PLAN_MEASURES = ("--measure", "--backend", "--nproc", "--max-mib", "--nnodes", "--rdzv-endpoint", "--timeout-s", "--out")
+PLAN_MEASURES = (
+    "--measure",
+    "--backend",
+    "--nproc",
+    "--max-mib",
+    "--nnodes",
+    "--rdzv-endpoint",
+    "--timeout-s",
+    "--out",
+)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """A run's prediction, the published cases, the published links, or (--measure) this machine's all-reduce:
     the options checked against the mode here, the work in planner/command.py."""
-    one_mode("plan", [("a run folder", args.run is not None), ("--measure", args.measure), ("--published", args.published)])
+    one_mode(
+        "plan", [("a run folder", args.run is not None), ("--measure", args.measure), ("--published", args.published)]
+    )
     if args.run is not None:
         used_by("plan", "for a run folder's prediction (those options are --measure's)", args, PLAN_PREDICTS)
     elif args.measure:
         used_by("plan", "with --measure (those options are for a run folder's prediction)", args, PLAN_MEASURES)
         refuse_unmeasurable(args)
     else:
-        used_by("plan", "with --published" if args.published else "without a run folder or --measure (it lists the "
-                "published links)", args, ("--published",))
+        used_by(
+            "plan",
+            "with --published"
+            if args.published
+            else "without a run folder or --measure (it lists the published links)",
+            args,
+            ("--published",),
+        )
     from ddplab.planner import command
 
     if args.run is not None:
-        return command.predict_run(args.run, gpus=args.gpus, nodes=args.nodes, batches=args.batch, link=args.link,
-                                   inter_link=args.inter_link, links_file=args.links_file, out=args.out)
+        return command.predict_run(
+            args.run,
+            gpus=args.gpus,
+            nodes=args.nodes,
+            batches=args.batch,
+            link=args.link,
+            inter_link=args.inter_link,
+            links_file=args.links_file,
+            out=args.out,
+        )
     if args.published:
         return command.show_published()
     if not args.measure:
@@ -351,8 +458,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.nnodes > 1:
         quiet_native_logs(args.debug)
     compat.check_torch()
-    return command.measure_links(args.backend, args.nproc, nnodes=args.nnodes, max_mib=args.max_mib,
-                                 rdzv_endpoint=args.rdzv_endpoint, timeout_s=args.timeout_s, out=args.out)
+    return command.measure_links(
+        args.backend,
+        args.nproc,
+        nnodes=args.nnodes,
+        max_mib=args.max_mib,
+        rdzv_endpoint=args.rdzv_endpoint,
+        timeout_s=args.timeout_s,
+        out=args.out,
+    )
 
 
 def cmd_hosts(args: argparse.Namespace) -> int:
@@ -364,7 +478,9 @@ def cmd_hosts(args: argparse.Namespace) -> int:
         print(f"{made.hosts} host(s) up in cluster {made.name!r}, each link {hosts.rate_text(made.rate_bit_s)}:")
     elif args.action == "down":
         stopped = hosts.down(args.name)
-        print(f"cluster {args.name!r} is down" + (f"; {len(stopped)} process(es) in it were stopped" if stopped else ""))
+        print(
+            f"cluster {args.name!r} is down" + (f"; {len(stopped)} process(es) in it were stopped" if stopped else "")
+        )
         return 0
     elif args.action == "link":
         made = hosts.find(args.name)
@@ -382,11 +498,15 @@ def cmd_hosts(args: argparse.Namespace) -> int:
             raise ConfigError("ddplab hosts exec I -- COMMAND: no command given")
         os.execvp("ip", [*made.exec_prefix(args.host), *command])
     for row in hosts.status(args.name):
-        print(f"  host {row['host']}  {row['address']:<12} link {row['link']:<4} {row['rate']:<9} "
-              f"{row['processes']} process(es)   run in it: ddplab hosts exec {row['host']} -- CMD")
+        print(
+            f"  host {row['host']}  {row['address']:<12} link {row['link']:<4} {row['rate']:<9} "
+            f"{row['processes']} process(es)   run in it: ddplab hosts exec {row['host']} -- CMD"
+        )
     if args.action == "up":
-        print(f"a run across them: ddplab hosts exec I -- ddplab train ... --nnodes {made.hosts} "
-              f"--rdzv-endpoint {made.endpoint()}   (I = 0..{made.hosts - 1}); ddplab hosts down when done")
+        print(
+            f"a run across them: ddplab hosts exec I -- ddplab train ... --nnodes {made.hosts} "
+            f"--rdzv-endpoint {made.endpoint()}   (I = 0..{made.hosts - 1}); ddplab hosts down when done"
+        )
     return 0
 
 
@@ -469,7 +589,9 @@ def build_parser(with_kernels: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--weights", choices=("final", "best"), default="final")
     p.add_argument("--device", default="auto")
     p.add_argument("--data-dir", default=None, help="data root, if it moved since training")
-    p.add_argument("--tta", default=None, help="test-time augmentation: none | flip | flip_translate (default: the run's own)")
+    p.add_argument(
+        "--tta", default=None, help="test-time augmentation: none | flip | flip_translate (default: the run's own)"
+    )
     p.set_defaults(func=cmd_eval)
     p = sub.add_parser("data", help="dataset info, verification and download")
     p.add_argument("action", choices=("info", "verify", "download"))
@@ -481,7 +603,9 @@ def build_parser(with_kernels: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.set_defaults(func=cmd_compare)
     p = sub.add_parser("sweep", help="run every point of a sweep file, each in its own process tree, then report")
-    p.add_argument("file", nargs="?", default=None, help="sweep file, or the name of a bundled sweep (ddplab sweep --list)")
+    p.add_argument(
+        "file", nargs="?", default=None, help="sweep file, or the name of a bundled sweep (ddplab sweep --list)"
+    )
     p.add_argument("--list", action="store_true", help="list the bundled sweeps")
     add_sweep_options(p)
     p.set_defaults(func=cmd_sweep)
@@ -489,44 +613,98 @@ def build_parser(with_kernels: bool = True) -> argparse.ArgumentParser:
     add_sweep_options(p)
     p.set_defaults(func=cmd_sweep, file="assignment", list=False)
     p = sub.add_parser("plan", help="what more workers or nodes would give a measured run; the links they would use")
-    p.add_argument("run", nargs="?", type=files.user_path, default=None, help="a finished run folder (single process or DDP)")
-    p.add_argument("--gpus", type=whole_list, default=None, metavar="1,2,4,8",
-                   help="workers per node to predict: GPUs on CUDA, processes on a CPU (default 1,2,4,8 on CUDA, 1,2 on a CPU)")
+    p.add_argument(
+        "run", nargs="?", type=files.user_path, default=None, help="a finished run folder (single process or DDP)"
+    )
+    p.add_argument(
+        "--gpus",
+        type=whole_list,
+        default=None,
+        metavar="1,2,4,8",
+        help="workers per node to predict: GPUs on CUDA, processes on a CPU (default 1,2,4,8 on CUDA, 1,2 on a CPU)",
+    )
     p.add_argument("--nodes", type=whole_list, default=[1], metavar="1,2", help="nodes to predict (default 1)")
-    p.add_argument("--batch", type=whole_list, default=None, metavar="16,32,...",
-                   help="local batch sizes to predict (default: the run's)")
-    p.add_argument("--link", default=None, help="the link within a node: a published one (ddplab plan lists them) or "
-                                               "measured (--links-file); default nvlink on CUDA, measured on a CPU")
+    p.add_argument(
+        "--batch",
+        type=whole_list,
+        default=None,
+        metavar="16,32,...",
+        help="local batch sizes to predict (default: the run's)",
+    )
+    p.add_argument(
+        "--link",
+        default=None,
+        help="the link within a node: a published one (ddplab plan lists them) or "
+        "measured (--links-file); default nvlink on CUDA, measured on a CPU",
+    )
     p.add_argument("--inter-link", default="ib", help="the link between nodes (default ib)")
-    p.add_argument("--links-file", type=files.user_path, default=Path("links.json"), help="ddplab plan --measure's output")
-    p.add_argument("--published", action="store_true",
-                   help="published scaling figures (PyTorch's DDP benchmark, DAWNBench) against the model's predictions")
-    p.add_argument("--measure", action="store_true",
-                   help="time all-reduce from 4 KiB up with --nproc processes, fit latency and bus bandwidth, write --out")
+    p.add_argument(
+        "--links-file", type=files.user_path, default=Path("links.json"), help="ddplab plan --measure's output"
+    )
+    p.add_argument(
+        "--published",
+        action="store_true",
+        help="published scaling figures (PyTorch's DDP benchmark, DAWNBench) against the model's predictions",
+    )
+    p.add_argument(
+        "--measure",
+        action="store_true",
+        help="time all-reduce from 4 KiB up with --nproc processes, fit latency and bus bandwidth, write --out",
+    )
     p.add_argument("--backend", choices=("auto", "gloo", "nccl"), default="auto", help="auto: nccl on CUDA, else gloo")
-    p.add_argument("--nproc", type=whole_list, default=[2],
-                   help="processes (ranks) to measure with; a list (2,4) measures each, for predictions of as many")
+    p.add_argument(
+        "--nproc",
+        type=whole_list,
+        default=[2],
+        help="processes (ranks) to measure with; a list (2,4) measures each, for predictions of as many",
+    )
     p.add_argument("--max-mib", type=positive_whole, default=256, help="the largest message, MiB")
-    p.add_argument("--nnodes", type=positive_whole, default=1,
-                   help="--measure across this many nodes: run the same command on each (default 1)")
-    p.add_argument("--rdzv-endpoint", default=None, metavar="HOST:PORT",
-                   help="with --nnodes: node 0's address and a free port, the same on every node")
-    p.add_argument("--timeout-s", type=positive_whole, default=600, help="with --nnodes: how long nodes wait for each other")
-    p.add_argument("--out", type=files.user_path, default=None,
-                   help="where --measure writes links.json, or RUN's prediction plan.json (default: ./links.json, ./plan.json)")
+    p.add_argument(
+        "--nnodes",
+        type=positive_whole,
+        default=1,
+        help="--measure across this many nodes: run the same command on each (default 1)",
+    )
+    p.add_argument(
+        "--rdzv-endpoint",
+        default=None,
+        metavar="HOST:PORT",
+        help="with --nnodes: node 0's address and a free port, the same on every node",
+    )
+    p.add_argument(
+        "--timeout-s", type=positive_whole, default=600, help="with --nnodes: how long nodes wait for each other"
+    )
+    p.add_argument(
+        "--out",
+        type=files.user_path,
+        default=None,
+        help="where --measure writes links.json, or RUN's prediction plan.json (default: ./links.json, ./plan.json)",
+    )
     p.set_defaults(func=cmd_plan)
     p = sub.add_parser("report", help="tables, plots and an HTML page from run and sweep folders")
     p.add_argument("paths", nargs="+", type=files.user_path, help="run folders, sweep folders, or folders holding them")
-    p.add_argument("--out", type=files.user_path, default=None, help="report folder (default: SWEEP/report for one sweep, else ./report)")
+    p.add_argument(
+        "--out",
+        type=files.user_path,
+        default=None,
+        help="report folder (default: SWEEP/report for one sweep, else ./report)",
+    )
     p.add_argument("--title", default=None)
     p.set_defaults(func=cmd_report)
-    p = sub.add_parser("hosts", help="a test cluster on this machine: hosts with their own addresses and links of a set "
-                                      "rate (network namespaces; needs root)")
+    p = sub.add_parser(
+        "hosts",
+        help="a test cluster on this machine: hosts with their own addresses and links of a set "
+        "rate (network namespaces; needs root)",
+    )
     hosts_sub = p.add_subparsers(dest="action", required=True)
     q = hosts_sub.add_parser("up", help="make N hosts on a switch, at 10.211.0.1, .2, ...")
     q.add_argument("count", type=positive_whole, metavar="N")
-    q.add_argument("--link", default=None, metavar="RATE", help="each host's link rate, both ways: 100mbit, 1gbit, ... "
-                                                                "(default: unshaped)")
+    q.add_argument(
+        "--link",
+        default=None,
+        metavar="RATE",
+        help="each host's link rate, both ways: 100mbit, 1gbit, ... (default: unshaped)",
+    )
     q = hosts_sub.add_parser("down", help="stop what runs in the hosts and remove them")
     q = hosts_sub.add_parser("status", help="each host's address, link and processes")
     q = hosts_sub.add_parser("link", help="pull a host's cable (down) or plug it back (up)")
@@ -538,7 +716,9 @@ def build_parser(with_kernels: bool = True) -> argparse.ArgumentParser:
     q.add_argument("host", type=int, metavar="I")
     q.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD")
     for q in hosts_sub.choices.values():
-        q.add_argument("--name", default="ddplab", help="the cluster's name (default ddplab); several may exist at once")
+        q.add_argument(
+            "--name", default="ddplab", help="the cluster's name (default ddplab); several may exist at once"
+        )
     p.set_defaults(func=cmd_hosts)
     p = sub.add_parser("models", help="list models with parameter and FLOP counts")
     p.add_argument("--image-size", type=int, default=32)
@@ -581,8 +761,11 @@ def add_debug(parser: argparse.ArgumentParser) -> None:
 def given_options(args: argparse.Namespace) -> list[str]:
     """The options of `args`' command set to something other than their default: what the user asked for."""
     parser = getattr(args, "command_parser", None)
-    return [a.option_strings[-1] for a in (parser._actions if parser else []) if a.option_strings
-            and a.default is not argparse.SUPPRESS and getattr(args, a.dest, a.default) != a.default]
+    return [
+        a.option_strings[-1]
+        for a in (parser._actions if parser else [])
+        if a.option_strings and a.default is not argparse.SUPPRESS and getattr(args, a.dest, a.default) != a.default
+    ]
 
 
 def used_by(command: str, mode: str, args: argparse.Namespace, uses: tuple[str, ...]) -> None:
@@ -590,8 +773,10 @@ def used_by(command: str, mode: str, args: argparse.Namespace, uses: tuple[str, 
     unused = [o for o in given_options(args) if o not in (*uses, "--debug")]
     if unused:
         them = "it" if len(unused) == 1 else "them"
-        raise ConfigError(f"ddplab {command}: {', '.join(unused)} {'does' if len(unused) == 1 else 'do'} nothing {mode}: "
-                          f"leave {them} out")
+        raise ConfigError(
+            f"ddplab {command}: {', '.join(unused)} {'does' if len(unused) == 1 else 'do'} nothing {mode}: "
+            f"leave {them} out"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,20 +21,25 @@ MIN_TORCH = (2, 4)
 NEWER_APIS: dict[str, str] = {
     "LaunchConfig.shutdown_timeout": (
         "torch 2.12+: after Ctrl-C or SIGTERM the launcher waits at most 5 s for its workers before SIGKILL; older "
-        "torch waits up to 30 s (ddplab's workers exit at once on SIGTERM, so in practice nothing is lost)"),
+        "torch waits up to 30 s (ddplab's workers exit at once on SIGTERM, so in practice nothing is lost)"
+    ),
     "DistributedDataParallel(forward_sync_buffers=)": (
-        "torch 2.13+ renames broadcast_buffers; older torch gets broadcast_buffers=True, the same behaviour"),
+        "torch 2.13+ renames broadcast_buffers; older torch gets broadcast_buffers=True, the same behaviour"
+    ),
     "LaunchConfig.signals_to_handle": (
         "torch 2.10+: Ctrl-C reaches the launcher alone, which stops its workers with SIGTERM at once; older torch "
-        "forwards SIGINT to workers, and one still starting up may print a KeyboardInterrupt traceback"),
+        "forwards SIGINT to workers, and one still starting up may print a KeyboardInterrupt traceback"
+    ),
     "torch.library.custom_op schema inference": (
         "torch 2.7+ infers an op's schema from list[int] and string annotations; older torch could not, so the "
-        "kernels write their schemas out and nothing is lost"),
+        "kernels write their schemas out and nothing is lost"
+    ),
     "DistributedDataParallel._get_ddp_logging_data": (
         "private, in every torch 2.x so far (with _set_ddp_runtime_logging_sample_rate): DDP's own timings of the "
         "steps it samples, which the report sets against ddplab's communication probe and reads stragglers from; "
         "a torch without it (or with other field names) records none, and the report says the stragglers were not "
-        "measured"),
+        "measured"
+    ),
 }
 
 
@@ -64,8 +69,10 @@ def check_torch() -> None:
     if version is None:
         raise ConfigError(f"ddplab needs torch >= {need}, and this Python has none: pip install 'torch>={need}'")
     if parse_version(version) < MIN_TORCH:
-        raise ConfigError(f"ddplab needs torch >= {need}, this Python has torch {version}: "
-                          f"pip install 'torch>={need}' (the build that matches your CUDA)")
+        raise ConfigError(
+            f"ddplab needs torch >= {need}, this Python has torch {version}: "
+            f"pip install 'torch>={need}' (the build that matches your CUDA)"
+        )
 
 
 def accepted_kwargs(cls: type, kwargs: dict[str, Any], optional: set[str]) -> dict[str, Any]:
@@ -103,7 +110,8 @@ ELASTIC_SIGNALS_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"  # where the agent export
 
 
 def agent_signals_without_sigint() -> str:
-    """The elastic agent's own signals (LaunchConfig.signals_to_handle's default) less SIGINT, which the launcher keeps."""
+    """The elastic agent's own signals (LaunchConfig.signals_to_handle's default) less SIGINT, which the
+    launcher keeps."""
     from torch.distributed.launcher.api import LaunchConfig
 
     default: Any = next(f.default for f in dataclasses.fields(LaunchConfig) if f.name == "signals_to_handle")
@@ -118,8 +126,12 @@ def launch_config(**kwargs: Any):
 
 
 # DDP's running averages over the steps it samples (nanoseconds), as `_get_ddp_logging_data` names them.
-DDP_TIMINGS = {"ddp_forward_s": "avg_forward_compute_time", "ddp_backward_s": "avg_backward_compute_time",
-               "ddp_comm_s": "avg_backward_comm_time", "ddp_overlap_s": "avg_backward_compute_comm_overlap_time"}
+DDP_TIMINGS = {
+    "ddp_forward_s": "avg_forward_compute_time",
+    "ddp_backward_s": "avg_backward_compute_time",
+    "ddp_comm_s": "avg_backward_comm_time",
+    "ddp_overlap_s": "avg_backward_compute_comm_overlap_time",
+}
 DDP_FIRST_SAMPLED, DDP_DEFAULT_SAMPLE_EVERY = 10, 100  # DDP times its first 10 steps, then one in 100 (torch's default)
 
 
@@ -158,8 +170,11 @@ def ddp_timing_totals(ddp: Any, every: int) -> dict[str, float] | None:
         return None
     values = {ours: data.get(theirs) for ours, theirs in DDP_TIMINGS.items()}
     iteration = data.get("iteration")
-    if not isinstance(iteration, int) or not all(isinstance(v, int) for v in values.values()) \
-            or not values["ddp_backward_s"]:
+    if (
+        not isinstance(iteration, int)
+        or not all(isinstance(v, int) for v in values.values())
+        or not values["ddp_backward_s"]
+    ):
         return dict.fromkeys(("samples", *DDP_TIMINGS), 0)  # nothing timed yet (or fields this code does not know)
     samples = ddp_samples(iteration, every)
     return {"samples": samples, **{k: v / 1e9 * samples for k, v in values.items()}}

@@ -89,12 +89,18 @@ def _positive(name: str, value: float | int | None, *, zero_ok: bool = False, no
 @dataclass
 class DataConfig:
     dataset: str = opt("cifar10", "dataset: " + " | ".join(DATASETS))
-    data_dir: str | None = opt(None, "data root holding the canonical extracted folders (default: $DDPLAB_DATA, else ./data); for imagefolder the folder itself")
+    data_dir: str | None = opt(
+        None,
+        "data root holding the canonical extracted folders (default: $DDPLAB_DATA, else ./data); "
+        "for imagefolder the folder itself",
+    )
     download: bool = opt(True, "download the official archive when the dataset is missing")
     image_size: int | None = opt(None, "resize images to this square size in pixels (default: native size)")
     subset: int | None = opt(None, "train on the first N training images only")
     test_subset: int | None = opt(None, "evaluate on the first N test images only (a quicker, noisier test figure)")
-    val_fraction: float = opt(0.0, "hold out this fraction of the training images and evaluate on it instead of the test set")
+    val_fraction: float = opt(
+        0.0, "hold out this fraction of the training images and evaluate on it instead of the test set"
+    )
     fold: int | None = opt(None, "STL-10 labelled fold 0-9 to train on (default: the whole train split)")
     cifar100_labels: str = opt("fine", "CIFAR-100 label set: fine | coarse")
     synthetic_size: int | None = opt(None, "synthetic dataset: number of training images (test gets a quarter)")
@@ -102,7 +108,11 @@ class DataConfig:
     crop_padding: int = opt(4, "augment: random crop after reflect-padding by this many pixels (0 = off)")
     translate: int = opt(0, "augment: random shift by up to this many pixels, zero fill (0 = off)")
     flip: bool = opt(True, "augment: random horizontal flip")
-    flip_mode: str = opt("random", "augment: random (each image, each epoch, p = 0.5) | alternate (a random half in epoch 1, then each image flips every other epoch)")
+    flip_mode: str = opt(
+        "random",
+        "augment: random (each image, each epoch, p = 0.5) | alternate (a random half in epoch 1, "
+        "then each image flips every other epoch)",
+    )
     cutout: int = opt(0, "augment: cutout square side in pixels (0 = off)")
     jitter: float = opt(0.0, "augment: color jitter strength for brightness, contrast, saturation (0 = off)")
     rotate: float = opt(0.0, "augment: random rotation up to this many degrees (0 = off)")
@@ -116,8 +126,12 @@ class DataConfig:
         if not 0.0 <= self.val_fraction < 1.0:
             raise _bad("data.val_fraction", self.val_fraction, "must be in [0, 1)")
         if self.test_subset is not None and self.val_fraction > 0:
-            raise _bad("data.test_subset", self.test_subset, "with data.val_fraction the evaluation set is the held-out "
-                       "split, not the test set: leave test_subset unset")
+            raise _bad(
+                "data.test_subset",
+                self.test_subset,
+                "with data.val_fraction the evaluation set is the held-out "
+                "split, not the test set: leave test_subset unset",
+            )
         if self.fold is not None and not 0 <= self.fold < STL10_FOLDS:
             raise _bad("data.fold", self.fold, f"STL-10 has folds 0-{STL10_FOLDS - 1}")
         if self.fold is not None and self.dataset != "stl10":
@@ -143,9 +157,21 @@ class ModelConfig:
     dropout: float | None = opt(None, "dropout probability before the classifier (default: the model's own)")
     batchnorm: bool | None = opt(None, "batch normalization after convolutions (default: the model's own)")
     channels_last: bool = opt(False, "use the channels_last memory format for model and batches")
-    compile: bool = opt(False, "torch.compile the model (compiled for every batch shape before training starts: start-up time, not epoch time)")
-    compile_mode: str = opt("default", "torch.compile mode: " + " | ".join(COMPILE_MODES) + " (reduce-overhead: CUDA graphs for forward and backward, for launch-bound steps)")
-    fuse_conv_relu: bool = opt(False, "replace Conv2d->ReLU pairs with the fused Triton kernel (on CUDA; on a CPU they compute through PyTorch)")
+    compile: bool = opt(
+        False,
+        "torch.compile the model (compiled for every batch shape before training starts: "
+        "start-up time, not epoch time)",
+    )
+    compile_mode: str = opt(
+        "default",
+        "torch.compile mode: "
+        + " | ".join(COMPILE_MODES)
+        + " (reduce-overhead: CUDA graphs for forward and backward, for launch-bound steps)",
+    )
+    fuse_conv_relu: bool = opt(
+        False,
+        "replace Conv2d->ReLU pairs with the fused Triton kernel (on CUDA; on a CPU they compute through PyTorch)",
+    )
 
     def __post_init__(self) -> None:
         _choice("model.name", self.name, MODELS)
@@ -160,11 +186,21 @@ class ModelConfig:
 @dataclass
 class OptimConfig:
     name: str = opt("sgd", "optimizer: " + " | ".join(OPTIMIZERS))
-    lr: float = opt(0.05, "peak learning rate (per optimizer step, not scaled with batch size); muon: of the parameters that are not conv filters")
+    lr: float = opt(
+        0.05,
+        "peak learning rate (per optimizer step, not scaled with batch size); "
+        "muon: of the parameters that are not conv filters",
+    )
     muon_lr: float = opt(0.05, "muon: peak learning rate of the conv filters, whose momentum is orthogonalized")
-    muon_momentum: float | None = opt(None, "muon: momentum of the conv filters (default: optim.momentum, which the other parameters use)")
+    muon_momentum: float | None = opt(
+        None, "muon: momentum of the conv filters (default: optim.momentum, which the other parameters use)"
+    )
     muon_ns_steps: int = opt(5, "muon: Newton-Schulz iterations that orthogonalize the filters' momentum")
-    muon_normalize: bool = opt(False, "muon: rescale each filter bank to norm sqrt(out channels) before its step, so that the step stays the same fraction of the weights (they are followed by BatchNorm: the scale is free)")
+    muon_normalize: bool = opt(
+        False,
+        "muon: rescale each filter bank to norm sqrt(out channels) before its step, so that the step "
+        "stays the same fraction of the weights (they are followed by BatchNorm: the scale is free)",
+    )
     momentum: float = opt(0.9, "SGD / RMSprop / Muon momentum")
     nesterov: bool = opt(True, "SGD Nesterov momentum")
     betas: list[float] = opt([0.9, 0.999], "Adam / AdamW betas")
@@ -172,13 +208,18 @@ class OptimConfig:
     alpha: float = opt(0.99, "RMSprop smoothing constant")
     weight_decay: float = opt(5e-4, "weight decay (decoupled for AdamW and for Muon's filters, L2 otherwise)")
     schedule: str = opt("onecycle", "learning-rate schedule: " + " | ".join(SCHEDULES))
-    warmup_epochs: float = opt(1.0, "cosine / linear: linear warm-up length in epochs (linear: then straight down); onecycle: rise phase in epochs")
+    warmup_epochs: float = opt(
+        1.0,
+        "cosine / linear: linear warm-up length in epochs (linear: then straight down); onecycle: rise phase in epochs",
+    )
     step_epochs: int = opt(10, "step: decay the learning rate every this many epochs")
     gamma: float = opt(0.1, "step: decay factor")
     min_lr_ratio: float = opt(0.0, "cosine / linear: final learning rate as a fraction of lr")
     label_smoothing: float = opt(0.1, "label smoothing of the cross-entropy target")
     grad_clip: float | None = opt(None, "clip the global gradient norm to this value")
-    lookahead_steps: int = opt(0, "lookahead: every this many steps pull slow weights towards the fast ones and restart from them (0 = off)")
+    lookahead_steps: int = opt(
+        0, "lookahead: every this many steps pull slow weights towards the fast ones and restart from them (0 = off)"
+    )
     lookahead_alpha: float = opt(0.5, "lookahead: fraction of the way the slow weights move")
 
     def __post_init__(self) -> None:
@@ -215,29 +256,68 @@ class TrainConfig:
     batch_size: int = opt(128, "images per process per micro-step (global = batch_size x world size x accumulate)")
     accumulate: int = opt(1, "micro-steps per optimizer step (gradient accumulation)")
     eval_batch_size: int = opt(1000, "images per process per evaluation batch")
-    eval_train_images: int = opt(2000, "after each epoch, evaluate the first N training images as the test set is (eval mode, no augmentation): the train side of the train-test gap (train_acc is a running mean over augmented batches); 0: off")
-    tta: str = opt("none", "test-time augmentation at evaluation, logits averaged: none | flip (2 views) | flip_translate (6 views: also shifted 1 pixel both ways; the unshifted pair weighs as much as the four shifted)")
+    eval_train_images: int = opt(
+        2000,
+        "after each epoch, evaluate the first N training images as the test set is (eval mode, "
+        "no augmentation): the train side of the train-test gap (train_acc is a running mean over "
+        "augmented batches); 0: off",
+    )
+    tta: str = opt(
+        "none",
+        "test-time augmentation at evaluation, logits averaged: none | flip (2 views) | flip_translate "
+        "(6 views: also shifted 1 pixel both ways; the unshifted pair weighs as much as the four shifted)",
+    )
     precision: str = opt("fp32", "precision: fp32 | bf16 | fp16 (autocast; fp16 uses a gradient scaler on CUDA)")
     device: str = opt("auto", "device: auto | cpu | cuda | cuda:N (auto = cuda when available)")
     seed: int = opt(0, "seed for weights, data order and augmentation")
-    threads: int | None = opt(None, "CPU: intra-op threads per process (default: $OMP_NUM_THREADS, else every core this process may use, split between the workers of a node)")
+    threads: int | None = opt(
+        None,
+        "CPU: intra-op threads per process (default: $OMP_NUM_THREADS, else every core this process "
+        "may use, split between the workers of a node)",
+    )
     drop_last: bool = opt(False, "drop the last incomplete training batch of each epoch")
-    early_stop_metric: str | None = opt(None, "stop when this metric stops improving: " + " | ".join(EARLY_STOP_METRICS))
+    early_stop_metric: str | None = opt(
+        None, "stop when this metric stops improving: " + " | ".join(EARLY_STOP_METRICS)
+    )
     patience: int = opt(3, "early stopping: epochs without improvement before stopping")
     min_delta: float = opt(0.0, "early stopping: smallest change that counts as an improvement")
-    deterministic: bool | None = opt(None, "deterministic algorithms; unset: on for CPU (bit-identical reruns), off on CUDA (cuDNN picks the fastest kernels; set true for bit-identical GPU reruns)")
-    cuda_graphs: bool = opt(False, "capture the whole training step (forward, backward, all-reduce, optimizer) in a CUDA graph and replay it: for steps bound by kernel launches (small models and batches); the learning rate lives on the device; fp32/bf16, nccl")
-    time_breakdown: bool = opt(True, "time data / forward+backward / optimizer / communication wait per epoch (on CUDA measured on 1 step in 20, the device synchronized around it)")
-    profile_steps: int = opt(0, "record up to this many optimizer steps with torch.profiler, from the session's 7th on (the first 6 warm up) and inside its first epoch: a timeline and a table of ops per rank in RUN/profile/, the ops with the most self time in the summary; 0: off")
+    deterministic: bool | None = opt(
+        None,
+        "deterministic algorithms; unset: on for CPU (bit-identical reruns), off on CUDA "
+        "(cuDNN picks the fastest kernels; set true for bit-identical GPU reruns)",
+    )
+    cuda_graphs: bool = opt(
+        False,
+        "capture the whole training step (forward, backward, all-reduce, optimizer) in a CUDA graph "
+        "and replay it: for steps bound by kernel launches (small models and batches); the learning "
+        "rate lives on the device; fp32/bf16, nccl",
+    )
+    time_breakdown: bool = opt(
+        True,
+        "time data / forward+backward / optimizer / communication wait per epoch "
+        "(on CUDA measured on 1 step in 20, the device synchronized around it)",
+    )
+    profile_steps: int = opt(
+        0,
+        "record up to this many optimizer steps with torch.profiler, from the session's 7th on "
+        "(the first 6 warm up) and inside its first epoch: a timeline and a table of ops per rank "
+        "in RUN/profile/, the ops with the most self time in the summary; 0: off",
+    )
 
     def __post_init__(self) -> None:
-        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1):
+        if self.threads is not None and (
+            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
+        ):
             raise _bad("train.threads", self.threads, "must be an integer >= 1")
         for name in ("epochs", "batch_size", "accumulate", "eval_batch_size", "patience"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise _bad(f"train.{name}", value, "must be an integer >= 1")
-        if not isinstance(self.eval_train_images, int) or isinstance(self.eval_train_images, bool) or self.eval_train_images < 0:
+        if (
+            not isinstance(self.eval_train_images, int)
+            or isinstance(self.eval_train_images, bool)
+            or self.eval_train_images < 0
+        ):
             raise _bad("train.eval_train_images", self.eval_train_images, "must be an integer >= 0 (0: off)")
         if not isinstance(self.profile_steps, int) or isinstance(self.profile_steps, bool) or self.profile_steps < 0:
             raise _bad("train.profile_steps", self.profile_steps, "must be an integer >= 0 (0: no profile)")
@@ -259,19 +339,29 @@ class DistConfig:
     backend: str = opt("auto", "ddp backend: auto | nccl | gloo | mpi (auto = nccl on CUDA, gloo on CPU)")
     nnodes: int = opt(1, "ddp: number of nodes")
     node_rank: int = opt(0, "ddp: rank of this node")
-    rdzv_endpoint: str | None = opt(None, "ddp: rendezvous host:port, the same on every node (default: a free port on this machine)")
-    rdzv_backend: str = opt("c10d", "ddp: rendezvous: c10d (elastic, ranks assigned on arrival) | static (ranks from --dist.node_rank)")
+    rdzv_endpoint: str | None = opt(
+        None, "ddp: rendezvous host:port, the same on every node (default: a free port on this machine)"
+    )
+    rdzv_backend: str = opt(
+        "c10d", "ddp: rendezvous: c10d (elastic, ranks assigned on arrival) | static (ranks from --dist.node_rank)"
+    )
     rdzv_id: str | None = opt(None, "ddp: rendezvous id shared by all nodes of one multi-node run (default: random)")
     max_restarts: int = opt(0, "ddp: restarts of the worker group after a failure")
-    timeout_s: int = opt(600, "ddp: seconds a collective, the nodes' rendezvous or a silent rendezvous host may hold up "
-                         "the run before it fails")
+    timeout_s: int = opt(
+        600,
+        "ddp: seconds a collective, the nodes' rendezvous or a silent rendezvous host may hold up "
+        "the run before it fails",
+    )
     bucket_cap_mb: float = opt(25.0, "ddp: gradient bucket size in MiB")
     static_graph: bool = opt(False, "ddp: static_graph=True")
     gradient_as_bucket_view: bool = opt(False, "ddp: gradients as views into the all-reduce buckets")
     comm_hook: str = opt("none", "ddp: gradient compression hook: none | fp16 | bf16")
     sync_bn: bool = opt(False, "ddp: convert BatchNorm to SyncBatchNorm")
-    share_device: bool = opt(False, "ddp: every worker of a node on one GPU, over Gloo (NCCL refuses two ranks on one "
-                             "device): checks a multi-worker run on a 1-GPU machine; never a speed figure")
+    share_device: bool = opt(
+        False,
+        "ddp: every worker of a node on one GPU, over Gloo (NCCL refuses two ranks on one "
+        "device): checks a multi-worker run on a 1-GPU machine; never a speed figure",
+    )
 
     def __post_init__(self) -> None:
         _choice("dist.strategy", self.strategy, STRATEGIES)
@@ -293,13 +383,20 @@ class DistConfig:
         if self.share_device and self.strategy != "ddp":
             raise _bad("dist.share_device", True, "workers share a device only under --strategy ddp")
         if self.share_device and self.backend not in ("auto", "gloo"):
-            raise _bad("dist.backend", self.backend, "--dist.share_device needs gloo (NCCL refuses two ranks on one "
-                       "device); leave --backend auto, or pass gloo")
+            raise _bad(
+                "dist.backend",
+                self.backend,
+                "--dist.share_device needs gloo (NCCL refuses two ranks on one "
+                "device); leave --backend auto, or pass gloo",
+            )
 
 
 @dataclass
 class OutputConfig:
-    out: str | None = opt(None, "run folder (default: runs/<dataset>-<model>-<time>-<random>); an existing finished run is never overwritten")
+    out: str | None = opt(
+        None,
+        "run folder (default: runs/<dataset>-<model>-<time>-<random>); an existing finished run is never overwritten",
+    )
     resume: bool = opt(False, "continue the run in --out from its last checkpoint")
     progress: bool = opt(True, "show a progress bar (only when the output is a terminal)")
     tensorboard: bool = opt(True, "write TensorBoard events when the tensorboard package is installed")
@@ -331,7 +428,9 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         if self.dist.strategy == "dp" and self.train.device == "cpu":
-            raise _bad("dist.strategy", "dp", "DataParallel needs CUDA devices; use --strategy ddp --backend gloo on CPU")
+            raise _bad(
+                "dist.strategy", "dp", "DataParallel needs CUDA devices; use --strategy ddp --backend gloo on CPU"
+            )
         if self.model.compile and self.dist.strategy == "dp":
             raise _bad("model.compile", True, "torch.compile is not supported with DataParallel; use ddp")
         if self.train.cuda_graphs:
@@ -350,9 +449,17 @@ class RunConfig:
         world = self.world_size()
         per_rank = images_per_rank(images, world)
         if per_rank < self.train.batch_size:
-            has = f"each of the {world} processes reads {per_rank} of the {images}" if world > 1 else f"the run has {images}"
-            raise _bad("train.drop_last", True, f"it leaves no training batch: {has} training images, fewer than "
-                       f"train.batch_size={self.train.batch_size}; lower --batch-size or leave drop_last off")
+            has = (
+                f"each of the {world} processes reads {per_rank} of the {images}"
+                if world > 1
+                else f"the run has {images}"
+            )
+            raise _bad(
+                "train.drop_last",
+                True,
+                f"it leaves no training batch: {has} training images, fewer than "
+                f"train.batch_size={self.train.batch_size}; lower --batch-size or leave drop_last off",
+            )
 
     def most_steps_per_epoch(self) -> int | None:
         """The optimizer steps an epoch takes at most, where the training images are counted without the data
@@ -367,15 +474,26 @@ class RunConfig:
     def check_cuda_graphs(self) -> None:
         """What a captured step cannot hold: host-side decisions inside the step, or a non-CUDA collective."""
         refuse = {
-            "train.precision": (self.train.precision == "fp16", "fp16's gradient scaler decides on the host whether to "
-                                "skip each step; use bf16 (same speed, no scaler) or fp32"),
-            "dist.strategy": (self.dist.strategy == "dp", "DataParallel scatters batches from the host every step; use ddp"),
+            "train.precision": (
+                self.train.precision == "fp16",
+                "fp16's gradient scaler decides on the host whether to "
+                "skip each step; use bf16 (same speed, no scaler) or fp32",
+            ),
+            "dist.strategy": (
+                self.dist.strategy == "dp",
+                "DataParallel scatters batches from the host every step; use ddp",
+            ),
             "dist.backend": (self.dist.backend in ("gloo", "mpi"), "only NCCL collectives can be captured; use nccl"),
-            "train.profile_steps": (self.train.profile_steps > 0, "torch.profiler's CUPTI teardown can hang or crash "
-                                    "while CUDA graphs it did not capture replay (pytorch#135003); profile the eager step"),
-            "model.compile_mode": (self.model.compile_mode == "reduce-overhead",
-                                   "reduce-overhead already captures forward and backward in CUDA graphs; "
-                                   "use --model.compile_mode default with --train.cuda_graphs"),
+            "train.profile_steps": (
+                self.train.profile_steps > 0,
+                "torch.profiler's CUPTI teardown can hang or crash "
+                "while CUDA graphs it did not capture replay (pytorch#135003); profile the eager step",
+            ),
+            "model.compile_mode": (
+                self.model.compile_mode == "reduce-overhead",
+                "reduce-overhead already captures forward and backward in CUDA graphs; "
+                "use --model.compile_mode default with --train.cuda_graphs",
+            ),
         }
         for name, (bad, why) in refuse.items():
             if bad:
@@ -389,8 +507,12 @@ class RunConfig:
         and the caller's own config, see one folder.
         """
         if self.output.out is None and (self.dist.nnodes > 1 or os.environ.get("TORCHELASTIC_RUN_ID") == "none"):
-            raise _bad("output.out", None, "the processes of a multi-node run (or of torchrun without --standalone or "
-                       "--rdzv-id) cannot agree on a new folder's name: pass --out, on a filesystem every node sees")
+            raise _bad(
+                "output.out",
+                None,
+                "the processes of a multi-node run (or of torchrun without --standalone or "
+                "--rdzv-id) cannot agree on a new folder's name: pass --out, on a filesystem every node sees",
+            )
         out = str(self.output.run_dir(self.data, self.model))  # a given one with ~ expanded
         if out == self.output.out:
             return self
@@ -558,9 +680,20 @@ def check_environment(config: RunConfig) -> None:
     on_cuda = has_cuda and device != "cpu"
     several = config.dist.strategy == "dp" or config.dist.nproc > 1
     if _is_cuda_index(device) and several and not config.dist.share_device:
-        raise _bad("train.device", device, "with several devices per node use --device cuda: each rank takes cuda:LOCAL_RANK")
-    if on_cuda and config.dist.strategy == "ddp" and not config.dist.share_device and config.dist.nproc > torch.cuda.device_count():
-        raise _bad("dist.nproc", config.dist.nproc, f"this node has {torch.cuda.device_count()} CUDA device(s), one per process")
+        raise _bad(
+            "train.device", device, "with several devices per node use --device cuda: each rank takes cuda:LOCAL_RANK"
+        )
+    if (
+        on_cuda
+        and config.dist.strategy == "ddp"
+        and not config.dist.share_device
+        and config.dist.nproc > torch.cuda.device_count()
+    ):
+        raise _bad(
+            "dist.nproc",
+            config.dist.nproc,
+            f"this node has {torch.cuda.device_count()} CUDA device(s), one per process",
+        )
     backend = config.dist.backend
     if backend == "nccl" and not on_cuda:
         raise _bad("dist.backend", "nccl", "NCCL needs CUDA devices; use --backend gloo on CPU")
@@ -596,8 +729,7 @@ def reference_markdown() -> str:
     for section, cls in SECTIONS.items():
         out += [f"`[{section}]`", "", "| setting | default | meaning |", "|---|---|---|"]
         for f in fields(cls):
-            default = (f.default if f.default is not dataclasses.MISSING
-                       else f.default_factory())  # type: ignore[operator]
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
             shown = "unset" if default is None else repr(default).replace("'", '"')
             out.append(f"| `{section}.{f.name}` | `{shown}` | {f.metadata['help'].replace('|', '/')} |")
         out.append("")

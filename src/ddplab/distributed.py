@@ -142,13 +142,15 @@ def _slurm_rendezvous_env() -> None:
 
         nodes = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST") or "127.0.0.1"
         try:
-            first = subprocess.run(["scontrol", "show", "hostnames", nodes], capture_output=True, text=True,
-                                   check=True, timeout=30).stdout.split()[0]
+            first = subprocess.run(
+                ["scontrol", "show", "hostnames", nodes], capture_output=True, text=True, check=True, timeout=30
+            ).stdout.split()[0]
         except (OSError, subprocess.SubprocessError, IndexError):
             first = nodes.split(",")[0].split("[")[0]
         try:
-            shown = subprocess.run(["scontrol", "show", "node", "-o", first], capture_output=True, text=True,
-                                   check=True, timeout=30).stdout
+            shown = subprocess.run(
+                ["scontrol", "show", "node", "-o", first], capture_output=True, text=True, check=True, timeout=30
+            ).stdout
             found = re.search(r"\bNodeAddr=(\S+)", shown)
             if found:
                 first = found.group(1)
@@ -167,8 +169,14 @@ def rendezvous_store(place: ProcessPlace, timeout: timedelta) -> dist.Store:
     under torchrun-without-agent-store or srun, rank 0 hosts it.
     """
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), place.world_size,
-                          is_master=not agent_store and place.rank == 0, timeout=timeout, multi_tenant=not agent_store)
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"],
+        int(os.environ["MASTER_PORT"]),
+        place.world_size,
+        is_master=not agent_store and place.rank == 0,
+        timeout=timeout,
+        multi_tenant=not agent_store,
+    )
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     return dist.PrefixStore(f"ddplab/attempt_{attempt}", store)
 
@@ -268,8 +276,10 @@ def distributed_context(config: RunConfig, place: ProcessPlace | None) -> Iterat
     """
     if place is None:
         if config.dist.strategy == "ddp" and config.world_size() > 1:
-            raise ConfigError("dist.strategy=ddp: this process was not started by a launcher; "
-                              "use `ddplab train --nproc N` or torchrun")
+            raise ConfigError(
+                "dist.strategy=ddp: this process was not started by a launcher; "
+                "use `ddplab train --nproc N` or torchrun"
+            )
         ctx = DistContext(device=resolve_device(config.train.device))
         set_cpu_threads(ctx.device, config.train.threads)
         yield ctx
@@ -284,8 +294,14 @@ def distributed_context(config: RunConfig, place: ProcessPlace | None) -> Iterat
         maybe_set_gloo_interface()
     init_kwargs: dict[str, Any] = {"device_id": device} if backend == "nccl" else {}
     timeout = timedelta(seconds=config.dist.timeout_s)
-    dist.init_process_group(backend=backend, store=rendezvous_store(place, timeout), rank=place.rank,
-                            world_size=place.world_size, timeout=timeout, **init_kwargs)
+    dist.init_process_group(
+        backend=backend,
+        store=rendezvous_store(place, timeout),
+        rank=place.rank,
+        world_size=place.world_size,
+        timeout=timeout,
+        **init_kwargs,
+    )
     # A group of its own: after a timed-out collective the main group's connections are closed.
     monitor = dist.new_group(backend="gloo", timeout=timeout)
     hosts: list = []
@@ -293,8 +309,15 @@ def distributed_context(config: RunConfig, place: ProcessPlace | None) -> Iterat
         hosts = [None] * place.world_size
         dist.all_gather_object(hosts, this_host(), group=monitor)
     try:
-        yield DistContext(rank=place.rank, world_size=place.world_size, local_rank=place.local_rank,
-                          device=device, backend=backend, monitor=monitor, hosts=tuple(hosts))
+        yield DistContext(
+            rank=place.rank,
+            world_size=place.world_size,
+            local_rank=place.local_rank,
+            device=device,
+            backend=backend,
+            monitor=monitor,
+            hosts=tuple(hosts),
+        )
     finally:
         dist.destroy_process_group()
 
@@ -337,14 +360,19 @@ def wrap_model(model: nn.Module, config: RunConfig, ctx: DistContext) -> nn.Modu
     elif ctx.is_distributed:
         with side_stream(ctx.device) if config.train.cuda_graphs else contextlib.nullcontext():
             model = nn.parallel.DistributedDataParallel(
-                model, device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
-                bucket_cap_mb=d.bucket_cap_mb, static_graph=d.static_graph,
-                gradient_as_bucket_view=d.gradient_as_bucket_view, **compat.ddp_buffer_sync())
+                model,
+                device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
+                bucket_cap_mb=d.bucket_cap_mb,
+                static_graph=d.static_graph,
+                gradient_as_bucket_view=d.gradient_as_bucket_view,
+                **compat.ddp_buffer_sync(),
+            )
         maybe_register_comm_hook(model, d.comm_hook)
     if config.model.compile:
         # After DDP, so DDPOptimizer can split graphs at bucket boundaries.
         model = torch.compile(  # type: ignore[assignment]
-            model, mode=None if config.model.compile_mode == "default" else config.model.compile_mode)
+            model, mode=None if config.model.compile_mode == "default" else config.model.compile_mode
+        )
     return model
 
 

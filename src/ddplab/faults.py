@@ -23,8 +23,10 @@ ENV = "DDPLAB_FAULT"
 
 ACTIONS = ("kill", "raise", "hang", "stop", "slow", "slowsave")
 LEAST = {"rank": 0, "epoch": 1, "step": 1, "attempts": 1, "ms": 0}  # each field's smallest meaningful value
-GRAMMAR = ("kill|raise|hang|stop[:rank=R][:epoch=E][:step=S][:attempts=N], slow:ms=M[...] or "
-           "slowsave:ms=M[:epoch=E] (R >= 0, E, S, N >= 1, M >= 0)")
+GRAMMAR = (
+    "kill|raise|hang|stop[:rank=R][:epoch=E][:step=S][:attempts=N], slow:ms=M[...] or "
+    "slowsave:ms=M[:epoch=E] (R >= 0, E, S, N >= 1, M >= 0)"
+)
 
 
 def parse(spec: str) -> tuple[str, dict[str, int]]:
@@ -35,16 +37,22 @@ def parse(spec: str) -> tuple[str, dict[str, int]]:
     for part in fields:
         key, eq, value = part.partition("=")
         if not eq or key not in LEAST or not value.strip().lstrip("-").isdigit():
-            raise ConfigError(f"{ENV}={spec!r}: {part!r} is not FIELD=INTEGER with a field of "
-                              f"{', '.join(LEAST)}; expected {GRAMMAR}")
+            raise ConfigError(
+                f"{ENV}={spec!r}: {part!r} is not FIELD=INTEGER with a field of {', '.join(LEAST)}; expected {GRAMMAR}"
+            )
         if key in where:
             raise ConfigError(f"{ENV}={spec!r}: {key} is given twice; expected {GRAMMAR}")
         where[key] = int(value)
         if where[key] < LEAST[key]:
-            raise ConfigError(f"{ENV}={spec!r}: {key}={where[key]} would never fire (the least {key} is "
-                              f"{LEAST[key]}); expected {GRAMMAR}")
-    if (action not in ACTIONS or ("ms" in where) != (action in ("slow", "slowsave"))
-            or (action == "slowsave" and ("step" in where or "rank" in where))):
+            raise ConfigError(
+                f"{ENV}={spec!r}: {key}={where[key]} would never fire (the least {key} is "
+                f"{LEAST[key]}); expected {GRAMMAR}"
+            )
+    if (
+        action not in ACTIONS
+        or ("ms" in where) != (action in ("slow", "slowsave"))
+        or (action == "slowsave" and ("step" in where or "rank" in where))
+    ):
         raise ConfigError(f"{ENV}={spec!r}: expected {GRAMMAR}")
     return action, where
 
@@ -57,13 +65,19 @@ def check_env(world_size: int | None = None, epochs: int | None = None, steps: i
         return
     _, where = parse(spec)
     if world_size is not None and where.get("rank", 0) >= world_size:
-        raise ConfigError(f"{ENV}={spec!r}: rank={where['rank']} would never fire: this run has ranks 0 to "
-                          f"{world_size - 1}")
+        raise ConfigError(
+            f"{ENV}={spec!r}: rank={where['rank']} would never fire: this run has ranks 0 to {world_size - 1}"
+        )
     if epochs is not None and where.get("epoch", 1) > epochs:
-        raise ConfigError(f"{ENV}={spec!r}: epoch={where['epoch']} would never fire: this run trains {epochs} epoch{'s' if epochs != 1 else ''}")
+        raise ConfigError(
+            f"{ENV}={spec!r}: epoch={where['epoch']} would never fire: "
+            f"this run trains {epochs} epoch{'s' if epochs != 1 else ''}"
+        )
     if steps is not None and where.get("step", 1) > steps:
-        raise ConfigError(f"{ENV}={spec!r}: step={where['step']} would never fire: this run's epochs take at most "
-                          f"{steps} optimizer step{'s' if steps != 1 else ''}")
+        raise ConfigError(
+            f"{ENV}={spec!r}: step={where['step']} would never fire: this run's epochs take at most "
+            f"{steps} optimizer step{'s' if steps != 1 else ''}"
+        )
 
 
 _UNREAD: tuple[str, dict[str, int]] = ("", {})
@@ -84,7 +98,10 @@ def maybe_slow_save(epoch: int) -> None:
     if fault is None or fault[0] != "slowsave":
         return
     where = fault[1]
-    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) < where.get("attempts", 1) and where.get("epoch", epoch) == epoch:
+    if (
+        int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) < where.get("attempts", 1)
+        and where.get("epoch", epoch) == epoch
+    ):
         time.sleep(where["ms"] / 1000)
 
 

@@ -94,4 +94,3 @@ def make_dir(path: Path) -> None:
         Path(path).mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise file_error(exc, "create the folder") from None
-

@@ -34,7 +34,9 @@ from ddplab.errors import DdplabError
 SUBNET = ipaddress.ip_network("10.211.0.0/24")
 DEFAULT_NAME = "ddplab"
 MAX_HOSTS = 64
-STATE_DIR = Path("/run/ddplab-hosts")  # what `up` made, for `status`, `link` and `down` (gone at reboot, as the namespaces are)
+STATE_DIR = Path(
+    "/run/ddplab-hosts"
+)  # what `up` made, for `status`, `link` and `down` (gone at reboot, as the namespaces are)
 RATE = re.compile(r"(\d+(?:\.\d+)?)\s*(k|m|g)?(bit|bps)?", re.I)
 _UNITS = {None: 1, "k": 1e3, "m": 1e6, "g": 1e9}
 
@@ -176,7 +178,10 @@ def up(hosts: int, rate: str | float | None = None, *, name: str = DEFAULT_NAME)
             ns = cluster.host(i)
             _ip(["netns", "add", ns])
             # Made inside the host, its peer sent to the switch: the machine's own namespace never sees either end.
-            _ip(["link", "add", "eth0", "type", "veth", "peer", "name", f"port{i}", "netns", cluster.switch], namespace=ns)
+            _ip(
+                ["link", "add", "eth0", "type", "veth", "peer", "name", f"port{i}", "netns", cluster.switch],
+                namespace=ns,
+            )
             _ip(["addr", "add", f"{cluster.address(i)}/{SUBNET.prefixlen}", "dev", "eth0"], namespace=ns)
             _ip(["link", "set", "lo", "up"], namespace=ns)
             _ip(["link", "set", "eth0", "up"], namespace=ns)
@@ -198,8 +203,25 @@ def shape(cluster: Cluster, i: int, rate_bit_s: float | None) -> None:
         if rate_bit_s is not None:
             # A burst of 10 ms at the rate (never below 64 KiB, one GSO packet); up to 100 ms queued.
             burst = max(64 * 1024, int(rate_bit_s / 8 / 100))
-            _run(["tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", f"{int(rate_bit_s)}bit",
-                  "burst", str(burst), "latency", "100ms"])
+            _run(
+                [
+                    "tc",
+                    "-n",
+                    ns,
+                    "qdisc",
+                    "add",
+                    "dev",
+                    dev,
+                    "root",
+                    "tbf",
+                    "rate",
+                    f"{int(rate_bit_s)}bit",
+                    "burst",
+                    str(burst),
+                    "latency",
+                    "100ms",
+                ]
+            )
 
 
 def reshape(name: str, rate: str | float | None) -> Cluster:
@@ -230,15 +252,20 @@ def find(name: str = DEFAULT_NAME) -> Cluster:
     check_can_make()
     try:
         data = json.loads(_state_file(name).read_text())
-        cluster = Cluster(str(data["name"]), int(data["hosts"]),
-                          None if data["rate_bit_s"] is None else float(data["rate_bit_s"]))
+        cluster = Cluster(
+            str(data["name"]), int(data["hosts"]), None if data["rate_bit_s"] is None else float(data["rate_bit_s"])
+        )
     except FileNotFoundError:
         raise HostsError(f"no test cluster named {name!r}: make one with `ddplab hosts up N`") from None
     except (ValueError, KeyError, TypeError) as exc:
-        raise HostsError(f"{_state_file(name)}: unreadable ({exc}); `ddplab hosts down --name {name}` clears it") from None
+        raise HostsError(
+            f"{_state_file(name)}: unreadable ({exc}); `ddplab hosts down --name {name}` clears it"
+        ) from None
     if cluster.switch not in _namespaces():
-        raise HostsError(f"test cluster {name!r} is recorded but its namespaces are gone: "
-                         f"`ddplab hosts down --name {name}` clears the record")
+        raise HostsError(
+            f"test cluster {name!r} is recorded but its namespaces are gone: "
+            f"`ddplab hosts down --name {name}` clears the record"
+        )
     return cluster
 
 
@@ -257,7 +284,7 @@ def down(name: str = DEFAULT_NAME, *, missing_ok: bool = False) -> list[int]:
     except (OSError, ValueError, KeyError, TypeError):
         recorded = None
     prefix, existing = f"{name}-h", _namespaces()
-    namespaces = sorted(ns for ns in existing if ns.startswith(prefix) and ns[len(prefix):].isdigit())
+    namespaces = sorted(ns for ns in existing if ns.startswith(prefix) and ns[len(prefix) :].isdigit())
     namespaces += [f"{name}-sw"] if f"{name}-sw" in existing else []
     if not namespaces and recorded is None and not missing_ok:
         raise HostsError(f"no test cluster named {name!r}")
@@ -315,5 +342,14 @@ def cluster(hosts: int, rate: str | float | None = None, *, name: str | None = N
 def status(name: str = DEFAULT_NAME) -> list[dict]:
     """One row per host: its namespace, address, link state and rate, processes running in it."""
     made = find(name)
-    return [{"host": i, "namespace": made.host(i), "address": made.address(i), "link": "up" if link_is_up(made, i) else "down",
-             "rate": rate_text(made.rate_bit_s), "processes": len(processes_in(made.host(i)))} for i in range(made.hosts)]
+    return [
+        {
+            "host": i,
+            "namespace": made.host(i),
+            "address": made.address(i),
+            "link": "up" if link_is_up(made, i) else "down",
+            "rate": rate_text(made.rate_bit_s),
+            "processes": len(processes_in(made.host(i))),
+        }
+        for i in range(made.hosts)
+    ]

@@ -59,8 +59,11 @@ def launch(config: RunConfig, *, saved: RunConfig | None = None, command: bool =
             print(f"ddplab: nothing to do: {note}", flush=True)
             return finished_result(plan.run_dir)
         if plan.place is None:  # the root of the run: a fault this run cannot fire is refused before anything starts
-            faults.check_env(world_size=plan.config.world_size(), epochs=plan.config.train.epochs,
-                             steps=plan.config.most_steps_per_epoch())
+            faults.check_env(
+                world_size=plan.config.world_size(),
+                epochs=plan.config.train.epochs,
+                steps=plan.config.most_steps_per_epoch(),
+            )
         if plan.launches_workers():
             return launch_workers(plan, command=command)
         if plan.place is not None or not command:
@@ -89,8 +92,10 @@ def interrupts_said(config: RunConfig):
     except KeyboardInterrupt:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one while the run unwinds changes nothing
         name = received[0] if received else "SIGINT"
-        raise Interrupted(f"interrupted by {name}; checkpoints are kept: continue with "
-                          f"ddplab train --out {config.output.out} --resume") from None
+        raise Interrupted(
+            f"interrupted by {name}; checkpoints are kept: continue with "
+            f"ddplab train --out {config.output.out} --resume"
+        ) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -107,15 +112,22 @@ def launch_workers(plan: RunPlan, *, command: bool = True):
     d = config.dist
     static = d.rdzv_backend == "static"
     launch_config = compat.launch_config(
-        min_nodes=d.nnodes, max_nodes=d.nnodes, nproc_per_node=d.nproc,
+        min_nodes=d.nnodes,
+        max_nodes=d.nnodes,
+        nproc_per_node=d.nproc,
         # Every node of one run must present the same id: derive it from the shared endpoint.
         run_id=d.rdzv_id or (f"ddplab-{d.rdzv_endpoint}" if d.nnodes > 1 else str(uuid.uuid4())),
         rdzv_backend=d.rdzv_backend,
         rdzv_endpoint=d.rdzv_endpoint or "localhost:0",  # port 0: the store picks a free port itself
-        rdzv_configs=({"rank": d.node_rank, "timeout": d.timeout_s} if static
-                      else c10d_configs(d.rdzv_endpoint, d.timeout_s, patience_s(d) + STORE_SLACK_S)),
+        rdzv_configs=(
+            {"rank": d.node_rank, "timeout": d.timeout_s}
+            if static
+            else c10d_configs(d.rdzv_endpoint, d.timeout_s, patience_s(d) + STORE_SLACK_S)
+        ),
         local_addr=route_address(d.rdzv_endpoint) if d.nnodes > 1 else None,
-        max_restarts=d.max_restarts, monitor_interval=0.1, start_method="spawn",
+        max_restarts=d.max_restarts,
+        monitor_interval=0.1,
+        start_method="spawn",
         # After Ctrl-C / SIGTERM, wait this long for the workers before the agent's SIGKILL
         # (torch 2.12+; older releases wait their fixed 30 s).
         shutdown_timeout=SHUTDOWN_TIMEOUT_S,
@@ -125,14 +137,20 @@ def launch_workers(plan: RunPlan, *, command: bool = True):
         quiet_elastic_logs()
 
     def interrupted_line(name: str) -> str:
-        return (f"interrupted by {name}; every worker was stopped, checkpoints are kept: continue with "
-                f"ddplab train --out {config.output.out} --resume")
+        return (
+            f"interrupted by {name}; every worker was stopped, checkpoints are kept: continue with "
+            f"ddplab train --out {config.output.out} --resume"
+        )
 
     timeout = f"dist.timeout_s={d.timeout_s}"
-    guard = watchdog.Watchdog(grace_s=SHUTDOWN_TIMEOUT_S + 5, interrupted_line=interrupted_line,
-                              endpoint=split_endpoint(d.rdzv_endpoint) if d.nnodes > 1 and d.rdzv_endpoint else None,
-                              timeout_s=patience_s(d), lost_line=lambda endpoint: lost_host_line(config, endpoint),
-                              unreached_line=lambda endpoint: unreached_line(endpoint, waited_text(d)))
+    guard = watchdog.Watchdog(
+        grace_s=SHUTDOWN_TIMEOUT_S + 5,
+        interrupted_line=interrupted_line,
+        endpoint=split_endpoint(d.rdzv_endpoint) if d.nnodes > 1 and d.rdzv_endpoint else None,
+        timeout_s=patience_s(d),
+        lost_line=lambda endpoint: lost_host_line(config, endpoint),
+        unreached_line=lambda endpoint: unreached_line(endpoint, waited_text(d)),
+    )
     guarded = watchdog.guarded(guard) if command else contextlib.nullcontext()
     with sigint_only_for_the_launcher() as interrupted, stopped_workers_woken_to_die(), whole_spawns(), guarded:
         try:
@@ -147,8 +165,10 @@ def launch_workers(plan: RunPlan, *, command: bool = True):
 
 
 def unreached_line(endpoint: str | None, timeout: str) -> str:
-    return (f"cannot reach the rendezvous endpoint {endpoint} within {timeout} s: is ddplab running on the host "
-            "that owns that address (node 0), and does this host have a route to it?")
+    return (
+        f"cannot reach the rendezvous endpoint {endpoint} within {timeout} s: is ddplab running on the host "
+        "that owns that address (node 0), and does this host have a route to it?"
+    )
 
 
 def rendezvous_failure(exc: Exception, endpoint: str | None, nnodes: int, timeout: str) -> errors.DdplabError:
@@ -162,21 +182,27 @@ def rendezvous_failure(exc: Exception, endpoint: str | None, nnodes: int, timeou
     if isinstance(exc, RendezvousTimeoutError):
         return errors.TrainingError(
             f"not all {nnodes} nodes joined the rendezvous at {endpoint} within {timeout} s: "
-            f"start the same command on every node, each with --nnodes {nnodes} and --rdzv-endpoint {endpoint}")
+            f"start the same command on every node, each with --nnodes {nnodes} and --rdzv-endpoint {endpoint}"
+        )
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else "no message"
     return errors.TrainingError(f"the rendezvous at {endpoint} failed ({type(exc).__name__}): {first}")
 
 
 def waited_text(d: DistConfig) -> str:
     """How long a node waits for a silent rendezvous host, as the settings that make it."""
-    return (f"dist.timeout_s={d.timeout_s}" if not d.max_restarts else
-            f"{patience_s(d)} (dist.timeout_s={d.timeout_s}, and as long for each of {d.max_restarts} restart(s))")
+    return (
+        f"dist.timeout_s={d.timeout_s}"
+        if not d.max_restarts
+        else f"{patience_s(d)} (dist.timeout_s={d.timeout_s}, and as long for each of {d.max_restarts} restart(s))"
+    )
 
 
 def lost_host_line(config: RunConfig, endpoint: str) -> str:
-    return (f"lost the rendezvous host {endpoint}: no answer for {waited_text(config.dist)} s (a link or host down); "
-            "every process on this node was stopped, checkpoints are kept: once it is back, run the same command "
-            "with --resume on every node")
+    return (
+        f"lost the rendezvous host {endpoint}: no answer for {waited_text(config.dist)} s (a link or host down); "
+        "every process on this node was stopped, checkpoints are kept: once it is back, run the same command "
+        "with --resume on every node"
+    )
 
 
 def quiet_elastic_logs() -> None:
@@ -314,7 +340,9 @@ def stopped_workers_woken_to_die(poll_s: float = 0.2):
 
 def stopped_with_sigterm_pending(pid: int) -> bool:
     try:
-        status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+        status = dict(
+            line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
+        )
     except OSError:
         return False
     pending = int(status.get("ShdPnd", "0").strip(), 16) | int(status.get("SigPnd", "0").strip(), 16)
@@ -391,7 +419,9 @@ def watch_launcher(poll_s: float = 0.5) -> None:
     threading.Thread(target=watch, name="ddplab-launcher-watch", daemon=True).start()
 
 
-_ERROR_TYPES = {cls.__name__: cls for cls in (errors.ConfigError, errors.DataError, errors.TrainingError, errors.FileSystemError)}
+_ERROR_TYPES = {
+    cls.__name__: cls for cls in (errors.ConfigError, errors.DataError, errors.TrainingError, errors.FileSystemError)
+}
 
 
 ROOT_CAUSE_WINDOW_S = 2  # failures this close to the first count as one event

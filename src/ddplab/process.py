@@ -42,10 +42,19 @@ def ddplab_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "ddplab", *args]
 
 
-def supervise(cmd: Sequence[str], log_path: Path, *, timeout_s: float | None = None,
-              on_poll: Callable[[], object] | None = None, env: Mapping[str, str] | None = None,
-              cwd: Path | None = None, poll_s: float = POLL_S, timeout_from: str = "",
-              stop_signal: int = signal.SIGINT, grace_s: float = STOP_GRACE_S) -> Finished:
+def supervise(
+    cmd: Sequence[str],
+    log_path: Path,
+    *,
+    timeout_s: float | None = None,
+    on_poll: Callable[[], object] | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    poll_s: float = POLL_S,
+    timeout_from: str = "",
+    stop_signal: int = signal.SIGINT,
+    grace_s: float = STOP_GRACE_S,
+) -> Finished:
     """Run `cmd` as its own process tree, its output appended to `log_path` (an earlier attempt's
     output stays, under a `$ command` line each), calling `on_poll` every `poll_s` and once at the end.
 
@@ -70,20 +79,39 @@ class Child:
     """A command started as its own process tree (own session, dies with its parent, optionally held
     to some CPU cores), polled by its owner, which may run several at once (a parallel sweep)."""
 
-    def __init__(self, cmd: Sequence[str], log_path: Path, *, timeout_s: float | None = None,
-                 env: Mapping[str, str] | None = None, cwd: Path | None = None, timeout_from: str = "",
-                 cpus: Sequence[int] = ()):
+    def __init__(
+        self,
+        cmd: Sequence[str],
+        log_path: Path,
+        *,
+        timeout_s: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        timeout_from: str = "",
+        cpus: Sequence[int] = (),
+    ):
         self.command = [str(part) for part in cmd]
-        self.log_path, self.timeout_s, self.timeout_from, self.cpus = Path(log_path), timeout_s, timeout_from, tuple(cpus)
+        self.log_path, self.timeout_s, self.timeout_from, self.cpus = (
+            Path(log_path),
+            timeout_s,
+            timeout_from,
+            tuple(cpus),
+        )
         self.start = time.perf_counter()
         self.kill_at: float | None = None  # past its timeout: when SIGKILL follows the SIGTERM
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log = open(self.log_path, "a", errors="surrogateescape")  # a path of bytes that are not UTF-8 as it is
         self.log.write(f"\n$ {' '.join(self.command)}\n")
         self.log.flush()
-        self.proc = subprocess.Popen(self.command, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
-                                     env=dict(env) if env is not None else None, cwd=cwd,
-                                     preexec_fn=self.before_exec if sys.platform == "linux" else None)
+        self.proc = subprocess.Popen(
+            self.command,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            preexec_fn=self.before_exec if sys.platform == "linux" else None,
+        )
 
     def before_exec(self) -> None:
         die_with_parent()
@@ -113,7 +141,9 @@ class Child:
                     os.killpg(self.proc.pid, signal.SIGTERM)
                 self.kill_at = now + STOP_GRACE_S
                 source = f" ({self.timeout_from})" if self.timeout_from else ""
-                self.log.write(f"\nddplab: error: the command did not finish within {self.timeout_s:g} s{source}; stopped\n")
+                self.log.write(
+                    f"\nddplab: error: the command did not finish within {self.timeout_s:g} s{source}; stopped\n"
+                )
                 self.log.flush()
             elif now > self.kill_at:
                 with contextlib.suppress(ProcessLookupError):
@@ -221,4 +251,4 @@ def last_line(log_path: Path) -> str:
 def last_attempt(log_path: Path) -> list[str]:
     """The output lines of the log's last attempt, below its `$ command` line."""
     text = Path(log_path).read_text(errors="replace")
-    return text[text.rfind("\n$ ") + 1:].strip().splitlines()[1:]
+    return text[text.rfind("\n$ ") + 1 :].strip().splitlines()[1:]

@@ -19,8 +19,15 @@ from ddplab.errors import ConfigError
 # What a resume may change: the length, an observer, and where and how patiently the nodes meet (a run cut
 # short by a network fault resumes on other hosts, or with a longer timeout): none changes a number.
 OBSERVERS = {"train.profile_steps"}  # settings that change no number of the run (a sweep's re-run may change them)
-RESUMABLE_DIFFERENCES = {"train.epochs", *OBSERVERS, "dist.timeout_s", "dist.max_restarts",
-                         "dist.rdzv_endpoint", "dist.rdzv_id", "dist.node_rank"}
+RESUMABLE_DIFFERENCES = {
+    "train.epochs",
+    *OBSERVERS,
+    "dist.timeout_s",
+    "dist.max_restarts",
+    "dist.rdzv_endpoint",
+    "dist.rdzv_id",
+    "dist.node_rank",
+}
 
 
 @dataclass
@@ -61,10 +68,14 @@ def refuse_by_state(config: RunConfig) -> str:
         if state not in ("finished", "unfinished"):
             raise ConfigError(f"output.resume: {run_dir} holds no checkpoint to resume from")
     elif state == "finished":
-        raise ConfigError(f"output.out={str(run_dir)!r} already holds a finished run; choose another --out, "
-                          "or --resume it with more --epochs")
+        raise ConfigError(
+            f"output.out={str(run_dir)!r} already holds a finished run; choose another --out, "
+            "or --resume it with more --epochs"
+        )
     elif state == "unfinished":
-        raise ConfigError(f"output.out={str(run_dir)!r} holds an unfinished run; continue it with --resume, or choose another --out")
+        raise ConfigError(
+            f"output.out={str(run_dir)!r} holds an unfinished run; continue it with --resume, or choose another --out"
+        )
     elif state == "foreign":
         raise ConfigError(f"output.out={str(run_dir)!r} exists and is not a ddplab run folder; choose another --out")
     return state
@@ -82,24 +93,37 @@ def check_run_dir(config: RunConfig, saved: RunConfig | None = None) -> Resume |
         saved = saved_config(run_dir)
     differing = config_differences(saved, config) - RESUMABLE_DIFFERENCES
     if differing:
-        raise ConfigError(f"output.resume: the config differs from the run's saved config.toml in "
-                          f"{', '.join(sorted(differing))}; resume with the same settings (only "
-                          f"{', '.join(sorted(RESUMABLE_DIFFERENCES))} may change)")
+        raise ConfigError(
+            f"output.resume: the config differs from the run's saved config.toml in "
+            f"{', '.join(sorted(differing))}; resume with the same settings (only "
+            f"{', '.join(sorted(RESUMABLE_DIFFERENCES))} may change)"
+        )
     state = load_checkpoint(run_dir / runfiles.CHECKPOINTS / runfiles.LAST_CHECKPOINT)
     if isinstance(state.get("config"), dict):  # what the checkpoint was trained with (checkpoints since 2026-11-25)
         edited = config_differences(build_config(state["config"]), saved) - RESUMABLE_DIFFERENCES
         if edited:
             trained, now = build_config(state["config"]).to_dict(), saved.to_dict()
-            changes = "; ".join(f"{k}: {trained[k.split('.')[0]][k.split('.')[1]]!r} in the checkpoint, "
-                                f"{now[k.split('.')[0]][k.split('.')[1]]!r} in the file" for k in sorted(edited))
-            raise ConfigError(f"{run_dir / runfiles.CONFIG} was edited after the run's last checkpoint ({changes}): "
-                              "resuming would train on with settings the checkpoint was not trained with; put the "
-                              "file back, or start a new run from it with --config")
+            changes = "; ".join(
+                f"{k}: {trained[k.split('.')[0]][k.split('.')[1]]!r} in the checkpoint, "
+                f"{now[k.split('.')[0]][k.split('.')[1]]!r} in the file"
+                for k in sorted(edited)
+            )
+            raise ConfigError(
+                f"{run_dir / runfiles.CONFIG} was edited after the run's last checkpoint ({changes}): "
+                "resuming would train on with settings the checkpoint was not trained with; put the "
+                "file back, or start a new run from it with --config"
+            )
     done = state["train_state"]["epoch"]
     if config.train.epochs < done:
-        raise ConfigError(f"train.epochs={config.train.epochs} is not valid: {run_dir} has already trained {done} epochs")
-    return Resume(epoch=done, stopped_early=bool(state["train_state"].get("stopped_early")),
-                  planned_epochs=saved.train.epochs, checkpoint=state)
+        raise ConfigError(
+            f"train.epochs={config.train.epochs} is not valid: {run_dir} has already trained {done} epochs"
+        )
+    return Resume(
+        epoch=done,
+        stopped_early=bool(state["train_state"].get("stopped_early")),
+        planned_epochs=saved.train.epochs,
+        checkpoint=state,
+    )
 
 
 def saved_config(run_dir: Path) -> RunConfig:
@@ -109,8 +133,11 @@ def saved_config(run_dir: Path) -> RunConfig:
     values = load_toml(path)
     missing = [s for s in SECTIONS if not isinstance(values.get(s), dict)]
     if missing:
-        raise ConfigError(f"{path} is not the config.toml ddplab wrote for this run ({'it is empty' if not values else 'no [' + '], ['.join(missing) + ']'}): "
-                          "edited or truncated? put it back as it was, or start a new run in another folder")
+        found = "it is empty" if not values else "no [" + "], [".join(missing) + "]"
+        raise ConfigError(
+            f"{path} is not the config.toml ddplab wrote for this run ({found}): "
+            "edited or truncated? put it back as it was, or start a new run in another folder"
+        )
     try:
         return build_config(values)
     except ConfigError as exc:

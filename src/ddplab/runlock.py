@@ -85,8 +85,10 @@ def run_lock(run_dir: Path, what: str = "run") -> Iterator[None]:
     key = Path(run_dir).resolve()
     if key in _held:
         whom = "another thread of" if _held[key][1] != threading.get_ident() else "a run already started in"
-        raise ConfigError(f"output.out={str(run_dir)!r} is in use by {whom} this process (pid {os.getpid()}); "
-                          f"wait for that {what} to end, or choose another --out")
+        raise ConfigError(
+            f"output.out={str(run_dir)!r} is in use by {whom} this process (pid {os.getpid()}); "
+            f"wait for that {what} to end, or choose another --out"
+        )
     fd = _acquire(Path(run_dir), what)
     _held[key] = (fd, threading.get_ident())
     try:
@@ -112,8 +114,10 @@ def _acquire(run_dir: Path, what: str) -> int:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise ConfigError(f"output.out={str(run_dir)!r} is in use by {describe(owner_of(run_dir))}; wait for that "
-                              f"{what} to end, or choose another --out") from None
+            raise ConfigError(
+                f"output.out={str(run_dir)!r} is in use by {describe(owner_of(run_dir))}; wait for that "
+                f"{what} to end, or choose another --out"
+            ) from None
         # The previous owner may have removed the file between our open and our flock: then
         # we hold a lock on a file nobody else can see, so start again.
         try:

@@ -67,8 +67,10 @@ def prepared(config: RunConfig, *, saved: RunConfig | None = None) -> Iterator[R
     place = where.place
     if place is None and config.dist.nnodes > 1 and config.dist.rdzv_endpoint is None:
         # Only ddplab's own launcher needs it: under srun or torchrun the launcher says where the group meets.
-        raise ConfigError("dist.rdzv_endpoint=None is not valid: a multi-node run started by ddplab's launcher needs "
-                          "host:port of a node every node can reach (under srun or torchrun the launcher gives it)")
+        raise ConfigError(
+            "dist.rdzv_endpoint=None is not valid: a multi-node run started by ddplab's launcher needs "
+            "host:port of a node every node can reach (under srun or torchrun the launcher gives it)"
+        )
     if place is not None:
         config = resumed_after_restart(as_launched(config, place))
     config = config.with_out_folder()
@@ -98,8 +100,9 @@ def as_worker(plan: RunPlan) -> Iterator[RunPlan]:
 
 
 @contextlib.contextmanager
-def _folder_checked(config: RunConfig, place: ProcessPlace | None, holds: bool,
-                    saved: RunConfig | None = None) -> Iterator[RunPlan]:
+def _folder_checked(
+    config: RunConfig, place: ProcessPlace | None, holds: bool, saved: RunConfig | None = None
+) -> Iterator[RunPlan]:
     """Check the folder (every process, before any group forms: a refusal stops all ranks at once);
     the holder checks it under the lock, after a first look that needs no lock."""
     if not holds:

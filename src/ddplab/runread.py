@@ -28,6 +28,8 @@ FINISHED = ("finished", "stopped_early")  # summary.json statuses of a run that 
 # What the report shows of env.json (engine/rundir.environment writes it): a field of another kind is left
 # out and said, the rest of the run drawn.
 ENV = {"device_name": TEXT, "torch": TEXT, "cpus": COUNT, "network": TABLE | None}
+
+
 @dataclass
 class SweepShown:
     """A sweep as its manifest describes it: the report makes one section per entry of `sections`."""
@@ -70,7 +72,8 @@ class Run:
 def is_run_dir(path: Path) -> bool:
     """A folder ddplab trained into: finished, or started (config.toml and env.json written)."""
     return any((path / f).is_file() for f in (runfiles.SUMMARY, runfiles.METRICS)) or all(
-        (path / f).is_file() for f in (runfiles.CONFIG, runfiles.ENV))
+        (path / f).is_file() for f in (runfiles.CONFIG, runfiles.ENV)
+    )
 
 
 def readable_run(run_dir: Path, status: str | None = None) -> Run:
@@ -126,14 +129,20 @@ def read_optional(path: Path, run_dir: Path) -> list[dict[str, Any]]:
 def numeric_records(records: list[dict[str, Any]], path: Path, skipped: list[str]) -> list[dict[str, Any]]:
     """The records of a per-step or per-sample file whose values are numbers (or lists of them, or None), the
     others left out and counted in `skipped`: one edited line must not cost the whole report."""
+
     def number(v: Any) -> bool:
-        return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) or (
-            isinstance(v, list) and all(number(x) for x in v))
+        return (
+            v is None
+            or (isinstance(v, (int, float)) and not isinstance(v, bool))
+            or (isinstance(v, list) and all(number(x) for x in v))
+        )
 
     kept = [r for r in records if all(number(v) for v in r.values())]
     if len(kept) < len(records):
-        skipped.append(f"{len(records) - len(kept)} of {len(records)} records of {path.name} left out (values that "
-                       "are not numbers)")
+        skipped.append(
+            f"{len(records) - len(kept)} of {len(records)} records of {path.name} left out (values that "
+            "are not numbers)"
+        )
     return kept
 
 

@@ -55,16 +55,20 @@ def _whole(env: Mapping[str, str], name: str, default: int | None = None, *, low
     if raw is None and default is not None:
         return default
     if raw is None:
-        raise ConfigError(f"environment variable {name} is not set, and the launcher's other variables are: "
-                          "start this process through the launcher (torchrun, srun), or unset them")
+        raise ConfigError(
+            f"environment variable {name} is not set, and the launcher's other variables are: "
+            "start this process through the launcher (torchrun, srun), or unset them"
+        )
     try:
         value = int(str(raw).strip())
     except ValueError:
         value = None
     if value is None or value < low or len(str(raw).strip()) > 9:
         shown = repr(raw) if len(raw) <= 24 else repr(raw[:20]) + f"... ({len(raw)} characters)"
-        raise ConfigError(f"environment variable {name}={shown} is not a whole number >= {low}; a launcher "
-                          "(torchrun, srun) sets it: unset it, or start this process through the launcher")
+        raise ConfigError(
+            f"environment variable {name}={shown} is not a whole number >= {low}; a launcher "
+            "(torchrun, srun) sets it: unset it, or start this process through the launcher"
+        )
     return value
 
 
@@ -80,18 +84,25 @@ def _srun_place(env: Mapping[str, str]) -> ProcessPlace:
     world = _whole(env, "SLURM_STEP_NUM_TASKS", low=1)
     nodes = _whole(env, "SLURM_STEP_NUM_NODES", 1, low=1)
     if world % nodes:
-        raise ConfigError(f"srun started {world} tasks on {nodes} nodes: ddplab needs the same number of tasks on "
-                          "every node (srun --ntasks-per-node)")
-    return _checked(ProcessPlace(_whole(env, "SLURM_PROCID"), world, _whole(env, "SLURM_LOCALID", 0), world // nodes,
-                                 "srun"), "SLURM_PROCID", "SLURM_LOCALID")
+        raise ConfigError(
+            f"srun started {world} tasks on {nodes} nodes: ddplab needs the same number of tasks on "
+            "every node (srun --ntasks-per-node)"
+        )
+    return _checked(
+        ProcessPlace(_whole(env, "SLURM_PROCID"), world, _whole(env, "SLURM_LOCALID", 0), world // nodes, "srun"),
+        "SLURM_PROCID",
+        "SLURM_LOCALID",
+    )
 
 
 def _checked(place: ProcessPlace, rank_name: str, local_name: str) -> ProcessPlace:
     if place.rank >= place.world_size:
         raise ConfigError(f"environment: {rank_name}={place.rank} but the group has {place.world_size} processes")
     if place.local_rank >= place.local_world_size or place.world_size % place.local_world_size:
-        raise ConfigError(f"environment: {local_name}={place.local_rank} with {place.local_world_size} processes "
-                          f"per node does not fit a group of {place.world_size}")
+        raise ConfigError(
+            f"environment: {local_name}={place.local_rank} with {place.local_world_size} processes "
+            f"per node does not fit a group of {place.world_size}"
+        )
     return place
 
 
@@ -108,9 +119,11 @@ def placement(strategy: str, env: Mapping[str, str] | None = None) -> Placement:
         return Placement(None)  # a group of one is a single process, whatever the launcher
     if strategy != "ddp":
         names = "/".join(TORCHRUN_FULL) if place.launcher == "torchrun" else "SLURM_PROCID/SLURM_STEP_NUM_TASKS"
-        raise ConfigError(f"this process was started by {place.launcher} as rank {place.rank} of {place.world_size} "
-                          f"({names} are set), but dist.strategy={strategy} trains one process: pass --strategy ddp "
-                          "to train as one of its workers, or unset those variables to train alone")
+        raise ConfigError(
+            f"this process was started by {place.launcher} as rank {place.rank} of {place.world_size} "
+            f"({names} are set), but dist.strategy={strategy} trains one process: pass --strategy ddp "
+            "to train as one of its workers, or unset those variables to train alone"
+        )
     return Placement(place)
 
 
@@ -122,8 +135,10 @@ def _stray(env: Mapping[str, str]) -> str | None:
         return f"ignored {', '.join(found)}: without {', '.join(missing)} no launcher started this process as a worker"
     tasks = env.get("SLURM_NTASKS", "1").strip()
     if "SLURM_PROCID" in env and tasks != "1":
-        return (f"ignored SLURM_NTASKS={tasks}: srun did not start this process (an sbatch script runs once; "
-                "start the workers with srun, or ddplab's own --nproc)")
+        return (
+            f"ignored SLURM_NTASKS={tasks}: srun did not start this process (an sbatch script runs once; "
+            "start the workers with srun, or ddplab's own --nproc)"
+        )
     return None
 
 
@@ -159,6 +174,13 @@ def as_launched(config, place: ProcessPlace):
     endpoint = dist.rdzv_endpoint
     if place.nnodes > 1 and endpoint is None:
         endpoint = f"{os.environ.get('MASTER_ADDR', 'localhost')}:{os.environ.get('MASTER_PORT', '29500')}"
-    return dataclasses.replace(config, dist=dataclasses.replace(
-        dist, nproc=place.local_world_size, nnodes=place.nnodes, node_rank=place.rank // place.local_world_size,
-        rdzv_endpoint=endpoint))
+    return dataclasses.replace(
+        config,
+        dist=dataclasses.replace(
+            dist,
+            nproc=place.local_world_size,
+            nnodes=place.nnodes,
+            node_rank=place.rank // place.local_world_size,
+            rdzv_endpoint=endpoint,
+        ),
+    )

@@ -111,9 +111,16 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)  #
 class Watchdog:
     """The threads' state; `guarded` starts and stops them around the agent."""
 
-    def __init__(self, *, grace_s: float, interrupted_line: Callable[[str], str],
-                 endpoint: tuple[str, int] | None = None, timeout_s: int = 600,
-                 lost_line: Callable[[str], str] | None = None, unreached_line: Callable[[str], str] | None = None):
+    def __init__(
+        self,
+        *,
+        grace_s: float,
+        interrupted_line: Callable[[str], str],
+        endpoint: tuple[str, int] | None = None,
+        timeout_s: int = 600,
+        lost_line: Callable[[str], str] | None = None,
+        unreached_line: Callable[[str], str] | None = None,
+    ):
         self.grace_s, self.interrupted_line = grace_s, interrupted_line
         self.endpoint, self.timeout_s = endpoint, timeout_s
         self.lost_line, self.unreached_line = lost_line, unreached_line
@@ -149,8 +156,11 @@ class Watchdog:
             except OSError as exc:
                 if exc.errno not in UNREACHABLE | {errno.ECONNREFUSED} and not isinstance(exc, TimeoutError):
                     return  # not the network's doing: the probe stands down, the agent's own timeouts remain
-                if time.monotonic() - since > self.timeout_s + UNREACHED_GRACE_S and not workers_started() \
-                        and not self.done.is_set():
+                if (
+                    time.monotonic() - since > self.timeout_s + UNREACHED_GRACE_S
+                    and not workers_started()
+                    and not self.done.is_set()
+                ):
                     # torch's connect retries once more after its timeout, with a back-off as long: don't wait for it
                     end_now(self.unreached_line(f"{host}:{port}"), errors.TrainingError.exit_code)
                 self.done.wait(1.0)

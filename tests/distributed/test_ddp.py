@@ -20,14 +20,32 @@ from conftest import leftover_processes
 
 pytestmark = pytest.mark.dist
 
-TINY = ["--dataset", "synthetic", "--data.synthetic_size", "256", "--data.image_size", "16", "--data.num_classes", "4",
-        "--model.width", "0.5", "--device", "cpu", "--output.progress", "false", "--output.tensorboard", "false"]
+TINY = [
+    "--dataset",
+    "synthetic",
+    "--data.synthetic_size",
+    "256",
+    "--data.image_size",
+    "16",
+    "--data.num_classes",
+    "4",
+    "--model.width",
+    "0.5",
+    "--device",
+    "cpu",
+    "--output.progress",
+    "false",
+    "--output.tensorboard",
+    "false",
+]
 EXACT = ["--data.crop_padding", "0", "--data.flip", "false", "--model.dropout", "0"]  # no per-rank randomness
 
 
 def run(*args, env=None, timeout=300, module="ddplab"):
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, env=full_env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, env=full_env, timeout=timeout
+    )
 
 
 def ddplab(*args, **kw):
@@ -52,8 +70,21 @@ def flat(state):
 def ddp_run(tmp_path_factory):
     """One reference DDP run (2 workers x batch 16), shared by the comparisons below."""
     out = tmp_path_factory.mktemp("ddp") / "run"
-    ddplab("--strategy", "ddp", "--nproc", "2", "--backend", "gloo", "--batch-size", "16", "--epochs", "2", *EXACT,
-           "--out", str(out))
+    ddplab(
+        "--strategy",
+        "ddp",
+        "--nproc",
+        "2",
+        "--backend",
+        "gloo",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "2",
+        *EXACT,
+        "--out",
+        str(out),
+    )
     return out
 
 
@@ -69,8 +100,21 @@ def test_two_workers_equal_one_worker_with_twice_the_batch(ddp_run, tmp_path):
 
 
 def test_two_workers_with_accumulation_equal_one_big_batch(ddp_run, tmp_path):
-    ddplab("--strategy", "ddp", "--nproc", "2", "--batch-size", "8", "--accumulate", "2", "--epochs", "2", *EXACT,
-           "--out", str(tmp_path / "acc"))
+    ddplab(
+        "--strategy",
+        "ddp",
+        "--nproc",
+        "2",
+        "--batch-size",
+        "8",
+        "--accumulate",
+        "2",
+        "--epochs",
+        "2",
+        *EXACT,
+        "--out",
+        str(tmp_path / "acc"),
+    )
     torch.testing.assert_close(flat(weights(tmp_path / "acc")), flat(weights(ddp_run)), rtol=1e-5, atol=1e-6)
 
 
@@ -88,9 +132,32 @@ def test_global_test_accuracy_equals_single_process_eval_of_saved_weights(ddp_ru
 
 def test_torchrun_gives_the_same_run(ddp_run, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "ddplab", "train",
-         *TINY, "--strategy", "ddp", "--batch-size", "16", "--epochs", "2", *EXACT, "--out", str(tmp_path / "tr")],
-        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "ddplab",
+            "train",
+            *TINY,
+            "--strategy",
+            "ddp",
+            "--batch-size",
+            "16",
+            "--epochs",
+            "2",
+            *EXACT,
+            "--out",
+            str(tmp_path / "tr"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert metrics(tmp_path / "tr") == metrics(ddp_run)
     for key, value in weights(ddp_run).items():
@@ -106,11 +173,28 @@ def test_workers_sharing_one_device_train_the_same_run_and_are_marked(ddp_run, t
     the CUDA path (both ranks on cuda:0) is owed to a GPU machine (scripts/device_check.sh)."""
     from ddplab.report.build import build_report
 
-    ddplab("--strategy", "ddp", "--nproc", "2", "--dist.share_device", "true", "--batch-size", "16", "--epochs", "2",
-           *EXACT, "--out", str(tmp_path / "shared"))
+    ddplab(
+        "--strategy",
+        "ddp",
+        "--nproc",
+        "2",
+        "--dist.share_device",
+        "true",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "2",
+        *EXACT,
+        "--out",
+        str(tmp_path / "shared"),
+    )
     assert metrics(tmp_path / "shared") == metrics(ddp_run)
     summary = json.loads((tmp_path / "shared" / "summary.json").read_text())
-    assert (summary["run"]["shared_device"], summary["run"]["backend"], summary["run"]["world_size"]) == (True, "gloo", 2)
+    assert (summary["run"]["shared_device"], summary["run"]["backend"], summary["run"]["world_size"]) == (
+        True,
+        "gloo",
+        2,
+    )
     assert json.loads((ddp_run / "summary.json").read_text())["run"]["shared_device"] is False
     result = build_report([ddp_run, tmp_path / "shared"], tmp_path / "report")
     speed = next(t for t in result["sections"][0]["tables"] if t[0] == "Speed")
@@ -118,32 +202,78 @@ def test_workers_sharing_one_device_train_the_same_run_and_are_marked(ddp_run, t
     from ddplab.report.noise import Load, timing_verdict
 
     verdict = timing_verdict(1.5, None, None, {"shared": Load(0.0, 0.0, None, shared_device=True)})
-    assert verdict.text() == ("unreliable (the clocks measured other work; shared: its workers shared one GPU "
-                              "(--dist.share_device: a correctness check, never a speed figure))")
+    assert verdict.text() == (
+        "unreliable (the clocks measured other work; shared: its workers shared one GPU "
+        "(--dist.share_device: a correctness check, never a speed figure))"
+    )
 
 
 def test_torchrun_without_ddp_is_refused(tmp_path):
     """torchrun --nproc-per-node 2 with the default strategy used to train DDP while recording 'single'.
     Each rank refuses on its own; torchrun stops the other as soon as one exits, often before it says so."""
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "ddplab", "train",
-         *TINY, "--out", str(tmp_path / "tr")], capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
-        timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "ddplab",
+            "train",
+            *TINY,
+            "--out",
+            str(tmp_path / "tr"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
     assert proc.returncode != 0
-    assert proc.stderr.count("but dist.strategy=single trains one process: pass --strategy ddp") >= 1, proc.stderr[-3000:]
+    assert proc.stderr.count("but dist.strategy=single trains one process: pass --strategy ddp") >= 1, proc.stderr[
+        -3000:
+    ]
     assert not (tmp_path / "tr").exists()
 
 
 def test_launcher_signature_of_the_oldest_supported_torch_gives_the_same_run(ddp_run, tmp_path):
-    """torch 2.4's LaunchConfig fields only (no shutdown_timeout: on torch 2.11 every multi-worker run died with a TypeError)."""
-    script = ("import sys, old_torch; old_torch.use_old_launch_config(); from ddplab.cli import main; "
-              "sys.exit(main(sys.argv[1:]))")
+    """torch 2.4's LaunchConfig fields only (no shutdown_timeout: on torch 2.11 every multi-worker run died with a
+    TypeError)."""
+    script = (
+        "import sys, old_torch; old_torch.use_old_launch_config(); from ddplab.cli import main; "
+        "sys.exit(main(sys.argv[1:]))"
+    )
     tests_dir = str(Path(__file__).resolve().parents[1])
     proc = subprocess.run(
-        [sys.executable, "-c", script, "train", *TINY, "--strategy", "ddp", "--nproc", "2", "--batch-size", "16",
-         "--epochs", "2", *EXACT, "--out", str(tmp_path / "old")],
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(filter(None, [tests_dir, os.environ.get("PYTHONPATH")]))})
+        [
+            sys.executable,
+            "-c",
+            script,
+            "train",
+            *TINY,
+            "--strategy",
+            "ddp",
+            "--nproc",
+            "2",
+            "--batch-size",
+            "16",
+            "--epochs",
+            "2",
+            *EXACT,
+            "--out",
+            str(tmp_path / "old"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join(filter(None, [tests_dir, os.environ.get("PYTHONPATH")])),
+        },
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert metrics(tmp_path / "old") == metrics(ddp_run)
 
@@ -157,33 +287,84 @@ def free_port():
 
 def test_two_nodes_on_loopback_give_the_same_run(ddp_run, tmp_path):
     endpoint = f"127.0.0.1:{free_port()}"
-    args = [sys.executable, "-m", "ddplab", "train", *TINY, "--strategy", "ddp", "--nproc", "1", "--nnodes", "2",
-            "--rdzv-endpoint", endpoint, "--batch-size", "16", "--epochs", "2", *EXACT, "--out", str(tmp_path / "nodes")]
+    args = [
+        sys.executable,
+        "-m",
+        "ddplab",
+        "train",
+        *TINY,
+        "--strategy",
+        "ddp",
+        "--nproc",
+        "1",
+        "--nnodes",
+        "2",
+        "--rdzv-endpoint",
+        endpoint,
+        "--batch-size",
+        "16",
+        "--epochs",
+        "2",
+        *EXACT,
+        "--out",
+        str(tmp_path / "nodes"),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    nodes = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    nodes = [
+        subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)
+    ]
     outputs = [n.communicate(timeout=300) for n in nodes]
     assert [n.returncode for n in nodes] == [0, 0], [o[1][-2000:] for o in outputs]
     assert metrics(tmp_path / "nodes") == metrics(ddp_run)
 
 
 def test_killed_worker_is_restarted_and_the_run_ends_bit_identical(ddp_run, tmp_path):
-    proc = ddplab("--strategy", "ddp", "--nproc", "2", "--batch-size", "16", "--epochs", "2", *EXACT,
-                  "--max-restarts", "1", "--out", str(tmp_path / "killed"),
-                  env={"DDPLAB_FAULT": "kill:rank=1:epoch=2:step=3"})
+    proc = ddplab(
+        "--strategy",
+        "ddp",
+        "--nproc",
+        "2",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "2",
+        *EXACT,
+        "--max-restarts",
+        "1",
+        "--out",
+        str(tmp_path / "killed"),
+        env={"DDPLAB_FAULT": "kill:rank=1:epoch=2:step=3"},
+    )
     assert "resumed from epoch 1" in proc.stderr
     assert metrics(tmp_path / "killed") == metrics(ddp_run)
     for key, value in weights(ddp_run).items():
         assert torch.equal(weights(tmp_path / "killed")[key], value), key
 
 
-@pytest.mark.parametrize("fault, code, needle", [
-    ("raise:rank=1:epoch=1:step=2", 4, "injected fault"),
-    ("kill:rank=1:epoch=1:step=2", 4, "SIGKILL"),
-])
+@pytest.mark.parametrize(
+    "fault, code, needle",
+    [
+        ("raise:rank=1:epoch=1:step=2", 4, "injected fault"),
+        ("kill:rank=1:epoch=1:step=2", 4, "SIGKILL"),
+    ],
+)
 def test_failed_worker_is_named_and_leaves_no_process(tmp_path, fault, code, needle):
     marker = f"DDPLAB_TEST_{uuid.uuid4().hex}"
-    proc = run("train", *TINY, "--strategy", "ddp", "--nproc", "2", "--batch-size", "16", "--epochs", "2", "--out", str(tmp_path / "r"),
-               env={"DDPLAB_FAULT": fault, marker: "1"})
+    proc = run(
+        "train",
+        *TINY,
+        "--strategy",
+        "ddp",
+        "--nproc",
+        "2",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "2",
+        "--out",
+        str(tmp_path / "r"),
+        env={"DDPLAB_FAULT": fault, marker: "1"},
+    )
     assert proc.returncode == code, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("ddplab: error: worker rank 1 failed") and needle in last, proc.stderr[-3000:]
@@ -192,8 +373,23 @@ def test_failed_worker_is_named_and_leaves_no_process(tmp_path, fault, code, nee
 
 
 def test_restarts_exhausted_fail_clearly_and_keep_checkpoints(tmp_path):
-    proc = run("train", *TINY, "--strategy", "ddp", "--nproc", "2", "--batch-size", "16", "--epochs", "3", "--dist.max_restarts", "1",
-               "--out", str(tmp_path / "r"), env={"DDPLAB_FAULT": "raise:rank=0:epoch=2:step=1:attempts=9"})
+    proc = run(
+        "train",
+        *TINY,
+        "--strategy",
+        "ddp",
+        "--nproc",
+        "2",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "3",
+        "--dist.max_restarts",
+        "1",
+        "--out",
+        str(tmp_path / "r"),
+        env={"DDPLAB_FAULT": "raise:rank=0:epoch=2:step=1:attempts=9"},
+    )
     assert proc.returncode == 4, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert "worker rank 0 failed after 1 restart(s): injected fault" in last
@@ -207,9 +403,30 @@ def test_ctrl_c_stops_every_worker(tmp_path):
 
     marker = f"DDPLAB_TEST_{uuid.uuid4().hex}"
     env = {**os.environ, "OMP_NUM_THREADS": "1", marker: "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "ddplab", "train", *TINY, "--strategy", "ddp", "--nproc", "2",
-                             "--batch-size", "8", "--epochs", "50", "--out", str(tmp_path / "r"), "--debug"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ddplab",
+            "train",
+            *TINY,
+            "--strategy",
+            "ddp",
+            "--nproc",
+            "2",
+            "--batch-size",
+            "8",
+            "--epochs",
+            "50",
+            "--out",
+            str(tmp_path / "r"),
+            "--debug",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     metrics_file = tmp_path / "r" / "metrics.jsonl"
     deadline = time.monotonic() + 120
     while not (metrics_file.exists() and metrics_file.read_text().strip()):  # training is under way
@@ -228,35 +445,101 @@ def test_ctrl_c_stops_every_worker(tmp_path):
 
 
 def test_a_stuck_rank_becomes_an_error_naming_it(tmp_path):
-    proc = run("train", *TINY, "--strategy", "ddp", "--nproc", "2", "--batch-size", "16", "--epochs", "1",
-               "--dist.timeout_s", "5", "--out", str(tmp_path / "r"), env={"DDPLAB_FAULT": "hang:rank=1:epoch=1:step=2"})
+    proc = run(
+        "train",
+        *TINY,
+        "--strategy",
+        "ddp",
+        "--nproc",
+        "2",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "1",
+        "--dist.timeout_s",
+        "5",
+        "--out",
+        str(tmp_path / "r"),
+        env={"DDPLAB_FAULT": "hang:rank=1:epoch=1:step=2"},
+    )
     assert proc.returncode == 4, proc.stderr[-3000:]
     assert "rank 1 did not reach the collective within dist.timeout_s=5 s" in proc.stderr.strip().splitlines()[-1]
     # Nothing but ddplab's own lines: no Gloo barrier log, no launcher SIGTERM/SIGKILL chatter.
     assert [line for line in proc.stderr.splitlines() if not re.match(r"\d\d:\d\d:\d\d \[rank \d\] ", line)] == [
-        proc.stderr.strip().splitlines()[-1]], proc.stderr[-3000:]
+        proc.stderr.strip().splitlines()[-1]
+    ], proc.stderr[-3000:]
 
 
 def test_a_stopped_rank_is_named_and_ended_without_the_launchers_long_wait(tmp_path):
     """SIGSTOP leaves a rank deaf to the launcher's SIGTERM; it is woken so that SIGTERM ends it at once,
     instead of torch's 30 s wait and SIGKILL (its log, shown under --debug, would say 'forcefully exiting')."""
-    proc = run("train", *TINY, "--strategy", "ddp", "--nproc", "2", "--batch-size", "16", "--epochs", "1", "--debug",
-               "--dist.timeout_s", "5", "--out", str(tmp_path / "r"), env={"DDPLAB_FAULT": "stop:rank=1:epoch=1:step=2"})
+    proc = run(
+        "train",
+        *TINY,
+        "--strategy",
+        "ddp",
+        "--nproc",
+        "2",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "1",
+        "--debug",
+        "--dist.timeout_s",
+        "5",
+        "--out",
+        str(tmp_path / "r"),
+        env={"DDPLAB_FAULT": "stop:rank=1:epoch=1:step=2"},
+    )
     assert proc.returncode == 4, proc.stderr[-3000:]
     assert "rank 1 did not reach the collective within dist.timeout_s=5 s" in proc.stderr.strip().splitlines()[-1]
     assert "forcefully exiting" not in proc.stderr, proc.stderr[-3000:]
 
 
 def test_ddp_knobs_run(ddp_run, tmp_path):
-    """fp16-compressed all-reduce, static graph, gradients as bucket views, small buckets (SyncBatchNorm is CUDA-only)."""
-    ddplab("--strategy", "ddp", "--nproc", "2", "--batch-size", "16", "--epochs", "2", *EXACT, "--model.batchnorm", "true",
-           "--dist.comm_hook", "fp16", "--dist.static_graph", "true",
-           "--dist.gradient_as_bucket_view", "true", "--dist.bucket_cap_mb", "0.05", "--out", str(tmp_path / "knobs"))
+    """fp16-compressed all-reduce, static graph, gradients as bucket views, small buckets (SyncBatchNorm is
+    CUDA-only)."""
+    ddplab(
+        "--strategy",
+        "ddp",
+        "--nproc",
+        "2",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "2",
+        *EXACT,
+        "--model.batchnorm",
+        "true",
+        "--dist.comm_hook",
+        "fp16",
+        "--dist.static_graph",
+        "true",
+        "--dist.gradient_as_bucket_view",
+        "true",
+        "--dist.bucket_cap_mb",
+        "0.05",
+        "--out",
+        str(tmp_path / "knobs"),
+    )
     summary = json.loads((tmp_path / "knobs" / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["run"]["world_size"] == 2
     # Compression changes the arithmetic, not the algorithm: without BatchNorm it stays close to the plain run.
-    ddplab("--strategy", "ddp", "--nproc", "2", "--batch-size", "16", "--epochs", "2", *EXACT,
-           "--dist.comm_hook", "fp16", "--out", str(tmp_path / "fp16"))
+    ddplab(
+        "--strategy",
+        "ddp",
+        "--nproc",
+        "2",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "2",
+        *EXACT,
+        "--dist.comm_hook",
+        "fp16",
+        "--out",
+        str(tmp_path / "fp16"),
+    )
     torch.testing.assert_close(flat(weights(tmp_path / "fp16")), flat(weights(ddp_run)), rtol=0, atol=2e-3)
     assert not torch.equal(flat(weights(tmp_path / "fp16")), flat(weights(ddp_run)))
 
@@ -272,13 +555,33 @@ def test_per_rank_table_and_time_breakdown(ddp_run):
 
 
 def test_profiling_a_ddp_run_writes_every_ranks_files_and_changes_no_number(ddp_run, tmp_path):
-    ddplab("--strategy", "ddp", "--nproc", "2", "--backend", "gloo", "--batch-size", "16", "--epochs", "2", *EXACT,
-           "--train.profile_steps", "4", "--out", str(tmp_path / "profiled"))
+    ddplab(
+        "--strategy",
+        "ddp",
+        "--nproc",
+        "2",
+        "--backend",
+        "gloo",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "2",
+        *EXACT,
+        "--train.profile_steps",
+        "4",
+        "--out",
+        str(tmp_path / "profiled"),
+    )
     assert metrics(tmp_path / "profiled") == metrics(ddp_run)
     assert torch.equal(flat(weights(tmp_path / "profiled")), flat(weights(ddp_run)))
     folder = tmp_path / "profiled" / "profile"
     # 8 steps an epoch, 6 to warm up: 2 of the 4 asked fit inside the epoch.
-    names = ["ops_rank0_steps7-8.txt", "ops_rank1_steps7-8.txt", "trace_rank0_steps7-8.json", "trace_rank1_steps7-8.json"]
+    names = [
+        "ops_rank0_steps7-8.txt",
+        "ops_rank1_steps7-8.txt",
+        "trace_rank0_steps7-8.json",
+        "trace_rank1_steps7-8.json",
+    ]
     assert sorted(p.name for p in folder.iterdir()) == names
     for rank in (0, 1):  # each rank's own timeline, its all-reduces in it
         assert "c10d::allreduce_" in (folder / f"ops_rank{rank}_steps7-8.txt").read_text()
@@ -289,12 +592,36 @@ def test_profiling_a_ddp_run_writes_every_ranks_files_and_changes_no_number(ddp_
 def test_slurm_srun_environment_just_works(ddp_run, tmp_path):
     """Two processes as srun starts them: ranks from SLURM_*, rank 0 hosts the store."""
     port = free_port()
-    args = [sys.executable, "-m", "ddplab", "train", *TINY, "--strategy", "ddp", "--batch-size", "16", "--epochs", "2",
-            *EXACT, "--out", str(tmp_path / "srun")]
+    args = [
+        sys.executable,
+        "-m",
+        "ddplab",
+        "train",
+        *TINY,
+        "--strategy",
+        "ddp",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "2",
+        *EXACT,
+        "--out",
+        str(tmp_path / "srun"),
+    ]
     procs = []
     for rank in (0, 1):
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2",
-               "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NUM_NODES": "1", "SLURM_LOCALID": str(rank), "SLURM_JOB_ID": "4242", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "SLURM_PROCID": str(rank),
+            "SLURM_NTASKS": "2",
+            "SLURM_STEP_NUM_TASKS": "2",
+            "SLURM_STEP_NUM_NODES": "1",
+            "SLURM_LOCALID": str(rank),
+            "SLURM_JOB_ID": "4242",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
         procs.append(subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
     outputs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outputs]
@@ -305,8 +632,16 @@ def test_two_runs_at_once_do_not_collide(tmp_path):
     """Each run's rendezvous picks its own free port: no fixed port, no race between them."""
     args = ["train", *TINY, "--strategy", "ddp", "--nproc", "2", "--batch-size", "16", "--epochs", "1"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-m", "ddplab", *args, "--out", str(tmp_path / name)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for name in ("a", "b")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "ddplab", *args, "--out", str(tmp_path / name)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for name in ("a", "b")
+    ]
     outputs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outputs]
     assert metrics(tmp_path / "a") == metrics(tmp_path / "b")
@@ -315,10 +650,36 @@ def test_two_runs_at_once_do_not_collide(tmp_path):
 def test_real_cifar10_ddp_accuracy_equals_single_process_eval(cifar_root, tmp_path):
     from ddplab.engine.evaluate import evaluate_run
 
-    ddplab("--dataset", "cifar10", "--data-dir", str(cifar_root), "--subset", "1024", "--data.image_size", "none",
-           "--data.num_classes", "10", "--model.width", "0.5", "--optimizer", "adam", "--lr", "0.002",
-           "--strategy", "ddp", "--nproc", "2", "--backend", "gloo", "--batch-size", "64", "--epochs", "1",
-           "--out", str(tmp_path / "c"))
+    ddplab(
+        "--dataset",
+        "cifar10",
+        "--data-dir",
+        str(cifar_root),
+        "--subset",
+        "1024",
+        "--data.image_size",
+        "none",
+        "--data.num_classes",
+        "10",
+        "--model.width",
+        "0.5",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "0.002",
+        "--strategy",
+        "ddp",
+        "--nproc",
+        "2",
+        "--backend",
+        "gloo",
+        "--batch-size",
+        "64",
+        "--epochs",
+        "1",
+        "--out",
+        str(tmp_path / "c"),
+    )
     last = json.loads((tmp_path / "c" / "metrics.jsonl").read_text().splitlines()[-1])
     single = evaluate_run(tmp_path / "c", device="cpu")
     assert last["test_samples"] == single["count"] == 10_000
@@ -327,11 +688,34 @@ def test_real_cifar10_ddp_accuracy_equals_single_process_eval(cifar_root, tmp_pa
 
 def test_torchrun_restart_resumes_from_the_checkpoint(ddp_run, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
-         "-m", "ddplab", "train", *TINY, "--strategy", "ddp", "--batch-size", "16", "--epochs", "2", *EXACT,
-         "--out", str(tmp_path / "tr")],
-        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", "DDPLAB_FAULT": "kill:rank=0:epoch=2:step=1"},
-        timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "--max-restarts",
+            "1",
+            "-m",
+            "ddplab",
+            "train",
+            *TINY,
+            "--strategy",
+            "ddp",
+            "--batch-size",
+            "16",
+            "--epochs",
+            "2",
+            *EXACT,
+            "--out",
+            str(tmp_path / "tr"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "DDPLAB_FAULT": "kill:rank=0:epoch=2:step=1"},
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "resumed from epoch 1" in proc.stderr
     for key, value in weights(ddp_run).items():
@@ -357,9 +741,28 @@ def test_ctrl_c_while_workers_start_is_one_line(tmp_path):
 
     marker = f"DDPLAB_TEST_{uuid.uuid4().hex}"
     env = {**os.environ, "OMP_NUM_THREADS": "1", marker: "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "ddplab", "train", *TINY, "--strategy", "ddp", "--nproc", "2",
-                             "--epochs", "50", "--out", str(tmp_path / "r")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ddplab",
+            "train",
+            *TINY,
+            "--strategy",
+            "ddp",
+            "--nproc",
+            "2",
+            "--epochs",
+            "50",
+            "--out",
+            str(tmp_path / "r"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 120
     # Both workers are importing torch (its library is mapped): where a Ctrl-C used to raise
     # KeyboardInterrupt in each. (A Ctrl-C in the few milliseconds while the launcher is still
@@ -371,8 +774,10 @@ def test_ctrl_c_while_workers_start_is_one_line(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-3000:]
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
-    assert err.strip().splitlines()[-1] == ("ddplab: error: interrupted by SIGINT; every worker was stopped, checkpoints "
-                                            f"are kept: continue with ddplab train --out {tmp_path / 'r'} --resume")
+    assert err.strip().splitlines()[-1] == (
+        "ddplab: error: interrupted by SIGINT; every worker was stopped, checkpoints "
+        f"are kept: continue with ddplab train --out {tmp_path / 'r'} --resume"
+    )
     assert leftover_processes(marker) == []
 
 
@@ -383,9 +788,30 @@ def test_killed_launcher_leaves_no_worker_and_no_traceback(tmp_path):
 
     marker = f"DDPLAB_TEST_{uuid.uuid4().hex}"
     env = {**os.environ, "OMP_NUM_THREADS": "1", marker: "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "ddplab", "train", *TINY, "--strategy", "ddp", "--nproc", "2",
-                             "--batch-size", "8", "--epochs", "50", "--out", str(tmp_path / "r")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ddplab",
+            "train",
+            *TINY,
+            "--strategy",
+            "ddp",
+            "--nproc",
+            "2",
+            "--batch-size",
+            "8",
+            "--epochs",
+            "50",
+            "--out",
+            str(tmp_path / "r"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
     metrics_file = tmp_path / "r" / "metrics.jsonl"
     deadline = time.monotonic() + 120
     while not (metrics_file.exists() and metrics_file.read_text().strip()):  # training is under way
@@ -397,8 +823,10 @@ def test_killed_launcher_leaves_no_worker_and_no_traceback(tmp_path):
     assert leftover_processes(marker) == []
 
 
-@pytest.mark.skipif(not hasattr(torch.nn.parallel.DistributedDataParallel, "_get_ddp_logging_data"),
-                    reason="this torch's DDP keeps no timings of its own")
+@pytest.mark.skipif(
+    not hasattr(torch.nn.parallel.DistributedDataParallel, "_get_ddp_logging_data"),
+    reason="this torch's DDP keeps no timings of its own",
+)
 def test_a_slow_rank_shows_as_a_straggler_in_ddps_own_timers_in_its_epoch_only(tmp_path):
     """Rank 1 sleeps 40 ms before each step of epoch 2 (DDPLAB_FAULT=slow): rank 0 then waits for it at every
     all-reduce. DDP's timers, recorded per rank and per epoch (compat.ddp_epoch_means), show the wait on rank
@@ -408,8 +836,21 @@ def test_a_slow_rank_shows_as_a_straggler_in_ddps_own_timers_in_its_epoch_only(t
     from ddplab.report.figures import communication
 
     out = tmp_path / "slow"
-    ddplab("--strategy", "ddp", "--nproc", "2", "--backend", "gloo", "--batch-size", "16", "--epochs", "3",
-           "--out", str(out), env={"DDPLAB_FAULT": "slow:rank=1:epoch=2:ms=40"})
+    ddplab(
+        "--strategy",
+        "ddp",
+        "--nproc",
+        "2",
+        "--backend",
+        "gloo",
+        "--batch-size",
+        "16",
+        "--epochs",
+        "3",
+        "--out",
+        str(out),
+        env={"DDPLAB_FAULT": "slow:rank=1:epoch=2:ms=40"},
+    )
     records = read_epochs(out / "metrics.jsonl")
     for record in records:
         assert all(len(record.per_rank[k]) == 2 and None not in record.per_rank[k] for k in compat.DDP_TIMINGS), record

@@ -24,9 +24,32 @@ from ddplab.metrics.records import read_epochs, reproducible
 
 pytestmark = pytest.mark.dist
 
-TINY = ["--dataset", "synthetic", "--data.synthetic_size", "256", "--data.image_size", "16", "--data.num_classes", "4",
-        "--model.width", "0.5", "--device", "cpu", "--output.progress", "false", "--output.tensorboard", "false",
-        "--data.crop_padding", "0", "--data.flip", "false", "--model.dropout", "0", "--batch-size", "16"]
+TINY = [
+    "--dataset",
+    "synthetic",
+    "--data.synthetic_size",
+    "256",
+    "--data.image_size",
+    "16",
+    "--data.num_classes",
+    "4",
+    "--model.width",
+    "0.5",
+    "--device",
+    "cpu",
+    "--output.progress",
+    "false",
+    "--output.tensorboard",
+    "false",
+    "--data.crop_padding",
+    "0",
+    "--data.flip",
+    "false",
+    "--model.dropout",
+    "0",
+    "--batch-size",
+    "16",
+]
 TIMEOUT_S = 6  # dist.timeout_s of the fault cases
 MARGIN_S = 15  # what "within the timeout plus seconds" allows: start-up, the ranks' barrier, the agent's tear-down
 SLOW_EPOCH_2 = {"DDPLAB_FAULT": "slow:rank=1:epoch=2:ms=400"}  # epoch 2 takes ~3 s: a cut after epoch 1 lands in it
@@ -67,15 +90,35 @@ _references: dict = {}
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """reference(nproc, epochs): the same run as N processes of one node on loopback, made once per shape."""
+
     def make(nproc, epochs):
         if (nproc, epochs) not in _references:
             out = tmp_path_factory.mktemp("loopback") / f"ref{nproc}x{epochs}"
-            proc = subprocess.run([sys.executable, "-m", "ddplab", "train", *TINY, "--strategy", "ddp", "--nproc", str(nproc),
-                                   "--epochs", str(epochs), "--out", str(out)], capture_output=True, text=True, env=ENV,
-                                  timeout=300)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "ddplab",
+                    "train",
+                    *TINY,
+                    "--strategy",
+                    "ddp",
+                    "--nproc",
+                    str(nproc),
+                    "--epochs",
+                    str(epochs),
+                    "--out",
+                    str(out),
+                ],
+                capture_output=True,
+                text=True,
+                env=ENV,
+                timeout=300,
+            )
             assert proc.returncode == 0, proc.stderr[-3000:]
             _references[(nproc, epochs)] = out
         return _references[(nproc, epochs)]
+
     return make
 
 
@@ -85,13 +128,39 @@ class Nodes:
     def __init__(self, cluster, out, *, nproc=1, epochs=3, extra=(), env=None, only=None):
         self.cluster, self.out = cluster, Path(out)
         self.marker = f"DDPLAB_TEST_{uuid.uuid4().hex}"
-        args = [sys.executable, "-m", "ddplab", "train", *TINY, "--strategy", "ddp", "--nproc", str(nproc),
-                "--nnodes", str(cluster.hosts), "--rdzv-endpoint", cluster.endpoint(), "--epochs", str(epochs),
-                "--dist.timeout_s", str(TIMEOUT_S), "--out", str(out), *extra]
+        args = [
+            sys.executable,
+            "-m",
+            "ddplab",
+            "train",
+            *TINY,
+            "--strategy",
+            "ddp",
+            "--nproc",
+            str(nproc),
+            "--nnodes",
+            str(cluster.hosts),
+            "--rdzv-endpoint",
+            cluster.endpoint(),
+            "--epochs",
+            str(epochs),
+            "--dist.timeout_s",
+            str(TIMEOUT_S),
+            "--out",
+            str(out),
+            *extra,
+        ]
         full_env = {**ENV, **(env or {}), self.marker: "1"}
-        self.procs = {i: subprocess.Popen([*cluster.exec_prefix(i), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          text=True, env=full_env)
-                      for i in (range(cluster.hosts) if only is None else only)}
+        self.procs = {
+            i: subprocess.Popen(
+                [*cluster.exec_prefix(i), *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=full_env,
+            )
+            for i in (range(cluster.hosts) if only is None else only)
+        }
         self.ended_at: dict[int, float] = {}
 
     def wait_for_epochs(self, n, timeout=120):
@@ -133,7 +202,9 @@ def last_line(err):
 def resume(cluster, out, **kw):
     nodes = Nodes(cluster, out, extra=["--resume"], **kw)
     results = nodes.finish()
-    assert [code for code, _ in results.values()] == [0] * cluster.hosts, {i: e[-2000:] for i, (_, e) in results.items()}
+    assert [code for code, _ in results.values()] == [0] * cluster.hosts, {
+        i: e[-2000:] for i, (_, e) in results.items()
+    }
 
 
 SINK = """
@@ -164,8 +235,13 @@ def transfer_s(cluster, mib):
     sink = subprocess.Popen([*cluster.exec_prefix(0), sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True)
     try:
         assert sink.stdout.readline().strip() == "ready"
-        out = subprocess.run([*cluster.exec_prefix(1), sys.executable, "-c", SEND, cluster.address(0), str(mib)],
-                             capture_output=True, text=True, timeout=120, check=True).stdout.split()
+        out = subprocess.run(
+            [*cluster.exec_prefix(1), sys.executable, "-c", SEND, cluster.address(0), str(mib)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout.split()
         assert int(out[0]) == mib << 20
         return float(out[1])
     finally:
@@ -182,17 +258,31 @@ def test_hosts_reach_each_other_at_the_rate_their_links_were_given(make_cluster)
     assert 0.3 < transfer_s(cluster, 8) < 0.7
     hosts.reshape(cluster.name, "none")
     assert transfer_s(cluster, 8) < 0.3  # veth's own speed: several Gbit/s
-    assert hosts.status(cluster.name)[1] == {"host": 1, "namespace": cluster.host(1), "address": "10.211.0.2",
-                                             "link": "up", "rate": "unshaped", "processes": 0}
+    assert hosts.status(cluster.name)[1] == {
+        "host": 1,
+        "namespace": cluster.host(1),
+        "address": "10.211.0.2",
+        "link": "up",
+        "rate": "unshaped",
+        "processes": 0,
+    }
 
 
 def test_a_host_whose_link_is_down_is_unreachable_and_down_stops_what_runs_in_the_hosts(can_make_hosts):
     with hosts.cluster(2) as cluster:
         hosts.set_link(cluster, 1, "down")
         assert hosts.status(cluster.name)[1]["link"] == "down"
-        probe = subprocess.run([*cluster.exec_prefix(1), sys.executable, "-c",
-                                f"import socket; socket.create_connection(('{cluster.address(0)}', 5001), timeout=2)"],
-                               capture_output=True, text=True, timeout=60)
+        probe = subprocess.run(
+            [
+                *cluster.exec_prefix(1),
+                sys.executable,
+                "-c",
+                f"import socket; socket.create_connection(('{cluster.address(0)}', 5001), timeout=2)",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert probe.returncode != 0 and ("unreachable" in probe.stderr or "timed out" in probe.stderr), probe.stderr
         sleeper = subprocess.Popen([*cluster.exec_prefix(0), "sleep", "600"])
         deadline = time.monotonic() + 10
@@ -209,10 +299,33 @@ def test_plan_measures_the_link_between_hosts_at_the_rate_it_was_given(make_clus
     from ddplab.planner.links import load_links
 
     cluster = make_cluster(2, "100mbit")
-    args = [sys.executable, "-m", "ddplab", "plan", "--measure", "--nproc", "1", "--nnodes", "2", "--rdzv-endpoint",
-            cluster.endpoint(), "--max-mib", "4", "--timeout-s", "60"]
-    procs = [subprocess.Popen([*cluster.exec_prefix(i), *args, "--out", str(tmp_path / f"links{i}.json")],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV) for i in (0, 1)]
+    args = [
+        sys.executable,
+        "-m",
+        "ddplab",
+        "plan",
+        "--measure",
+        "--nproc",
+        "1",
+        "--nnodes",
+        "2",
+        "--rdzv-endpoint",
+        cluster.endpoint(),
+        "--max-mib",
+        "4",
+        "--timeout-s",
+        "60",
+    ]
+    procs = [
+        subprocess.Popen(
+            [*cluster.exec_prefix(i), *args, "--out", str(tmp_path / f"links{i}.json")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=ENV,
+        )
+        for i in (0, 1)
+    ]
     outputs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outputs]
     link = load_links(tmp_path / "links0.json").links[0]
@@ -237,7 +350,9 @@ def test_nodes_on_their_own_hosts_train_the_same_run_as_one_node(make_cluster, r
     assert_same_run(tmp_path / "run", reference(nnodes * nproc, 1))
 
 
-def test_a_link_cut_mid_epoch_ends_every_host_in_one_line_and_the_run_resumes_exactly(make_cluster, reference, tmp_path):
+def test_a_link_cut_mid_epoch_ends_every_host_in_one_line_and_the_run_resumes_exactly(
+    make_cluster, reference, tmp_path
+):
     cluster = make_cluster(2, "200mbit")
     nodes = Nodes(cluster, tmp_path / "run", env=SLOW_EPOCH_2)
     nodes.wait_for_epochs(1)
@@ -245,14 +360,17 @@ def test_a_link_cut_mid_epoch_ends_every_host_in_one_line_and_the_run_resumes_ex
     cut = time.monotonic()
     results = nodes.finish()
     assert [code for code, _ in results.values()] == [4, 4], {i: e[-2000:] for i, (_, e) in results.items()}
-    assert all(nodes.ended_at[i] - cut < TIMEOUT_S + MARGIN_S for i in (0, 1)), {i: t - cut for i, t in nodes.ended_at.items()}
+    assert all(nodes.ended_at[i] - cut < TIMEOUT_S + MARGIN_S for i in (0, 1)), {
+        i: t - cut for i, t in nodes.ended_at.items()
+    }
     # Host 0 names the rank it lost and where it was; host 1 names the rendezvous host it can no longer reach.
     assert last_line(results[0][1]).startswith(
         f"ddplab: error: worker rank 0 failed: rank 1 on {cluster.address(1)} did not reach the collective within "
-        f"dist.timeout_s={TIMEOUT_S} s"), results[0][1][-2000:]
+        f"dist.timeout_s={TIMEOUT_S} s"
+    ), results[0][1][-2000:]
     assert last_line(results[1][1]).startswith(
-        f"ddplab: error: lost the rendezvous host {cluster.endpoint()}: no answer for dist.timeout_s={TIMEOUT_S} s"), \
-        results[1][1][-2000:]
+        f"ddplab: error: lost the rendezvous host {cluster.endpoint()}: no answer for dist.timeout_s={TIMEOUT_S} s"
+    ), results[1][1][-2000:]
     assert all("Traceback" not in err and "[c10d]" not in err for _, err in results.values())
     assert nodes.left_running() == {0: [], 1: []}
     assert checkpoint.load(tmp_path / "run" / "checkpoints" / checkpoint.LAST)["train_state"]["epoch"] == 1
@@ -280,8 +398,9 @@ def test_sigterm_or_ctrl_c_ends_a_host_within_seconds_while_its_collective_hangs
     assert [code for code, _ in results.values()] == [130, 130], {i: e[-2000:] for i, (_, e) in results.items()}
     assert all(nodes.ended_at[i] - sent < 15 for i in (0, 1)), {i: t - sent for i, t in nodes.ended_at.items()}
     for i, name in ((0, "SIGTERM"), (1, "SIGINT")):
-        assert last_line(results[i][1]).startswith(f"ddplab: error: interrupted by {name}; every worker was stopped"), \
+        assert last_line(results[i][1]).startswith(f"ddplab: error: interrupted by {name}; every worker was stopped"), (
             results[i][1][-2000:]
+        )
     assert nodes.left_running() == {0: [], 1: []}
     # Stopped in epoch 2: epoch 1's checkpoint is what a resume starts from (as after a cut, tested above).
     assert checkpoint.load(tmp_path / "run" / "checkpoints" / checkpoint.LAST)["train_state"]["epoch"] == 1
@@ -298,7 +417,9 @@ def test_a_host_whose_processes_are_killed_is_named_and_the_run_resumes_exactly(
     results = nodes.finish()
     code, err = results[0]
     assert code == 4 and nodes.ended_at[0] - killed < TIMEOUT_S + MARGIN_S, err[-2000:]
-    assert last_line(err).startswith("ddplab: error: worker rank 0 failed:") and cluster.address(1) in last_line(err), err[-2000:]
+    assert last_line(err).startswith("ddplab: error: worker rank 0 failed:") and cluster.address(1) in last_line(err), (
+        err[-2000:]
+    )
     assert nodes.left_running() == {0: [], 1: []}
     resume(cluster, tmp_path / "run")
     assert_same_run(tmp_path / "run", reference(2, 3))
@@ -315,11 +436,13 @@ def test_a_link_down_during_the_rendezvous_is_named_on_both_sides(make_cluster, 
     assert [code for code, _ in results.values()] == [4, 4], {i: e[-2000:] for i, (_, e) in results.items()}
     assert all(nodes.ended_at[i] - started < TIMEOUT_S + MARGIN_S for i in (0, 1))
     assert last_line(results[0][1]) == (
-        f"ddplab: error: not all 2 nodes joined the rendezvous at {cluster.endpoint()} within dist.timeout_s={TIMEOUT_S} s: "
-        f"start the same command on every node, each with --nnodes 2 and --rdzv-endpoint {cluster.endpoint()}")
+        f"ddplab: error: not all 2 nodes joined the rendezvous at {cluster.endpoint()} "
+        f"within dist.timeout_s={TIMEOUT_S} s: "
+        f"start the same command on every node, each with --nnodes 2 and --rdzv-endpoint {cluster.endpoint()}"
+    )
     assert last_line(results[1][1]).startswith(
-        f"ddplab: error: cannot reach the rendezvous endpoint {cluster.endpoint()} within "
-        f"dist.timeout_s={TIMEOUT_S} s")
+        f"ddplab: error: cannot reach the rendezvous endpoint {cluster.endpoint()} within dist.timeout_s={TIMEOUT_S} s"
+    )
     assert nodes.left_running() == {0: [], 1: []}
     hosts.set_link(cluster, 1, "up")
     results = Nodes(cluster, tmp_path / "run").finish()
@@ -354,7 +477,9 @@ def test_a_link_back_within_the_restart_window_restarts_the_group_and_ends_exact
     assert_same_run(tmp_path / "run", reference(2, 3))
 
 
-def test_the_rendezvous_hosts_link_cut_while_it_writes_a_checkpoint_keeps_a_whole_one(make_cluster, reference, tmp_path):
+def test_the_rendezvous_hosts_link_cut_while_it_writes_a_checkpoint_keeps_a_whole_one(
+    make_cluster, reference, tmp_path
+):
     """Host 0 (rank 0: it writes the checkpoints, and hosts the rendezvous store) loses its link between epoch 2's
     checkpoint's temporary file and its rename: the write completes (the disk is local to it), then both hosts
     end in one line each, and the resume starts from that whole checkpoint."""
@@ -371,8 +496,9 @@ def test_the_rendezvous_hosts_link_cut_while_it_writes_a_checkpoint_keeps_a_whol
     results = nodes.finish()
     assert [code for code, _ in results.values()] == [4, 4], {i: e[-2000:] for i, (_, e) in results.items()}
     # Host 0 waits out the rest of the 3 s write before its next collective starts its timeout.
-    assert nodes.ended_at[0] - cut < 3 + TIMEOUT_S + MARGIN_S and nodes.ended_at[1] - cut < TIMEOUT_S + MARGIN_S, \
-        {i: t - cut for i, t in nodes.ended_at.items()}
+    assert nodes.ended_at[0] - cut < 3 + TIMEOUT_S + MARGIN_S and nodes.ended_at[1] - cut < TIMEOUT_S + MARGIN_S, {
+        i: t - cut for i, t in nodes.ended_at.items()
+    }
     assert last_line(results[1][1]).startswith(f"ddplab: error: lost the rendezvous host {cluster.endpoint()}")
     assert f"rank 1 on {cluster.address(1)} did not reach the collective" in last_line(results[0][1])
     assert nodes.left_running() == {0: [], 1: []}

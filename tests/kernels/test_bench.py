@@ -5,8 +5,9 @@ import torch
 from ddplab.kernels import bench
 from ddplab.kernels.cli import main
 
-TINY = bench.ConvShape("tiny", 2, (3, 8, 8), (bench.ConvLayer(3, 4), bench.ConvLayer(4, 4)), repeat_last=2,
-                       note="test shape")
+TINY = bench.ConvShape(
+    "tiny", 2, (3, 8, 8), (bench.ConvLayer(3, 4), bench.ConvLayer(4, 4)), repeat_last=2, note="test shape"
+)
 
 
 def test_conv_costs_of_the_realistic_layer():
@@ -41,8 +42,9 @@ def test_roofline_rows_give_h100_floors():
 
 
 def test_conv_rows_on_cpu_measure_cpu_and_name_gpu_rows():
-    rows = bench.conv_rows(torch.device("cpu"), repeats=2, warmup=1, shapes=(TINY,),
-                           variants=("CPU", "cuDNN", "FusedConvReLU"))
+    rows = bench.conv_rows(
+        torch.device("cpu"), repeats=2, warmup=1, shapes=(TINY,), variants=("CPU", "cuDNN", "FusedConvReLU")
+    )
     by_variant = {r["variant"]: r for r in rows}
     cpu = by_variant["CPU"]
     assert cpu["status"] == "ok" and cpu["fwd_ms"] > 0 and cpu["bwd_ms"] > 0 and cpu["fwd_tflops"] > 0

@@ -17,8 +17,15 @@ def test_add_parser_hooks_into_any_subparsers():
 def test_check_reports_every_implementation(capsys):
     assert main(["check", "--device", "cpu"]) == 0
     out = capsys.readouterr().out
-    for name in ("rgb_to_gray[python_loop]", "rgb_to_gray[torch]", "rgb_to_gray[triton]", "rgb_to_gray[cuda]",
-                 "conv_relu[reference]", "conv_relu[triton]", "fuse_conv_relu"):
+    for name in (
+        "rgb_to_gray[python_loop]",
+        "rgb_to_gray[torch]",
+        "rgb_to_gray[triton]",
+        "rgb_to_gray[cuda]",
+        "conv_relu[reference]",
+        "conv_relu[triton]",
+        "fuse_conv_relu",
+    ):
         assert name in out
     assert "FAILED" not in out and "0 failed" in out
 

@@ -36,16 +36,25 @@ def random_case(seed: int) -> dict:
     """A conv of random small size: channels not multiples of 16, padding 0-2, stride 1-2."""
     rng = random.Random(seed)
     kernel = rng.choice([1, 3, 3, 5])
-    return dict(n=rng.choice([1, 2]), c=rng.choice([1, 3, 5, 7, 17, 20]), k=rng.choice([1, 6, 13, 19]),
-                h=rng.randint(kernel + 2, 13), w=rng.randint(kernel + 2, 13), kernel=kernel,
-                stride=rng.choice([1, 2]), padding=rng.choice([0, 1, 2]), dilation=rng.choice([1, 1, 2]),
-                bias=rng.random() < 0.75)
+    return dict(
+        n=rng.choice([1, 2]),
+        c=rng.choice([1, 3, 5, 7, 17, 20]),
+        k=rng.choice([1, 6, 13, 19]),
+        h=rng.randint(kernel + 2, 13),
+        w=rng.randint(kernel + 2, 13),
+        kernel=kernel,
+        stride=rng.choice([1, 2]),
+        padding=rng.choice([0, 1, 2]),
+        dilation=rng.choice([1, 1, 2]),
+        bias=rng.random() < 0.75,
+    )
 
 
 def make_conv(case: dict, dtype=torch.float32, device="cpu") -> nn.Conv2d:
     torch.manual_seed(case["c"] * 100 + case["k"])
-    return nn.Conv2d(case["c"], case["k"], case["kernel"], case["stride"], case["padding"], case["dilation"],
-                     bias=case["bias"]).to(device=device, dtype=dtype)
+    return nn.Conv2d(
+        case["c"], case["k"], case["kernel"], case["stride"], case["padding"], case["dilation"], bias=case["bias"]
+    ).to(device=device, dtype=dtype)
 
 
 def compare_with_conv2d(case: dict, dtype, device, tol: float) -> None:
@@ -55,9 +64,16 @@ def compare_with_conv2d(case: dict, dtype, device, tol: float) -> None:
     x = torch.randn(case["n"], case["c"], case["h"], case["w"], generator=gen).to(device=device, dtype=dtype)
     x_ref, x_fused = x.clone().requires_grad_(), x.clone().requires_grad_()
     # The reference runs in fp32 from the same low-precision inputs (what fp32 accumulation gives).
-    ref = torch.relu(nn.functional.conv2d(x_ref.float(), conv.weight.float(),
-                                          None if conv.bias is None else conv.bias.float(),
-                                          conv.stride, conv.padding, conv.dilation))
+    ref = torch.relu(
+        nn.functional.conv2d(
+            x_ref.float(),
+            conv.weight.float(),
+            None if conv.bias is None else conv.bias.float(),
+            conv.stride,
+            conv.padding,
+            conv.dilation,
+        )
+    )
     y = fused(x_fused)
     assert y.dtype == dtype and y.shape == ref.shape
     torch.testing.assert_close(y.float(), ref, rtol=tol, atol=tol)

@@ -54,8 +54,10 @@ def test_batchnorm_between_conv_and_relu_blocks_fusion(name):
     assert fuse_conv_relu(small_model(name, batchnorm=True)) == 0
 
 
-@pytest.mark.skipif(triton_unavailable_reason("cuda" if torch.cuda.is_available() else "cpu") is not None,
-                    reason="Triton kernel unavailable here")
+@pytest.mark.skipif(
+    triton_unavailable_reason("cuda" if torch.cuda.is_available() else "cpu") is not None,
+    reason="Triton kernel unavailable here",
+)
 def test_fused_model_on_the_triton_kernel_matches(device, full_fp32):
     model = small_model("simple_cnn").to(device)
     fused = copy.deepcopy(model)
@@ -72,12 +74,18 @@ def test_fused_model_on_the_triton_kernel_matches(device, full_fp32):
 def test_only_adjacent_pairs_inside_sequentials_are_fused():
     conv = nn.Conv2d(3, 4, 3, padding=1)
     net = nn.Sequential(
-        conv, nn.Identity(), nn.ReLU(inplace=True),                         # fused (Identity skipped)
-        nn.Conv2d(4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),        # BN in between: kept
-        nn.Conv2d(4, 4, 3, padding=1, groups=2), nn.ReLU(),                 # groups=2: kept
-        nn.Conv2d(4, 4, 1), nn.GELU(),                                       # not a ReLU: kept
-        nn.Sequential(nn.Conv2d(4, 4, 1), nn.ReLU()),                       # nested: fused
-        nn.Conv2d(4, 4, 1),                                                  # last, no ReLU: kept
+        conv,
+        nn.Identity(),
+        nn.ReLU(inplace=True),  # fused (Identity skipped)
+        nn.Conv2d(4, 4, 3, padding=1),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),  # BN in between: kept
+        nn.Conv2d(4, 4, 3, padding=1, groups=2),
+        nn.ReLU(),  # groups=2: kept
+        nn.Conv2d(4, 4, 1),
+        nn.GELU(),  # not a ReLU: kept
+        nn.Sequential(nn.Conv2d(4, 4, 1), nn.ReLU()),  # nested: fused
+        nn.Conv2d(4, 4, 1),  # last, no ReLU: kept
     )
     reference = copy.deepcopy(net).eval()
     assert fuse_conv_relu(net, backend="reference") == 2

@@ -104,8 +104,9 @@ print("ok")
 """
 
 
-@pytest.mark.skipif(_runtime.cuda_unavailable_reason() is not None,
-                    reason=f"CUDA C++ kernel: {_runtime.cuda_unavailable_reason()}")
+@pytest.mark.skipif(
+    _runtime.cuda_unavailable_reason() is not None, reason=f"CUDA C++ kernel: {_runtime.cuda_unavailable_reason()}"
+)
 def test_cuda_extension_checks_its_input_like_the_seed():
     proc = subprocess.run([sys.executable, "-c", EXTENSION_BAD_INPUTS], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"exit code {proc.returncode} (negative: killed by that signal)\n{proc.stderr[-3000:]}"
@@ -139,8 +140,9 @@ def test_the_cuda_kernel_file_compiles(tmp_path):
     from ddplab.kernels import _cuda
 
     (tmp_path / "k.cu").write_text(_cuda.cuda_source())
-    proc = subprocess.run(["nvcc", "-c", "-std=c++17", "k.cu", "-o", "k.o"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        ["nvcc", "-c", "-std=c++17", "k.cu", "-o", "k.o"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 

@@ -91,9 +91,13 @@ NUMBER = re.compile(r"[-+]?\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+")  # decimals and th
 def run_sweep_with_load_on_the_second_run(sweep_file: Path, out: Path) -> None:
     """Burn every core from the moment the sweep says its second run starts until the sweep ends."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "ddplab", "sweep", str(sweep_file), "--out", str(out), "--no-report",
-                             "--no-estimate"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddplab", "sweep", str(sweep_file), "--out", str(out), "--no-report", "--no-estimate"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     burners, lines = [], []
     try:
         for line in proc.stdout:
@@ -112,12 +116,27 @@ def run_sweep_with_load_on_the_second_run(sweep_file: Path, out: Path) -> None:
 def render(index: Path, tmp_path: Path) -> dict:
     probe_page = index.with_name("probe.html")
     probe_page.write_text(index.read_text().replace("</body>", PROBE + "</body>"))
-    dom = subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                          f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1400,1000", "--dump-dom",
-                          probe_page.as_uri()], capture_output=True, text=True, timeout=120)
+    dom = subprocess.run(
+        [
+            BROWSER,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            f"--user-data-dir={tmp_path / 'chromium'}",
+            "--window-size=1400,1000",
+            "--dump-dom",
+            probe_page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     found = re.search(r'<pre id="probe">(.*?)</pre>', dom.stdout, re.S)
     assert found, dom.stderr[-2000:]
-    return json.loads(found.group(1).replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"))
+    return json.loads(
+        found.group(1).replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+    )
 
 
 def test_the_report_of_a_real_sweep_reads_right_in_a_browser(tmp_path):
@@ -125,8 +144,11 @@ def test_the_report_of_a_real_sweep_reads_right_in_a_browser(tmp_path):
     sweep_file.write_text(SWEEP)
     out = tmp_path / "sweep"
     run_sweep_with_load_on_the_second_run(sweep_file, out)
-    loaded = json.loads((out / "runs" / "ddp-x2-with-a-long-label-that-must-wrap-in-the-legend" / "metrics.jsonl")
-                        .read_text().splitlines()[-1])
+    loaded = json.loads(
+        (out / "runs" / "ddp-x2-with-a-long-label-that-must-wrap-in-the-legend" / "metrics.jsonl")
+        .read_text()
+        .splitlines()[-1]
+    )
     assert loaded["other_cpu_share"] >= 0.10  # the busy loops were measured as other work
 
     result = build_report([out], out / "report")

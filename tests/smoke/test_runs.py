@@ -69,24 +69,30 @@ def test_interrupted_then_resumed_run_is_bit_identical(tmp_path, monkeypatch):
     times = json.loads((tmp_path / "cut" / "summary.json").read_text())["time"]
     epochs = [json.loads(line) for line in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
     assert first_session["earlier_sessions_s"] >= sum(r["epoch_s"] for r in epochs[:2])
-    assert times["total_s"] >= first_session["earlier_sessions_s"] + sum(r["epoch_s"] for r in epochs[2:]) + times["startup_s"]
+    assert (
+        times["total_s"]
+        >= first_session["earlier_sessions_s"] + sum(r["epoch_s"] for r in epochs[2:]) + times["startup_s"]
+    )
 
 
 @pytest.mark.parametrize("schedule, warned", [("onecycle", True), ("none", False)])
 def test_extending_a_run_says_when_it_replans_the_schedule(tmp_path, schedule, warned):
     ddplab.train(tiny_config(tmp_path / "r", optim={"schedule": schedule}))
-    extended = ddplab.train(tiny_config(tmp_path / "r", optim={"schedule": schedule}, train={"epochs": 3},
-                                        output={"resume": True}))
+    extended = ddplab.train(
+        tiny_config(tmp_path / "r", optim={"schedule": schedule}, train={"epochs": 3}, output={"resume": True})
+    )
     log = (tmp_path / "r" / "train.log").read_text()
     if warned:
-        start = (f"WARNING changing from 2 to 3 epochs re-plans the onecycle schedule over 3: the learning rate goes "
-                 f"from {extended.history[1].lr:.3g} (the last step's) to ")
+        start = (
+            f"WARNING changing from 2 to 3 epochs re-plans the onecycle schedule over 3: the learning rate goes "
+            f"from {extended.history[1].lr:.3g} (the last step's) to "
+        )
         assert start in log
         jumped_to = float(log.split(start)[1].split(";")[0])
         assert jumped_to > 10 * extended.history[1].lr  # the end of a 2-epoch plan vs 2/3 into a 3-epoch one
     else:
         assert "WARNING" not in log
-    assert 'epochs = 3' in (tmp_path / "r" / "config.toml").read_text()
+    assert "epochs = 3" in (tmp_path / "r" / "config.toml").read_text()
     planned = ddplab.train(tiny_config(tmp_path / "planned", optim={"schedule": schedule}, train={"epochs": 3}))
     # Without a re-plan, the extension is the run that was planned that long; with one, it is not.
     assert (metrics(tmp_path / "r") == metrics(planned.run_dir)) is not warned
@@ -95,7 +101,15 @@ def test_extending_a_run_says_when_it_replans_the_schedule(tmp_path, schedule, w
 def test_run_folder_holds_config_metrics_summary_and_reproduces(tmp_path):
     result = ddplab.train(tiny_config(tmp_path / "run", train={"epochs": 3}))
     run = result.run_dir
-    for name in ("config.toml", "metrics.jsonl", "summary.json", "env.json", "train.log", "checkpoints/last.pt", "checkpoints/best.pt"):
+    for name in (
+        "config.toml",
+        "metrics.jsonl",
+        "summary.json",
+        "env.json",
+        "train.log",
+        "checkpoints/last.pt",
+        "checkpoints/best.pt",
+    ):
         assert (run / name).is_file(), name
     summary = json.loads((run / "summary.json").read_text())
     history = result.history
@@ -106,8 +120,12 @@ def test_run_folder_holds_config_metrics_summary_and_reproduces(tmp_path):
     assert summary["overfitting"]["test_loss_rise"] == pytest.approx(losses[-1] - min(losses))
     # The gap is read from training images measured as the test set is (eval mode), not the running train acc.
     assert summary["overfitting"]["gap_from"] == "train_eval_acc"
-    assert summary["overfitting"]["train_test_acc_gap"] == pytest.approx(history[-1].train_eval_acc - history[-1].test_acc)
-    assert summary["final"]["train_eval_acc"] == history[-1].train_eval_acc and summary["data"]["train_eval_images"] == 256
+    assert summary["overfitting"]["train_test_acc_gap"] == pytest.approx(
+        history[-1].train_eval_acc - history[-1].test_acc
+    )
+    assert (
+        summary["final"]["train_eval_acc"] == history[-1].train_eval_acc and summary["data"]["train_eval_images"] == 256
+    )
     assert summary["time"]["startup_s"] > 0 and "peak_rss_mib" in summary["memory"]
     for record in history:
         assert record.train_samples == 256 and record.test_samples == 64
@@ -164,8 +182,9 @@ def test_foreign_folder_is_refused(tmp_path, capsys):
 def cli(*args, env=None, cwd=None):
     """Run `python -m ddplab` in a fresh process, as a user would."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "ddplab", *args], capture_output=True, text=True, env=full_env, timeout=300,
-                          cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "ddplab", *args], capture_output=True, text=True, env=full_env, timeout=300, cwd=cwd
+    )
 
 
 def test_a_run_on_a_relative_data_path_is_found_from_anywhere(tmp_path):
@@ -180,8 +199,22 @@ def test_a_run_on_a_relative_data_path_is_found_from_anywhere(tmp_path):
             (work / "imgs" / split / cls).mkdir(parents=True)
             for i in range(count):
                 Image.new("RGB", (8, 8), (40 + 150 * label, 7 * i, 90)).save(work / "imgs" / split / cls / f"{i}.png")
-    common = ["--dataset", "imagefolder", "--epochs", "1", "--batch-size", "8", "--device", "cpu", "--model.width",
-              "0.25", "--output.progress", "false", "--output.tensorboard", "false"]
+    common = [
+        "--dataset",
+        "imagefolder",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--device",
+        "cpu",
+        "--model.width",
+        "0.25",
+        "--output.progress",
+        "false",
+        "--output.tensorboard",
+        "false",
+    ]
     first = cli("train", *common, "--data-dir", "imgs", "--out", "run", cwd=work)
     assert first.returncode == 0, first.stderr[-3000:]
     assert load_toml(work / "run" / "config.toml")["data"]["data_dir"] == str((work / "imgs").resolve())
@@ -229,8 +262,12 @@ def test_two_threads_cannot_train_into_one_folder(tmp_path, monkeypatch):
         first.join(120)
     assert results["first"].summary["status"] == "finished" and len(metrics(tmp_path / "r")) == 2
     monkeypatch.setattr(Trainer, "fit", real_fit)
-    assert ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 3}, output={"resume": True})).summary[
-        "run"]["epochs_done"] == 3  # once the first call ended, the folder is free again
+    assert (
+        ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 3}, output={"resume": True})).summary["run"][
+            "epochs_done"
+        ]
+        == 3
+    )  # once the first call ended, the folder is free again
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -238,12 +275,37 @@ def test_a_stopped_single_process_run_says_so_and_resumes(tmp_path, sig):
     """SIGTERM (a scheduler's time limit, a sweep) stops a single process as Ctrl-C does, and as a DDP
     run's launcher says it: exit 130, one line with the way to continue; it used to be 143 and silence."""
     out = tmp_path / "r"
-    proc = subprocess.Popen([sys.executable, "-m", "ddplab", "train", "--dataset", "synthetic", "--data.synthetic_size",
-                             "256", "--data.image_size", "16", "--model.width", "0.5", "--epochs", "500", "--device",
-                             "cpu", "--output.progress", "false", "--output.tensorboard", "false", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"},
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ddplab",
+            "train",
+            "--dataset",
+            "synthetic",
+            "--data.synthetic_size",
+            "256",
+            "--data.image_size",
+            "16",
+            "--model.width",
+            "0.5",
+            "--epochs",
+            "500",
+            "--device",
+            "cpu",
+            "--output.progress",
+            "false",
+            "--output.tensorboard",
+            "false",
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 120
     while not (out / "metrics.jsonl").is_file() or not (out / "metrics.jsonl").read_text().count("\n") >= 2:
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
@@ -252,8 +314,10 @@ def test_a_stopped_single_process_run_says_so_and_resumes(tmp_path, sig):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-3000:]
     assert "Traceback" not in err
-    assert err.strip().splitlines()[-1] == (f"ddplab: error: interrupted by {sig.name}; checkpoints are kept: continue "
-                                            f"with ddplab train --out {out} --resume")
+    assert err.strip().splitlines()[-1] == (
+        f"ddplab: error: interrupted by {sig.name}; checkpoints are kept: continue "
+        f"with ddplab train --out {out} --resume"
+    )
     done = checkpoint.load(out / "checkpoints" / checkpoint.LAST)["train_state"]["epoch"]
     assert done >= 2 and len(metrics(out)) == done  # no half-written record past the checkpoint
     resumed = cli("train", "--out", str(out), "--resume", "--epochs", str(done + 1))
@@ -261,21 +325,34 @@ def test_a_stopped_single_process_run_says_so_and_resumes(tmp_path, sig):
     assert len(metrics(out)) == done + 1
 
 
-@pytest.mark.parametrize("args, needles", [
-    (["--batch-size", "0"], ["train.batch_size=0", ">= 1"]),
-    (["--model", "resnet99"], ["model.name='resnet99'", "simple_cnn"]),
-    (["--lr", "-1"], ["optim.lr=-1.0", "> 0"]),
-    (["--backend", "nccl", "--device", "cpu"], ["dist.backend='nccl'", "gloo"]),
-    (["--data-dir", "/no/such/dir"], ["data.data_dir", "does not exist"]),
-    (["--optim.betas", "0.9"], ["optim.betas"]),
-])
+@pytest.mark.parametrize(
+    "args, needles",
+    [
+        (["--batch-size", "0"], ["train.batch_size=0", ">= 1"]),
+        (["--model", "resnet99"], ["model.name='resnet99'", "simple_cnn"]),
+        (["--lr", "-1"], ["optim.lr=-1.0", "> 0"]),
+        (["--backend", "nccl", "--device", "cpu"], ["dist.backend='nccl'", "gloo"]),
+        (["--data-dir", "/no/such/dir"], ["data.data_dir", "does not exist"]),
+        (["--optim.betas", "0.9"], ["optim.betas"]),
+    ],
+)
 def test_bad_config_is_one_line_and_exit_2(tmp_path, args, needles):
     assert_one_line_error(cli("train", "--out", str(tmp_path / "r"), *args), 2, *needles)
     assert not (tmp_path / "r").exists()
 
 
 def test_missing_dataset_says_where_to_put_it(tmp_path):
-    proc = cli("train", "--dataset", "cifar10", "--data-dir", str(tmp_path), "--data.download", "false", "--out", str(tmp_path / "r"))
+    proc = cli(
+        "train",
+        "--dataset",
+        "cifar10",
+        "--data-dir",
+        str(tmp_path),
+        "--data.download",
+        "false",
+        "--out",
+        str(tmp_path / "r"),
+    )
     assert_one_line_error(proc, 3, "cifar-10-batches-bin", str(tmp_path))
 
 
@@ -287,13 +364,38 @@ def test_corrupt_dataset_file_is_named(tmp_path):
         (folder / name).write_bytes(record * 3)
     (folder / "data_batch_2.bin").write_bytes(record * 3 + b"\x00" * 100)  # truncated mid-record
     (folder / "batches.meta.txt").write_text("\n".join("abcdefghij") + "\n")
-    proc = cli("train", "--dataset", "cifar10", "--data-dir", str(tmp_path), "--data.download", "false", "--out", str(tmp_path / "r"))
+    proc = cli(
+        "train",
+        "--dataset",
+        "cifar10",
+        "--data-dir",
+        str(tmp_path),
+        "--data.download",
+        "false",
+        "--out",
+        str(tmp_path / "r"),
+    )
     assert_one_line_error(proc, 3, "data_batch_2.bin")
 
 
 def test_non_finite_loss_exits_4_with_one_line(tmp_path):
-    proc = cli("train", "--dataset", "synthetic", "--data.synthetic_size", "256", "--data.image_size", "16",
-               "--lr", "1e12", "--epochs", "2", "--device", "cpu", "--out", str(tmp_path / "r"))
+    proc = cli(
+        "train",
+        "--dataset",
+        "synthetic",
+        "--data.synthetic_size",
+        "256",
+        "--data.image_size",
+        "16",
+        "--lr",
+        "1e12",
+        "--epochs",
+        "2",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path / "r"),
+    )
     assert_one_line_error(proc, 4, "NaN/inf", "epoch 1")
 
 
@@ -310,10 +412,21 @@ def test_models_and_data_commands(tmp_path):
 
 
 def test_real_cifar10_short_run_and_data_commands(cifar_root, tmp_path):
-    result = ddplab.train(tiny_config(tmp_path / "run", data={"dataset": "cifar10", "data_dir": str(cifar_root), "subset": 2048,
-                                                              "image_size": None, "synthetic_size": None},
-                                      model={"width": 1.0}, optim={"name": "adam", "lr": 2e-3},
-                                      train={"epochs": 1, "batch_size": 64}))
+    result = ddplab.train(
+        tiny_config(
+            tmp_path / "run",
+            data={
+                "dataset": "cifar10",
+                "data_dir": str(cifar_root),
+                "subset": 2048,
+                "image_size": None,
+                "synthetic_size": None,
+            },
+            model={"width": 1.0},
+            optim={"name": "adam", "lr": 2e-3},
+            train={"epochs": 1, "batch_size": 64},
+        )
+    )
     record = result.history[0]
     assert record.train_samples == 2048 and record.test_samples == 10_000
     assert result.summary["data"]["num_classes"] == 10 and result.test_acc > 0.2  # chance is 0.1

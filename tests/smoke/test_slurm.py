@@ -15,8 +15,19 @@ from sweep_files import THREE_POINTS, tiny_sweep
 
 pytestmark = pytest.mark.skipif(why_not() is not None, reason=why_not() or "")
 
-NOT_CLOCKS = ("epochs", "world_size", "global_batch", "final_test_acc", "best_test_acc", "final_train_acc",
-              "train_eval_acc", "acc_gap", "final_test_loss", "min_test_loss", "min_test_loss_epoch")
+NOT_CLOCKS = (
+    "epochs",
+    "world_size",
+    "global_batch",
+    "final_test_acc",
+    "best_test_acc",
+    "final_train_acc",
+    "train_eval_acc",
+    "acc_gap",
+    "final_test_loss",
+    "min_test_loss",
+    "min_test_loss_epoch",
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +43,13 @@ def sweep_file(tmp_path, epochs=2, only=None):
 
 
 def ddplab(*args, env):
-    return subprocess.run([sys.executable, "-m", "ddplab", *map(str, args)], capture_output=True, text=True, timeout=600,
-                          env={**env, "OMP_NUM_THREADS": "1"})
+    return subprocess.run(
+        [sys.executable, "-m", "ddplab", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**env, "OMP_NUM_THREADS": "1"},
+    )
 
 
 def manifest(out):
@@ -49,15 +65,17 @@ def test_a_sweep_submitted_to_slurm_finishes_and_reports_what_the_local_runner_d
     path = sweep_file(tmp_path)
     local = ddplab("sweep", path, "--out", tmp_path / "local", "--no-estimate", env=cluster.env)
     assert local.returncode == 0, local.stderr[-3000:]
-    sent = ddplab("sweep", path, "--out", tmp_path / "slurm", "--executor", "slurm", "--parallel", "2", "--wait",
-                  env=cluster.env)
+    sent = ddplab(
+        "sweep", path, "--out", tmp_path / "slurm", "--executor", "slurm", "--parallel", "2", "--wait", env=cluster.env
+    )
     assert sent.returncode == 0, sent.stderr[-3000:] + cluster.logs()
     assert "submitted job" in sent.stdout and "1 node(s) x 2 task(s) (ddp)" in sent.stdout
     runs = manifest(tmp_path / "slurm")
     assert {r["status"] for r in runs.values()} == {"finished"} and all(r["job"] for r in runs.values())
     for name in ("a", "b", "ddp"):
-        assert (reproducible_epochs(tmp_path / "slurm" / "runs" / name)
-                == reproducible_epochs(tmp_path / "local" / "runs" / name)), name
+        assert reproducible_epochs(tmp_path / "slurm" / "runs" / name) == reproducible_epochs(
+            tmp_path / "local" / "runs" / name
+        ), name
     assert points(tmp_path / "slurm" / "report") == points(tmp_path / "local" / "report")
     # The 2-worker point's workers are the tasks of one srun step in its allocation.
     log = (tmp_path / "slurm" / "logs" / "ddp.log").read_text()
@@ -101,26 +119,43 @@ def test_a_cancelled_task_is_resumed_by_submitting_again(cluster, tmp_path):
 
 def test_a_rejected_submission_is_one_line(cluster, tmp_path):
     path = sweep_file(tmp_path)
-    proc = ddplab("sweep", path, "--out", tmp_path / "s", "--executor", "slurm", "--slurm.partition", "nope",
-                  env=cluster.env)
+    proc = ddplab(
+        "sweep", path, "--out", tmp_path / "s", "--executor", "slurm", "--slurm.partition", "nope", env=cluster.env
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "ddplab: error: sbatch --partition=nope ddplab-tiny-1x1.sbatch failed: sbatch: error: Batch job submission "
-        "failed: Invalid partition name specified"]
+        "failed: Invalid partition name specified"
+    ]
     assert not manifest(tmp_path / "s")["a"]["job"]  # nothing recorded as submitted
 
 
 def test_a_dry_run_prints_each_array_and_submits_nothing(cluster, tmp_path):
     path = sweep_file(tmp_path)
-    proc = ddplab("sweep", path, "--out", tmp_path / "s", "--executor", "slurm", "--dry-run", "--parallel", "2",
-                  "--slurm.time", "0:10:00", "--slurm.extra=--mem=1G", env=cluster.env)
+    proc = ddplab(
+        "sweep",
+        path,
+        "--out",
+        tmp_path / "s",
+        "--executor",
+        "slurm",
+        "--dry-run",
+        "--parallel",
+        "2",
+        "--slurm.time",
+        "0:10:00",
+        "--slurm.extra=--mem=1G",
+        env=cluster.env,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("#!/bin/bash") == 2 and "#SBATCH --array=0-1%2" in proc.stdout
-    assert f"$ sbatch --parsable --time=0:10:00 --mem=1G {tmp_path / 's' / 'slurm' / 'ddplab-tiny-1x1.sbatch'}" in proc.stdout
+    assert (
+        f"$ sbatch --parsable --time=0:10:00 --mem=1G {tmp_path / 's' / 'slurm' / 'ddplab-tiny-1x1.sbatch'}"
+        in proc.stdout
+    )
     assert "RUNS=(a b)" in proc.stdout and "RUNS=(ddp)" in proc.stdout and not (tmp_path / "s").exists()
     queue = subprocess.run(["squeue", "-h"], capture_output=True, text=True, env=cluster.env)
     assert queue.stdout.strip() == ""
-
 
 
 # ---- two nodes, each on a host of its own (ddplab.hosts) --------------------------------------
@@ -150,8 +185,13 @@ def two_nodes(tmp_path_factory):
 
 def in_cluster(cluster, *args, env=None):
     """A command run where the cluster's controller is reachable (host 0), as a user on its login node."""
-    return subprocess.run([*cluster.prefix, *map(str, args)], capture_output=True, text=True, timeout=600,
-                          env={**cluster.env, "OMP_NUM_THREADS": "1", **(env or {})})
+    return subprocess.run(
+        [*cluster.prefix, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**cluster.env, "OMP_NUM_THREADS": "1", **(env or {})},
+    )
 
 
 def test_a_two_node_point_runs_across_both_hosts_and_a_cancelled_one_resumes_exactly(two_nodes, tmp_path):
@@ -160,8 +200,19 @@ def test_a_two_node_point_runs_across_both_hosts_and_a_cancelled_one_resumes_exa
     resumes from its checkpoint and ends as the same run on one node does."""
     path, out = tiny_sweep(tmp_path / "two.toml", TWO_NODES, epochs=3), tmp_path / "s"
     reference = tmp_path / "reference"
-    sent = in_cluster(two_nodes, sys.executable, "-m", "ddplab", "sweep", path, "--out", out, "--executor", "slurm",
-                      env={"DDPLAB_FAULT": "slow:rank=1:epoch=2:ms=700"})
+    sent = in_cluster(
+        two_nodes,
+        sys.executable,
+        "-m",
+        "ddplab",
+        "sweep",
+        path,
+        "--out",
+        out,
+        "--executor",
+        "slurm",
+        env={"DDPLAB_FAULT": "slow:rank=1:epoch=2:ms=700"},
+    )
     assert sent.returncode == 0, sent.stderr[-3000:]
     assert "1 point(s) of 2 node(s) x 1 task(s)" in sent.stdout
     job = manifest(out)["two"]["job"]
@@ -173,7 +224,8 @@ def test_a_two_node_point_runs_across_both_hosts_and_a_cancelled_one_resumes_exa
     assert in_cluster(two_nodes, "scancel", job.split("_")[0]).returncode == 0
     waited = in_cluster(two_nodes, sys.executable, "-m", "ddplab", "sweep", path, "--out", out, "--wait", "--no-report")
     assert waited.returncode == 1 and manifest(out)["two"]["status"] == "interrupted", (
-        str(manifest(out)["two"]) + (out / "logs" / "two.log").read_text()[-3000:])
+        str(manifest(out)["two"]) + (out / "logs" / "two.log").read_text()[-3000:]
+    )
     assert (out / "runs" / "two" / "checkpoints" / "last.pt").is_file()
     # A node set down: --status says so in one line.
     assert in_cluster(two_nodes, "scontrol", "update", "nodename=node1", "state=down", "reason=cable").returncode == 0
@@ -182,18 +234,32 @@ def test_a_two_node_point_runs_across_both_hosts_and_a_cancelled_one_resumes_exa
     status = in_cluster(two_nodes, sys.executable, "-m", "ddplab", "sweep", path, "--out", out, "--status")
     assert [line for line in status.stdout.splitlines() if "out of service" in line] == [
         "slurm: node(s) out of service: node1 down (cable); a point that needs them waits in the queue (or fails, "
-        "when its task was running there)"], status.stdout
+        "when its task was running there)"
+    ], status.stdout
     assert "two" in status.stdout and "queued" in status.stdout
     assert in_cluster(two_nodes, "scontrol", "update", "nodename=node1", "state=resume").returncode == 0
     done = in_cluster(two_nodes, sys.executable, "-m", "ddplab", "sweep", path, "--out", out, "--wait", "--no-report")
     assert done.returncode == 0, done.stdout + done.stderr + two_nodes.logs()
     log = (out / "logs" / "two.log").read_text()
-    assert "\n$ srun --nodes=2 --ntasks=2 --ntasks-per-node=1 " in log and "--resume" in log.split("\n$ ")[2].splitlines()[0]
+    assert (
+        "\n$ srun --nodes=2 --ntasks=2 --ntasks-per-node=1 " in log
+        and "--resume" in log.split("\n$ ")[2].splitlines()[0]
+    )
     summary = json.loads((out / "runs" / "two" / "summary.json").read_text())
     assert summary["run"]["world_size"] == 2
     env = json.loads((out / "runs" / "two" / "env.json").read_text())
     assert sorted(env["hosts"]) == sorted(two_nodes.addresses)  # one worker on each host
-    ran = ddplab("train", "--config", out / "configs" / "two.toml", "--dist.nnodes", "1", "--dist.nproc", "2",
-                 "--out", reference, env=two_nodes.env)
+    ran = ddplab(
+        "train",
+        "--config",
+        out / "configs" / "two.toml",
+        "--dist.nnodes",
+        "1",
+        "--dist.nproc",
+        "2",
+        "--out",
+        reference,
+        env=two_nodes.env,
+    )
     assert ran.returncode == 0, ran.stderr[-3000:]
     assert reproducible_epochs(out / "runs" / "two") == reproducible_epochs(reference)

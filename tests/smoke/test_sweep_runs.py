@@ -13,7 +13,9 @@ from ddplab.topology import usable_cores
 
 from sweep_files import TINY_BASE, tiny_sweep
 
-TINY = TINY_BASE + """
+TINY = (
+    TINY_BASE
+    + """
 [[variants]]
 label = "single"
 "dist.strategy" = "single"
@@ -29,11 +31,17 @@ label = "broken"
 "model.batchnorm" = true
 "model.fuse_conv_relu" = true
 """
+)
 
 
 def ddplab(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "ddplab", *args], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "ddplab", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+    )
 
 
 def metrics(run_dir):
@@ -62,10 +70,13 @@ def test_dry_run_lists_the_runs_and_runs_nothing(sweep_file, tmp_path):
 def test_a_sweep_survives_failures_and_a_rerun_resumes(sweep_file, tmp_path):
     out = tmp_path / "s"
     # 1. Every run dies in epoch 2 (after epoch 1's checkpoint); the broken one cannot start at all.
-    proc = ddplab("sweep", str(sweep_file), "--out", str(out), "--no-report", env={"DDPLAB_FAULT": "raise:rank=0:epoch=2:step=1"})
+    proc = ddplab(
+        "sweep", str(sweep_file), "--out", str(out), "--no-report", env={"DDPLAB_FAULT": "raise:rank=0:epoch=2:step=1"}
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines()[-1] == (
-        f"ddplab: error: 3 of 3 runs did not finish (see {out / 'manifest.json'}); run the sweep again to retry them")
+        f"ddplab: error: 3 of 3 runs did not finish (see {out / 'manifest.json'}); run the sweep again to retry them"
+    )
     runs = manifest(out)
     assert [runs[n]["status"] for n in ("single", "ddp-x2", "broken")] == ["failed", "failed", "failed"]
     assert runs["single"]["exit_code"] == 4 and "injected fault" in runs["single"]["error"]
@@ -73,9 +84,15 @@ def test_a_sweep_survives_failures_and_a_rerun_resumes(sweep_file, tmp_path):
     assert runs["broken"]["exit_code"] == 2 and "no Conv2d->ReLU pair" in runs["broken"]["error"]
     assert runs["ddp-x2"]["point"] == {"variant": "ddp x2"} and runs["ddp-x2"]["seed"] == 0
     # Before the first run, how long the sweep will take, each point probed; after the last, how that went.
-    assert re.search(r"^sweep tiny: expected to take about [\d.]+ s: each point probed in [\d.]+ s; a run of single "
-                     r"[\d.]+ s, ddp x2 [\d.]+ s, broken [\d.]+ s$", proc.stdout, re.M), proc.stdout
-    assert re.search(r"^sweep tiny: 3 runs in [\d.]+ s; expected [\d.]+ s before the first \([+-]\d+%\)$", proc.stdout, re.M)
+    assert re.search(
+        r"^sweep tiny: expected to take about [\d.]+ s: each point probed in [\d.]+ s; a run of single "
+        r"[\d.]+ s, ddp x2 [\d.]+ s, broken [\d.]+ s$",
+        proc.stdout,
+        re.M,
+    ), proc.stdout
+    assert re.search(
+        r"^sweep tiny: 3 runs in [\d.]+ s; expected [\d.]+ s before the first \([+-]\d+%\)$", proc.stdout, re.M
+    )
     # 2. Again, without the fault: the two interrupted runs resume from their checkpoints; the broken one fails again.
     proc = ddplab("sweep", str(sweep_file), "--out", str(out), "--no-report", "--no-estimate")
     assert proc.returncode == 1 and "1 of 3 runs did not finish" in proc.stderr.strip().splitlines()[-1]
@@ -104,18 +121,28 @@ def test_ctrl_c_stops_the_sweep_and_its_run_which_resumes_later(tmp_path):
     import time
 
     path = tmp_path / "long.toml"
-    path.write_text(TINY.replace("epochs = 2", "epochs = 200").replace('''[[variants]]
+    path.write_text(
+        TINY.replace("epochs = 2", "epochs = 200").replace(
+            """[[variants]]
 label = "broken"
 "model.batchnorm" = true
 "model.fuse_conv_relu" = true
-''', ""))
+""",
+            "",
+        )
+    )
     out = tmp_path / "s"
     # SIGINT as a terminal delivers it, also when the suite itself runs in the background (`cmd &`), where the
     # shell hands every child SIGINT ignored and Python keeps it so.
-    proc = subprocess.Popen([sys.executable, "-m", "ddplab", "sweep", str(path), "--out", str(out), "--no-report", "--no-estimate"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddplab", "sweep", str(path), "--out", str(out), "--no-report", "--no-estimate"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     metrics_file = out / "runs" / "single" / "metrics.jsonl"
     deadline = time.monotonic() + 120
     while not (metrics_file.exists() and metrics_file.read_text().strip()):  # the first run is training
@@ -136,8 +163,10 @@ label = "broken"
 def long_sweep(tmp_path, epochs=200):
     """TINY's single-process run alone (named "single"), long enough to be stopped while it trains."""
     path = tmp_path / "long.toml"
-    path.write_text(TINY_BASE.replace("epochs = 2", f"epochs = {epochs}")
-                    + '[[variants]]\nlabel = "single"\n"dist.strategy" = "single"\n')
+    path.write_text(
+        TINY_BASE.replace("epochs = 2", f"epochs = {epochs}")
+        + '[[variants]]\nlabel = "single"\n"dist.strategy" = "single"\n'
+    )
     return path
 
 
@@ -145,11 +174,15 @@ def start_sweep(path, out, marker, *args, sigint=None):
     """`sigint`: the disposition the sweep starts with (default: Python's; SIG_IGN: as a script's `cmd &`)."""
     import signal
 
-    return subprocess.Popen([sys.executable, "-m", "ddplab", "sweep", str(path), "--out", str(out), "--no-report", "--no-estimate",
-                             *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1", marker: "1"},
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, sigint or signal.SIG_DFL))
+    return subprocess.Popen(
+        [sys.executable, "-m", "ddplab", "sweep", str(path), "--out", str(out), "--no-report", "--no-estimate", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", marker: "1"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, sigint or signal.SIG_DFL),
+    )
 
 
 def wait_for_epochs(proc, metrics_file, count=1):
@@ -206,14 +239,26 @@ def test_a_rerun_waits_for_a_live_owner_of_a_run_folder(tmp_path):
     import uuid
 
     path, out = long_sweep(tmp_path, epochs=1), tmp_path / "s"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys; from ddplab.runlock import run_lock\n"
-                               f"with run_lock(__import__('pathlib').Path({str(out / 'runs' / 'single')!r})):\n"
-                               "    print('held', flush=True); sys.stdin.read()"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from ddplab.runlock import run_lock\n"
+            f"with run_lock(__import__('pathlib').Path({str(out / 'runs' / 'single')!r})):\n"
+            "    print('held', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "held"
-    rerun = subprocess.Popen([sys.executable, "-m", "ddplab", "sweep", str(path), "--out", str(out), "--no-report", "--no-estimate"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, "OMP_NUM_THREADS": "1", f"DDPLAB_TEST_{uuid.uuid4().hex}": "1"})
+    rerun = subprocess.Popen(
+        [sys.executable, "-m", "ddplab", "sweep", str(path), "--out", str(out), "--no-report", "--no-estimate"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", f"DDPLAB_TEST_{uuid.uuid4().hex}": "1"},
+    )
     lines = []
     for line in rerun.stdout:
         lines.append(line)
@@ -244,6 +289,7 @@ def test_a_parallel_sweep_runs_points_at_once_each_on_its_own_cores_and_measures
     lines = [line for line in two.stdout.splitlines() if line.startswith(("sweep tiny: 3 runs", "[", "  sweep:"))]
     cores = len(usable_cores()) // 2
     assert re.search(rf"up to 2 points at once, {cores}(-{cores + 1})? CPU cores?", lines[0]), lines[0]
+
     def first(start):
         return next(i for i, line in enumerate(lines) if line.startswith(start))
 
@@ -283,7 +329,9 @@ def test_sigterm_stops_every_running_point_of_a_parallel_sweep_and_a_rerun_finis
     while leftover_processes(marker):
         assert time.monotonic() < deadline, leftover_processes(marker)
         time.sleep(0.1)
-    rerun = ddplab("sweep", str(path), "--out", str(out), "--no-report", "--no-estimate", "--parallel", "2", env={marker: "1"})
+    rerun = ddplab(
+        "sweep", str(path), "--out", str(out), "--no-report", "--no-estimate", "--parallel", "2", env={marker: "1"}
+    )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert {r["status"] for r in manifest(out).values()} == {"finished"}
     assert rerun.stdout.count("resuming") == 2

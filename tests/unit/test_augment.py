@@ -72,11 +72,16 @@ def test_identity_spec_leaves_data_unchanged():
     assert torch.equal(x, y) and y.data_ptr() != x.data_ptr()
 
 
-@pytest.mark.parametrize("kwargs, names", [
-    (dict(crop_padding=-1), "data.crop_padding"), (dict(cutout=2.5), "data.cutout"), (dict(jitter=1.5), "data.jitter"),
-    (dict(jitter=1.0), "data.jitter"),  # the same bound as DataConfig's: [0, 1)
-    (dict(pad_mode="edge"), "AugmentSpec.pad_mode"),
-])
+@pytest.mark.parametrize(
+    "kwargs, names",
+    [
+        (dict(crop_padding=-1), "data.crop_padding"),
+        (dict(cutout=2.5), "data.cutout"),
+        (dict(jitter=1.5), "data.jitter"),
+        (dict(jitter=1.0), "data.jitter"),  # the same bound as DataConfig's: [0, 1)
+        (dict(pad_mode="edge"), "AugmentSpec.pad_mode"),
+    ],
+)
 def test_bad_spec_is_a_config_error_naming_the_setting(kwargs, names):
     """Messages name the setting a user can change (REVIEW: they named flags that do not exist)."""
     with pytest.raises(ConfigError, match=names.replace(".", r"\.")):

@@ -8,14 +8,17 @@ from ddplab.borders import COUNT, SHARE, TEXT, check, kept, list_of, number, sho
 from ddplab.errors import DataError
 
 
-@pytest.mark.parametrize("kind, good, bad", [
-    (COUNT, [1, 7, 10**15], [0, -1, 1.0, True, "1", None, 10**16, 10**400]),
-    (SHARE, [0, 0.5, 1], [-0.1, 1.01, math.nan, math.inf, "0.5", False]),
-    (number(above=0, most=10), [1e-9, 10], [0, 10.5, -math.inf]),
-    (number(), [-1e15, 0, 1e15], [1e308, -1e308, math.nan]),
-    (list_of(number(0) | None), [[], [1, None, 2.5]], [[1, "x"], [-1], "[]", None, [math.nan]]),
-    (TEXT | None, ["", "x", None], [0, [], {}]),
-])
+@pytest.mark.parametrize(
+    "kind, good, bad",
+    [
+        (COUNT, [1, 7, 10**15], [0, -1, 1.0, True, "1", None, 10**16, 10**400]),
+        (SHARE, [0, 0.5, 1], [-0.1, 1.01, math.nan, math.inf, "0.5", False]),
+        (number(above=0, most=10), [1e-9, 10], [0, 10.5, -math.inf]),
+        (number(), [-1e15, 0, 1e15], [1e308, -1e308, math.nan]),
+        (list_of(number(0) | None), [[], [1, None, 2.5]], [[1, "x"], [-1], "[]", None, [math.nan]]),
+        (TEXT | None, ["", "x", None], [0, [], {}]),
+    ],
+)
 def test_each_kind_takes_what_ddplab_writes_and_nothing_else(kind, good, bad):
     for value in good:
         assert kind.check(value, "f.json", "field") is value

@@ -13,10 +13,18 @@ from run_folders import epoch_line, write_run
 
 
 def test_speedup_and_efficiency_against_the_fewest_workers(tmp_path):
-    """Speedup on training throughput (epochs after the first; train_s = epoch_s - 1 here); on GPUs the ideal is the GPU count."""
+    """Speedup on training throughput (epochs after the first; train_s = epoch_s - 1 here); on GPUs the ideal is
+    the GPU count."""
     one = write_run(tmp_path / "one", epoch_s=(12.0, 10.0, 10.0), device="cuda:0")
-    four = write_run(tmp_path / "four", strategy="ddp", nproc=4, epoch_s=(8.0, 4.0, 4.0), comm_share=0.1, test_acc=0.69,
-                     device="cuda:0")
+    four = write_run(
+        tmp_path / "four",
+        strategy="ddp",
+        nproc=4,
+        epoch_s=(8.0, 4.0, 4.0),
+        comm_share=0.1,
+        test_acc=0.69,
+        device="cuda:0",
+    )
     rows = {r["run"]: r for r in scaling_rows([finished_run(four), finished_run(one)])}
     assert rows["one"]["images_per_s"] == pytest.approx(2000 / 18)
     assert rows["four"]["speedup"] == pytest.approx(3.0) and rows["four"]["efficiency"] == pytest.approx(0.75)
@@ -29,7 +37,9 @@ def test_on_a_cpu_workers_share_the_cores_so_the_ideal_is_1x(tmp_path):
     one = write_run(tmp_path / "one", epoch_s=(12.0, 10.0, 10.0))
     two = write_run(tmp_path / "two", strategy="ddp", nproc=2, epoch_s=(12.0, 8.2, 8.2))
     rows = {r["run"]: r for r in scaling_rows([finished_run(one), finished_run(two)])}
-    assert rows["two"]["ideal"] == 1 and rows["two"]["efficiency"] == pytest.approx(rows["two"]["speedup"]) == pytest.approx(1.25)
+    assert rows["two"]["ideal"] == 1 and rows["two"]["efficiency"] == pytest.approx(
+        rows["two"]["speedup"]
+    ) == pytest.approx(1.25)
 
 
 def test_without_a_one_worker_run_efficiency_is_against_the_smallest_world(tmp_path):
@@ -42,8 +52,10 @@ def test_without_a_one_worker_run_efficiency_is_against_the_smallest_world(tmp_p
 
 def test_compare_and_report_give_the_same_speedup(tmp_path):
     """One definition: a 1-worker and a DDP x2 run of the same config read the same in both commands."""
-    runs = [write_run(tmp_path / "runs" / "a"),
-            write_run(tmp_path / "runs" / "b", strategy="ddp", nproc=2, epoch_s=(8.0, 6.25, 6.25))]
+    runs = [
+        write_run(tmp_path / "runs" / "a"),
+        write_run(tmp_path / "runs" / "b", strategy="ddp", nproc=2, epoch_s=(8.0, 6.25, 6.25)),
+    ]
     compared = {r["run"]: r["speedup"] for r in scaling_rows([finished_run(r) for r in runs])}
     result = build_report([tmp_path / "runs"], tmp_path / "report")
     with open(result["points_csv"]) as f:

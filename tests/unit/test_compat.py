@@ -23,9 +23,16 @@ def test_the_floor_is_the_one_the_tests_simulate_and_the_package_declares():
     assert f'"torch>={OLDEST}"' in pyproject
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("2.13.0", (2, 13)), ("2.11.0+cu130", (2, 11)), ("2.4.1", (2, 4)), ("2.14.0.dev20261101+cpu", (2, 14)), ("3.0", (3, 0)),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("2.13.0", (2, 13)),
+        ("2.11.0+cu130", (2, 11)),
+        ("2.4.1", (2, 4)),
+        ("2.14.0.dev20261101+cpu", (2, 14)),
+        ("3.0", (3, 0)),
+    ],
+)
 def test_parse_version(text, expected):
     assert compat.parse_version(text) == expected
 
@@ -42,8 +49,13 @@ def test_torch_below_the_floor_is_refused(monkeypatch, version, ok):
 
 def test_old_torch_gets_one_line_from_every_command_that_needs_torch(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(torch, "__version__", "2.1.2")
-    for argv in (["train", "--dataset", "synthetic", "--out", str(tmp_path / "r")], ["models"], ["kernels", "check"],
-                 ["sweep", "precision", "--dry-run"], ["eval", str(tmp_path)]):
+    for argv in (
+        ["train", "--dataset", "synthetic", "--out", str(tmp_path / "r")],
+        ["models"],
+        ["kernels", "check"],
+        ["sweep", "precision", "--dry-run"],
+        ["eval", str(tmp_path)],
+    ):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("ddplab: error: ddplab needs torch >= 2.4"), (argv, err)
@@ -64,8 +76,10 @@ def test_reading_run_folders_needs_no_torch(tmp_path):
     run = ddplab.train(tiny_config(tmp_path / "run")).run_dir
 
     def without_torch(*argv):
-        code = ("import sys; sys.modules['torch'] = None\nfrom ddplab.cli import main\n"
-                f"code = main({list(argv)!r})\nassert sys.modules['torch'] is None\nsys.exit(code)")
+        code = (
+            "import sys; sys.modules['torch'] = None\nfrom ddplab.cli import main\n"
+            f"code = main({list(argv)!r})\nassert sys.modules['torch'] is None\nsys.exit(code)"
+        )
         return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
 
     report = without_torch("report", str(run), "--out", str(tmp_path / "rep"))
@@ -77,8 +91,9 @@ def test_reading_run_folders_needs_no_torch(tmp_path):
     assert links.returncode == 0 and "nvlink" in links.stdout, links.stderr[-3000:]
     for argv in (["train", "--out", str(tmp_path / "r")], ["kernels", "check"], ["models"], ["plan", "--measure"]):
         proc = without_torch(*argv)
-        assert proc.returncode == 2 and proc.stderr.strip() == ("ddplab: error: ddplab needs torch >= 2.4, and this "
-                                                                "Python has none: pip install 'torch>=2.4'"), proc.stderr
+        assert proc.returncode == 2 and proc.stderr.strip() == (
+            "ddplab: error: ddplab needs torch >= 2.4, and this Python has none: pip install 'torch>=2.4'"
+        ), proc.stderr
     usage = without_torch("train", "--train.epoch", "3")
     assert usage.returncode == 2 and "did you mean --train.epochs?" in usage.stderr
 
@@ -91,19 +106,25 @@ def test_old_torch_gets_one_line_from_the_scripts_too(script):
 
     repo = Path(__file__).resolve().parents[2]
     path = repo / script
-    code = ("import runpy, sys, torch; torch.__version__ = '2.1.2'; "
-            f"sys.path.insert(0, {str(path.parent)!r}); sys.argv = [{str(path)!r}, '--quick']; "
-            f"runpy.run_path({str(path)!r}, run_name='__main__')")
+    code = (
+        "import runpy, sys, torch; torch.__version__ = '2.1.2'; "
+        f"sys.path.insert(0, {str(path.parent)!r}); sys.argv = [{str(path)!r}, '--quick']; "
+        f"runpy.run_path({str(path)!r}, run_name='__main__')"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=repo)
     assert proc.returncode == 2, proc.stderr[-2000:]
     err = proc.stderr.strip().splitlines()
-    assert len(err) == 1 and f"{path.stem}: error: ddplab needs torch >= 2.4, this Python has torch 2.1.2" in err[0], err
+    assert len(err) == 1 and f"{path.stem}: error: ddplab needs torch >= 2.4, this Python has torch 2.1.2" in err[0], (
+        err
+    )
 
 
 def test_optional_launch_fields_are_dropped_only_where_torch_lacks_them():
     old = old_launch_config_class()
     kwargs = {"min_nodes": 1, "max_nodes": 1, "nproc_per_node": 2, "shutdown_timeout": 5}
-    assert compat.accepted_kwargs(old, kwargs, optional={"shutdown_timeout"}) == {k: v for k, v in kwargs.items() if k != "shutdown_timeout"}
+    assert compat.accepted_kwargs(old, kwargs, optional={"shutdown_timeout"}) == {
+        k: v for k, v in kwargs.items() if k != "shutdown_timeout"
+    }
     from torch.distributed.launcher.api import LaunchConfig
 
     if "shutdown_timeout" in {f.name for f in dataclasses.fields(LaunchConfig)}:
@@ -131,7 +152,9 @@ def test_the_launch_configuration_builds_against_the_oldest_signature(monkeypatc
     assert built.shutdown_timeout == 30  # the old torch's fixed wait, not ddplab's 5 s
 
 
-@pytest.mark.skipif(not compat.elastic_signals_configurable(), reason="this torch's LaunchConfig has no signals_to_handle")
+@pytest.mark.skipif(
+    not compat.elastic_signals_configurable(), reason="this torch's LaunchConfig has no signals_to_handle"
+)
 def test_the_elastic_agent_is_told_to_leave_sigint_to_the_launcher(monkeypatch, tmp_path):
     """Its default includes SIGINT: it would forward Ctrl-C to workers that block it, then SIGKILL them."""
     import torch.distributed.launcher.api as api
@@ -168,11 +191,16 @@ def test_custom_ops_write_their_schema_out():
 
     for name in ("conv_relu", "rgb_to_gray"):
         module = importlib.import_module(f"ddplab.kernels.{name}")  # the package re-exports a function of that name
-        calls = [node for node in ast.walk(ast.parse(inspect.getsource(module)))
-                 if isinstance(node, ast.Call) and ast.unparse(node.func) == "torch.library.custom_op"]
+        calls = [
+            node
+            for node in ast.walk(ast.parse(inspect.getsource(module)))
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "torch.library.custom_op"
+        ]
         assert calls and all(any(k.arg == "schema" for k in call.keywords) for call in calls), module.__name__
     assert str(torch.ops.ddplab.conv_relu.default._schema) == (
-        "ddplab::conv_relu(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation, str backend) -> Tensor")
+        "ddplab::conv_relu(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation, "
+        "str backend) -> Tensor"
+    )
     assert str(torch.ops.ddplab.rgb_to_gray.default._schema) == "ddplab::rgb_to_gray(Tensor x, str impl) -> Tensor"
 
 
@@ -197,6 +225,7 @@ def test_ddps_own_timings_are_read_where_this_torch_keeps_them():
     """DDP keeps running averages (ns) over the steps it timed: its first ten, then one in `every`. Totals are
     average x samples in seconds; two totals give the mean of the steps between them. None without the method;
     no samples before a step was timed, with other field names, or an iteration it does not say."""
+
     class Ddp:
         def __init__(self, data):
             self.data, self.rate = data, None
@@ -210,19 +239,31 @@ def test_ddps_own_timings_are_read_where_this_torch_keeps_them():
     assert [compat.ddp_samples(it, 1) for it in (0, 5, 30)] == [0, 5, 30]
     assert [compat.ddp_samples(it, 100) for it in (5, 30, 99, 100, 250)] == [5, 10, 10, 11, 12]
     assert compat.ddp_samples(40, 20) == 12 and compat.ddp_samples(20, 5) == 12  # 20, 40 / 15, 20 past the first ten
-    names = dict(avg_forward_compute_time=2_000_000, avg_backward_compute_time=4_000_000,
-                 avg_backward_comm_time=3_000_000, avg_backward_compute_comm_overlap_time=1_000_000)
+    names = dict(
+        avg_forward_compute_time=2_000_000,
+        avg_backward_compute_time=4_000_000,
+        avg_backward_comm_time=3_000_000,
+        avg_backward_compute_comm_overlap_time=1_000_000,
+    )
     before = compat.ddp_timing_totals(Ddp({**names, "iteration": 10}), every=1)
-    assert before == {"samples": 10, "ddp_forward_s": 0.02, "ddp_backward_s": 0.04, "ddp_comm_s": 0.03,
-                      "ddp_overlap_s": 0.01}
+    assert before == {
+        "samples": 10,
+        "ddp_forward_s": 0.02,
+        "ddp_backward_s": 0.04,
+        "ddp_comm_s": 0.03,
+        "ddp_overlap_s": 0.01,
+    }
     # ten more steps took 6 ms of comm each: the running average is now 4.5 ms over 20
     after = compat.ddp_timing_totals(Ddp({**names, "avg_backward_comm_time": 4_500_000, "iteration": 20}), every=1)
     means = compat.ddp_epoch_means(before, after)
     assert means["ddp_comm_s"] == pytest.approx(0.006) and means["ddp_forward_s"] == pytest.approx(0.002)
     assert compat.ddp_epoch_means(after, after) is None and compat.ddp_epoch_means(None, after) is None
     assert compat.ddp_timing_totals(object(), 1) is None
-    for nothing_yet in ({"avg_forward_compute_time": 1, "iteration": 3}, names, {**names, "iteration": 3,
-                                                                                 "avg_backward_compute_time": 0}):
+    for nothing_yet in (
+        {"avg_forward_compute_time": 1, "iteration": 3},
+        names,
+        {**names, "iteration": 3, "avg_backward_compute_time": 0},
+    ):
         assert compat.ddp_timing_totals(Ddp(nothing_yet), 1)["samples"] == 0  # other names, no iteration, none timed
     assert compat.ddp_epoch_means(compat.ddp_timing_totals(Ddp(names), 1), before) is not None  # from nothing yet
     ddp = Ddp(names)

@@ -23,17 +23,36 @@ def test_defaults_round_trip_through_toml(tmp_path):
 
 
 def test_non_default_values_round_trip(tmp_path):
-    cfg = build_config({"data": {"subset": 1000, "image_size": 40}, "optim": {"betas": [0.8, 0.9], "grad_clip": 1.5},
-                        "train": {"early_stop_metric": "test_acc"}, "model": {"dropout": 0.1, "batchnorm": True}})
+    cfg = build_config(
+        {
+            "data": {"subset": 1000, "image_size": 40},
+            "optim": {"betas": [0.8, 0.9], "grad_clip": 1.5},
+            "train": {"early_stop_metric": "test_acc"},
+            "model": {"dropout": 0.1, "batchnorm": True},
+        }
+    )
     save_config(cfg, tmp_path / "c.toml")
     again = build_config(load_toml(tmp_path / "c.toml"))
     assert again == cfg and again.optim.betas == [0.8, 0.9] and again.model.batchnorm is True
 
 
 def test_shortcuts_and_dotted_flags_override_the_file(tmp_path):
-    (tmp_path / "c.toml").write_text('[train]\nepochs = 7\nbatch_size = 64\n[optim]\nlr = 0.2\n')
-    cfg = parse(["--config", str(tmp_path / "c.toml"), "--epochs", "3", "--optim.weight_decay", "0.01",
-                 "--model.compile", "--data.flip", "false", "--out", str(tmp_path / "run")])
+    (tmp_path / "c.toml").write_text("[train]\nepochs = 7\nbatch_size = 64\n[optim]\nlr = 0.2\n")
+    cfg = parse(
+        [
+            "--config",
+            str(tmp_path / "c.toml"),
+            "--epochs",
+            "3",
+            "--optim.weight_decay",
+            "0.01",
+            "--model.compile",
+            "--data.flip",
+            "false",
+            "--out",
+            str(tmp_path / "run"),
+        ]
+    )
     assert (cfg.train.epochs, cfg.train.batch_size, cfg.optim.lr, cfg.optim.weight_decay) == (3, 64, 0.2, 0.01)
     assert cfg.model.compile is True and cfg.data.flip is False
 
@@ -48,49 +67,56 @@ def test_every_shortcut_names_a_real_field():
 
 def test_the_cli_surface_is_deliberate():
     """Changing the set of train flags must be a conscious act (update this list)."""
-    flags = sorted(o for a in build_parser()._subparsers._group_actions[0].choices["train"]._actions
-                   for o in a.option_strings if not o.startswith("--") or "." not in o)
+    flags = sorted(
+        o
+        for a in build_parser()._subparsers._group_actions[0].choices["train"]._actions
+        for o in a.option_strings
+        if not o.startswith("--") or "." not in o
+    )
     assert flags == sorted(["-h", "--help", "--config", "--preset", "--resume", "--debug", *SHORTCUTS])
 
 
-@pytest.mark.parametrize("values, field", [
-    ({"model": {"name": "resnet99"}}, "model.name"),
-    ({"train": {"batch_size": 0}}, "train.batch_size"),
-    ({"train": {"batch_size": 2.5}}, "train.batch_size"),
-    ({"optim": {"lr": -0.1}}, "optim.lr"),
-    ({"optim": {"lr": 0}}, "optim.lr"),
-    ({"optim": {"name": "lion"}}, "optim.name"),
-    ({"optim": {"schedule": "exponential"}}, "optim.schedule"),
-    ({"optim": {"momentum": 1.5}}, "optim.momentum"),
-    ({"optim": {"label_smoothing": 1.0}}, "optim.label_smoothing"),
-    ({"optim": {"betas": [0.9]}}, "optim.betas"),
-    ({"train": {"precision": "fp8"}}, "train.precision"),
-    ({"train": {"device": "tpu"}}, "train.device"),
-    ({"train": {"epochs": "many"}}, "train.epochs"),
-    ({"train": {"early_stop_metric": "val_f1"}}, "train.early_stop_metric"),
-    ({"train": {"profile_steps": -1}}, "train.profile_steps"),
-    ({"train": {"profile_steps": True}}, "train.profile_steps"),
-    ({"train": {"profile_steps": 5, "cuda_graphs": True}}, "train.profile_steps"),
-    ({"data": {"dataset": "mnist"}}, "data.dataset"),
-    ({"data": {"val_fraction": 1.0}}, "data.val_fraction"),
-    ({"data": {"fold": 3}}, "data.fold"),
-    ({"data": {"subset": -5}}, "data.subset"),
-    ({"data": {"test_subset": 0}}, "data.test_subset"),
-    ({"data": {"test_subset": 100, "val_fraction": 0.1}}, "data.test_subset"),
-    ({"train": {"eval_train_images": -1}}, "train.eval_train_images"),
-    ({"dist": {"strategy": "fsdp"}}, "dist.strategy"),
-    ({"dist": {"backend": "ucc"}}, "dist.backend"),
-    ({"dist": {"nproc": 2}}, "dist.nproc"),
-    ({"model": {"nme": "x"}}, "model.nme"),
-    ({"modle": {}}, "modle"),
-    ({"optim": {"lr": float("nan")}}, "optim.lr"),
-    ({"optim": {"grad_clip": "inf"}}, "optim.grad_clip"),
-    ({"optim": {"warmup_epochs": float("inf")}}, "optim.warmup_epochs"),
-    ({"train": {"seed": 2**70}}, "train.seed"),
-    ({"dist": {"timeout_s": 10**12}}, "dist.timeout_s"),
-    ({"model": {"compile": True, "compile_mode": "fast"}}, "model.compile_mode"),
-    ({"model": {"compile_mode": "reduce-overhead"}}, "model.compile_mode"),  # without compile
-])
+@pytest.mark.parametrize(
+    "values, field",
+    [
+        ({"model": {"name": "resnet99"}}, "model.name"),
+        ({"train": {"batch_size": 0}}, "train.batch_size"),
+        ({"train": {"batch_size": 2.5}}, "train.batch_size"),
+        ({"optim": {"lr": -0.1}}, "optim.lr"),
+        ({"optim": {"lr": 0}}, "optim.lr"),
+        ({"optim": {"name": "lion"}}, "optim.name"),
+        ({"optim": {"schedule": "exponential"}}, "optim.schedule"),
+        ({"optim": {"momentum": 1.5}}, "optim.momentum"),
+        ({"optim": {"label_smoothing": 1.0}}, "optim.label_smoothing"),
+        ({"optim": {"betas": [0.9]}}, "optim.betas"),
+        ({"train": {"precision": "fp8"}}, "train.precision"),
+        ({"train": {"device": "tpu"}}, "train.device"),
+        ({"train": {"epochs": "many"}}, "train.epochs"),
+        ({"train": {"early_stop_metric": "val_f1"}}, "train.early_stop_metric"),
+        ({"train": {"profile_steps": -1}}, "train.profile_steps"),
+        ({"train": {"profile_steps": True}}, "train.profile_steps"),
+        ({"train": {"profile_steps": 5, "cuda_graphs": True}}, "train.profile_steps"),
+        ({"data": {"dataset": "mnist"}}, "data.dataset"),
+        ({"data": {"val_fraction": 1.0}}, "data.val_fraction"),
+        ({"data": {"fold": 3}}, "data.fold"),
+        ({"data": {"subset": -5}}, "data.subset"),
+        ({"data": {"test_subset": 0}}, "data.test_subset"),
+        ({"data": {"test_subset": 100, "val_fraction": 0.1}}, "data.test_subset"),
+        ({"train": {"eval_train_images": -1}}, "train.eval_train_images"),
+        ({"dist": {"strategy": "fsdp"}}, "dist.strategy"),
+        ({"dist": {"backend": "ucc"}}, "dist.backend"),
+        ({"dist": {"nproc": 2}}, "dist.nproc"),
+        ({"model": {"nme": "x"}}, "model.nme"),
+        ({"modle": {}}, "modle"),
+        ({"optim": {"lr": float("nan")}}, "optim.lr"),
+        ({"optim": {"grad_clip": "inf"}}, "optim.grad_clip"),
+        ({"optim": {"warmup_epochs": float("inf")}}, "optim.warmup_epochs"),
+        ({"train": {"seed": 2**70}}, "train.seed"),
+        ({"dist": {"timeout_s": 10**12}}, "dist.timeout_s"),
+        ({"model": {"compile": True, "compile_mode": "fast"}}, "model.compile_mode"),
+        ({"model": {"compile_mode": "reduce-overhead"}}, "model.compile_mode"),  # without compile
+    ],
+)
 def test_bad_values_name_the_field(values, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         build_config(values)
@@ -103,16 +129,19 @@ def test_error_names_value_and_allowed():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only answer")
-@pytest.mark.parametrize("values, field", [
-    ({"dist": {"backend": "nccl"}}, "dist.backend"),
-    ({"train": {"device": "cuda"}}, "train.device"),
-    ({"data": {"data_dir": "/no/such/folder"}}, "data.data_dir"),
-    ({"data": {"dataset": "imagefolder"}}, "data.data_dir"),
-    ({"dist": {"strategy": "dp"}}, "dist.strategy"),
-    ({"dist": {"comm_hook": "bf16"}}, "dist.comm_hook"),
-    ({"dist": {"sync_bn": True}}, "dist.sync_bn"),
-    ({"dist": {"backend": "mpi"}}, "dist.backend"),
-])
+@pytest.mark.parametrize(
+    "values, field",
+    [
+        ({"dist": {"backend": "nccl"}}, "dist.backend"),
+        ({"train": {"device": "cuda"}}, "train.device"),
+        ({"data": {"data_dir": "/no/such/folder"}}, "data.data_dir"),
+        ({"data": {"dataset": "imagefolder"}}, "data.data_dir"),
+        ({"dist": {"strategy": "dp"}}, "dist.strategy"),
+        ({"dist": {"comm_hook": "bf16"}}, "dist.comm_hook"),
+        ({"dist": {"sync_bn": True}}, "dist.sync_bn"),
+        ({"dist": {"backend": "mpi"}}, "dist.backend"),
+    ],
+)
 def test_machine_checks(values, field):
     with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
         check_environment(build_config(values))
@@ -125,7 +154,12 @@ def test_parse_dotted_rejects_malformed():
 
 
 def test_global_batch_size_is_local_times_world_times_accumulate():
-    cfg = build_config({"train": {"batch_size": 32, "accumulate": 4}, "dist": {"strategy": "ddp", "nproc": 2, "nnodes": 2, "rdzv_endpoint": "127.0.0.1:29400"}})
+    cfg = build_config(
+        {
+            "train": {"batch_size": 32, "accumulate": 4},
+            "dist": {"strategy": "ddp", "nproc": 2, "nnodes": 2, "rdzv_endpoint": "127.0.0.1:29400"},
+        }
+    )
     assert cfg.world_size() == 4 and cfg.global_batch_size() == 32 * 4 * 4
 
 
@@ -149,10 +183,21 @@ def test_readme_reference_is_current():
     assert reference_markdown() in readme, "run: python scripts/readme_reference.py"
 
 
-TORCHRUN = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "10.0.0.1",
-            "MASTER_PORT": "29500"}
-SRUN = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_STEP_NUM_TASKS": "8",
-        "SLURM_STEP_NUM_NODES": "2"}
+TORCHRUN = {
+    "RANK": "3",
+    "WORLD_SIZE": "4",
+    "LOCAL_RANK": "1",
+    "LOCAL_WORLD_SIZE": "2",
+    "MASTER_ADDR": "10.0.0.1",
+    "MASTER_PORT": "29500",
+}
+SRUN = {
+    "SLURM_PROCID": "5",
+    "SLURM_NTASKS": "8",
+    "SLURM_LOCALID": "1",
+    "SLURM_STEP_NUM_TASKS": "8",
+    "SLURM_STEP_NUM_NODES": "2",
+}
 
 
 def test_a_launchers_full_set_makes_a_worker_and_says_where_it_sits():
@@ -166,13 +211,16 @@ def test_a_launchers_full_set_makes_a_worker_and_says_where_it_sits():
     assert placement("single", one).place is None  # torchrun --nproc 1: one process, no group
 
 
-@pytest.mark.parametrize("env, ignored", [
-    ({"RANK": "0", "WORLD_SIZE": "2"}, "ignored RANK, WORLD_SIZE: without MASTER_ADDR, MASTER_PORT"),
-    ({"RANK": "abc", "LOCAL_RANK": "x"}, "ignored RANK, LOCAL_RANK: without WORLD_SIZE, MASTER_ADDR, MASTER_PORT"),
-    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "7"}, "ignored SLURM_NTASKS=2: srun did not start"),
-    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, None),  # a one-task sbatch job: nothing to say
-    ({"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}, None),  # a multi-node user's shell: used by --nproc
-])
+@pytest.mark.parametrize(
+    "env, ignored",
+    [
+        ({"RANK": "0", "WORLD_SIZE": "2"}, "ignored RANK, WORLD_SIZE: without MASTER_ADDR, MASTER_PORT"),
+        ({"RANK": "abc", "LOCAL_RANK": "x"}, "ignored RANK, LOCAL_RANK: without WORLD_SIZE, MASTER_ADDR, MASTER_PORT"),
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "7"}, "ignored SLURM_NTASKS=2: srun did not start"),
+        ({"SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, None),  # a one-task sbatch job: nothing to say
+        ({"MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500"}, None),  # a multi-node user's shell: used by --nproc
+    ],
+)
 @pytest.mark.parametrize("strategy", ["single", "ddp"])
 def test_stray_launcher_variables_are_ignored_and_named(env, ignored, strategy):
     from ddplab.topology import placement
@@ -182,17 +230,20 @@ def test_stray_launcher_variables_are_ignored_and_named(env, ignored, strategy):
     assert (got.ignored or None) == ignored or got.ignored.startswith(ignored)
 
 
-@pytest.mark.parametrize("env, message", [
-    ({**TORCHRUN, "RANK": "abc"}, "environment variable RANK='abc' is not a whole number >= 0"),
-    ({**TORCHRUN, "WORLD_SIZE": "0"}, "WORLD_SIZE='0' is not a whole number >= 1"),
-    ({**TORCHRUN, "LOCAL_WORLD_SIZE": "abc"}, "LOCAL_WORLD_SIZE='abc' is not a whole number"),
-    ({**TORCHRUN, "RANK": "9" * 400}, "RANK='9999"),
-    ({**TORCHRUN, "RANK": "4"}, "RANK=4 but the group has 4 processes"),
-    ({**TORCHRUN, "LOCAL_WORLD_SIZE": "3"}, "LOCAL_RANK=1 with 3 processes per node does not fit a group of 4"),
-    ({k: v for k, v in TORCHRUN.items() if k not in ("LOCAL_RANK",)}, "LOCAL_RANK is not set"),
-    ({**SRUN, "SLURM_STEP_NUM_NODES": "3"}, "srun started 8 tasks on 3 nodes"),
-    ({**SRUN, "SLURM_PROCID": "-1"}, "SLURM_PROCID='-1' is not a whole number >= 0"),
-])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({**TORCHRUN, "RANK": "abc"}, "environment variable RANK='abc' is not a whole number >= 0"),
+        ({**TORCHRUN, "WORLD_SIZE": "0"}, "WORLD_SIZE='0' is not a whole number >= 1"),
+        ({**TORCHRUN, "LOCAL_WORLD_SIZE": "abc"}, "LOCAL_WORLD_SIZE='abc' is not a whole number"),
+        ({**TORCHRUN, "RANK": "9" * 400}, "RANK='9999"),
+        ({**TORCHRUN, "RANK": "4"}, "RANK=4 but the group has 4 processes"),
+        ({**TORCHRUN, "LOCAL_WORLD_SIZE": "3"}, "LOCAL_RANK=1 with 3 processes per node does not fit a group of 4"),
+        ({k: v for k, v in TORCHRUN.items() if k not in ("LOCAL_RANK",)}, "LOCAL_RANK is not set"),
+        ({**SRUN, "SLURM_STEP_NUM_NODES": "3"}, "srun started 8 tasks on 3 nodes"),
+        ({**SRUN, "SLURM_PROCID": "-1"}, "SLURM_PROCID='-1' is not a whole number >= 0"),
+    ],
+)
 def test_a_malformed_launcher_variable_that_would_be_used_is_one_line(env, message):
     from ddplab.errors import ConfigError
     from ddplab.topology import placement
@@ -208,8 +259,9 @@ def test_a_worker_that_asks_for_one_process_is_refused(env, launcher, strategy):
     from ddplab.errors import ConfigError
     from ddplab.topology import placement
 
-    with pytest.raises(ConfigError, match=f"started by {launcher} .* dist.strategy={strategy} trains one process: "
-                                          "pass --strategy ddp"):
+    with pytest.raises(
+        ConfigError, match=f"started by {launcher} .* dist.strategy={strategy} trains one process: pass --strategy ddp"
+    ):
         placement(strategy, env)
 
 
@@ -265,20 +317,30 @@ def test_the_data_vocabulary_has_one_torch_free_owner_that_the_config_reads():
         imported = {node.module for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom)}
         assert "ddplab.config" not in imported, path.name
     options = ast.parse((src / "data" / "options.py").read_text())
-    assert not [n for n in ast.walk(options) if isinstance(n, (ast.Import, ast.ImportFrom))
-                and any("torch" in a.name or "ddplab" in (getattr(n, "module", "") or a.name) for a in n.names)]
+    assert not [
+        n
+        for n in ast.walk(options)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        and any("torch" in a.name or "ddplab" in (getattr(n, "module", "") or a.name) for a in n.names)
+    ]
 
 
-@pytest.mark.parametrize("data, world, batch, images", [
-    ({"dataset": "cifar10", "subset": 100}, 1, 128, 100),
-    ({"dataset": "cifar10"}, 8, 8192, 6250),              # 50,000 over 8 ranks
-    ({"dataset": "stl10", "fold": 3}, 2, 512, 500),       # a fold is 1,000 images
-    ({"dataset": "synthetic", "synthetic_size": 100}, 3, 40, 34),  # padded to 102: 34 per rank
-])
+@pytest.mark.parametrize(
+    "data, world, batch, images",
+    [
+        ({"dataset": "cifar10", "subset": 100}, 1, 128, 100),
+        ({"dataset": "cifar10"}, 8, 8192, 6250),  # 50,000 over 8 ranks
+        ({"dataset": "stl10", "fold": 3}, 2, 512, 500),  # a fold is 1,000 images
+        ({"dataset": "synthetic", "synthetic_size": 100}, 3, 40, 34),  # padded to 102: 34 per rank
+    ],
+)
 def test_drop_last_without_a_batch_is_refused_by_the_config(data, world, batch, images):
     """Before any process starts or data is read: each rank's share of the training set is smaller than a batch."""
-    values = {"data": data, "train": {"batch_size": batch, "drop_last": True, "device": "cpu"},
-              "dist": {"strategy": "ddp", "nproc": world} if world > 1 else {}}
+    values = {
+        "data": data,
+        "train": {"batch_size": batch, "drop_last": True, "device": "cpu"},
+        "dist": {"strategy": "ddp", "nproc": world} if world > 1 else {},
+    }
     with pytest.raises(ConfigError, match=rf"train\.drop_last=True .* leaves no training batch: .*\b{images}\b"):
         build_config(values)
     values["train"]["batch_size"] = images  # exactly one batch each: allowed
@@ -288,8 +350,12 @@ def test_drop_last_without_a_batch_is_refused_by_the_config(data, world, batch, 
 
 
 def test_drop_last_of_an_image_folder_is_counted_when_it_is_read(tmp_path):
-    assert build_config({"data": {"dataset": "imagefolder", "data_dir": str(tmp_path)},
-                         "train": {"batch_size": 10**6, "drop_last": True}}).train.drop_last
+    assert build_config(
+        {
+            "data": {"dataset": "imagefolder", "data_dir": str(tmp_path)},
+            "train": {"batch_size": 10**6, "drop_last": True},
+        }
+    ).train.drop_last
 
 
 def test_config_file_that_is_a_folder(tmp_path):
@@ -304,8 +370,13 @@ def test_the_test_suite_collects_every_test_folder():
     import sys
 
     root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
-                         cwd=root, capture_output=True, text=True, timeout=300).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
     for folder in (p for p in (root / "tests").iterdir() if p.is_dir() and any(p.glob("test_*.py"))):
         assert f"tests/{folder.name}/" in out, f"tests/{folder.name} is not collected"
 
@@ -316,7 +387,9 @@ def test_the_run_folder_is_named_once_and_the_callers_config_is_left_alone(monke
     unnamed = build_config({"data": {"dataset": "synthetic"}, "model": {"name": "simple_cnn"}})
     named = unnamed.with_out_folder()
     assert unnamed.output.out is None  # the API's caller keeps its config
-    assert Path(named.output.out).parent == Path("runs") and Path(named.output.out).name.startswith("synthetic-simple_cnn-")
+    assert Path(named.output.out).parent == Path("runs") and Path(named.output.out).name.startswith(
+        "synthetic-simple_cnn-"
+    )
     assert named.with_out_folder() is named  # every later step (the workers, train()) sees the same folder
     assert unnamed.with_out_folder().output.out != named.output.out  # two runs started together never share one
 
@@ -334,12 +407,18 @@ def test_a_run_folder_that_processes_cannot_agree_on_is_refused_and_a_given_one_
     assert given.output.out == str(Path.home() / "runs" / "x")
 
 
-@pytest.mark.parametrize(("text", "error"), [
-    ("", r"config\.toml is not the config\.toml ddplab wrote for this run \(it is empty\)"),
-    ("[train]\nepochs = 4\n", r"config\.toml is not the config\.toml ddplab wrote for this run \(no \[data\], \[model\], "
-                               r"\[optim\], \[dist\], \[output\]\)"),
-    (None, r"config\.toml: unknown config section \[extras\].*\(edited since the run wrote it\?\)"),
-])
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("", r"config\.toml is not the config\.toml ddplab wrote for this run \(it is empty\)"),
+        (
+            "[train]\nepochs = 4\n",
+            r"config\.toml is not the config\.toml ddplab wrote for this run \(no \[data\], \[model\], "
+            r"\[optim\], \[dist\], \[output\]\)",
+        ),
+        (None, r"config\.toml: unknown config section \[extras\].*\(edited since the run wrote it\?\)"),
+    ],
+)
 def test_a_run_config_not_as_ddplab_wrote_it_is_refused_naming_the_file(tmp_path, text, error):
     """What a resume reads a run's settings from (runfolder.saved_config): never filled in with defaults."""
     from ddplab.runfolder import saved_config

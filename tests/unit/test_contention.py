@@ -57,8 +57,11 @@ def test_missing_counters_are_unknown_not_zero(tmp_path):
 def test_other_processes_are_the_node_minus_this_runs_ranks_worst_node_reported():
     # Node 1: 4 CPUs, 10 s: busy 24 CPU-s, the two ranks used 8 + 8 -> others 8 of 40 = 20%.
     # Node 2: 4 CPUs: busy 10, its rank used 9 -> others 1 of 40 = 2.5%; steal 4 of 40 = 10%.
-    rows = [[8.0, 24.0, 0.0, 1.0, 4.0, 1.0, math.nan], [8.0, 24.0, 0.0, 1.0, 4.0, 1.0, math.nan],
-            [9.0, 10.0, 4.0, 3.0, 4.0, 2.0, 2.0]]
+    rows = [
+        [8.0, 24.0, 0.0, 1.0, 4.0, 1.0, math.nan],
+        [8.0, 24.0, 0.0, 1.0, 4.0, 1.0, math.nan],
+        [9.0, 10.0, 4.0, 3.0, 4.0, 2.0, 2.0],
+    ]
     record = epoch_contention(rows, wall_s=10.0)
     assert record["rank_cpu_s"] == [8.0, 8.0, 9.0]
     assert record["other_cpu_share"] == 0.2 and record["steal_share"] == 0.1
@@ -114,7 +117,10 @@ def test_other_processes_on_a_gpu_are_counted_beyond_this_one():
 def test_every_contention_field_counts_as_a_machine_field_and_the_summary_keeps_the_worst():
     fields = epoch_contention([[1.0, 2.0, 0.0, 0.0, 2.0, 1.0, 0.0]], wall_s=1.0)
     assert all(is_machine_field(k) for k in fields)
-    history = [epoch_record(1, other_cpu_share=0.05, load_avg_1m=1.5), epoch_record(2, other_cpu_share=0.4, load_avg_1m=None)]
+    history = [
+        epoch_record(1, other_cpu_share=0.05, load_avg_1m=1.5),
+        epoch_record(2, other_cpu_share=0.4, load_avg_1m=None),
+    ]
     summary = contention_summary(history)
     assert summary["max_other_cpu_share"] == 0.4 and summary["max_load_avg_1m"] == 1.5
     assert summary["max_steal_share"] is None

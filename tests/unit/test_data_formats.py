@@ -38,8 +38,10 @@ def write_cifar10_bin(root: Path, per_batch: int = 3, test_n: int = 4) -> dict[s
     folder.mkdir(parents=True)
     (folder / "batches.meta.txt").write_text("\n".join(CIFAR10_NAMES) + "\n\n")
     out = {}
-    for split, files, n in (("train", [f"data_batch_{i}.bin" for i in range(1, 6)], per_batch),
-                            ("test", ["test_batch.bin"], test_n)):
+    for split, files, n in (
+        ("train", [f"data_batch_{i}.bin" for i in range(1, 6)], per_batch),
+        ("test", ["test_batch.bin"], test_n),
+    ):
         imgs, labs = [], []
         for k, fname in enumerate(files):
             img = rand_images(n, seed=hash((split, k)) % 1000)
@@ -111,7 +113,7 @@ def test_cifar100_binary_fine_and_coarse(tmp_path):
         assert np.array_equal(fine_ds.images.numpy(), img) and np.array_equal(coarse_ds.images.numpy(), img)
         assert fine_ds.labels.tolist() == fine.tolist() and coarse_ds.labels.tolist() == coarse.tolist()
         assert len(fine_ds.classes) == 100 and coarse_ds.classes[3] == "coarse3"
-    (folder / "test.bin").write_bytes((folder / "test.bin").read_bytes()[:3074 * 2 + 5])
+    (folder / "test.bin").write_bytes((folder / "test.bin").read_bytes()[: 3074 * 2 + 5])
     with pytest.raises(DataError, match=r"test.bin is 6,153 bytes, not a whole number of 3074-byte records"):
         formats.read_cifar100_binary(folder, "test")
 
@@ -119,19 +121,54 @@ def test_cifar100_binary_fine_and_coarse(tmp_path):
 # ----------------------------------------------------------------------------- CIFAR python
 def _py2_pickle(data: np.ndarray, labels: list[int]) -> bytes:
     """The opcodes Python 2's cPickle (protocol 2) writes for a CIFAR batch: str keys, str data."""
+
     def s(b: bytes) -> bytes:
         return b"U" + bytes([len(b)]) + b
 
     def i(v: int) -> bytes:
         return b"K" + bytes([v]) if v < 256 else b"M" + struct.pack("<H", v)
 
-    dtype = (b"cnumpy\ndtype\n" + s(b"u1") + i(0) + i(1) + b"\x87R(" + i(3) + s(b"|") + b"NNN"
-             + b"J\xff\xff\xff\xff" * 2 + i(0) + b"tb")
-    array = (b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\n" + i(0) + b"\x85" + s(b"b") + b"\x87R("
-             + i(1) + i(data.shape[0]) + i(data.shape[1]) + b"\x86" + dtype + b"\x89T"
-             + struct.pack("<i", data.nbytes) + data.tobytes() + b"tb")
-    return (b"\x80\x02}(" + s(b"data") + array + s(b"labels") + b"](" + b"".join(i(v) for v in labels) + b"e"
-            + s(b"batch_label") + s(b"training batch") + b"u.")
+    dtype = (
+        b"cnumpy\ndtype\n"
+        + s(b"u1")
+        + i(0)
+        + i(1)
+        + b"\x87R("
+        + i(3)
+        + s(b"|")
+        + b"NNN"
+        + b"J\xff\xff\xff\xff" * 2
+        + i(0)
+        + b"tb"
+    )
+    array = (
+        b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\n"
+        + i(0)
+        + b"\x85"
+        + s(b"b")
+        + b"\x87R("
+        + i(1)
+        + i(data.shape[0])
+        + i(data.shape[1])
+        + b"\x86"
+        + dtype
+        + b"\x89T"
+        + struct.pack("<i", data.nbytes)
+        + data.tobytes()
+        + b"tb"
+    )
+    return (
+        b"\x80\x02}("
+        + s(b"data")
+        + array
+        + s(b"labels")
+        + b"]("
+        + b"".join(i(v) for v in labels)
+        + b"e"
+        + s(b"batch_label")
+        + s(b"training batch")
+        + b"u."
+    )
 
 
 def write_cifar10_py(root: Path, n: int = 3) -> dict[str, tuple[np.ndarray, list[int]]]:
@@ -145,8 +182,9 @@ def write_cifar10_py(root: Path, n: int = 3) -> dict[str, tuple[np.ndarray, list
         data = rand_images(n, seed=40 + k).reshape(n, 3072)
         labels = [(k + j) % 10 for j in range(n)]
         if k % 2:  # a Python 3 pickle with bytes keys, as the brief's readers expect
-            blob = pickle.dumps({b"data": data, b"labels": labels, b"batch_label": b"b", b"filenames": [b"x"] * n},
-                                protocol=4)
+            blob = pickle.dumps(
+                {b"data": data, b"labels": labels, b"batch_label": b"b", b"filenames": [b"x"] * n}, protocol=4
+            )
         else:  # the official files are Python 2 pickles
             blob = _py2_pickle(data, labels)
         (folder / fname).write_bytes(blob)
@@ -183,6 +221,7 @@ def test_restricted_unpickler_refuses_code(tmp_path):
     assert not marker.exists()
     # Builtins that could run code are refused as well, not only os.system.
     import io
+
     for payload in (pickle.dumps(eval), pickle.dumps(getattr), b"cbuiltins\nexec\n(S'1'\ntR."):
         with pytest.raises(pickle.UnpicklingError, match="refusing"):
             RestrictedUnpickler(io.BytesIO(payload)).load()
@@ -244,8 +283,9 @@ def test_stl10_resize_and_errors(tmp_path):
     assert small.images.shape == (5, 3, 48, 48) and small.images.dtype == torch.uint8
     # Antialiased bilinear agrees with Pillow's BILINEAR resize (an independent implementation).
     full = formats.read_stl10(folder, "test").images.numpy()
-    ref = np.stack([np.asarray(Image.fromarray(im.transpose(1, 2, 0)).resize((48, 48), Image.Resampling.BILINEAR))
-                    for im in full]).transpose(0, 3, 1, 2)
+    ref = np.stack(
+        [np.asarray(Image.fromarray(im.transpose(1, 2, 0)).resize((48, 48), Image.Resampling.BILINEAR)) for im in full]
+    ).transpose(0, 3, 1, 2)
     assert np.abs(small.images.numpy().astype(int) - ref).max() <= 1
     flat = torch.full((1, 3, 96, 96), 77, dtype=torch.uint8)
     assert torch.equal(formats.resize_images(flat, 128), torch.full((1, 3, 128, 128), 77, dtype=torch.uint8))
@@ -413,8 +453,11 @@ def test_make_splits_subset_and_validation():
     again = make_splits(train, test, subset=100, val_fraction=0.2, seed=3)[1]
     other = make_splits(train, test, subset=100, val_fraction=0.2, seed=4)[1]
     assert torch.equal(again.images, ev.images) and not torch.equal(other.images, ev.images)
-    for bad in ({"subset": 301, "val_fraction": 0.0}, {"subset": None, "val_fraction": 1.0},
-                {"subset": None, "val_fraction": 0.0, "test_subset": 51}):
+    for bad in (
+        {"subset": 301, "val_fraction": 0.0},
+        {"subset": None, "val_fraction": 1.0},
+        {"subset": None, "val_fraction": 0.0, "test_subset": 51},
+    ):
         with pytest.raises(ConfigError):
             make_splits(train, test, seed=0, **bad)
 

@@ -179,8 +179,9 @@ def test_no_network_gives_one_line_with_advice(monkeypatch, tmp_path):
 def test_ensure_dataset_downloads_extracts_and_loads(server, monkeypatch, tmp_path):
     archive, train_labels = _cifar10_archive()
     server.files["/cifar-10-binary.tar.gz"] = archive
-    spec = dataclasses.replace(dl.ARCHIVES["cifar10"], url=server.base + "/cifar-10-binary.tar.gz",
-                               md5=hashlib.md5(archive).hexdigest())
+    spec = dataclasses.replace(
+        dl.ARCHIVES["cifar10"], url=server.base + "/cifar-10-binary.tar.gz", md5=hashlib.md5(archive).hexdigest()
+    )
     monkeypatch.setitem(dl.ARCHIVES, "cifar10", spec)
     stale = tmp_path / "cifar-10-batches-bin"
     stale.mkdir()
@@ -189,17 +190,23 @@ def test_ensure_dataset_downloads_extracts_and_loads(server, monkeypatch, tmp_pa
     assert train.labels.tolist() == train_labels and train.images.shape == (10, 3, 32, 32)
     assert dl.ensure_dataset("cifar10", tmp_path, download=True) == stale
     assert len(server.requests) == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".ddplab-download.lock", "cifar-10-batches-bin",
-                                                          "cifar-10-binary.tar.gz"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".ddplab-download.lock",
+        "cifar-10-batches-bin",
+        "cifar-10-binary.tar.gz",
+    ]
 
 
-@pytest.mark.parametrize("members, links", [
-    ({"../evil": b"x"}, None),
-    ({"cifar-10-batches-bin/../../evil": b"x"}, None),
-    ({"/tmp/ddplab-evil-abs": b"x"}, None),
-    ({"cifar-10-batches-bin/a.bin": b"x"}, {"cifar-10-batches-bin/link": ("sym", "../../evil")}),
-    ({"cifar-10-batches-bin/a.bin": b"x"}, {"cifar-10-batches-bin/hard": ("hard", "../evil")}),
-])
+@pytest.mark.parametrize(
+    "members, links",
+    [
+        ({"../evil": b"x"}, None),
+        ({"cifar-10-batches-bin/../../evil": b"x"}, None),
+        ({"/tmp/ddplab-evil-abs": b"x"}, None),
+        ({"cifar-10-batches-bin/a.bin": b"x"}, {"cifar-10-batches-bin/link": ("sym", "../../evil")}),
+        ({"cifar-10-batches-bin/a.bin": b"x"}, {"cifar-10-batches-bin/hard": ("hard", "../evil")}),
+    ],
+)
 def test_extract_refuses_paths_leaving_root(tmp_path, members, links):
     archive = tmp_path / "bad.tar.gz"
     archive.write_bytes(_tar_gz(members, links))

@@ -15,7 +15,7 @@ def sweep(tmp_path):
 
 
 def test_runs_of_one_point_share_a_price_and_the_seed_is_not_part_of_it(tmp_path):
-    text = (tmp_path / "t.toml")
+    text = tmp_path / "t.toml"
     path = tiny_sweep(text)
     path.write_text(path.read_text().replace('name = "tiny"', 'name = "tiny"\nrepeats = 2'))
     runs = load_sweep(path).runs
@@ -44,18 +44,28 @@ def test_a_probe_prices_a_run_as_its_start_and_its_epochs(sweep):
     costs = price([a, b, ddp], probed, Link())
     # a: 16 steps of 16 images; b: 8 of 32; ddp: 8 of 2 x 16, each with 4 link times (a CPU's
     # CPU_DDP_STEP_IN_LINK_TIMES), half the evaluation per worker, and the launcher's own start and end.
-    expected = [(2.75, 16 * 0.01 + 64 * 0.001), (2.75, 8 * 0.01 + 64 * 0.001), (4.5, 8 * (0.01 + 4 * 0.002) + 32 * 0.001)]
+    expected = [
+        (2.75, 16 * 0.01 + 64 * 0.001),
+        (2.75, 8 * 0.01 + 64 * 0.001),
+        (4.5, 8 * (0.01 + 4 * 0.002) + 32 * 0.001),
+    ]
     assert [(c.start_s, c.epoch_s, c.source) for c in costs] == [
-        (pytest.approx(start), pytest.approx(epoch), "probe") for start, epoch in expected]
+        (pytest.approx(start), pytest.approx(epoch), "probe") for start, epoch in expected
+    ]
     assert price([ddp], {**probed, "points": [point]})[0].epoch_s == pytest.approx(8 * 0.01 + 0.032)
 
 
 def test_finished_runs_replace_their_probe_and_scale_the_points_not_yet_run(sweep):
     a, b, ddp = sweep.runs
     keys = [point_key(r) for r in sweep.runs]
-    estimate = Estimate({keys[0]: PointCost(2.0, 2.0, "probe"), keys[1]: PointCost(2.0, 1.0, "probe"),
-                         keys[2]: PointCost(4.0, 10.0, "finished runs")},
-                        {a.name: (keys[0], 4), b.name: (keys[1], 4), ddp.name: (keys[2], 1)})
+    estimate = Estimate(
+        {
+            keys[0]: PointCost(2.0, 2.0, "probe"),
+            keys[1]: PointCost(2.0, 1.0, "probe"),
+            keys[2]: PointCost(4.0, 10.0, "finished runs"),
+        },
+        {a.name: (keys[0], 4), b.name: (keys[1], 4), ddp.name: (keys[2], 1)},
+    )
     names = [a.name, b.name, ddp.name]
     assert [estimate.run_s(n) for n in names] == [10.0, 6.0, 14.0]
     assert estimate.total_s(names) == 30.0 and estimate.total_s(names, at_once=2) == 15.0
@@ -75,8 +85,10 @@ def test_a_probe_that_cannot_run_costs_the_estimate_only(sweep, monkeypatch):
     monkeypatch.setattr(estimate, "run_probe", fails)
     said = []
     assert estimate.estimate(sweep, sweep.runs, {}, {}, echo=said.append) is None
-    assert said == ["sweep tiny: no time estimate before the first run (the probe failed: DataError: no images under "
-                    "/nowhere); each finished run gives one"]
+    assert said == [
+        "sweep tiny: no time estimate before the first run (the probe failed: DataError: no images under "
+        "/nowhere); each finished run gives one"
+    ]
 
 
 def test_finished_runs_of_a_point_price_it_without_a_probe(sweep, monkeypatch):
@@ -89,8 +101,14 @@ def test_finished_runs_of_a_point_price_it_without_a_probe(sweep, monkeypatch):
 
     def probe(configs):
         probed.extend(configs)
-        return {"torch_s": 1.0, "import_s": 2.0, "data_s": 0.0, "exit_s": 0.0, "wall_s": 3.0,
-                "points": [{"step_s": 0.01, "eval_image_s": 0.0, "grad_bytes": 4, "train_images": 256, "eval_images": 0}]}
+        return {
+            "torch_s": 1.0,
+            "import_s": 2.0,
+            "data_s": 0.0,
+            "exit_s": 0.0,
+            "wall_s": 3.0,
+            "points": [{"step_s": 0.01, "eval_image_s": 0.0, "grad_bytes": 4, "train_images": 256, "eval_images": 0}],
+        }
 
     monkeypatch.setattr(estimate, "run_probe", probe)
     found = estimate.estimate(sweep, [a, b], {b.name: 3}, {a.name: (8.0, 4), ddp.name: (20.0, 1)})

@@ -12,8 +12,14 @@ from conftest import tiny_config
 class FakeNVML:
     """pynvml's functions, with scripted readings; `ready` is set once `wanted` samples were taken."""
 
-    def __init__(self, util=(10, 50, 90), used_mib=(1000, 3000, 2000), power_mw=(100_000, 200_000, 300_000),
-                 wanted=3, fail_after=None):
+    def __init__(
+        self,
+        util=(10, 50, 90),
+        used_mib=(1000, 3000, 2000),
+        power_mw=(100_000, 200_000, 300_000),
+        wanted=3,
+        fail_after=None,
+    ):
         self.util, self.used, self.power = util, used_mib, power_mw
         self.calls, self.wanted, self.fail_after = 0, wanted, fail_after
         self.ready = threading.Event()
@@ -60,7 +66,10 @@ def test_samples_what_nvml_reports_in_the_units_of_the_files():
 
 
 def test_summary_is_mean_utilization_and_peak_memory():
-    rows = [{"util_pct": u, "mem_used_mib": m, "power_w": p} for u, m, p in ((10, 1000, 100), (50, 3000, None), (90, 2000, 300))]
+    rows = [
+        {"util_pct": u, "mem_used_mib": m, "power_w": p}
+        for u, m, p in ((10, 1000, 100), (50, 3000, None), (90, 2000, 300))
+    ]
     assert summarize(rows) == {"mean_util_pct": 50.0, "peak_mem_used_mib": 3000.0, "mean_power_w": 200.0, "samples": 3}
     assert summarize([])["mean_util_pct"] is None
 
@@ -97,13 +106,19 @@ def test_a_sampled_run_writes_gpu_and_step_samples_and_summarizes_them(tmp_path,
     import ddplab
     from ddplab.engine import run
 
-    monkeypatch.setattr(run, "build_gpu_sampler",
-                        lambda config, ctx: GpuSampler([0], interval_s=0.001, nvml=FakeNVML(util=(40,), used_mib=(512,))))
+    monkeypatch.setattr(
+        run,
+        "build_gpu_sampler",
+        lambda config, ctx: GpuSampler([0], interval_s=0.001, nvml=FakeNVML(util=(40,), used_mib=(512,))),
+    )
     result = ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 2}))
     rows = [json.loads(line) for line in (tmp_path / "r" / "gpu.jsonl").read_text().splitlines()]
     assert {r["epoch"] for r in rows} == {1, 2} and {r["util_pct"] for r in rows} == {40.0}
-    assert result.summary["gpu"] == {"measured": True, "reason": None,
-                                     "per_rank": [{"rank": 0, "mean_util_pct": 40.0, "peak_mem_used_mib": 512.0}]}
+    assert result.summary["gpu"] == {
+        "measured": True,
+        "reason": None,
+        "per_rank": [{"rank": 0, "mean_util_pct": 40.0, "peak_mem_used_mib": 512.0}],
+    }
     assert result.history[0].per_rank["gpu_util_pct"] == [40.0]
     steps = [json.loads(line) for line in (tmp_path / "r" / "steps.jsonl").read_text().splitlines()]
     assert [s["step"] for s in steps] == list(range(1, 17))  # 8 steps per epoch, each one read (fewer than 50)
@@ -121,7 +136,8 @@ def test_a_cpu_run_says_gpu_not_measured(tmp_path):
 def test_resume_drops_samples_of_epochs_after_the_checkpoint(tmp_path):
     from ddplab.metrics.sinks import SamplesSink
 
-    (tmp_path / "steps.jsonl").write_text("".join(json.dumps({"epoch": e, "step": e}) + "\n" for e in (1, 1, 2, 3))
-                                          + '{"epoch": 3, "ste')  # and a torn last line
+    (tmp_path / "steps.jsonl").write_text(
+        "".join(json.dumps({"epoch": e, "step": e}) + "\n" for e in (1, 1, 2, 3)) + '{"epoch": 3, "ste'
+    )  # and a torn last line
     SamplesSink(tmp_path, keep_through_epoch=2)
     assert [json.loads(line)["epoch"] for line in (tmp_path / "steps.jsonl").read_text().splitlines()] == [1, 1, 2]

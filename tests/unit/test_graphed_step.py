@@ -38,8 +38,14 @@ RAGGED = dict(train={"epochs": 2, "batch_size": 24, "accumulate": 3})
 
 
 # The speedrun preset's Muon: filter norms held fixed, its own momentum, a linear schedule.
-SPEEDRUN_MUON = {"name": "muon", "muon_normalize": True, "muon_momentum": 0.6, "muon_ns_steps": 3, "schedule": "linear",
-                 "weight_decay": 1e-3}
+SPEEDRUN_MUON = {
+    "name": "muon",
+    "muon_normalize": True,
+    "muon_momentum": 0.6,
+    "muon_ns_steps": 3,
+    "schedule": "linear",
+    "weight_decay": 1e-3,
+}
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw", "rmsprop", "muon", "speedrun_muon"])
@@ -85,7 +91,9 @@ def test_learning_rate_tensor_follows_the_schedule_every_step_cpu():
 
 
 def test_capture_preparation_changes_nothing_the_run_depends_on_cpu():
-    trainer = trainer_for(tiny_config(train={"epochs": 1}, optim={"name": "adamw", "lr": 3e-3}, model={"batchnorm": True}))
+    trainer = trainer_for(
+        tiny_config(train={"epochs": 1}, optim={"name": "adamw", "lr": 3e-3}, model={"batchnorm": True})
+    )
     module = unwrap(trainer.model)
     before = {k: v.clone() for k, v in module.state_dict().items()}
     rng = torch.get_rng_state()
@@ -113,12 +121,15 @@ def test_a_loader_with_no_full_step_captures_nothing_cpu():
     assert trainer.graphed is None
 
 
-@pytest.mark.parametrize("setting, value, match", [
-    (("train", "precision"), "fp16", "train.precision='fp16'.*gradient scaler"),
-    (("dist", "strategy"), "dp", "dist.strategy='dp'.*DataParallel"),
-    (("dist", "backend"), "gloo", "dist.backend='gloo'.*NCCL"),
-    (("model", "compile_mode"), "reduce-overhead", "model.compile_mode='reduce-overhead'"),
-])
+@pytest.mark.parametrize(
+    "setting, value, match",
+    [
+        (("train", "precision"), "fp16", "train.precision='fp16'.*gradient scaler"),
+        (("dist", "strategy"), "dp", "dist.strategy='dp'.*DataParallel"),
+        (("dist", "backend"), "gloo", "dist.backend='gloo'.*NCCL"),
+        (("model", "compile_mode"), "reduce-overhead", "model.compile_mode='reduce-overhead'"),
+    ],
+)
 def test_cuda_graphs_refuse_what_a_graph_cannot_hold(setting, value, match):
     section, key = setting
     values = {"train": {"cuda_graphs": True, "device": "cuda"}}
@@ -144,8 +155,11 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA grap
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
 def test_captured_step_trains_like_eager_on_cuda(optimizer):
     lr = {"sgd": 0.05, "adamw": 3e-3}[optimizer]
-    sections = dict(train={**RAGGED["train"], "device": "cuda", "deterministic": True},
-                    optim={"name": optimizer, "lr": lr, "grad_clip": 1.0}, model={"batchnorm": True, "dropout": 0.0})
+    sections = dict(
+        train={**RAGGED["train"], "device": "cuda", "deterministic": True},
+        optim={"name": optimizer, "lr": lr, "grad_clip": 1.0},
+        model={"batchnorm": True, "dropout": 0.0},
+    )
     eager = trainer_for(tiny_config(**sections))
     eager.fit()
     sections["train"]["cuda_graphs"] = True

@@ -7,8 +7,18 @@ from ddplab import hosts
 from ddplab.hosts import Cluster, HostsError, parse_rate, rate_text
 
 
-@pytest.mark.parametrize("text, bits", [("100mbit", 100e6), ("1gbit", 1e9), ("2.5gbit", 2.5e9), ("500k", 5e5),
-                                        ("1G", 1e9), ("10mbps", 80e6), ("64kbit", 64e3)])
+@pytest.mark.parametrize(
+    "text, bits",
+    [
+        ("100mbit", 100e6),
+        ("1gbit", 1e9),
+        ("2.5gbit", 2.5e9),
+        ("500k", 5e5),
+        ("1G", 1e9),
+        ("10mbps", 80e6),
+        ("64kbit", 64e3),
+    ],
+)
 def test_rates_read_as_tc_spells_them(text, bits):
     assert parse_rate(text) == pytest.approx(bits)
 
@@ -18,16 +28,29 @@ def test_no_rate_is_an_unshaped_link(text):
     assert parse_rate(text) is None
 
 
-@pytest.mark.parametrize("text, why", [("fast", "expected e.g. 100mbit"), ("1tbit", "expected e.g."),
-                                       ("1kbit", "between 8kbit and 100gbit"), ("200gbit", "between 8kbit and 100gbit"),
-                                       ("-5mbit", "expected e.g.")])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("fast", "expected e.g. 100mbit"),
+        ("1tbit", "expected e.g."),
+        ("1kbit", "between 8kbit and 100gbit"),
+        ("200gbit", "between 8kbit and 100gbit"),
+        ("-5mbit", "expected e.g."),
+    ],
+)
 def test_bad_rates_are_refused_in_one_line(text, why):
     with pytest.raises(HostsError, match=why):
         parse_rate(text)
 
 
 def test_rates_print_in_the_largest_whole_unit():
-    assert [rate_text(r) for r in (None, 2e8, 1e9, 2.5e9, 64e3)] == ["unshaped", "200mbit", "1gbit", "2.5gbit", "64kbit"]
+    assert [rate_text(r) for r in (None, 2e8, 1e9, 2.5e9, 64e3)] == [
+        "unshaped",
+        "200mbit",
+        "1gbit",
+        "2.5gbit",
+        "64kbit",
+    ]
 
 
 def test_hosts_are_numbered_from_the_first_address_of_the_subnet():

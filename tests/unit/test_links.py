@@ -45,12 +45,15 @@ def test_a_noisy_measurement_fits_with_its_error_said():
     assert 0.01 < error["median"] < 0.12 and error["max"] < 0.2
 
 
-@pytest.mark.parametrize("sizes, times, ranks, says", [
-    ([4096, 16384], [1e-4, 2e-4], 2, "needs 3 or more sizes"),
-    ([4096, 16384, 65536], [1e-4, 2e-4, 3e-4], 1, "over 1 rank"),
-    ([4096, 16384, 65536], [3e-4, 2e-4, 1e-4], 2, "do not grow with the message size"),
-    ([4096, 16384, 65536], [0.0, float("nan"), 1e-4], 2, "needs 3 or more sizes"),
-])
+@pytest.mark.parametrize(
+    "sizes, times, ranks, says",
+    [
+        ([4096, 16384], [1e-4, 2e-4], 2, "needs 3 or more sizes"),
+        ([4096, 16384, 65536], [1e-4, 2e-4, 3e-4], 1, "over 1 rank"),
+        ([4096, 16384, 65536], [3e-4, 2e-4, 1e-4], 2, "do not grow with the message size"),
+        ([4096, 16384, 65536], [0.0, float("nan"), 1e-4], 2, "needs 3 or more sizes"),
+    ],
+)
 def test_a_degenerate_measurement_is_one_line(sizes, times, ranks, says):
     with pytest.raises(DataError, match=says):
         fit(sizes, times, ranks)
@@ -107,13 +110,21 @@ def test_plan_measure_writes_the_measurement_and_its_fit(tmp_path, capsys):
     assert [saved["measurement"]["ranks"]] + [m["measurement"]["ranks"] for m in saved["more"]] == [2, 3]
     assert load_links(tmp_path / "links.json").ranks == [2, 3]
     out = capsys.readouterr().out
-    assert "fit (2 ranks): alpha" in out and "fit (3 ranks): alpha" in out and f"links: {tmp_path / 'links.json'}" in out
+    assert (
+        "fit (2 ranks): alpha" in out and "fit (3 ranks): alpha" in out and f"links: {tmp_path / 'links.json'}" in out
+    )
 
 
 def measurement(link: Link, ranks: int) -> dict:
     sizes = list(SIZES[:5])
-    return {"backend": "gloo", "ranks": ranks, "device": "cpu", "sizes": sizes,
-            "times_s": [link.allreduce_s(s, ranks) for s in sizes], "wall_s": 1.0}
+    return {
+        "backend": "gloo",
+        "ranks": ranks,
+        "device": "cpu",
+        "sizes": sizes,
+        "times_s": [link.allreduce_s(s, ranks) for s in sizes],
+        "wall_s": 1.0,
+    }
 
 
 def test_a_links_file_holds_one_fit_per_number_of_ranks(tmp_path):
@@ -133,16 +144,32 @@ def test_a_links_file_holds_one_fit_per_number_of_ranks(tmp_path):
         load_links(tmp_path / "bad.json")
 
 
-@pytest.mark.parametrize("edit, says", [
-    (lambda m: m.update(ranks=0), r"measurement\.ranks is 0, not a whole number >= 2$"),
-    (lambda m: m.pop("times_s"), r"lacks measurement\.times_s, which ddplab always writes"),
-    (lambda m: m["times_s"].__setitem__(0, float("nan")), r"measurement\.times_s is \[nan, .*not a list, each item a number > 0"),
-    (lambda m: m["times_s"].__setitem__(1, 1e308), r"measurement\.times_s is .*not a list, each item a number > 0 <= 3600"),
-    (lambda m: m["sizes"].__setitem__(0, 10**400), r"measurement\.sizes is \[1000.*not a list, each item a number > 0"),
-    (lambda m: m.update(backend=None), r"measurement\.backend is null, not text$"),
-    (lambda m: m["sizes"].pop(), r"measurement times 5 sizes but lists 4$"),
-    (lambda m: m.update(times_s=[0.001] * 5), r"measurement: the all-reduce times do not grow with the message size"),
-], ids=["zero-ranks", "no-times", "nan-time", "1e308-time", "400-digit-size", "null-backend", "sizes-short", "flat"])
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        (lambda m: m.update(ranks=0), r"measurement\.ranks is 0, not a whole number >= 2$"),
+        (lambda m: m.pop("times_s"), r"lacks measurement\.times_s, which ddplab always writes"),
+        (
+            lambda m: m["times_s"].__setitem__(0, float("nan")),
+            r"measurement\.times_s is \[nan, .*not a list, each item a number > 0",
+        ),
+        (
+            lambda m: m["times_s"].__setitem__(1, 1e308),
+            r"measurement\.times_s is .*not a list, each item a number > 0 <= 3600",
+        ),
+        (
+            lambda m: m["sizes"].__setitem__(0, 10**400),
+            r"measurement\.sizes is \[1000.*not a list, each item a number > 0",
+        ),
+        (lambda m: m.update(backend=None), r"measurement\.backend is null, not text$"),
+        (lambda m: m["sizes"].pop(), r"measurement times 5 sizes but lists 4$"),
+        (
+            lambda m: m.update(times_s=[0.001] * 5),
+            r"measurement: the all-reduce times do not grow with the message size",
+        ),
+    ],
+    ids=["zero-ranks", "no-times", "nan-time", "1e308-time", "400-digit-size", "null-backend", "sizes-short", "flat"],
+)
 def test_a_links_file_ddplab_did_not_write_is_one_line_naming_the_field(tmp_path, edit, says):
     """Every number of a links file reaches the fit checked: no ZeroDivisionError, OverflowError or nan."""
     record = measurement(Link("2", 1.0, 0.001, "test"), 2)

@@ -92,7 +92,9 @@ def test_train_shards_equal_length_and_same_permutation_on_every_rank():
         ld.set_epoch(1)
     again = [labels_seen(ld) for ld in lds]
     assert again != shards, "a new epoch gives a new order"
-    assert [shard_indices(50, epoch=1, seed=0, rank=r, world_size=w, shuffle=True, pad=True).tolist() for r in range(w)] == again
+    assert [
+        shard_indices(50, epoch=1, seed=0, rank=r, world_size=w, shuffle=True, pad=True).tolist() for r in range(w)
+    ] == again
 
 
 def test_permutation_differs_across_epochs():

@@ -54,9 +54,7 @@ def _forward_backward(model: nn.Module, shape: tuple[int, int, int], num_classes
 
 def _build(name: str, shape=SMALL, num_classes: int = 10, **options) -> nn.Module:
     options.setdefault("width", NARROW)
-    return create_model(
-        name, num_classes=num_classes, in_channels=shape[0], image_size=shape[1:], **options
-    )
+    return create_model(name, num_classes=num_classes, in_channels=shape[0], image_size=shape[1:], **options)
 
 
 def _has_batchnorm(model: nn.Module) -> bool:
@@ -378,6 +376,13 @@ def test_count_flops_agrees_with_flop_counter_mode(name):
 def test_layers_are_listed_in_forward_order_with_repeats_folded():
     from ddplab.models import describe_layers
 
-    model = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2), nn.ReLU(), nn.ReLU(), nn.Sequential(nn.MaxPool2d(2), nn.Flatten()),
-                          nn.Identity(), nn.Dropout(0.5), nn.Linear(8, 2))
+    model = nn.Sequential(
+        nn.Conv2d(3, 8, 3, stride=2),
+        nn.ReLU(),
+        nn.ReLU(),
+        nn.Sequential(nn.MaxPool2d(2), nn.Flatten()),
+        nn.Identity(),
+        nn.Dropout(0.5),
+        nn.Linear(8, 2),
+    )
     assert describe_layers(model) == "Conv3x3(3->8, stride 2) > ReLU x2 > MaxPool2 > Dropout(0.5) > Linear(8->2)"

@@ -21,8 +21,15 @@ def lrs(cfg: OptimConfig, epochs=4, steps_per_epoch=10):
     return out
 
 
-@pytest.mark.parametrize("name, cls", [("sgd", torch.optim.SGD), ("adam", torch.optim.Adam),
-                                       ("adamw", torch.optim.AdamW), ("rmsprop", torch.optim.RMSprop)])
+@pytest.mark.parametrize(
+    "name, cls",
+    [
+        ("sgd", torch.optim.SGD),
+        ("adam", torch.optim.Adam),
+        ("adamw", torch.optim.AdamW),
+        ("rmsprop", torch.optim.RMSprop),
+    ],
+)
 def test_build_optimizer_settings(name, cls):
     cfg = OptimConfig(name=name, lr=0.3, weight_decay=0.01, momentum=0.5, betas=[0.8, 0.95], nesterov=name == "sgd")
     opt = build_optimizer([torch.nn.Parameter(torch.zeros(1))], cfg)
@@ -41,8 +48,8 @@ def test_onecycle_rises_to_peak_then_falls():
     peak = max(range(len(curve)), key=curve.__getitem__)
     assert curve[peak] == pytest.approx(1.0) and peak == 9  # the last step of the 1-epoch rise
     assert curve[0] == pytest.approx(0.1)  # div_factor 10
-    assert all(a < b for a, b in zip(curve[:peak], curve[1:peak + 1]))
-    assert all(a > b for a, b in zip(curve[peak:-1], curve[peak + 1:]))
+    assert all(a < b for a, b in zip(curve[:peak], curve[1 : peak + 1]))
+    assert all(a > b for a, b in zip(curve[peak:-1], curve[peak + 1 :]))
     assert curve[-1] < 0.02
 
 
@@ -105,7 +112,9 @@ def test_fused_kernels_on_cuda_only_where_the_optimizer_has_one():
 
     cuda = torch.device("cuda", 0)
     assert fused_kwargs(torch.optim.Adam, torch.device("cpu")) == {}
-    assert fused_kwargs(torch.optim.Adam, cuda) == {"fused": True} and fused_kwargs(torch.optim.AdamW, cuda) == {"fused": True}
+    assert fused_kwargs(torch.optim.Adam, cuda) == {"fused": True} and fused_kwargs(torch.optim.AdamW, cuda) == {
+        "fused": True
+    }
 
     class NoFused(torch.optim.Optimizer):  # an optimizer without a fused kernel (RMSprop on older torch)
         def __init__(self, params, lr=0.1, weight_decay=0.0):
@@ -128,7 +137,9 @@ def test_a_checkpoint_from_a_fused_gpu_run_resumes_unfused_here(tmp_path):
     state = trainer.state_dict()
     for group in state["optimizer"]["param_groups"]:
         group["fused"] = True  # as a CUDA run saved it
-    resumed = build_trainer(tiny_config(optim={"name": "adam", "lr": 1e-3}, train={"epochs": 3}), DistContext(), None)[0]
+    resumed = build_trainer(tiny_config(optim={"name": "adam", "lr": 1e-3}, train={"epochs": 3}), DistContext(), None)[
+        0
+    ]
     resumed.load_state_dict(state)
     assert all(not g["fused"] for g in resumed.optimizer.param_groups)
     resumed.fit()  # an Adam step with fused=True on CPU tensors would raise

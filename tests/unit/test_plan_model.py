@@ -23,7 +23,9 @@ def costs_of(run_dir):
 def test_a_measured_step_splits_into_per_image_and_per_step_costs(tmp_path):
     # write_run: epochs after the first train 9 s each on 1000 images: data 10%, forward+backward 80%, optimizer 10%.
     costs = costs_of(write_run(tmp_path / "r", batch=50, device="cuda"))
-    assert costs.compute_per_image_s == pytest.approx(14.4 / 2000) and costs.data_per_image_s == pytest.approx(1.8 / 2000)
+    assert costs.compute_per_image_s == pytest.approx(14.4 / 2000) and costs.data_per_image_s == pytest.approx(
+        1.8 / 2000
+    )
     assert costs.optimizer_s == pytest.approx(1.8 / 40) and costs.rest_s == pytest.approx(0.0, abs=1e-12)
     assert costs.grad_bytes == 4000 and costs.on_cuda and costs.train_images == 1000
     assert model.predict_alone(costs, 50) == pytest.approx(1000 / 9)  # the measured run, predicted back
@@ -51,9 +53,18 @@ def test_cpu_processes_of_one_node_share_its_cores(tmp_path):
 
 
 def test_backward_hides_every_bucket_but_the_last():
-    costs = model.StepCosts(data_per_image_s=0.0, compute_per_image_s=0.003, optimizer_s=0.0, rest_s=0.0,
-                            accumulate=1, train_images=1000, grad_bytes=100 * 2**20, bucket_cap_mb=25.0,
-                            on_cuda=True, measured={})
+    costs = model.StepCosts(
+        data_per_image_s=0.0,
+        compute_per_image_s=0.003,
+        optimizer_s=0.0,
+        rest_s=0.0,
+        accumulate=1,
+        train_images=1000,
+        grad_bytes=100 * 2**20,
+        bucket_cap_mb=25.0,
+        on_cuda=True,
+        measured={},
+    )
     assert [b / 2**20 for b in model.buckets(costs.grad_bytes, 25.0)] == [1, 25, 25, 25, 24]
     link = Link("x", busbw_gbps=100.0, alpha_s=0.0, source="test")
     total, exposed = model.exposed_comm(costs, link, 2, 100, 1)  # backward: 2/3 x 0.3 s, far longer than the buckets
@@ -81,8 +92,9 @@ def test_what_cannot_be_planned_from_is_one_line(tmp_path):
         costs_of(write_run(tmp_path / "dp", strategy="dp", device="cuda"))
     run = write_run(tmp_path / "plain")
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    (run / "metrics.jsonl").write_text("".join(json.dumps({k: v for k, v in r.items() if k != "forward_backward_s"})
-                                               + "\n" for r in lines))
+    (run / "metrics.jsonl").write_text(
+        "".join(json.dumps({k: v for k, v in r.items() if k != "forward_backward_s"}) + "\n" for r in lines)
+    )
     with pytest.raises(DataError, match="no time breakdown"):
         costs_of(run)
 
@@ -108,8 +120,14 @@ def test_a_plan_over_a_measured_link_says_which_worker_counts_it_did_not_measure
 
     def measured(alpha: float, ranks: int) -> dict:
         link, sizes = Link("x", 1.0, alpha, "test"), list(SIZES[:5])
-        return {"backend": "gloo", "ranks": ranks, "device": "cpu", "sizes": sizes,
-                "times_s": [link.allreduce_s(s, ranks) for s in sizes], "wall_s": 1.0}
+        return {
+            "backend": "gloo",
+            "ranks": ranks,
+            "device": "cpu",
+            "sizes": sizes,
+            "times_s": [link.allreduce_s(s, ranks) for s in sizes],
+            "wall_s": 1.0,
+        }
 
     run = write_run(tmp_path / "r", batch=50)
     save_links(tmp_path / "two.json", [measured(0.001, 2)])
@@ -159,6 +177,10 @@ def test_a_target_that_all_reduces_differently_is_planned_with_its_own_gradient_
     costs = costs_of(write_run(tmp_path / "r"))
     assert (costs.params, costs.grad_bytes, costs.bucket_cap_mb) == (1000, 4000, 25.0)
     target = costs.for_config({"dist.comm_hook": "fp16", "dist.bucket_cap_mb": 5})
-    assert (target.grad_bytes, target.bucket_cap_mb, target.compute_per_image_s) == (2000, 5.0, costs.compute_per_image_s)
+    assert (target.grad_bytes, target.bucket_cap_mb, target.compute_per_image_s) == (
+        2000,
+        5.0,
+        costs.compute_per_image_s,
+    )
     assert costs.for_config({}).grad_bytes == 4000
     assert replace(costs, params=0.0).for_config({"dist.comm_hook": "bf16"}).grad_bytes == 4000

@@ -34,7 +34,9 @@ def test_each_attempt_is_appended_under_its_command(tmp_path):
 def test_a_failure_says_its_error_line_from_the_last_attempt_only(tmp_path):
     log = tmp_path / "run.log"
     process.supervise(python("import sys; print('ddplab: error: the old one'); sys.exit(2)"), log)
-    done = process.supervise(python("import sys; print('ddplab: error: the new one'); print('chatter'); sys.exit(3)"), log)
+    done = process.supervise(
+        python("import sys; print('ddplab: error: the new one'); print('chatter'); sys.exit(3)"), log
+    )
     assert (done.code, done.error) == (3, "the new one")
     plain = process.supervise(python("import sys; print('one'); print('the last line'); sys.exit(1)"), log)
     assert plain.error == "the last line"
@@ -43,11 +45,15 @@ def test_a_failure_says_its_error_line_from_the_last_attempt_only(tmp_path):
 
 def test_a_timeout_stops_the_whole_tree_and_says_so(tmp_path):
     pid_file = tmp_path / "grandchild.pid"
-    child = ("import subprocess, sys, time\n"
-             "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
-             f"open({str(pid_file)!r}, 'w').write(str(g.pid))\n"
-             "time.sleep(120)\n")
-    done = process.supervise(python(child), tmp_path / "run.log", timeout_s=1, poll_s=0.1, timeout_from="sweep --timeout")
+    child = (
+        "import subprocess, sys, time\n"
+        "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(g.pid))\n"
+        "time.sleep(120)\n"
+    )
+    done = process.supervise(
+        python(child), tmp_path / "run.log", timeout_s=1, poll_s=0.1, timeout_from="sweep --timeout"
+    )
     assert done.code == process.TIMED_OUT and done.wall_s >= 1
     assert done.error == "the command did not finish within 1 s (sweep --timeout); stopped"
     grandchild = int(pid_file.read_text())
@@ -65,8 +71,10 @@ def test_ctrl_c_stops_the_tree_as_ctrl_c_stops_a_run(tmp_path):
         if calls.count(True) == 1 and calls[-1]:
             raise KeyboardInterrupt
 
-    child = (f"import pathlib, time\ntry:\n    pathlib.Path({str(ready)!r}).touch()\n    time.sleep(120)\n"
-             "except KeyboardInterrupt:\n    print('stopped by SIGINT')\n    raise SystemExit(130)\n")
+    child = (
+        f"import pathlib, time\ntry:\n    pathlib.Path({str(ready)!r}).touch()\n    time.sleep(120)\n"
+        "except KeyboardInterrupt:\n    print('stopped by SIGINT')\n    raise SystemExit(130)\n"
+    )
     done = process.supervise(python(child), tmp_path / "run.log", on_poll=interrupt_once, poll_s=0.1)
     assert done.code == process.INTERRUPTED and done.wall_s < process.STOP_GRACE_S
     assert process.last_line(done.log) == "stopped by SIGINT"  # SIGINT, as Ctrl-C sends it, not SIGKILL
@@ -77,25 +85,39 @@ def test_on_poll_runs_while_the_command_runs_and_once_after(tmp_path):
     seen = []
     marker = tmp_path / "started"
     child = f"import time, pathlib\npathlib.Path({str(marker)!r}).touch()\ntime.sleep(0.6)\n"
-    done = process.supervise(python(child), tmp_path / "run.log", on_poll=lambda: seen.append(marker.exists()),
-                             poll_s=0.05)
+    done = process.supervise(
+        python(child), tmp_path / "run.log", on_poll=lambda: seen.append(marker.exists()), poll_s=0.05
+    )
     assert done.code == 0 and len(seen) >= 3 and seen[-1]
 
 
 def test_env_and_cwd_reach_the_command(tmp_path):
     env = {**os.environ, "DDPLAB_PROCESS_TEST": "here"}
-    done = process.supervise(python("import os; print(os.environ['DDPLAB_PROCESS_TEST'], os.getcwd())"),
-                             tmp_path / "run.log", env=env, cwd=tmp_path)
+    done = process.supervise(
+        python("import os; print(os.environ['DDPLAB_PROCESS_TEST'], os.getcwd())"),
+        tmp_path / "run.log",
+        env=env,
+        cwd=tmp_path,
+    )
     assert process.last_line(done.log) == f"here {tmp_path}"
 
 
 def test_ddplab_command_uses_this_interpreter():
-    assert process.ddplab_command("train", "--epochs", "1") == [sys.executable, "-m", "ddplab", "train", "--epochs", "1"]
+    assert process.ddplab_command("train", "--epochs", "1") == [
+        sys.executable,
+        "-m",
+        "ddplab",
+        "train",
+        "--epochs",
+        "1",
+    ]
 
 
 def test_a_child_that_ignores_its_timeout_is_killed_after_the_grace_without_blocking_its_owner(tmp_path, monkeypatch):
     monkeypatch.setattr(process, "STOP_GRACE_S", 0.5)
-    stubborn = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(120)\n"
+    stubborn = (
+        "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(120)\n"
+    )
     child = process.Child(python(stubborn), tmp_path / "run.log", timeout_s=0.3)
     polls, start = 0, time.monotonic()
     while (done := child.poll(wait_s=0.05)) is None:

@@ -33,14 +33,50 @@ def write_sweep(root: Path) -> Path:
         if workers == "1":
             write_run(sweep / "runs" / name, seed=seed, test_acc=acc, steps=True, gpu=seed == 0)
         else:
-            write_run(sweep / "runs" / name, seed=seed, strategy="ddp", nproc=2, test_acc=acc, epoch_s=(8.0, 6.25, 6.25),
-                      test_loss=(1.0, 0.9, 0.85), comm_share=0.1, peak_mib=450.0)
-        entries.append({"name": name, "dir": f"runs/{name}", "point": {"workers": workers}, "seed": seed,
-                        "status": "finished", "exit_code": 0, "error": None, "wall_s": 40.0})
-    entries.append({"name": "w4-s0", "dir": "runs/w4-s0", "point": {"workers": "4"}, "seed": 0, "status": "failed",
-                    "exit_code": 4, "error": "training diverged: loss is nan at epoch 2", "wall_s": 3.0})
-    manifest = {"version": 1, "name": "scaling", "description": "", "sweep_file": "scaling.toml", "axes": ["workers"],
-                "repeats": 2, "runs": entries}
+            write_run(
+                sweep / "runs" / name,
+                seed=seed,
+                strategy="ddp",
+                nproc=2,
+                test_acc=acc,
+                epoch_s=(8.0, 6.25, 6.25),
+                test_loss=(1.0, 0.9, 0.85),
+                comm_share=0.1,
+                peak_mib=450.0,
+            )
+        entries.append(
+            {
+                "name": name,
+                "dir": f"runs/{name}",
+                "point": {"workers": workers},
+                "seed": seed,
+                "status": "finished",
+                "exit_code": 0,
+                "error": None,
+                "wall_s": 40.0,
+            }
+        )
+    entries.append(
+        {
+            "name": "w4-s0",
+            "dir": "runs/w4-s0",
+            "point": {"workers": "4"},
+            "seed": 0,
+            "status": "failed",
+            "exit_code": 4,
+            "error": "training diverged: loss is nan at epoch 2",
+            "wall_s": 3.0,
+        }
+    )
+    manifest = {
+        "version": 1,
+        "name": "scaling",
+        "description": "",
+        "sweep_file": "scaling.toml",
+        "axes": ["workers"],
+        "repeats": 2,
+        "runs": entries,
+    }
     (sweep / "manifest.json").write_text(json.dumps(manifest))
     return sweep
 
@@ -77,7 +113,12 @@ def assert_findings_restate_tables(result: dict) -> None:
 
 def test_speed_is_training_throughput_and_speedup_is_against_the_one_worker_point(sweep_report):
     result, _ = sweep_report
-    assert (result["num_runs"], result["num_finished"], result["num_points"], result["num_not_finished"]) == (5, 4, 2, 1)
+    assert (result["num_runs"], result["num_finished"], result["num_points"], result["num_not_finished"]) == (
+        5,
+        4,
+        2,
+        1,
+    )
     points = {r["point"]: r for r in read_csv(result["points_csv"])}
     one, two = points["workers=1"], points["workers=2"]
     assert one["workers"] == "1" and one["seeds"] == "2" and one["world_size"] == "1" and two["world_size"] == "2"
@@ -95,7 +136,9 @@ def test_speed_is_training_throughput_and_speedup_is_against_the_one_worker_poin
 def test_a_super_linear_speedup_is_flagged_not_stated(sweep_report):
     (section,) = sweep_report[0]["sections"]
     scaling = next(f for f in section["findings"] if f.startswith("workers=2: 1.71x the training throughput"))
-    assert "(190 vs 111 images/s), 171% of the ideal 1x; beyond noise (±3%, over seeds; load not recorded for" in scaling
+    assert (
+        "(190 vs 111 images/s), 171% of the ideal 1x; beyond noise (±3%, over seeds; load not recorded for" in scaling
+    )
     assert "On a CPU both sides share the same 2 cores" in scaling
     check = next(f for f in section["findings"] if "super-linear" in f)
     assert check.startswith("workers=2 is super-linear (171% of the ideal)") and "likely cause" in check
@@ -141,8 +184,13 @@ def test_html_is_self_contained_with_embedded_pngs(sweep_report):
     assert "http://" not in page and "https://" not in page and "<script" not in page.lower()
     assert page.count('src="data:image/png;base64,') == len(result["plots"])
     names = {p.name for p in result["plots"]}
-    assert names == {"s01-curves.png", "s01-speed.png", "s01-time-breakdown.png", "s01-step-loss.png",
-                     "s01-gpu-utilization.png"}  # three epochs: short enough for a per-step curve
+    assert names == {
+        "s01-curves.png",
+        "s01-speed.png",
+        "s01-time-breakdown.png",
+        "s01-step-loss.png",
+        "s01-gpu-utilization.png",
+    }  # three epochs: short enough for a per-step curve
     assert "GPU utilization: not measured" not in page and "training diverged" in page
     for path in result["plots"]:
         assert path.read_bytes().startswith(PNG_MAGIC)
@@ -170,21 +218,35 @@ def test_runs_differing_only_in_seed_and_output_form_one_point(tmp_path):
 
 
 def precision_runs(root: Path, bf16_epoch: float, spread: float, other_cpu=None) -> Path:
-    """fp32 and bf16, two seeds each; bf16's epochs take `bf16_epoch` s (train_s 1 s less), seeds apart by `spread` s."""
-    for name, precision, seed, acc, epoch in (("a0", "fp32", 0, 0.70, 10.0), ("a1", "fp32", 1, 0.72, 10.0 + spread),
-                                              ("b0", "bf16", 0, 0.69, bf16_epoch),
-                                              ("b1", "bf16", 1, 0.71, bf16_epoch + spread)):
-        write_run(root / name, precision=precision, seed=seed, test_acc=acc, epoch_s=(epoch, epoch),
-                  train_loss=(1.0, 0.9), test_loss=(1.0, 0.95), other_cpu=0.0 if other_cpu is None or name != "b1" else other_cpu)
+    """fp32 and bf16, two seeds each; bf16's epochs take `bf16_epoch` s (train_s 1 s less), seeds apart by
+    `spread` s."""
+    for name, precision, seed, acc, epoch in (
+        ("a0", "fp32", 0, 0.70, 10.0),
+        ("a1", "fp32", 1, 0.72, 10.0 + spread),
+        ("b0", "bf16", 0, 0.69, bf16_epoch),
+        ("b1", "bf16", 1, 0.71, bf16_epoch + spread),
+    ):
+        write_run(
+            root / name,
+            precision=precision,
+            seed=seed,
+            test_acc=acc,
+            epoch_s=(epoch, epoch),
+            train_loss=(1.0, 0.9),
+            test_loss=(1.0, 0.95),
+            other_cpu=0.0 if other_cpu is None or name != "b1" else other_cpu,
+        )
     return root
 
 
 def test_a_timing_difference_beyond_noise_is_an_effect(tmp_path):
     result = build_report([precision_runs(tmp_path / "runs", bf16_epoch=8.0, spread=0.0)], tmp_path / "out")
     (finding,) = [f for f in result["findings"] if f.startswith("precision=bf16 vs precision=fp32")]
-    assert finding == ("precision=bf16 vs precision=fp32: 1.29x faster (143 vs 111 training images/s, beyond noise "
-                       "(±3%, over seeds)); test accuracy 70.00% vs 71.00% (-1.0 points, within noise (noise 1.4 "
-                       "points, std over seeds))")
+    assert finding == (
+        "precision=bf16 vs precision=fp32: 1.29x faster (143 vs 111 training images/s, beyond noise "
+        "(±3%, over seeds)); test accuracy 70.00% vs 71.00% (-1.0 points, within noise (noise 1.4 "
+        "points, std over seeds))"
+    )
     assert_findings_restate_tables(result)
 
 
@@ -197,10 +259,14 @@ def test_a_timing_difference_within_the_seeds_spread_is_not_an_effect(tmp_path):
 
 
 def test_a_comparison_with_a_contended_run_is_unreliable_whatever_the_numbers(tmp_path):
-    result = build_report([precision_runs(tmp_path / "runs", bf16_epoch=5.0, spread=0.0, other_cpu=0.35)], tmp_path / "out")
+    result = build_report(
+        [precision_runs(tmp_path / "runs", bf16_epoch=5.0, spread=0.0, other_cpu=0.35)], tmp_path / "out"
+    )
     (finding,) = [f for f in result["findings"] if f.startswith("precision=bf16 vs precision=fp32")]
-    assert finding.startswith("precision=bf16 vs precision=fp32: unreliable: 2.25x faster (250 vs 111 training images/s; "
-                              "the clocks measured other work; b1: other processes used up to 35% of the CPUs)")
+    assert finding.startswith(
+        "precision=bf16 vs precision=fp32: unreliable: 2.25x faster (250 vs 111 training images/s; "
+        "the clocks measured other work; b1: other processes used up to 35% of the CPUs)"
+    )
     assert "beyond noise (±" not in finding
     page = result["index_html"].read_text()
     assert '<li class="unreliable">precision=bf16 vs precision=fp32' in page and "35% CPU (contended)" in page
@@ -210,21 +276,30 @@ def test_a_comparison_with_a_contended_run_is_unreliable_whatever_the_numbers(tm
 def test_accuracy_noise_is_the_seeds_spread_or_the_test_sets_own():
     a = {"final_test_acc": 0.70, "final_test_acc_std": None, "test_images": 10_000}
     b = {"final_test_acc": 0.73, "final_test_acc_std": None, "test_images": 10_000}
-    verdict = noise.accuracy_verdict(0.03, b, a)  # sampling noise, the larger side's: sqrt(.7 * .3 / 10000) = 0.46 points
-    assert verdict.text() == ("single seed (beyond the test set's sampling noise of 0.5 points; the spread over seeds "
-                              "is not measured: set sweep.repeats)")
+    verdict = noise.accuracy_verdict(
+        0.03, b, a
+    )  # sampling noise, the larger side's: sqrt(.7 * .3 / 10000) = 0.46 points
+    assert verdict.text() == (
+        "single seed (beyond the test set's sampling noise of 0.5 points; the spread over seeds "
+        "is not measured: set sweep.repeats)"
+    )
     small = {**a, "test_images": 200}  # sqrt(.7 * .3 / 200) = 3.2 points: 3 points is within it
     assert noise.accuracy_verdict(0.03, {**b, "test_images": 200}, small).word == "within noise"
     seeds = {**a, "final_test_acc_std": 0.02}
-    assert noise.accuracy_verdict(0.03, {**b, "final_test_acc_std": 0.01}, seeds).text() == \
-        "within noise (noise 2.0 points, std over seeds)"
+    assert (
+        noise.accuracy_verdict(0.03, {**b, "final_test_acc_std": 0.01}, seeds).text()
+        == "within noise (noise 2.0 points, std over seeds)"
+    )
 
 
 def test_timing_noise_of_one_run_is_its_windows_standard_error():
-    steps = [{"epoch": 2, "step": s, "t_s": t} for s, t in ((0, 0.0), (1, 1.0), (2, 2.1), (3, 3.0), (4, 4.1), (5, 5.0), (6, 6.1))]
+    steps = [
+        {"epoch": 2, "step": s, "t_s": t}
+        for s, t in ((0, 0.0), (1, 1.0), (2, 2.1), (3, 3.0), (4, 4.1), (5, 5.0), (6, 6.1))
+    ]
     rates = noise.window_rates(steps, images_per_step=100, epochs=2)
     assert rates == pytest.approx([100.0, 100 / 1.1, 100 / 0.9, 100 / 1.1, 100 / 0.9, 100 / 1.1])
-    assert noise.within_run_noise(rates) == pytest.approx(statistics.stdev(rates) / statistics.fmean(rates) / 6 ** 0.5)
+    assert noise.within_run_noise(rates) == pytest.approx(statistics.stdev(rates) / statistics.fmean(rates) / 6**0.5)
     assert noise.within_run_noise(rates[:4]) is None  # too few windows to say
     one = noise.point_timing([100.0], [0.02])
     assert (one.noise, one.basis) == (0.02, "within-run")
@@ -234,7 +309,8 @@ def test_timing_noise_of_one_run_is_its_windows_standard_error():
     # One run per side: a run's own spread says nothing of the next run's, however large the ratio.
     for ratio in (1.05, 3.0):
         assert noise.timing_verdict(ratio, one, one, quiet).text() == (
-            "single run (one run per side cannot tell an effect from run-to-run noise: set sweep.repeats)")
+            "single run (one run per side cannot tell an effect from run-to-run noise: set sweep.repeats)"
+        )
     assert noise.timing_verdict(3.0, two, one, quiet).word == "single run"
     steady = noise.Timing(100.0, 0.005, "seeds")  # 2 x hypot(0.5%, 0.5%) = 1.4%: the 3% floor applies
     assert noise.timing_verdict(1.02, steady, steady, quiet).text() == "within noise (±3%, over seeds)"
@@ -243,8 +319,10 @@ def test_timing_noise_of_one_run_is_its_windows_standard_error():
 
 def test_overfitting_needs_test_loss_up_10_percent_while_train_loss_falls():
     def curve(train, test):
-        return [{"epoch": i, "train_loss": a, "test_loss": b, "test_acc": 0.5 + i / 100}
-                for i, (a, b) in enumerate(zip(train, test), 1)]
+        return [
+            {"epoch": i, "train_loss": a, "test_loss": b, "test_acc": 0.5 + i / 100}
+            for i, (a, b) in enumerate(zip(train, test), 1)
+        ]
 
     found = overfitting(curve([1.0, 0.8, 0.6, 0.4], [1.0, 0.5, 0.6, 0.7]))
     assert (found["overfits"], found["min_epoch"], found["rise"]) == (True, 2, pytest.approx(0.4))
@@ -267,19 +345,30 @@ def test_unfinished_run_is_listed_not_fatal(tmp_path):
     assert (result["num_runs"], result["num_finished"], result["num_points"]) == (2, 1, 1)
     rows = {r["run"]: r for r in read_csv(result["runs_csv"])}
     assert rows["crashed"]["status"] == "unfinished"
-    assert rows["crashed"]["error"] == "no summary.json: stopped or still running after 1 epoch; log: TrainingError: loss is nan"
+    assert (
+        rows["crashed"]["error"]
+        == "no summary.json: stopped or still running after 1 epoch; log: TrainingError: loss is nan"
+    )
 
 
 def test_a_half_finished_slurm_sweep_reports_its_finished_points_and_names_the_rest(tmp_path):
     """Slurm tasks finish after the manifest was written ("submitted"): the run folders say which finished."""
     write_run(tmp_path / "runs" / "done")
-    write_manifest(tmp_path, [{"name": "done", "point": {"config": "a"}, "seed": 0, "status": "submitted", "job": "7_0"},
-                              {"name": "queued", "point": {"config": "b"}, "seed": 0, "status": "submitted", "job": "7_1"}])
+    write_manifest(
+        tmp_path,
+        [
+            {"name": "done", "point": {"config": "a"}, "seed": 0, "status": "submitted", "job": "7_0"},
+            {"name": "queued", "point": {"config": "b"}, "seed": 0, "status": "submitted", "job": "7_1"},
+        ],
+    )
     result = build_report([tmp_path], tmp_path / "out")
     assert (result["num_runs"], result["num_finished"]) == (2, 1)
     rows = {r["run"]: r for r in read_csv(result["runs_csv"])}
     assert rows["done"]["status"] == "finished" and rows["done"]["final_test_acc"] == "0.7"
-    assert (rows["queued"]["status"], rows["queued"]["error"]) == ("submitted", "submitted: not finished when the report was made")
+    assert (rows["queued"]["status"], rows["queued"]["error"]) == (
+        "submitted",
+        "submitted: not finished when the report was made",
+    )
 
 
 def test_records_that_are_not_numbers_are_left_out_and_said(tmp_path):
@@ -291,7 +380,10 @@ def test_records_that_are_not_numbers_are_left_out_and_said(tmp_path):
     (run / "steps.jsonl").write_text("\n".join([json.dumps(record), *lines[1:]]) + "\n")
     result = build_report([tmp_path / "runs"], tmp_path / "out")
     assert result["num_finished"] == 1
-    assert f"run edited: 1 of {len(lines)} records of steps.jsonl left out (values that are not numbers)" in result["findings"]
+    assert (
+        f"run edited: 1 of {len(lines)} records of steps.jsonl left out (values that are not numbers)"
+        in result["findings"]
+    )
 
 
 def one_line(exc_info) -> str:
@@ -354,11 +446,13 @@ def test_a_folder_linking_to_itself_is_read_once(tmp_path):
 @pytest.mark.slow
 def test_report_never_imports_torch(tmp_path):
     sweep = write_sweep(tmp_path)
-    code = ("import sys; sys.modules['torch'] = None\n"  # any `import torch` now raises ImportError
-            "from pathlib import Path\n"
-            "from ddplab.report.build import build_report\n"
-            f"build_report([Path({str(sweep)!r})], Path({str(tmp_path / 'out')!r}))\n"
-            "assert not [m for m in sys.modules if m.startswith('torch.')], 'torch was imported'\n")
+    code = (
+        "import sys; sys.modules['torch'] = None\n"  # any `import torch` now raises ImportError
+        "from pathlib import Path\n"
+        "from ddplab.report.build import build_report\n"
+        f"build_report([Path({str(sweep)!r})], Path({str(tmp_path / 'out')!r}))\n"
+        "assert not [m for m in sys.modules if m.startswith('torch.')], 'torch was imported'\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "out" / "index.html").is_file()
@@ -367,9 +461,30 @@ def test_report_never_imports_torch(tmp_path):
 @pytest.mark.slow
 def test_report_on_a_real_tiny_run(tmp_path):
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "ddplab", "train", "--dataset", "synthetic", "--data.synthetic_size", "128",
-           "--data.image_size", "16", "--model.width", "0.5", "--epochs", "2", "--device", "cpu",
-           "--output.progress", "false", "--output.tensorboard", "false", "--out", str(run)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ddplab",
+        "train",
+        "--dataset",
+        "synthetic",
+        "--data.synthetic_size",
+        "128",
+        "--data.image_size",
+        "16",
+        "--model.width",
+        "0.5",
+        "--epochs",
+        "2",
+        "--device",
+        "cpu",
+        "--output.progress",
+        "false",
+        "--output.tensorboard",
+        "false",
+        "--out",
+        str(run),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == f"  run folder    {run}"
@@ -398,26 +513,45 @@ def write_axis_sweep(sweep: Path, axis: str, variants: list[tuple[str, dict, dic
 
 def test_a_variant_axis_is_compared_against_its_first_value(tmp_path):
     """An optimizer variant changes name and lr together: compared along the sweep's axis, against the first value."""
-    sweep = write_axis_sweep(tmp_path / "sweep", "optimizer", [
-        (label, {"optim": {"name": label, "lr": lr}}, {"epoch_s": (epoch, epoch), "test_acc": acc})
-        for label, lr, epoch, acc in (("adam", 0.001, 10.0, 0.70), ("sgd", 0.05, 8.0, 0.73), ("rmsprop", 0.0005, 10.0, 0.65))])
+    sweep = write_axis_sweep(
+        tmp_path / "sweep",
+        "optimizer",
+        [
+            (label, {"optim": {"name": label, "lr": lr}}, {"epoch_s": (epoch, epoch), "test_acc": acc})
+            for label, lr, epoch, acc in (
+                ("adam", 0.001, 10.0, 0.70),
+                ("sgd", 0.05, 8.0, 0.73),
+                ("rmsprop", 0.0005, 10.0, 0.65),
+            )
+        ],
+    )
     findings = build_report([sweep], tmp_path / "out")["findings"]
     compared = [f.split(":")[0] for f in findings if " vs " in f.split(":")[0]]
     assert compared == ["sgd vs adam", "rmsprop vs adam"]  # each against the first value only
     sgd = next(f for f in findings if f.startswith("sgd vs adam"))
-    assert sgd.startswith("sgd vs adam: single run: 1.29x faster (143 vs 111 training images/s; one run per side "
-                          "cannot tell an effect from run-to-run noise: set sweep.repeats); test accuracy 73.00% vs "
-                          "70.00% (+3.0 points, single seed (beyond the test set's sampling noise of 0.5 points; the "
-                          "spread over seeds is not measured: set sweep.repeats))")
-    assert next(f for f in findings if f.startswith("best test accuracy")).startswith("best test accuracy: sgd, 73.00%; ahead of adam")
+    assert sgd.startswith(
+        "sgd vs adam: single run: 1.29x faster (143 vs 111 training images/s; one run per side "
+        "cannot tell an effect from run-to-run noise: set sweep.repeats); test accuracy 73.00% vs "
+        "70.00% (+3.0 points, single seed (beyond the test set's sampling noise of 0.5 points; the "
+        "spread over seeds is not measured: set sweep.repeats))"
+    )
+    assert next(f for f in findings if f.startswith("best test accuracy")).startswith(
+        "best test accuracy: sgd, 73.00%; ahead of adam"
+    )
 
 
 @pytest.mark.slow
 def test_two_sweeps_make_two_sections_and_nothing_is_compared_across(tmp_path):
-    first = write_axis_sweep(tmp_path / "optimizers", "optimizer", [
-        ("adam", {"optim": {"name": "adam"}}, {}), ("sgd", {"optim": {"name": "sgd"}}, {"test_acc": 0.75})])
-    second = write_axis_sweep(tmp_path / "precision", "precision", [
-        ("fp32", {}, {}), ("bf16", {}, {"precision": "bf16", "epoch_s": (5.0, 5.0, 5.0)})])
+    first = write_axis_sweep(
+        tmp_path / "optimizers",
+        "optimizer",
+        [("adam", {"optim": {"name": "adam"}}, {}), ("sgd", {"optim": {"name": "sgd"}}, {"test_acc": 0.75})],
+    )
+    second = write_axis_sweep(
+        tmp_path / "precision",
+        "precision",
+        [("fp32", {}, {}), ("bf16", {}, {"precision": "bf16", "epoch_s": (5.0, 5.0, 5.0)})],
+    )
     result = build_report([first, second], tmp_path / "out")
     titles = [s["title"] for s in result["sections"]]
     assert titles == ["optimizers sweep", "precision sweep"]
@@ -429,26 +563,59 @@ def test_two_sweeps_make_two_sections_and_nothing_is_compared_across(tmp_path):
 
 
 SECTIONS = [
-    {"title": "Q2. Scaling", "question": "Does DDP pay?", "kind": "scaling", "note": "Background.",
-     "runs": ["one", "ddp", "dp"], "baseline_runs": ["one"],
-     "not_measured": [{"point": "nccl", "reason": "NCCL needs CUDA GPUs"}]},
-    {"title": "Q3. Overfitting", "kind": "overfitting", "runs": ["one", "ddp"], "baseline_runs": ["one"],
-     "not_measured": []},
-    {"title": "Q5. Remedies", "kind": "regularization", "runs": ["one", "aug"], "baseline_runs": ["one"],
-     "not_measured": []},
+    {
+        "title": "Q2. Scaling",
+        "question": "Does DDP pay?",
+        "kind": "scaling",
+        "note": "Background.",
+        "runs": ["one", "ddp", "dp"],
+        "baseline_runs": ["one"],
+        "not_measured": [{"point": "nccl", "reason": "NCCL needs CUDA GPUs"}],
+    },
+    {
+        "title": "Q3. Overfitting",
+        "kind": "overfitting",
+        "runs": ["one", "ddp"],
+        "baseline_runs": ["one"],
+        "not_measured": [],
+    },
+    {
+        "title": "Q5. Remedies",
+        "kind": "regularization",
+        "runs": ["one", "aug"],
+        "baseline_runs": ["one"],
+        "not_measured": [],
+    },
 ]
 
 
 def write_sectioned_sweep(sweep: Path) -> Path:
     losses = {"one": (1.0, 0.7, 0.9, 1.2, 1.3), "ddp": (1.0, 0.7, 0.9, 1.2, 1.3), "aug": (1.0, 0.8, 0.75, 0.74, 0.74)}
-    for name, kwargs in (("one", {}), ("ddp", {"strategy": "ddp", "nproc": 2, "batch": 16}),
-                         ("aug", {"config": {"data": {"crop_padding": 4}}, "test_acc": 0.78})):
-        write_run(sweep / "runs" / name, epoch_s=(3.0,) * 5, train_loss=(1.2, 0.9, 0.6, 0.3, 0.2),
-                  test_loss=losses[name], train_eval_acc=0.95 if name != "aug" else 0.80, other_cpu=0.01, cpu_s=4.0,
-                  **kwargs)
+    for name, kwargs in (
+        ("one", {}),
+        ("ddp", {"strategy": "ddp", "nproc": 2, "batch": 16}),
+        ("aug", {"config": {"data": {"crop_padding": 4}}, "test_acc": 0.78}),
+    ):
+        write_run(
+            sweep / "runs" / name,
+            epoch_s=(3.0,) * 5,
+            train_loss=(1.2, 0.9, 0.6, 0.3, 0.2),
+            test_loss=losses[name],
+            train_eval_acc=0.95 if name != "aug" else 0.80,
+            other_cpu=0.01,
+            cpu_s=4.0,
+            **kwargs,
+        )
     runs = [{"name": n, "point": {"config": n}, "seed": 0} for n in ("one", "ddp", "aug")]
-    runs.append({"name": "dp", "point": {"config": "dp x2"}, "seed": 0, "status": "skipped",
-                 "error": "not run on this machine: DataParallel needs CUDA devices"})
+    runs.append(
+        {
+            "name": "dp",
+            "point": {"config": "dp x2"},
+            "seed": 0,
+            "status": "skipped",
+            "error": "not run on this machine: DataParallel needs CUDA devices",
+        }
+    )
     return write_manifest(sweep, runs, sections=SECTIONS)
 
 
@@ -457,23 +624,33 @@ def test_a_sweeps_sections_answer_their_questions(tmp_path):
     result = build_report([write_sectioned_sweep(tmp_path / "study")], tmp_path / "out")
     scaling, over, remedies = result["sections"]
     assert [s["title"] for s in result["sections"]] == ["Q2. Scaling", "Q3. Overfitting", "Q5. Remedies"]
-    assert scaling["findings"][0].startswith("ddp: 1.00x the training throughput of one (500 vs 500 images/s), 100% of the ideal 1x")
+    assert scaling["findings"][0].startswith(
+        "ddp: 1.00x the training throughput of one (500 vs 500 images/s), 100% of the ideal 1x"
+    )
     assert "(the same global batch of 32: the same optimizer steps)" in scaling["findings"][0]
-    assert scaling["findings"][-2:] == ["not measured here: nccl: NCCL needs CUDA GPUs",
-                                        "not measured here: dp x2: not run on this machine: DataParallel needs CUDA devices"]
+    assert scaling["findings"][-2:] == [
+        "not measured here: nccl: NCCL needs CUDA GPUs",
+        "not measured here: dp x2: not run on this machine: DataParallel needs CUDA devices",
+    ]
     assert over["findings"][0] == (
         "one overfits: its test loss was lowest at epoch 2 (0.700) and ends +86% above it (1.300 at epoch 5) while the "
         "training loss on training images in eval mode kept falling; train accuracy 95.00% (training images in eval "
-        "mode) vs test 70.00%, a gap of +25.0 points. Early stopping on test loss (patience 2) would have stopped after "
-        "epoch 4, at 70.00% test accuracy (the same run, cut short)")
+        "mode) vs test 70.00%, a gap of +25.0 points. Early stopping on test loss (patience 2) would have stopped "
+        "after epoch 4, at 70.00% test accuracy (the same run, cut short)"
+    )
     assert remedies["findings"][0].startswith("aug vs one: single run: 1.00x faster (500 vs 500 training images/s; ")
-    assert "test loss +0% from its lowest at the end (one: +86%), train-test gap +2.0 vs +25.0 points" in remedies["findings"][0]
+    assert (
+        "test loss +0% from its lowest at the end (one: +86%), train-test gap +2.0 vs +25.0 points"
+        in remedies["findings"][0]
+    )
     assert remedies["findings"][1].startswith("one overfits")  # the baseline, for reference
     for s in result["sections"]:
         assert "Speed" in [t[0] for t in s["tables"]]
     assert "Overfitting" in [t[0] for t in over["tables"]] and "Scaling" in [t[0] for t in scaling["tables"]]
-    assert scaling["setup"] == ("simple_cnn (1,000 parameters, 2.0 MFLOP/image); synthetic: 1,000 training / 10,000 "
-                                "test images; 5 epochs; adam lr 0.001 (schedule none); on CPU Test (2 CPUs), torch 2.13.0")
+    assert scaling["setup"] == (
+        "simple_cnn (1,000 parameters, 2.0 MFLOP/image); synthetic: 1,000 training / 10,000 "
+        "test images; 5 epochs; adam lr 0.001 (schedule none); on CPU Test (2 CPUs), torch 2.13.0"
+    )
     assert_findings_restate_tables(result)
     page = result["index_html"].read_text()
     assert "<blockquote>Does DDP pay?</blockquote>" in page and "Background." in page
@@ -482,8 +659,10 @@ def test_a_sweeps_sections_answer_their_questions(tmp_path):
 @pytest.mark.slow
 def test_plots_name_every_point_in_full_and_never_crowd_a_panel(tmp_path):
     long = "batchnorm + dropout 0.5 in the head, with weight decay 5e-4 and label smoothing 0.1"
-    variants = [(long if i == 0 else f"variant {i}", {"optim": {"lr": 0.001 * (i + 1)}}, {"test_acc": 0.6 + i / 100})
-                for i in range(6)]
+    variants = [
+        (long if i == 0 else f"variant {i}", {"optim": {"lr": 0.001 * (i + 1)}}, {"test_acc": 0.6 + i / 100})
+        for i in range(6)
+    ]
     few = build_report([write_axis_sweep(tmp_path / "few", "config", variants[:3])], tmp_path / "few-out")
     (curves,) = [p for p in few["sections"][0]["plots"] if p.name == "curves"]
     assert curves.legend == [long, "variant 1", "variant 2"] and curves.max_lines == 6  # 3 points x train, test
@@ -497,7 +676,9 @@ def test_plots_name_every_point_in_full_and_never_crowd_a_panel(tmp_path):
 
 
 def test_labels_are_text_not_mathtext(tmp_path):
-    sweep = write_axis_sweep(tmp_path / "s", "config", [("cost $\\notacommand$", {}, {}), ("b", {"optim": {"lr": 0.1}}, {})])
+    sweep = write_axis_sweep(
+        tmp_path / "s", "config", [("cost $\\notacommand$", {}, {}), ("b", {"optim": {"lr": 0.1}}, {})]
+    )
     assert build_report([sweep], tmp_path / "out")["index_html"].is_file()
 
 
@@ -513,8 +694,10 @@ def test_a_sweep_with_a_measured_link_shows_the_predicted_speedup_beside_the_mea
     header = next(line for line in md.splitlines() if line.startswith("| point | vs | speedup | of ideal | predicted"))
     row = next(line for line in md.splitlines() if line.startswith("| workers=2 | workers=1 | 1.71x |"))
     assert header and row.split(" | ")[4] == "0.98x"  # measured 1.71x: the fixture's 2-worker runs are faster
-    assert ("The scaling model (ddplab plan) predicted 0.98x from workers=1 over this machine's measured link; "
-            "the measured 1.71x is above it") in md
+    assert (
+        "The scaling model (ddplab plan) predicted 0.98x from workers=1 over this machine's measured link; "
+        "the measured 1.71x is above it"
+    ) in md
     without = build_report([write_sweep(tmp_path / "plain")], tmp_path / "out2")["report_md"].read_text()
     assert "predicted" not in without  # no link measured: no column, no claim
 
@@ -525,8 +708,19 @@ def write_link(sweep: Path) -> None:
 
     link = Link("x", busbw_gbps=1.0, alpha_s=0.01, source="test")
     sizes = list(SIZES[:5])
-    (sweep / "links.json").write_text(json.dumps({"measurement": {
-        "backend": "gloo", "ranks": 2, "device": "cpu", "sizes": sizes, "times_s": [link.allreduce_s(s, 2) for s in sizes]}}))
+    (sweep / "links.json").write_text(
+        json.dumps(
+            {
+                "measurement": {
+                    "backend": "gloo",
+                    "ranks": 2,
+                    "device": "cpu",
+                    "sizes": sizes,
+                    "times_s": [link.allreduce_s(s, 2) for s in sizes],
+                }
+            }
+        )
+    )
 
 
 def test_the_models_curves_run_through_the_measured_points(tmp_path):
@@ -544,10 +738,17 @@ def test_the_models_curves_run_through_the_measured_points(tmp_path):
     for batch in (32, 64):
         for workers in (1, 2):
             name = f"b{batch}-w{workers}"
-            write_run(sweep / "runs" / name, batch=batch, strategy="ddp" if workers > 1 else "single", nproc=workers,
-                      epoch_s=(12.0, 10.0, 10.0) if workers == 1 else (9.0, 7.0, 7.0), comm_share=0.1 * (workers > 1))
-            entries.append({"name": name, "point": {"batch": str(batch), "workers": str(workers), "lr": "0.001"},
-                            "seed": 0})
+            write_run(
+                sweep / "runs" / name,
+                batch=batch,
+                strategy="ddp" if workers > 1 else "single",
+                nproc=workers,
+                epoch_s=(12.0, 10.0, 10.0) if workers == 1 else (9.0, 7.0, 7.0),
+                comm_share=0.1 * (workers > 1),
+            )
+            entries.append(
+                {"name": name, "point": {"batch": str(batch), "workers": str(workers), "lr": "0.001"}, "seed": 0}
+            )
     # another recipe (a higher lr) at batch 64: its own 1-worker point, never drawn on the batch-32 run's curves
     write_run(sweep / "runs" / "lr", batch=64, config={"optim": {"lr": 0.01}}, epoch_s=(12.0, 2.0, 2.0))
     entries.append({"name": "lr", "point": {"batch": "64", "workers": "1", "lr": "0.01"}, "seed": 0})
@@ -582,30 +783,50 @@ def test_a_scaling_point_short_of_the_ideal_says_where_its_epoch_went(tmp_path):
     all-reduce wait (+1.10 s) and compute +0.50 s."""
     sweep = tmp_path / "sweep"
     write_run(sweep / "runs" / "one", epoch_s=(12.0, 10.0, 10.0))
-    write_run(sweep / "runs" / "two", strategy="ddp", nproc=2, epoch_s=(14.0, 12.0, 12.0), comm_share=0.1,
-              ddp={"comm": [0.030, 0.012], "overlap": [0.005, 0.002]})
-    write_manifest(sweep, [{"name": "one", "point": {"workers": "1"}, "seed": 0},
-                           {"name": "two", "point": {"workers": "2"}, "seed": 0}], axes=["workers"])
+    write_run(
+        sweep / "runs" / "two",
+        strategy="ddp",
+        nproc=2,
+        epoch_s=(14.0, 12.0, 12.0),
+        comm_share=0.1,
+        ddp={"comm": [0.030, 0.012], "overlap": [0.005, 0.002]},
+    )
+    write_manifest(
+        sweep,
+        [{"name": "one", "point": {"workers": "1"}, "seed": 0}, {"name": "two", "point": {"workers": "2"}, "seed": 0}],
+        axes=["workers"],
+    )
     result = build_report([sweep], tmp_path / "out")
     md = result["report_md"].read_text()
-    assert ("Why it falls short of the ideal: 11.00 s a training epoch against an ideal 9.00 s; compute +1.20 s, "
-            "all-reduce wait +0.16 s, stragglers +0.24 s, optimizer +0.20 s, data +0.20 s, the rest of the step "
-            "+0.00 s; the most: compute (the processes share the machine's cores)") in md
-    assert ("| workers=2 | workers=1 | 11.00 | 9.00 | +1.20 | +0.16 | +0.24 | +0.20 | +0.20 | +0.00 | compute |"
-            in md)  # the findings' figures are the table's cells
-    assert ("The all-reduce per step: ddplab's probe 68.75 ms of wait, DDP's own timers 10.00 ms exposed on the rank "
-            "that waited least (12.00 ms from the first bucket's launch to the last one's end): they disagree") in md
+    assert (
+        "Why it falls short of the ideal: 11.00 s a training epoch against an ideal 9.00 s; compute +1.20 s, "
+        "all-reduce wait +0.16 s, stragglers +0.24 s, optimizer +0.20 s, data +0.20 s, the rest of the step "
+        "+0.00 s; the most: compute (the processes share the machine's cores)"
+    ) in md
+    assert (
+        "| workers=2 | workers=1 | 11.00 | 9.00 | +1.20 | +0.16 | +0.24 | +0.20 | +0.20 | +0.00 | compute |" in md
+    )  # the findings' figures are the table's cells
+    assert (
+        "The all-reduce per step: ddplab's probe 68.75 ms of wait, DDP's own timers 10.00 ms exposed on the rank "
+        "that waited least (12.00 ms from the first bucket's launch to the last one's end): they disagree"
+    ) in md
     assert "rank 0 waited 15.00 ms a step for the slowest rank" in md
     assert "| workers=2 | 68.75 | 10.00 | 12.00 | 15.00 |" in md
     assert_findings_restate_tables(result)
     # without DDP's timings (a torch without them, or a folder from before): the stragglers are not measured
     write_run(sweep / "runs" / "old", strategy="ddp", nproc=2, epoch_s=(14.0, 12.0, 12.0), comm_share=0.1)
-    write_manifest(sweep, [{"name": "one", "point": {"workers": "1"}, "seed": 0},
-                           {"name": "old", "point": {"workers": "2"}, "seed": 0}], axes=["workers"])
+    write_manifest(
+        sweep,
+        [{"name": "one", "point": {"workers": "1"}, "seed": 0}, {"name": "old", "point": {"workers": "2"}, "seed": 0}],
+        axes=["workers"],
+    )
     md = build_report([sweep], tmp_path / "out-old")["report_md"].read_text()
     assert "compute +0.50 s, all-reduce wait +1.10 s, stragglers not measured, optimizer +0.20 s" in md
     assert "| +0.50 | +1.10 | - | +0.20 |" in md and "measured two ways" not in md
-    assert "Why it falls short" not in build_report([write_sweep(tmp_path / "fast")], tmp_path / "o2")["report_md"].read_text()
+    assert (
+        "Why it falls short"
+        not in build_report([write_sweep(tmp_path / "fast")], tmp_path / "o2")["report_md"].read_text()
+    )
 
 
 def test_an_all_reduce_wait_across_nodes_names_the_link_it_crosses():
@@ -619,20 +840,35 @@ def test_an_all_reduce_wait_across_nodes_names_the_link_it_crosses():
     base = {"local_batch": 32, "nodes": 1}
     assert why("all-reduce wait", {"nodes": 2, "link": link_text(shaped), "local_batch": 32}, base) == (
         "the gradients' all-reduce crosses the link between the 2 nodes (eth0, shaped to 100 Mbit/s) and backward "
-        "does not hide it")
+        "does not hide it"
+    )
     assert why("all-reduce wait", {"nodes": 3, "link": None}, base) == (
-        "the gradients' all-reduce crosses the link between the 3 nodes and backward does not hide it")
-    assert why("all-reduce wait", {"nodes": 1, "link": None}, base) == "the gradients' all-reduce is not hidden behind backward"
+        "the gradients' all-reduce crosses the link between the 3 nodes and backward does not hide it"
+    )
+    assert (
+        why("all-reduce wait", {"nodes": 1, "link": None}, base)
+        == "the gradients' all-reduce is not hidden behind backward"
+    )
 
 
-def write_sized_down_sweep(sweep: Path, schedule: str = "none", adapted_here: bool = True,
-                           values: tuple = ("fp32", "bf16"), named: str = "bf16") -> Path:
+def write_sized_down_sweep(
+    sweep: Path,
+    schedule: str = "none",
+    adapted_here: bool = True,
+    values: tuple = ("fp32", "bf16"),
+    named: str = "bf16",
+) -> Path:
     """fp32 for 3 epochs and bf16 sized down to 2 (an [adapt] table did it), two seeds each; fp32's test
     accuracy climbs 30, 40, 60% (seed 1: +2 points), bf16 ends at 41 and 43%."""
     runs = []
     for seed in (0, 1):
-        fp32 = write_run(sweep / "runs" / f"fp32_s{seed}", seed=seed, epoch_s=(12.0, 10.0, 10.0), steps=True,
-                         config={"optim": {"schedule": schedule}})
+        fp32 = write_run(
+            sweep / "runs" / f"fp32_s{seed}",
+            seed=seed,
+            epoch_s=(12.0, 10.0, 10.0),
+            steps=True,
+            config={"optim": {"schedule": schedule}},
+        )
         lines = [json.loads(line) for line in (fp32 / "metrics.jsonl").read_text().splitlines()]
         for record, acc in zip(lines, (0.30, 0.40, 0.60)):
             record["test_acc"] = acc + 0.02 * seed
@@ -640,14 +876,31 @@ def write_sized_down_sweep(sweep: Path, schedule: str = "none", adapted_here: bo
         summary = json.loads((fp32 / "summary.json").read_text())
         summary["final"]["test_acc"] = summary["best"]["test_acc"] = 0.60 + 0.02 * seed
         (fp32 / "summary.json").write_text(json.dumps(summary))
-        write_run(sweep / "runs" / f"bf16_s{seed}", seed=seed, precision="bf16", epoch_s=(60.0, 50.0), steps=True,
-                  test_acc=0.41 + 0.02 * seed, config={"optim": {"schedule": schedule}})
-        runs += [{"name": f"fp32_s{seed}", "point": {"config": values[0]}, "seed": seed},
-                 {"name": f"bf16_s{seed}", "point": {"config": values[1]}, "seed": seed}]
+        write_run(
+            sweep / "runs" / f"bf16_s{seed}",
+            seed=seed,
+            precision="bf16",
+            epoch_s=(60.0, 50.0),
+            steps=True,
+            test_acc=0.41 + 0.02 * seed,
+            config={"optim": {"schedule": schedule}},
+        )
+        runs += [
+            {"name": f"fp32_s{seed}", "point": {"config": values[0]}, "seed": seed},
+            {"name": f"bf16_s{seed}", "point": {"config": values[1]}, "seed": seed},
+        ]
     adapted = "this CPU (Test) does not compute bf16 natively: so bf16 with train.epochs=2 (the others: 3)"
-    sections = [{"title": "Precision", "kind": "compare", "runs": [r["name"] for r in runs],
-                 "baseline_runs": ["fp32_s0", "fp32_s1"], "not_measured": [], "adapted": [adapted],
-                 "adapted_points": [named] if adapted_here else []}]
+    sections = [
+        {
+            "title": "Precision",
+            "kind": "compare",
+            "runs": [r["name"] for r in runs],
+            "baseline_runs": ["fp32_s0", "fp32_s1"],
+            "not_measured": [],
+            "adapted": [adapted],
+            "adapted_points": [named] if adapted_here else [],
+        }
+    ]
     return write_manifest(sweep, runs, sections=sections)
 
 
@@ -664,8 +917,10 @@ def test_a_point_sized_down_for_this_machine_is_compared_at_equal_epochs(tmp_pat
     assert pair["baseline"] == "fp32, its first 2 epochs" and pair["equal_epochs"]
     assert pair["base"]["final_test_acc"] == pytest.approx(0.41) and pair["acc_diff"] == pytest.approx(0.01)
     assert pair["speedup"] == pytest.approx(9.0 / 49.0)  # epoch 2 alone is timed on both sides
-    assert setup_text(section).endswith("; adapted to this machine: this CPU (Test) does not compute bf16 natively: "
-                                        "so bf16 with train.epochs=2 (the others: 3)")
+    assert setup_text(section).endswith(
+        "; adapted to this machine: this CPU (Test) does not compute bf16 natively: "
+        "so bf16 with train.epochs=2 (the others: 3)"
+    )
     # A schedule planned over the run (onecycle): fp32's first 2 epochs are not a 2-epoch run; compared as they are.
     runs = load_runs([write_sized_down_sweep(tmp_path / "onecycle", schedule="onecycle")])
     (section,) = build_sections(runs, {r.name: run_row(r) for r in runs})
@@ -709,7 +964,8 @@ def test_a_plot_is_whole_or_absent(tmp_path, monkeypatch):
 
 
 def test_a_sweep_file_may_name_exactly_the_section_kinds_the_report_has():
-    """spec.KINDS (what a sweep file may say) and report/kinds.py (what the report does with each) name the same kinds."""
+    """spec.KINDS (what a sweep file may say) and report/kinds.py (what the report does with each) name the same
+    kinds."""
     from ddplab.report.kinds import KINDS
     from ddplab.sweep.spec import KINDS as NAMES
 

@@ -8,13 +8,16 @@ from ddplab.errors import ConfigError
 from ddplab.runlock import run_lock, should_hold
 
 
-@pytest.mark.parametrize("rank, nodes, launcher_holds, holds", [
-    (None, 1, False, True),   # the CLI / built-in launcher / a Python caller: the root of its tree
-    (None, 2, False, False),  # a launcher of one node of many: the rank-0 worker holds instead
-    (0, 1, False, True),      # torchrun / srun global rank 0
-    (0, 1, True, False),      # ddplab's own launcher's rank 0: its launcher holds the folder
-    (1, 1, False, False),     # any other rank never writes
-])
+@pytest.mark.parametrize(
+    "rank, nodes, launcher_holds, holds",
+    [
+        (None, 1, False, True),  # the CLI / built-in launcher / a Python caller: the root of its tree
+        (None, 2, False, False),  # a launcher of one node of many: the rank-0 worker holds instead
+        (0, 1, False, True),  # torchrun / srun global rank 0
+        (0, 1, True, False),  # ddplab's own launcher's rank 0: its launcher holds the folder
+        (1, 1, False, False),  # any other rank never writes
+    ],
+)
 def test_the_root_of_the_process_tree_holds_the_folder(rank, nodes, launcher_holds, holds):
     assert should_hold(rank, launching_nodes=nodes, launcher_holds=launcher_holds) is holds
 
@@ -51,15 +54,26 @@ def test_a_live_owner_is_seen_waited_for_and_named_after_the_grace(tmp_path):
     from ddplab.runlock import live_owner
     from ddplab.sweep.local import wait_for_owner
 
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, pathlib; from ddplab.runlock import run_lock\n"
-                               f"with run_lock(pathlib.Path({str(tmp_path)!r})):\n    print('held', flush=True); sys.stdin.read()"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, pathlib; from ddplab.runlock import run_lock\n"
+            f"with run_lock(pathlib.Path({str(tmp_path)!r})):\n    print('held', flush=True); sys.stdin.read()",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         assert live_owner(tmp_path)["pid"] == holder.pid
         said = []
-        with pytest.raises(ConfigError, match=rf"still in use by pid {holder.pid} on .* after 0.3 s: a run of an earlier "
-                                              "sweep training on"):
+        with pytest.raises(
+            ConfigError,
+            match=rf"still in use by pid {holder.pid} on .* after 0.3 s: a run of an earlier "
+            "sweep training on",
+        ):
             wait_for_owner(tmp_path, "[1/1] run", said.append, grace_s=0.3)
         assert said == [said[0]] and f"waiting for pid {holder.pid}" in said[0]
     finally:

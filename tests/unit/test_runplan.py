@@ -38,9 +38,34 @@ def reads(monkeypatch):
 def test_a_resume_reads_config_and_last_checkpoint_once_each(tmp_path, reads):
     """Single process, through the CLI as a user types it: `--resume` takes the run's own config.toml."""
     out = tmp_path / "run"
-    assert main(["train", "--dataset", "synthetic", "--data.synthetic_size", "64", "--data.image_size", "8",
-                 "--model", "simple_cnn", "--model.width", "0.25", "--epochs", "1", "--device", "cpu",
-                 "--output.progress", "false", "--output.tensorboard", "false", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--dataset",
+                "synthetic",
+                "--data.synthetic_size",
+                "64",
+                "--data.image_size",
+                "8",
+                "--model",
+                "simple_cnn",
+                "--model.width",
+                "0.25",
+                "--epochs",
+                "1",
+                "--device",
+                "cpu",
+                "--output.progress",
+                "false",
+                "--output.tensorboard",
+                "false",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     reads.clear()
     assert main(["train", "--out", str(out), "--resume", "--epochs", "2"]) == 0
     assert reads == Counter({"config.toml": 1, "last.pt": 1})
@@ -73,7 +98,9 @@ def test_a_plan_holds_its_folder_and_hands_its_workers_facts_not_the_checkpoint(
 
 def test_what_a_resume_has_left_to_do():
     r = Resume(epoch=3, stopped_early=False, planned_epochs=3)
-    assert r.nothing_left(Path("run"), 3) == "run has already trained 3 of 3 epochs; pass a larger --epochs to extend it"
+    assert (
+        r.nothing_left(Path("run"), 3) == "run has already trained 3 of 3 epochs; pass a larger --epochs to extend it"
+    )
     assert r.nothing_left(Path("run"), 4) is None
     stopped = Resume(epoch=2, stopped_early=True, planned_epochs=5)
     assert "stopped early at epoch 2" in stopped.nothing_left(Path("run"), 9)
@@ -111,7 +138,8 @@ def test_a_largest_message_between_the_sizes_timed_is_said(capsys):
     from ddplab.cli import refuse_unmeasurable
 
     refuse_unmeasurable(argparse.Namespace(max_mib=300, nproc=[2], backend="gloo"))
-    assert capsys.readouterr().err == ("ddplab: note: --max-mib 300: messages are timed from 4 KiB up by 4x, so the "
-                                       "largest is 256 MiB\n")
+    assert capsys.readouterr().err == (
+        "ddplab: note: --max-mib 300: messages are timed from 4 KiB up by 4x, so the largest is 256 MiB\n"
+    )
     refuse_unmeasurable(argparse.Namespace(max_mib=256, nproc=[2], backend="gloo"))
     assert capsys.readouterr().err == ""

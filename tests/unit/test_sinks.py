@@ -15,7 +15,14 @@ def record(epoch, acc):
 
 def test_jsonl_rewrites_history_then_appends(tmp_path):
     path = tmp_path / "metrics.jsonl"
-    path.write_text(json.dumps(record(1, 0.1).to_json()) + "\n" + json.dumps(record(2, 0.2).to_json()) + "\n" + json.dumps(record(3, 0.3).to_json()) + "\n")
+    path.write_text(
+        json.dumps(record(1, 0.1).to_json())
+        + "\n"
+        + json.dumps(record(2, 0.2).to_json())
+        + "\n"
+        + json.dumps(record(3, 0.3).to_json())
+        + "\n"
+    )
     # Resumed from a checkpoint after epoch 2: epoch 3 of the crashed run must go.
     sink = JsonlSink(path, history=[record(1, 0.1), record(2, 0.2)])
     sink.epoch_end(record(3, 0.35))

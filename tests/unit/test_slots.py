@@ -11,7 +11,9 @@ from ddplab.sweep.slots import Slot, SlotPool, gpus_needed, split_cores
 
 
 def config(device="cuda", strategy="single", nproc=1, share=False):
-    return build_config({"train": {"device": device}, "dist": {"strategy": strategy, "nproc": nproc, "share_device": share}})
+    return build_config(
+        {"train": {"device": device}, "dist": {"strategy": strategy, "nproc": nproc, "share_device": share}}
+    )
 
 
 def test_cores_are_split_into_groups_that_differ_by_one_at_most():
@@ -33,8 +35,10 @@ def test_one_slot_holds_nothing_and_renames_nothing():
     pool = SlotPool(1, cores=[0, 1], gpus=["0", "1"])
     slot = pool.take(config(strategy="ddp", nproc=2))
     assert slot == Slot() and slot.describe() == "the whole machine"
-    assert slot.env({"OMP_NUM_THREADS": "2", "CUDA_VISIBLE_DEVICES": "0,1"}) == {"OMP_NUM_THREADS": "2",
-                                                                               "CUDA_VISIBLE_DEVICES": "0,1"}
+    assert slot.env({"OMP_NUM_THREADS": "2", "CUDA_VISIBLE_DEVICES": "0,1"}) == {
+        "OMP_NUM_THREADS": "2",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+    }
     assert pool.take(config()) is None  # one point at a time
     pool.give_back(slot)
     assert pool.take(config()) == Slot()
@@ -88,8 +92,9 @@ def test_auto_is_one_point_per_gpu_and_one_at_a_time_on_a_cpu():
     assert SlotPool(AUTO, cores=[0, 1], gpus=[str(i) for i in range(8)]).parallel == 2  # a core each at least
     assert SlotPool(AUTO, cores=[0, 1], gpus=[]).parallel == 1
     one_gpu = SlotPool(AUTO, cores=list(range(16)), gpus=["0"])
-    assert one_gpu.parallel == 1 and one_gpu.describe() == ("one point at a time, each with the whole machine "
-                                                            "(--parallel auto: 1 GPU(s), 16 core(s))")
+    assert one_gpu.parallel == 1 and one_gpu.describe() == (
+        "one point at a time, each with the whole machine (--parallel auto: 1 GPU(s), 16 core(s))"
+    )
 
 
 def test_parallel_is_checked_before_anything_runs():

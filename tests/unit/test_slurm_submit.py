@@ -16,7 +16,9 @@ from run_folders import write_run
 
 
 def run(strategy="single", nproc=1, nnodes=1):
-    config = build_config({"train": {"device": "cpu"}, "dist": {"strategy": strategy, "nproc": nproc, "nnodes": nnodes}})
+    config = build_config(
+        {"train": {"device": "cpu"}, "dist": {"strategy": strategy, "nproc": nproc, "nnodes": nnodes}}
+    )
     return SweepRun("r", {}, 0, config)
 
 
@@ -33,17 +35,31 @@ def test_the_batch_script_runs_one_point_per_array_task_named_in_the_script(tmp_
     assert lines[0] == "#!/bin/bash" and "#SBATCH --array=0-2%2" in lines and "#SBATCH --ntasks-per-node=2" in lines
     assert "RUNS=(a b-2 c)" in lines  # Slurm keeps the script as submitted: a later submission changes nothing
     assert lines[-1].startswith("exec ") and lines[-1].endswith(
-        f'-m ddplab.sweep.slurm task {tmp_path} "${{RUNS[$SLURM_ARRAY_TASK_ID]}}"')
+        f'-m ddplab.sweep.slurm task {tmp_path} "${{RUNS[$SLURM_ARRAY_TASK_ID]}}"'
+    )
     assert "%" not in batch_script(tmp_path, "x", ["a"], 1, 1, SlurmOptions()).split("--array=")[1].splitlines()[0]
-    ran = subprocess.run(["bash", "-c", script.replace("exec ", "echo ") + "\n"], capture_output=True, text=True,
-                         env={**os.environ, "SLURM_ARRAY_TASK_ID": "1"})
+    ran = subprocess.run(
+        ["bash", "-c", script.replace("exec ", "echo ") + "\n"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "SLURM_ARRAY_TASK_ID": "1"},
+    )
     assert ran.stdout.split()[-1] == "b-2"  # what bash makes of it: the task's own run
 
 
 def test_slurm_options_become_sbatch_options():
-    options = SlurmOptions(partition="gpu", account="lab", time="1:00:00", gpus_per_node=4, extra="--mem=16G --qos 'a b'")
-    assert options.sbatch_options() == ["--partition=gpu", "--account=lab", "--time=1:00:00", "--gpus-per-node=4",
-                                        "--mem=16G", "--qos", "a b"]
+    options = SlurmOptions(
+        partition="gpu", account="lab", time="1:00:00", gpus_per_node=4, extra="--mem=16G --qos 'a b'"
+    )
+    assert options.sbatch_options() == [
+        "--partition=gpu",
+        "--account=lab",
+        "--time=1:00:00",
+        "--gpus-per-node=4",
+        "--mem=16G",
+        "--qos",
+        "a b",
+    ]
     with pytest.raises(ConfigError, match="cannot be split"):
         SlurmOptions(extra="--mem='1G").sbatch_options()
 
@@ -54,12 +70,24 @@ def test_each_submitted_point_takes_its_status_from_its_folder_its_outcome_and_t
     for name, code, error in (("stopped", 130, "interrupted"), ("broken", 4, "training diverged")):
         (tmp_path / "slurm" / f"{name}.json").write_text(json.dumps({"exit_code": code, "error": error, "wall_s": 3.0}))
     names = ["done", "stopped", "broken", "waiting", "training", "vanished"]
-    manifest = Manifest.from_json({"name": "s", "runs": [{"name": n, "dir": f"runs/{n}", "status": "submitted",
-                                                          "job": f"9_{i}"} for i, n in enumerate(names)]})
+    manifest = Manifest.from_json(
+        {
+            "name": "s",
+            "runs": [
+                {"name": n, "dir": f"runs/{n}", "status": "submitted", "job": f"9_{i}"} for i, n in enumerate(names)
+            ],
+        }
+    )
     SlurmExecutor.update(SweepFolder(tmp_path), manifest, {"9_3": "PENDING", "9_4": "RUNNING"})
     got = {e.name: (e.status.value, e.exit_code) for e in manifest.runs}
-    assert got == {"done": ("finished", 0), "stopped": ("interrupted", 130), "broken": ("failed", 4),
-                   "waiting": ("queued", None), "training": ("running", None), "vanished": ("failed", None)}
+    assert got == {
+        "done": ("finished", 0),
+        "stopped": ("interrupted", 130),
+        "broken": ("failed", 4),
+        "waiting": ("queued", None),
+        "training": ("running", None),
+        "vanished": ("failed", None),
+    }
     vanished = manifest.runs[-1].error
     assert vanished.startswith("its task (job 9_5) ended without an outcome") and "slurm-9_5.out" in vanished
     SweepFolder(tmp_path).write(manifest)
@@ -85,9 +113,17 @@ def test_status_says_a_run_whose_local_sweep_was_killed_is_stopped_not_running(t
     from ddplab.sweep.executor import status
 
     write_run(tmp_path / "runs" / "done")
-    (tmp_path / "manifest.json").write_text(json.dumps({"name": "s", "runs": [
-        {"name": "done", "dir": "runs/done", "status": "finished"},
-        {"name": "mid", "dir": "runs/mid", "status": "running"}]}))  # its sweep was SIGKILLed: no lock holder
+    (tmp_path / "manifest.json").write_text(
+        json.dumps(
+            {
+                "name": "s",
+                "runs": [
+                    {"name": "done", "dir": "runs/done", "status": "finished"},
+                    {"name": "mid", "dir": "runs/mid", "status": "running"},
+                ],
+            }
+        )
+    )  # its sweep was SIGKILLed: no lock holder
     lines = status(SweepFolder(tmp_path))
     assert lines[0] == "sweep s: 1 finished, 1 stopped" and lines[2].split()[:2] == ["mid", "stopped"]
 
@@ -99,8 +135,9 @@ def fake_tool(monkeypatch, answer: str):
     monkeypatch.setattr(slurm, "slurm_tool", lambda args, what: answer)
 
 
-@pytest.mark.parametrize("answer, job", [("4242\n", "4242"), ("4242;cluster-a\n", "4242"),
-                                         ("sbatch: note: using account x\n4243\n", "4243")])
+@pytest.mark.parametrize(
+    "answer, job", [("4242\n", "4242"), ("4242;cluster-a\n", "4242"), ("sbatch: note: using account x\n4243\n", "4243")]
+)
 def test_sbatch_s_answer_is_read_as_a_job_id(monkeypatch, tmp_path, answer, job):
     from ddplab.sweep.slurm import sbatch
 
@@ -108,14 +145,18 @@ def test_sbatch_s_answer_is_read_as_a_job_id(monkeypatch, tmp_path, answer, job)
     assert sbatch(tmp_path / "a.sbatch", []) == job
 
 
-@pytest.mark.parametrize("answer", ["<html><body>502 Bad Gateway</body></html>", "", "Submitted batch job 12",
-                                    "12;", "-5"])
+@pytest.mark.parametrize(
+    "answer", ["<html><body>502 Bad Gateway</body></html>", "", "Submitted batch job 12", "12;", "-5"]
+)
 def test_an_sbatch_answer_that_is_not_a_job_id_is_never_recorded_as_one(monkeypatch, tmp_path, answer):
     from ddplab.sweep.slurm import sbatch
 
     fake_tool(monkeypatch, answer)
-    with pytest.raises(ConfigError, match=r"^sbatch answered .*, not a job id \(JOB or JOB;CLUSTER\): a\.sbatch may or "
-                                          r"may not be queued; see squeue before submitting again$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^sbatch answered .*, not a job id \(JOB or JOB;CLUSTER\): a\.sbatch may or "
+        r"may not be queued; see squeue before submitting again$",
+    ):
         sbatch(tmp_path / "a.sbatch", [])
 
 
@@ -133,24 +174,43 @@ def test_squeue_s_answer_is_read_line_by_line_and_one_that_is_not_a_queue_is_ref
             queued_jobs(ninth)
 
 
-@pytest.mark.parametrize("outcome", ['{"exit_code": "4"}', '{"error": "x"}', "[]", '{"exit_code": 4, "wall_s": NaN}',
-                                     '{"exit_code": 4', '{"exit_code": 1e400}'],
-                         ids=["text-code", "no-code", "not-an-object", "nan-wall", "cut-short", "overflow"])
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        '{"exit_code": "4"}',
+        '{"error": "x"}',
+        "[]",
+        '{"exit_code": 4, "wall_s": NaN}',
+        '{"exit_code": 4',
+        '{"exit_code": 1e400}',
+    ],
+    ids=["text-code", "no-code", "not-an-object", "nan-wall", "cut-short", "overflow"],
+)
 def test_a_task_outcome_that_is_not_what_the_task_writes_is_its_failure_naming_the_file(tmp_path, outcome):
     (tmp_path / "slurm").mkdir()
     (tmp_path / "slurm" / "r.json").write_text(outcome)
-    manifest = Manifest.from_json({"name": "s", "runs": [{"name": "r", "dir": "runs/r", "status": "submitted",
-                                                          "job": "9_0"}]})
+    manifest = Manifest.from_json(
+        {"name": "s", "runs": [{"name": "r", "dir": "runs/r", "status": "submitted", "job": "9_0"}]}
+    )
     SlurmExecutor.update(SweepFolder(tmp_path), manifest, {})
     entry = manifest.runs[0]
     assert entry.status == "failed" and entry.exit_code is None
     assert entry.error.startswith(f"its outcome cannot be read: {tmp_path / 'slurm' / 'r.json'}")
 
 
-@pytest.mark.parametrize("options, gpus", [(SlurmOptions(gpus_per_node=1), True), (SlurmOptions(), False),
-                                           (SlurmOptions(extra="--gres=gpu:a100:2 --mem=8G"), True),
-                                           (SlurmOptions(extra="--gpus=4"), True), (SlurmOptions(extra="--mem=8G"), False)])
-def test_a_slurm_sweep_takes_its_default_profile_from_the_nodes_it_asks_for_not_this_machine(options, gpus, tmp_path, capsys):
+@pytest.mark.parametrize(
+    "options, gpus",
+    [
+        (SlurmOptions(gpus_per_node=1), True),
+        (SlurmOptions(), False),
+        (SlurmOptions(extra="--gres=gpu:a100:2 --mem=8G"), True),
+        (SlurmOptions(extra="--gpus=4"), True),
+        (SlurmOptions(extra="--mem=8G"), False),
+    ],
+)
+def test_a_slurm_sweep_takes_its_default_profile_from_the_nodes_it_asks_for_not_this_machine(
+    options, gpus, tmp_path, capsys
+):
     """From a CPU login node, a sweep whose tasks ask for GPUs runs its gpu profile (it ran the cpu one: a small
     subset for 2 epochs, on GPU nodes, without a word), and says so."""
     from ddplab.cli import main as ddplab

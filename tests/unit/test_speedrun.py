@@ -31,8 +31,9 @@ def images(n=400, size=12, seed=0):
     # Correlated channels and neighbouring pixels, as in photos: whitening has something to undo.
     smooth = (base + base.roll(1, dims=3) + base.roll(1, dims=2)) / 3
     mixed = torch.stack([smooth[:, 0], 0.7 * smooth[:, 0] + 0.3 * smooth[:, 1], smooth[:, 2]], dim=1)
-    return ImageDataset(images=mixed.round().to(torch.uint8), labels=torch.randint(0, 4, (n,), generator=g),
-                        classes=list("abcd"))
+    return ImageDataset(
+        images=mixed.round().to(torch.uint8), labels=torch.randint(0, 4, (n,), generator=g), classes=list("abcd")
+    )
 
 
 def test_whitening_stem_outputs_unit_variance_uncorrelated_patches():
@@ -59,7 +60,8 @@ def test_a_speednet_run_initializes_its_stem_from_the_data_and_times_it(tmp_path
     assert result.summary["time"]["data_init_s"] > 0
     history = result.history
     assert result.summary["time"]["record_s"] == pytest.approx(
-        result.summary["time"]["data_init_s"] + history[0].train_s + history[0].eval_s, abs=2e-3)
+        result.summary["time"]["data_init_s"] + history[0].train_s + history[0].eval_s, abs=2e-3
+    )
     plain = ddplab.train(tiny_config(tmp_path / "p", train={"epochs": 1}))
     assert plain.summary["time"]["data_init_s"] is None
 
@@ -89,8 +91,14 @@ def test_muon_steps_the_other_parameters_like_nesterov_sgd_with_l2():
     start = [torch.randn(10, 16), torch.randn(16)]
     ours_p = [w.clone().requires_grad_() for w in start]
     ref_p = [w.clone().requires_grad_() for w in start]
-    ours = Muon([{"params": ours_p, "orthogonalize": False}], lr=0.02, other_lr=0.3, momentum=0.6, other_momentum=0.85,
-                weight_decay=1e-2)
+    ours = Muon(
+        [{"params": ours_p, "orthogonalize": False}],
+        lr=0.02,
+        other_lr=0.3,
+        momentum=0.6,
+        other_momentum=0.85,
+        weight_decay=1e-2,
+    )
     ref = torch.optim.SGD(ref_p, lr=0.3, momentum=0.85, nesterov=True, weight_decay=1e-2, foreach=False)
     for _ in range(5):
         grads = [torch.randn_like(w) for w in start]
@@ -108,8 +116,9 @@ def test_muon_settings_reach_the_filter_group_only():
 
     model = create_model("speednet", num_classes=10, width=0.125)
     init_whitening(model.whitening, images())  # the stem's filters, frozen since construction
-    cfg = OptimConfig(name="muon", lr=3.0, muon_lr=0.2, momentum=0.85, muon_momentum=0.6, muon_ns_steps=3,
-                      muon_normalize=True)
+    cfg = OptimConfig(
+        name="muon", lr=3.0, muon_lr=0.2, momentum=0.85, muon_momentum=0.6, muon_ns_steps=3, muon_normalize=True
+    )
     filters, others = build_optimizer(model.parameters(), cfg).param_groups
     assert (filters["orthogonalize"], filters["lr"], filters["momentum"]) == (True, 0.2, 0.6)
     assert (others["orthogonalize"], others["lr"], others["momentum"]) == (False, 3.0, 0.85)
@@ -128,8 +137,14 @@ def test_normalized_muon_step_does_not_depend_on_the_filters_scale():
     for normalize in (True, False):
         for scale in (1.0, 10.0):
             p = (w * scale).requires_grad_()
-            opt = Muon([{"params": [p], "orthogonalize": True}], lr=0.1, other_lr=1.0, momentum=0.6,
-                       weight_decay=0.01, normalize=normalize)
+            opt = Muon(
+                [{"params": [p], "orthogonalize": True}],
+                lr=0.1,
+                other_lr=1.0,
+                momentum=0.6,
+                weight_decay=0.01,
+                normalize=normalize,
+            )
             p.grad = g.clone()
             opt.step()
             results[normalize, scale] = p.detach()
@@ -144,7 +159,9 @@ def test_speednet_norms_follow_recent_batches_and_train_only_their_shift():
     model = create_model("speednet", num_classes=10, width=0.125)
     norms = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
     assert len(norms) == 6
-    assert all(n.momentum == 0.4 and n.eps == 1e-12 and not n.weight.requires_grad and n.bias.requires_grad for n in norms)
+    assert all(
+        n.momentum == 0.4 and n.eps == 1e-12 and not n.weight.requires_grad and n.bias.requires_grad for n in norms
+    )
     assert model.groups[0].pool.ceil_mode is False
 
 
@@ -161,8 +178,10 @@ def test_speednet_head_under_one_rate_steps_like_the_records_head_under_its_own(
     ours = head.clone().requires_grad_()
     record = (head * width * model.logit_scale).requires_grad_()  # the same function
     rate = 5.0
-    for w, logits, lr in ((ours, lambda: x @ ours.T * model.logit_scale, rate),
-                          (record, lambda: x @ record.T / width, rate * HEAD_RATE_RATIO)):
+    for w, logits, lr in (
+        (ours, lambda: x @ ours.T * model.logit_scale, rate),
+        (record, lambda: x @ record.T / width, rate * HEAD_RATE_RATIO),
+    ):
         opt = torch.optim.SGD([w], lr=lr, momentum=0.85, nesterov=True)
         for _ in range(3):
             opt.zero_grad()
@@ -226,8 +245,12 @@ def test_an_interrupted_speedrun_style_run_resumes_bit_identically(tmp_path, mon
     import ddplab
     from ddplab.engine.trainer import Trainer
 
-    cfg = dict(model=SPEEDNET, train={"epochs": 3, "tta": "flip_translate"}, data={"flip_mode": "alternate"},
-               optim={"name": "muon", "lr": 0.05, "muon_lr": 0.05, "lookahead_steps": 3})
+    cfg = dict(
+        model=SPEEDNET,
+        train={"epochs": 3, "tta": "flip_translate"},
+        data={"flip_mode": "alternate"},
+        optim={"name": "muon", "lr": 0.05, "muon_lr": 0.05, "lookahead_steps": 3},
+    )
     whole = ddplab.train(tiny_config(tmp_path / "whole", **cfg))
     real_run_epoch = Trainer.run_epoch
 
@@ -240,18 +263,29 @@ def test_an_interrupted_speedrun_style_run_resumes_bit_identically(tmp_path, mon
     with pytest.raises(KeyboardInterrupt):
         ddplab.train(tiny_config(tmp_path / "cut", **cfg))
     monkeypatch.setattr(Trainer, "run_epoch", real_run_epoch)
-    resumed = ddplab.train(tiny_config(tmp_path / "cut", output={"resume": True, "progress": False, "tensorboard": False},
-                                       **cfg))
+    resumed = ddplab.train(
+        tiny_config(tmp_path / "cut", output={"resume": True, "progress": False, "tensorboard": False}, **cfg)
+    )
     keys = ("train_loss", "train_acc", "test_loss", "test_acc")
-    assert [[r.metric(k) for k in keys] for r in resumed.history] == [[r.metric(k) for k in keys] for r in whole.history]
+    assert [[r.metric(k) for k in keys] for r in resumed.history] == [
+        [r.metric(k) for k in keys] for r in whole.history
+    ]
     without = ddplab.train(tiny_config(tmp_path / "plain", **{**cfg, "optim": {**cfg["optim"], "lookahead_steps": 0}}))
     assert without.history[-1].test_loss != whole.history[-1].test_loss  # lookahead changed the run
 
 
 def loader(flip_mode, *, rank=0, world_size=1):
     data = images(n=64)
-    return DeviceLoader(data, batch_size=16, device="cpu", train=True, seed=3, rank=rank, world_size=world_size,
-                        augment=AugmentSpec(flip=True, flip_mode=flip_mode))
+    return DeviceLoader(
+        data,
+        batch_size=16,
+        device="cpu",
+        train=True,
+        seed=3,
+        rank=rank,
+        world_size=world_size,
+        augment=AugmentSpec(flip=True, flip_mode=flip_mode),
+    )
 
 
 def mirrored(ld, epoch):
@@ -285,7 +319,9 @@ def test_alternating_flip_agrees_between_ranks():
 
 def test_tta_averages_the_logits_of_its_views():
     x = torch.randn(2, 3, 8, 8)
-    assert len(tta_views(x, "none")) == 1 and len(tta_views(x, "flip")) == 2 and len(tta_views(x, "flip_translate")) == 6
+    assert (
+        len(tta_views(x, "none")) == 1 and len(tta_views(x, "flip")) == 2 and len(tta_views(x, "flip_translate")) == 6
+    )
     shifted = tta_views(x, "flip_translate")[1]
     assert torch.equal(shifted[..., 1:, 1:], x[..., :-1, :-1])  # one pixel down and right
     torch.manual_seed(0)
@@ -313,18 +349,51 @@ def test_speedrun_preset_is_a_valid_recipe_and_trains(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args = build_parser().parse_args(["train", "--preset", "speedrun", "--device", "cpu"])
     cfg = config_from_args(args)
-    assert (cfg.model.name, cfg.optim.name, cfg.data.flip_mode, cfg.train.tta) == ("speednet", "muon", "alternate",
-                                                                                   "flip_translate")
+    assert (cfg.model.name, cfg.optim.name, cfg.data.flip_mode, cfg.train.tta) == (
+        "speednet",
+        "muon",
+        "alternate",
+        "flip_translate",
+    )
     import subprocess
     import sys
 
-    small = ["--dataset", "synthetic", "--data.synthetic_size", "256", "--data.image_size", "16", "--data.num_classes", "4",
-             "--model.compile", "false", "--model.width", "0.125", "--epochs", "2", "--batch-size", "64",
-             "--optim.lr", str(0.053 * 64),  # the preset's 106 is 0.053 per image of its batch of 2000
-             "--train.eval_batch_size", "64", "--device", "cpu", "--output.progress", "false",
-             "--output.tensorboard", "false", "--out", str(tmp_path / "run")]
-    proc = subprocess.run([sys.executable, "-m", "ddplab", "train", "--preset", "speedrun", *small],
-                          capture_output=True, text=True, timeout=300)
+    small = [
+        "--dataset",
+        "synthetic",
+        "--data.synthetic_size",
+        "256",
+        "--data.image_size",
+        "16",
+        "--data.num_classes",
+        "4",
+        "--model.compile",
+        "false",
+        "--model.width",
+        "0.125",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "64",
+        "--optim.lr",
+        str(0.053 * 64),  # the preset's 106 is 0.053 per image of its batch of 2000
+        "--train.eval_batch_size",
+        "64",
+        "--device",
+        "cpu",
+        "--output.progress",
+        "false",
+        "--output.tensorboard",
+        "false",
+        "--out",
+        str(tmp_path / "run"),
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-m", "ddplab", "train", "--preset", "speedrun", *small],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["run"]["optimizer"] == "muon" and summary["time"]["data_init_s"] > 0

@@ -11,18 +11,43 @@ from run_folders import epoch_record
 
 
 def record(epoch, train_acc, test_acc, test_loss, gpus=None):
-    return epoch_record(epoch, train_loss=1.0 / epoch, train_acc=train_acc, test_loss=test_loss, test_acc=test_acc,
-                        epoch_s=10.0, train_s=8.0, eval_s=2.0, images_per_s=100.0 * epoch, peak_alloc_mib=100.0 * epoch,
-                        rank_train_s=[8.0, 9.0], rank_peak_alloc_mib=[50.0 * epoch, 60.0], gpu_peak_alloc_mib=gpus,
-                        rank_ddp_comm_s=[0.001 * epoch, 0.002], rank_ddp_overlap_s=[float("nan"), 0.001])
+    return epoch_record(
+        epoch,
+        train_loss=1.0 / epoch,
+        train_acc=train_acc,
+        test_loss=test_loss,
+        test_acc=test_acc,
+        epoch_s=10.0,
+        train_s=8.0,
+        eval_s=2.0,
+        images_per_s=100.0 * epoch,
+        peak_alloc_mib=100.0 * epoch,
+        rank_train_s=[8.0, 9.0],
+        rank_peak_alloc_mib=[50.0 * epoch, 60.0],
+        gpu_peak_alloc_mib=gpus,
+        rank_ddp_comm_s=[0.001 * epoch, 0.002],
+        rank_ddp_overlap_s=[float("nan"), 0.001],
+    )
 
 
 def test_overfitting_signals_and_data_parallel_memory():
-    history = [record(1, 0.5, 0.55, 1.0, [300.0, 100.0]), record(2, 0.8, 0.60, 0.9, [320.0, 90.0]),
-               record(3, 0.95, 0.58, 1.2, [310.0, 110.0])]
+    history = [
+        record(1, 0.5, 0.55, 1.0, [300.0, 100.0]),
+        record(2, 0.8, 0.60, 0.9, [320.0, 90.0]),
+        record(3, 0.95, 0.58, 1.2, [310.0, 110.0]),
+    ]
     state = SimpleNamespace(history=history, epoch=3, step=30, best_test_acc=0.60, best_epoch=2, stopped_early=False)
-    info = {"world_size": 2, "device": "cuda:0", "steps_per_epoch": 10, "params": 1, "flops_per_image": 2,
-            "train_images": 100, "eval_images": 50, "eval_split": "test", "classes": list("abc")}
+    info = {
+        "world_size": 2,
+        "device": "cuda:0",
+        "steps_per_epoch": 10,
+        "params": 1,
+        "flops_per_image": 2,
+        "train_images": 100,
+        "eval_images": 50,
+        "eval_split": "test",
+        "classes": list("abc"),
+    }
     s = build_summary(RunConfig(), info, state, startup_s=1.5, total_s=40.0)
     over = s["overfitting"]
     assert over["train_test_acc_gap"] == pytest.approx(0.37) and over["min_test_loss_epoch"] == 2
@@ -45,7 +70,8 @@ def test_comm_wait_is_shown_inside_forward_backward_never_beside_it():
     text = phases_text({"data_s": 0.5, "forward_backward_s": 8.0, "optimizer_s": 1.0, "comm_wait_s": 3.25})
     assert text == "data 0.5 s, forward+backward 8.0 s (of which comm wait 3.2 s), optimizer 1.0 s"
     assert phases_text({"data_s": 0.5, "forward_backward_s": 8.0, "optimizer_s": 1.0, "comm_wait_s": 0.0}) == (
-        "data 0.5 s, forward+backward 8.0 s, optimizer 1.0 s")  # one process: nothing to wait for
+        "data 0.5 s, forward+backward 8.0 s, optimizer 1.0 s"
+    )  # one process: nothing to wait for
 
 
 def test_a_resumed_run_whose_early_epochs_lack_a_per_rank_figure_still_sums_up():
@@ -56,7 +82,16 @@ def test_a_resumed_run_whose_early_epochs_lack_a_per_rank_figure_still_sums_up()
     old.per_rank.pop("train_s")
     history = [old, record(2, 0.8, 0.60, 0.9)]
     state = SimpleNamespace(history=history, epoch=2, step=20, best_test_acc=0.60, best_epoch=2, stopped_early=False)
-    info = {"world_size": 2, "device": "cpu", "steps_per_epoch": 10, "params": 1, "flops_per_image": 2,
-            "train_images": 100, "eval_images": 50, "eval_split": "test", "classes": list("abc")}
+    info = {
+        "world_size": 2,
+        "device": "cpu",
+        "steps_per_epoch": 10,
+        "params": 1,
+        "flops_per_image": 2,
+        "train_images": 100,
+        "eval_images": 50,
+        "eval_split": "test",
+        "classes": list("abc"),
+    }
     s = build_summary(RunConfig(), info, state, startup_s=1.5, total_s=40.0)
     assert s["ranks"]["train_s"]["per_rank"] == [8.0, 9.0] and s["ranks"]["ddp_comm_ms"]["per_rank"] == [2.0, 2.0]

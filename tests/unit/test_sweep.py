@@ -65,8 +65,15 @@ def test_grid_times_variants_times_repeats(tmp_path):
     sweep = load_sweep(write(tmp_path, SWEEP))
     assert sweep.name == "demo" and sweep.axes == ["train.batch_size", "variant"] and sweep.repeats == 2
     assert [r.name for r in sweep.runs] == [
-        "batch-size-16_1-worker_s7", "batch-size-16_1-worker_s8", "batch-size-16_2-workers_s7", "batch-size-16_2-workers_s8",
-        "batch-size-32_1-worker_s7", "batch-size-32_1-worker_s8", "batch-size-32_2-workers_s7", "batch-size-32_2-workers_s8"]
+        "batch-size-16_1-worker_s7",
+        "batch-size-16_1-worker_s8",
+        "batch-size-16_2-workers_s7",
+        "batch-size-16_2-workers_s8",
+        "batch-size-32_1-worker_s7",
+        "batch-size-32_1-worker_s8",
+        "batch-size-32_2-workers_s7",
+        "batch-size-32_2-workers_s8",
+    ]
     run = sweep.runs[2]
     assert run.point == {"train.batch_size": 16, "variant": "2 workers"} and run.seed == 7 and run.launch == "torchrun"
     assert run.config.train.batch_size == 16 and run.config.dist.nproc == 2 and run.config.train.seed == 7
@@ -94,51 +101,70 @@ label = "adam"
 """
     sweep = load_sweep(write(tmp_path, text, "two-sets.toml"))
     assert sweep.name == "two-sets" and sweep.axes == ["optimizer", "precision"]
-    assert [r.point for r in sweep.runs] == [{"optimizer": "adam", "precision": "train.precision=bf16"},
-                                             {"optimizer": "optim.name=sgd", "precision": "train.precision=bf16"}]
+    assert [r.point for r in sweep.runs] == [
+        {"optimizer": "adam", "precision": "train.precision=bf16"},
+        {"optimizer": "optim.name=sgd", "precision": "train.precision=bf16"},
+    ]
     assert [r.name for r in sweep.runs] == ["adam_train-precision-bf16", "optim-name-sgd_train-precision-bf16"]
 
 
-@pytest.mark.parametrize("text, needle", [
-    ('[grid]\n"train.batch_size" = [0]', "sweep run batch-size-0 ({'train.batch_size': 0}): train.batch_size=0"),
-    ('[grid]\n"train.batch_size" = []', "grid.train.batch_size must be a non-empty list"),
-    ('[grid]\n"batch_size" = [1]', "sweep setting 'batch_size' is not valid: write section.field"),
-    ('[grid]\n"train.batchsize" = [1]', "unknown setting train.batchsize"),
-    ('[sweep]\nrepeats = 0', "sweep.repeats=0 is not valid"),
-    ('[sweep]\nrepeat = 2', "unknown [sweep] setting(s) repeat"),
-    ('[axes]\nx = 1', "unknown table(s) axes"),
-    ('[[variants]]\nlabel = "x"\nlaunch = "mpirun"', "launch='mpirun'"),
-    # Nothing runs other than what its name says (a setting has one source; the seed comes from repeats).
-    ('[grid]\n"train.seed" = [1, 2, 3]', "grid.train.seed: the seed is set by [sweep] repeats"),
-    ('[grid]\n"optim.lr" = [0.1, 0.3]\n[[variants]]\nlabel = "fast"\n"optim.lr" = 0.2',
-     "optim.lr is set by two axes (optim.lr and variant)"),
-    ('[[variants.a]]\n"optim.lr" = 0.1\n[[variants.b]]\n"optim.lr" = 0.2', "optim.lr is set by two axes (a and b)"),
-    ('[profiles.cpu.bse.train]\nepochs = 1', "[profiles.cpu]: unknown table(s) bse"),
-    ('[base.output]\nresume = true', "[base.output] resume is not valid in a sweep"),
-    ('[grid]\n"output.out" = ["a", "b"]', "sweep setting 'output.out' is not valid"),
-    # Wrong types are one line, not a traceback.
-    ("grid = 5", "[grid] must be a table, got 5"),
-    ("base = 5", "[base] must be a table, got 5"),
-    ("sweep = 5", "[sweep] must be a table, got 5"),
-    ("profiles = 5", "[profiles] must be a table, got 5"),
-    ("[base]\ntrain = 5", "[base.train] must be a table, got 5"),
-    ('[base.train]\nseed = "zero"', "train.seed='zero' in [base.train] is not valid"),
-    ("[variants]\nx = 5", "variants.x must be an array of tables"),
-    ("variants = 5", "variants must be an array of tables ([[variants]] or [[variants.NAME]]), got 5"),
-    ('[sweep]\norder = "random"', "sweep.order='random' is not valid: choose one of listed, interleaved"),
-    ('[sweep]\nname = 5', "sweep.name=5 is not valid: expected text"),
-    # Unbounded work is refused before any is done.
-    ('[grid]\n"train.batch_size" = [' + ", ".join(map(str, range(1, 1001))) + ']\n"train.epochs" = ['
-     + ", ".join(map(str, range(1, 1001))) + "]", "expands to 1,000,000 runs"),
-    # A point listed twice would be one run under two names.
-    ('[grid]\n"train.batch_size" = [8, 16, 8]', "grid.train.batch_size lists 8 twice: the same point would run twice"),
-    ('[[variants]]\nlabel = "a"\n[[variants]]\nlabel = "a"\n"optim.lr" = 0.2', "variants.variant (labels) lists 'a' twice"),
-    # Sections name points that exist, or say why not.
-    ('[[sections]]\ntitle = "x"\npoints = ["nope"]', "names point 'nope', which no run has"),
-    ('[[sections]]\ntitle = "x"\nkind = "vibes"', "kind='vibes' is not valid"),
-    ('[[sections]]\nquestion = "x"', "sections[0] needs a title"),
-    ('sections = 5', "sections must be an array of tables"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ('[grid]\n"train.batch_size" = [0]', "sweep run batch-size-0 ({'train.batch_size': 0}): train.batch_size=0"),
+        ('[grid]\n"train.batch_size" = []', "grid.train.batch_size must be a non-empty list"),
+        ('[grid]\n"batch_size" = [1]', "sweep setting 'batch_size' is not valid: write section.field"),
+        ('[grid]\n"train.batchsize" = [1]', "unknown setting train.batchsize"),
+        ("[sweep]\nrepeats = 0", "sweep.repeats=0 is not valid"),
+        ("[sweep]\nrepeat = 2", "unknown [sweep] setting(s) repeat"),
+        ("[axes]\nx = 1", "unknown table(s) axes"),
+        ('[[variants]]\nlabel = "x"\nlaunch = "mpirun"', "launch='mpirun'"),
+        # Nothing runs other than what its name says (a setting has one source; the seed comes from repeats).
+        ('[grid]\n"train.seed" = [1, 2, 3]', "grid.train.seed: the seed is set by [sweep] repeats"),
+        (
+            '[grid]\n"optim.lr" = [0.1, 0.3]\n[[variants]]\nlabel = "fast"\n"optim.lr" = 0.2',
+            "optim.lr is set by two axes (optim.lr and variant)",
+        ),
+        ('[[variants.a]]\n"optim.lr" = 0.1\n[[variants.b]]\n"optim.lr" = 0.2', "optim.lr is set by two axes (a and b)"),
+        ("[profiles.cpu.bse.train]\nepochs = 1", "[profiles.cpu]: unknown table(s) bse"),
+        ("[base.output]\nresume = true", "[base.output] resume is not valid in a sweep"),
+        ('[grid]\n"output.out" = ["a", "b"]', "sweep setting 'output.out' is not valid"),
+        # Wrong types are one line, not a traceback.
+        ("grid = 5", "[grid] must be a table, got 5"),
+        ("base = 5", "[base] must be a table, got 5"),
+        ("sweep = 5", "[sweep] must be a table, got 5"),
+        ("profiles = 5", "[profiles] must be a table, got 5"),
+        ("[base]\ntrain = 5", "[base.train] must be a table, got 5"),
+        ('[base.train]\nseed = "zero"', "train.seed='zero' in [base.train] is not valid"),
+        ("[variants]\nx = 5", "variants.x must be an array of tables"),
+        ("variants = 5", "variants must be an array of tables ([[variants]] or [[variants.NAME]]), got 5"),
+        ('[sweep]\norder = "random"', "sweep.order='random' is not valid: choose one of listed, interleaved"),
+        ("[sweep]\nname = 5", "sweep.name=5 is not valid: expected text"),
+        # Unbounded work is refused before any is done.
+        (
+            '[grid]\n"train.batch_size" = ['
+            + ", ".join(map(str, range(1, 1001)))
+            + ']\n"train.epochs" = ['
+            + ", ".join(map(str, range(1, 1001)))
+            + "]",
+            "expands to 1,000,000 runs",
+        ),
+        # A point listed twice would be one run under two names.
+        (
+            '[grid]\n"train.batch_size" = [8, 16, 8]',
+            "grid.train.batch_size lists 8 twice: the same point would run twice",
+        ),
+        (
+            '[[variants]]\nlabel = "a"\n[[variants]]\nlabel = "a"\n"optim.lr" = 0.2',
+            "variants.variant (labels) lists 'a' twice",
+        ),
+        # Sections name points that exist, or say why not.
+        ('[[sections]]\ntitle = "x"\npoints = ["nope"]', "names point 'nope', which no run has"),
+        ('[[sections]]\ntitle = "x"\nkind = "vibes"', "kind='vibes' is not valid"),
+        ('[[sections]]\nquestion = "x"', "sections[0] needs a title"),
+        ("sections = 5", "sections must be an array of tables"),
+    ],
+)
 def test_bad_sweep_files_are_one_line(tmp_path, text, needle):
     with pytest.raises(ConfigError) as exc:
         load_sweep(write(tmp_path, text))
@@ -170,8 +196,16 @@ def test_bundled_sweeps_parse_in_both_profiles(path):
 
 def test_every_seed_experiment_has_a_bundled_sweep():
     names = {p.stem for p in BUNDLED}
-    assert {"batch_workers", "strategies", "backends", "precision", "accumulation", "optimizers", "regularization",
-            "launch_modes"} <= names
+    assert {
+        "batch_workers",
+        "strategies",
+        "backends",
+        "precision",
+        "accumulation",
+        "optimizers",
+        "regularization",
+        "launch_modes",
+    } <= names
     gpu_axes = {p.stem: load_sweep(p, profile="gpu") for p in BUNDLED}
     assert {r.config.dist.strategy for r in gpu_axes["strategies"].runs} == {"single", "dp", "ddp"}
     assert {r.config.dist.backend for r in gpu_axes["backends"].runs} == {"nccl", "gloo"}
@@ -192,17 +226,29 @@ def test_dry_run_plan_says_what_would_happen(tmp_path):
         (run_dir / "config.toml").write_text(run.config.to_toml())
     lines = dry_run_text(sweep, SweepFolder(out)).splitlines()
     assert lines[0] == f"sweep demo: 4 runs in {out} (profile small)"
-    assert "skip (finished)" in lines[1] and "resume" in lines[2] and " run " in lines[3] and lines[3].endswith("[torchrun]")
+    assert (
+        "skip (finished)" in lines[1]
+        and "resume" in lines[2]
+        and " run " in lines[3]
+        and lines[3].endswith("[torchrun]")
+    )
     assert len(lines) == 5
     # The same folder with other settings: the dry run says what the sweep would refuse, and why.
-    other = dry_run_text(load_sweep(write(tmp_path, SWEEP), profile="small", overrides=["train.epochs=5"]), SweepFolder(out)).splitlines()
+    other = dry_run_text(
+        load_sweep(write(tmp_path, SWEEP), profile="small", overrides=["train.epochs=5"]), SweepFolder(out)
+    ).splitlines()
     assert "refuse (other settings)" in other[1] and "refuse (other settings)" in other[2]
     assert other[-1].startswith(f"the sweep would stop before running anything: {finished} was trained with other")
     # ... and the sweep itself stops there: before any run, with nothing written.
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
-    with pytest.raises(ConfigError, match=r"was trained with other settings than the sweep now asks for \(train\.epochs "
-                                          r"differ\): the sweep file, its profile or --set changed since"):
-        LocalExecutor().submit(load_sweep(write(tmp_path, SWEEP), profile="small", overrides=["train.epochs=5"]), SweepFolder(out))
+    with pytest.raises(
+        ConfigError,
+        match=r"was trained with other settings than the sweep now asks for \(train\.epochs "
+        r"differ\): the sweep file, its profile or --set changed since",
+    ):
+        LocalExecutor().submit(
+            load_sweep(write(tmp_path, SWEEP), profile="small", overrides=["train.epochs=5"]), SweepFolder(out)
+        )
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
 
 
@@ -269,15 +315,20 @@ def test_sections_resolve_to_runs_and_say_what_is_not_measured(tmp_path):
     assert scaling["kind"] == "scaling" and scaling["runs"] == ["one_s0", "one_s1", "two_s0", "two_s1"]
     assert scaling["baseline_runs"] == ["one_s0", "one_s1"]
     assert scaling["not_measured"] == [{"point": "dp", "reason": "DataParallel needs two GPUs"}]
-    assert precision["runs"] == ["two_s0", "two_s1", "bf16_s0", "bf16_s1"] and precision["baseline_runs"] == ["two_s0", "two_s1"]
+    assert precision["runs"] == ["two_s0", "two_s1", "bf16_s0", "bf16_s1"] and precision["baseline_runs"] == [
+        "two_s0",
+        "two_s1",
+    ]
     # Without [[sections]]: one section over every run.
     (whole,) = load_sweep(write(tmp_path, SWEEP)).section_records()
     assert whole["title"] == "demo" and len(whole["runs"]) == 8 and whole["not_measured"] == []
 
 
 def test_runs_this_machine_cannot_start_are_skipped_with_the_reason_or_refused(tmp_path):
-    text = ('[sweep]\nunavailable = "skip"\n[base.data]\ndataset = "synthetic"\n[base.train]\ndevice = "cpu"\n'
-            '[[variants]]\nlabel = "here"\n[[variants]]\nlabel = "there"\n"train.device" = "cuda:99"\n')
+    text = (
+        '[sweep]\nunavailable = "skip"\n[base.data]\ndataset = "synthetic"\n[base.train]\ndevice = "cpu"\n'
+        '[[variants]]\nlabel = "here"\n[[variants]]\nlabel = "there"\n"train.device" = "cuda:99"\n'
+    )
     sweep = load_sweep(write(tmp_path, text))
     actions = {run.name: action for run, action, _ in dry_run_rows(sweep, SweepFolder(tmp_path / "out"))}
     assert actions == {"here": "run", "there": "skip (unavailable)"}
@@ -318,8 +369,14 @@ def test_the_sweep_measures_each_worker_count_once_and_keeps_what_it_has(tmp_pat
             raise RuntimeError("eight ranks would not start")
         link = links.Link("x", 1.0, 0.001 * ranks, "test")
         sizes = list(links.SIZES[:5])
-        return {"backend": backend, "ranks": ranks, "device": device, "sizes": sizes,
-                "times_s": [link.allreduce_s(s, ranks) for s in sizes], "wall_s": 0.1}
+        return {
+            "backend": backend,
+            "ranks": ranks,
+            "device": device,
+            "sizes": sizes,
+            "times_s": [link.allreduce_s(s, ranks) for s in sizes],
+            "wall_s": 0.1,
+        }
 
     monkeypatch.setattr(links, "measure", fake_measure)
     text = SWEEP.replace('"dist.nproc" = 2', '"dist.nproc" = 4')
@@ -337,17 +394,22 @@ def test_the_sweep_measures_each_worker_count_once_and_keeps_what_it_has(tmp_pat
     eight = load_sweep(write(tmp_path, SWEEP.replace('"dist.nproc" = 2', '"dist.nproc" = 8'), "eight.toml"))
     measure_sweep_link(eight, out, said.append)
     assert measured == [4, 8] and links.load_links(out / links.LINKS_FILE).ranks == [2, 4]
-    assert "x8: could not measure it (RuntimeError: eight ranks would not start); 8 workers are predicted over " \
-           "the nearest count measured" in said[-1]
+    assert (
+        "x8: could not measure it (RuntimeError: eight ranks would not start); 8 workers are predicted over "
+        "the nearest count measured" in said[-1]
+    )
 
 
-ADAPTED = SECTIONED + """
+ADAPTED = (
+    SECTIONED
+    + """
 [base.train]
 epochs = 12
 
 [adapt.cpu_without_native_bf16]
 "bf16" = { "train.epochs" = 3 }
 """
+)
 
 
 @pytest.mark.parametrize("native", [False, True])
@@ -362,29 +424,51 @@ def test_an_adaptation_changes_the_points_it_names_only_where_its_condition_hold
     monkeypatch.setattr(system, "cpu_model", lambda: "Test CPU")
     sweep = load_sweep(write(tmp_path, ADAPTED))
     epochs = {r.name: r.config.train.epochs for r in sweep.runs}
-    assert epochs == {"one_s0": 12, "two_s0": 12, "bf16_s0": 12 if native else 3, "bf16_s1": 12 if native else 3,
-                      "two_s1": 12, "one_s1": 12}
+    assert epochs == {
+        "one_s0": 12,
+        "two_s0": 12,
+        "bf16_s0": 12 if native else 3,
+        "bf16_s1": 12 if native else 3,
+        "two_s1": 12,
+        "one_s1": 12,
+    }
     (adaptation,) = sweep.adaptations
-    assert adaptation == spec.Adaptation("cpu_without_native_bf16", not native, f"this CPU (Test CPU) {found['text']}",
-                                         {"bf16": {"train.epochs": 3}}, {"train.epochs": 12})
-    line = ("this CPU (Test CPU) computes bf16 natively (AMX): bf16 run as written" if native else
-            "this CPU (Test CPU) does not compute bf16 natively: so bf16 with train.epochs=3 (the others: 12)")
+    assert adaptation == spec.Adaptation(
+        "cpu_without_native_bf16",
+        not native,
+        f"this CPU (Test CPU) {found['text']}",
+        {"bf16": {"train.epochs": 3}},
+        {"train.epochs": 12},
+    )
+    line = (
+        "this CPU (Test CPU) computes bf16 natively (AMX): bf16 run as written"
+        if native
+        else "this CPU (Test CPU) does not compute bf16 natively: so bf16 with train.epochs=3 (the others: 12)"
+    )
     scaling, precision = sweep.section_records()
     assert scaling["adapted"] == [] and precision["adapted"] == [line]
     assert scaling["adapted_points"] == [] and precision["adapted_points"] == ([] if native else ["bf16"])
     assert f"adapted to this machine: {line}" in dry_run_text(sweep, SweepFolder(tmp_path / "out"))
 
 
-@pytest.mark.parametrize(("table", "error"), [
-    ('[adapt.cpu_without_native_bf16]\n"bf16" = { "train.precision" = "fp32" }',
-     r"'bf16' sets train.precision, which an axis sets: an adaptation changes base settings only"),
-    ('[adapt.cpu_without_native_bf16]\n"bf16" = { "train.seed" = 3 }', r"which \[sweep\] repeats sets"),
-    ('[adapt.cpu_without_native_bf16]\n"fp8" = { "train.epochs" = 3 }', r"names point\(s\) fp8, which no run has"),
-    ('[adapt.cpu_without_native_bf16]\n"bf16" = 3', r"must be a table of settings"),
-    ('[adapt.on_tuesdays]\n"bf16" = { "train.epochs" = 3 }', r"\[adapt.on_tuesdays\]: unknown condition; ddplab knows "
-                                                            r"cpu_without_native_bf16"),
-    ('[adapt.cpu_without_native_bf16]\n"bf16" = { "train.epochs" = 0 }', r"train.epochs"),
-])
+@pytest.mark.parametrize(
+    ("table", "error"),
+    [
+        (
+            '[adapt.cpu_without_native_bf16]\n"bf16" = { "train.precision" = "fp32" }',
+            r"'bf16' sets train.precision, which an axis sets: an adaptation changes base settings only",
+        ),
+        ('[adapt.cpu_without_native_bf16]\n"bf16" = { "train.seed" = 3 }', r"which \[sweep\] repeats sets"),
+        ('[adapt.cpu_without_native_bf16]\n"fp8" = { "train.epochs" = 3 }', r"names point\(s\) fp8, which no run has"),
+        ('[adapt.cpu_without_native_bf16]\n"bf16" = 3', r"must be a table of settings"),
+        (
+            '[adapt.on_tuesdays]\n"bf16" = { "train.epochs" = 3 }',
+            r"\[adapt.on_tuesdays\]: unknown condition; ddplab knows "
+            r"cpu_without_native_bf16",
+        ),
+        ('[adapt.cpu_without_native_bf16]\n"bf16" = { "train.epochs" = 0 }', r"train.epochs"),
+    ],
+)
 @pytest.mark.parametrize("native", [False, True])
 def test_an_adaptation_that_would_break_a_promise_is_refused(tmp_path, monkeypatch, table, error, native):
     """On every machine, whether or not its condition holds there."""
@@ -397,8 +481,11 @@ def test_an_adaptation_that_would_break_a_promise_is_refused(tmp_path, monkeypat
 
 def test_set_cannot_replace_what_an_adaptation_sets(tmp_path):
     """The manifest and the report would say the adaptation while the runs trained --set's value."""
-    with pytest.raises(ConfigError, match=r"--set train.epochs would replace what \[adapt.cpu_without_native_bf16\] "
-                                          r"sets for bf16"):
+    with pytest.raises(
+        ConfigError,
+        match=r"--set train.epochs would replace what \[adapt.cpu_without_native_bf16\] "
+        r"sets for bf16",
+    ):
         load_sweep(write(tmp_path, ADAPTED), overrides=["train.epochs=4"])
     assert load_sweep(write(tmp_path, ADAPTED), overrides=["train.batch_size=8"]).runs[0].config.train.batch_size == 8
 
@@ -407,8 +494,10 @@ def test_a_label_longer_than_a_file_name_gives_a_short_distinct_folder(tmp_path)
     """Run folders, configs and logs are named after points: a 300-character label must not reach the file
     system as a 300-byte name (ENAMETOOLONG mid-sweep). Shortened deterministically: its start and a hash."""
     long = "x" * 300
-    text = (f'[sweep]\nrepeats = 2\n[base.data]\ndataset = "synthetic"\n[[variants]]\nlabel = "{long}"\n'
-            f'[[variants]]\nlabel = "{long}y"\n')
+    text = (
+        f'[sweep]\nrepeats = 2\n[base.data]\ndataset = "synthetic"\n[[variants]]\nlabel = "{long}"\n'
+        f'[[variants]]\nlabel = "{long}y"\n'
+    )
     runs = load_sweep(write(tmp_path, text)).runs
     names = [r.name for r in runs]
     assert all(len(n) <= 120 for n in names) and len(set(names)) == 4
@@ -416,15 +505,28 @@ def test_a_label_longer_than_a_file_name_gives_a_short_distinct_folder(tmp_path)
     assert names == [r.name for r in load_sweep(write(tmp_path, text, "again.toml")).runs]  # the same every time
 
 
-@pytest.mark.parametrize("edit, says", [
-    (lambda m: m["runs"][0].update(status="done"), r"runs\[0\]\.status is 'done', not one of pending, running"),
-    (lambda m: m["runs"][0].update(point={"train.lr": float("nan")}), r"runs\[0\]\.point\.train\.lr is nan, not text, a number"),
-    (lambda m: m["runs"][0].update(dir="../elsewhere"), r"runs\[0\]\.dir is '\.\./elsewhere', outside the sweep's runs/"),
-    (lambda m: m["runs"].append(dict(m["runs"][0])), r"runs\[1\]\.name 'a' is listed twice"),
-    (lambda m: m.update(version=3), r"has version 3; this ddplab reads versions 1, 2"),
-    (lambda m: m.update(sections=[{"title": "t", "runs": 5}]), r"sections\[0\]\.runs is 5, not a list, each item text"),
-    (lambda m: m["runs"][0].update(wall_s=-1), r"runs\[0\]\.wall_s is -1, not a number >= 0"),
-], ids=["status", "nan-axis-value", "outside", "twice", "newer", "section-runs", "negative-wall"])
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        (lambda m: m["runs"][0].update(status="done"), r"runs\[0\]\.status is 'done', not one of pending, running"),
+        (
+            lambda m: m["runs"][0].update(point={"train.lr": float("nan")}),
+            r"runs\[0\]\.point\.train\.lr is nan, not text, a number",
+        ),
+        (
+            lambda m: m["runs"][0].update(dir="../elsewhere"),
+            r"runs\[0\]\.dir is '\.\./elsewhere', outside the sweep's runs/",
+        ),
+        (lambda m: m["runs"].append(dict(m["runs"][0])), r"runs\[1\]\.name 'a' is listed twice"),
+        (lambda m: m.update(version=3), r"has version 3; this ddplab reads versions 1, 2"),
+        (
+            lambda m: m.update(sections=[{"title": "t", "runs": 5}]),
+            r"sections\[0\]\.runs is 5, not a list, each item text",
+        ),
+        (lambda m: m["runs"][0].update(wall_s=-1), r"runs\[0\]\.wall_s is -1, not a number >= 0"),
+    ],
+    ids=["status", "nan-axis-value", "outside", "twice", "newer", "section-runs", "negative-wall"],
+)
 def test_the_manifest_has_one_reader_and_a_runner_remakes_a_bad_one_saying_so(tmp_path, edit, says):
     from run_folders import write_manifest
 

@@ -36,20 +36,27 @@ def test_accumulated_micro_batches_equal_one_big_batch(optimizer):
     torch.testing.assert_close(small, big, rtol=1e-5, atol=1e-6)
     assert small_state.history[0].train_loss == pytest.approx(big_state.history[0].train_loss, rel=1e-5)
     # ... and the comparison is sharp: a different lr moves the weights measurably.
-    other, _ = params_after(tiny_config(train={"epochs": 1, "batch_size": 32}, **{**common, "optim": {"name": optimizer, "lr": 0.011}}))
+    other, _ = params_after(
+        tiny_config(train={"epochs": 1, "batch_size": 32}, **{**common, "optim": {"name": optimizer, "lr": 0.011}})
+    )
     assert (other - big).abs().max() > 1e-4
 
 
 def test_uneven_last_step_is_weighted_by_its_samples():
-    # 256 images, micro-batch 24, accumulate 3: 10 full micro-batches + one of 16 -> 4 steps, the last of 2 micro-batches.
-    cfg = tiny_config(train={"epochs": 1, "batch_size": 24, "accumulate": 3}, data=NO_RANDOMNESS, model={"dropout": 0.0})
+    # 256 images, micro-batch 24, accumulate 3: 10 full micro-batches + one of 16 -> 4 steps,
+    # the last of 2 micro-batches.
+    cfg = tiny_config(
+        train={"epochs": 1, "batch_size": 24, "accumulate": 3}, data=NO_RANDOMNESS, model={"dropout": 0.0}
+    )
     trainer = trainer_for(cfg)
     assert len(trainer.train_loader) == 11 and trainer.steps_per_epoch() == 4
     trainer.fit()
     assert trainer.state.step == 4 and trainer.state.history[0].train_samples == 256
 
 
-@pytest.mark.parametrize("precision", ["fp32", pytest.param("bf16", marks=pytest.mark.slow), pytest.param("fp16", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "precision", ["fp32", pytest.param("bf16", marks=pytest.mark.slow), pytest.param("fp16", marks=pytest.mark.slow)]
+)
 @pytest.mark.parametrize("optimizer", ["sgd", "adam", "adamw", "rmsprop"])
 def test_every_optimizer_and_precision_learns(optimizer, precision):
     lr = {"sgd": 0.2, "adam": 3e-3, "adamw": 3e-3, "rmsprop": 3e-4}[optimizer]
@@ -143,7 +150,9 @@ def test_torch_compile_path_trains_like_eager(tmp_path):
     # No dropout: compiled graphs draw their own dropout masks (Inductor's RNG), eager ones torch's.
     eager_trainer = trainer_for(tiny_config(train={"epochs": 1}, model={"dropout": 0.0}))
     eager = eager_trainer.fit().history[-1]
-    compiled_trainer = trainer_for(tiny_config(train={"epochs": 1}, model={"compile": True, "dropout": 0.0}), run_dir=tmp_path)
+    compiled_trainer = trainer_for(
+        tiny_config(train={"epochs": 1}, model={"compile": True, "dropout": 0.0}), run_dir=tmp_path
+    )
     assert compiled_trainer.should_warm_up()
     assert compiled_trainer.warm_up() == {"batch_sizes": {"train": [32], "eval": [64]}}
     from torch._dynamo.utils import counters
@@ -179,6 +188,7 @@ def test_warm_up_changes_nothing_the_run_depends_on():
     assert torch.equal(torch.get_rng_state(), rng)
     assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())  # weights and BatchNorm statistics
     assert all(p.grad is None for p in module.parameters()) and trainer.state.step == 0
+
     def strip(history):
         return [reproducible(r, per_rank=False) for r in history]
 
@@ -216,9 +226,15 @@ def test_the_summary_says_how_the_numbers_were_taken(tmp_path):
     import ddplab
 
     result = ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 1}))
-    assert result.summary["engine"] == {"deterministic": True, "cudnn_benchmark": False, "time_breakdown": "every step",
-                                        "progress_syncs_per_epoch": 8, "fused_optimizer": False, "cuda_graphs": False,
-                                        "cpu_threads": torch.get_num_threads()}
+    assert result.summary["engine"] == {
+        "deterministic": True,
+        "cudnn_benchmark": False,
+        "time_breakdown": "every step",
+        "progress_syncs_per_epoch": 8,
+        "fused_optimizer": False,
+        "cuda_graphs": False,
+        "cpu_threads": torch.get_num_threads(),
+    }
 
 
 def test_phase_timer_times_one_step_in_n_and_extrapolates(monkeypatch):

@@ -36,8 +36,14 @@ def test_a_store_that_closes_the_probe_is_not_a_lost_host(listener, monkeypatch)
     """The store's host ending its run (or dying: the kernel resets the connection) is the agent's to report."""
     said = []
     monkeypatch.setattr(watchdog, "end_now", lambda line, code: said.append((line, code)))
-    guard = watchdog.Watchdog(grace_s=1, interrupted_line=str, endpoint=listener.getsockname(), timeout_s=5,
-                              lost_line=lambda e: f"lost {e}", unreached_line=lambda e: f"unreached {e}")
+    guard = watchdog.Watchdog(
+        grace_s=1,
+        interrupted_line=str,
+        endpoint=listener.getsockname(),
+        timeout_s=5,
+        lost_line=lambda e: f"lost {e}",
+        unreached_line=lambda e: f"unreached {e}",
+    )
     thread = threading.Thread(target=guard.watch_endpoint, daemon=True)
     thread.start()
     conn, _ = listener.accept()
@@ -54,8 +60,14 @@ def test_a_store_that_never_answers_is_named_after_the_timeout(monkeypatch):
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]  # nothing listens there
-    guard = watchdog.Watchdog(grace_s=1, interrupted_line=str, endpoint=("127.0.0.1", port), timeout_s=1,
-                              lost_line=lambda e: f"lost {e}", unreached_line=lambda e: f"unreached {e}")
+    guard = watchdog.Watchdog(
+        grace_s=1,
+        interrupted_line=str,
+        endpoint=("127.0.0.1", port),
+        timeout_s=1,
+        lost_line=lambda e: f"lost {e}",
+        unreached_line=lambda e: f"unreached {e}",
+    )
     thread = threading.Thread(target=guard.watch_endpoint, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
@@ -81,20 +93,25 @@ with watchdog.guarded(guard):
 
 
 def test_a_signal_ends_a_blocked_launcher_and_its_children_after_the_grace():
-    proc = subprocess.Popen([sys.executable, "-c", SIGNAL_SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SIGNAL_SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     child = int(proc.stdout.readline())
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130 and err == "ddplab: error: interrupted by SIGTERM\n", err
     deadline = time.monotonic() + 5
-    while os.path.exists(f"/proc/{child}") and "Z" not in open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0]:
+    while (
+        os.path.exists(f"/proc/{child}") and "Z" not in open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0]
+    ):
         assert time.monotonic() < deadline, "the launcher's child outlived it"
         time.sleep(0.05)
 
 
 def test_descendants_are_found_below_children(tmp_path):
     """kill_descendants must reach a worker's own children (a DataLoader's, a compiler's)."""
-    script = "import subprocess, sys, time; p = subprocess.Popen(['sleep', '30']); print(p.pid, flush=True); time.sleep(30)"
+    script = (
+        "import subprocess, sys, time; p = subprocess.Popen(['sleep', '30']); print(p.pid, flush=True); time.sleep(30)"
+    )
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     grandchild = int(child.stdout.readline())
     try:

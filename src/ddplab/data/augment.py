@@ -202,4 +202,3 @@ class Augmenter:
     def apply_cutout(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """Step 6, on the normalized batch, so the square is the dataset's mean colour."""
         return cutout(x, self.spec.cutout, generator)
-

@@ -64,8 +64,9 @@ def holds_cifar10(root: str | os.PathLike) -> bool:
 
 def _cifar10_archive(root: Path, fmt: str) -> str:
     """ARCHIVES key for CIFAR-10: "auto" prefers a complete binary folder, then a python one."""
-    if fmt == "python" or (fmt == "auto" and dl.missing_files("cifar10", root)
-                           and not dl.missing_files("cifar10-python", root)):
+    if fmt == "python" or (
+        fmt == "auto" and dl.missing_files("cifar10", root) and not dl.missing_files("cifar10-python", root)
+    ):
         return "cifar10-python"
     return "cifar10"
 
@@ -76,7 +77,9 @@ def _check_options(name: str, split: str, o: _Options) -> None:
     if o.image_size is not None and (not isinstance(o.image_size, int) or o.image_size < 1):
         raise ConfigError(f"data.image_size must be a positive integer or unset, got {o.image_size!r}")
     if o.fold is not None and (name != "stl10" or not 0 <= o.fold < STL10_FOLDS):
-        raise ConfigError(f"data.fold selects one of STL-10's folds 0..{STL10_FOLDS - 1} (stl10 only), got {o.fold!r} for {name}")
+        raise ConfigError(
+            f"data.fold selects one of STL-10's folds 0..{STL10_FOLDS - 1} (stl10 only), got {o.fold!r} for {name}"
+        )
     if o.cifar10_format not in CIFAR10_FORMATS:
         raise ConfigError(f"load_dataset(cifar10_format={o.cifar10_format!r}): choose auto, binary or python")
     if o.cifar100_labels not in CIFAR100_LABELS:
@@ -100,16 +103,18 @@ def _read(name: str, root: Path, split: str, o: _Options, download: bool, progre
         fold = o.fold if split == "train" else None
         return formats.read_stl10(folder, split, fold=fold, image_size=o.image_size)
     if name == "cifar100":
-        data = formats.read_cifar100_binary(dl.ensure_dataset("cifar100", root, download, progress),
-                                            split, o.cifar100_labels)
+        data = formats.read_cifar100_binary(
+            dl.ensure_dataset("cifar100", root, download, progress), split, o.cifar100_labels
+        )
     else:
         key = _cifar10_archive(root, o.cifar10_format)
         folder = dl.ensure_dataset(key, root, download, progress)
         reader = formats.read_cifar10_binary if key == "cifar10" else formats.read_cifar10_python
         data = reader(folder, split)
     if o.image_size and o.image_size != data.images.shape[-1]:
-        data = formats.make_dataset(formats.resize_images(data.images, o.image_size), data.labels,
-                                    data.classes, data.name)
+        data = formats.make_dataset(
+            formats.resize_images(data.images, o.image_size), data.labels, data.classes, data.name
+        )
     return data
 
 
@@ -127,10 +132,21 @@ def _signature(name: str, root: Path, o: _Options) -> tuple:
     return (key, *((f, s.st_size, s.st_mtime_ns) for f, s in stats))
 
 
-def load_dataset(name: str, root: str | Path | None, split: str, *, image_size: int | None = None,
-                 download: bool = False, fold: int | None = None, cifar10_format: str = "auto",
-                 cifar100_labels: str = "fine", synthetic_size: int | None = None,
-                 num_classes: int = 10, seed: int = 0, progress: bool = True) -> ImageDataset:
+def load_dataset(
+    name: str,
+    root: str | Path | None,
+    split: str,
+    *,
+    image_size: int | None = None,
+    download: bool = False,
+    fold: int | None = None,
+    cifar10_format: str = "auto",
+    cifar100_labels: str = "fine",
+    synthetic_size: int | None = None,
+    num_classes: int = 10,
+    seed: int = 0,
+    progress: bool = True,
+) -> ImageDataset:
     """Load one split of `name` from `root` (None: $DDPLAB_DATA or ./data), on the CPU.
 
     mean/std are the training split's statistics (for STL-10 with `fold`, that fold's).
@@ -165,8 +181,10 @@ def _class_quota(counts: torch.Tensor, fraction: float) -> torch.Tensor:
 
 def first_n(name: str, n: int, data: ImageDataset, split: str = "training") -> int:
     if not isinstance(n, int) or not 1 <= n <= len(data):
-        raise ConfigError(f"{name}={n!r} must be between 1 and {len(data)}, the size of the "
-                          f"{data.name + ' ' if data.name else ''}{split} set")
+        raise ConfigError(
+            f"{name}={n!r} must be between 1 and {len(data)}, the size of the "
+            f"{data.name + ' ' if data.name else ''}{split} set"
+        )
     return n
 
 
@@ -185,8 +203,15 @@ def _stratified_holdout(labels: torch.Tensor, fraction: float, seed: int) -> tor
     return grouped[rank < take[grouped_labels]].sort().values
 
 
-def make_splits(train: ImageDataset, test: ImageDataset, *, subset: int | None, val_fraction: float,
-                seed: int, test_subset: int | None = None) -> tuple[ImageDataset, ImageDataset, str]:
+def make_splits(
+    train: ImageDataset,
+    test: ImageDataset,
+    *,
+    subset: int | None,
+    val_fraction: float,
+    seed: int,
+    test_subset: int | None = None,
+) -> tuple[ImageDataset, ImageDataset, str]:
     """(train, eval, eval_name): the first `subset` training images, minus a held-out validation set.
 
     With val_fraction > 0, a seeded, class-stratified fraction of the (subsetted) training set
@@ -206,8 +231,9 @@ def make_splits(train: ImageDataset, test: ImageDataset, *, subset: int | None, 
     keep = torch.ones(len(train), dtype=torch.bool)
     keep[val_idx] = False
     if len(val_idx) == 0:
-        raise ConfigError(f"data.val_fraction={val_fraction} holds out no image of {len(train)}: "
-                          f"raise it or use a larger subset")
+        raise ConfigError(
+            f"data.val_fraction={val_fraction} holds out no image of {len(train)}: raise it or use a larger subset"
+        )
     return train.select(keep.nonzero().squeeze(1)), train.select(val_idx), "val"
 
 
@@ -224,8 +250,15 @@ def _file_entries(key: str, folder: Path) -> list[dict]:
         if not path.is_file():
             continue
         hashes = dl.file_hashes(path, ("md5", "sha256"))
-        entries.append({"file": fname, "size": path.stat().st_size, **hashes, "official_md5": official,
-                        "md5_ok": None if official is None else hashes["md5"] == official})
+        entries.append(
+            {
+                "file": fname,
+                "size": path.stat().st_size,
+                **hashes,
+                "official_md5": official,
+                "md5_ok": None if official is None else hashes["md5"] == official,
+            }
+        )
     return entries
 
 
@@ -243,10 +276,17 @@ def dataset_info(name: str, root: str | Path | None) -> dict:
     splits = {s: load_dataset(name, root, s) for s in ("train", "test")}
     train = splits["train"]
     info: dict[str, Any] = {
-        "name": name, "root": str(root), "folder": str(dataset_folder(name, root)),
-        "classes": train.classes, "num_classes": train.num_classes, "image_shape": list(train.image_shape),
-        "mean": list(train.mean), "std": list(train.std),
-        "splits": {s: _split_entry(d) for s, d in splits.items()}, "files": []}
+        "name": name,
+        "root": str(root),
+        "folder": str(dataset_folder(name, root)),
+        "classes": train.classes,
+        "num_classes": train.num_classes,
+        "image_shape": list(train.image_shape),
+        "mean": list(train.mean),
+        "std": list(train.std),
+        "splits": {s: _split_entry(d) for s, d in splits.items()},
+        "files": [],
+    }
     if name != "synthetic":
         key = _archive_key(name, root)
         info["folder"] = str(root / dl.ARCHIVES[key].folder)
@@ -264,9 +304,16 @@ def _image_folder_info(root: Path) -> dict:
         splits[split] = {"count": len(files), "class_counts": counts.tolist()}
         first = files[0]
     shape = formats.decode_image(first, None).shape
-    return {"name": "imagefolder", "root": str(root), "folder": str(root), "classes": classes,
-            "num_classes": len(classes), "image_shape": [shape[2], shape[0], shape[1]],
-            "splits": splits, "files": []}
+    return {
+        "name": "imagefolder",
+        "root": str(root),
+        "folder": str(root),
+        "classes": classes,
+        "num_classes": len(classes),
+        "image_shape": [shape[2], shape[0], shape[1]],
+        "splits": splits,
+        "files": [],
+    }
 
 
 def verify_dataset(name: str, root: str | Path | None) -> list[str]:
@@ -291,13 +338,17 @@ def verify_dataset(name: str, root: str | Path | None) -> list[str]:
             continue
         md5 = dl.md5_file(folder / fname)
         if md5 != official:
-            problems.append(f"warning: {folder / fname}: md5 {md5} differs from the official {official}: "
-                            f"not the official release (rebuilt or modified); it loads, "
-                            f"but results may not match published ones")
+            problems.append(
+                f"warning: {folder / fname}: md5 {md5} differs from the official {official}: "
+                f"not the official release (rebuilt or modified); it loads, "
+                f"but results may not match published ones"
+            )
     unknown = [f for f, md5 in spec.files.items() if md5 is None and f not in missing]
     if unknown:
-        problems.append(f"note: no official checksum is known for {', '.join(unknown)} in {folder}; "
-                        f"their sizes and labels were checked, their pixels were not")
+        problems.append(
+            f"note: no official checksum is known for {', '.join(unknown)} in {folder}; "
+            f"their sizes and labels were checked, their pixels were not"
+        )
     if missing:
         return problems
     fmt = "python" if key == "cifar10-python" else "binary"
@@ -308,8 +359,10 @@ def verify_dataset(name: str, root: str | Path | None) -> list[str]:
             problems.append(f"error: {exc}")
             continue
         if len(data) != official_size:
-            problems.append(f"warning: the {split} split of {folder} has {len(data):,} images; "
-                            f"the official one has {official_size:,}")
+            problems.append(
+                f"warning: the {split} split of {folder} has {len(data):,} images; "
+                f"the official one has {official_size:,}"
+            )
         if name == "stl10" and split == "train":
             try:
                 formats.read_stl10_folds(folder, len(data))

@@ -118,8 +118,16 @@ def md5_file(path: Path) -> str:
 def _progress_bar(total: int | None, initial: int, desc: str, progress: bool):
     from tqdm import tqdm
 
-    return tqdm(total=total, initial=initial, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
-                disable=not (progress and sys.stderr.isatty()), leave=False)
+    return tqdm(
+        total=total,
+        initial=initial,
+        desc=desc,
+        unit="B",
+        unit_scale=True,
+        unit_divisor=1024,
+        disable=not (progress and sys.stderr.isatty()),
+        leave=False,
+    )
 
 
 def _open(url: str, offset: int, timeout: float):
@@ -168,8 +176,9 @@ def _fetch(url: str, part: Path, timeout: float, progress: bool) -> None:
                 try:
                     chunk = response.read(CHUNK)
                 except (OSError, http.client.HTTPException) as exc:
-                    raise NetworkError(f"{url}: transfer broke after {written:,} bytes ({exc}); "
-                                       f"run again to resume") from None
+                    raise NetworkError(
+                        f"{url}: transfer broke after {written:,} bytes ({exc}); run again to resume"
+                    ) from None
                 if not chunk:
                     break
                 try:
@@ -182,8 +191,15 @@ def _fetch(url: str, part: Path, timeout: float, progress: bool) -> None:
         raise NetworkError(f"{url}: connection closed after {written:,} of {total:,} bytes; run again to resume")
 
 
-def download_archive(url: str, dest_dir: str | Path, md5: str | None, progress: bool = True, *,
-                     filename: str | None = None, timeout: float = 60.0) -> Path:
+def download_archive(
+    url: str,
+    dest_dir: str | Path,
+    md5: str | None,
+    progress: bool = True,
+    *,
+    filename: str | None = None,
+    timeout: float = 60.0,
+) -> Path:
     """Download `url` into `dest_dir`, resuming `<file>.part`, verify `md5`, rename into place.
 
     A file already in place with the right MD5 is not fetched again. A checksum mismatch
@@ -202,14 +218,17 @@ def download_archive(url: str, dest_dir: str | Path, md5: str | None, progress: 
     got = md5_file(part) if part.is_file() else "nothing"
     if md5 is not None and got != md5:
         part.unlink(missing_ok=True)
-        raise DataError(f"checksum mismatch for {url}: md5 {got}, expected {md5}; the partial file was deleted, "
-                        f"run again (if it fails again, something between you and the server alters the file)")
+        raise DataError(
+            f"checksum mismatch for {url}: md5 {got}, expected {md5}; the partial file was deleted, "
+            f"run again (if it fails again, something between you and the server alters the file)"
+        )
     os.replace(part, dest)
     return dest
 
 
 def _check_member(member: tarfile.TarInfo, archive: Path) -> None:
     """Refuse absolute paths, `..`, links leading out of the archive and device files."""
+
     def escapes(name: str) -> bool:
         norm = posixpath.normpath(name)
         return name.startswith(("/", "\\")) or norm == ".." or norm.startswith("../") or ":" in name.split("/")[0]
@@ -223,9 +242,11 @@ def _check_member(member: tarfile.TarInfo, archive: Path) -> None:
     elif not (member.isfile() or member.isdir()):
         bad = True
     if bad:
-        raise DataError(f"refusing to extract {archive}: member {member.name!r} "
-                        f"{'-> ' + member.linkname if member.linkname else ''} is unsafe (absolute path, '..', "
-                        f"a link leaving the archive, or a device file); the archive is not an official one")
+        raise DataError(
+            f"refusing to extract {archive}: member {member.name!r} "
+            f"{'-> ' + member.linkname if member.linkname else ''} is unsafe (absolute path, '..', "
+            f"a link leaving the archive, or a device file); the archive is not an official one"
+        )
 
 
 def extract(archive: str | Path, root: str | Path) -> list[Path]:
@@ -255,8 +276,9 @@ def extract(archive: str | Path, root: str | Path) -> list[Path]:
             placed.append(target)
         return placed
     except (tarfile.TarError, EOFError, OSError) as exc:
-        raise DataError(f"cannot extract {archive} into {root} ({exc}); if the archive is damaged, "
-                        f"delete it and download it again") from None
+        raise DataError(
+            f"cannot extract {archive} into {root} ({exc}); if the archive is damaged, delete it and download it again"
+        ) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -292,12 +314,15 @@ def _root_lock(root: Path):
 
 def _advice(spec: ArchiveSpec, root: Path) -> str:
     first = next(iter(spec.files))
-    return (f"download {spec.url} elsewhere and extract it into {root} so that {root / spec.folder / first} "
-            f"exists, or pass --data-dir / set DDPLAB_DATA to a root that holds {spec.folder}/")
+    return (
+        f"download {spec.url} elsewhere and extract it into {root} so that {root / spec.folder / first} "
+        f"exists, or pass --data-dir / set DDPLAB_DATA to a root that holds {spec.folder}/"
+    )
 
 
-def ensure_dataset(name: str, root: str | Path, download: bool, progress: bool = True, *,
-                   timeout: float = 60.0) -> Path:
+def ensure_dataset(
+    name: str, root: str | Path, download: bool, progress: bool = True, *, timeout: float = 60.0
+) -> Path:
     """Return the canonical folder of `name` under `root`, downloading it first if allowed.
 
     `name` is a key of ARCHIVES: "cifar10" (binary), "cifar10-python", "cifar100", "stl10".
@@ -325,6 +350,8 @@ def ensure_dataset(name: str, root: str | Path, download: bool, progress: bool =
             extract(archive, root)
     still = missing_files(name, root)
     if still:
-        raise DataError(f"the archive from {spec.url} did not provide {', '.join(still)} in {folder}: "
-                        f"it is not the official archive; delete it from {root} and run again")
+        raise DataError(
+            f"the archive from {spec.url} did not provide {', '.join(still)} in {folder}: "
+            f"it is not the official archive; delete it from {root} and run again"
+        )
     return folder

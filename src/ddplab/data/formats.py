@@ -49,23 +49,23 @@ OFFICIAL_RECORDS = {
 
 def _fix(dataset: str, folder: Path) -> str:
     return (
-        f"delete it and run `ddplab data download {dataset}`, "
-        f"or re-extract the official archive into {folder.parent}"
+        f"delete it and run `ddplab data download {dataset}`, or re-extract the official archive into {folder.parent}"
     )
 
 
 def _file_size(path: Path, dataset: str) -> int:
     if not path.is_file():
-        raise DataError(f"{path} is missing: run `ddplab data download {dataset}`, "
-                        f"or extract the official archive into {path.parent.parent}")
+        raise DataError(
+            f"{path} is missing: run `ddplab data download {dataset}`, "
+            f"or extract the official archive into {path.parent.parent}"
+        )
     return path.stat().st_size
 
 
 def _check_count(path: Path, count: int) -> None:
     official = OFFICIAL_RECORDS.get(path.name)
     if official is not None and count != official:
-        log.warning("%s holds %d images; the official file holds %d (not the official release?)",
-                    path, count, official)
+        log.warning("%s holds %d images; the official file holds %d (not the official release?)", path, count, official)
 
 
 def read_names(path: Path, dataset: str) -> list[str]:
@@ -96,8 +96,9 @@ def resize_images(images: torch.Tensor, size: int, chunk: int = 256) -> torch.Te
     return out
 
 
-def _check_labels(labels: np.ndarray, num_classes: int, path: Path, names_file: str, dataset: str,
-                  offset: int = 0) -> None:
+def _check_labels(
+    labels: np.ndarray, num_classes: int, path: Path, names_file: str, dataset: str, offset: int = 0
+) -> None:
     bad = np.flatnonzero((labels < offset) | (labels >= num_classes + offset))
     if bad.size:
         i = int(bad[0])
@@ -123,8 +124,16 @@ def _read_records(path: Path, label_bytes: int, dataset: str) -> np.ndarray:
     return raw
 
 
-def _read_cifar_binary(folder: Path, files: tuple[str, ...], label_bytes: int, label_col: int,
-                       classes: list[str], names_file: str, dataset: str, name: str) -> ImageDataset:
+def _read_cifar_binary(
+    folder: Path,
+    files: tuple[str, ...],
+    label_bytes: int,
+    label_col: int,
+    classes: list[str],
+    names_file: str,
+    dataset: str,
+    name: str,
+) -> ImageDataset:
     raws = [_read_records(folder / f, label_bytes, dataset) for f in files]
     for f, raw in zip(files, raws):
         _check_labels(raw[:, label_col], len(classes), folder / f, names_file, dataset)
@@ -204,8 +213,17 @@ def restricted_load(path: Path, dataset: str = "cifar10") -> object:
         with open(path, "rb") as f:
             # latin1 is how Python 3 reads Python 2 str (CIFAR's pickles are Python 2 pickles).
             return RestrictedUnpickler(f, encoding="latin1").load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
-            MemoryError, OverflowError) as exc:
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        IndexError,
+        KeyError,
+        MemoryError,
+        OverflowError,
+    ) as exc:
         raise DataError(f"{path} is not a valid {dataset} python batch ({exc}); {_fix(dataset, path.parent)}") from None
 
 
@@ -266,38 +284,45 @@ def read_stl10_folds(folder: Path, num_train: int) -> list[np.ndarray]:
         except ValueError:
             raise DataError(f"{path}: a line is not space-separated integers; {_fix('stl10', folder)}") from None
         if idx.size and (idx.min() < 0 or idx.max() >= num_train):
-            raise DataError(f"{path}: index {int(idx.max())} outside the {num_train} train images; "
-                            f"{_fix('stl10', folder)}")
+            raise DataError(
+                f"{path}: index {int(idx.max())} outside the {num_train} train images; {_fix('stl10', folder)}"
+            )
         folds.append(idx)
     if len(folds) != 10:
         raise DataError(f"{path} has {len(folds)} folds, expected 10; {_fix('stl10', folder)}")
     return folds
 
 
-def read_stl10(folder: str | Path, split: str, *, fold: int | None = None,
-               image_size: int | None = None) -> ImageDataset:
+def read_stl10(
+    folder: str | Path, split: str, *, fold: int | None = None, image_size: int | None = None
+) -> ImageDataset:
     """STL-10 binary (`stl10_binary`): 3x96x96 images stored column-major, labels 1..10 on disk.
 
     fold k (train split only) keeps the train images listed on line k of fold_indices.txt.
     """
     _check_split(split)
     if fold is not None and (split != "train" or not 0 <= fold <= 9):
-        raise ConfigError(f"STL-10 fold must be 0..9 and applies to the train split only, got fold={fold} "
-                          f"with split={split!r}")
+        raise ConfigError(
+            f"STL-10 fold must be 0..9 and applies to the train split only, got fold={fold} with split={split!r}"
+        )
     folder = Path(folder)
     classes = read_names(folder / "class_names.txt", "stl10")
     x_path, y_path = folder / f"{split}_X.bin", folder / f"{split}_y.bin"
     size = _file_size(x_path, "stl10")
     if size == 0 or size % STL_PIXELS:
-        raise DataError(f"{x_path} is {size:,} bytes, not a whole number of {STL_PIXELS}-byte images: "
-                        f"the file is truncated; {_fix('stl10', folder)}")
+        raise DataError(
+            f"{x_path} is {size:,} bytes, not a whole number of {STL_PIXELS}-byte images: "
+            f"the file is truncated; {_fix('stl10', folder)}"
+        )
     n = size // STL_PIXELS
     _check_count(x_path, n)
     _file_size(y_path, "stl10")
     labels = np.fromfile(y_path, dtype=np.uint8)
     if len(labels) != n:
-        raise DataError(f"{y_path} holds {len(labels)} labels but {x_path.name} holds {n} images: "
-                        f"one of them is truncated; {_fix('stl10', folder)}")
+        raise DataError(
+            f"{y_path} holds {len(labels)} labels but {x_path.name} holds {n} images: "
+            f"one of them is truncated; {_fix('stl10', folder)}"
+        )
     _check_labels(labels, len(classes), y_path, "class_names.txt", "stl10", offset=1)
     # Column-major per channel: the bytes are [N, C, W, H], so swap the last two axes.
     images = np.fromfile(x_path, dtype=np.uint8).reshape(n, 3, STL_SIDE, STL_SIDE).transpose(0, 1, 3, 2)
@@ -320,8 +345,10 @@ def image_folder_splits(root: str | Path) -> dict[str, Path]:
     """Which folder holds each split: root/train + root/test (or root/val), or root itself as train."""
     root = Path(root)
     if not root.is_dir():
-        raise DataError(f"image folder {root} does not exist: pass --data-dir pointing at a folder "
-                        f"holding train/<class>/*.png (and test/<class>/...)")
+        raise DataError(
+            f"image folder {root} does not exist: pass --data-dir pointing at a folder "
+            f"holding train/<class>/*.png (and test/<class>/...)"
+        )
     if (root / "train").is_dir():
         splits = {"train": root / "train"}
         for name in ("test", "val"):
@@ -335,11 +362,16 @@ def image_folder_splits(root: str | Path) -> dict[str, Path]:
 def _list_images(split_dir: Path, classes: list[str]) -> tuple[list[Path], list[int]]:
     files, labels = [], []
     for label, cls in enumerate(classes):
-        found = sorted(p for p in (split_dir / cls).iterdir()
-                       if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_EXTENSIONS)
+        found = sorted(
+            p
+            for p in (split_dir / cls).iterdir()
+            if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in IMAGE_EXTENSIONS
+        )
         if not found:  # a class nothing teaches or tests: a failed copy, not a dataset
-            raise DataError(f"class folder {split_dir / cls} holds no images ({', '.join(IMAGE_EXTENSIONS)}): add its "
-                            "images, or remove the folder from every split")
+            raise DataError(
+                f"class folder {split_dir / cls} holds no images ({', '.join(IMAGE_EXTENSIONS)}): add its "
+                "images, or remove the folder from every split"
+            )
         files += found
         labels += [label] * len(found)
     return files, labels
@@ -350,21 +382,30 @@ def image_folder_index(root: str | Path, split: str) -> tuple[list[Path], list[i
     _check_split(split)
     splits = image_folder_splits(root)
     if split not in splits:
-        hint = ("it has class folders directly, which is the train split" if splits["train"] == Path(root)
-                else "it has train/ but no test/ or val/")
-        raise DataError(f"image folder {root} has no test split ({hint}): add {root}/test/<class>/..., "
-                        f"or hold out a validation split from train (data.val_fraction)")
+        hint = (
+            "it has class folders directly, which is the train split"
+            if splits["train"] == Path(root)
+            else "it has train/ but no test/ or val/"
+        )
+        raise DataError(
+            f"image folder {root} has no test split ({hint}): add {root}/test/<class>/..., "
+            f"or hold out a validation split from train (data.val_fraction)"
+        )
     classes = [p.name for p in class_folders(splits["train"])]
     if len(classes) < 2:
-        raise DataError(f"image folder {splits['train']} has {len(classes) or 'no'} class sub-folder{'' if classes else 's'}"
-                        f"{' (' + classes[0] + ')' if classes else ''}: a classifier needs at least 2 "
-                        "(expected <class>/*.png)")
+        raise DataError(
+            f"image folder {splits['train']} has {len(classes) or 'no'} class sub-folder{'' if classes else 's'}"
+            f"{' (' + classes[0] + ')' if classes else ''}: a classifier needs at least 2 "
+            "(expected <class>/*.png)"
+        )
     if split == "test":
         test_classes = [p.name for p in class_folders(splits["test"])]
         if test_classes != classes:
             missing, extra = sorted(set(classes) - set(test_classes)), sorted(set(test_classes) - set(classes))
-            raise DataError(f"{splits['test']} must have the same class folders as {splits['train']}: "
-                            f"missing {missing}, extra {extra}")
+            raise DataError(
+                f"{splits['test']} must have the same class folders as {splits['train']}: "
+                f"missing {missing}, extra {extra}"
+            )
     files, labels = _list_images(splits[split], classes)
     return files, labels, classes
 
@@ -407,8 +448,14 @@ def _split_generator(seed: int, split: str) -> torch.Generator:
     return torch.Generator().manual_seed(state)
 
 
-def synthetic(num_samples: int = 2048, num_classes: int = 10, image_size: int = 32, channels: int = 3,
-              seed: int = 0, split: str = "train") -> ImageDataset:
+def synthetic(
+    num_samples: int = 2048,
+    num_classes: int = 10,
+    image_size: int = 32,
+    channels: int = 3,
+    seed: int = 0,
+    split: str = "train",
+) -> ImageDataset:
     """A learnable, seeded stand-in for a real dataset (no files, no network).
 
     Each class has a smooth random template drawn from `seed` alone (so train and test share
@@ -416,8 +463,12 @@ def synthetic(num_samples: int = 2048, num_classes: int = 10, image_size: int = 
     separates the classes well above chance within an epoch.
     """
     _check_split(split)
-    for field_name, value in (("num_samples", num_samples), ("num_classes", num_classes),
-                              ("image_size", image_size), ("channels", channels)):
+    for field_name, value in (
+        ("num_samples", num_samples),
+        ("num_classes", num_classes),
+        ("image_size", image_size),
+        ("channels", channels),
+    ):
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"synthetic {field_name} must be a positive integer, got {value!r}")
     if seed < 0:

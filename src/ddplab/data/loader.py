@@ -149,7 +149,9 @@ class DeviceLoader:
             return None
         return (self.flip_parity.index_select(0, batch) + self.epoch) % 2 == 0
 
-    def _make_batch(self, raw: torch.Tensor, gen: torch.Generator | None, batch: torch.Tensor | None = None) -> torch.Tensor:
+    def _make_batch(
+        self, raw: torch.Tensor, gen: torch.Generator | None, batch: torch.Tensor | None = None
+    ) -> torch.Tensor:
         x = raw.float().div_(255)
         if self.augmenter is not None:
             assert gen is not None  # __iter__ makes one whenever there is an augmenter

@@ -26,8 +26,9 @@ def default_root() -> Path:
     return Path(os.environ.get("DDPLAB_DATA") or "data").expanduser()
 
 
-def training_images(dataset: str, *, subset: int | None = None, fold: int | None = None,
-                    synthetic_size: int | None = None) -> int | None:
+def training_images(
+    dataset: str, *, subset: int | None = None, fold: int | None = None, synthetic_size: int | None = None
+) -> int | None:
     """How many training images a run reads before any validation split, where that is known
     without reading the data (None for an image folder)."""
     if dataset == "synthetic":

@@ -28,8 +28,13 @@ def wants_data_init(model: torch.nn.Module) -> bool:
 
 
 @torch.no_grad()
-def init_whitening(conv: torch.nn.Conv2d, data: ImageDataset, device: torch.device | str = "cpu",
-                   num_images: int = WHITENING_IMAGES, eps: float = WHITENING_EPS) -> None:
+def init_whitening(
+    conv: torch.nn.Conv2d,
+    data: ImageDataset,
+    device: torch.device | str = "cpu",
+    num_images: int = WHITENING_IMAGES,
+    eps: float = WHITENING_EPS,
+) -> None:
     """Set `conv` to whiten k x k patches of `data`'s first `num_images` training images."""
     c, k = conv.in_channels, conv.kernel_size[0]
     d = c * k * k

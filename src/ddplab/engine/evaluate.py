@@ -19,8 +19,14 @@ from ddplab.engine.trainer import evaluate
 from ddplab.errors import ConfigError
 
 
-def evaluate_run(run_dir: str | Path, *, weights: str = "final", device: str = "auto", data_dir: str | None = None,
-                 tta: str | None = None) -> dict:
+def evaluate_run(
+    run_dir: str | Path,
+    *,
+    weights: str = "final",
+    device: str = "auto",
+    data_dir: str | None = None,
+    tta: str | None = None,
+) -> dict:
     """`tta` overrides the run's own test-time augmentation (to see what it adds, or to add it afterwards)."""
     from ddplab.engine.run import build_datasets, build_model
 
@@ -48,5 +54,11 @@ def evaluate_run(run_dir: str | Path, *, weights: str = "final", device: str = "
     loader = DeviceLoader(eval_set, batch_size=config.train.eval_batch_size, device=ctx.device, train=False)
     with torch.inference_mode(False):
         result = evaluate(model, loader, Precision(config.train.precision, ctx.device), ctx, tta=config.train.tta)
-    return {**result, "run_dir": str(run_dir), "weights": weights, "epoch": epoch, "split": split,
-            "tta": config.train.tta}
+    return {
+        **result,
+        "run_dir": str(run_dir),
+        "weights": weights,
+        "epoch": epoch,
+        "split": split,
+        "tta": config.train.tta,
+    }

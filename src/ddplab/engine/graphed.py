@@ -51,16 +51,32 @@ class GraphedStep:
     buffers; `fits` says which groups do.
     """
 
-    def __init__(self, step_fn: Callable[[list[Batch], ClassificationMeter], torch.Tensor], *,
-                 optimizer: torch.optim.Optimizer, accumulate: int, batch_size: int, image_shape: tuple[int, ...],
-                 device: torch.device, channels_last: bool = False, capture: bool | None = None):
+    def __init__(
+        self,
+        step_fn: Callable[[list[Batch], ClassificationMeter], torch.Tensor],
+        *,
+        optimizer: torch.optim.Optimizer,
+        accumulate: int,
+        batch_size: int,
+        image_shape: tuple[int, ...],
+        device: torch.device,
+        channels_last: bool = False,
+        capture: bool | None = None,
+    ):
         self.step_fn, self.optimizer = step_fn, optimizer
         self.accumulate, self.batch_size, self.device = accumulate, batch_size, torch.device(device)
         self.capture = self.device.type == "cuda" if capture is None else capture
         format = torch.channels_last if channels_last else torch.contiguous_format
-        self.inputs = [(torch.zeros(batch_size, *image_shape, device=self.device).contiguous(memory_format=format),
-                        torch.zeros(batch_size, dtype=torch.long, device=self.device)) for _ in range(accumulate)]
-        self.lrs = [torch.tensor(float(g["lr"]), dtype=torch.float32, device=self.device) for g in optimizer.param_groups]
+        self.inputs = [
+            (
+                torch.zeros(batch_size, *image_shape, device=self.device).contiguous(memory_format=format),
+                torch.zeros(batch_size, dtype=torch.long, device=self.device),
+            )
+            for _ in range(accumulate)
+        ]
+        self.lrs = [
+            torch.tensor(float(g["lr"]), dtype=torch.float32, device=self.device) for g in optimizer.param_groups
+        ]
         self.meter = ClassificationMeter(self.device)  # the step's own sums, zeroed inside the step
         self.loss: torch.Tensor | None = None  # the graph's output: the step's mean loss
         self.graph: Any = None
@@ -124,6 +140,7 @@ class GraphedStep:
 
 def snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """Copies of everything a training step changes: weights, buffers, gradients, optimizer state."""
+
     def copy(value):
         return value.detach().clone() if isinstance(value, torch.Tensor) else value
 

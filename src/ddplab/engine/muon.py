@@ -44,7 +44,11 @@ def split_params(params) -> list[dict]:
     params = [p for p in params if p.requires_grad]
     filters = [p for p in params if p.dim() == 4]
     others = [p for p in params if p.dim() != 4]
-    return [g for g in ({"params": filters, "orthogonalize": True}, {"params": others, "orthogonalize": False}) if g["params"]]
+    return [
+        g
+        for g in ({"params": filters, "orthogonalize": True}, {"params": others, "orthogonalize": False})
+        if g["params"]
+    ]
 
 
 class Muon(torch.optim.Optimizer):
@@ -60,13 +64,40 @@ class Muon(torch.optim.Optimizer):
     do this); weight decay on such a bank would be undone, so it gets none.
     """
 
-    def __init__(self, params, *, lr: float, other_lr: float, momentum: float = 0.9, other_momentum: float | None = None,
-                 nesterov: bool = True, weight_decay: float = 0.0, ns_steps: int = 5, normalize: bool = False):
+    def __init__(
+        self,
+        params,
+        *,
+        lr: float,
+        other_lr: float,
+        momentum: float = 0.9,
+        other_momentum: float | None = None,
+        nesterov: bool = True,
+        weight_decay: float = 0.0,
+        ns_steps: int = 5,
+        normalize: bool = False,
+    ):
         other_momentum = momentum if other_momentum is None else other_momentum
-        groups = [{**g, "lr": g.get("lr", lr if g.get("orthogonalize") else other_lr),
-                   "momentum": g.get("momentum", momentum if g.get("orthogonalize") else other_momentum)} for g in params]
-        super().__init__(groups, dict(lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay,
-                                      ns_steps=ns_steps, normalize=normalize, orthogonalize=False))
+        groups = [
+            {
+                **g,
+                "lr": g.get("lr", lr if g.get("orthogonalize") else other_lr),
+                "momentum": g.get("momentum", momentum if g.get("orthogonalize") else other_momentum),
+            }
+            for g in params
+        ]
+        super().__init__(
+            groups,
+            dict(
+                lr=lr,
+                momentum=momentum,
+                nesterov=nesterov,
+                weight_decay=weight_decay,
+                ns_steps=ns_steps,
+                normalize=normalize,
+                orthogonalize=False,
+            ),
+        )
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)

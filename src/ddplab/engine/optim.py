@@ -17,16 +17,25 @@ from torch.optim.lr_scheduler import LambdaLR, LRScheduler, OneCycleLR
 from ddplab.config import OptimConfig
 
 
-def build_optimizer(params, cfg: OptimConfig, device: torch.device | str = "cpu", *, capturable: bool = False) -> Optimizer:
+def build_optimizer(
+    params, cfg: OptimConfig, device: torch.device | str = "cpu", *, capturable: bool = False
+) -> Optimizer:
     """`capturable`: the update may be recorded in a CUDA graph (state and step count stay on the device)."""
     params = list(params)
     if cfg.name == "muon":
         from ddplab.engine.muon import Muon, split_params
 
-        return Muon(split_params(params), lr=cfg.muon_lr, other_lr=cfg.lr,
-                    momentum=cfg.momentum if cfg.muon_momentum is None else cfg.muon_momentum,
-                    other_momentum=cfg.momentum, nesterov=cfg.nesterov, weight_decay=cfg.weight_decay,
-                    ns_steps=cfg.muon_ns_steps, normalize=cfg.muon_normalize)
+        return Muon(
+            split_params(params),
+            lr=cfg.muon_lr,
+            other_lr=cfg.lr,
+            momentum=cfg.momentum if cfg.muon_momentum is None else cfg.muon_momentum,
+            other_momentum=cfg.momentum,
+            nesterov=cfg.nesterov,
+            weight_decay=cfg.weight_decay,
+            ns_steps=cfg.muon_ns_steps,
+            normalize=cfg.muon_normalize,
+        )
     options: dict[str, tuple[type[Any], dict[str, Any]]] = {
         "sgd": (torch.optim.SGD, dict(momentum=cfg.momentum, nesterov=cfg.nesterov)),
         "adam": (torch.optim.Adam, dict(betas=tuple(cfg.betas), eps=cfg.eps)),
@@ -86,9 +95,16 @@ def build_scheduler(optimizer: Optimizer, cfg: OptimConfig, *, epochs: int, step
         # OneCycleLR divides by the length of each phase: keep both at least half a step long.
         pct = min(max(warmup, 1.5) / total, (total - 0.5) / total)
         peaks = [group["lr"] for group in optimizer.param_groups]  # Muon: its filters' rate and the others'
-        return OneCycleLR(optimizer, max_lr=peaks, total_steps=total, pct_start=pct,
-                          anneal_strategy="linear", div_factor=10.0, final_div_factor=100.0,
-                          cycle_momentum=False)
+        return OneCycleLR(
+            optimizer,
+            max_lr=peaks,
+            total_steps=total,
+            pct_start=pct,
+            anneal_strategy="linear",
+            div_factor=10.0,
+            final_div_factor=100.0,
+            cycle_momentum=False,
+        )
     if cfg.schedule in ("cosine", "linear"):
         return LambdaLR(optimizer, _WarmupDecay(max(warmup, 0), total, cfg.min_lr_ratio, cfg.schedule))
     if cfg.schedule == "step":

@@ -57,7 +57,11 @@ class RunResult:
 def run(plan: RunPlan) -> RunResult:
     """This process's part of a prepared run: join its group, build, train, summarize."""
     start = time.perf_counter()
-    with torch_settings_restored(), distributed_context(plan.config, plan.place) as ctx, memory_errors(plan.config, ctx):
+    with (
+        torch_settings_restored(),
+        distributed_context(plan.config, plan.place) as ctx,
+        memory_errors(plan.config, ctx),
+    ):
         return train_in_group(plan, ctx, start)
 
 
@@ -65,8 +69,12 @@ def run(plan: RunPlan) -> RunResult:
 def torch_settings_restored():
     """A run sets process-wide torch state (determinism, cuDNN autotuning, CPU threads); a caller
     of the Python API gets its own back when the run returns or fails."""
-    saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-             torch.backends.cudnn.benchmark, torch.get_num_threads())
+    saved = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.backends.cudnn.benchmark,
+        torch.get_num_threads(),
+    )
     try:
         yield
     finally:
@@ -78,7 +86,8 @@ def torch_settings_restored():
 def is_out_of_memory(exc: BaseException) -> bool:
     """CUDA's OutOfMemoryError, or the RuntimeError / MemoryError a failed CPU allocation raises."""
     return isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) or (
-        isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc))
+        isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)
+    )
 
 
 @contextlib.contextmanager
@@ -90,9 +99,11 @@ def memory_errors(config: RunConfig, ctx: DistContext):
         if not is_out_of_memory(exc):
             raise
         where = "GPU" if ctx.device.type == "cuda" else "CPU"
-        raise TrainingError(f"rank {ctx.rank} ran out of {where} memory (batch size {config.train.batch_size}, "
-                            f"model.width {config.model.width:g}); lower --batch-size or --model.width, "
-                            "or use --train.accumulate") from None
+        raise TrainingError(
+            f"rank {ctx.rank} ran out of {where} memory (batch size {config.train.batch_size}, "
+            f"model.width {config.model.width:g}); lower --batch-size or --model.width, "
+            "or use --train.accumulate"
+        ) from None
 
 
 def finished_result(run_dir: Path) -> RunResult:
@@ -112,15 +123,28 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
         log.info("resumed from epoch %d (step %d)", trainer.state.epoch, trainer.state.step)
         planned_epochs = plan.resume.planned_epochs
         if ctx.is_main and planned_epochs != config.train.epochs and config.optim.schedule in SCHEDULES_OVER_THE_RUN:
-            log.warning("changing from %d to %d epochs re-plans the %s schedule over %d: the learning rate goes "
-                        "from %.3g (the last step's) to %.3g; config.toml now says %d epochs, and --config with it "
-                        "trains them all under the new plan", planned_epochs, config.train.epochs,
-                        config.optim.schedule, config.train.epochs, trainer.state.history[-1].lr,
-                        trainer.optimizer.param_groups[0]["lr"], config.train.epochs)
+            log.warning(
+                "changing from %d to %d epochs re-plans the %s schedule over %d: the learning rate goes "
+                "from %.3g (the last step's) to %.3g; config.toml now says %d epochs, and --config with it "
+                "trains them all under the new plan",
+                planned_epochs,
+                config.train.epochs,
+                config.optim.schedule,
+                config.train.epochs,
+                trainer.state.history[-1].lr,
+                trainer.optimizer.param_groups[0]["lr"],
+                config.train.epochs,
+            )
     sinks = build_sinks(config, ctx, run_dir, trainer.state.history)
     warmup = maybe_warm_up(trainer)
-    profiler = build_profiler(config.train.profile_steps, ctx.device, ctx.rank, run_dir,
-                              first_step=trainer.state.step, steps_per_epoch=trainer.steps_per_epoch())
+    profiler = build_profiler(
+        config.train.profile_steps,
+        ctx.device,
+        ctx.rank,
+        run_dir,
+        first_step=trainer.state.step,
+        steps_per_epoch=trainer.steps_per_epoch(),
+    )
     startup_s = time.perf_counter() - start
     try:
         with profiler or contextlib.nullcontext():
@@ -131,8 +155,15 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
         raise collective_failure(exc, config, ctx) from exc
     finally:
         sinks.close()
-    summary = build_summary(config, info, state, startup_s=startup_s, total_s=trainer.elapsed_s(), warmup=warmup,
-                            profile=profiler.result() if profiler is not None else None)
+    summary = build_summary(
+        config,
+        info,
+        state,
+        startup_s=startup_s,
+        total_s=trainer.elapsed_s(),
+        warmup=warmup,
+        profile=profiler.result() if profiler is not None else None,
+    )
     if ctx.is_main:
         files.write_json(run_dir / runfiles.SUMMARY, summary)
         print(format_summary(summary, run_dir), flush=True)
@@ -157,16 +188,21 @@ MISSING_RANKS_WAIT_S = 10
 def collective_failure(exc: Exception, config: RunConfig, ctx: DistContext) -> Exception:
     """A collective failed or timed out: find out, and say, which ranks never arrived."""
     # The ranks still alive timed out in the same collective, within moments of each other.
-    missing = ctx.missing_ranks(timeout_s=min(MISSING_RANKS_WAIT_S, config.dist.timeout_s), quiet=not config.output.debug)
+    missing = ctx.missing_ranks(
+        timeout_s=min(MISSING_RANKS_WAIT_S, config.dist.timeout_s), quiet=not config.output.debug
+    )
     if missing:
         who = ", ".join(f"{rank}{ctx.on_host(rank)}" for rank in missing)
-        return TrainingError(f"rank {who} did not reach the collective within dist.timeout_s={config.dist.timeout_s} s "
-                             "(stuck or far slower than the others); the last checkpoint is kept")
+        return TrainingError(
+            f"rank {who} did not reach the collective within dist.timeout_s={config.dist.timeout_s} s "
+            "(stuck or far slower than the others); the last checkpoint is kept"
+        )
     return exc
 
 
-def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None,
-                  session_start: float | None = None) -> tuple[Trainer, dict[str, Any]]:
+def build_trainer(
+    config: RunConfig, ctx: DistContext, run_dir: Path | None, session_start: float | None = None
+) -> tuple[Trainer, dict[str, Any]]:
     """Every component of a run, built in order and handed to a Trainer (its observers come with `fit`)."""
     configure_determinism(config, ctx.device)
     train_set, eval_set, eval_split = build_datasets(config, ctx)
@@ -178,39 +214,75 @@ def build_trainer(config: RunConfig, ctx: DistContext, run_dir: Path | None,
     wrapped = wrap_model(model, config, ctx)
     train_loader, eval_loader, train_eval_loader = build_loaders(config, ctx, train_set, eval_set)
     if len(train_loader) == 0:
-        raise ConfigError(f"train.batch_size={config.train.batch_size} with train.drop_last leaves no training batch: "
-                          f"this rank has {train_loader.num_samples} training images")
+        raise ConfigError(
+            f"train.batch_size={config.train.batch_size} with train.drop_last leaves no training batch: "
+            f"this rank has {train_loader.num_samples} training images"
+        )
     num_steps = steps_per_epoch(len(train_loader), config.train.accumulate)
     optimizer = build_optimizer(wrapped.parameters(), config.optim, ctx.device, capturable=config.train.cuda_graphs)
     trainer = Trainer(
-        config=config, ctx=ctx, model=wrapped, optimizer=optimizer,
+        config=config,
+        ctx=ctx,
+        model=wrapped,
+        optimizer=optimizer,
         scheduler=build_scheduler(optimizer, config.optim, epochs=config.train.epochs, steps_per_epoch=num_steps),
-        precision=Precision(config.train.precision, ctx.device, cache_casts=not config.train.cuda_graphs), train_loader=train_loader, eval_loader=eval_loader,
+        precision=Precision(config.train.precision, ctx.device, cache_casts=not config.train.cuda_graphs),
+        train_loader=train_loader,
+        eval_loader=eval_loader,
         early_stopping=EarlyStopping(config.train.early_stop_metric, config.train.patience, config.train.min_delta),
         checkpoint_dir=run_dir / runfiles.CHECKPOINTS if ctx.is_main and run_dir is not None else None,
-        gpu_sampler=build_gpu_sampler(config, ctx), train_eval_loader=train_eval_loader, session_start=session_start,
+        gpu_sampler=build_gpu_sampler(config, ctx),
+        train_eval_loader=train_eval_loader,
+        session_start=session_start,
     )
     sampler = trainer.gpu_sampler
     every = trainer.timed_step_every()
-    info = {"engine": {
-                "deterministic": resolve_deterministic(config, ctx.device),
-                "cudnn_benchmark": torch.backends.cudnn.benchmark,
-                "time_breakdown": ("off" if not config.train.time_breakdown else "every step" if every == 1
-                                   else f"1 step in {every}, the device synchronized around it"),
-                "progress_syncs_per_epoch": min(PROGRESS_UPDATES_PER_EPOCH, num_steps),
-                "fused_optimizer": bool(optimizer.defaults.get("fused")),
-                "cuda_graphs": config.train.cuda_graphs,
-                "cpu_threads": torch.get_num_threads() if ctx.device.type == "cpu" else None},
-            "gpu": {"measured": bool(sampler and sampler.measured),
-                    "reason": sampler.reason if sampler is not None else "no GPU (training on the CPU)"},
-            "data_init_s": data_init_s, "params": params, "flops_per_image": flops, "eval_split": eval_split, "world_size": ctx.world_size,
-            "backend": ctx.backend,
-            "train_images": len(train_set), "eval_images": len(eval_set), "steps_per_epoch": num_steps,
-            "train_eval_images": train_eval_loader and len(train_eval_loader.labels), "layers": describe_layers(model),
-            "device": ctx.device, "classes": train_set.classes}
-    log.info("%s on %s: %d train / %d %s images, %s params, batch %d local / %d global, %d steps/epoch",
-             config.model.name, ctx.device, len(train_set), len(eval_set), eval_split, f"{params:,}",
-             config.train.batch_size, config.global_batch_size(ctx.world_size), num_steps)
+    info = {
+        "engine": {
+            "deterministic": resolve_deterministic(config, ctx.device),
+            "cudnn_benchmark": torch.backends.cudnn.benchmark,
+            "time_breakdown": (
+                "off"
+                if not config.train.time_breakdown
+                else "every step"
+                if every == 1
+                else f"1 step in {every}, the device synchronized around it"
+            ),
+            "progress_syncs_per_epoch": min(PROGRESS_UPDATES_PER_EPOCH, num_steps),
+            "fused_optimizer": bool(optimizer.defaults.get("fused")),
+            "cuda_graphs": config.train.cuda_graphs,
+            "cpu_threads": torch.get_num_threads() if ctx.device.type == "cpu" else None,
+        },
+        "gpu": {
+            "measured": bool(sampler and sampler.measured),
+            "reason": sampler.reason if sampler is not None else "no GPU (training on the CPU)",
+        },
+        "data_init_s": data_init_s,
+        "params": params,
+        "flops_per_image": flops,
+        "eval_split": eval_split,
+        "world_size": ctx.world_size,
+        "backend": ctx.backend,
+        "train_images": len(train_set),
+        "eval_images": len(eval_set),
+        "steps_per_epoch": num_steps,
+        "train_eval_images": train_eval_loader and len(train_eval_loader.labels),
+        "layers": describe_layers(model),
+        "device": ctx.device,
+        "classes": train_set.classes,
+    }
+    log.info(
+        "%s on %s: %d train / %d %s images, %s params, batch %d local / %d global, %d steps/epoch",
+        config.model.name,
+        ctx.device,
+        len(train_set),
+        len(eval_set),
+        eval_split,
+        f"{params:,}",
+        config.train.batch_size,
+        config.global_batch_size(ctx.world_size),
+        num_steps,
+    )
     return trainer, info
 
 
@@ -237,8 +309,15 @@ def build_gpu_sampler(config: RunConfig, ctx: DistContext) -> GpuSampler | None:
 
 def build_model(config: RunConfig, data) -> torch.nn.Module:
     m = config.model
-    return create_model(m.name, num_classes=data.num_classes, in_channels=data.image_shape[0],
-                        image_size=data.image_shape[1:], width=m.width, dropout=m.dropout, batchnorm=m.batchnorm)
+    return create_model(
+        m.name,
+        num_classes=data.num_classes,
+        in_channels=data.image_shape[0],
+        image_size=data.image_shape[1:],
+        width=m.width,
+        dropout=m.dropout,
+        batchnorm=m.batchnorm,
+    )
 
 
 def maybe_fuse_conv_relu(model: torch.nn.Module, config: RunConfig, device: torch.device) -> None:
@@ -252,8 +331,10 @@ def maybe_fuse_conv_relu(model: torch.nn.Module, config: RunConfig, device: torc
     from ddplab.kernels import fuse_conv_relu
 
     if fuse_conv_relu(model, backend="auto" if device.type == "cuda" else "reference") == 0:
-        raise ConfigError(f"model.fuse_conv_relu: {config.model.name} has no Conv2d->ReLU pair to fuse "
-                          "(BatchNorm or another activation sits between them; try --model.batchnorm false)")
+        raise ConfigError(
+            f"model.fuse_conv_relu: {config.model.name} has no Conv2d->ReLU pair to fuse "
+            "(BatchNorm or another activation sits between them; try --model.batchnorm false)"
+        )
 
 
 def resolve_deterministic(config: RunConfig, device: torch.device) -> bool:
@@ -273,9 +354,15 @@ def configure_determinism(config: RunConfig, device: torch.device) -> None:
 def build_datasets(config: RunConfig, ctx: DistContext):
     d = config.data
     common: dict[str, Any] = dict(
-        image_size=d.image_size, download=d.download and ctx.is_main, fold=d.fold,
-        cifar100_labels=d.cifar100_labels, synthetic_size=d.synthetic_size,
-        num_classes=d.num_classes, seed=config.train.seed, progress=ctx.is_main and config.output.progress)
+        image_size=d.image_size,
+        download=d.download and ctx.is_main,
+        fold=d.fold,
+        cifar100_labels=d.cifar100_labels,
+        synthetic_size=d.synthetic_size,
+        num_classes=d.num_classes,
+        seed=config.train.seed,
+        progress=ctx.is_main and config.output.progress,
+    )
     root = d.root()
     if d.download and ctx.is_distributed:
         # Rank 0 downloads; the others wait for it instead of racing on the same files.
@@ -284,23 +371,48 @@ def build_datasets(config: RunConfig, ctx: DistContext):
         ctx.barrier()
     train = load_dataset(d.dataset, root, "train", **common)
     test = None if d.val_fraction > 0 else load_dataset(d.dataset, root, "test", **common)
-    return make_splits(train, test if test is not None else train, subset=d.subset, val_fraction=d.val_fraction,
-                       seed=config.train.seed, test_subset=d.test_subset)
+    return make_splits(
+        train,
+        test if test is not None else train,
+        subset=d.subset,
+        val_fraction=d.val_fraction,
+        seed=config.train.seed,
+        test_subset=d.test_subset,
+    )
 
 
-def build_loaders(config: RunConfig, ctx: DistContext, train_set, eval_set) -> tuple[DeviceLoader, DeviceLoader, DeviceLoader | None]:
+def build_loaders(
+    config: RunConfig, ctx: DistContext, train_set, eval_set
+) -> tuple[DeviceLoader, DeviceLoader, DeviceLoader | None]:
     """Training batches, evaluation batches, and the first `train.eval_train_images` training images
     cut like evaluation batches (None when that check is off)."""
     d, t = config.data, config.train
-    spec = AugmentSpec(crop_padding=d.crop_padding, translate=d.translate, flip=d.flip, flip_mode=d.flip_mode, cutout=d.cutout,
-                       jitter=d.jitter, rotate=d.rotate)
-    common: dict[str, Any] = dict(device=ctx.device, seed=t.seed, rank=ctx.rank, world_size=ctx.world_size,
-                                  channels_last=config.model.channels_last)
-    train_loader = DeviceLoader(train_set, batch_size=t.batch_size, train=True, augment=spec, drop_last=t.drop_last, **common)
+    spec = AugmentSpec(
+        crop_padding=d.crop_padding,
+        translate=d.translate,
+        flip=d.flip,
+        flip_mode=d.flip_mode,
+        cutout=d.cutout,
+        jitter=d.jitter,
+        rotate=d.rotate,
+    )
+    common: dict[str, Any] = dict(
+        device=ctx.device,
+        seed=t.seed,
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        channels_last=config.model.channels_last,
+    )
+    train_loader = DeviceLoader(
+        train_set, batch_size=t.batch_size, train=True, augment=spec, drop_last=t.drop_last, **common
+    )
     eval_loader = DeviceLoader(eval_set, batch_size=t.eval_batch_size, train=False, **common)
     seen = min(t.eval_train_images, len(train_set))
-    train_eval_loader = DeviceLoader(train_set.select(slice(0, seen)), batch_size=t.eval_batch_size, train=False,
-                                     **common) if seen else None
+    train_eval_loader = (
+        DeviceLoader(train_set.select(slice(0, seen)), batch_size=t.eval_batch_size, train=False, **common)
+        if seen
+        else None
+    )
     return train_loader, eval_loader, train_eval_loader
 
 

@@ -41,13 +41,21 @@ def environment(ctx: DistContext) -> dict:
     from ddplab.metrics.system import machine, network_link
 
     spread = len(set(ctx.hosts)) > 1  # several nodes: the link between them, as rank 0's side sees it
-    return {"ddplab": __version__, "git_sha": git_sha(), **machine(ctx.device), "world_size": ctx.world_size,
-            **({"hosts": list(ctx.hosts), "network": network_link(ctx.hosts[0])} if spread else {}), "argv": sys.argv}
+    return {
+        "ddplab": __version__,
+        "git_sha": git_sha(),
+        **machine(ctx.device),
+        "world_size": ctx.world_size,
+        **({"hosts": list(ctx.hosts), "network": network_link(ctx.hosts[0])} if spread else {}),
+        "argv": sys.argv,
+    }
 
 
 def git_sha() -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5
+        )
         return out.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         return None

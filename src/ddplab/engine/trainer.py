@@ -99,10 +99,23 @@ class EpochTraining:
 
 
 class Trainer:
-    def __init__(self, *, config: RunConfig, ctx: DistContext, model: torch.nn.Module, optimizer, scheduler,
-                 precision: Precision, train_loader, eval_loader, early_stopping: EarlyStopping,
-                 checkpoint_dir: Path | None, gpu_sampler: GpuSampler | None = None, train_eval_loader=None,
-                 session_start: float | None = None):
+    def __init__(
+        self,
+        *,
+        config: RunConfig,
+        ctx: DistContext,
+        model: torch.nn.Module,
+        optimizer,
+        scheduler,
+        precision: Precision,
+        train_loader,
+        eval_loader,
+        early_stopping: EarlyStopping,
+        checkpoint_dir: Path | None,
+        gpu_sampler: GpuSampler | None = None,
+        train_eval_loader=None,
+        session_start: float | None = None,
+    ):
         self.config, self.ctx = config, ctx
         self.model, self.optimizer, self.scheduler, self.precision = model, optimizer, scheduler, precision
         self.train_loader, self.eval_loader = train_loader, eval_loader
@@ -119,8 +132,11 @@ class Trainer:
         ddp = ddp_module(model)  # DDP times the steps the time breakdown times: each on a CPU, 1 in 20 on CUDA
         self.ddp_sample_every = compat.sample_ddp_every(ddp, self.timed_step_every()) if ddp is not None else 0
         o = config.optim
-        self.lookahead = Lookahead(unwrap(model).parameters(), every=o.lookahead_steps, alpha=o.lookahead_alpha) \
-            if o.lookahead_steps else None
+        self.lookahead = (
+            Lookahead(unwrap(model).parameters(), every=o.lookahead_steps, alpha=o.lookahead_alpha)
+            if o.lookahead_steps
+            else None
+        )
         self.clock_zero = time.perf_counter()  # t_s of step and GPU samples counts from here
         self.session_start = self.clock_zero if session_start is None else session_start  # this session's wall clock
 
@@ -136,8 +152,9 @@ class Trainer:
                 raise self.nonfinite("the evaluation loss", epoch)
             self.state.epoch = epoch
             self.state.history.append(record)
-            stop = self.early_stopping.update(epoch, record.metric(self.early_stopping.metric)
-                                              if self.early_stopping.metric else None)
+            stop = self.early_stopping.update(
+                epoch, record.metric(self.early_stopping.metric) if self.early_stopping.metric else None
+            )
             if record.test_acc > self.state.best_test_acc:
                 self.state.best_test_acc, self.state.best_epoch = record.test_acc, epoch
                 self.maybe_save_best()
@@ -178,7 +195,8 @@ class Trainer:
         eval_s = eval_clock.stop()
         gpu_other = self.gpu_sampler.other_processes() if self.gpu_sampler is not None else None
         load: dict[str, Any] = contention.epoch_contention(
-            self.ctx.all_gather_floats(contention.rank_interval(cpu_start, cpu_end, gpu_other)), train_s)
+            self.ctx.all_gather_floats(contention.rank_interval(cpu_start, cpu_end, gpu_other)), train_s
+        )
         memory: dict[str, Any] = peak_memory_mib(self.ctx.device)
         if data_parallel:  # one process, many GPUs: one figure per GPU
             memory["gpu_peak_alloc_mib"] = peak_alloc_per_gpu_mib()
@@ -192,17 +210,34 @@ class Trainer:
         steps = [{"epoch": epoch, **row} for row in train.steps]
         cpu_s = load.pop("rank_cpu_s")
         record = EpochRecord(
-            epoch=epoch, step=self.state.step, lr=self.last_lr,
-            train_loss=train.loss, train_acc=train.acc, test_loss=test["loss"], test_acc=test["acc"],
+            epoch=epoch,
+            step=self.state.step,
+            lr=self.last_lr,
+            train_loss=train.loss,
+            train_acc=train.acc,
+            test_loss=test["loss"],
+            test_acc=test["acc"],
             train_eval_loss=train_eval["loss"] if train_eval else None,
             train_eval_acc=train_eval["acc"] if train_eval else None,
-            train_samples=train.count, test_samples=test["count"],
-            epoch_s=train_s + eval_s, train_s=train_s, eval_s=eval_s,
+            train_samples=train.count,
+            test_samples=test["count"],
+            epoch_s=train_s + eval_s,
+            train_s=train_s,
+            eval_s=eval_s,
             images_per_s=train.count / train_s if train_s > 0 else 0.0,
-            **phases, **load, **memory,
-            per_rank={"cpu_s": cpu_s, **self.per_rank(
-                train_s=train_s, samples=self.train_loader.num_samples,
-                **{k: v for k, v in memory.items() if not isinstance(v, list)}, **gpu, **ddp)},
+            **phases,
+            **load,
+            **memory,
+            per_rank={
+                "cpu_s": cpu_s,
+                **self.per_rank(
+                    train_s=train_s,
+                    samples=self.train_loader.num_samples,
+                    **{k: v for k, v in memory.items() if not isinstance(v, list)},
+                    **gpu,
+                    **ddp,
+                ),
+            },
         )
         return record, {"steps": steps, "gpu": gpu_rows}
 
@@ -255,16 +290,24 @@ class Trainer:
         loader = self.train_loader
         if batch_sizes(loader)[:1] != [loader.batch_size] or len(loader) < self.accumulate:
             return "not captured: the epoch has no full step (every step runs eagerly)"
-        self.graphed = GraphedStep(self.device_step, optimizer=self.optimizer, accumulate=self.accumulate,
-                                   batch_size=loader.batch_size, image_shape=tuple(loader.images.shape[1:]),
-                                   device=self.ctx.device, channels_last=loader.channels_last, capture=capture)
+        self.graphed = GraphedStep(
+            self.device_step,
+            optimizer=self.optimizer,
+            accumulate=self.accumulate,
+            batch_size=loader.batch_size,
+            image_shape=tuple(loader.images.shape[1:]),
+            device=self.ctx.device,
+            channels_last=loader.channels_last,
+            capture=capture,
+        )
         warmup = WARMUP_STEPS_DDP if ddp_module(self.model) is not None else WARMUP_STEPS
         self.model.train()
         self.graphed.prepare(self.model, warmup_steps=warmup)
         ragged = self.steps_per_epoch() * self.accumulate * loader.batch_size != loader.num_samples
         what = "the whole step captured" if self.graphed.graph is not None else "static step prepared (not captured)"
-        return (f"{what} after {warmup} warm-up steps (undone)"
-                + ("; the ragged last step of each epoch runs eagerly" if ragged else ""))
+        return f"{what} after {warmup} warm-up steps (undone)" + (
+            "; the ragged last step of each epoch runs eagerly" if ragged else ""
+        )
 
     def warm_up_shapes(self) -> dict[str, list[int]]:
         """Run every batch shape of the run once, before the clocks start (contract 7).
@@ -338,20 +381,33 @@ class Trainer:
                 self.check_finite(nonfinite, epoch)
             value = loss.item() if should_sync else None
             if value is not None:
-                steps.append({"step": self.state.step, "train_loss": value, "lr": self.last_lr,
-                              "t_s": round(time.perf_counter() - self.clock_zero, 3)})
+                steps.append(
+                    {
+                        "step": self.state.step,
+                        "train_loss": value,
+                        "lr": self.last_lr,
+                        "t_s": round(time.perf_counter() - self.clock_zero, 3),
+                    }
+                )
             self.sinks.step(sum(len(y) for _, y in group), value)
             if self.profiler is not None:
                 self.profiler.step()
         if self.lookahead is not None:  # evaluation and the checkpoint see the slow weights
             self.lookahead.sync()
         totals = meter.reduced(self.ctx.all_reduce_sum)
-        return EpochTraining(loss=totals["loss"], acc=totals["acc"], count=totals["count"], steps=steps,
-                             phases=timer.totals(num_steps) if timer.enabled else None, last_step=group,
-                             ddp_start=ddp_start)
+        return EpochTraining(
+            loss=totals["loss"],
+            acc=totals["acc"],
+            count=totals["count"],
+            steps=steps,
+            phases=timer.totals(num_steps) if timer.enabled else None,
+            last_step=group,
+            ddp_start=ddp_start,
+        )
 
-    def train_step(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], meter: ClassificationMeter,
-                   timer: PhaseTimer) -> torch.Tensor:
+    def train_step(
+        self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], meter: ClassificationMeter, timer: PhaseTimer
+    ) -> torch.Tensor:
         """One optimizer step; its mean loss. A captured step has no separate optimizer phase:
         forward_backward_s holds its whole replay, optimizer_s the host's schedule update."""
         if self.graphed is not None and self.graphed.fits(micro_batches):
@@ -365,13 +421,17 @@ class Trainer:
         timer.lap("optimizer_s")
         return loss
 
-    def device_step(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], meter: ClassificationMeter) -> torch.Tensor:
+    def device_step(
+        self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], meter: ClassificationMeter
+    ) -> torch.Tensor:
         """The step's device work, the part a CUDA graph records."""
         loss = self.forward_backward(micro_batches, meter)
         self.update_weights()
         return loss
 
-    def forward_backward(self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], meter: ClassificationMeter | None) -> torch.Tensor:
+    def forward_backward(
+        self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], meter: ClassificationMeter | None
+    ) -> torch.Tensor:
         """Gradients of one optimizer step, summed over `micro_batches`.
 
         Each micro-batch's summed loss is divided by the samples of the whole step, so k
@@ -385,8 +445,9 @@ class Trainer:
             with no_sync(self.model, skip_sync=j < len(micro_batches) - 1):
                 with self.precision.autocast():
                     logits = self.model(x)
-                loss_sum = F.cross_entropy(logits.float(), y, reduction="sum",
-                                           label_smoothing=self.config.optim.label_smoothing)
+                loss_sum = F.cross_entropy(
+                    logits.float(), y, reduction="sum", label_smoothing=self.config.optim.label_smoothing
+                )
                 self.precision.backward(loss_sum / step_samples)
             if meter is not None:
                 meter.update(loss_sum, logits, y)
@@ -441,8 +502,10 @@ class Trainer:
 
     def nonfinite(self, what: str, epoch: int) -> TrainingError:
         last = f"epoch {self.state.epoch}" if self.state.epoch else "none (no epoch finished)"
-        return TrainingError(f"{what} became NaN/inf in epoch {epoch} (optimizer step {self.state.step}); "
-                             f"last good checkpoint: {last}. Lower --lr, add --optim.grad_clip, or use fp32/bf16")
+        return TrainingError(
+            f"{what} became NaN/inf in epoch {epoch} (optimizer step {self.state.step}); "
+            f"last good checkpoint: {last}. Lower --lr, add --optim.grad_clip, or use fp32/bf16"
+        )
 
     # ---- evaluation --------------------------------------------------------------------
     def evaluate(self) -> dict[str, Any]:
@@ -487,7 +550,9 @@ class Trainer:
         # Every schedule is a pure function of the step: replaying the steps restores it
         # exactly, and, unlike loading its state, also fits a run resumed with more epochs.
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*lr_scheduler.step.*before.*optimizer.step", category=UserWarning)
+            warnings.filterwarnings(
+                "ignore", message=".*lr_scheduler.step.*before.*optimizer.step", category=UserWarning
+            )
             for _ in range(self.state.step):
                 self.scheduler.step()
         self.last_lr = self.optimizer.param_groups[0]["lr"]
@@ -498,14 +563,18 @@ class Trainer:
 
     def maybe_save_best(self) -> None:
         if self.checkpoint_dir is not None and self.config.output.save_best:
-            best = {"model": unwrap(self.model).state_dict(), "epoch": self.state.best_epoch,
-                    "test_acc": self.state.best_test_acc}
+            best = {
+                "model": unwrap(self.model).state_dict(),
+                "epoch": self.state.best_epoch,
+                "test_acc": self.state.best_test_acc,
+            }
             checkpoint.save_atomic(best, self.checkpoint_dir / checkpoint.BEST)
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, loader, precision: Precision, ctx: DistContext,
-             tta: str = "none") -> dict[str, Any]:
+def evaluate(
+    model: torch.nn.Module, loader, precision: Precision, ctx: DistContext, tta: str = "none"
+) -> dict[str, Any]:
     """Plain cross-entropy and accuracy over the whole evaluation set, each sample once.
 
     The loader shards without padding, so the all-reduced sums count every sample exactly

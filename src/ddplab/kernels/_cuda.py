@@ -132,8 +132,12 @@ def cpp_source() -> str:
 def cuda_source() -> str:
     """The kernel source with the reference's weights and the dtype codes filled in (one source of truth)."""
     w_r, w_g, w_b = GRAY_WEIGHTS_E4
-    src = (CUDA_SOURCE.replace("@W_R@", str(w_r)).replace("@W_G@", str(w_g))
-           .replace("@W_B@", str(w_b)).replace("@SCALE@", str(GRAY_SCALE)))
+    src = (
+        CUDA_SOURCE.replace("@W_R@", str(w_r))
+        .replace("@W_G@", str(w_g))
+        .replace("@W_B@", str(w_b))
+        .replace("@SCALE@", str(GRAY_SCALE))
+    )
     for name, code in DTYPE_CODES.items():
         src = src.replace(f"@{name}@", str(code))
     return src

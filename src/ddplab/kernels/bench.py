@@ -49,8 +49,13 @@ from ddplab.metrics.system import device_name, synchronize
 GRAY_IMAGE = (3, 128, 128)
 
 # Vendor peak figures for the roofline floors in NOTES.md (dense, no sparsity).
-H100_SXM: dict[str, Any] = {"name": "H100 SXM", "bf16_tflops": 989.4, "tf32_tflops": 494.7, "fp32_tflops": 66.9,
-                            "hbm_gbps": 3350.0}
+H100_SXM: dict[str, Any] = {
+    "name": "H100 SXM",
+    "bf16_tflops": 989.4,
+    "tf32_tflops": 494.7,
+    "fp32_tflops": 66.9,
+    "hbm_gbps": 3350.0,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,12 +91,29 @@ class ConvShape:
 
 
 CONV_SHAPES = (
-    ConvShape("seed-2layer", 64, (1, 28, 28), (ConvLayer(1, 32, padding=0), ConvLayer(32, 64, padding=0)),
-              note="report B 2-layer (MNIST, widths of PyTorch's MNIST example)"),
-    ConvShape("seed-10layer", 64, (1, 28, 28), (ConvLayer(1, 32), ConvLayer(32, 32)), repeat_last=9,
-              note="report B 10-layer: stem + one shared 32->32 layer looped 9x"),
-    ConvShape("layer-64x32", 128, (64, 32, 32), (ConvLayer(64, 64),), input_grad=True,
-              note="realistic layer: N=128, 64->64, 32x32, 3x3 pad 1"),
+    ConvShape(
+        "seed-2layer",
+        64,
+        (1, 28, 28),
+        (ConvLayer(1, 32, padding=0), ConvLayer(32, 64, padding=0)),
+        note="report B 2-layer (MNIST, widths of PyTorch's MNIST example)",
+    ),
+    ConvShape(
+        "seed-10layer",
+        64,
+        (1, 28, 28),
+        (ConvLayer(1, 32), ConvLayer(32, 32)),
+        repeat_last=9,
+        note="report B 10-layer: stem + one shared 32->32 layer looped 9x",
+    ),
+    ConvShape(
+        "layer-64x32",
+        128,
+        (64, 32, 32),
+        (ConvLayer(64, 64),),
+        input_grad=True,
+        note="realistic layer: N=128, 64->64, 32x32, 3x3 pad 1",
+    ),
 )
 
 CONV_VARIANTS = ("cuDNN", "cuDNN disabled", "CPU", "torch.compile", "FusedConvReLU")
@@ -142,20 +164,24 @@ def roofline_rows(dtype: torch.dtype = torch.float32, peaks: dict[str, Any] = H1
     rows = []
     for shape in CONV_SHAPES:
         c = conv_costs(shape, dtype)
-        rows.append({
-            "shape": shape.name, **c,
-            "fwd_intensity": c["fwd_flops"] / c["fwd_bytes"],
-            "fwd_floor_us": 1e6 * roofline_floor_s(c["fwd_flops"], c["fwd_bytes"], peaks[key], peaks["hbm_gbps"]),
-            "bwd_floor_us": 1e6 * roofline_floor_s(c["bwd_flops"], c["bwd_bytes"], peaks[key], peaks["hbm_gbps"]),
-        })
+        rows.append(
+            {
+                "shape": shape.name,
+                **c,
+                "fwd_intensity": c["fwd_flops"] / c["fwd_bytes"],
+                "fwd_floor_us": 1e6 * roofline_floor_s(c["fwd_flops"], c["fwd_bytes"], peaks[key], peaks["hbm_gbps"]),
+                "bwd_floor_us": 1e6 * roofline_floor_s(c["bwd_flops"], c["bwd_bytes"], peaks[key], peaks["hbm_gbps"]),
+            }
+        )
     return rows
 
 
 # ---- timing ------------------------------------------------------------------------------
 
 
-def time_ms(fn: Callable[[], Any], device: torch.device, repeats: int, warmup: int, min_run_ms: float = 1.0,
-            best: bool = False) -> float:
+def time_ms(
+    fn: Callable[[], Any], device: torch.device, repeats: int, warmup: int, min_run_ms: float = 1.0, best: bool = False
+) -> float:
     """Median (or, with `best`, minimum) milliseconds per call of `fn` over `repeats` timed runs,
     after `warmup` calls."""
     for _ in range(warmup):
@@ -206,8 +232,11 @@ def measure_peaks(device: torch.device, dtype: torch.dtype = torch.float32, quic
     src = torch.empty(elems, dtype=torch.uint8, device=device).fill_(1)
     dst = torch.empty_like(src)
     copy_ms = time_ms(lambda: dst.copy_(src), device, repeats=5 if quick else 10, warmup=2, best=True)
-    return {"tflops": 2 * n**3 / (mm_ms * 1e-3) / 1e12, "gbps": 2 * elems / (copy_ms * 1e-3) / 1e9,
-            "how": f"{n}x{n} {str(dtype).removeprefix('torch.')} matmul; {elems >> 20} MiB copy (read+write)"}
+    return {
+        "tflops": 2 * n**3 / (mm_ms * 1e-3) / 1e12,
+        "gbps": 2 * elems / (copy_ms * 1e-3) / 1e9,
+        "how": f"{n}x{n} {str(dtype).removeprefix('torch.')} matmul; {elems >> 20} MiB copy (read+write)",
+    }
 
 
 # ---- grayscale rows ----------------------------------------------------------------------
@@ -218,8 +247,9 @@ def _gray_row(variant: str, device: str, **fields: Any) -> dict[str, Any]:
     return {"section": "grayscale", "case": case, "variant": variant, "device": device, **fields}
 
 
-def gray_rows(device: torch.device, *, num_images: int = 200, loop_images: int = 2, repeats: int = 10,
-              quick: bool = False) -> list[dict[str, Any]]:
+def gray_rows(
+    device: torch.device, *, num_images: int = 200, loop_images: int = 2, repeats: int = 10, quick: bool = False
+) -> list[dict[str, Any]]:
     """Report A's comparison: per-image time of each grayscale implementation, and speedups."""
     from ddplab.kernels import rgb_to_gray as gray_fn
     from ddplab.kernels.rgb_to_gray import unavailable_reason
@@ -229,12 +259,18 @@ def gray_rows(device: torch.device, *, num_images: int = 200, loop_images: int =
     pixels = GRAY_IMAGE[1] * GRAY_IMAGE[2]
     cpu = torch.device("cpu")
     rows = []
-    plan = [("python_loop", "python_loop", cpu), ("torch CPU", "torch", cpu), ("torch CUDA", "torch", device),
-            ("triton", "triton", device), ("cuda C++", "cuda", device)]
+    plan = [
+        ("python_loop", "python_loop", cpu),
+        ("torch CPU", "torch", cpu),
+        ("torch CUDA", "torch", device),
+        ("triton", "triton", device),
+        ("cuda C++", "cuda", device),
+    ]
     for variant, impl, dev in plan:
         if variant != "torch CPU" and variant != "python_loop" and dev.type != "cuda":
             reason = unavailable_reason(impl, "cuda") or (
-                "run with --device cuda" if torch.cuda.is_available() else "needs a CUDA GPU")
+                "run with --device cuda" if torch.cuda.is_available() else "needs a CUDA GPU"
+            )
             rows.append(_gray_row(variant, "cuda", status="needs GPU", reason=reason))
             continue
         count = loop_images if impl == "python_loop" else num_images
@@ -246,8 +282,16 @@ def gray_rows(device: torch.device, *, num_images: int = 200, loop_images: int =
             rows.append(_gray_row(variant, dev.type, status="error", reason=f"{type(exc).__name__}: {exc}"))
             continue
         per_image_s = ms / 1e3 / count
-        rows.append(_gray_row(variant, dev.type, status="ok", images=count, us_per_image=per_image_s * 1e6,
-                              gbps=4 * pixels / per_image_s / 1e9))
+        rows.append(
+            _gray_row(
+                variant,
+                dev.type,
+                status="ok",
+                images=count,
+                us_per_image=per_image_s * 1e6,
+                gbps=4 * pixels / per_image_s / 1e9,
+            )
+        )
     loop = next((r for r in rows if r["variant"] == "python_loop" and r["status"] == "ok"), None)
     for row in rows:
         if loop is not None and row["status"] == "ok":
@@ -276,8 +320,10 @@ def _variant_setup(variant: str, device: torch.device) -> tuple[torch.device, st
         return torch.device("cuda"), None if device.type == "cuda" else "needs a CUDA GPU"
     if variant == "FusedConvReLU":
         if device.type != "cuda":
-            return torch.device("cuda"), ("needs a CUDA GPU (on CPU the Triton kernel only runs in the "
-                                         "NumPy interpreter: a correctness check, not a timing)")
+            return torch.device("cuda"), (
+                "needs a CUDA GPU (on CPU the Triton kernel only runs in the "
+                "NumPy interpreter: a correctness check, not a timing)"
+            )
         from ddplab.kernels.conv_relu import triton_unavailable_reason
 
         return device, triton_unavailable_reason(device)
@@ -311,9 +357,16 @@ def _conv_callables(shape: ConvShape, variant: str, device: torch.device, dtype:
     return forward, forward_backward
 
 
-def conv_rows(device: torch.device, dtype: torch.dtype = torch.float32, *, repeats: int = 10, warmup: int = 3,
-              shapes: tuple[ConvShape, ...] = CONV_SHAPES, variants: tuple[str, ...] = CONV_VARIANTS,
-              peaks: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def conv_rows(
+    device: torch.device,
+    dtype: torch.dtype = torch.float32,
+    *,
+    repeats: int = 10,
+    warmup: int = 3,
+    shapes: tuple[ConvShape, ...] = CONV_SHAPES,
+    variants: tuple[str, ...] = CONV_VARIANTS,
+    peaks: dict[str, dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     """Forward/backward time of each Conv+ReLU variant on each shape, with achieved rates.
 
     `peaks` maps a device type ("cpu", "cuda") to `measure_peaks` output; rows on a device
@@ -329,8 +382,12 @@ def conv_rows(device: torch.device, dtype: torch.dtype = torch.float32, *, repea
                 rows.append({**row, "status": "needs GPU" if "GPU" in reason else "skipped", "reason": reason})
                 continue
             try:
-                with torch.backends.cudnn.flags(enabled=variant != "cuDNN disabled", benchmark=True,
-                                                deterministic=False, allow_tf32=torch.backends.cudnn.allow_tf32):
+                with torch.backends.cudnn.flags(
+                    enabled=variant != "cuDNN disabled",
+                    benchmark=True,
+                    deterministic=False,
+                    allow_tf32=torch.backends.cudnn.allow_tf32,
+                ):
                     forward, forward_backward = _conv_callables(shape, variant, dev, dtype)
                     fwd_ms = time_ms(forward, dev, repeats, warmup)
                     step_ms = time_ms(forward_backward, dev, repeats, warmup)
@@ -338,14 +395,20 @@ def conv_rows(device: torch.device, dtype: torch.dtype = torch.float32, *, repea
                 rows.append({**row, "status": "error", "reason": f"{type(exc).__name__}: {exc}"[:200]})
                 continue
             bwd_ms = max(step_ms - fwd_ms, 1e-9)
-            row.update(status="ok", fwd_ms=fwd_ms, bwd_ms=bwd_ms,
-                       fwd_tflops=costs["fwd_flops"] / (fwd_ms * 1e-3) / 1e12,
-                       fwd_gbps=costs["fwd_bytes"] / (fwd_ms * 1e-3) / 1e9,
-                       bwd_tflops=costs["bwd_flops"] / (bwd_ms * 1e-3) / 1e12)
+            row.update(
+                status="ok",
+                fwd_ms=fwd_ms,
+                bwd_ms=bwd_ms,
+                fwd_tflops=costs["fwd_flops"] / (fwd_ms * 1e-3) / 1e12,
+                fwd_gbps=costs["fwd_bytes"] / (fwd_ms * 1e-3) / 1e9,
+                bwd_tflops=costs["bwd_flops"] / (bwd_ms * 1e-3) / 1e12,
+            )
             peak = (peaks or {}).get(dev.type)
             if peak:
-                row.update(fwd_pct_flops=100 * row["fwd_tflops"] / peak["tflops"],
-                           fwd_pct_bw=100 * row["fwd_gbps"] / peak["gbps"])
+                row.update(
+                    fwd_pct_flops=100 * row["fwd_tflops"] / peak["tflops"],
+                    fwd_pct_bw=100 * row["fwd_gbps"] / peak["gbps"],
+                )
             rows.append(row)
     return rows
 
@@ -353,11 +416,13 @@ def conv_rows(device: torch.device, dtype: torch.dtype = torch.float32, *, repea
 # ---- everything --------------------------------------------------------------------------
 
 
-def run_bench(device: str = "auto", *, repeats: int = 10, quick: bool = False,
-              dtype: torch.dtype = torch.float32) -> dict[str, Any]:
+def run_bench(
+    device: str = "auto", *, repeats: int = 10, quick: bool = False, dtype: torch.dtype = torch.float32
+) -> dict[str, Any]:
     """All rows plus the context needed to read them (device names, peaks, settings)."""
-    dev = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
-                       ("cpu" if device == "auto" else device))
+    dev = torch.device(
+        "cuda" if device == "auto" and torch.cuda.is_available() else ("cpu" if device == "auto" else device)
+    )
     if quick:
         repeats = min(repeats, 3)
     peaks = {"cpu": measure_peaks(torch.device("cpu"), dtype, quick=quick)}
@@ -367,16 +432,31 @@ def run_bench(device: str = "auto", *, repeats: int = 10, quick: bool = False,
     if quick and dev.type == "cpu":
         variants = tuple(v for v in CONV_VARIANTS if v != "torch.compile")
     rows = gray_rows(dev, num_images=20 if quick else 200, loop_images=1 if quick else 2, repeats=repeats)
-    rows += conv_rows(dev, dtype, repeats=repeats, warmup=1 if quick else 3, shapes=CONV_SHAPES,
-                      variants=variants, peaks=peaks)
+    rows += conv_rows(
+        dev, dtype, repeats=repeats, warmup=1 if quick else 3, shapes=CONV_SHAPES, variants=variants, peaks=peaks
+    )
     if quick and dev.type == "cpu":
-        rows += [{"section": "conv_relu", "case": s.name, "variant": "torch.compile", "device": "cpu",
-                  "status": "skipped", "reason": "--quick on CPU skips compilation (tens of seconds)"}
-                 for s in CONV_SHAPES]
+        rows += [
+            {
+                "section": "conv_relu",
+                "case": s.name,
+                "variant": "torch.compile",
+                "device": "cpu",
+                "status": "skipped",
+                "reason": "--quick on CPU skips compilation (tens of seconds)",
+            }
+            for s in CONV_SHAPES
+        ]
     return {
-        "device": device_name(dev), "cpu": device_name(torch.device("cpu")), "torch": torch.__version__,
-        "triton": _triton_version(), "dtype": str(dtype).removeprefix("torch."), "repeats": repeats,
-        "quick": quick, "peaks": peaks, "rows": rows,
+        "device": device_name(dev),
+        "cpu": device_name(torch.device("cpu")),
+        "torch": torch.__version__,
+        "triton": _triton_version(),
+        "dtype": str(dtype).removeprefix("torch."),
+        "repeats": repeats,
+        "quick": quick,
+        "peaks": peaks,
+        "rows": rows,
     }
 
 
@@ -400,29 +480,41 @@ def _num(value: float | None, digits: int = 2) -> str:
 
 def format_table(result: dict[str, Any]) -> str:
     """The bench result as aligned text tables (one per section), then the rows that need a GPU."""
-    lines = [f"device: {result['device']} | torch {result['torch']} | triton {result['triton'] or 'not installed'}"
-             f" | {result['dtype']} | median of {result['repeats']} runs after warm-up"]
+    lines = [
+        f"device: {result['device']} | torch {result['torch']} | triton {result['triton'] or 'not installed'}"
+        f" | {result['dtype']} | median of {result['repeats']} runs after warm-up"
+    ]
     for dev, p in result["peaks"].items():
         lines.append(f"measured peak {dev}: {p['tflops']:.3g} TFLOP/s, {p['gbps']:.3g} GB/s ({p['how']})")
     rows = result["rows"]
     ok = [r for r in rows if r["status"] == "ok"]
     gray = [r for r in ok if r["section"] == "grayscale"]
     if gray:
-        lines += ["", f"RGB->gray, {'x'.join(map(str, GRAY_IMAGE))} uint8 "
-                  "(report A at 3x128x128: python loop 1.03 s/image, CUDA kernel 0.9 ms/image)",
-                  f"{'variant':<14}{'device':<7}{'images':>7}{'us/image':>12}{'speedup':>10}{'GB/s':>9}"]
+        lines += [
+            "",
+            f"RGB->gray, {'x'.join(map(str, GRAY_IMAGE))} uint8 "
+            "(report A at 3x128x128: python loop 1.03 s/image, CUDA kernel 0.9 ms/image)",
+            f"{'variant':<14}{'device':<7}{'images':>7}{'us/image':>12}{'speedup':>10}{'GB/s':>9}",
+        ]
         for r in gray:
-            lines.append(f"{r['variant']:<14}{r['device']:<7}{r['images']:>7}{_num(r['us_per_image']):>12}"
-                         f"{_num(r.get('speedup')) + 'x':>10}{_num(r['gbps']):>9}")
+            lines.append(
+                f"{r['variant']:<14}{r['device']:<7}{r['images']:>7}{_num(r['us_per_image']):>12}"
+                f"{_num(r.get('speedup')) + 'x':>10}{_num(r['gbps']):>9}"
+            )
     conv = [r for r in ok if r["section"] == "conv_relu"]
     if conv:
-        lines += ["", "Conv+ReLU forward / backward (backward = fwd+bwd step - fwd)",
-                  f"{'shape':<14}{'variant':<16}{'device':<7}{'fwd ms':>9}{'bwd ms':>9}{'fwd TFLOP/s':>12}"
-                  f"{'%peak':>7}{'fwd GB/s':>10}{'%peak':>7}{'bwd TFLOP/s':>12}"]
+        lines += [
+            "",
+            "Conv+ReLU forward / backward (backward = fwd+bwd step - fwd)",
+            f"{'shape':<14}{'variant':<16}{'device':<7}{'fwd ms':>9}{'bwd ms':>9}{'fwd TFLOP/s':>12}"
+            f"{'%peak':>7}{'fwd GB/s':>10}{'%peak':>7}{'bwd TFLOP/s':>12}",
+        ]
         for r in conv:
-            lines.append(f"{r['case']:<14}{r['variant']:<16}{r['device']:<7}{_num(r['fwd_ms'], 3):>9}"
-                         f"{_num(r['bwd_ms'], 3):>9}{_num(r['fwd_tflops'], 3):>12}{_num(r.get('fwd_pct_flops'), 1):>7}"
-                         f"{_num(r['fwd_gbps']):>10}{_num(r.get('fwd_pct_bw'), 1):>7}{_num(r['bwd_tflops'], 3):>12}")
+            lines.append(
+                f"{r['case']:<14}{r['variant']:<16}{r['device']:<7}{_num(r['fwd_ms'], 3):>9}"
+                f"{_num(r['bwd_ms'], 3):>9}{_num(r['fwd_tflops'], 3):>12}{_num(r.get('fwd_pct_flops'), 1):>7}"
+                f"{_num(r['fwd_gbps']):>10}{_num(r.get('fwd_pct_bw'), 1):>7}{_num(r['bwd_tflops'], 3):>12}"
+            )
     other = [r for r in rows if r["status"] != "ok"]
     if other:
         lines += ["", "not measured here:"]
@@ -430,4 +522,3 @@ def format_table(result: dict[str, Any]) -> str:
             lines.append(f"  [{r['status']}] {r['section']} {r['case']} / {r['variant']}: {r['reason']}")
     lines += ["", "shapes: " + "; ".join(f"{s.name} = {s.note}" for s in CONV_SHAPES)]
     return "\n".join(lines)
-

@@ -31,8 +31,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("check", help="run every available kernel once against the reference")
     p.add_argument("--device", default="auto", help="auto (cuda if available) | cpu | cuda")
-    p.add_argument("--interpret", action="store_true",
-                   help="on CPU, run the Triton kernels in Triton's interpreter (sets TRITON_INTERPRET=1)")
+    p.add_argument(
+        "--interpret",
+        action="store_true",
+        help="on CPU, run the Triton kernels in Triton's interpreter (sets TRITON_INTERPRET=1)",
+    )
     p.set_defaults(func=cmd_check)
     return parser
 

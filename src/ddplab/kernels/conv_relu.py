@@ -33,6 +33,7 @@ through 2.13.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -118,8 +119,12 @@ def fused_conv_relu(
 def _output_shape(x: torch.Tensor, weight: torch.Tensor, stride, padding, dilation) -> tuple[int, ...]:
     n, _, h, w = x.shape
     k, _, r, s = weight.shape
-    return (n, k, conv_out_size(h, r, stride[0], padding[0], dilation[0]),
-            conv_out_size(w, s, stride[1], padding[1], dilation[1]))
+    return (
+        n,
+        k,
+        conv_out_size(h, r, stride[0], padding[0], dilation[0]),
+        conv_out_size(w, s, stride[1], padding[1], dilation[1]),
+    )
 
 
 def _forward(x, weight, bias, stride, padding, dilation, backend: str) -> torch.Tensor:
@@ -141,7 +146,8 @@ def _backward(ctx, grad_y: torch.Tensor):
     needs = tuple(ctx.needs_input_grad[:3])
     stride, padding, dilation = ctx.conv_args
     grad_x, grad_w, grad_b = conv_relu_backward_reference(
-        grad_y, x, weight, y, ctx.has_bias, stride, padding, dilation, needs_grad=needs)
+        grad_y, x, weight, y, ctx.has_bias, stride, padding, dilation, needs_grad=needs
+    )
     return grad_x, grad_w, grad_b, None, None, None, None
 
 
@@ -161,8 +167,13 @@ class ConvReLUFunction(torch.autograd.Function):
 
 # The schema is written out: torch 2.4-2.6 cannot infer it from these annotations (string
 # annotations from `from __future__ import annotations`, and list[int]); see compat.py.
-@torch.library.custom_op("ddplab::conv_relu", mutates_args=(), schema=(
-    "(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation, str backend) -> Tensor"))
+@torch.library.custom_op(
+    "ddplab::conv_relu",
+    mutates_args=(),
+    schema=(
+        "(Tensor x, Tensor weight, Tensor? bias, int[] stride, int[] padding, int[] dilation, str backend) -> Tensor"
+    ),
+)
 def _conv_relu_op(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -216,8 +227,9 @@ class FusedConvReLU(nn.Module):
         super().__init__()
         if backend not in BACKENDS:
             raise ValueError(f"unknown conv_relu backend {backend!r}: choose one of {', '.join(BACKENDS)}")
-        conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding, dilation,  # type: ignore[arg-type]
-                         bias=bias, device=device, dtype=dtype)
+        # torch's stubs take tuples only: any sequence works the same at run time.
+        shape: dict[str, Any] = dict(kernel_size=kernel_size, stride=stride, padding=padding, dilation=dilation)
+        conv = nn.Conv2d(in_channels, out_channels, **shape, bias=bias, device=device, dtype=dtype)
         self._take(conv)
         self.backend = backend
 
@@ -263,6 +275,8 @@ class FusedConvReLU(nn.Module):
         return fused_conv_relu(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.backend)
 
     def extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
-                f"padding={self.padding}, dilation={self.dilation}, bias={self.bias is not None}, "
-                f"backend={self.backend!r}")
+        return (
+            f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
+            f"padding={self.padding}, dilation={self.dilation}, bias={self.bias is not None}, "
+            f"backend={self.backend!r}"
+        )

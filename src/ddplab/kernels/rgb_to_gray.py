@@ -34,7 +34,8 @@ def unavailable_reason(impl: str, device: torch.device | str) -> str | None:
         return _runtime.triton_unavailable_reason(device)
     if impl == "cuda":
         return _runtime.cuda_unavailable_reason() or (
-            None if device.type == "cuda" else f"the CUDA C++ kernel needs a CUDA tensor, got {device.type}")
+            None if device.type == "cuda" else f"the CUDA C++ kernel needs a CUDA tensor, got {device.type}"
+        )
     return None
 
 

@@ -85,7 +85,8 @@ def run_checks(device: torch.device) -> list[dict[str, Any]]:
     """Every implementation of both ops on `device`, plus the model fusion pass."""
     results = []
     jobs: list[tuple[Callable[..., dict[str, Any]], tuple[Any, ...]]] = [
-        (check_gray, (impl, device)) for impl in ("python_loop", "torch", "triton", "cuda")]
+        (check_gray, (impl, device)) for impl in ("python_loop", "torch", "triton", "cuda")
+    ]
     jobs += [(check_conv, (backend, device)) for backend in ("reference", "triton")]
     jobs.append((check_fuse, (device,)))
     for fn, args in jobs:

@@ -46,9 +46,15 @@ class CpuSnapshot:
 
 def snapshot(stat_path: str = PROC_STAT, pressure_path: str = PROC_PRESSURE) -> CpuSnapshot:
     busy, steal, cpus = read_proc_stat(stat_path)
-    return CpuSnapshot(wall_s=time.perf_counter(), own_cpu_s=time.process_time(), busy_s=busy, steal_s=steal,
-                       pressure_s=read_pressure(pressure_path), cpus=cpus or os.cpu_count() or 1,
-                       node=zlib.crc32(socket.gethostname().encode()))
+    return CpuSnapshot(
+        wall_s=time.perf_counter(),
+        own_cpu_s=time.process_time(),
+        busy_s=busy,
+        steal_s=steal,
+        pressure_s=read_pressure(pressure_path),
+        cpus=cpus or os.cpu_count() or 1,
+        node=zlib.crc32(socket.gethostname().encode()),
+    )
 
 
 def read_proc_stat(path: str = PROC_STAT) -> tuple[float | None, float | None, int]:
@@ -83,12 +89,19 @@ def rank_interval(start: CpuSnapshot, end: CpuSnapshot, gpu_other: int | None = 
 
     Unknown readings are NaN, so that every row is the same list of floats.
     """
+
     def delta(a: float | None, b: float | None) -> float:
         return math.nan if a is None or b is None else max(b - a, 0.0)
 
-    return [end.own_cpu_s - start.own_cpu_s, delta(start.busy_s, end.busy_s), delta(start.steal_s, end.steal_s),
-            delta(start.pressure_s, end.pressure_s), float(end.cpus), float(end.node),
-            math.nan if gpu_other is None else float(gpu_other)]
+    return [
+        end.own_cpu_s - start.own_cpu_s,
+        delta(start.busy_s, end.busy_s),
+        delta(start.steal_s, end.steal_s),
+        delta(start.pressure_s, end.pressure_s),
+        float(end.cpus),
+        float(end.node),
+        math.nan if gpu_other is None else float(gpu_other),
+    ]
 
 
 def epoch_contention(rows: list[list[float]], wall_s: float) -> dict[str, float | list[float] | None]:
@@ -111,9 +124,14 @@ def epoch_contention(rows: list[list[float]], wall_s: float) -> dict[str, float 
             steal.append(stolen / capacity)
         pressure.append(waited / wall_s if wall_s > 0 else math.nan)
     gpu_other = worst([r[6] for r in rows])
-    return {"rank_cpu_s": [round(r[0], 3) for r in rows],
-            "other_cpu_share": worst(other), "steal_share": worst(steal), "cpu_pressure_share": worst(pressure),
-            "load_avg_1m": load_average(), "gpu_other_processes": None if gpu_other is None else int(gpu_other)}
+    return {
+        "rank_cpu_s": [round(r[0], 3) for r in rows],
+        "other_cpu_share": worst(other),
+        "steal_share": worst(steal),
+        "cpu_pressure_share": worst(pressure),
+        "load_avg_1m": load_average(),
+        "gpu_other_processes": None if gpu_other is None else int(gpu_other),
+    }
 
 
 def worst(values: list[float]) -> float | None:

@@ -49,8 +49,15 @@ class GpuSampler:
     (the whole device, all processes), power_w.
     """
 
-    def __init__(self, gpus: list[int], *, rank: int = 0, interval_s: float = 1 / SAMPLES_PER_S,
-                 nvml: Any | None = None, clock_zero: float | None = None):
+    def __init__(
+        self,
+        gpus: list[int],
+        *,
+        rank: int = 0,
+        interval_s: float = 1 / SAMPLES_PER_S,
+        nvml: Any | None = None,
+        clock_zero: float | None = None,
+    ):
         self.gpus, self.rank, self.interval_s = list(gpus), rank, interval_s
         self.clock_zero = time.perf_counter() if clock_zero is None else clock_zero
         self.samples: list[dict[str, Any]] = []
@@ -84,8 +91,16 @@ class GpuSampler:
                 power_w = self.nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0  # milliwatts
             except Exception:  # not every GPU reports its power
                 power_w = None
-            rows.append({"t_s": t_s, "rank": self.rank, "gpu": gpu, "util_pct": float(util.gpu),
-                         "mem_used_mib": round(memory.used / 2**20, 1), "power_w": power_w})
+            rows.append(
+                {
+                    "t_s": t_s,
+                    "rank": self.rank,
+                    "gpu": gpu,
+                    "util_pct": float(util.gpu),
+                    "mem_used_mib": round(memory.used / 2**20, 1),
+                    "power_w": power_w,
+                }
+            )
         return rows
 
     def other_processes(self) -> int | None:
@@ -133,6 +148,9 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, float | None]:
     if not samples:
         return {"mean_util_pct": None, "peak_mem_used_mib": None, "mean_power_w": None, "samples": 0}
     power = [s["power_w"] for s in samples if s.get("power_w") is not None]
-    return {"mean_util_pct": round(sum(s["util_pct"] for s in samples) / len(samples), 1),
-            "peak_mem_used_mib": round(max(s["mem_used_mib"] for s in samples), 1),
-            "mean_power_w": round(sum(power) / len(power), 1) if power else None, "samples": len(samples)}
+    return {
+        "mean_util_pct": round(sum(s["util_pct"] for s in samples) / len(samples), 1),
+        "peak_mem_used_mib": round(max(s["mem_used_mib"] for s in samples), 1),
+        "mean_power_w": round(sum(power) / len(power), 1) if power else None,
+        "samples": len(samples),
+    }

@@ -41,14 +41,21 @@ QUIET_KINETO = {"KINETO_LOG_LEVEL": "6"}  # its start/stop banners on a CPU; on 
 class StepProfiler:
     """A context around training; `step()` after every optimizer step; `result()` for the summary."""
 
-    def __init__(self, steps: int, device: torch.device, rank: int, folder: Path, *, first_step: int,
-                 steps_per_epoch: int):
+    def __init__(
+        self, steps: int, device: torch.device, rank: int, folder: Path, *, first_step: int, steps_per_epoch: int
+    ):
         self.requested, self.device, self.rank, self.folder = steps, device, rank, Path(folder)
         self.first_step = first_step  # optimizer steps the run had taken before this session
         room = steps_per_epoch - SKIP_STEPS - WARMUP_STEPS
         self.steps = max(0, min(steps, room))
-        self.too_short = None if room > 0 else (f"an epoch has {steps_per_epoch} optimizer steps; the window needs "
-                                                f"{SKIP_STEPS + WARMUP_STEPS + 1} inside one")
+        self.too_short = (
+            None
+            if room > 0
+            else (
+                f"an epoch has {steps_per_epoch} optimizer steps; the window needs "
+                f"{SKIP_STEPS + WARMUP_STEPS + 1} inside one"
+            )
+        )
         self.seen = 0  # this session's optimizer steps
         self.written: dict[str, Any] | None = None
         self.problem: str | None = None
@@ -112,8 +119,11 @@ class StepProfiler:
             files.write_atomic(trace, lambda tmp: prof.export_chrome_trace(str(tmp)))
             averages = prof.key_averages()
             cuda = self.device.type == "cuda"
-            files.write_text(ops, averages.table(sort_by="self_device_time_total" if cuda else "self_cpu_time_total",
-                                                 row_limit=-1) + "\n")
+            files.write_text(
+                ops,
+                averages.table(sort_by="self_device_time_total" if cuda else "self_cpu_time_total", row_limit=-1)
+                + "\n",
+            )
             self.written = {"trace": trace.name, "ops": ops.name, **step_figures(averages, cuda, self.steps)}
         except Exception as error:  # noqa: BLE001
             self.failed(error)
@@ -121,12 +131,25 @@ class StepProfiler:
     def result(self) -> dict[str, Any]:
         """What the summary says of the profile: the window, the files, the ops that took the time."""
         if self.written is None:
-            why = self.problem or self.too_short or (f"this session took {self.seen} optimizer steps; the window "
-                                                     f"opens after its step {SKIP_STEPS + WARMUP_STEPS}")
+            why = (
+                self.problem
+                or self.too_short
+                or (
+                    f"this session took {self.seen} optimizer steps; the window "
+                    f"opens after its step {SKIP_STEPS + WARMUP_STEPS}"
+                )
+            )
             return {"steps": 0, "written": False, "reason": why}
         a, b = self.window()
-        return {"steps": self.steps, "requested": self.requested, "first_step": a, "last_step": b, "folder": "profile",
-                "time": "device" if self.device.type == "cuda" else "host", **self.written}
+        return {
+            "steps": self.steps,
+            "requested": self.requested,
+            "first_step": a,
+            "last_step": b,
+            "folder": "profile",
+            "time": "device" if self.device.type == "cuda" else "host",
+            **self.written,
+        }
 
 
 def _is_cpu(event) -> bool:
@@ -145,35 +168,59 @@ def step_figures(averages, cuda: bool, steps: int) -> dict[str, Any]:
     step_rows = [e for e in averages if e.key.startswith("ProfilerStep") and _is_cpu(e)]
     wall_us = sum(e.cpu_time_total for e in step_rows)
     if cuda:
-        total = sum(e.self_device_time_total for e in averages
-                    if not _is_cpu(e) and not getattr(e, "is_user_annotation", False))
-        ops = [(e.key, e.self_device_time_total, e.count) for e in averages
-               if _is_cpu(e) and not getattr(e, "is_user_annotation", False) and not e.key.startswith("ProfilerStep")]
+        total = sum(
+            e.self_device_time_total for e in averages if not _is_cpu(e) and not getattr(e, "is_user_annotation", False)
+        )
+        ops = [
+            (e.key, e.self_device_time_total, e.count)
+            for e in averages
+            if _is_cpu(e) and not getattr(e, "is_user_annotation", False) and not e.key.startswith("ProfilerStep")
+        ]
         outside = total - sum(t for _, t, _ in ops)
         if outside > 0:
             ops.append((KERNELS_OUTSIDE_OPS, outside, 0))
     else:
-        ops = [(OUTSIDE_OPS if e.key.startswith("ProfilerStep") else e.key, e.self_cpu_time_total, e.count)
-               for e in averages]
+        ops = [
+            (OUTSIDE_OPS if e.key.startswith("ProfilerStep") else e.key, e.self_cpu_time_total, e.count)
+            for e in averages
+        ]
         total = sum(t for _, t, _ in ops)
     ops.sort(key=lambda row: row[1], reverse=True)
     figures: dict[str, Any] = {"step_ms": round(wall_us / 1000 / per_step, 3)}
     if cuda:
         figures["device_busy_share"] = round(total / wall_us, 4) if wall_us else None
-    figures["top_ops"] = [{"op": name, "ms_per_step": round(t / 1000 / per_step, 4), "share": round(t / (total or 1), 4),
-                           "calls_per_step": round(calls / per_step, 2)} for name, t, calls in ops[:TOP_OPS]]
+    figures["top_ops"] = [
+        {
+            "op": name,
+            "ms_per_step": round(t / 1000 / per_step, 4),
+            "share": round(t / (total or 1), 4),
+            "calls_per_step": round(calls / per_step, 2),
+        }
+        for name, t, calls in ops[:TOP_OPS]
+    ]
     return figures
 
 
-def build_profiler(steps: int, device: torch.device, rank: int, run_dir: Path, *, first_step: int,
-                   steps_per_epoch: int) -> StepProfiler | None:
+def build_profiler(
+    steps: int, device: torch.device, rank: int, run_dir: Path, *, first_step: int, steps_per_epoch: int
+) -> StepProfiler | None:
     if not steps:
         return None
-    profiler = StepProfiler(steps, device, rank, Path(run_dir) / "profile", first_step=first_step,
-                            steps_per_epoch=steps_per_epoch)
+    profiler = StepProfiler(
+        steps, device, rank, Path(run_dir) / "profile", first_step=first_step, steps_per_epoch=steps_per_epoch
+    )
     if profiler.steps:
         a, b = profiler.window()
-        fewer = f" ({steps} asked; the window stays inside one epoch of {steps_per_epoch})" if profiler.steps < steps else ""
-        log.info("profiling optimizer steps %d-%d with torch.profiler%s; they run slower for it: %s",
-                 a, b, fewer, profiler.folder)
+        fewer = (
+            f" ({steps} asked; the window stays inside one epoch of {steps_per_epoch})"
+            if profiler.steps < steps
+            else ""
+        )
+        log.info(
+            "profiling optimizer steps %d-%d with torch.profiler%s; they run slower for it: %s",
+            a,
+            b,
+            fewer,
+            profiler.folder,
+        )
     return profiler

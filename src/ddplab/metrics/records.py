@@ -95,12 +95,18 @@ class EpochRecord:
         for f in FIELDS:
             if f.name not in data or data[f.name] is None:
                 if f.name in REQUIRED:
-                    raise DataError(f"{where} lacks {f.name}, which ddplab always writes: written by another "
-                                    "program, or edited?")
+                    raise DataError(
+                        f"{where} lacks {f.name}, which ddplab always writes: written by another program, or edited?"
+                    )
                 continue
-            values[f.name] = _checked(data[f.name], f.name, where, many=f.name in LISTS, optional=f.name not in REQUIRED)
-        per_rank = {key.removeprefix(RANK_PREFIX): _checked(value, key, where, many=True, optional=True)
-                    for key, value in data.items() if key.startswith(RANK_PREFIX)}
+            values[f.name] = _checked(
+                data[f.name], f.name, where, many=f.name in LISTS, optional=f.name not in REQUIRED
+            )
+        per_rank = {
+            key.removeprefix(RANK_PREFIX): _checked(value, key, where, many=True, optional=True)
+            for key, value in data.items()
+            if key.startswith(RANK_PREFIX)
+        }
         return cls(**values, per_rank=per_rank, schema=schema)
 
 
@@ -111,8 +117,17 @@ SCALARS = frozenset(f.name for f in FIELDS) - LISTS
 
 
 # What each field holds (borders.py): counts are whole, accuracies shares, everything else a finite number >= 0.
-KINDS = {"epoch": COUNT, "step": WHOLE, "train_samples": COUNT, "test_samples": COUNT, "gpu_other_processes": WHOLE,
-         "train_acc": SHARE, "test_acc": SHARE, "train_eval_acc": SHARE, "gpu_peak_alloc_mib": list_of(number(0) | None)}
+KINDS = {
+    "epoch": COUNT,
+    "step": WHOLE,
+    "train_samples": COUNT,
+    "test_samples": COUNT,
+    "gpu_other_processes": WHOLE,
+    "train_acc": SHARE,
+    "test_acc": SHARE,
+    "train_eval_acc": SHARE,
+    "gpu_peak_alloc_mib": list_of(number(0) | None),
+}
 PER_RANK = list_of(number() | None)
 
 
@@ -122,8 +137,13 @@ def _unmeasured(value: Any) -> bool:
 
 def _checked(value: Any, name: str, where: str, *, many: bool, optional: bool) -> Any:
     if optional:
-        value = ([None if _unmeasured(v) else v for v in value] if many and isinstance(value, list)
-                 else None if _unmeasured(value) else value)
+        value = (
+            [None if _unmeasured(v) else v for v in value]
+            if many and isinstance(value, list)
+            else None
+            if _unmeasured(value)
+            else value
+        )
         if value is None:
             return None
     return (PER_RANK if many and name not in KINDS else KINDS.get(name, number(0))).check(value, where, name)
@@ -144,16 +164,20 @@ def read_epochs(path: Path, run_dir: Path | None = None, *, growing: bool = Fals
             except (ValueError, DataError):
                 break
         return records
-    return [EpochRecord.from_json(record, f"{path} line {number}")
-            for number, record in enumerate(runfiles.read_jsonl(path, run_dir or Path(path).parent), 1)]
+    return [
+        EpochRecord.from_json(record, f"{path} line {number}")
+        for number, record in enumerate(runfiles.read_jsonl(path, run_dir or Path(path).parent), 1)
+    ]
 
 
 def check_schema(data: dict[str, Any], where: str) -> int:
     """The schema version `data` was written with (1 when it says none); one this ddplab cannot read is a DataError."""
     schema = data.get("schema", 1)
     if not isinstance(schema, int) or isinstance(schema, bool) or not 1 <= schema <= SCHEMA_VERSION:
-        raise DataError(f"{where} has schema {repr(schema)[:20]}; this ddplab reads schema 1 to {SCHEMA_VERSION} "
-                        "(written by a newer ddplab?)")
+        raise DataError(
+            f"{where} has schema {repr(schema)[:20]}; this ddplab reads schema 1 to {SCHEMA_VERSION} "
+            "(written by a newer ddplab?)"
+        )
     return schema
 
 
@@ -172,8 +196,7 @@ def reproducible(record: EpochRecord | dict[str, Any], *, per_rank: bool = True)
     """A record as written, less what measures the machine: what two runs of one config must agree on
     (`per_rank=False`: each rank's lists left out too, to compare runs over different worker counts)."""
     data = record.to_json() if isinstance(record, EpochRecord) else record
-    return {k: v for k, v in data.items()
-            if not is_machine_field(k) and (per_rank or not k.startswith(RANK_PREFIX))}
+    return {k: v for k, v in data.items() if not is_machine_field(k) and (per_rank or not k.startswith(RANK_PREFIX))}
 
 
 def gap_train_acc(record: EpochRecord | None) -> tuple[float | None, str]:

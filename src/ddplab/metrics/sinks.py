@@ -102,9 +102,18 @@ class LogSink(NullSink):
         self.epochs = epochs
 
     def epoch_end(self, record: EpochRecord) -> None:
-        log.info("epoch %d/%d: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %.1f s, %.0f img/s, lr %.3g",
-                 record.epoch, self.epochs, record.train_loss, 100 * record.train_acc, record.test_loss,
-                 100 * record.test_acc, record.epoch_s, record.images_per_s, record.lr)
+        log.info(
+            "epoch %d/%d: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %.1f s, %.0f img/s, lr %.3g",
+            record.epoch,
+            self.epochs,
+            record.train_loss,
+            100 * record.train_acc,
+            record.test_loss,
+            100 * record.test_acc,
+            record.epoch_s,
+            record.images_per_s,
+            record.lr,
+        )
 
 
 class TensorBoardSink(NullSink):
@@ -117,7 +126,9 @@ class TensorBoardSink(NullSink):
         epoch = record.epoch
         for key, value in record.to_json().items():
             if key not in ("epoch", "schema") and isinstance(value, (int, float)) and not isinstance(value, bool):
-                self.writer.add_scalar(key.replace("_", "/", 1) if key.startswith(("train_", "test_")) else key, value, epoch)
+                self.writer.add_scalar(
+                    key.replace("_", "/", 1) if key.startswith(("train_", "test_")) else key, value, epoch
+                )
         self.writer.flush()
 
     def close(self) -> None:
@@ -129,8 +140,10 @@ def tensorboard_sink(log_dir: Path) -> MetricSink:
     try:
         str(log_dir).encode("utf-8")
     except UnicodeEncodeError:  # TensorBoard's writer encodes its path as UTF-8, strictly: a name of other bytes fails
-        log.warning(f"no TensorBoard events: its writer cannot take the folder name {str(log_dir)!r} (bytes that are not "
-                    "UTF-8); everything else of the run is written")
+        log.warning(
+            f"no TensorBoard events: its writer cannot take the folder name {str(log_dir)!r} (bytes that are not "
+            "UTF-8); everything else of the run is written"
+        )
         return NullSink()
     try:
         return TensorBoardSink(log_dir)
@@ -153,8 +166,9 @@ class ProgressBar(NullSink):
 
     def epoch_start(self, epoch: int, num_steps: int) -> None:
         if self.enabled:
-            self.bar = self._tqdm(total=num_steps, desc=f"epoch {epoch}/{self.epochs}", unit="step",
-                                  leave=False, dynamic_ncols=True)
+            self.bar = self._tqdm(
+                total=num_steps, desc=f"epoch {epoch}/{self.epochs}", unit="step", leave=False, dynamic_ncols=True
+            )
             self.images = 0
 
     def step(self, images: int, loss: float | None) -> None:
@@ -206,9 +220,13 @@ SinkMaker = Callable[["RunConfig", Path, list[EpochRecord]], MetricSink | None]
 SINKS: tuple[SinkMaker, ...] = (
     lambda config, run_dir, history: JsonlSink(run_dir / runfiles.METRICS, history),
     lambda config, run_dir, history: SamplesSink(run_dir, keep_through_epoch=len(history)),
-    lambda config, run_dir, history: ProgressBar(config.train.epochs, enabled=None if config.output.progress else False),
+    lambda config, run_dir, history: ProgressBar(
+        config.train.epochs, enabled=None if config.output.progress else False
+    ),
     lambda config, run_dir, history: LogSink(config.train.epochs),
-    lambda config, run_dir, history: tensorboard_sink(run_dir / runfiles.TENSORBOARD) if config.output.tensorboard else None,
+    lambda config, run_dir, history: (
+        tensorboard_sink(run_dir / runfiles.TENSORBOARD) if config.output.tensorboard else None
+    ),
 )
 
 

@@ -44,8 +44,16 @@ from ddplab.metrics.records import (
 )
 
 
-def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: float, total_s: float,
-                  warmup: dict[str, Any] | None = None, profile: dict[str, Any] | None = None) -> dict[str, Any]:
+def build_summary(
+    config: RunConfig,
+    info: dict[str, Any],
+    state,
+    *,
+    startup_s: float,
+    total_s: float,
+    warmup: dict[str, Any] | None = None,
+    profile: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """summary.json: `info` as build_trainer gathered it, the state fit left, the clocks, the warm-up and the
     profile (each None when the run had none)."""
     history: list[EpochRecord] = state.history
@@ -57,25 +65,41 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
         "schema": SCHEMA_VERSION,
         "status": "stopped_early" if state.stopped_early else "finished",
         "run": {
-            "dataset": config.data.dataset, "model": config.model.name, "strategy": config.dist.strategy,
-            "world_size": info["world_size"], "backend": info.get("backend") or "none",
+            "dataset": config.data.dataset,
+            "model": config.model.name,
+            "strategy": config.dist.strategy,
+            "world_size": info["world_size"],
+            "backend": info.get("backend") or "none",
             # Workers on one GPU (--dist.share_device): a check that a multi-worker run works, never a speed figure.
             "shared_device": bool(config.dist.share_device and info["world_size"] > 1),
-            "device": str(info["device"]), "precision": config.train.precision,
-            "optimizer": config.optim.name, "lr": config.optim.lr, "schedule": config.optim.schedule,
-            "seed": config.train.seed, "epochs_planned": config.train.epochs, "epochs_done": state.epoch,
+            "device": str(info["device"]),
+            "precision": config.train.precision,
+            "optimizer": config.optim.name,
+            "lr": config.optim.lr,
+            "schedule": config.optim.schedule,
+            "seed": config.train.seed,
+            "epochs_planned": config.train.epochs,
+            "epochs_done": state.epoch,
         },
         "batch": {
-            "local": config.train.batch_size, "accumulate": config.train.accumulate,
+            "local": config.train.batch_size,
+            "accumulate": config.train.accumulate,
             "global": config.global_batch_size(info["world_size"]),
-            "steps_per_epoch": info["steps_per_epoch"], "optimizer_steps": state.step,
+            "steps_per_epoch": info["steps_per_epoch"],
+            "optimizer_steps": state.step,
         },
         "model": {"params": info["params"], "flops_per_image": info["flops_per_image"], "layers": info.get("layers")},
-        "data": {"train_images": info["train_images"], "eval_images": info["eval_images"],
-                 "eval_split": info["eval_split"], "num_classes": len(info["classes"]),
-                 "train_eval_images": info.get("train_eval_images")},
-        "final": {k: getattr(last, k, None) for k in ("epoch", "train_loss", "train_acc", "train_eval_loss",
-                                                      "train_eval_acc", "test_loss", "test_acc")},
+        "data": {
+            "train_images": info["train_images"],
+            "eval_images": info["eval_images"],
+            "eval_split": info["eval_split"],
+            "num_classes": len(info["classes"]),
+            "train_eval_images": info.get("train_eval_images"),
+        },
+        "final": {
+            k: getattr(last, k, None)
+            for k in ("epoch", "train_loss", "train_acc", "train_eval_loss", "train_eval_acc", "test_loss", "test_acc")
+        },
         "best": {"epoch": state.best_epoch, "test_acc": state.best_test_acc},
         "overfitting": {
             "train_test_acc_gap": _diff(gap_train, getattr(last, "test_acc", None)),
@@ -99,16 +123,24 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
             "images_per_s": round(statistics.fmean(r.images_per_s for r in history), 1) if history else None,
             # As the CIFAR-10 speed records time a run: data init + every epoch's training + the last evaluation;
             # start-up, compilation and the earlier epochs' evaluations are left out (each is reported above).
-            "record_s": round((info.get("data_init_s") or 0.0) + sum(r.train_s for r in history)
-                              + last.eval_s, 3) if last else None,
+            "record_s": round((info.get("data_init_s") or 0.0) + sum(r.train_s for r in history) + last.eval_s, 3)
+            if last
+            else None,
         },
-        "memory": {k: max(getattr(r, k) or 0.0 for r in history) for k in MEMORY
-                   if any(getattr(r, k) is not None for r in history)},
+        "memory": {
+            k: max(getattr(r, k) or 0.0 for r in history)
+            for k in MEMORY
+            if any(getattr(r, k) is not None for r in history)
+        },
         # DataParallel: per-GPU peaks, where GPU 0's extra load shows (PITFALLS row 14).
         "gpu_peak_alloc_mib": [max(col) for col in zip(*(r.gpu_peak_alloc_mib for r in history))]
-        if last and last.gpu_peak_alloc_mib is not None else None,
-        "phases_s": {k: round(sum(getattr(r, k) or 0.0 for r in history), 3) for k in PHASES
-                     if last and getattr(last, k) is not None},
+        if last and last.gpu_peak_alloc_mib is not None
+        else None,
+        "phases_s": {
+            k: round(sum(getattr(r, k) or 0.0 for r in history), 3)
+            for k in PHASES
+            if last and getattr(last, k) is not None
+        },
         # What else ran on the machine while this run trained (metrics/contention.py), worst epoch.
         "contention": contention_summary(history),
         "ranks": per_rank_summary(history),
@@ -124,35 +156,100 @@ def build_summary(config: RunConfig, info: dict[str, Any], state, *, startup_s: 
 # reader checks every field it finds against this, so a field added there gets its kind here.
 LOSS, ACC, GAP = number(0) | None, SHARE | None, number(-1, 1) | None
 SUMMARY = {
-    "schema": WHOLE, "status": one_of("finished", "stopped_early"),
-    "run": {"dataset": TEXT, "model": TEXT, "strategy": TEXT, "world_size": COUNT, "backend": TEXT, "shared_device": FLAG,
-            "device": TEXT, "precision": TEXT, "optimizer": TEXT, "lr": number(0), "schedule": TEXT, "seed": WHOLE,
-            "epochs_planned": COUNT, "epochs_done": WHOLE},
+    "schema": WHOLE,
+    "status": one_of("finished", "stopped_early"),
+    "run": {
+        "dataset": TEXT,
+        "model": TEXT,
+        "strategy": TEXT,
+        "world_size": COUNT,
+        "backend": TEXT,
+        "shared_device": FLAG,
+        "device": TEXT,
+        "precision": TEXT,
+        "optimizer": TEXT,
+        "lr": number(0),
+        "schedule": TEXT,
+        "seed": WHOLE,
+        "epochs_planned": COUNT,
+        "epochs_done": WHOLE,
+    },
     "batch": {"local": COUNT, "accumulate": COUNT, "global": COUNT, "steps_per_epoch": WHOLE, "optimizer_steps": WHOLE},
     "model": {"params": COUNT, "flops_per_image": number(above=0), "layers": TEXT | None},
-    "data": {"train_images": COUNT, "eval_images": COUNT, "eval_split": TEXT, "num_classes": COUNT,
-             "train_eval_images": WHOLE | None},
-    "final": {"epoch": WHOLE | None, "train_loss": LOSS, "train_acc": ACC, "train_eval_loss": LOSS, "train_eval_acc": ACC,
-              "test_loss": LOSS, "test_acc": ACC},
+    "data": {
+        "train_images": COUNT,
+        "eval_images": COUNT,
+        "eval_split": TEXT,
+        "num_classes": COUNT,
+        "train_eval_images": WHOLE | None,
+    },
+    "final": {
+        "epoch": WHOLE | None,
+        "train_loss": LOSS,
+        "train_acc": ACC,
+        "train_eval_loss": LOSS,
+        "train_eval_acc": ACC,
+        "test_loss": LOSS,
+        "test_acc": ACC,
+    },
     "best": {"epoch": WHOLE | None, "test_acc": ACC},
-    "overfitting": {"train_test_acc_gap": GAP, "gap_from": TEXT, "min_test_loss": LOSS, "min_test_loss_epoch": WHOLE | None,
-                    "test_loss_rise": number() | None, "best_minus_final_acc": GAP},
-    "time": {"startup_s": SECONDS | None, "warmup": ANY, "data_init_s": SECONDS | None, "train_s": SECONDS,
-             "eval_s": SECONDS, "total_s": SECONDS, "mean_epoch_s": SECONDS | None,
-             "mean_epoch_s_after_first": SECONDS | None, "images_per_s": number(0) | None, "record_s": SECONDS | None},
-    "memory": TABLE, "gpu_peak_alloc_mib": list_of(number(0)) | None, "phases_s": TABLE, "contention": TABLE,
-    "ranks": TABLE, "gpu": {"measured": FLAG, "reason": TEXT | None, "per_rank": LIST}, "engine": TABLE | None,
+    "overfitting": {
+        "train_test_acc_gap": GAP,
+        "gap_from": TEXT,
+        "min_test_loss": LOSS,
+        "min_test_loss_epoch": WHOLE | None,
+        "test_loss_rise": number() | None,
+        "best_minus_final_acc": GAP,
+    },
+    "time": {
+        "startup_s": SECONDS | None,
+        "warmup": ANY,
+        "data_init_s": SECONDS | None,
+        "train_s": SECONDS,
+        "eval_s": SECONDS,
+        "total_s": SECONDS,
+        "mean_epoch_s": SECONDS | None,
+        "mean_epoch_s_after_first": SECONDS | None,
+        "images_per_s": number(0) | None,
+        "record_s": SECONDS | None,
+    },
+    "memory": TABLE,
+    "gpu_peak_alloc_mib": list_of(number(0)) | None,
+    "phases_s": TABLE,
+    "contention": TABLE,
+    "ranks": TABLE,
+    "gpu": {"measured": FLAG, "reason": TEXT | None, "per_rank": LIST},
+    "engine": TABLE | None,
     "profile": TABLE | None,
 }
 SUMMARY_EACH: dict[str, Kind | dict[str, Any]] = {
-    "memory": number(0), "phases_s": SECONDS, "contention": number(0) | None,
+    "memory": number(0),
+    "phases_s": SECONDS,
+    "contention": number(0) | None,
     "ranks": {"per_rank": list_of(number() | None), "max": number(), "mean": number()},
 }
 # What every ddplab has written, and the commands that read a summary use without a default.
-SUMMARY_REQUIRED = ("status", "run.dataset", "run.model", "run.strategy", "run.world_size", "run.device", "run.precision",
-                    "batch.local", "batch.global", "model.params", "model.flops_per_image", "data.train_images",
-                    "data.eval_images", "final.test_acc", "final.train_acc", "final.test_loss", "best.test_acc",
-                    "time.train_s", "time.total_s")
+SUMMARY_REQUIRED = (
+    "status",
+    "run.dataset",
+    "run.model",
+    "run.strategy",
+    "run.world_size",
+    "run.device",
+    "run.precision",
+    "batch.local",
+    "batch.global",
+    "model.params",
+    "model.flops_per_image",
+    "data.train_images",
+    "data.eval_images",
+    "final.test_acc",
+    "final.train_acc",
+    "final.test_loss",
+    "best.test_acc",
+    "time.train_s",
+    "time.total_s",
+)
 
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
@@ -188,8 +285,13 @@ def gpu_summary(gpu: dict[str, Any], history: list[EpochRecord]) -> dict[str, An
     for rank, (rank_util, rank_mem) in enumerate(zip(zip(*util), zip(*mem))):
         u = [v for v in rank_util if v is not None and math.isfinite(v)]
         m = [v for v in rank_mem if v is not None and math.isfinite(v)]
-        per_rank.append({"rank": rank, "mean_util_pct": round(statistics.fmean(u), 1) if u else None,
-                         "peak_mem_used_mib": round(max(m), 1) if m else None})
+        per_rank.append(
+            {
+                "rank": rank,
+                "mean_util_pct": round(statistics.fmean(u), 1) if u else None,
+                "peak_mem_used_mib": round(max(m), 1) if m else None,
+            }
+        )
     return {"measured": True, "reason": None, "per_rank": per_rank}
 
 
@@ -208,8 +310,11 @@ def per_rank_summary(history: list[EpochRecord]) -> dict[str, dict[str, Any]]:
         else:  # epochs from before a resume may lack a figure added since: the epochs that hold it
             columns = list(zip(*(r.per_rank[key] for r in history if key in r.per_rank)))  # one tuple per rank
             per_rank = [max(c) if key.endswith("_mib") else sum(c) for c in columns]
-        out[key] = {"per_rank": [round(v, 3) for v in per_rank], "max": round(max(per_rank), 3),
-                    "mean": round(statistics.fmean(per_rank), 3)}
+        out[key] = {
+            "per_rank": [round(v, 3) for v in per_rank],
+            "max": round(max(per_rank), 3),
+            "mean": round(statistics.fmean(per_rank), 3),
+        }
     return out
 
 
@@ -227,43 +332,56 @@ def format_summary(s: dict[str, Any], run_dir: Any = None) -> str:
         f"  epochs        {run['epochs_done']}/{run['epochs_planned']}   batch {batch['local']} local x "
         f"{run['world_size']} ranks x {batch['accumulate']} accumulate = {batch['global']} global, "
         f"{batch['optimizer_steps']} optimizer steps",
-        f"  model         {s['model']['params']:,} params, {s['model']['flops_per_image'] / 1e6:,.1f} MFLOP/image forward",
+        f"  model         {s['model']['params']:,} params, "
+        f"{s['model']['flops_per_image'] / 1e6:,.1f} MFLOP/image forward",
     ]
     if final["epoch"] is not None:
         lines += [
             f"  final         {split} acc {final['test_acc']:.2%}  {split} loss {final['test_loss']:.4f}   "
-            + (f"train acc {final['train_eval_acc']:.2%}  train loss {final['train_eval_loss']:.4f} "
-               f"({s['data']['train_eval_images']:,} training images, eval mode)"
-               if final.get("train_eval_acc") is not None else
-               f"train acc {final['train_acc']:.2%}  train loss {final['train_loss']:.4f} (running, augmented)"),
+            + (
+                f"train acc {final['train_eval_acc']:.2%}  train loss {final['train_eval_loss']:.4f} "
+                f"({s['data']['train_eval_images']:,} training images, eval mode)"
+                if final.get("train_eval_acc") is not None
+                else f"train acc {final['train_acc']:.2%}  train loss {final['train_loss']:.4f} (running, augmented)"
+            ),
             f"  best          {split} acc {best['test_acc']:.2%} at epoch {best['epoch']}",
             f"  overfitting   train-{split} acc gap {over['train_test_acc_gap']:+.2%}; {split} loss min "
-            f"{over['min_test_loss']:.4f} at epoch {over['min_test_loss_epoch']}, now {over['test_loss_rise']:+.4f} from it",
+            f"{over['min_test_loss']:.4f} at epoch {over['min_test_loss_epoch']}, "
+            f"now {over['test_loss_rise']:+.4f} from it",
             f"  time          start-up {t['startup_s']:.1f} s, train {t['train_s']:.1f} s, eval {t['eval_s']:.1f} s, "
             f"total {t['total_s']:.1f} s; {t['images_per_s']:,.0f} images/s",
         ]
     if s["memory"]:
-        lines.append("  memory        " + ", ".join(f"{k.replace('_mib', '')} {v:,.0f} MiB" for k, v in s["memory"].items()))
+        lines.append(
+            "  memory        " + ", ".join(f"{k.replace('_mib', '')} {v:,.0f} MiB" for k, v in s["memory"].items())
+        )
     if s["phases_s"]:
         lines.append("  train time    " + phases_text(s["phases_s"]))
     profile = s.get("profile")
     if profile and profile["steps"]:
         ops = ", ".join(f"{o['op']} {o['share']:.0%}" for o in profile["top_ops"])
         busy = f", GPU busy {profile['device_busy_share']:.0%}" if profile.get("device_busy_share") is not None else ""
-        lines.append(f"  profile       steps {profile['first_step']}-{profile['last_step']}, {profile['step_ms']:.1f} ms a "
-                     f"step{busy}; {profile['time']} self time: {ops} (profile/{profile['ops']}, profile/{profile['trace']})")
+        lines.append(
+            f"  profile       steps {profile['first_step']}-{profile['last_step']}, {profile['step_ms']:.1f} ms a "
+            f"step{busy}; {profile['time']} self time: {ops} (profile/{profile['ops']}, profile/{profile['trace']})"
+        )
     elif profile:
         lines.append(f"  profile       none written: {profile['reason']}")
     load = s.get("contention") or {}
     if load.get("max_other_cpu_share") is not None:
         gpu = load.get("max_gpu_other_processes")
-        lines.append(f"  other load    other processes used up to {load['max_other_cpu_share']:.0%} of the CPUs while "
-                     f"it trained (load average up to {load['max_load_avg_1m']})"
-                     + (f", up to {gpu} other process(es) on its GPU" if gpu else ""))
+        lines.append(
+            f"  other load    other processes used up to {load['max_other_cpu_share']:.0%} of the CPUs while "
+            f"it trained (load average up to {load['max_load_avg_1m']})"
+            + (f", up to {gpu} other process(es) on its GPU" if gpu else "")
+        )
     if run["world_size"] > 1:
         for key, stats in s["ranks"].items():
-            lines.append(f"  per rank      {key}: " + " / ".join(f"{v:,.1f}" for v in stats["per_rank"])
-                         + f"  (max {stats['max']:,.1f}, mean {stats['mean']:,.1f})")
+            lines.append(
+                f"  per rank      {key}: "
+                + " / ".join(f"{v:,.1f}" for v in stats["per_rank"])
+                + f"  (max {stats['max']:,.1f}, mean {stats['mean']:,.1f})"
+            )
     if run_dir is not None:
         lines.append(f"  run folder    {run_dir}")
     return "\n".join(lines)
@@ -277,6 +395,8 @@ def phases_text(phases: dict[str, float]) -> str:
     parts = []
     for key, name in names.items():
         if key in phases:
-            parts.append(f"{name} {phases[key]:.1f} s" + (f" (of which comm wait {comm:.1f} s)"
-                                                         if key == "forward_backward_s" and comm else ""))
+            parts.append(
+                f"{name} {phases[key]:.1f} s"
+                + (f" (of which comm wait {comm:.1f} s)" if key == "forward_backward_s" and comm else "")
+            )
     return ", ".join(parts)

@@ -103,8 +103,10 @@ def cpu_bf16() -> dict[str, object]:
     capability = torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends, "cpu") else "unknown"
     if found:
         return {"native": True, "text": f"computes bf16 natively ({', '.join(found)})"}
-    return {"native": False, "text": f"does not compute bf16 natively (its best: {capability}; no AVX512-BF16, AMX "
-                                     "or Arm BF16)"}
+    return {
+        "native": False,
+        "text": f"does not compute bf16 natively (its best: {capability}; no AVX512-BF16, AMX or Arm BF16)",
+    }
 
 
 def machine(device: torch.device | str) -> dict:
@@ -160,4 +162,3 @@ def network_link(address: str | None) -> dict | None:
     except (OSError, subprocess.SubprocessError, HostsError):
         pass
     return {"interface": name, "address": address, "speed_mbit": speed if speed > 0 else None, "shaped_mbit": shaped}
-

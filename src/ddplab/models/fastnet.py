@@ -44,8 +44,14 @@ class ConvGroup(nn.Module):
     on 4x fewer pixels; ceil_mode keeps odd sizes whole and never reaches 0.
     """
 
-    def __init__(self, c_in: int, c_out: int, batchnorm: bool, norm: Callable[[int], nn.Module] | None = None,
-                 ceil_mode: bool = True) -> None:
+    def __init__(
+        self,
+        c_in: int,
+        c_out: int,
+        batchnorm: bool,
+        norm: Callable[[int], nn.Module] | None = None,
+        ceil_mode: bool = True,
+    ) -> None:
         super().__init__()
         norm = norm or partial(norm2d, batchnorm=batchnorm)
         self.conv1 = _conv3x3(c_in, c_out, bias=not batchnorm)
@@ -154,10 +160,19 @@ class SpeedNet(FastNet):
 
     def __init__(self, *, num_classes: int, in_channels: int, widths: tuple[int, ...], dropout: float, batchnorm: bool):
         patch = 2
-        super().__init__(num_classes=num_classes, in_channels=in_channels, stem_width=2 * in_channels * patch * patch,
-                         widths=widths, dropout=dropout, batchnorm=batchnorm,
-                         norm=speed_batchnorm if batchnorm else None, ceil_mode=False)
-        self.whitening = nn.Conv2d(in_channels, 2 * in_channels * patch * patch, kernel_size=patch, padding=0, bias=True)
+        super().__init__(
+            num_classes=num_classes,
+            in_channels=in_channels,
+            stem_width=2 * in_channels * patch * patch,
+            widths=widths,
+            dropout=dropout,
+            batchnorm=batchnorm,
+            norm=speed_batchnorm if batchnorm else None,
+            ceil_mode=False,
+        )
+        self.whitening = nn.Conv2d(
+            in_channels, 2 * in_channels * patch * patch, kernel_size=patch, padding=0, bias=True
+        )
         self.whitening.weight.requires_grad_(False)  # set from the training data (engine/data_init.py), never trained
         self.stem = nn.Sequential(self.whitening, nn.GELU())
         width = self.head.in_features
@@ -184,8 +199,14 @@ def speednet(
 ) -> SpeedNet:
     """FastNet with a data-whitened 2x2 stem and identity-initialized convs; `width` scales 64/256/256."""
     if min(image_size) < MIN_SPEEDNET_SIZE:
-        raise ConfigError(f"speednet needs images of at least {MIN_SPEEDNET_SIZE}x{MIN_SPEEDNET_SIZE} pixels (a 2x2 stem "
-                          f"and three poolings that round down), got {image_size[0]}x{image_size[1]}")
-    return SpeedNet(num_classes=num_classes, in_channels=in_channels,
-                    widths=tuple(scale_channels(c, width) for c in (64, 256, 256)), dropout=dropout, batchnorm=batchnorm)
-
+        raise ConfigError(
+            f"speednet needs images of at least {MIN_SPEEDNET_SIZE}x{MIN_SPEEDNET_SIZE} pixels (a 2x2 stem "
+            f"and three poolings that round down), got {image_size[0]}x{image_size[1]}"
+        )
+    return SpeedNet(
+        num_classes=num_classes,
+        in_channels=in_channels,
+        widths=tuple(scale_channels(c, width) for c in (64, 256, 256)),
+        dropout=dropout,
+        batchnorm=batchnorm,
+    )

@@ -69,9 +69,7 @@ def _get_builder(name: str) -> ModelBuilder:
     except KeyError:
         close = difflib.get_close_matches(str(name), _REGISTRY, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(
-            f"unknown model {name!r}{hint}; registered models: {', '.join(list_models())}"
-        ) from None
+        raise ConfigError(f"unknown model {name!r}{hint}; registered models: {', '.join(list_models())}") from None
 
 
 def default_options(name: str) -> dict[str, Any]:
@@ -83,8 +81,10 @@ def default_options(name: str) -> dict[str, Any]:
 def check_image_size(model: nn.Module, x: torch.Tensor) -> None:
     """Nets with a flattening head are built for one image size: say so instead of a shape error."""
     if tuple(x.shape[-2:]) != model.image_size:
-        raise ValueError(f"{type(model).__name__} was built for images of {model.image_size} but got "
-                         f"{tuple(x.shape[-2:])}: set the model's image_size to the data's")
+        raise ValueError(
+            f"{type(model).__name__} was built for images of {model.image_size} but got "
+            f"{tuple(x.shape[-2:])}: set the model's image_size to the data's"
+        )
 
 
 def create_model(
@@ -115,9 +115,7 @@ def create_model(
         options["dropout"] = _check_dropout(dropout)
     if batchnorm is not None:
         if not isinstance(batchnorm, bool):
-            raise ConfigError(
-                f"model option batchnorm={batchnorm!r} is not valid: must be true or false"
-            )
+            raise ConfigError(f"model option batchnorm={batchnorm!r} is not valid: must be true or false")
         options["batchnorm"] = batchnorm
     return builder(**options)
 
@@ -239,9 +237,7 @@ def describe_models(
     image), input_shape and the model's default options (width 1)."""
     rows = []
     for name in list_models():
-        info = model_info(
-            name, num_classes=num_classes, in_channels=in_channels, image_size=image_size
-        )
+        info = model_info(name, num_classes=num_classes, in_channels=in_channels, image_size=image_size)
         rows.append({**info, "defaults": default_options(name)})
     return rows
 
@@ -276,9 +272,7 @@ def norm2d(channels: int, batchnorm: bool) -> nn.Module:
 
 def _check_int(option: str, value: Any, *, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ConfigError(
-            f"model option {option}={value!r} is not valid: must be an integer >= {minimum}"
-        )
+        raise ConfigError(f"model option {option}={value!r} is not valid: must be an integer >= {minimum}")
     return int(value)
 
 
@@ -291,28 +285,20 @@ def _check_image_size(image_size: Any) -> tuple[int, int]:
         or any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s < 1 for s in hw)
     ):
         raise ConfigError(
-            f"model option image_size={image_size!r} is not valid: "
-            "must be an integer >= 1 or [height, width]"
+            f"model option image_size={image_size!r} is not valid: must be an integer >= 1 or [height, width]"
         )
     return int(hw[0]), int(hw[1])
 
 
 def _check_width(width: Any) -> float:
-    if (
-        isinstance(width, bool)
-        or not isinstance(width, numbers.Real)
-        or not math.isfinite(width)
-        or width <= 0
-    ):
+    if isinstance(width, bool) or not isinstance(width, numbers.Real) or not math.isfinite(width) or width <= 0:
         raise ConfigError(f"model option width={width!r} is not valid: must be a number > 0")
     return float(width)
 
 
 def _check_dropout(dropout: Any) -> float:
     if (
-        isinstance(dropout, bool)
-        or not isinstance(dropout, numbers.Real)
-        or not 0 <= dropout < 1  # type: ignore[operator]  # numbers.Real's stub has no reflected comparisons
+        isinstance(dropout, bool) or not isinstance(dropout, numbers.Real) or not 0 <= dropout < 1  # type: ignore[operator]  # numbers.Real's stub has no reflected comparisons
     ):
         raise ConfigError(f"model option dropout={dropout!r} is not valid: must be in [0, 1)")
     return float(dropout)

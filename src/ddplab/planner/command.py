@@ -15,8 +15,17 @@ from ddplab.planner import links
 from ddplab.topology import resolve_backend
 
 
-def predict_run(run_dir: Path, *, gpus: list[int] | None, nodes: list[int], batches: list[int] | None, link: str | None,
-                inter_link: str, links_file: Path, out: Path | None) -> int:
+def predict_run(
+    run_dir: Path,
+    *,
+    gpus: list[int] | None,
+    nodes: list[int],
+    batches: list[int] | None,
+    link: str | None,
+    inter_link: str,
+    links_file: Path,
+    out: Path | None,
+) -> int:
     """A finished run predicted on `gpus` x `nodes` at `batches` over `link`: the table, and plan.json."""
     from ddplab.planner import model
     from ddplab.runread import finished_run
@@ -31,25 +40,40 @@ def predict_run(run_dir: Path, *, gpus: list[int] | None, nodes: list[int], batc
     per_node = gpus or ([1, 2, 4, 8] if costs.on_cuda else [1, 2])
     result = model.predict_grid(costs, per_node, nodes, batches or [run.summary["batch"]["local"]], within, between)
     m = costs.measured
-    print(f"plan for {run_dir}: measured {m['world_size']} worker(s) at local batch {m['local_batch']} on "
-          f"{m['device']}, {m['step_s'] * 1e3:,.1f} ms a step; link {link_text(within)}"
-          + (f", between nodes {link_text(between)}" if between else ""))
-    print(f"  {'workers':>9} {'batch':>6} {'step ms':>9} {'comm ms':>8} {'exposed':>8} {'images/s':>10} "
-          f"{'speedup':>8} {'ideal':>6} {'efficiency':>10}")
+    print(
+        f"plan for {run_dir}: measured {m['world_size']} worker(s) at local batch {m['local_batch']} on "
+        f"{m['device']}, {m['step_s'] * 1e3:,.1f} ms a step; link {link_text(within)}"
+        + (f", between nodes {link_text(between)}" if between else "")
+    )
+    print(
+        f"  {'workers':>9} {'batch':>6} {'step ms':>9} {'comm ms':>8} {'exposed':>8} {'images/s':>10} "
+        f"{'speedup':>8} {'ideal':>6} {'efficiency':>10}"
+    )
     for r in result["rows"]:
-        print(f"  {r['per_node']:>3} x {r['nodes']:<3} {r['local_batch']:>6} {r['step_s'] * 1e3:>9,.2f} "
-              f"{r['comm_s'] * 1e3:>8,.2f} {r['exposed_comm_s'] * 1e3:>8,.2f} {r['images_per_s']:>10,.0f} "
-              f"{r['speedup']:>7.2f}x {r['ideal']:>5.0f}x {r['efficiency']:>10.0%}")
+        print(
+            f"  {r['per_node']:>3} x {r['nodes']:<3} {r['local_batch']:>6} {r['step_s'] * 1e3:>9,.2f} "
+            f"{r['comm_s'] * 1e3:>8,.2f} {r['exposed_comm_s'] * 1e3:>8,.2f} {r['images_per_s']:>10,.0f} "
+            f"{r['speedup']:>7.2f}x {r['ideal']:>5.0f}x {r['efficiency']:>10.0%}"
+        )
     for p in result["pays_from"]:
-        said = ", ".join(f"{pct}% efficiency from local batch {p[f'batch_for_{pct}pct']}" if p[f"batch_for_{pct}pct"]
-                         else f"never {pct}% efficient up to local batch 8192" for pct in (50, 80))
+        said = ", ".join(
+            f"{pct}% efficiency from local batch {p[f'batch_for_{pct}pct']}"
+            if p[f"batch_for_{pct}pct"]
+            else f"never {pct}% efficient up to local batch 8192"
+            for pct in (50, 80)
+        )
         print(f"  {p['per_node']} x {p['nodes']}: {said}")
-    unmeasured = sorted({r["workers"] for r in result["rows"] if r["workers"] > max(within.ranks)}
-                        if isinstance(within, links.MeasuredLinks) else set())
+    unmeasured = sorted(
+        {r["workers"] for r in result["rows"] if r["workers"] > max(within.ranks)}
+        if isinstance(within, links.MeasuredLinks)
+        else set()
+    )
     if unmeasured:
-        print(f"  note: the link was measured with at most {max(within.ranks)} ranks; the rows with "
-              f"{', '.join(map(str, unmeasured))} workers use that fit, optimistic where ranks share cores "
-              f"(measure with: ddplab plan --measure --nproc {','.join(map(str, [*within.ranks, *unmeasured]))})")
+        print(
+            f"  note: the link was measured with at most {max(within.ranks)} ranks; the rows with "
+            f"{', '.join(map(str, unmeasured))} workers use that fit, optimistic where ranks share cores "
+            f"(measure with: ddplab plan --measure --nproc {','.join(map(str, [*within.ranks, *unmeasured]))})"
+        )
     files.write_json(out, {"run": str(run_dir), **result})
     print(f"plan: {out} (assumptions: ddplab/planner/model.py)")
     return 0
@@ -63,12 +87,17 @@ def show_published() -> int:
     for case in CASES:
         print(f"{case.name}: {case.source}" + (f"; {case.note}" if case.note else ""))
         for r in predict(case):
-            print(f"  {r['gpus']:>3} GPU(s) on {r['nodes']} node(s) over {r['link']}: stated {r['stated']:,.3f} s, "
-                  f"predicted {r['predicted']:,.3f} s ({r['error']:+.0%}), all-reduce left exposed "
-                  f"{r['exposed_comm_s'] * 1e3:,.2f} ms a step"
-                  + (f"; unexplained {r['unexplained_s'] * 1e3:,.1f} ms a step (an all-reduce alone would need "
-                     f"{r['implied_busbw_gbps']:,.2f} GB/s of bus bandwidth to take it)"
-                     if r["implied_busbw_gbps"] is not None else ""))
+            print(
+                f"  {r['gpus']:>3} GPU(s) on {r['nodes']} node(s) over {r['link']}: stated {r['stated']:,.3f} s, "
+                f"predicted {r['predicted']:,.3f} s ({r['error']:+.0%}), all-reduce left exposed "
+                f"{r['exposed_comm_s'] * 1e3:,.2f} ms a step"
+                + (
+                    f"; unexplained {r['unexplained_s'] * 1e3:,.1f} ms a step (an all-reduce alone would need "
+                    f"{r['implied_busbw_gbps']:,.2f} GB/s of bus bandwidth to take it)"
+                    if r["implied_busbw_gbps"] is not None
+                    else ""
+                )
+            )
     return 0
 
 
@@ -80,8 +109,16 @@ def list_links() -> int:
     return 0
 
 
-def measure_links(backend: str, nproc: list[int], *, nnodes: int, max_mib: int, rdzv_endpoint: str | None,
-                  timeout_s: int, out: Path | None) -> int:
+def measure_links(
+    backend: str,
+    nproc: list[int],
+    *,
+    nnodes: int,
+    max_mib: int,
+    rdzv_endpoint: str | None,
+    timeout_s: int,
+    out: Path | None,
+) -> int:
     """All-reduce timed from 4 KiB to `max_mib` with each count of ranks in `nproc` (per node), fitted, printed
     and written to `out` (links.json)."""
     import torch
@@ -90,8 +127,9 @@ def measure_links(backend: str, nproc: list[int], *, nnodes: int, max_mib: int, 
     backend = resolve_backend(backend, on_cuda=on_cuda)
     device = "cuda" if backend == "nccl" else "cpu"
     if device == "cuda" and max(nproc) > torch.cuda.device_count():
-        raise ConfigError(f"--nproc {max(nproc)}: NCCL needs a GPU per rank and this machine has "
-                          f"{torch.cuda.device_count()}")
+        raise ConfigError(
+            f"--nproc {max(nproc)}: NCCL needs a GPU per rank and this machine has {torch.cuda.device_count()}"
+        )
     out = out or Path(links.LINKS_FILE)
     files.ready_to_write(out)  # before the measurement, which a read-only --out would throw away
     results = []
@@ -99,17 +137,28 @@ def measure_links(backend: str, nproc: list[int], *, nnodes: int, max_mib: int, 
         ranks = per_node * nnodes
         where = f" across {nnodes} nodes" if nnodes > 1 else ""
         print(f"measuring all-reduce: {backend} x{ranks} on {device}{where}, 4 KiB to {max_mib} MiB ...", flush=True)
-        result = links.measure(backend, per_node, device=device, max_bytes=max_mib * links.MIB, nnodes=nnodes,
-                               rdzv_endpoint=rdzv_endpoint, timeout_s=timeout_s)
+        result = links.measure(
+            backend,
+            per_node,
+            device=device,
+            max_bytes=max_mib * links.MIB,
+            nnodes=nnodes,
+            rdzv_endpoint=rdzv_endpoint,
+            timeout_s=timeout_s,
+        )
         link = links.measured_link(result)
         print(f"{'size':>10} {'time us':>10} {'algbw GB/s':>11} {'busbw GB/s':>11} {'model us':>10}")
         factor = 2 * (ranks - 1) / ranks
         for size, t in zip(result["sizes"], result["times_s"]):
-            print(f"{size / links.KIB:>8,.0f} K {t * 1e6:>10,.1f} {size / t / links.GB:>11,.3f} "
-                  f"{size * factor / t / links.GB:>11,.3f} {link.allreduce_s(size, ranks) * 1e6:>10,.1f}")
-        print(f"fit ({ranks} ranks): alpha {link.alpha_s * 1e6:,.1f} us, bus bandwidth {link.busbw_gbps:,.3f} GB/s; "
-              f"model error median {link.fit_error['median']:.1%}, worst {link.fit_error['max']:.1%} "
-              f"({result['wall_s']} s)")
+            print(
+                f"{size / links.KIB:>8,.0f} K {t * 1e6:>10,.1f} {size / t / links.GB:>11,.3f} "
+                f"{size * factor / t / links.GB:>11,.3f} {link.allreduce_s(size, ranks) * 1e6:>10,.1f}"
+            )
+        print(
+            f"fit ({ranks} ranks): alpha {link.alpha_s * 1e6:,.1f} us, bus bandwidth {link.busbw_gbps:,.3f} GB/s; "
+            f"model error median {link.fit_error['median']:.1%}, worst {link.fit_error['max']:.1%} "
+            f"({result['wall_s']} s)"
+        )
         results.append(result)
     from ddplab.metrics.system import machine
 
@@ -121,8 +170,12 @@ def measure_links(backend: str, nproc: list[int], *, nnodes: int, max_mib: int, 
 def link_text(link) -> str:
     """A link as the plan's header gives it: its figures, measured or published (each fit, for a measured set)."""
     if isinstance(link, links.MeasuredLinks):
-        return link.links[0].name + " (" + "; ".join(f"{k.ranks} ranks {k.busbw_gbps:,.3g} GB/s, {k.alpha_s * 1e6:,.0f} us"
-                                                       for k in link.links) + ", measured)"
+        return (
+            link.links[0].name
+            + " ("
+            + "; ".join(f"{k.ranks} ranks {k.busbw_gbps:,.3g} GB/s, {k.alpha_s * 1e6:,.0f} us" for k in link.links)
+            + ", measured)"
+        )
     return f"{link.name} ({link.busbw_gbps:,.3g} GB/s, {link.alpha_s * 1e6:,.0f} us, published)"
 
 
@@ -130,6 +183,8 @@ def measured_or_published(name: str, links_file: Path):
     if name != "measured":
         return links.link_named(name)
     if not links_file.is_file():
-        raise ConfigError(f"--link measured reads {links_file}, which does not exist: measure this machine's link "
-                          "first (ddplab plan --measure), or name a published link")
+        raise ConfigError(
+            f"--link measured reads {links_file}, which does not exist: measure this machine's link "
+            "first (ddplab plan --measure), or name a published link"
+        )
     return links.load_links(links_file)

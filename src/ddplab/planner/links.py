@@ -13,10 +13,10 @@ figure describes a link whatever N is. It is the figure to compare with a link's
 `measure` times all-reduce over message sizes on this machine with a real backend (Gloo or
 NCCL), in N processes started by PyTorch's elastic launcher, as training's workers are; each
 size's time is the slowest rank's. A links file holds one such measurement per number of
-ranks (`MeasuredLinks`): on a machine with fewer cores than ranks, alpha grows with N. `fit` finds alpha and busbw by least squares on relative
-error: the sizes span five orders of magnitude, and plain least squares would fit only the
-largest. The fit's error (median and worst relative error over the sizes) says how far the
-model can be trusted for that link.
+ranks (`MeasuredLinks`): on a machine with fewer cores than ranks, alpha grows with N. `fit`
+finds alpha and busbw by least squares on relative error: the sizes span five orders of
+magnitude, and plain least squares would fit only the largest. The fit's error (median and
+worst relative error over the sizes) says how far the model can be trusted for that link.
 
 `PUBLISHED` holds what hardware promises: line rates from the specifications, and where
 public measurements exist (nccl-tests) what they reached. They are marked published, not
@@ -89,27 +89,41 @@ class MeasuredLinks:
 # What the hardware promises. busbw: the nccl-tests figure where published measurements exist,
 # else the line rate per direction; alpha: a published latency floor where there is one, else
 # marked as assumed.
-PUBLISHED: dict[str, Link] = {link.name: link for link in (
-    Link("nvlink", 450.0, 26e-6,
-         "NVLink 4 on H100/H200 SXM: 900 GB/s per GPU, both directions (NVIDIA H100 and H200 datasheets); "
-         "nccl-tests all_reduce on 8x H100 NVSwitch reaches a busbw of ~460-480 GB/s at large sizes, "
-         "~26 us at the smallest"),
-    Link("pcie5", 63.0, 10e-6,
-         "PCIe 5.0 x16: 32 GT/s per lane, ~63 GB/s per direction (PCI-SIG PCIe 5.0 specification); "
-         "alpha assumed"),
-    Link("pcie4", 31.5, 10e-6,
-         "PCIe 4.0 x16: 16 GT/s per lane, ~31.5 GB/s per direction (PCI-SIG PCIe 4.0 specification); "
-         "alpha assumed"),
-    Link("ib", 50.0, 5e-6,
-         "NDR InfiniBand: 400 Gb/s per port, 50 GB/s (InfiniBand Trade Association roadmap); measured "
-         "~46-48 GB/s per NIC; alpha assumed"),
-    Link("100gbe", 12.5, 50e-6,
-         "100 Gigabit Ethernet line rate, 12.5 GB/s (IEEE 802.3); alpha assumed (TCP)"),
-    Link("25gbe", 3.125, 50e-6,
-         "25 Gigabit Ethernet line rate, 3.125 GB/s (IEEE 802.3by); alpha assumed (TCP)"),
-    Link("10gbe", 1.25, 50e-6,
-         "10 Gigabit Ethernet line rate, 1.25 GB/s (IEEE 802.3ae); alpha assumed (TCP)"),
-)}
+PUBLISHED: dict[str, Link] = {
+    link.name: link
+    for link in (
+        Link(
+            "nvlink",
+            450.0,
+            26e-6,
+            "NVLink 4 on H100/H200 SXM: 900 GB/s per GPU, both directions (NVIDIA H100 and H200 datasheets); "
+            "nccl-tests all_reduce on 8x H100 NVSwitch reaches a busbw of ~460-480 GB/s at large sizes, "
+            "~26 us at the smallest",
+        ),
+        Link(
+            "pcie5",
+            63.0,
+            10e-6,
+            "PCIe 5.0 x16: 32 GT/s per lane, ~63 GB/s per direction (PCI-SIG PCIe 5.0 specification); alpha assumed",
+        ),
+        Link(
+            "pcie4",
+            31.5,
+            10e-6,
+            "PCIe 4.0 x16: 16 GT/s per lane, ~31.5 GB/s per direction (PCI-SIG PCIe 4.0 specification); alpha assumed",
+        ),
+        Link(
+            "ib",
+            50.0,
+            5e-6,
+            "NDR InfiniBand: 400 Gb/s per port, 50 GB/s (InfiniBand Trade Association roadmap); measured "
+            "~46-48 GB/s per NIC; alpha assumed",
+        ),
+        Link("100gbe", 12.5, 50e-6, "100 Gigabit Ethernet line rate, 12.5 GB/s (IEEE 802.3); alpha assumed (TCP)"),
+        Link("25gbe", 3.125, 50e-6, "25 Gigabit Ethernet line rate, 3.125 GB/s (IEEE 802.3by); alpha assumed (TCP)"),
+        Link("10gbe", 1.25, 50e-6, "10 Gigabit Ethernet line rate, 1.25 GB/s (IEEE 802.3ae); alpha assumed (TCP)"),
+    )
+}
 
 
 def link_named(name: str) -> Link:
@@ -127,8 +141,10 @@ def fit(sizes: list[float], times: list[float], ranks: int) -> tuple[float, floa
     that is not positive) is a DataError."""
     points = [(s * 2 * (ranks - 1) / ranks, t) for s, t in zip(sizes, times) if t > 0 and math.isfinite(t)]
     if ranks < 2 or len(points) < 3:
-        raise DataError(f"an all-reduce fit needs 3 or more sizes timed over 2 or more ranks; got "
-                        f"{len(points)} size(s) over {ranks} rank(s)")
+        raise DataError(
+            f"an all-reduce fit needs 3 or more sizes timed over 2 or more ranks; got "
+            f"{len(points)} size(s) over {ranks} rank(s)"
+        )
     w = [1 / t**2 for _, t in points]  # weights of the squared residuals: (residual / t)^2
     sw = sum(w)
     mx = sum(wi * x for wi, (x, _) in zip(w, points)) / sw
@@ -137,8 +153,10 @@ def fit(sizes: list[float], times: list[float], ranks: int) -> tuple[float, floa
     slope = sum(wi * (x - mx) * (t - mt) for wi, (x, t) in zip(w, points)) / sxx if sxx > 0 else 0.0
     alpha = max(mt - slope * mx, 0.0)
     if slope <= 0:
-        raise DataError("the all-reduce times do not grow with the message size: the measurement is degenerate "
-                        "(too noisy, or too few sizes); measure again on an idle machine")
+        raise DataError(
+            "the all-reduce times do not grow with the message size: the measurement is degenerate "
+            "(too noisy, or too few sizes); measure again on an idle machine"
+        )
     errors = [abs(alpha + slope * x - t) / t for x, t in points]
     return alpha, 1 / slope / GB, {"median": statistics.median(errors), "max": max(errors)}
 
@@ -148,12 +166,27 @@ def measured_link(result: dict[str, Any]) -> Link:
     alpha, busbw, error = fit(result["sizes"], result["times_s"], result["ranks"])
     nodes = result.get("nodes", 1)
     where = f" across {nodes} nodes" if nodes > 1 else ""
-    return Link(f"measured-{result['backend']}", busbw, alpha, f"measured here: {result['backend']} x{result['ranks']} "
-                f"on {result['device']}{where}", measured=True, fit_error=error, ranks=result["ranks"])
+    return Link(
+        f"measured-{result['backend']}",
+        busbw,
+        alpha,
+        f"measured here: {result['backend']} x{result['ranks']} on {result['device']}{where}",
+        measured=True,
+        fit_error=error,
+        ranks=result["ranks"],
+    )
 
 
-def measure(backend: str = "gloo", ranks: int = 2, *, device: str = "cpu", max_bytes: int = MAX_BYTES,
-            nnodes: int = 1, rdzv_endpoint: str | None = None, timeout_s: int = 600) -> dict[str, Any]:
+def measure(
+    backend: str = "gloo",
+    ranks: int = 2,
+    *,
+    device: str = "cpu",
+    max_bytes: int = MAX_BYTES,
+    nnodes: int = 1,
+    rdzv_endpoint: str | None = None,
+    timeout_s: int = 600,
+) -> dict[str, Any]:
     """Time all-reduce over SIZES up to `max_bytes` with `ranks` processes of the elastic launcher on each of
     `nnodes` nodes (each runs this, with the same `rdzv_endpoint`: node 0's address)."""
     from torch.distributed.launcher.api import elastic_launch
@@ -167,17 +200,27 @@ def measure(backend: str = "gloo", ranks: int = 2, *, device: str = "cpu", max_b
     if backend == "nccl" and device != "cuda":
         raise ConfigError("--backend nccl needs CUDA devices; use --backend gloo on a CPU")
     if nnodes > 1 and rdzv_endpoint is None:
-        raise ConfigError(f"--nnodes {nnodes}: every node needs --rdzv-endpoint host:port, the same on each (node 0's "
-                          "address)")
+        raise ConfigError(
+            f"--nnodes {nnodes}: every node needs --rdzv-endpoint host:port, the same on each (node 0's address)"
+        )
     sizes = [s for s in SIZES if s <= max_bytes]
     if len(sizes) < 3:
-        raise ConfigError(f"--max-mib {max_bytes / MIB:g} leaves {len(sizes)} message size(s) from 4 KiB; the fit needs 3")
-    config = compat.launch_config(min_nodes=nnodes, max_nodes=nnodes, nproc_per_node=ranks,
-                                  run_id=f"ddplab-links-{rdzv_endpoint}" if nnodes > 1 else str(uuid.uuid4()),
-                                  rdzv_backend="c10d", rdzv_endpoint=rdzv_endpoint or "localhost:0",
-                                  rdzv_configs=c10d_configs(rdzv_endpoint, timeout_s), max_restarts=0,
-                                  local_addr=route_address(rdzv_endpoint) if nnodes > 1 else None,
-                                  monitor_interval=0.1, start_method="spawn")
+        raise ConfigError(
+            f"--max-mib {max_bytes / MIB:g} leaves {len(sizes)} message size(s) from 4 KiB; the fit needs 3"
+        )
+    config = compat.launch_config(
+        min_nodes=nnodes,
+        max_nodes=nnodes,
+        nproc_per_node=ranks,
+        run_id=f"ddplab-links-{rdzv_endpoint}" if nnodes > 1 else str(uuid.uuid4()),
+        rdzv_backend="c10d",
+        rdzv_endpoint=rdzv_endpoint or "localhost:0",
+        rdzv_configs=c10d_configs(rdzv_endpoint, timeout_s),
+        max_restarts=0,
+        local_addr=route_address(rdzv_endpoint) if nnodes > 1 else None,
+        monitor_interval=0.1,
+        start_method="spawn",
+    )
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.rendezvous.api import RendezvousError
 
@@ -192,10 +235,19 @@ def measure(backend: str = "gloo", ranks: int = 2, *, device: str = "cpu", max_b
     except SignalException as exc:  # Ctrl-C or SIGTERM: the agent has stopped the ranks; nothing was written
         from ddplab.launch import Interrupted
 
-        raise Interrupted(f"interrupted by {exc.sigval.name} while timing the all-reduce: nothing was written; "
-                          "run the command again to measure") from None
-    return {"backend": backend, "ranks": ranks * nnodes, "nodes": nnodes, "device": device, "sizes": sizes,
-            "times_s": next(iter(results.values())), "wall_s": round(time.perf_counter() - start, 1)}  # keyed by global rank
+        raise Interrupted(
+            f"interrupted by {exc.sigval.name} while timing the all-reduce: nothing was written; "
+            "run the command again to measure"
+        ) from None
+    return {
+        "backend": backend,
+        "ranks": ranks * nnodes,
+        "nodes": nnodes,
+        "device": device,
+        "sizes": sizes,
+        "times_s": next(iter(results.values())),
+        "wall_s": round(time.perf_counter() - start, 1),
+    }  # keyed by global rank
 
 
 def time_allreduce(backend: str, sizes: list[int], device: str, across_nodes: bool = False) -> list[float]:
@@ -254,14 +306,22 @@ def save_links(path: Path, results: list[dict[str, Any]], **extra: Any) -> None:
     write them: the first as "measurement" and "link", any others under "more"."""
     from ddplab import files
 
-    records = [{"measurement": r, "link": link_record(measured_link(r))} for r in sorted(results, key=lambda r: r["ranks"])]
+    records = [
+        {"measurement": r, "link": link_record(measured_link(r))} for r in sorted(results, key=lambda r: r["ranks"])
+    ]
     files.write_json(path, {**records[0], "more": records[1:], **extra})
 
 
 # What a links file's measurement holds (`measure` writes it); the fitted "link" beside it is fitted again.
-MEASUREMENT = {"backend": TEXT, "ranks": whole(2), "nodes": COUNT, "device": TEXT,
-               "sizes": list_of(number(above=0, most=MAX_BYTES * 16)), "times_s": list_of(number(above=0, most=3600)),
-               "wall_s": SECONDS}
+MEASUREMENT = {
+    "backend": TEXT,
+    "ranks": whole(2),
+    "nodes": COUNT,
+    "device": TEXT,
+    "sizes": list_of(number(above=0, most=MAX_BYTES * 16)),
+    "times_s": list_of(number(above=0, most=3600)),
+    "wall_s": SECONDS,
+}
 
 
 def measurements(path: Path) -> list[dict[str, Any]]:
@@ -272,8 +332,12 @@ def measurements(path: Path) -> list[dict[str, Any]]:
     found = []
     for i, record in enumerate([data, *data.get("more", [])]):
         where = "measurement" if i == 0 else f"more[{i - 1}].measurement"
-        m = check(record, {"measurement": MEASUREMENT}, str(path),
-                  required=tuple(f"measurement.{k}" for k in ("backend", "ranks", "device", "sizes", "times_s")))
+        m = check(
+            record,
+            {"measurement": MEASUREMENT},
+            str(path),
+            required=tuple(f"measurement.{k}" for k in ("backend", "ranks", "device", "sizes", "times_s")),
+        )
         m = m["measurement"]
         if len(m["sizes"]) != len(m["times_s"]):
             raise DataError(f"{path}: {where} times {len(m['times_s'])} sizes but lists {len(m['sizes'])}")

@@ -68,8 +68,11 @@ class StepCosts:
     def for_config(self, config: dict[str, Any]) -> StepCosts:
         """These costs for a target run whose flattened config may all-reduce differently (GRAD_BYTES: its comm
         hook; BUCKETS: its bucket_cap_mb), as a DDP point planned from a 1-process run does."""
-        return replace(self, grad_bytes=self.params * grad_bytes_per_param(config) if self.params else self.grad_bytes,
-                       bucket_cap_mb=float(config.get("dist.bucket_cap_mb", self.bucket_cap_mb)))
+        return replace(
+            self,
+            grad_bytes=self.params * grad_bytes_per_param(config) if self.params else self.grad_bytes,
+            bucket_cap_mb=float(config.get("dist.bucket_cap_mb", self.bucket_cap_mb)),
+        )
 
     def backward_s(self, local_batch: int, per_node: int) -> float:
         return BACKWARD_SHARE * self.compute_s(local_batch, per_node)
@@ -109,8 +112,10 @@ def step_costs(summary: dict[str, Any], epochs: list[EpochRecord], config: dict[
         raise DataError("a DataParallel run's step mixes its GPUs' work: plan from a single-process or DDP run")
     timed = timed_epochs(epochs)
     if not timed or any(r.forward_backward_s is None for r in timed):
-        raise DataError("the run has no time breakdown (train.time_breakdown was off): its step cannot be split "
-                        "into compute and communication; train it again with the breakdown on")
+        raise DataError(
+            "the run has no time breakdown (train.time_breakdown was off): its step cannot be split "
+            "into compute and communication; train it again with the breakdown on"
+        )
     steps = optimizer_steps(timed, batch["global"])
     images = sum(r.train_samples for r in timed) / run["world_size"]  # per worker
     per_node = run["world_size"] // max(1, int(config.get("dist.nnodes", 1)))
@@ -122,14 +127,26 @@ def step_costs(summary: dict[str, Any], epochs: list[EpochRecord], config: dict[
     optimizer = sum(r.optimizer_s or 0.0 for r in timed)
     rest = max(sum(r.train_s for r in timed) - data - compute - comm - optimizer, 0.0)
     return StepCosts(
-        data_per_image_s=data / images / share, compute_per_image_s=compute / images / share,
-        optimizer_s=optimizer / steps / share, rest_s=rest / steps, accumulate=int(batch.get("accumulate", 1)),
+        data_per_image_s=data / images / share,
+        compute_per_image_s=compute / images / share,
+        optimizer_s=optimizer / steps / share,
+        rest_s=rest / steps,
+        accumulate=int(batch.get("accumulate", 1)),
         train_images=int(summary["data"]["train_images"]),
-        grad_bytes=summary["model"]["params"] * grad_bytes_per_param(config), params=summary["model"]["params"],
-        bucket_cap_mb=float(config.get("dist.bucket_cap_mb", 25.0)), on_cuda=on_cuda,
-        measured={"world_size": run["world_size"], "local_batch": batch["local"], "device": run["device"],
-                  "epochs_timed": len(timed), "steps": steps, "step_s": statistics.fmean(r.train_s for r in timed)
-                  * len(timed) / steps, "comm_wait_s_per_step": comm / steps})
+        grad_bytes=summary["model"]["params"] * grad_bytes_per_param(config),
+        params=summary["model"]["params"],
+        bucket_cap_mb=float(config.get("dist.bucket_cap_mb", 25.0)),
+        on_cuda=on_cuda,
+        measured={
+            "world_size": run["world_size"],
+            "local_batch": batch["local"],
+            "device": run["device"],
+            "epochs_timed": len(timed),
+            "steps": steps,
+            "step_s": statistics.fmean(r.train_s for r in timed) * len(timed) / steps,
+            "comm_wait_s_per_step": comm / steps,
+        },
+    )
 
 
 def grad_bytes_per_param(config: dict[str, Any]) -> int:
@@ -157,8 +174,9 @@ def exposed_comm(costs: StepCosts, link: Link, workers: int, local_batch: int, p
     return sum(times), times[-1] + max(0.0, sum(times[:-1]) - hidden_behind)
 
 
-def predict_one(costs: StepCosts, per_node: int, nodes: int, local_batch: int, link: AnyLink,
-                inter_node: AnyLink | None = None) -> Prediction:
+def predict_one(
+    costs: StepCosts, per_node: int, nodes: int, local_batch: int, link: AnyLink, inter_node: AnyLink | None = None
+) -> Prediction:
     workers = per_node * nodes
     used = (inter_node if nodes > 1 and inter_node is not None else link).for_ranks(workers)  # LINK
     compute = costs.compute_s(local_batch, per_node)
@@ -169,33 +187,77 @@ def predict_one(costs: StepCosts, per_node: int, nodes: int, local_batch: int, l
     rate = costs.train_images / (steps * step)
     alone = predict_alone(costs, local_batch)
     ideal = float(devices_brought(workers, nodes, on_cuda=costs.on_cuda))
-    return Prediction(per_node, nodes, local_batch, used.name, step, compute, exposed, comm, steps * step, rate,
-                      rate / alone, ideal, rate / alone / ideal)
+    return Prediction(
+        per_node,
+        nodes,
+        local_batch,
+        used.name,
+        step,
+        compute,
+        exposed,
+        comm,
+        steps * step,
+        rate,
+        rate / alone,
+        ideal,
+        rate / alone / ideal,
+    )
 
 
 def predict_alone(costs: StepCosts, local_batch: int) -> float:
     """One worker's training images per second at `local_batch` (no all-reduce)."""
-    step = (costs.data_per_image_s + costs.compute_per_image_s) * local_batch * costs.accumulate \
-        + costs.optimizer_s + costs.rest_s
+    step = (
+        (costs.data_per_image_s + costs.compute_per_image_s) * local_batch * costs.accumulate
+        + costs.optimizer_s
+        + costs.rest_s
+    )
     return costs.train_images / (math.ceil(costs.train_images / (local_batch * costs.accumulate)) * step)
 
 
-def smallest_batch(costs: StepCosts, per_node: int, nodes: int, link: AnyLink, inter_node: AnyLink | None,
-                   bar: float, batches: list[int]) -> int | None:
+def smallest_batch(
+    costs: StepCosts,
+    per_node: int,
+    nodes: int,
+    link: AnyLink,
+    inter_node: AnyLink | None,
+    bar: float,
+    batches: list[int],
+) -> int | None:
     """The smallest of `batches` at which this many workers reach `bar` efficiency (None: none does)."""
-    return next((b for b in sorted(batches)
-                 if predict_one(costs, per_node, nodes, b, link, inter_node).efficiency >= bar), None)
+    return next(
+        (b for b in sorted(batches) if predict_one(costs, per_node, nodes, b, link, inter_node).efficiency >= bar), None
+    )
 
 
-def predict_grid(costs: StepCosts, per_node: list[int], nodes: list[int], batches: list[int], link: AnyLink,
-         inter_node: AnyLink | None = None) -> dict[str, Any]:
+def predict_grid(
+    costs: StepCosts,
+    per_node: list[int],
+    nodes: list[int],
+    batches: list[int],
+    link: AnyLink,
+    inter_node: AnyLink | None = None,
+) -> dict[str, Any]:
     """Every (workers per node, nodes, local batch) predicted, and where DDP starts paying."""
     rows = [predict_one(costs, p, m, b, link, inter_node) for m in nodes for p in per_node for b in batches]
     search = sorted({*batches, *(2**k for k in range(0, 14))})
-    pays = [{"per_node": p, "nodes": m, **{f"batch_for_{round(bar * 100)}pct": smallest_batch(costs, p, m, link, inter_node,
-                                                                                             bar, search)
-                                          for bar in EFFICIENCY_BARS}}
-            for m in nodes for p in per_node if p * m > 1]
-    return {"measured": costs.measured, "costs": {k: v for k, v in asdict(costs).items() if k != "measured"},
-            "link": asdict(link), "inter_node": asdict(inter_node) if inter_node else None,
-            "rows": [{**asdict(r), "workers": r.workers} for r in rows], "pays_from": pays}
+    pays = [
+        {
+            "per_node": p,
+            "nodes": m,
+            **{
+                f"batch_for_{round(bar * 100)}pct": smallest_batch(costs, p, m, link, inter_node, bar, search)
+                for bar in EFFICIENCY_BARS
+            },
+        }
+        for m in nodes
+        for p in per_node
+        if p * m > 1
+    ]
+    return {
+        "measured": costs.measured,
+        "costs": {k: v for k, v in asdict(costs).items() if k != "measured"},
+        "link": asdict(link),
+        "inter_node": asdict(inter_node) if inter_node else None,
+        "rows": [{**asdict(r), "workers": r.workers} for r in rows],
+        "pays_from": pays,
+    }

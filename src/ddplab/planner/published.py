@@ -16,16 +16,23 @@ from ddplab.planner.links import GB, Link
 from ddplab.planner.model import StepCosts, predict_one
 
 # V100 SXM2: NVLink 2, 300 GB/s per GPU both directions (NVIDIA V100 datasheet); alpha assumed.
-NVLINK2 = Link("nvlink2", 150.0, 10e-6, "NVLink 2 on V100 SXM2: 300 GB/s per GPU, both directions (NVIDIA V100 "
-                                        "datasheet); alpha assumed")
+NVLINK2 = Link(
+    "nvlink2",
+    150.0,
+    10e-6,
+    "NVLink 2 on V100 SXM2: 300 GB/s per GPU, both directions (NVIDIA V100 datasheet); alpha assumed",
+)
 # Four 100 Gb/s EDR InfiniBand ports per node, as the DDP benchmark states: 50 GB/s a node; NCCL runs a ring
 # per NIC, so the node's NICs together bound the bus bandwidth between nodes.
-EDR_X4 = Link("4x EDR", 50.0, 5e-6, "4 x 100 Gb/s EDR InfiniBand per node (the benchmark's statement; line rate); "
-                                    "alpha assumed")
+EDR_X4 = Link(
+    "4x EDR", 50.0, 5e-6, "4 x 100 Gb/s EDR InfiniBand per node (the benchmark's statement; line rate); alpha assumed"
+)
 
 
-DDP_BENCHMARK = ("pytorch/pytorch benchmarks/distributed/ddp/README.md (PyTorch 1.4, NCCL, DGX machines with 8 V100 "
-                 "on NVLink and 4 x 100 Gb/s InfiniBand each), p50: ")
+DDP_BENCHMARK = (
+    "pytorch/pytorch benchmarks/distributed/ddp/README.md (PyTorch 1.4, NCCL, DGX machines with 8 V100 "
+    "on NVLink and 4 x 100 Gb/s InfiniBand each), p50: "
+)
 
 
 @dataclass(frozen=True)
@@ -47,40 +54,109 @@ class Case:
 PCIE4_ASSUMED = Link("pcie4", 31.5, 10e-6, "PCIe 4.0 x16 (assumed: the report does not say how its GPUs connect)")
 # Seed report D's VGG-like net, its parameters counted from the layers it states (biases included):
 # convolutions 3-32-64-128-256-256-256 (3x3) and Linear 4096-256-32-10.
-REPORT_D_PARAMS = (3 * 32 + 32 * 64 + 64 * 128 + 128 * 256 + 256 * 256 * 2) * 9 + 32 + 64 + 128 + 256 * 3 \
-    + 4096 * 256 + 256 + 256 * 32 + 32 + 32 * 10 + 10
+REPORT_D_PARAMS = (
+    (3 * 32 + 32 * 64 + 64 * 128 + 128 * 256 + 256 * 256 * 2) * 9
+    + 32
+    + 64
+    + 128
+    + 256 * 3
+    + 4096 * 256
+    + 256
+    + 256 * 32
+    + 32
+    + 32 * 10
+    + 10
+)
 # Seed report A's SimpleCNN at 128 px: convolutions 3-32-64-128 (3x3), three 2x2 pools, Linear 128x16x16-256-10.
 REPORT_A_PARAMS = (3 * 32 + 32 * 64 + 64 * 128) * 9 + 32 + 64 + 128 + 128 * 16 * 16 * 256 + 256 + 256 * 10 + 10
 SEEDS = "a course report ddplab started from (its own figures): "
 
 CASES = (
-    Case("PyTorch DDP benchmark, ResNet-50", DDP_BENCHMARK + "ResNet-50 at 32 images a GPU: 0.097 s an iteration on "
-         "1 GPU without DDP, 0.100 with it, 0.103 on 2 and 4, 0.104 on 8 and on 16 GPUs (2 machines)",
-         params=25.56e6, local_batch=32, one_gpu_s=0.097,
-         rows=((2, 1, 0.103), (4, 1, 0.103), (8, 1, 0.104), (8, 2, 0.104)), intra=NVLINK2, inter=EDR_X4),
-    Case("PyTorch DDP benchmark, ResNet-101", DDP_BENCHMARK + "ResNet-101 at 32 images a GPU: 0.162 s without DDP, "
-         "0.171 with it, 0.176 on 2 and 4, 0.179 on 8 and on 16 GPUs (2 machines)",
-         params=44.55e6, local_batch=32, one_gpu_s=0.162,
-         rows=((2, 1, 0.176), (4, 1, 0.176), (8, 1, 0.179), (8, 2, 0.179)), intra=NVLINK2, inter=EDR_X4),
-    Case("DAWNBench CIFAR-10, 1 vs 4 V100", "DAWNBench CIFAR-10 training-time entries: 68 s to 94% on one V100, "
-         "38 s on four", params=6.57e6, local_batch=512, one_gpu_s=68.0, rows=((4, 1, 38.0),), intra=NVLINK2,
-         epoch_images=98 * 512, epochs=24, keep="global", note="assumed: a ResNet-9 of 6.57 M parameters, the same "
-         "recipe on both (24 epochs of 98 steps at a global batch of 512, so 128 a GPU on four); the entries' "
-         "recipes are not stated alike"),
-    Case("Seed report D, batch 32 a GPU", SEEDS + "VGG-like net on CIFAR-10, 20 epochs on RTX 3090s: 160.7 s on one "
-         "GPU, 634.1 s with DDP on two", params=REPORT_D_PARAMS, local_batch=32, one_gpu_s=160.7,
-         rows=((2, 1, 634.1),), intra=PCIE4_ASSUMED, epoch_images=50_000, epochs=20,
-         note="the runs' times include evaluation and start-up, taken as compute"),
-    Case("Seed report D, batch 256 a GPU", SEEDS + "the same net: 153.1 s on one GPU, 214.4 s with DDP on two",
-         params=REPORT_D_PARAMS, local_batch=256, one_gpu_s=153.1, rows=((2, 1, 214.4),), intra=PCIE4_ASSUMED,
-         epoch_images=50_000, epochs=20),
-    Case("Seed report A, batch 16 a GPU", SEEDS + "SimpleCNN on STL-10 (5,000 training images), 10 epochs: 185.15 s on "
-         "one GPU, 80.60 s with DDP (NCCL) on two", params=REPORT_A_PARAMS, local_batch=16, one_gpu_s=185.15,
-         rows=((2, 1, 80.60),), intra=PCIE4_ASSUMED, epoch_images=5_000, epochs=10,
-         note="assumed: 128 px images, as the report resized them for its kernel, and a hidden layer of 256 "
-         "(ddplab's simple_cnn): 8.48 M parameters"),
-    Case("Seed report A, batch 128 a GPU", SEEDS + "the same: 156.75 s on one GPU, 57.87 s on two", params=REPORT_A_PARAMS,
-         local_batch=128, one_gpu_s=156.75, rows=((2, 1, 57.87),), intra=PCIE4_ASSUMED, epoch_images=5_000, epochs=10),
+    Case(
+        "PyTorch DDP benchmark, ResNet-50",
+        DDP_BENCHMARK + "ResNet-50 at 32 images a GPU: 0.097 s an iteration on "
+        "1 GPU without DDP, 0.100 with it, 0.103 on 2 and 4, 0.104 on 8 and on 16 GPUs (2 machines)",
+        params=25.56e6,
+        local_batch=32,
+        one_gpu_s=0.097,
+        rows=((2, 1, 0.103), (4, 1, 0.103), (8, 1, 0.104), (8, 2, 0.104)),
+        intra=NVLINK2,
+        inter=EDR_X4,
+    ),
+    Case(
+        "PyTorch DDP benchmark, ResNet-101",
+        DDP_BENCHMARK + "ResNet-101 at 32 images a GPU: 0.162 s without DDP, "
+        "0.171 with it, 0.176 on 2 and 4, 0.179 on 8 and on 16 GPUs (2 machines)",
+        params=44.55e6,
+        local_batch=32,
+        one_gpu_s=0.162,
+        rows=((2, 1, 0.176), (4, 1, 0.176), (8, 1, 0.179), (8, 2, 0.179)),
+        intra=NVLINK2,
+        inter=EDR_X4,
+    ),
+    Case(
+        "DAWNBench CIFAR-10, 1 vs 4 V100",
+        "DAWNBench CIFAR-10 training-time entries: 68 s to 94% on one V100, 38 s on four",
+        params=6.57e6,
+        local_batch=512,
+        one_gpu_s=68.0,
+        rows=((4, 1, 38.0),),
+        intra=NVLINK2,
+        epoch_images=98 * 512,
+        epochs=24,
+        keep="global",
+        note="assumed: a ResNet-9 of 6.57 M parameters, the same "
+        "recipe on both (24 epochs of 98 steps at a global batch of 512, so 128 a GPU on four); the entries' "
+        "recipes are not stated alike",
+    ),
+    Case(
+        "Seed report D, batch 32 a GPU",
+        SEEDS + "VGG-like net on CIFAR-10, 20 epochs on RTX 3090s: 160.7 s on one GPU, 634.1 s with DDP on two",
+        params=REPORT_D_PARAMS,
+        local_batch=32,
+        one_gpu_s=160.7,
+        rows=((2, 1, 634.1),),
+        intra=PCIE4_ASSUMED,
+        epoch_images=50_000,
+        epochs=20,
+        note="the runs' times include evaluation and start-up, taken as compute",
+    ),
+    Case(
+        "Seed report D, batch 256 a GPU",
+        SEEDS + "the same net: 153.1 s on one GPU, 214.4 s with DDP on two",
+        params=REPORT_D_PARAMS,
+        local_batch=256,
+        one_gpu_s=153.1,
+        rows=((2, 1, 214.4),),
+        intra=PCIE4_ASSUMED,
+        epoch_images=50_000,
+        epochs=20,
+    ),
+    Case(
+        "Seed report A, batch 16 a GPU",
+        SEEDS + "SimpleCNN on STL-10 (5,000 training images), 10 epochs: 185.15 s on "
+        "one GPU, 80.60 s with DDP (NCCL) on two",
+        params=REPORT_A_PARAMS,
+        local_batch=16,
+        one_gpu_s=185.15,
+        rows=((2, 1, 80.60),),
+        intra=PCIE4_ASSUMED,
+        epoch_images=5_000,
+        epochs=10,
+        note="assumed: 128 px images, as the report resized them for its kernel, and a hidden layer of 256 "
+        "(ddplab's simple_cnn): 8.48 M parameters",
+    ),
+    Case(
+        "Seed report A, batch 128 a GPU",
+        SEEDS + "the same: 156.75 s on one GPU, 57.87 s on two",
+        params=REPORT_A_PARAMS,
+        local_batch=128,
+        one_gpu_s=156.75,
+        rows=((2, 1, 57.87),),
+        intra=PCIE4_ASSUMED,
+        epoch_images=5_000,
+        epochs=10,
+    ),
 )
 
 
@@ -95,18 +171,38 @@ def predict(case: Case) -> list[dict]:
     for per_node, nodes, stated in case.rows:
         workers = per_node * nodes
         local = case.local_batch // workers if case.keep == "global" else case.local_batch
-        costs = StepCosts(data_per_image_s=0.0, compute_per_image_s=per_image, optimizer_s=0.0, rest_s=0.0,
-                          accumulate=1, train_images=images if run else local * workers, grad_bytes=case.params * 4,
-                          bucket_cap_mb=25.0, on_cuda=True, measured={})
+        costs = StepCosts(
+            data_per_image_s=0.0,
+            compute_per_image_s=per_image,
+            optimizer_s=0.0,
+            rest_s=0.0,
+            accumulate=1,
+            train_images=images if run else local * workers,
+            grad_bytes=case.params * 4,
+            bucket_cap_mb=25.0,
+            on_cuda=True,
+            measured={},
+        )
         p = predict_one(costs, per_node, nodes, local, case.intra, case.inter)
         steps = math.ceil(images / (local * workers)) * case.epochs if run else 1
         model = p.step_s * steps
         unexplained = max(0.0, stated - model) / steps
         link = case.inter if nodes > 1 and case.inter is not None else case.intra
         needed = p.comm_s + unexplained - link.alpha_s  # the all-reduce's transfer, were it the whole gap
-        out.append({"case": case.name, "gpus": workers, "nodes": nodes, "stated": stated, "predicted": model,
-                    "error": model / stated - 1, "exposed_comm_s": p.exposed_comm_s, "link": p.link,
-                    "unexplained_s": unexplained,
-                    "implied_busbw_gbps": case.params * 4 * 2 * (workers - 1) / workers / needed / GB
-                    if unexplained > 0 and needed > 0 else None})
+        out.append(
+            {
+                "case": case.name,
+                "gpus": workers,
+                "nodes": nodes,
+                "stated": stated,
+                "predicted": model,
+                "error": model / stated - 1,
+                "exposed_comm_s": p.exposed_comm_s,
+                "link": p.link,
+                "unexplained_s": unexplained,
+                "implied_busbw_gbps": case.params * 4 * 2 * (workers - 1) / workers / needed / GB
+                if unexplained > 0 and needed > 0
+                else None,
+            }
+        )
     return out

@@ -17,27 +17,37 @@ from ddplab.report.runs import load_runs
 from ddplab.report.sections import Section, architecture, build_sections, setup_text
 from ddplab.runread import shown
 
-RESULTS_NOTE = ("Mean ± std over seeds. Train accuracy is measured on training images as the test set is (eval mode, "
-                "no augmentation) where the runs did so; gap = train - test accuracy. Acc noise: the larger of the seed "
-                "std and the test set's sampling noise.")
-SPEED_NOTE = ("Training images per second of training time (epochs after the first). Noise: over seeds, else "
-              "within one run. Cores busy: CPU cores the run's processes kept busy. Other load: the share of the "
-              "machine's CPUs that other processes used while it trained (worst epoch); contended runs' clocks are "
-              "unreliable.")
-GAP_NOTE = ("Points below 90% of the ideal: one training epoch (epochs after the first) against the ideal one, "
-            "the baseline's over the devices added, by cause: compute is forward+backward less the all-reduce wait "
-            "(DDP's own timers where it kept them, else ddplab's probe) and rank 0's wait for the slowest rank "
-            "(DDP's timers; '-' where not measured, and then inside compute). The stragglers' part is never "
-            "negative, so a shared machine's jitter shows as a small one; when rank 0 is itself the slowest, it is "
-            "0 and the others' wait is not in it.")
-COMM_NOTE = ("Per training step, epochs after the first. Probe wait: ddplab times one step with and without the "
-             "gradient all-reduce, the ranks lined up. DDP exposed: DDP's own timers on the steps it timed (every step "
-             "on a CPU, 1 in 20 on CUDA), from the end of backward to the last bucket's end, on the rank that waited "
-             "least; span: from the first bucket's launch. Stragglers: how much longer rank 0's exposed wait was. "
-             "Link: the all-reduce of these gradients over this machine's measured link (ddplab plan --measure).")
-SCALING_NOTE = ("Speedup: training throughput over the baseline's; of ideal: speedup over the devices added "
-                "(GPUs; on a CPU, processes on one machine share its cores: ideal 1x). A timing verdict is "
-                "'beyond noise' only past 2 noises and 3%.")
+RESULTS_NOTE = (
+    "Mean ± std over seeds. Train accuracy is measured on training images as the test set is (eval mode, "
+    "no augmentation) where the runs did so; gap = train - test accuracy. Acc noise: the larger of the seed "
+    "std and the test set's sampling noise."
+)
+SPEED_NOTE = (
+    "Training images per second of training time (epochs after the first). Noise: over seeds, else "
+    "within one run. Cores busy: CPU cores the run's processes kept busy. Other load: the share of the "
+    "machine's CPUs that other processes used while it trained (worst epoch); contended runs' clocks are "
+    "unreliable."
+)
+GAP_NOTE = (
+    "Points below 90% of the ideal: one training epoch (epochs after the first) against the ideal one, "
+    "the baseline's over the devices added, by cause: compute is forward+backward less the all-reduce wait "
+    "(DDP's own timers where it kept them, else ddplab's probe) and rank 0's wait for the slowest rank "
+    "(DDP's timers; '-' where not measured, and then inside compute). The stragglers' part is never "
+    "negative, so a shared machine's jitter shows as a small one; when rank 0 is itself the slowest, it is "
+    "0 and the others' wait is not in it."
+)
+COMM_NOTE = (
+    "Per training step, epochs after the first. Probe wait: ddplab times one step with and without the "
+    "gradient all-reduce, the ranks lined up. DDP exposed: DDP's own timers on the steps it timed (every step "
+    "on a CPU, 1 in 20 on CUDA), from the end of backward to the last bucket's end, on the rank that waited "
+    "least; span: from the first bucket's launch. Stragglers: how much longer rank 0's exposed wait was. "
+    "Link: the all-reduce of these gradients over this machine's measured link (ddplab plan --measure)."
+)
+SCALING_NOTE = (
+    "Speedup: training throughput over the baseline's; of ideal: speedup over the devices added "
+    "(GPUs; on a CPU, processes on one machine share its cores: ideal 1x). A timing verdict is "
+    "'beyond noise' only past 2 noises and 3%."
+)
 
 
 def build_report(paths: list[Path], out: Path, title: str | None = None) -> dict[str, Any]:
@@ -54,21 +64,39 @@ def build_report(paths: list[Path], out: Path, title: str | None = None) -> dict
     views = [section_view(s, out / "plots", f"s{i:02d}") for i, s in enumerate(sections, 1)]
     title = title or "ddplab report: " + ", ".join(p.name or str(p) for p in paths)
     finished = sum(r.finished for r in runs)
-    meta = (f"{len(runs)} runs ({finished} finished) in {len(sections)} section{'s' * (len(sections) != 1)}, from "
-            + ", ".join(str(p) for p in paths))
+    meta = (
+        f"{len(runs)} runs ({finished} finished) in {len(sections)} section{'s' * (len(sections) != 1)}, from "
+        + ", ".join(str(p) for p in paths)
+    )
     for s in sections:  # the CSV's speedup: against the point's first baseline (its 1-worker point first)
         for c in sorted(s.pairs, key=lambda c: not c["scaling"]):
             if c["row"].get("baseline") is None:
                 c["row"].update(speedup=c["speedup"], efficiency=c["efficiency"], baseline=c["baseline"])
     point_rows = [{**row, "section": s.title} for s in sections for row in s.rows]
     result: dict[str, Any] = {
-        "out": out, "report_md": out / "report.md", "runs_csv": out / "runs.csv", "points_csv": out / "points.csv",
-        "index_html": out / "index.html", "plots": [p.path for v in views for p in v.plots],
-        "num_runs": len(runs), "num_finished": finished, "num_points": len(point_rows),
+        "out": out,
+        "report_md": out / "report.md",
+        "runs_csv": out / "runs.csv",
+        "points_csv": out / "points.csv",
+        "index_html": out / "index.html",
+        "plots": [p.path for v in views for p in v.plots],
+        "num_runs": len(runs),
+        "num_finished": finished,
+        "num_points": len(point_rows),
         "num_not_finished": sum(not r.finished and r.status != "skipped" for r in runs),
-        "sections": [{"title": v.title, "findings": [f.text for f in v.findings], "tables": v.tables + v.details,
-                      "setup": v.setup, "plots": v.plots, "kind": s.kind} for v, s in zip(views, sections)],
-        "findings": [f.text for v in views for f in v.findings]}
+        "sections": [
+            {
+                "title": v.title,
+                "findings": [f.text for f in v.findings],
+                "tables": v.tables + v.details,
+                "setup": v.setup,
+                "plots": v.plots,
+                "kind": s.kind,
+            }
+            for v, s in zip(views, sections)
+        ],
+        "findings": [f.text for v in views for f in v.findings],
+    }
     # Folder names need not be UTF-8 (runs.shown): what the pages and tables show of them is.
     files.write_text(result["runs_csv"], shown(tables.csv_text(list(run_rows.values()), tables.RUN_COLUMNS)))
     files.write_text(result["points_csv"], shown(tables.csv_text(point_rows, tables.point_columns(point_rows))))
@@ -82,7 +110,10 @@ def section_view(section: Section, plot_dir: Path, prefix: str) -> html.SectionV
     rows = section.rows
     shown: list[html.Table] = []
     if rows:
-        shown += [("Results", RESULTS_NOTE, tables.results_table(rows)), ("Speed", SPEED_NOTE, tables.speed_table(rows))]
+        shown += [
+            ("Results", RESULTS_NOTE, tables.results_table(rows)),
+            ("Speed", SPEED_NOTE, tables.speed_table(rows)),
+        ]
     scaling = [c for c in section.pairs if c["scaling"]]
     others = [c for c in section.pairs if not c["scaling"]]
     if scaling:
@@ -92,17 +123,47 @@ def section_view(section: Section, plot_dir: Path, prefix: str) -> html.SectionV
         if any(c["row"].get("ddp_exposed_ms") is not None for c in scaling):
             shown.append(("Communication, measured two ways", COMM_NOTE, tables.communication_table(scaling)))
     if others:
-        shown.append(("Comparisons", "Each point against its baseline: speed (training throughput) and test accuracy, "
-                      "each with its verdict.", tables.comparison_table(others, scaling=False)))
+        shown.append(
+            (
+                "Comparisons",
+                "Each point against its baseline: speed (training throughput) and test accuracy, "
+                "each with its verdict.",
+                tables.comparison_table(others, scaling=False),
+            )
+        )
     overfits = any((r.get("overfit") or {}).get("overfits") for r in rows)
     if kind_of(section).overfitting == "always" or (kind_of(section).overfitting == "seen" and overfits):
-        shown.append(("Overfitting", "Overfits: the test loss ends more than 10% above its lowest while the training "
-                      "loss keeps falling. Early stopping: on test loss with patience 2, ddplab's own rule, applied to "
-                      "the mean curve.", tables.overfitting_table(rows)))
-    details = [("Clocks and where the training time went", "Epoch s and shares leave out the first epoch; "
-                "communication wait is part of forward+backward.", tables.detail_table(rows))] if rows else []
+        shown.append(
+            (
+                "Overfitting",
+                "Overfits: the test loss ends more than 10% above its lowest while the training "
+                "loss keeps falling. Early stopping: on test loss with patience 2, ddplab's own rule, applied to "
+                "the mean curve.",
+                tables.overfitting_table(rows),
+            )
+        )
+    details = (
+        [
+            (
+                "Clocks and where the training time went",
+                "Epoch s and shares leave out the first epoch; communication wait is part of forward+backward.",
+                tables.detail_table(rows),
+            )
+        ]
+        if rows
+        else []
+    )
     return html.SectionView(
-        title=section.title, source=section.source, question=section.question, note=section.note,
-        setup=setup_text(section), architecture=architecture(section), findings=section_findings(section),
-        tables=shown, details=details, plots=plots.make_plots(section, plot_dir, prefix) if rows else [],
-        not_measured=section.not_measured, problems=section.problems)
+        title=section.title,
+        source=section.source,
+        question=section.question,
+        note=section.note,
+        setup=setup_text(section),
+        architecture=architecture(section),
+        findings=section_findings(section),
+        tables=shown,
+        details=details,
+        plots=plots.make_plots(section, plot_dir, prefix) if rows else [],
+        not_measured=section.not_measured,
+        problems=section.problems,
+    )

@@ -25,20 +25,28 @@ def scaling_rows(runs: list[Run]) -> list[dict[str, Any]]:
 
 
 def columns() -> list[tables.Column]:
-    shares = {"data_share": "data %", "forward_backward_share": "fwd+bwd %", "comm_wait_share": "of which comm %",
-              "optimizer_share": "optim %"}
-    return [("run", lambda r: r["run"]), ("strategy", lambda r: str(r["strategy"])),
-            ("workers", lambda r: str(r["world_size"])),
-            ("batch local/global", lambda r: f"{r['local_batch']}/{r['global_batch']}"),
-            ("precision", lambda r: str(r["precision"])), ("backend", lambda r: str(r["backend"])),
-            ("test acc %", lambda r: tables.pm(r, "final_test_acc", tables.percent_value)),
-            ("epoch s", lambda r: tables.pm(r, "epoch_s", tables.seconds)),
-            ("train images/s", lambda r: tables.pm(r, "images_per_s", tables.rate)),
-            ("speedup", lambda r: "baseline" if r.get("is_baseline") else tables.times(r["speedup"])),
-            ("of ideal", lambda r: tables.percent(r["efficiency"], 0)),
-            *[(title, lambda r, k=k: tables.pm(r, k, tables.percent_value)) for k, title in shares.items()],
-            ("other load", tables.load_cell),
-            ("peak MiB", lambda r: tables.pm(r, "peak_mib", tables.mib))]
+    shares = {
+        "data_share": "data %",
+        "forward_backward_share": "fwd+bwd %",
+        "comm_wait_share": "of which comm %",
+        "optimizer_share": "optim %",
+    }
+    return [
+        ("run", lambda r: r["run"]),
+        ("strategy", lambda r: str(r["strategy"])),
+        ("workers", lambda r: str(r["world_size"])),
+        ("batch local/global", lambda r: f"{r['local_batch']}/{r['global_batch']}"),
+        ("precision", lambda r: str(r["precision"])),
+        ("backend", lambda r: str(r["backend"])),
+        ("test acc %", lambda r: tables.pm(r, "final_test_acc", tables.percent_value)),
+        ("epoch s", lambda r: tables.pm(r, "epoch_s", tables.seconds)),
+        ("train images/s", lambda r: tables.pm(r, "images_per_s", tables.rate)),
+        ("speedup", lambda r: "baseline" if r.get("is_baseline") else tables.times(r["speedup"])),
+        ("of ideal", lambda r: tables.percent(r["efficiency"], 0)),
+        *[(title, lambda r, k=k: tables.pm(r, k, tables.percent_value)) for k, title in shares.items()],
+        ("other load", tables.load_cell),
+        ("peak MiB", lambda r: tables.pm(r, "peak_mib", tables.mib)),
+    ]
 
 
 def format_rows(rows: list[dict[str, Any]]) -> str:
@@ -48,9 +56,12 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
     lines.append("-" * len(lines[0]))
     lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
     base = next((r["run"] for r in rows if r.get("is_baseline")), None)
-    lines.append(f"speedup: each run's training images/s over {base}'s; of ideal: speedup over the devices it adds "
-                 "(GPUs; on a CPU, processes of one machine share its cores: ideal 1x); epochs after the first"
-                 if base else "no run has training times to scale against")
+    lines.append(
+        f"speedup: each run's training images/s over {base}'s; of ideal: speedup over the devices it adds "
+        "(GPUs; on a CPU, processes of one machine share its cores: ideal 1x); epochs after the first"
+        if base
+        else "no run has training times to scale against"
+    )
     contended = [r["run"] for r in rows if r.get("load") is not None and r["load"].contended]
     if contended:
         lines.append(f"unreliable clocks: {', '.join(contended)} shared the machine with other work while training")

@@ -37,9 +37,28 @@ COMM_MS = ("probe_comm_ms", "ddp_exposed_ms", "ddp_comm_ms", "straggler_ms")
 SHARES = tuple(p.removesuffix("_s") + "_share" for p in PHASES)
 TEXT = ("strategy", "device", "device_name", "precision", "backend", "memory_label", "gap_basis", "torch")
 SETTINGS = ("world_size", "nodes", "local_batch", "global_batch", "accumulate", "train_images", "test_images")
-MEASURED = ("epochs", "final_test_acc", "best_test_acc", "final_train_acc", "train_eval_acc", "acc_gap",
-            "final_test_loss", "min_test_loss", "min_test_loss_epoch", "total_s", "train_s", "eval_s", "epoch_s",
-            "images_per_s", "cores_busy", "peak_mib", *SHARES, "straggler_share", "allreduce_share", *COMM_MS)
+MEASURED = (
+    "epochs",
+    "final_test_acc",
+    "best_test_acc",
+    "final_train_acc",
+    "train_eval_acc",
+    "acc_gap",
+    "final_test_loss",
+    "min_test_loss",
+    "min_test_loss_epoch",
+    "total_s",
+    "train_s",
+    "eval_s",
+    "epoch_s",
+    "images_per_s",
+    "cores_busy",
+    "peak_mib",
+    *SHARES,
+    "straggler_share",
+    "allreduce_share",
+    *COMM_MS,
+)
 MEMORY_LABELS = ("peak_alloc_mib", "peak_rss_mib", "peak_reserved_mib")  # first found is reported
 OVERFIT_RISE = 0.10  # test loss this far above its minimum at the end counts as overfitting
 EARLY_STOP_PATIENCE = 2  # epochs without a lower test loss before early stopping would stop (seed report D's)
@@ -48,15 +67,23 @@ EARLY_STOP_PATIENCE = 2  # epochs without a lower test loss before early stoppin
 # ---- per run -----------------------------------------------------------------------------
 def run_row(run: Run, point: str = "") -> dict[str, Any]:
     """The figures of one run; a run that did not finish keeps only its status and error."""
-    row = {"run": run.name, "point": point, "seed": run.seed, "status": run.status, "error": run.error or "",
-           "dir": shown(str(run.dir))}
+    row = {
+        "run": run.name,
+        "point": point,
+        "seed": run.seed,
+        "status": run.status,
+        "error": run.error or "",
+        "dir": shown(str(run.dir)),
+    }
     if not run.finished:
         return row
     try:
         return {**row, **run_figures(run)}
     except (KeyError, TypeError, ValueError, ZeroDivisionError, AttributeError, IndexError) as exc:
-        raise DataError(f"{run.dir}: summary.json / metrics.jsonl lack a field ddplab writes ({exc!r}); "
-                        "written by another version, or edited?") from None
+        raise DataError(
+            f"{run.dir}: summary.json / metrics.jsonl lack a field ddplab writes ({exc!r}); "
+            "written by another version, or edited?"
+        ) from None
 
 
 def run_figures(run: Run) -> dict[str, Any]:
@@ -71,44 +98,67 @@ def run_figures(run: Run) -> dict[str, Any]:
     load = noise.run_load(history, shared_device=bool(s["run"].get("shared_device")))
     rates = noise.window_rates(run.steps, s["batch"]["global"], len(history))
     return {
-        "strategy": s["run"]["strategy"], "device": s["run"]["device"], "precision": s["run"]["precision"],
-        "device_name": run.env.get("device_name") or s["run"]["device"], "torch": run.env.get("torch") or "?",
-        "backend": s["run"].get("backend") or backend(s["run"]["strategy"], run.config.get("dist.backend", "auto"),
-                                                       s["run"]["device"]),
+        "strategy": s["run"]["strategy"],
+        "device": s["run"]["device"],
+        "precision": s["run"]["precision"],
+        "device_name": run.env.get("device_name") or s["run"]["device"],
+        "torch": run.env.get("torch") or "?",
+        "backend": s["run"].get("backend")
+        or backend(s["run"]["strategy"], run.config.get("dist.backend", "auto"), s["run"]["device"]),
         "memory_label": label,
-        "world_size": world_size(s), "nodes": run.config.get("dist.nnodes", 1), "link": link_text(run.env.get("network")),
-        "local_batch": s["batch"]["local"], "global_batch": s["batch"]["global"], "accumulate": s["batch"].get("accumulate", 1),
-        "train_images": s.get("data", {}).get("train_images"), "test_images": s.get("data", {}).get("eval_images"),
+        "world_size": world_size(s),
+        "nodes": run.config.get("dist.nnodes", 1),
+        "link": link_text(run.env.get("network")),
+        "local_batch": s["batch"]["local"],
+        "global_batch": s["batch"]["global"],
+        "accumulate": s["batch"].get("accumulate", 1),
+        "train_images": s.get("data", {}).get("train_images"),
+        "test_images": s.get("data", {}).get("eval_images"),
         "epochs": len(history),
-        "final_test_acc": final["test_acc"], "best_test_acc": s["best"]["test_acc"],
-        "final_train_acc": final["train_acc"], "train_eval_acc": last.train_eval_acc,
+        "final_test_acc": final["test_acc"],
+        "best_test_acc": s["best"]["test_acc"],
+        "final_train_acc": final["train_acc"],
+        "train_eval_acc": last.train_eval_acc,
         "acc_gap": difference(gap_train, final["test_acc"]),
         "gap_basis": "eval mode" if gap_from == "train_eval_acc" else "running, augmented",
-        "final_test_loss": final["test_loss"], "min_test_loss": low.test_loss, "min_test_loss_epoch": low.epoch,
-        "total_s": s["time"]["total_s"], "train_s": s["time"]["train_s"], "eval_s": s["time"].get("eval_s"),
+        "final_test_loss": final["test_loss"],
+        "min_test_loss": low.test_loss,
+        "min_test_loss_epoch": low.epoch,
+        "total_s": s["time"]["total_s"],
+        "train_s": s["time"]["train_s"],
+        "eval_s": s["time"].get("eval_s"),
         "epoch_s": statistics.fmean(r.epoch_s for r in steady) if steady else None,
         "images_per_s": sum(r.train_samples for r in steady) / train_s if train_s else None,
-        "within_noise": noise.within_run_noise(rates), "load": load, "other_cpu": load.other_cpu,
+        "within_noise": noise.within_run_noise(rates),
+        "load": load,
+        "other_cpu": load.other_cpu,
         "cores_busy": cores_busy(steady, train_s),
         "peak_mib": peak,
-        **{share: sum(r.metric(phase) or 0.0 for r in steady) / train_s
-           if train_s and steady[-1].metric(phase) is not None else None for phase, share in zip(PHASES, SHARES)},
+        **{
+            share: sum(r.metric(phase) or 0.0 for r in steady) / train_s
+            if train_s and steady[-1].metric(phase) is not None
+            else None
+            for phase, share in zip(PHASES, SHARES)
+        },
         **communication(steady, s["batch"]["global"], train_s),
     }
 
 
 def communication(steady: list[EpochRecord], global_batch: int, train_s: float) -> dict[str, float | None]:
     """COMM_MS of a run, and the shares of its training time rank 0 spent on the all-reduce (DDP's exposed
-    all-reduce on the rank that waited least) and waiting for the slowest rank; None where not measured (one process, no time breakdown, a torch whose DDP keeps no timings). DDP's figures
-    are each epoch's means over the steps it timed: averaged here over the epochs that have them all."""
+    all-reduce on the rank that waited least) and waiting for the slowest rank; None where not measured
+    (one process, no time breakdown, a torch whose DDP keeps no timings). DDP's figures are each epoch's
+    means over the steps it timed: averaged here over the epochs that have them all."""
     out: dict[str, float | None] = dict.fromkeys((*COMM_MS, "straggler_share", "allreduce_share"))
     steps = optimizer_steps(steady, global_batch)
     if not steady or not steps or steady[-1].comm_wait_s is None:
         return out
     out["probe_comm_ms"] = 1000 * sum(r.comm_wait_s or 0.0 for r in steady) / steps
     timed: list[tuple[list[Any], list[Any]]] = [  # None-free: the condition keeps whole rows only
-        (r.per_rank["ddp_comm_s"], r.per_rank["ddp_overlap_s"]) for r in steady
-        if all(None not in (r.per_rank.get(k) or [None]) for k in ("ddp_comm_s", "ddp_overlap_s"))]
+        (r.per_rank["ddp_comm_s"], r.per_rank["ddp_overlap_s"])
+        for r in steady
+        if all(None not in (r.per_rank.get(k) or [None]) for k in ("ddp_comm_s", "ddp_overlap_s"))
+    ]
     ranks = len(timed[-1][0]) if timed else 0
     timed = [(c, o) for c, o in timed if len(c) == len(o) == ranks]
     if ranks < 2 or not timed:
@@ -117,9 +167,13 @@ def communication(steady: list[EpochRecord], global_batch: int, train_s: float) 
     exposed = [statistics.fmean(c[i] - o[i] for c, o in timed) for i in range(ranks)]
     least = min(range(ranks), key=exposed.__getitem__)
     wait = exposed[0] - exposed[least]
-    out.update(ddp_exposed_ms=1000 * exposed[least], ddp_comm_ms=1000 * comm[least], straggler_ms=1000 * wait,
-               straggler_share=wait * steps / train_s if train_s else None,
-               allreduce_share=exposed[least] * steps / train_s if train_s else None)
+    out.update(
+        ddp_exposed_ms=1000 * exposed[least],
+        ddp_comm_ms=1000 * comm[least],
+        straggler_ms=1000 * wait,
+        straggler_share=wait * steps / train_s if train_s else None,
+        allreduce_share=exposed[least] * steps / train_s if train_s else None,
+    )
     return out
 
 
@@ -187,14 +241,20 @@ def point_rows(points: list[Point], run_rows: dict[str, dict[str, Any]]) -> list
     rows = []
     for p in points:
         members = [run_rows[r.name] for r in p.runs]
-        row: dict[str, Any] = {"point": p.label, "axes": dict(p.axes), "seeds": len(members),
-                               "runs": " ".join(r.name for r in p.runs)}
+        row: dict[str, Any] = {
+            "point": p.label,
+            "axes": dict(p.axes),
+            "seeds": len(members),
+            "runs": " ".join(r.name for r in p.runs),
+        }
         for key in (*TEXT, *SETTINGS):
             values = list(dict.fromkeys(m.get(key) for m in members))
             row[key] = values[0] if len(values) == 1 else "mixed"
         for key in MEASURED:
             row[key], row[f"{key}_std"] = mean_std([m.get(key) for m in members])
-        row["timing"] = noise.point_timing([m.get("images_per_s") for m in members], [m.get("within_noise") for m in members])
+        row["timing"] = noise.point_timing(
+            [m.get("images_per_s") for m in members], [m.get("within_noise") for m in members]
+        )
         row["images_per_s_noise"] = row["timing"].noise if row["timing"] else None
         row["load"] = noise.combine_loads([m["load"] for m in members])
         row["loads"] = {m["run"]: m["load"] for m in members}
@@ -214,9 +274,11 @@ def fewest_workers(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 def devices(row: dict[str, Any]) -> int:
     """The hardware a row's workers bring (topology.devices_brought)."""
-    return devices_brought(row["world_size"] if isinstance(row.get("world_size"), int) else 1,
-                           row["nodes"] if isinstance(row.get("nodes"), int) else 1,
-                           on_cuda=str(row.get("device", "")).startswith("cuda"))
+    return devices_brought(
+        row["world_size"] if isinstance(row.get("world_size"), int) else 1,
+        row["nodes"] if isinstance(row.get("nodes"), int) else 1,
+        on_cuda=str(row.get("device", "")).startswith("cuda"),
+    )
 
 
 def speedup(row: dict[str, Any], base: dict[str, Any]) -> float | None:
@@ -235,8 +297,12 @@ def scale(rows: list[dict[str, Any]], base: dict[str, Any] | None, name: str) ->
     `baseline` names the row compared against, by its `name` field; the baseline itself gets none
     (it is 1x by definition)."""
     for row in rows:
-        fast = (base is not None and row is not base and speedup(row, base) is not None
-                and isinstance(row.get("world_size"), int))
+        fast = (
+            base is not None
+            and row is not base
+            and speedup(row, base) is not None
+            and isinstance(row.get("world_size"), int)
+        )
         row["speedup"] = speedup(row, base) if fast and base is not None else None
         row["ideal"] = ideal_speedup(row, base) if fast and base is not None else None
         row["efficiency"] = row["speedup"] / row["ideal"] if fast else None
@@ -258,7 +324,8 @@ def scaling_gap(row: dict[str, Any], base: dict[str, Any], ideal: float) -> dict
     time breakdown and the point is slower than ideal."""
     shares = ("forward_backward_share", "comm_wait_share", "optimizer_share", "data_share")
     if not (row.get("images_per_s") and base.get("images_per_s") and row.get("train_images") and ideal) or any(
-            not isinstance(side.get(key), (int, float)) for side in (row, base) for key in shares):
+        not isinstance(side.get(key), (int, float)) for side in (row, base) for key in shares
+    ):
         return None
     epoch, base_epoch = train_epoch_s(row), train_epoch_s(base)
     if epoch is None or base_epoch is None:  # a baseline without train_images
@@ -274,33 +341,54 @@ def scaling_gap(row: dict[str, Any], base: dict[str, Any], ideal: float) -> dict
     wait = seconds("allreduce_share" if row.get("allreduce_share") is not None else "comm_wait_share")
     parts: dict[str, float | None] = {
         "compute": seconds("forward_backward_share") - wait - (stragglers or 0.0),
-        "all-reduce wait": wait, "stragglers": stragglers,
-        "optimizer": seconds("optimizer_share"), "data": seconds("data_share")}
+        "all-reduce wait": wait,
+        "stragglers": stragglers,
+        "optimizer": seconds("optimizer_share"),
+        "data": seconds("data_share"),
+    }
     parts["the rest of the step"] = (epoch - target) - sum(v for v in parts.values() if v is not None)
     present = {k: v for k, v in parts.items() if v is not None}
     biggest = max(present, key=present.__getitem__)
-    return {"epoch_s": epoch, "ideal_epoch_s": target, "parts": parts, "biggest": biggest, "why": why(biggest, row, base)}
+    return {
+        "epoch_s": epoch,
+        "ideal_epoch_s": target,
+        "parts": parts,
+        "biggest": biggest,
+        "why": why(biggest, row, base),
+    }
 
 
 def why(part: str, row: dict[str, Any], base: dict[str, Any]) -> str:
     """What the biggest part of a scaling gap usually means, for the findings."""
-    smaller = isinstance(row.get("local_batch"), int) and isinstance(base.get("local_batch"), int) \
+    smaller = (
+        isinstance(row.get("local_batch"), int)
+        and isinstance(base.get("local_batch"), int)
         and row["local_batch"] < base["local_batch"]
+    )
     on_cuda = str(row.get("device", "")).startswith("cuda")
     if part == "compute":
         if smaller:
-            return (f"each worker computes a local batch of {row['local_batch']} against {base['local_batch']}: "
-                    "the device is less busy per image")
-        return "the GPUs compute more slowly together than one alone" if on_cuda else \
-            "the processes share the machine's cores"
+            return (
+                f"each worker computes a local batch of {row['local_batch']} against {base['local_batch']}: "
+                "the device is less busy per image"
+            )
+        return (
+            "the GPUs compute more slowly together than one alone"
+            if on_cuda
+            else "the processes share the machine's cores"
+        )
     nodes = row["nodes"] if isinstance(row.get("nodes"), int) else 1
     if part == "all-reduce wait" and nodes > 1:
         over = f" ({row['link']})" if row.get("link") else ""
-        return f"the gradients' all-reduce crosses the link between the {nodes} nodes{over} and backward does not hide it"
-    return {"all-reduce wait": "the gradients' all-reduce is not hidden behind backward",
-            "stragglers": "the ranks wait for the slowest one at each all-reduce",
-            "data": "loading the batches takes longer per worker than alone",
-            "optimizer": "the optimizer step takes longer per worker than alone"}.get(part, "host work between phases")
+        return (
+            f"the gradients' all-reduce crosses the link between the {nodes} nodes{over} and backward does not hide it"
+        )
+    return {
+        "all-reduce wait": "the gradients' all-reduce is not hidden behind backward",
+        "stragglers": "the ranks wait for the slowest one at each all-reduce",
+        "data": "loading the batches takes longer per worker than alone",
+        "optimizer": "the optimizer step takes longer per worker than alone",
+    }.get(part, "host work between phases")
 
 
 # ---- curves --------------------------------------------------------------------------------
@@ -337,10 +425,17 @@ def overfitting(curve: list[dict[str, Any]], patience: int = EARLY_STOP_PATIENCE
     rise = round(last["test_loss"] / low["test_loss"] - 1, 9) if low["test_loss"] > 0 else 0.0
     stop = early_stop_epoch(usable, patience)
     stopped = next((r for r in usable if r["epoch"] == stop), None)
-    return {"min_epoch": low["epoch"], "min_test_loss": low["test_loss"], "final_test_loss": last["test_loss"],
-            "rise": rise, "overfits": rise > OVERFIT_RISE and last[train_key] < low[train_key],
-            "train_key": train_key, "stop_epoch": stop, "stop_test_acc": stopped.get("test_acc") if stopped else None,
-            "epochs": last["epoch"]}
+    return {
+        "min_epoch": low["epoch"],
+        "min_test_loss": low["test_loss"],
+        "final_test_loss": last["test_loss"],
+        "rise": rise,
+        "overfits": rise > OVERFIT_RISE and last[train_key] < low[train_key],
+        "train_key": train_key,
+        "stop_epoch": stop,
+        "stop_test_acc": stopped.get("test_acc") if stopped else None,
+        "epochs": last["epoch"],
+    }
 
 
 def early_stop_epoch(curve: list[dict[str, Any]], patience: int) -> int | None:

@@ -48,14 +48,18 @@ class Finding:
 
 
 def all_findings(section: Section) -> list[Finding]:
-    return (best_accuracy(section.rows) + scaling_findings(section)
-            + comparison_findings([p for p in section.pairs if not p["scaling"]])
-            + overfitting_findings(section.rows, brief=True))
+    return (
+        best_accuracy(section.rows)
+        + scaling_findings(section)
+        + comparison_findings([p for p in section.pairs if not p["scaling"]])
+        + overfitting_findings(section.rows, brief=True)
+    )
 
 
 def regularization_findings(section: Section) -> list[Finding]:
     return comparison_findings(section.pairs, overfit=True) + overfitting_findings(
-        [r for r in section.rows if r.get("is_baseline")])
+        [r for r in section.rows if r.get("is_baseline")]
+    )
 
 
 def pct(row: dict[str, Any], key: str) -> str:
@@ -72,9 +76,11 @@ def train_acc(row: dict[str, Any]) -> str:
 def run_findings(rows: list[dict[str, Any]]) -> list[Finding]:
     out = []
     for r in rows:
-        text = (f"{r['point']}: test accuracy {pct(r, 'final_test_acc')}, train accuracy {train_acc(r)}: a gap of "
-                f"{points_value(r.get('acc_gap'))} points; {r['epochs']:g} epochs in {seconds(r['total_s'])} s, of which "
-                f"{seconds(r['train_s'])} s training")
+        text = (
+            f"{r['point']}: test accuracy {pct(r, 'final_test_acc')}, train accuracy {train_acc(r)}: a gap of "
+            f"{points_value(r.get('acc_gap'))} points; {r['epochs']:g} epochs in {seconds(r['total_s'])} s, of which "
+            f"{seconds(r['train_s'])} s training"
+        )
         if r.get("images_per_s"):
             text += f" at {rate(r['images_per_s'])} training images/s"
         out.append(Finding(text))
@@ -90,26 +96,43 @@ def scaling_findings(section: Section) -> list[Finding]:
         if c["speedup"] is None:
             out.append(Finding(f"{c['point']}: not timed"))
             continue
-        text = (f"{c['point']}: {times(c['speedup'])} the training throughput of {c['baseline']} "
-                f"({rate(r['images_per_s'])} vs {rate(b['images_per_s'])} images/s), "
-                f"{c['efficiency']:.0%} of the ideal {c['ideal']:g}x; {verdict.text()}")
+        text = (
+            f"{c['point']}: {times(c['speedup'])} the training throughput of {c['baseline']} "
+            f"({rate(r['images_per_s'])} vs {rate(b['images_per_s'])} images/s), "
+            f"{c['efficiency']:.0%} of the ideal {c['ideal']:g}x; {verdict.text()}"
+        )
         if c["ideal"] == 1 and not str(r.get("device", "")).startswith("cuda"):
-            text += (f". On a CPU both sides share the same {cpus or ''}{' ' if cpus else ''}cores: the workers add "
-                     "no compute, so the ideal is 1x and this shows what splitting the work costs or gains")
+            text += (
+                f". On a CPU both sides share the same {cpus or ''}{' ' if cpus else ''}cores: the workers add "
+                "no compute, so the ideal is 1x and this shows what splitting the work costs or gains"
+            )
         if c.get("predicted") is not None:
-            side = ("below it" if c["speedup"] < 0.95 * c["predicted"] else "above it" if c["speedup"] > 1.05 * c["predicted"]
-                    else "within 5% of it")
-            text += (f". The scaling model (ddplab plan) predicted {times(c['predicted'])} from {c['baseline']} over "
-                     f"this machine's measured link; the measured {times(c['speedup'])} is {side}")
+            side = (
+                "below it"
+                if c["speedup"] < 0.95 * c["predicted"]
+                else "above it"
+                if c["speedup"] > 1.05 * c["predicted"]
+                else "within 5% of it"
+            )
+            text += (
+                f". The scaling model (ddplab plan) predicted {times(c['predicted'])} from {c['baseline']} over "
+                f"this machine's measured link; the measured {times(c['speedup'])} is {side}"
+            )
         gap = c.get("gap")
         if gap is not None:
-            parts = ", ".join(f"{name} {seconds_signed(value)} s" if value is not None else f"{name} not measured"
-                              for name, value in gap["parts"].items())
-            text += (f". Why it falls short of the ideal: {seconds(gap['epoch_s'])} s a training epoch against an ideal "
-                     f"{seconds(gap['ideal_epoch_s'])} s; {parts}; the most: {gap['biggest']} ({gap['why']})")
+            parts = ", ".join(
+                f"{name} {seconds_signed(value)} s" if value is not None else f"{name} not measured"
+                for name, value in gap["parts"].items()
+            )
+            text += (
+                f". Why it falls short of the ideal: {seconds(gap['epoch_s'])} s a training epoch against an ideal "
+                f"{seconds(gap['ideal_epoch_s'])} s; {parts}; the most: {gap['biggest']} ({gap['why']})"
+            )
         text += communication_text(c)
         if c["acc_diff"] is not None:
-            text += f". Test accuracy {pct(r, 'final_test_acc')} vs {pct(b, 'final_test_acc')}: {c['acc_verdict'].text()}"
+            text += (
+                f". Test accuracy {pct(r, 'final_test_acc')} vs {pct(b, 'final_test_acc')}: {c['acc_verdict'].text()}"
+            )
             if r.get("global_batch") == b.get("global_batch"):
                 text += f" (the same global batch of {r['global_batch']}: the same optimizer steps)"
         if r.get("comm_wait_share") is not None and r["comm_wait_share"] > 0:
@@ -118,8 +141,13 @@ def scaling_findings(section: Section) -> list[Finding]:
             text += f"; data loading {pct(r, 'data_share')} of it (input-bound)"
         out.append(Finding(text, "unreliable" if verdict.word == "unreliable" else ""))
         if c["superlinear"]:
-            out.append(Finding(f"{c['point']} is super-linear ({c['efficiency']:.0%} of the ideal), more than extra "
-                               f"hardware can give; likely cause: {superlinear_cause(c, cpus)}", "check"))
+            out.append(
+                Finding(
+                    f"{c['point']} is super-linear ({c['efficiency']:.0%} of the ideal), more than extra "
+                    f"hardware can give; likely cause: {superlinear_cause(c, cpus)}",
+                    "check",
+                )
+            )
     return out
 
 
@@ -129,12 +157,17 @@ def communication_text(c: dict[str, Any]) -> str:
     if r.get("ddp_exposed_ms") is None or r.get("probe_comm_ms") is None:
         return ""
     probe, ddp = r["probe_comm_ms"], r["ddp_exposed_ms"]
-    agree = ("they agree" if abs(probe - ddp) <= max(COMM_AGREE_MS, COMM_AGREE * max(probe, ddp))
-             else "they disagree (the probe times one step in eval mode a few times an epoch, DDP the training steps "
-                  "it timed; the epoch is taken apart with DDP's)")
-    text = (f". The all-reduce per step: ddplab's probe {ms(probe)} ms of wait, DDP's own timers {ms(ddp)} ms exposed "
-            f"on the rank that waited least ({ms(r['ddp_comm_ms'])} ms from the first bucket's launch to the last "
-            f"one's end): {agree}; rank 0 waited {ms(r['straggler_ms'])} ms a step for the slowest rank")
+    agree = (
+        "they agree"
+        if abs(probe - ddp) <= max(COMM_AGREE_MS, COMM_AGREE * max(probe, ddp))
+        else "they disagree (the probe times one step in eval mode a few times an epoch, DDP the training steps "
+        "it timed; the epoch is taken apart with DDP's)"
+    )
+    text = (
+        f". The all-reduce per step: ddplab's probe {ms(probe)} ms of wait, DDP's own timers {ms(ddp)} ms exposed "
+        f"on the rank that waited least ({ms(r['ddp_comm_ms'])} ms from the first bucket's launch to the last "
+        f"one's end): {agree}; rank 0 waited {ms(r['straggler_ms'])} ms a step for the slowest rank"
+    )
     if c.get("link_ms") is not None:
         text += f"; this machine's measured link predicts {ms(c['link_ms'])} ms for the gradients"
     return text
@@ -144,13 +177,24 @@ def superlinear_cause(c: dict[str, Any], cpus: int | None) -> str:
     r, b = c["row"], c["base"]
     if cpus and b.get("cores_busy") is not None and b["cores_busy"] < IDLE_CORES * cpus:
         busy = f", {c['point']} {r['cores_busy']:.2f}" if r.get("cores_busy") is not None else ""
-        return (f"{c['baseline']} kept {b['cores_busy']:.2f} of {cpus} cores busy{busy}: one process's threads leave "
-                "cores idle on small layers, several processes fill them (a better-tuned single process would close the gap)")
+        return (
+            f"{c['baseline']} kept {b['cores_busy']:.2f} of {cpus} cores busy{busy}: one process's threads leave "
+            "cores idle on small layers, several processes fill them "
+            "(a better-tuned single process would close the gap)"
+        )
     if (b.get("data_share") or 0) >= DATA_BOUND_SHARE:
-        return f"{c['baseline']} spent {pct(b, 'data_share')} of its training time on data: the baseline was input-bound"
-    if isinstance(r.get("local_batch"), int) and isinstance(b.get("local_batch"), int) and r["local_batch"] < b["local_batch"]:
-        return (f"each worker's smaller batch ({r['local_batch']} vs {b['local_batch']}) may fit the caches better, or "
-                f"{c['baseline']}'s clock was disturbed: repeat the runs")
+        return (
+            f"{c['baseline']} spent {pct(b, 'data_share')} of its training time on data: the baseline was input-bound"
+        )
+    if (
+        isinstance(r.get("local_batch"), int)
+        and isinstance(b.get("local_batch"), int)
+        and r["local_batch"] < b["local_batch"]
+    ):
+        return (
+            f"each worker's smaller batch ({r['local_batch']} vs {b['local_batch']}) may fit the caches better, or "
+            f"{c['baseline']}'s clock was disturbed: repeat the runs"
+        )
     return f"none in the data: {c['baseline']}'s clock may have been disturbed; repeat the runs"
 
 
@@ -168,17 +212,25 @@ def comparison_findings(pairs: list[dict[str, Any]], overfit: bool = False) -> l
             else:  # the verdict first, so that the ratio is not read as an effect
                 parts.append(f"{verdict.word}: {faster(c['speedup'])} ({rates}; {verdict.why})")
         if c["acc_diff"] is not None:
-            parts.append(f"test accuracy {pct(r, 'final_test_acc')} vs {pct(b, 'final_test_acc')} "
-                         f"({points_value(c['acc_diff'])} points, {c['acc_verdict'].text()})")
+            parts.append(
+                f"test accuracy {pct(r, 'final_test_acc')} vs {pct(b, 'final_test_acc')} "
+                f"({points_value(c['acc_diff'])} points, {c['acc_verdict'].text()})"
+            )
         if overfit and r.get("overfit") and b.get("overfit"):
             o, ob = r["overfit"], b["overfit"]
-            parts.append(f"test loss {o['rise']:+.0%} from its lowest at the end ({c['baseline']}: {ob['rise']:+.0%}), "
-                         f"train-test gap {points_value(r.get('acc_gap'))} vs {points_value(b.get('acc_gap'))} points")
+            parts.append(
+                f"test loss {o['rise']:+.0%} from its lowest at the end ({c['baseline']}: {ob['rise']:+.0%}), "
+                f"train-test gap {points_value(r.get('acc_gap'))} vs {points_value(b.get('acc_gap'))} points"
+            )
         m, mb = r.get("peak_mib"), b.get("peak_mib")
         if m and mb and r.get("memory_label") == b.get("memory_label") and abs(m / mb - 1) >= MEMORY_CHANGE:
             parts.append(f"{memory_title([r])} {mib(m)} vs {mib(mb)}")
-        out.append(Finding(f"{head}: {'; '.join(parts) or 'no figures to compare'}",
-                           "unreliable" if verdict.word == "unreliable" else ""))
+        out.append(
+            Finding(
+                f"{head}: {'; '.join(parts) or 'no figures to compare'}",
+                "unreliable" if verdict.word == "unreliable" else "",
+            )
+        )
     return out
 
 
@@ -189,8 +241,12 @@ def best_accuracy(rows: list[dict[str, Any]]) -> list[Finding]:
     best, second = scored[0], scored[1]
     verdict = noise.accuracy_verdict(best["final_test_acc"] - second["final_test_acc"], best, second)
     lead = "ahead of" if verdict.word in ("beyond noise", "single seed") else "not distinguishable from"
-    return [Finding(f"best test accuracy: {best['point']}, {pct(best, 'final_test_acc')}; {lead} {second['point']} "
-                    f"({pct(second, 'final_test_acc')}): {verdict.text()}")]
+    return [
+        Finding(
+            f"best test accuracy: {best['point']}, {pct(best, 'final_test_acc')}; {lead} {second['point']} "
+            f"({pct(second, 'final_test_acc')}): {verdict.text()}"
+        )
+    ]
 
 
 # ---- overfitting --------------------------------------------------------------------------------------
@@ -203,19 +259,26 @@ def overfitting_findings(rows: list[dict[str, Any]], brief: bool = False) -> lis
         low = f"lowest at epoch {o['min_epoch']} ({loss(o['min_test_loss'])})"
         if o["overfits"]:
             train = "on training images in eval mode" if o["train_key"] == "train_eval_loss" else "(running)"
-            text = (f"{r['point']} overfits: its test loss was {low} and ends {o['rise']:+.0%} above it "
-                    f"({loss(o['final_test_loss'])} at epoch {o['epochs']}) while the training loss {train} kept "
-                    f"falling; train accuracy {train_acc(r)} vs test {pct(r, 'final_test_acc')}, a gap of "
-                    f"{points_value(r.get('acc_gap'))} points")
+            text = (
+                f"{r['point']} overfits: its test loss was {low} and ends {o['rise']:+.0%} above it "
+                f"({loss(o['final_test_loss'])} at epoch {o['epochs']}) while the training loss {train} kept "
+                f"falling; train accuracy {train_acc(r)} vs test {pct(r, 'final_test_acc')}, a gap of "
+                f"{points_value(r.get('acc_gap'))} points"
+            )
         else:
-            text = f"{r['point']} does not overfit in {o['epochs']} epochs: its test loss ends {o['rise']:+.0%} from its {low}"
+            text = (
+                f"{r['point']} does not overfit in {o['epochs']} epochs: "
+                f"its test loss ends {o['rise']:+.0%} from its {low}"
+            )
             if (r.get("acc_gap") or 0) >= GAP_WORTH_SAYING:
                 text += f", though train accuracy is {points_value(r['acc_gap'])} points above test"
         if not brief:
             if o["stop_epoch"] is not None and o["stop_epoch"] < o["epochs"]:
-                text += (f". Early stopping on test loss (patience {figures.EARLY_STOP_PATIENCE}) would have stopped after "
-                         f"epoch {o['stop_epoch']}, at {percent_value(o['stop_test_acc'])}% test accuracy (the same run, "
-                         "cut short)")
+                text += (
+                    f". Early stopping on test loss (patience {figures.EARLY_STOP_PATIENCE}) would have stopped after "
+                    f"epoch {o['stop_epoch']}, at {percent_value(o['stop_test_acc'])}% test accuracy (the same run, "
+                    "cut short)"
+                )
             else:
                 text += f". Early stopping (patience {figures.EARLY_STOP_PATIENCE}) would not have stopped it sooner"
         if brief and not o["overfits"] and (r.get("acc_gap") or 0) < GAP_WORTH_SAYING:
@@ -231,12 +294,19 @@ def not_measured(section: Section) -> list[Finding]:
 
 def run_notes(section: Section) -> list[Finding]:
     """Runs that stopped early, what of a run's files could not be used, and how many runs did not finish."""
-    out = [Finding(f"run {r.name} stopped early after {len(r.history)} epochs (test loss stopped improving)")
-           for p in section.points for r in p.runs if r.status == "stopped_early"]
+    out = [
+        Finding(f"run {r.name} stopped early after {len(r.history)} epochs (test loss stopped improving)")
+        for p in section.points
+        for r in p.runs
+        if r.status == "stopped_early"
+    ]
     out += [Finding(f"run {r.name}: {what}", "missing") for p in section.points for r in p.runs for what in r.skipped]
     out += [Finding(what, "missing") for what in section.skipped]
     if section.problems:
-        kinds = {s: sum(r["status"] == s for r in section.problems) for s in dict.fromkeys(r["status"] for r in section.problems)}
+        kinds = {
+            s: sum(r["status"] == s for r in section.problems)
+            for s in dict.fromkeys(r["status"] for r in section.problems)
+        }
         listing = ", ".join(f"{n} {s}" for s, n in kinds.items())
         n = len(section.problems)
         out.append(Finding(f"{n} run{'s' * (n != 1)} did not finish ({listing}): listed at the end", "missing"))

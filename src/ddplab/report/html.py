@@ -18,7 +18,15 @@ from ddplab.errors import file_error
 from ddplab.report.plots import Plot
 
 Table = tuple[str, str, tuple[list[str], list[list[str]]]]  # (heading, note, (headers, cells))
-TEXT_COLUMNS = {"point", "run", "vs", "timing verdict", "accuracy verdict", "other load", "early stop (patience 2) after"}
+TEXT_COLUMNS = {
+    "point",
+    "run",
+    "vs",
+    "timing verdict",
+    "accuracy verdict",
+    "other load",
+    "early stop (patience 2) after",
+}
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1200px;
@@ -46,20 +54,38 @@ code { font-size: 0.85rem; }
 """
 
 READING = [
-    ("Training throughput", "training images per second of training time, epochs after the first (it warms caches); "
-     "evaluation is left out, since the settings compared do not change it."),
-    ("Speedup", "a point's training throughput over its baseline's. Efficiency: speedup over the ideal, the devices it "
-     "adds (GPUs; on a CPU the processes of one machine share its cores, so their ideal is 1x)."),
-    ("Noise of a timing", "the spread of the runs' throughputs over seeds (never less than a run's own spread). A "
-     "difference is an effect only beyond 2 noises and 3%. With one run per side the verdict is 'single run': separate "
-     "runs on one machine can differ by more than either run's own spread, so one run each cannot tell."),
-    ("Unreliable", "a run competed with other work while it trained (other processes used 10% of the CPUs, the "
-     "hypervisor took 5%, or another process shared its GPU): its clock measured the load, not the setting."),
-    ("Accuracy noise", "the larger of the standard deviation over seeds and the test set's own sampling noise "
-     "(sqrt(p(1-p)/n)); a difference within 2 noises is not an effect. With one seed, a difference beyond the sampling "
-     "noise is 'single seed': the spread over seeds, usually larger, is not measured."),
-    ("Train-test gap", "train accuracy on training images measured as the test set is (eval mode, no augmentation) "
-     "minus test accuracy; the running train accuracy over augmented batches with dropout is not comparable."),
+    (
+        "Training throughput",
+        "training images per second of training time, epochs after the first (it warms caches); "
+        "evaluation is left out, since the settings compared do not change it.",
+    ),
+    (
+        "Speedup",
+        "a point's training throughput over its baseline's. Efficiency: speedup over the ideal, the devices it "
+        "adds (GPUs; on a CPU the processes of one machine share its cores, so their ideal is 1x).",
+    ),
+    (
+        "Noise of a timing",
+        "the spread of the runs' throughputs over seeds (never less than a run's own spread). A "
+        "difference is an effect only beyond 2 noises and 3%. With one run per side the verdict is 'single run': "
+        "separate runs on one machine can differ by more than either run's own spread, so one run each cannot tell.",
+    ),
+    (
+        "Unreliable",
+        "a run competed with other work while it trained (other processes used 10% of the CPUs, the "
+        "hypervisor took 5%, or another process shared its GPU): its clock measured the load, not the setting.",
+    ),
+    (
+        "Accuracy noise",
+        "the larger of the standard deviation over seeds and the test set's own sampling noise "
+        "(sqrt(p(1-p)/n)); a difference within 2 noises is not an effect. With one seed, a difference beyond the "
+        "sampling noise is 'single seed': the spread over seeds, usually larger, is not measured.",
+    ),
+    (
+        "Train-test gap",
+        "train accuracy on training images measured as the test set is (eval mode, no augmentation) "
+        "minus test accuracy; the running train accuracy over augmented batches with dropout is not comparable.",
+    ),
 ]
 
 
@@ -87,8 +113,10 @@ def cell_class(header: str) -> str:
 
 def table_html(headers: list[str], cells: list[list[str]]) -> str:
     head = "".join(f"<th{cell_class(h)}>{escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td{cell_class(h)}>{escape(c)}</td>" for h, c in zip(headers, row)) + "</tr>"
-                   for row in cells)
+    body = "".join(
+        "<tr>" + "".join(f"<td{cell_class(h)}>{escape(c)}</td>" for h, c in zip(headers, row)) + "</tr>"
+        for row in cells
+    )
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
@@ -98,18 +126,29 @@ def image_html(plot: Plot) -> str:
         data = base64.b64encode(Path(plot.path).read_bytes()).decode("ascii")
     except OSError as exc:
         raise file_error(exc, "read") from None
-    return (f'<figure><img alt="{escape(plot.caption)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{escape(plot.caption)}</figcaption></figure>")
+    return (
+        f'<figure><img alt="{escape(plot.caption)}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{escape(plot.caption)}</figcaption></figure>"
+    )
 
 
 def section_html(number: int, view: SectionView, anchor: str) -> str:
-    parts = [f'<section id="{escape(anchor)}">', f"<h2>{number}. {escape(view.title)}</h2>",
-             f'<p class="source">from {escape(view.source)}</p>']
+    parts = [
+        f'<section id="{escape(anchor)}">',
+        f"<h2>{number}. {escape(view.title)}</h2>",
+        f'<p class="source">from {escape(view.source)}</p>',
+    ]
     if view.question:
         parts.append(f"<blockquote>{escape(view.question)}</blockquote>")
-    parts += ["<h3>Answer, from the data</h3>", '<ul class="findings">' + "".join(
-        f'<li class="{escape(f.flag)}">{escape(f.text)}</li>' if f.flag else f"<li>{escape(f.text)}</li>"
-        for f in view.findings) + "</ul>"]
+    parts += [
+        "<h3>Answer, from the data</h3>",
+        '<ul class="findings">'
+        + "".join(
+            f'<li class="{escape(f.flag)}">{escape(f.text)}</li>' if f.flag else f"<li>{escape(f.text)}</li>"
+            for f in view.findings
+        )
+        + "</ul>",
+    ]
     if view.note:
         parts.append(f'<p class="note">{escape(view.note)}</p>')
     if view.setup:
@@ -120,15 +159,25 @@ def section_html(number: int, view: SectionView, anchor: str) -> str:
             parts.append(f'<p class="note">{escape(note)}</p>')
     parts += [image_html(p) for p in view.plots]
     for heading, note, (headers, cells) in view.details:
-        parts.append(f"<details><summary>{escape(heading)}</summary>{table_html(headers, cells)}"
-                     + (f'<p class="note">{escape(note)}</p>' if note else "") + "</details>")
+        parts.append(
+            f"<details><summary>{escape(heading)}</summary>{table_html(headers, cells)}"
+            + (f'<p class="note">{escape(note)}</p>' if note else "")
+            + "</details>"
+        )
     if view.architecture:
-        parts.append(f"<details><summary>Architecture</summary><p><code>{escape(view.architecture)}</code></p></details>")
+        parts.append(
+            f"<details><summary>Architecture</summary><p><code>{escape(view.architecture)}</code></p></details>"
+        )
     if view.problems:
-        parts.append("<h3>Runs that did not finish</h3><ul>" + "".join(
-            f'<li class="problem"><b>{escape(p["run"])}</b> ({escape(p["status"])}): '
-            f'{escape(p["error"] or "no error recorded")}<br><span class="note">{escape(p["dir"])}</span></li>'
-            for p in view.problems) + "</ul>")
+        parts.append(
+            "<h3>Runs that did not finish</h3><ul>"
+            + "".join(
+                f'<li class="problem"><b>{escape(p["run"])}</b> ({escape(p["status"])}): '
+                f'{escape(p["error"] or "no error recorded")}<br><span class="note">{escape(p["dir"])}</span></li>'
+                for p in view.problems
+            )
+            + "</ul>"
+        )
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -142,12 +191,17 @@ def page(title: str, meta: str, views: list[SectionView], anchors: list[str], an
     parts += [section_html(i, v, a) for i, (v, a) in enumerate(zip(views, anchors), 1)]
     if not any_gpu:
         parts.append('<p class="note">GPU utilization: not measured (no run wrote gpu.jsonl).</p>')
-    parts.append("<h2>How to read this page</h2><dl>" + "".join(
-        f"<dt><b>{escape(term)}</b></dt><dd>{escape(text)}</dd>" for term, text in READING) + "</dl>")
+    parts.append(
+        "<h2>How to read this page</h2><dl>"
+        + "".join(f"<dt><b>{escape(term)}</b></dt><dd>{escape(text)}</dd>" for term, text in READING)
+        + "</dl>"
+    )
     body = "\n".join(parts)
-    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n<title>{escape(title)}</title>\n'
-            f"<style>{STYLE}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">\n<title>{escape(title)}</title>\n'
+        f"<style>{STYLE}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
+    )
 
 
 # ---- Markdown ------------------------------------------------------------------------------------------
@@ -164,9 +218,13 @@ def markdown(title: str, meta: str, views: list[SectionView], plot_dir: str) -> 
         parts += [f"## {i}. {md_text(v.title)}", f"from {md_text(v.source)}"]
         if v.question:
             parts.append(f"> {md_text(v.question)}")
-        parts += ["### Answer, from the data", "\n".join(
-            f"- {'**' + f.flag + ':** ' if f.flag in ('unreliable', 'check') else ''}{md_text(f.text)}"
-            for f in v.findings)]
+        parts += [
+            "### Answer, from the data",
+            "\n".join(
+                f"- {'**' + f.flag + ':** ' if f.flag in ('unreliable', 'check') else ''}{md_text(f.text)}"
+                for f in v.findings
+            ),
+        ]
         if v.note:
             parts.append(md_text(v.note))
         if v.setup:
@@ -176,8 +234,12 @@ def markdown(title: str, meta: str, views: list[SectionView], plot_dir: str) -> 
             parts += [f"### {md_text(heading)}", table if cells else "none"] + ([md_text(note)] if note else [])
         parts += [f"![{md_text(p.caption)}]({plot_dir}/{p.path.name})" for p in v.plots]
         if v.problems:
-            parts += ["### Runs that did not finish", "\n".join(
-                f"- {md_text(p['run'])} ({md_text(p['status'])}): {md_text(p['error'] or 'no error recorded')}"
-                for p in v.problems)]
+            parts += [
+                "### Runs that did not finish",
+                "\n".join(
+                    f"- {md_text(p['run'])} ({md_text(p['status'])}): {md_text(p['error'] or 'no error recorded')}"
+                    for p in v.problems
+                ),
+            ]
     parts += ["## How to read this report", "\n".join(f"- **{t}**: {md_text(x)}" for t, x in READING)]
     return "\n\n".join(parts) + "\n"

@@ -35,14 +35,21 @@ class SectionKind:
         return self.overfitting == "always"
 
 
-KINDS = {k.name: k for k in (
-    SectionKind("all", "every", False, "seen", frozenset({"speed", "time-breakdown", "step-loss"}), say.all_findings),
-    SectionKind("run", "own", False, "never", frozenset({"step-loss"}), lambda s: say.run_findings(s.rows)),
-    SectionKind("scaling", "baseline", True, "never", frozenset({"speed", "time-breakdown"}), say.scaling_findings),
-    SectionKind("overfitting", "own", False, "always", frozenset(), lambda s: say.overfitting_findings(s.rows)),
-    SectionKind("regularization", "baseline", False, "always", frozenset({"speed"}), say.regularization_findings),
-    SectionKind("compare", "baseline", False, "never", frozenset({"speed"}), lambda s: say.comparison_findings(s.pairs)),
-)}
+KINDS = {
+    k.name: k
+    for k in (
+        SectionKind(
+            "all", "every", False, "seen", frozenset({"speed", "time-breakdown", "step-loss"}), say.all_findings
+        ),
+        SectionKind("run", "own", False, "never", frozenset({"step-loss"}), lambda s: say.run_findings(s.rows)),
+        SectionKind("scaling", "baseline", True, "never", frozenset({"speed", "time-breakdown"}), say.scaling_findings),
+        SectionKind("overfitting", "own", False, "always", frozenset(), lambda s: say.overfitting_findings(s.rows)),
+        SectionKind("regularization", "baseline", False, "always", frozenset({"speed"}), say.regularization_findings),
+        SectionKind(
+            "compare", "baseline", False, "never", frozenset({"speed"}), lambda s: say.comparison_findings(s.pairs)
+        ),
+    )
+}
 
 
 def kind_of(section: Section) -> SectionKind:
@@ -52,6 +59,10 @@ def kind_of(section: Section) -> SectionKind:
 def section_findings(section: Section) -> list[Finding]:
     """The section's answer, in reading order: its kind's findings (report/kinds.py), then what is missing."""
     if not section.rows:
-        out = [say.Finding("no run of this section finished: nothing to compare (see the runs that did not finish)", "missing")]
+        out = [
+            say.Finding(
+                "no run of this section finished: nothing to compare (see the runs that did not finish)", "missing"
+            )
+        ]
         return out + say.not_measured(section)
     return kind_of(section).findings(section) + say.not_measured(section) + say.run_notes(section)

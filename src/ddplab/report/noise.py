@@ -54,8 +54,12 @@ class Load:
 
     @property
     def contended(self) -> bool:
-        return ((self.other_cpu or 0.0) >= CONTENDED_OTHER_CPU or (self.steal or 0.0) >= CONTENDED_STEAL
-                or (self.gpu_others or 0) > 0 or self.shared_device)
+        return (
+            (self.other_cpu or 0.0) >= CONTENDED_OTHER_CPU
+            or (self.steal or 0.0) >= CONTENDED_STEAL
+            or (self.gpu_others or 0) > 0
+            or self.shared_device
+        )
 
     def why(self) -> str:
         parts = []
@@ -73,18 +77,27 @@ class Load:
 def run_load(history: list[EpochRecord], *, shared_device: bool = False) -> Load:
     epochs = timed_epochs(history)
     gpu = worst_reading(epochs, "gpu_other_processes")
-    return Load(other_cpu=worst_reading(epochs, "other_cpu_share"), steal=worst_reading(epochs, "steal_share"),
-                gpu_others=None if gpu is None else int(gpu), shared_device=shared_device)
+    return Load(
+        other_cpu=worst_reading(epochs, "other_cpu_share"),
+        steal=worst_reading(epochs, "steal_share"),
+        gpu_others=None if gpu is None else int(gpu),
+        shared_device=shared_device,
+    )
 
 
 def combine_loads(loads: list[Load]) -> Load:
     """A point's load: the worst of its runs'."""
+
     def worst(values: list[Any]) -> Any:
         known = [v for v in values if v is not None]
         return max(known) if known else None
 
-    return Load(other_cpu=worst([x.other_cpu for x in loads]), steal=worst([x.steal for x in loads]),
-                gpu_others=worst([x.gpu_others for x in loads]), shared_device=any(x.shared_device for x in loads))
+    return Load(
+        other_cpu=worst([x.other_cpu for x in loads]),
+        steal=worst([x.steal for x in loads]),
+        gpu_others=worst([x.gpu_others for x in loads]),
+        shared_device=any(x.shared_device for x in loads),
+    )
 
 
 # ---- timing noise ------------------------------------------------------------------------------
@@ -104,7 +117,7 @@ def window_rates(steps: list[dict[str, Any]], images_per_step: int, epochs: int)
             if dt > 0 and ds > 0:
                 rates.append(ds * images_per_step / dt)
     if epochs <= 1:
-        rates = rates[int(len(rates) * WARMUP_FRACTION):]
+        rates = rates[int(len(rates) * WARMUP_FRACTION) :]
     return rates
 
 
@@ -192,7 +205,10 @@ def accuracy_verdict(diff: float, a: dict[str, Any], b: dict[str, Any]) -> Verdi
     beyond = abs(diff) > NOISE_SIGMAS * noise
     if not (seeds_a and seeds_b):  # the test set's sampling noise is only a floor under the seeds' spread
         if beyond:
-            return Verdict("single seed", f"beyond the test set's sampling noise of {100 * noise:.1f} points; the "
-                           "spread over seeds is not measured: set sweep.repeats")
+            return Verdict(
+                "single seed",
+                f"beyond the test set's sampling noise of {100 * noise:.1f} points; the "
+                "spread over seeds is not measured: set sweep.repeats",
+            )
         return Verdict("within noise", f"noise {100 * noise:.1f} points, one seed: test-set sampling noise only")
     return Verdict("beyond noise" if beyond else "within noise", f"noise {100 * noise:.1f} points, std over seeds")

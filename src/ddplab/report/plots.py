@@ -67,9 +67,12 @@ def save(fig: Any, path: Path, caption: str) -> Plot:
     fig.tight_layout()
     fig.canvas.draw()
     edge = fig.bbox.padded(1)  # a pixel of rounding
-    clipped = [t.get_text().replace("\n", " ") for leg in legends
-               if not edge.contains(*leg.get_window_extent().p0) or not edge.contains(*leg.get_window_extent().p1)
-               for t in leg.get_texts()]
+    clipped = [
+        t.get_text().replace("\n", " ")
+        for leg in legends
+        if not edge.contains(*leg.get_window_extent().p0) or not edge.contains(*leg.get_window_extent().p1)
+        for t in leg.get_texts()
+    ]
     try:  # whole or absent: a full disk leaves no half-drawn PNG under the real name
         files.write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format=path.suffix.lstrip(".") or "png"))
     finally:
@@ -90,11 +93,16 @@ def curve_series(curve: list[dict[str, Any]], metric: str) -> dict[str, tuple[li
     """(epochs, means, stds) of train and test `metric` ("loss" or "acc"); train on training images in
     eval mode when the runs measured it, else the running train figure."""
     scale = 100.0 if metric == "acc" else 1.0
-    train_key = f"train_eval_{metric}" if curve and all(r.get(f"train_eval_{metric}") is not None for r in curve) \
+    train_key = (
+        f"train_eval_{metric}"
+        if curve and all(r.get(f"train_eval_{metric}") is not None for r in curve)
         else f"train_{metric}"
+    )
     out = {}
     for split, key in (("train", train_key), ("test", f"test_{metric}")):
-        pts = [(r["epoch"], r[key] * scale, (r.get(f"{key}_std") or 0.0) * scale) for r in curve if r.get(key) is not None]
+        pts = [
+            (r["epoch"], r[key] * scale, (r.get(f"{key}_std") or 0.0) * scale) for r in curve if r.get(key) is not None
+        ]
         if pts:
             out[split] = tuple(map(list, zip(*pts)))
     return out
@@ -120,8 +128,9 @@ def mark_overfitting(ax: Any, row: dict[str, Any], c: Any) -> None:
         ax.axvline(o["stop_epoch"], color=c, linestyle="-.", linewidth=1)
 
 
-def plot_curves(labels: list[str], curves: list[list[dict[str, Any]]], rows: list[dict[str, Any]] | None,
-                path: Path) -> Plot | None:
+def plot_curves(
+    labels: list[str], curves: list[list[dict[str, Any]]], rows: list[dict[str, Any]] | None, path: Path
+) -> Plot | None:
     """Loss and accuracy per epoch, train dashed and test solid: together for a few points, else one panel each."""
     if not any(curves):
         return None
@@ -129,7 +138,9 @@ def plot_curves(labels: list[str], curves: list[list[dict[str, Any]]], rows: lis
     train = "train (training images, eval mode)" if eval_mode else "train (running, augmented)"
     caption = f"Loss and accuracy per epoch: solid test, dashed {train}; mean over seeds, shaded ± std."
     if rows is not None:
-        caption += " Dotted line: the epoch of lowest test loss; dash-dot: where early stopping (patience 2) would stop."
+        caption += (
+            " Dotted line: the epoch of lowest test loss; dash-dot: where early stopping (patience 2) would stop."
+        )
     if len(labels) <= MAX_POINTS_TOGETHER:
         fig, (ax_l, ax_a) = plt.subplots(1, 2, figsize=(12.0, 4.6))
         for i, (label, curve) in enumerate(zip(labels, curves)):
@@ -139,7 +150,9 @@ def plot_curves(labels: list[str], curves: list[list[dict[str, Any]]], rows: lis
                     mark_overfitting(ax, rows[i], color(i, len(labels)))
         style_curve_axes(ax_l, "loss")
         style_curve_axes(ax_a, "acc")
-        ax_a.legend(fontsize="small", title="point (solid test, dashed train)", loc="center left", bbox_to_anchor=(1.02, 0.5))
+        ax_a.legend(
+            fontsize="small", title="point (solid test, dashed train)", loc="center left", bbox_to_anchor=(1.02, 0.5)
+        )
         return save(fig, path, caption)
     cols = min(4, len(labels))
     nrows = math.ceil(len(labels) / cols)
@@ -177,16 +190,25 @@ def plot_speed(rows: list[dict[str, Any]], path: Path) -> Plot | None:
     labels = [wrap(r["point"]) for r in timed]
     values = [r["images_per_s"] for r in timed]
     errors = [r["images_per_s"] * (r["timing"].noise or 0.0) if r.get("timing") else 0.0 for r in timed]
-    bars = ax.barh(labels, values, xerr=errors, capsize=3,
-                   color=[color(1 if r.get("is_baseline") else 0, 10) for r in timed])
+    bars = ax.barh(
+        labels, values, xerr=errors, capsize=3, color=[color(1 if r.get("is_baseline") else 0, 10) for r in timed]
+    )
     for bar, r in zip(bars, timed):
         if r["load"].contended:
             bar.set_hatch("//")
     ax.invert_yaxis()  # first point on top, as in the tables
-    ax.set(title="Training throughput (error bars: noise)", xlabel="training images per second (epochs after the first)", xlim=(0, max(v + e for v, e in zip(values, errors)) * 1.1))
+    ax.set(
+        title="Training throughput (error bars: noise)",
+        xlabel="training images per second (epochs after the first)",
+        xlim=(0, max(v + e for v, e in zip(values, errors)) * 1.1),
+    )
     ax.grid(alpha=0.3, axis="x")
-    return save(fig, path, "Training images per second of each point (orange: the baseline), with the noise of the "
-                           "timing; a hatched bar's runs shared the machine with other work, so its clock is unreliable.")
+    return save(
+        fig,
+        path,
+        "Training images per second of each point (orange: the baseline), with the noise of the "
+        "timing; a hatched bar's runs shared the machine with other work, so its clock is unreliable.",
+    )
 
 
 def plot_batch_size(points: list[Point], rows: list[dict[str, Any]], path: Path) -> Plot | None:
@@ -198,17 +220,21 @@ def plot_batch_size(points: list[Point], rows: list[dict[str, Any]], path: Path)
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12.0, 4.6))
     groups = groups_without(points, ("train.batch_size",))
     for g, members in enumerate(groups):
-        sel = sorted((rows[i] for i in members if isinstance(rows[i].get("local_batch"), int)), key=lambda r: r["local_batch"])
+        sel = sorted(
+            (rows[i] for i in members if isinstance(rows[i].get("local_batch"), int)), key=lambda r: r["local_batch"]
+        )
         label = wrap(group_label(points, members)) if len(groups) > 1 else "all points"
         for ax, key in ((ax_t, "images_per_s"), (ax_m, "peak_mib")):
             pts = [(r["local_batch"], r[key], r.get(f"{key}_std") or 0.0) for r in sel if r.get(key) is not None]
             if pts:
                 x, y, s = zip(*pts)
                 ax.errorbar(x, y, yerr=s, marker="o", capsize=3, color=color(g, len(groups)), label=label)
-    ax_t.set(title="Training throughput vs batch size", xlabel="local batch size (images per rank)",
-             ylabel="training images/s (epochs after the first)")
-    ax_m.set(title="Peak memory vs batch size", xlabel="local batch size (images per rank)",
-             ylabel=memory_axis(rows))
+    ax_t.set(
+        title="Training throughput vs batch size",
+        xlabel="local batch size (images per rank)",
+        ylabel="training images/s (epochs after the first)",
+    )
+    ax_m.set(title="Peak memory vs batch size", xlabel="local batch size (images per rank)", ylabel=memory_axis(rows))
     batches = sorted({r["local_batch"] for r in rows if isinstance(r.get("local_batch"), int)})
     for ax in (ax_t, ax_m):
         powers_of_two_axis(ax, batches)
@@ -231,13 +257,20 @@ def plot_model(curves: Any, path: Path) -> Plot:
     if curves.batch:
         ax_b = axes[0][1]
         draw_predicted(ax_b, curves.batch)
-        ax_b.set(title="Training epoch vs local batch", xlabel="local batch size (images per rank)",
-                 ylabel="seconds a training epoch (epochs after the first)")
+        ax_b.set(
+            title="Training epoch vs local batch",
+            xlabel="local batch size (images per rank)",
+            ylabel="seconds a training epoch (epochs after the first)",
+        )
         powers_of_two_axis(ax_b, sorted({x for c in curves.batch for x, _ in c.measured}))
         ax_b.legend(fontsize="small")
-    return save(fig, path, f"The scaling model (ddplab plan), planned from {curves.source} over this machine's "
-                           "measured link (dashed), and the points measured (markers); on a CPU the ideal is the "
-                           "machines added, as processes on one share its cores.")
+    return save(
+        fig,
+        path,
+        f"The scaling model (ddplab plan), planned from {curves.source} over this machine's "
+        "measured link (dashed), and the points measured (markers); on a CPU the ideal is the "
+        "machines added, as processes on one share its cores.",
+    )
 
 
 def draw_predicted(ax: Any, curves: list[Any]) -> None:
@@ -249,7 +282,8 @@ def draw_predicted(ax: Any, curves: list[Any]) -> None:
 
 
 def powers_of_two_axis(ax: Any, ticks: list[float]) -> None:
-    """x on a log-2 scale ticked at the values measured; y from 0 (a change from 820 to 852 must look like what it is)."""
+    """x on a log-2 scale ticked at the values measured; y from 0 (a change from 820 to 852 must look like what
+    it is)."""
     ax.set_xscale("log", base=2)
     ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
     ax.minorticks_off()
@@ -260,9 +294,11 @@ def powers_of_two_axis(ax: Any, ticks: list[float]) -> None:
 def memory_axis(rows: list[dict[str, Any]]) -> str:
     labels = {r["memory_label"] for r in rows if r.get("memory_label")}
     label = labels.pop() if len(labels) == 1 else ""
-    return {"peak_rss_mib": "peak RSS per rank (MiB; the whole process: data, torch)",
-            "peak_alloc_mib": "peak allocated per rank (MiB)",
-            "peak_reserved_mib": "peak reserved per rank (MiB)"}.get(label, "peak memory per rank (MiB)")
+    return {
+        "peak_rss_mib": "peak RSS per rank (MiB; the whole process: data, torch)",
+        "peak_alloc_mib": "peak allocated per rank (MiB)",
+        "peak_reserved_mib": "peak reserved per rank (MiB)",
+    }.get(label, "peak memory per rank (MiB)")
 
 
 def group_label(points: list[Point], members: list[int]) -> str:
@@ -271,15 +307,18 @@ def group_label(points: list[Point], members: list[int]) -> str:
 
     first = points[members[0]].axes
     same = {a: v for a, v in first.items() if all(points[i].axes.get(a) == v for i in members)}
-    return ", ".join(axis_text(a, a.rsplit('.', 1)[-1], v) for a, v in same.items()) or points[members[0]].label
+    return ", ".join(axis_text(a, a.rsplit(".", 1)[-1], v) for a, v in same.items()) or points[members[0]].label
 
 
 def time_parts(row: dict[str, Any]) -> dict[str, float]:
     """Shares of training time that add up to 1: communication wait is taken out of forward+backward."""
     comm = row.get("comm_wait_share") or 0.0
-    parts = {"data": row.get("data_share") or 0.0,
-             "forward+backward": max((row.get("forward_backward_share") or 0.0) - comm, 0.0),
-             "comm wait": comm, "optimizer": row.get("optimizer_share") or 0.0}
+    parts = {
+        "data": row.get("data_share") or 0.0,
+        "forward+backward": max((row.get("forward_backward_share") or 0.0) - comm, 0.0),
+        "comm wait": comm,
+        "optimizer": row.get("optimizer_share") or 0.0,
+    }
     parts["other"] = max(1.0 - sum(parts.values()), 0.0)
     return parts
 
@@ -297,8 +336,11 @@ def plot_time_breakdown(rows: list[dict[str, Any]], path: Path) -> Plot | None:
         widths = [100 * time_parts(r)[name] for r in sel]
         ax.barh(labels, widths, left=left, color=color(k, len(names)), label=name)
         left = [a + b for a, b in zip(left, widths)]
-    ax.set(title="Where training time went (epochs after the first)", xlabel="share of training time (%)",
-           xlim=(0, max(100.0, *left)))
+    ax.set(
+        title="Where training time went (epochs after the first)",
+        xlabel="share of training time (%)",
+        xlim=(0, max(100.0, *left)),
+    )
     ax.invert_yaxis()
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(alpha=0.3, axis="x")
@@ -339,8 +381,11 @@ def plot_step_loss(points: list[Point], path: Path) -> Plot | None:
     fig, ax = plt.subplots(figsize=(9.0, 4.6))
     for i, (label, xs, ys) in enumerate(series):
         ax.plot(xs, ys, color=color(i, len(series)), label=wrap(label), linewidth=1.2)
-    ax.set(title="Training loss per step (mean over seeds)", xlabel="epoch (steps as fractions of an epoch)",
-           ylabel="train loss (cross-entropy)")
+    ax.set(
+        title="Training loss per step (mean over seeds)",
+        xlabel="epoch (steps as fractions of an epoch)",
+        ylabel="train loss (cross-entropy)",
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small", title="point", loc="center left", bbox_to_anchor=(1.02, 0.5))
     return save(fig, path, "Training loss per recorded step (steps.jsonl): a curve for runs of a few epochs.")
@@ -357,17 +402,20 @@ def plot_gpu_utilization(points: list[Point], path: Path) -> Plot | None:
     for ax, run in zip(axes.flat, runs):
         gpus = sorted({(r.get("rank", 0), r.get("gpu", 0)) for r in run.gpu})
         for k, (rank, gpu) in enumerate(gpus):
-            pts = sorted((r["t_s"], r["util_pct"]) for r in run.gpu
-                         if (r.get("rank", 0), r.get("gpu", 0)) == (rank, gpu)
-                         and isinstance(r.get("util_pct"), (int, float)) and isinstance(r.get("t_s"), (int, float)))
+            pts = sorted(
+                (r["t_s"], r["util_pct"])
+                for r in run.gpu
+                if (r.get("rank", 0), r.get("gpu", 0)) == (rank, gpu)
+                and isinstance(r.get("util_pct"), (int, float))
+                and isinstance(r.get("t_s"), (int, float))
+            )
             if pts:
                 x, y = zip(*pts)
                 ax.plot(x, y, color=color(k, len(gpus)), label=f"GPU {gpu} (rank {rank})", linewidth=1.2)
         ax.set(title=wrap(run.name), xlabel="time since start (s)", ylabel="utilization (%)", ylim=(0, 105))
         ax.grid(alpha=0.3)
         ax.legend(fontsize="x-small")
-    for ax in list(axes.flat)[len(runs):]:
+    for ax in list(axes.flat)[len(runs) :]:
         ax.set_visible(False)
     fig.suptitle("GPU utilization over time")
     return save(fig, path, "GPU utilization sampled during training (gpu.jsonl).")
-

@@ -88,13 +88,26 @@ def model_curves(section: Any) -> Curves | None:
         assert costs is not None and first is not None  # predict_pair predicted these pairs from them
         nodes = first[1]
         most = max(c["row"]["world_size"] for c in mine)
-        xs = sorted({w for w in (*CURVE_WORKERS, 2 * most) if w % nodes == 0} | {c["row"]["world_size"] for c in mine} | {1})
+        xs = sorted(
+            {w for w in (*CURVE_WORKERS, 2 * most) if w % nodes == 0} | {c["row"]["world_size"] for c in mine} | {1}
+        )
         target = costs.for_config(section.points[mine[0]["at"]].config)
-        predicted = [model.predict_one(target, w // nodes if w > 1 else 1, nodes if w > 1 else 1, base["local_batch"],
-                                       section.link).speedup for w in xs]
+        predicted = [
+            model.predict_one(
+                target, w // nodes if w > 1 else 1, nodes if w > 1 else 1, base["local_batch"], section.link
+            ).speedup
+            for w in xs
+        ]
         ideal = [float(devices_brought(w, nodes if w > 1 else 1, on_cuda=costs.on_cuda)) for w in xs]
-        workers.append(Curve(f"from {base['point']}", xs, predicted,
-                             [(c["row"]["world_size"], c["speedup"]) for c in mine if c["speedup"] is not None], ideal))
+        workers.append(
+            Curve(
+                f"from {base['point']}",
+                xs,
+                predicted,
+                [(c["row"]["world_size"], c["speedup"]) for c in mine if c["speedup"] is not None],
+                ideal,
+            )
+        )
     batch = []
     recipe = next(g for g in groups_without(section.points, CURVE_FIELDS) if bases[0] in g)
     epochs = {k: e for k in recipe if shape(section.rows[k]) is not None and (e := train_epoch_s(section.rows[k]))}
@@ -108,8 +121,13 @@ def model_curves(section: Any) -> Curves | None:
         for where in sorted(shapes):
             mine = [k for k in members if shape(section.rows[k]) == where]
             target = costs.for_config(section.points[mine[0]].config)
-            batch.append(Curve(
-                f"{where[0] * where[1]} worker{'s' * (where[0] * where[1] > 1)}" + (f" on {where[1]} nodes" if where[1] > 1 else ""),
-                xs, [model.predict_one(target, *where, b, section.link).epoch_train_s for b in xs],
-                [(section.rows[k]["local_batch"], epochs[k]) for k in mine]))
+            batch.append(
+                Curve(
+                    f"{where[0] * where[1]} worker{'s' * (where[0] * where[1] > 1)}"
+                    + (f" on {where[1]} nodes" if where[1] > 1 else ""),
+                    xs,
+                    [model.predict_one(target, *where, b, section.link).epoch_train_s for b in xs],
+                    [(section.rows[k]["local_batch"], epochs[k]) for k in mine],
+                )
+            )
     return Curves(section.rows[bases[0]]["point"], workers, batch)

@@ -41,17 +41,29 @@ def first_epochs(run: Run, epochs: int) -> Run:
 
     history = run.history[:epochs]
     last, best = history[-1], max(history, key=lambda r: r.test_acc)
-    final = {k: getattr(last, k) for k in ("epoch", "train_loss", "train_acc", "train_eval_loss", "train_eval_acc",
-                                           "test_loss", "test_acc")}
+    final = {
+        k: getattr(last, k)
+        for k in ("epoch", "train_loss", "train_acc", "train_eval_loss", "train_eval_acc", "test_loss", "test_acc")
+    }
     summary = dict(run.summary or {})
-    summary.update(final=final, best={"epoch": best.epoch, "test_acc": best.test_acc},
-                   run={**summary.get("run", {}), "epochs_planned": epochs, "epochs_done": epochs},
-                   time={**summary.get("time", {}), "train_s": sum(r.train_s for r in history),
-                         "eval_s": sum(r.eval_s for r in history),
-                         "total_s": (summary.get("time", {}).get("startup_s") or 0.0) + sum(r.epoch_s for r in history)})
-    return dataclasses.replace(run, summary=summary, history=history,
-                               steps=[r for r in run.steps if isinstance(r.get("epoch"), int) and r["epoch"] <= epochs],
-                               gpu=[r for r in run.gpu if not isinstance(r.get("epoch"), int) or r["epoch"] <= epochs])
+    summary.update(
+        final=final,
+        best={"epoch": best.epoch, "test_acc": best.test_acc},
+        run={**summary.get("run", {}), "epochs_planned": epochs, "epochs_done": epochs},
+        time={
+            **summary.get("time", {}),
+            "train_s": sum(r.train_s for r in history),
+            "eval_s": sum(r.eval_s for r in history),
+            "total_s": (summary.get("time", {}).get("startup_s") or 0.0) + sum(r.epoch_s for r in history),
+        },
+    )
+    return dataclasses.replace(
+        run,
+        summary=summary,
+        history=history,
+        steps=[r for r in run.steps if isinstance(r.get("epoch"), int) and r["epoch"] <= epochs],
+        gpu=[r for r in run.gpu if not isinstance(r.get("epoch"), int) or r["epoch"] <= epochs],
+    )
 
 
 def load_runs(paths: list[Path]) -> list[Run]:
@@ -62,7 +74,9 @@ def load_runs(paths: list[Path]) -> list[Run]:
             raise ConfigError(f"{path} is not a folder: give run folders, sweep folders, or folders holding them")
         found = find_runs(path)
         if not found:
-            raise ConfigError(f"no runs found under {path}: no folder holds summary.json, metrics.jsonl or manifest.json")
+            raise ConfigError(
+                f"no runs found under {path}: no folder holds summary.json, metrics.jsonl or manifest.json"
+            )
         runs += found
     if runs and all(run.status == "unreadable" for run in runs):
         raise DataError(runs[0].error)  # nothing to draw: the first file that could not be read
@@ -100,8 +114,13 @@ def sweep_runs(sweep_dir: Path) -> list[Run]:
     from ddplab.sweep.folder import SweepFolder
 
     manifest = SweepFolder(sweep_dir).load()
-    shown_as = SweepShown(dir=sweep_dir, name=shown(manifest.name or sweep_dir.name), description=manifest.description,
-                          axes=list(manifest.axes), sections=list(manifest.sections))
+    shown_as = SweepShown(
+        dir=sweep_dir,
+        name=shown(manifest.name or sweep_dir.name),
+        description=manifest.description,
+        axes=list(manifest.axes),
+        sections=list(manifest.sections),
+    )
     runs = [sweep_run(sweep_dir, entry, manifest.axes) for entry in manifest.runs]
     for run in runs:
         run.sweep = shown_as
@@ -118,8 +137,12 @@ def sweep_run(sweep_dir: Path, entry: Entry, axes: list[str]) -> Run:
         if not run.finished and run.status != "unreadable":
             run.error = f"the manifest says finished but {run_dir} has no summary.json"
     else:
-        run = Run(dir=run_dir, name=shown(run_dir.name), status=status,
-                  config=read_config(run_dir) if run_dir.is_dir() else {})
+        run = Run(
+            dir=run_dir,
+            name=shown(run_dir.name),
+            status=status,
+            config=read_config(run_dir) if run_dir.is_dir() else {},
+        )
         run.error = entry.error or failure_reason(status, entry.exit_code, run_dir)
     run.name = shown(entry.name)
     run.point = dict(entry.point)
@@ -172,7 +195,11 @@ def group_points(runs: list[Run]) -> list[Point]:
     for run in (r for r in runs if r.finished):
         config = experiment_config(run.config)
         # Without a config.toml there is nothing to match on: such a run is a point of its own.
-        key = (repr(sorted(config.items(), key=lambda kv: kv[0])), repr(sorted(run.point.items()))) if config else str(run.dir)
+        key = (
+            (repr(sorted(config.items(), key=lambda kv: kv[0])), repr(sorted(run.point.items())))
+            if config
+            else str(run.dir)
+        )
         groups.setdefault(key, []).append(run)
     configs = [experiment_config(g[0].config) for g in groups.values()]
     axes = report_axes([g[0] for g in groups.values()], configs)

@@ -45,16 +45,22 @@ class Section:
     note: str = ""
     baseline_runs: set[str] = field(default_factory=set)
     not_measured: list[tuple[str, str]] = field(default_factory=list)  # (point, why)
-    adapted: list[str] = field(default_factory=list)  # what the sweep changed for this machine, and why (spec.Adaptation)
+    adapted: list[str] = field(
+        default_factory=list
+    )  # what the sweep changed for this machine, and why (spec.Adaptation)
     adapted_points: list[str] = field(default_factory=list)  # the points it changed
     points: list[Point] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
     curves: list[list[dict[str, Any]]] = field(default_factory=list)
     pairs: list[dict[str, Any]] = field(default_factory=list)
     problems: list[dict[str, Any]] = field(default_factory=list)  # run rows of runs that did not finish
-    link: MeasuredLinks | None = None  # the sweep's measured links (links.json): scaling pairs get the model's prediction
+    link: MeasuredLinks | None = (
+        None  # the sweep's measured links (links.json): scaling pairs get the model's prediction
+    )
     model_curves: predictions.Curves | None = None  # the model's curves beside the measured scaling points
-    skipped: list[str] = field(default_factory=list)  # files of its sweep the report could not use, said in its findings
+    skipped: list[str] = field(
+        default_factory=list
+    )  # files of its sweep the report could not use, said in its findings
 
     def cpus(self) -> int | None:
         """The CPUs of the machine its runs trained on (env.json), when they all say the same."""
@@ -95,13 +101,22 @@ def sweep_sections(runs: list[Run]) -> list[Section]:
         for run in members:
             if run.status == "skipped":
                 not_measured.append((point_label(run), run.error or "not run"))
-        out.append(Section(title=str(spec.get("title") or sweep.name), kind=str(spec.get("kind") or "all"),
-                           source=shown(str(sweep.dir)), runs=[r for r in members if r.status != "skipped"],
-                           question=str(spec.get("question") or ""), note=str(spec.get("note") or ""),
-                           baseline_runs={by_name[n].name for n in spec.get("baseline_runs", []) if n in by_name},
-                           not_measured=list(dict.fromkeys(not_measured)), link=link,
-                           adapted=[str(a) for a in spec.get("adapted") or []],
-                           adapted_points=[str(a) for a in spec.get("adapted_points") or []], skipped=skipped))
+        out.append(
+            Section(
+                title=str(spec.get("title") or sweep.name),
+                kind=str(spec.get("kind") or "all"),
+                source=shown(str(sweep.dir)),
+                runs=[r for r in members if r.status != "skipped"],
+                question=str(spec.get("question") or ""),
+                note=str(spec.get("note") or ""),
+                baseline_runs={by_name[n].name for n in spec.get("baseline_runs", []) if n in by_name},
+                not_measured=list(dict.fromkeys(not_measured)),
+                link=link,
+                adapted=[str(a) for a in spec.get("adapted") or []],
+                adapted_points=[str(a) for a in spec.get("adapted_points") or []],
+                skipped=skipped,
+            )
+        )
     return out
 
 
@@ -137,8 +152,13 @@ def declared_pairs(section: Section) -> list[dict[str, Any]]:
     for i, point in enumerate(section.points):
         if i in base_idx or not base_idx:
             continue
-        j = min(base_idx, key=lambda b: (len(differing(experiment_config(section.points[b].config), experiment_config(point.config))),
-                                         sum(section.points[b].axes.get(a) != v for a, v in point.axes.items())))
+        j = min(
+            base_idx,
+            key=lambda b: (
+                len(differing(experiment_config(section.points[b].config), experiment_config(point.config))),
+                sum(section.points[b].axes.get(a) != v for a, v in point.axes.items()),
+            ),
+        )
         out.append(pair(section, i, j, scaling=kind_of(section).speedups, base_row=equal_epochs(section, i, j)))
     return out
 
@@ -151,18 +171,25 @@ def equal_epochs(section: Section, i: int, j: int) -> dict[str, Any] | None:
     point, base = section.points[i], section.points[j]
     epochs = section.rows[i].get("epochs")
     names = {point_text(v) for r in point.runs for v in r.point.values()}  # as the sweep names its points
-    if (not names & set(section.adapted_points)
-            or not isinstance(epochs, (int, float)) or not epochs or epochs != int(epochs)
-            or not all(r.finished for r in point.runs + base.runs)
-            or not all(r.summary is not None and r.summary["run"].get("epochs_planned") == len(r.history)
-                       for r in point.runs)  # not stopped early
-            or min(len(r.history) for r in base.runs) <= epochs
-            or {r.seed for r in point.runs} != {r.seed for r in base.runs}
-            or base.config.get("optim.schedule", SCHEDULES_OVER_THE_RUN[0]) in SCHEDULES_OVER_THE_RUN):
+    if (
+        not names & set(section.adapted_points)
+        or not isinstance(epochs, (int, float))
+        or not epochs
+        or epochs != int(epochs)
+        or not all(r.finished for r in point.runs + base.runs)
+        or not all(
+            r.summary is not None and r.summary["run"].get("epochs_planned") == len(r.history) for r in point.runs
+        )  # not stopped early
+        or min(len(r.history) for r in base.runs) <= epochs
+        or {r.seed for r in point.runs} != {r.seed for r in base.runs}
+        or base.config.get("optim.schedule", SCHEDULES_OVER_THE_RUN[0]) in SCHEDULES_OVER_THE_RUN
+    ):
         return None
     cut = [first_epochs(r, int(epochs)) for r in base.runs]
     label = f"{base.label}, its first {int(epochs)} epochs"
-    row = figures.point_rows([Point(label, cut, base.config, base.axes)], {r.name: figures.run_row(r, label) for r in cut})[0]
+    row = figures.point_rows(
+        [Point(label, cut, base.config, base.axes)], {r.name: figures.run_row(r, label) for r in cut}
+    )[0]
     row["acc_noise"] = noise.accuracy_noise(row)[0]
     row["cut_from"] = base.label
     return row
@@ -177,8 +204,11 @@ def scaling_pairs(section: Section) -> list[dict[str, Any]]:
             continue
         j = next(i for i in members if section.rows[i] is base)
         base["is_baseline"] = True
-        out += [pair(section, i, j, scaling=True) for i in members
-                if i != j and isinstance(section.rows[i].get("world_size"), int) and section.rows[i]["world_size"] > 1]
+        out += [
+            pair(section, i, j, scaling=True)
+            for i in members
+            if i != j and isinstance(section.rows[i].get("world_size"), int) and section.rows[i]["world_size"] > 1
+        ]
     return out
 
 
@@ -205,8 +235,9 @@ def differing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return [k for k in dict.fromkeys([*a, *b]) if a.get(k) != b.get(k)]
 
 
-def pair(section: Section, i: int, j: int, scaling: bool, changed: str | None = None,
-         base_row: dict[str, Any] | None = None) -> dict[str, Any]:
+def pair(
+    section: Section, i: int, j: int, scaling: bool, changed: str | None = None, base_row: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Point i against point j (or `base_row`, j at i's epochs): speed ratio (training throughput) and
     accuracy difference, each with its verdict."""
     row, base = section.rows[i], base_row or section.rows[j]
@@ -214,20 +245,41 @@ def pair(section: Section, i: int, j: int, scaling: bool, changed: str | None = 
     ideal = figures.ideal_speedup(row, base) if scaling else None
     loads = {**row["loads"], **base["loads"]}
     acc_diff = figures.difference(row.get("final_test_acc"), base.get("final_test_acc"))
-    timing = (noise.timing_verdict(ratio, row["timing"], base["timing"], loads) if ratio is not None
-              else noise.Verdict("not timed"))
-    return {"point": row["point"], "baseline": base["point"], "row": row, "base": base, "at": i, "base_at": j,
-            "equal_epochs": base_row is not None,
-            "changed": changed,
-            "scaling": scaling, "speedup": ratio, "ideal": ideal,
-            **(predictions.predict_pair(section, i, j) if scaling else {"predicted": None, "link_ms": None}),
-            "gap": (figures.scaling_gap(row, base, ideal)
-                    if scaling and ratio is not None and ideal and ratio / ideal < GAP_BELOW else None),
-            "efficiency": ratio / ideal if ratio is not None and ideal else None,
-            "timing_verdict": timing, "acc_diff": acc_diff,
-            "acc_verdict": noise.accuracy_verdict(acc_diff, row, base) if acc_diff is not None else noise.Verdict("-"),
-            "superlinear": bool(scaling and ratio is not None and ideal and ratio / ideal > 1
-                                and timing.word in ("beyond noise", "single run"))}
+    timing = (
+        noise.timing_verdict(ratio, row["timing"], base["timing"], loads)
+        if ratio is not None
+        else noise.Verdict("not timed")
+    )
+    return {
+        "point": row["point"],
+        "baseline": base["point"],
+        "row": row,
+        "base": base,
+        "at": i,
+        "base_at": j,
+        "equal_epochs": base_row is not None,
+        "changed": changed,
+        "scaling": scaling,
+        "speedup": ratio,
+        "ideal": ideal,
+        **(predictions.predict_pair(section, i, j) if scaling else {"predicted": None, "link_ms": None}),
+        "gap": (
+            figures.scaling_gap(row, base, ideal)
+            if scaling and ratio is not None and ideal and ratio / ideal < GAP_BELOW
+            else None
+        ),
+        "efficiency": ratio / ideal if ratio is not None and ideal else None,
+        "timing_verdict": timing,
+        "acc_diff": acc_diff,
+        "acc_verdict": noise.accuracy_verdict(acc_diff, row, base) if acc_diff is not None else noise.Verdict("-"),
+        "superlinear": bool(
+            scaling
+            and ratio is not None
+            and ideal
+            and ratio / ideal > 1
+            and timing.word in ("beyond noise", "single run")
+        ),
+    }
 
 
 # ---- what a section's runs share ------------------------------------------------------------------
@@ -243,10 +295,15 @@ def setup_text(section: Section) -> str:
 
     s = lambda r: r.summary  # noqa: E731
     parts = []
-    model, params, flops = same(lambda r: s(r)["run"].get("model")), same(lambda r: s(r)["model"]["params"]), \
-        same(lambda r: s(r)["model"]["flops_per_image"])
+    model, params, flops = (
+        same(lambda r: s(r)["run"].get("model")),
+        same(lambda r: s(r)["model"]["params"]),
+        same(lambda r: s(r)["model"]["flops_per_image"]),
+    )
     if model:
-        parts.append(f"{model}" + (f" ({params:,} parameters, {flops / 1e6:,.1f} MFLOP/image)" if params and flops else ""))
+        parts.append(
+            f"{model}" + (f" ({params:,} parameters, {flops / 1e6:,.1f} MFLOP/image)" if params and flops else "")
+        )
     data = same(lambda r: (s(r)["run"].get("dataset"), s(r)["data"]["train_images"], s(r)["data"]["eval_images"]))
     if data and data[0]:
         parts.append(f"{data[0]}: {data[1]:,} training / {data[2]:,} test images")
@@ -256,12 +313,19 @@ def setup_text(section: Section) -> str:
     optim = same(lambda r: (s(r)["run"].get("optimizer"), s(r)["run"].get("lr"), s(r)["run"].get("schedule")))
     if optim and optim[0]:
         parts.append(f"{optim[0]} lr {value_text(optim[1])} (schedule {optim[2]})")
-    machine = same(lambda r: (re.sub(r" \(\d+ threads?\)$", "", r.env.get("device_name") or s(r)["run"].get("device")),
-                              r.env.get("cpus") if not s(r)["run"].get("device", "").startswith("cuda") else None,
-                              r.env.get("torch")))
+    machine = same(
+        lambda r: (
+            re.sub(r" \(\d+ threads?\)$", "", r.env.get("device_name") or s(r)["run"].get("device")),
+            r.env.get("cpus") if not s(r)["run"].get("device", "").startswith("cuda") else None,
+            r.env.get("torch"),
+        )
+    )
     if machine and machine[0]:
-        parts.append(f"on {machine[0]}" + (f" ({machine[1]} CPUs)" if machine[1] else "")
-                     + (f", torch {machine[2]}" if machine[2] else ""))
+        parts.append(
+            f"on {machine[0]}"
+            + (f" ({machine[1]} CPUs)" if machine[1] else "")
+            + (f", torch {machine[2]}" if machine[2] else "")
+        )
     parts += [f"adapted to this machine: {a}" for a in section.adapted]
     return "; ".join(parts)
 
@@ -269,5 +333,3 @@ def setup_text(section: Section) -> str:
 def architecture(section: Section) -> str | None:
     layers = {r.summary["model"].get("layers") for p in section.points for r in p.runs if r.summary}
     return layers.pop() if len(layers) == 1 and None not in layers else None
-
-

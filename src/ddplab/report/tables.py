@@ -98,8 +98,11 @@ def load_cell(row: dict[str, Any]) -> str:
 def memory_title(rows: list[dict[str, Any]]) -> str:
     labels = {r["memory_label"] for r in rows if r.get("memory_label")}
     if len(labels) == 1:
-        return {"peak_rss_mib": "peak RSS MiB/rank", "peak_alloc_mib": "peak alloc MiB/rank",
-                "peak_reserved_mib": "peak reserved MiB/rank"}.get(labels.pop(), "peak MiB/rank")
+        return {
+            "peak_rss_mib": "peak RSS MiB/rank",
+            "peak_alloc_mib": "peak alloc MiB/rank",
+            "peak_reserved_mib": "peak reserved MiB/rank",
+        }.get(labels.pop(), "peak MiB/rank")
     return "peak MiB/rank"
 
 
@@ -112,15 +115,24 @@ def results_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]
     """How well each point learned: final accuracies, the train-test gap, test loss and its minimum."""
     eval_mode = all(r.get("gap_basis") == "eval mode" for r in rows)
     train = "train acc % (eval mode)" if eval_mode else "train acc %"
-    return render([
-        ("point", lambda r: r["point"]), ("seeds", lambda r: str(r["seeds"])),
-        ("test acc %", lambda r: pm(r, "final_test_acc", percent_value)),
-        (train, lambda r: pm(r, "train_eval_acc" if r.get("train_eval_acc") is not None else "final_train_acc", percent_value)),
-        ("gap (points)", lambda r: points_value(r.get("acc_gap"))),
-        ("test loss", lambda r: loss(r.get("final_test_loss"))),
-        ("min test loss (epoch)", lowest_test_loss),
-        ("acc noise (points)", lambda r: "-" if r.get("acc_noise") is None else f"{100 * r['acc_noise']:.1f}"),
-    ], rows)
+    return render(
+        [
+            ("point", lambda r: r["point"]),
+            ("seeds", lambda r: str(r["seeds"])),
+            ("test acc %", lambda r: pm(r, "final_test_acc", percent_value)),
+            (
+                train,
+                lambda r: pm(
+                    r, "train_eval_acc" if r.get("train_eval_acc") is not None else "final_train_acc", percent_value
+                ),
+            ),
+            ("gap (points)", lambda r: points_value(r.get("acc_gap"))),
+            ("test loss", lambda r: loss(r.get("final_test_loss"))),
+            ("min test loss (epoch)", lowest_test_loss),
+            ("acc noise (points)", lambda r: "-" if r.get("acc_noise") is None else f"{100 * r['acc_noise']:.1f}"),
+        ],
+        rows,
+    )
 
 
 def lowest_test_loss(row: dict[str, Any]) -> str:
@@ -137,57 +149,89 @@ def epoch_text(v: Any) -> str:
 
 def speed_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """How each point ran: workers, batch, training throughput with its noise, what else ran, memory."""
-    return render([
-        ("point", lambda r: r["point"]), ("workers", lambda r: str(r["world_size"])),
-        ("batch local/global", lambda r: f"{r['local_batch']}/{r['global_batch']}"),
-        ("precision", lambda r: str(r["precision"])), ("backend", lambda r: str(r["backend"])),
-        ("train images/s", lambda r: "-" if not r.get("images_per_s") else rate(r["images_per_s"])),
-        ("noise", noise_cell),
-        ("cores busy", lambda r: "-" if r.get("cores_busy") is None else f"{r['cores_busy']:.2f}"),
-        ("other load", load_cell),
-        (memory_title(rows), lambda r: pm(r, "peak_mib", mib)),
-    ], rows)
+    return render(
+        [
+            ("point", lambda r: r["point"]),
+            ("workers", lambda r: str(r["world_size"])),
+            ("batch local/global", lambda r: f"{r['local_batch']}/{r['global_batch']}"),
+            ("precision", lambda r: str(r["precision"])),
+            ("backend", lambda r: str(r["backend"])),
+            ("train images/s", lambda r: "-" if not r.get("images_per_s") else rate(r["images_per_s"])),
+            ("noise", noise_cell),
+            ("cores busy", lambda r: "-" if r.get("cores_busy") is None else f"{r['cores_busy']:.2f}"),
+            ("other load", load_cell),
+            (memory_title(rows), lambda r: pm(r, "peak_mib", mib)),
+        ],
+        rows,
+    )
 
 
 def comparison_table(pairs: list[dict[str, Any]], scaling: bool) -> tuple[list[str], list[list[str]]]:
     """Each point against its baseline: speed with its verdict, accuracy with its verdict."""
-    speed: list[Column] = ([("speedup", lambda c: times(c["speedup"])), ("of ideal", lambda c: efficiency_cell(c))]
-                           if scaling else [("speed", lambda c: faster(c["speedup"]))])
+    speed: list[Column] = (
+        [("speedup", lambda c: times(c["speedup"])), ("of ideal", lambda c: efficiency_cell(c))]
+        if scaling
+        else [("speed", lambda c: faster(c["speedup"]))]
+    )
     if scaling and any(c.get("predicted") is not None for c in pairs):
         speed.append(("predicted", lambda c: times(c["predicted"]) if c.get("predicted") is not None else "-"))
-    return render([
-        ("point", lambda c: c["point"]), ("vs", lambda c: c["baseline"]), *speed,
-        ("timing verdict", lambda c: c["timing_verdict"].text()),
-        ("test acc Δ (points)", lambda c: points_value(c["acc_diff"])),
-        ("accuracy verdict", lambda c: c["acc_verdict"].text()),
-    ], pairs)
+    return render(
+        [
+            ("point", lambda c: c["point"]),
+            ("vs", lambda c: c["baseline"]),
+            *speed,
+            ("timing verdict", lambda c: c["timing_verdict"].text()),
+            ("test acc Δ (points)", lambda c: points_value(c["acc_diff"])),
+            ("accuracy verdict", lambda c: c["acc_verdict"].text()),
+        ],
+        pairs,
+    )
 
 
 def gap_table(pairs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """Scaling points short of the ideal: a training epoch against the ideal one, taken apart by phase."""
     with_gap = [c for c in pairs if c.get("gap")]
     names = list(with_gap[0]["gap"]["parts"]) if with_gap else []
-    return render([
-        ("point", lambda c: c["point"]), ("vs", lambda c: c["baseline"]),
-        ("epoch s", lambda c: seconds(c["gap"]["epoch_s"])), ("ideal s", lambda c: seconds(c["gap"]["ideal_epoch_s"])),
-        *[(f"{name} s", lambda c, name=name: "-" if c["gap"]["parts"][name] is None
-           else seconds_signed(c["gap"]["parts"][name])) for name in names],
-        ("the most", lambda c: c["gap"]["biggest"]),
-    ], with_gap)
+    return render(
+        [
+            ("point", lambda c: c["point"]),
+            ("vs", lambda c: c["baseline"]),
+            ("epoch s", lambda c: seconds(c["gap"]["epoch_s"])),
+            ("ideal s", lambda c: seconds(c["gap"]["ideal_epoch_s"])),
+            *[
+                (
+                    f"{name} s",
+                    lambda c, name=name: (
+                        "-" if c["gap"]["parts"][name] is None else seconds_signed(c["gap"]["parts"][name])
+                    ),
+                )
+                for name in names
+            ],
+            ("the most", lambda c: c["gap"]["biggest"]),
+        ],
+        with_gap,
+    )
 
 
 def communication_table(pairs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """Scaling points' all-reduce per step measured two ways, the stragglers, and what the measured link predicts."""
     timed = [c for c in pairs if c["row"].get("ddp_exposed_ms") is not None]
-    link = [("link predicts ms", lambda c: ms(c.get("link_ms")))] if any(c.get("link_ms") is not None for c in timed) else []
-    return render([
-        ("point", lambda c: c["point"]),
-        ("probe wait ms", lambda c: ms(c["row"].get("probe_comm_ms"))),
-        ("DDP exposed ms", lambda c: ms(c["row"]["ddp_exposed_ms"])),
-        ("DDP span ms", lambda c: ms(c["row"]["ddp_comm_ms"])),
-        ("rank 0 waits for stragglers ms", lambda c: ms(c["row"]["straggler_ms"])),
-        *link,
-    ], timed)
+    link = (
+        [("link predicts ms", lambda c: ms(c.get("link_ms")))]
+        if any(c.get("link_ms") is not None for c in timed)
+        else []
+    )
+    return render(
+        [
+            ("point", lambda c: c["point"]),
+            ("probe wait ms", lambda c: ms(c["row"].get("probe_comm_ms"))),
+            ("DDP exposed ms", lambda c: ms(c["row"]["ddp_exposed_ms"])),
+            ("DDP span ms", lambda c: ms(c["row"]["ddp_comm_ms"])),
+            ("rank 0 waits for stragglers ms", lambda c: ms(c["row"]["straggler_ms"])),
+            *link,
+        ],
+        timed,
+    )
 
 
 def efficiency_cell(c: dict[str, Any]) -> str:
@@ -198,6 +242,7 @@ def efficiency_cell(c: dict[str, Any]) -> str:
 
 def overfitting_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """Where each point's test loss bottomed out, how far it rose, and where early stopping would stop."""
+
     def stop(r: dict[str, Any]) -> str:
         o = r["overfit"]
         if o["stop_epoch"] is None or o["stop_epoch"] >= o["epochs"]:
@@ -205,37 +250,59 @@ def overfitting_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[
         return f"epoch {o['stop_epoch']} ({percent_value(o['stop_test_acc'])}%)"
 
     with_curve = [r for r in rows if r.get("overfit")]
-    return render([
-        ("point", lambda r: r["point"]),
-        ("lowest test loss", lambda r: f"{loss(r['overfit']['min_test_loss'])} (epoch {r['overfit']['min_epoch']})"),
-        ("final test loss", lambda r: f"{loss(r['overfit']['final_test_loss'])} (epoch {r['overfit']['epochs']})"),
-        ("rise", lambda r: f"{r['overfit']['rise']:+.0%}"),
-        ("gap (points)", lambda r: points_value(r.get("acc_gap"))),
-        ("overfits", lambda r: "yes" if r["overfit"]["overfits"] else "no"),
-        ("early stop (patience 2) after", stop),
-    ], with_curve)
+    return render(
+        [
+            ("point", lambda r: r["point"]),
+            (
+                "lowest test loss",
+                lambda r: f"{loss(r['overfit']['min_test_loss'])} (epoch {r['overfit']['min_epoch']})",
+            ),
+            ("final test loss", lambda r: f"{loss(r['overfit']['final_test_loss'])} (epoch {r['overfit']['epochs']})"),
+            ("rise", lambda r: f"{r['overfit']['rise']:+.0%}"),
+            ("gap (points)", lambda r: points_value(r.get("acc_gap"))),
+            ("overfits", lambda r: "yes" if r["overfit"]["overfits"] else "no"),
+            ("early stop (patience 2) after", stop),
+        ],
+        with_curve,
+    )
 
 
 def detail_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """Clocks and where the training time went (epochs after the first); comm wait is part of forward+backward."""
-    titles = {"data_share": "data %", "forward_backward_share": "fwd+bwd %", "comm_wait_share": "of which comm wait %",
-              "optimizer_share": "optimizer %"}
-    return render([
-        ("point", lambda r: r["point"]), ("epochs", lambda r: pm(r, "epochs", lambda v: f"{v:g}")),
-        ("total s", lambda r: pm(r, "total_s", seconds)), ("train s", lambda r: pm(r, "train_s", seconds)),
-        ("eval s", lambda r: pm(r, "eval_s", seconds)), ("epoch s", lambda r: pm(r, "epoch_s", seconds)),
-        *[(title, lambda r, k=k: pm(r, k, percent_value)) for k, title in titles.items()],
-    ], rows)
+    titles = {
+        "data_share": "data %",
+        "forward_backward_share": "fwd+bwd %",
+        "comm_wait_share": "of which comm wait %",
+        "optimizer_share": "optimizer %",
+    }
+    return render(
+        [
+            ("point", lambda r: r["point"]),
+            ("epochs", lambda r: pm(r, "epochs", lambda v: f"{v:g}")),
+            ("total s", lambda r: pm(r, "total_s", seconds)),
+            ("train s", lambda r: pm(r, "train_s", seconds)),
+            ("eval s", lambda r: pm(r, "eval_s", seconds)),
+            ("epoch s", lambda r: pm(r, "epoch_s", seconds)),
+            *[(title, lambda r, k=k: pm(r, k, percent_value)) for k, title in titles.items()],
+        ],
+        rows,
+    )
 
 
 def run_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
     """Every finished run on its own (`ddplab compare` and the report's appendix)."""
-    return render([
-        ("run", lambda r: r["run"]), ("point", lambda r: r["point"]), ("seed", lambda r: value_text(r["seed"])),
-        ("test acc %", lambda r: percent_value(r["final_test_acc"])),
-        ("train images/s", lambda r: "-" if not r.get("images_per_s") else rate(r["images_per_s"])),
-        ("other load", load_cell), ("total s", lambda r: seconds(r["total_s"])),
-    ], rows)
+    return render(
+        [
+            ("run", lambda r: r["run"]),
+            ("point", lambda r: r["point"]),
+            ("seed", lambda r: value_text(r["seed"])),
+            ("test acc %", lambda r: percent_value(r["final_test_acc"])),
+            ("train images/s", lambda r: "-" if not r.get("images_per_s") else rate(r["images_per_s"])),
+            ("other load", load_cell),
+            ("total s", lambda r: seconds(r["total_s"])),
+        ],
+        rows,
+    )
 
 
 def markdown_table(headers: list[str], cells: list[list[str]]) -> str:
@@ -252,8 +319,21 @@ RUN_COLUMNS = ("section", "run", "point", "seed", "status", *TEXT, *SETTINGS, *M
 def point_columns(rows: list[dict[str, Any]]) -> list[str]:
     axes = list(dict.fromkeys(a for r in rows for a in r["axes"]))
     measured = [c for k in MEASURED for c in (k, f"{k}_std")]
-    return ["section", "point", *(axis_column(a) for a in axes), "seeds", *TEXT, *SETTINGS, *measured,
-            "images_per_s_noise", "other_cpu", "speedup", "efficiency", "baseline", "runs"]
+    return [
+        "section",
+        "point",
+        *(axis_column(a) for a in axes),
+        "seeds",
+        *TEXT,
+        *SETTINGS,
+        *measured,
+        "images_per_s_noise",
+        "other_cpu",
+        "speedup",
+        "efficiency",
+        "baseline",
+        "runs",
+    ]
 
 
 def axis_column(axis: str) -> str:

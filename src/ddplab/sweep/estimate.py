@@ -92,8 +92,11 @@ class Estimate:
             label = ", ".join(map(str, run.point.values())) or run.name
             by_point.setdefault(label, (self.costs[self.runs[run.name][0]].source, self.run_s(run.name)))
         sources = {source for source, _ in by_point.values()}
-        how = (f"each point probed in {self.probe_s:.1f} s" if self.probe_s is not None else "") + (
-            "; " if len(sources) > 1 else "") + ("points with finished runs priced by them" if "finished runs" in sources else "")
+        how = (
+            (f"each point probed in {self.probe_s:.1f} s" if self.probe_s is not None else "")
+            + ("; " if len(sources) > 1 else "")
+            + ("points with finished runs priced by them" if "finished runs" in sources else "")
+        )
         return how + "; a run of " + ", ".join(f"{label} {duration(s)}" for label, (_, s) in by_point.items())
 
     def finished(self, name: str, wall_s: float) -> None:
@@ -112,9 +115,14 @@ def point_key(run: SweepRun) -> str:
     return json.dumps(values, sort_keys=True, default=str) + run.launch
 
 
-def estimate(sweep: Sweep, todo: list[SweepRun], done_epochs: dict[str, int],
-             walls: Mapping[str, tuple[float | None, int | None]],
-             links: Any = None, echo=print) -> Estimate | None:
+def estimate(
+    sweep: Sweep,
+    todo: list[SweepRun],
+    done_epochs: dict[str, int],
+    walls: Mapping[str, tuple[float | None, int | None]],
+    links: Any = None,
+    echo=print,
+) -> Estimate | None:
     """The estimate for the runs in `todo` (`done_epochs`: epochs a resumed run has already trained; `walls`:
     this sweep's finished runs' (wall time, epochs their last process trained)); None when it cannot be made
     here (said in one line)."""
@@ -144,8 +152,13 @@ class ProbeFailed(Exception):
 
 
 PROBE = {"torch_at": number(0), "ready_at": number(0), "done_at": number(0), "data_s": SECONDS, "points": LIST}
-PROBED_POINT = {"step_s": number(above=0), "eval_image_s": SECONDS, "grad_bytes": WHOLE, "train_images": WHOLE,
-                "eval_images": WHOLE}
+PROBED_POINT = {
+    "step_s": number(above=0),
+    "eval_image_s": SECONDS,
+    "grad_bytes": WHOLE,
+    "train_images": WHOLE,
+    "eval_images": WHOLE,
+}
 
 
 def run_probe(configs: list[RunConfig], timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
@@ -158,9 +171,14 @@ def run_probe(configs: list[RunConfig], timeout_s: float = PROBE_TIMEOUT_S) -> d
     from ddplab.process import die_with_parent
 
     try:  # dies with the sweep, even one killed outright; Ctrl-C reaches it as it reaches the sweep
-        done = subprocess.run([sys.executable, "-m", "ddplab.sweep.estimate"], input=payload, capture_output=True,
-                              text=True, timeout=timeout_s,
-                              preexec_fn=die_with_parent if sys.platform == "linux" else None)
+        done = subprocess.run(
+            [sys.executable, "-m", "ddplab.sweep.estimate"],
+            input=payload,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            preexec_fn=die_with_parent if sys.platform == "linux" else None,
+        )
     except subprocess.TimeoutExpired:
         raise ProbeFailed(f"the probe took over {timeout_s:g} s") from None
     if done.returncode != 0:
@@ -196,7 +214,9 @@ def price(runs: list[SweepRun], probed: dict[str, Any], links: Any = None) -> li
         workers = c.world_size()
         launcher = probed["torch_s"] + probed["exit_s"] if c.dist.strategy == "ddp" else 0.0
         start = launcher + probed["import_s"] + probed["data_s"] + probed["exit_s"]
-        steps = math.ceil(point["train_images"] / (c.train.batch_size * workers * c.train.accumulate)) * c.train.accumulate
+        steps = (
+            math.ceil(point["train_images"] / (c.train.batch_size * workers * c.train.accumulate)) * c.train.accumulate
+        )
         comm = 0.0
         if workers > 1 and links is not None:
             try:
@@ -206,7 +226,9 @@ def price(runs: list[SweepRun], probed: dict[str, Any], links: Any = None) -> li
             if c.train.device == "cpu":
                 comm *= CPU_DDP_STEP_IN_LINK_TIMES
         evaluated = point["eval_images"] / workers
-        epoch = steps * point["step_s"] + math.ceil(steps / c.train.accumulate) * comm + evaluated * point["eval_image_s"]
+        epoch = (
+            steps * point["step_s"] + math.ceil(steps / c.train.accumulate) * comm + evaluated * point["eval_image_s"]
+        )
         out.append(PointCost(start, epoch, "probe"))
     return out
 
@@ -304,8 +326,12 @@ def main() -> None:
         cost["train_images"] = len(train)
         cost["eval_images"] = len(test) + min(config.train.eval_train_images, len(train))
         points.append(cost)
-    print(json.dumps({"torch_at": torch_at, "ready_at": ready_at, "data_s": data_s, "points": points,
-                      "done_at": time.time()}), flush=True)
+    print(
+        json.dumps(
+            {"torch_at": torch_at, "ready_at": ready_at, "data_s": data_s, "points": points, "done_at": time.time()}
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -67,14 +67,48 @@ def ended_as(exit_code: int | None, summary_written: bool) -> Status:
 
 WRITTEN = tuple(s.value for s in Status if s is not Status.STOPPED)
 TEXTS = list_of(TEXT)
-ENTRY = {"name": TEXT, "dir": TEXT, "point": TABLE, "seed": WHOLE, "launch": TEXT, "config": TEXT,
-         "status": one_of(*WRITTEN), "exit_code": INTEGER | None, "error": TEXT | None, "wall_s": SECONDS | None,
-         "wall_epochs": WHOLE | None, "job": TEXT | None}
-SECTION = {"title": TEXT, "question": TEXT, "kind": TEXT, "note": TEXT, "runs": TEXTS, "adapted": TEXTS,
-           "adapted_points": TEXTS, "baseline_runs": TEXTS, "not_measured": list_of(TABLE)}
-TOP = {"version": whole(1), "name": TEXT, "description": TEXT, "sweep_file": TEXT, "profile": TEXT | None,
-       "overrides": TEXTS, "axes": TEXTS, "repeats": WHOLE, "order": TEXT, "adapted": TEXTS, "sections": LIST,
-       "runs": LIST, "executor": TEXT, "jobs": TEXTS, "slurm_jobs": TEXTS}
+ENTRY = {
+    "name": TEXT,
+    "dir": TEXT,
+    "point": TABLE,
+    "seed": WHOLE,
+    "launch": TEXT,
+    "config": TEXT,
+    "status": one_of(*WRITTEN),
+    "exit_code": INTEGER | None,
+    "error": TEXT | None,
+    "wall_s": SECONDS | None,
+    "wall_epochs": WHOLE | None,
+    "job": TEXT | None,
+}
+SECTION = {
+    "title": TEXT,
+    "question": TEXT,
+    "kind": TEXT,
+    "note": TEXT,
+    "runs": TEXTS,
+    "adapted": TEXTS,
+    "adapted_points": TEXTS,
+    "baseline_runs": TEXTS,
+    "not_measured": list_of(TABLE),
+}
+TOP = {
+    "version": whole(1),
+    "name": TEXT,
+    "description": TEXT,
+    "sweep_file": TEXT,
+    "profile": TEXT | None,
+    "overrides": TEXTS,
+    "axes": TEXTS,
+    "repeats": WHOLE,
+    "order": TEXT,
+    "adapted": TEXTS,
+    "sections": LIST,
+    "runs": LIST,
+    "executor": TEXT,
+    "jobs": TEXTS,
+    "slurm_jobs": TEXTS,
+}
 
 
 @dataclass
@@ -107,8 +141,14 @@ class Entry:
     def to_json(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "status": self.status.value}
 
-    def ended(self, status: Status, exit_code: int | None, error: str | None, wall_s: float | None = None,
-              wall_epochs: int | None = None) -> None:
+    def ended(
+        self,
+        status: Status,
+        exit_code: int | None,
+        error: str | None,
+        wall_s: float | None = None,
+        wall_epochs: int | None = None,
+    ) -> None:
         self.status, self.exit_code, self.error, self.wall_s = status, exit_code, error, wall_s
         self.wall_epochs = wall_epochs
 
@@ -133,14 +173,21 @@ class Manifest:
     jobs: list[str] = field(default_factory=list)  # the executor's handles of what it submitted (Slurm: array jobs)
 
     @classmethod
-    def of(cls, sweep: Sweep, previous: dict[str, Entry], states: dict[str, str],
-           unavailable: dict[str, str]) -> Manifest:
+    def of(
+        cls, sweep: Sweep, previous: dict[str, Entry], states: dict[str, str], unavailable: dict[str, str]
+    ) -> Manifest:
         """The manifest for `sweep`: each point's earlier outcome kept, finished ones marked so from their folders
         (`states`: run name -> runfiles.run_state), points this machine cannot start marked skipped."""
         runs = []
         for run in sweep.runs:
-            entry = Entry(name=run.name, dir=f"runs/{run.name}", point=run.point, seed=run.seed, launch=run.launch,
-                          config=f"configs/{run.name}.toml")
+            entry = Entry(
+                name=run.name,
+                dir=f"runs/{run.name}",
+                point=run.point,
+                seed=run.seed,
+                launch=run.launch,
+                config=f"configs/{run.name}.toml",
+            )
             old = previous.get(run.name)
             if old is not None and old.status is not Status.SKIPPED:
                 for key in Entry.KEPT:
@@ -152,21 +199,35 @@ class Manifest:
             elif run.name in unavailable:
                 entry.status, entry.error = Status.SKIPPED, unavailable[run.name]
             runs.append(entry)
-        return cls(name=sweep.name, runs=runs, description=sweep.description, sweep_file=str(sweep.file),
-                   profile=sweep.profile, overrides=list(sweep.overrides), axes=list(sweep.axes), repeats=sweep.repeats,
-                   order=sweep.order, adapted=[a.text() for a in sweep.adaptations], sections=sweep.section_records())
+        return cls(
+            name=sweep.name,
+            runs=runs,
+            description=sweep.description,
+            sweep_file=str(sweep.file),
+            profile=sweep.profile,
+            overrides=list(sweep.overrides),
+            axes=list(sweep.axes),
+            repeats=sweep.repeats,
+            order=sweep.order,
+            adapted=[a.text() for a in sweep.adaptations],
+            sections=sweep.section_records(),
+        )
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Manifest:
         known = {f.name for f in dataclasses.fields(cls)} - {"runs", "jobs"}
-        manifest = cls(runs=[Entry.from_json(e) for e in data["runs"]],
-                       **{k: v for k, v in data.items() if k in known and (v is not None or k == "profile")})
+        manifest = cls(
+            runs=[Entry.from_json(e) for e in data["runs"]],
+            **{k: v for k, v in data.items() if k in known and (v is not None or k == "profile")},
+        )
         manifest.jobs = list(data.get("jobs") or data.get("slurm_jobs") or [])  # slurm_jobs: written before 2026-11-26
         return manifest
 
     def to_json(self) -> dict[str, Any]:
-        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "runs"},
-                "runs": [e.to_json() for e in self.runs]}
+        return {
+            **{f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "runs"},
+            "runs": [e.to_json() for e in self.runs],
+        }
 
     def entry(self, name: str) -> Entry:
         return next(e for e in self.runs if e.name == name)
@@ -210,16 +271,20 @@ class SweepFolder:
             raise ConfigError(f"{self.root} holds no sweep manifest: run or submit the sweep first")
         data = check(runfiles.read_json(path, self.root), TOP, str(path), required=("runs",))
         if data.get("version", 1) not in VERSIONS:
-            raise DataError(f"{path} has version {data['version']}; this ddplab reads versions "
-                            f"{', '.join(map(str, VERSIONS))} (written by a newer ddplab?)")
+            raise DataError(
+                f"{path} has version {data['version']}; this ddplab reads versions "
+                f"{', '.join(map(str, VERSIONS))} (written by a newer ddplab?)"
+            )
         names = set()
         runs_root = (self.root / "runs").resolve()
         for i, entry in enumerate(data["runs"]):
             check(entry, ENTRY, str(path), prefix=f"runs[{i}].", required=("name", "dir"))
             check_each(entry.get("point") or {}, SCALAR, str(path), f"runs[{i}].point")
             if Path(entry["dir"]).is_absolute() or not (self.root / entry["dir"]).resolve().is_relative_to(runs_root):
-                raise DataError(f"{path}: runs[{i}].dir is {entry['dir']!r}, outside the sweep's runs/ (a manifest is "
-                                "data: its runs stay in its folder)")
+                raise DataError(
+                    f"{path}: runs[{i}].dir is {entry['dir']!r}, outside the sweep's runs/ (a manifest is "
+                    "data: its runs stay in its folder)"
+                )
             if entry["name"] in names:
                 raise DataError(f"{path}: runs[{i}].name {entry['name']!r} is listed twice")
             names.add(entry["name"])
@@ -244,8 +309,10 @@ class SweepFolder:
 
     def refuse_run_folder(self) -> None:
         if any((self.root / name).is_file() for name in (runfiles.CONFIG, runfiles.METRICS)):
-            raise ConfigError(f"--out {self.root} is a run folder, not a sweep folder (a run folder is never "
-                              "rewritten): choose another --out")
+            raise ConfigError(
+                f"--out {self.root} is a run folder, not a sweep folder (a run folder is never "
+                "rewritten): choose another --out"
+            )
 
     def run_states(self, sweep: Sweep) -> dict[str, str]:
         """Each point's run folder as it stands: new | finished | unfinished | foreign (runfiles.run_state)."""
@@ -264,12 +331,16 @@ class SweepFolder:
             if state == "unfinished":
                 differing -= OBSERVERS  # as --resume allows; the rest of what it allows would change the point
             if differing:
-                return (f"{run_dir} was trained with other settings than the sweep now asks for "
-                        f"({', '.join(sorted(differing))} differ): the sweep file, its profile or --set changed since; "
-                        "use another --out, or move that run folder away")
+                return (
+                    f"{run_dir} was trained with other settings than the sweep now asks for "
+                    f"({', '.join(sorted(differing))} differ): the sweep file, its profile or --set changed since; "
+                    "use another --out, or move that run folder away"
+                )
         return None
 
-    def prepare(self, sweep: Sweep, unavailable: dict[str, str], echo=print) -> tuple[Manifest, list[tuple[SweepRun, Entry]]]:
+    def prepare(
+        self, sweep: Sweep, unavailable: dict[str, str], echo=print
+    ) -> tuple[Manifest, list[tuple[SweepRun, Entry]]]:
         """The folder made ready to run into (folders it cannot keep refused first), its manifest written; the
         points left to run, each with its entry."""
         states = self.run_states(sweep)

@@ -44,8 +44,14 @@ class LocalExecutor:
     name: ClassVar[str] = "local"
     waits: ClassVar[bool] = False
 
-    def __init__(self, *, parallel: int | str = 1, timeout_s: float | None = None, measure_link: bool = False,
-                 estimate: bool = False):
+    def __init__(
+        self,
+        *,
+        parallel: int | str = 1,
+        timeout_s: float | None = None,
+        measure_link: bool = False,
+        estimate: bool = False,
+    ):
         self.parallel, self.timeout_s, self.measure_link, self.estimate = parallel, timeout_s, measure_link, estimate
 
     @classmethod
@@ -58,8 +64,12 @@ class LocalExecutor:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> LocalExecutor:
-        return cls(parallel=args.parallel, timeout_s=args.timeout, measure_link=not args.no_report,
-                   estimate=not args.no_estimate)
+        return cls(
+            parallel=args.parallel,
+            timeout_s=args.timeout,
+            measure_link=not args.no_report,
+            estimate=not args.no_estimate,
+        )
 
     @classmethod
     def reading(cls) -> LocalExecutor:
@@ -88,9 +98,12 @@ class LocalExecutor:
     def run_held(self, sweep: Sweep, folder: SweepFolder, slots: SlotPool, echo) -> Manifest:
         manifest, todo = folder.prepare(sweep, unavailable_runs(sweep), echo)
         skipped = sum(e.status is Status.SKIPPED for e in manifest.runs)
-        echo(f"sweep {sweep.name}: {len(sweep.runs)} runs, {len(sweep.runs) - len(todo) - skipped} already finished, "
-             f"{len(todo)} to run" + (f", {skipped} not runnable here (see the report)" if skipped else "")
-             + (f"; {slots.describe()}" if slots.requested != 1 else ""))
+        echo(
+            f"sweep {sweep.name}: {len(sweep.runs)} runs, {len(sweep.runs) - len(todo) - skipped} already finished, "
+            f"{len(todo)} to run"
+            + (f", {skipped} not runnable here (see the report)" if skipped else "")
+            + (f"; {slots.describe()}" if slots.requested != 1 else "")
+        )
         previous = signal.signal(signal.SIGTERM, raise_terminated)
         try:  # SIGTERM during the probe too: Ctrl-C's way out (the probe ends with the sweep), exit 130
             points = [run for run, _ in todo]
@@ -101,8 +114,10 @@ class LocalExecutor:
             signal.signal(signal.SIGTERM, previous)
         if expected is not None and expected.said_s:
             took = time.perf_counter() - scheduler.started
-            echo(f"sweep {sweep.name}: {len(todo)} runs in {duration(took)}; expected {duration(expected.said_s)} "
-                 f"before the first ({(expected.said_s - took) / took:+.0%})")
+            echo(
+                f"sweep {sweep.name}: {len(todo)} runs in {duration(took)}; expected {duration(expected.said_s)} "
+                f"before the first ({(expected.said_s - took) / took:+.0%})"
+            )
         return manifest
 
     def refresh(self, folder: SweepFolder, manifest: Manifest) -> list[str]:
@@ -148,14 +163,18 @@ def dry_run_rows(sweep: Sweep, folder: SweepFolder) -> list[tuple[SweepRun, str,
 
 
 def dry_run_text(sweep: Sweep, folder: SweepFolder) -> str:
-    lines = [f"sweep {sweep.name}: {len(sweep.runs)} runs in {folder.root}"
-             + (f" (profile {sweep.profile})" if sweep.profile else "")
-             + (", interleaved" if sweep.order == "interleaved" else "")]
+    lines = [
+        f"sweep {sweep.name}: {len(sweep.runs)} runs in {folder.root}"
+        + (f" (profile {sweep.profile})" if sweep.profile else "")
+        + (", interleaved" if sweep.order == "interleaved" else "")
+    ]
     rows = dry_run_rows(sweep, folder)
     for run, action, _ in rows:
         point = ", ".join(f"{k}={v}" for k, v in run.point.items())
-        lines.append(f"  {run.name:<40} {action:<18} seed {run.seed}  {point}"
-                     + ("  [torchrun]" if run.launch == "torchrun" else ""))
+        lines.append(
+            f"  {run.name:<40} {action:<18} seed {run.seed}  {point}"
+            + ("  [torchrun]" if run.launch == "torchrun" else "")
+        )
     for name, reason in sweep.not_measured.items():
         lines.append(f"  {'(' + name + ')':<40} {'not in this sweep':<18} {reason}")
     lines += [f"adapted to this machine: {a.text()}" for a in sweep.adaptations]
@@ -194,8 +213,10 @@ def measure_sweep_link(sweep: Sweep, out: Path, echo) -> None:
     if not ranks:
         return
     backend = resolve_backend("auto", on_cuda=on_cuda)
-    echo(f"sweep {sweep.name}: measuring this machine's all-reduce ({backend} x{', x'.join(map(str, ranks))}) for the "
-         f"report's predicted speedups (ddplab plan --measure) ...")
+    echo(
+        f"sweep {sweep.name}: measuring this machine's all-reduce ({backend} x{', x'.join(map(str, ranks))}) for the "
+        f"report's predicted speedups (ddplab plan --measure) ..."
+    )
     new = []
     for n in ranks:
         try:
@@ -204,10 +225,16 @@ def measure_sweep_link(sweep: Sweep, out: Path, echo) -> None:
         except Interrupted:  # a stop signal stops the sweep, before any run starts (exit 130)
             raise
         except Exception as exc:  # noqa: BLE001 (the predictions are extra: any failure is said and passed over)
-            echo(f"  x{n}: could not measure it ({type(exc).__name__}: {str(exc)[:200]}); {n} workers are predicted over the nearest count measured")
+            echo(
+                f"  x{n}: could not measure it ({type(exc).__name__}: {str(exc)[:200]}); "
+                f"{n} workers are predicted over the nearest count measured"
+            )
             continue
         new.append(result)
-        echo(f"  x{n}: alpha {link.alpha_s * 1e6:,.0f} us, bus bandwidth {link.busbw_gbps:,.3g} GB/s ({result['wall_s']} s)")
+        echo(
+            f"  x{n}: alpha {link.alpha_s * 1e6:,.0f} us, bus bandwidth {link.busbw_gbps:,.3g} GB/s "
+            f"({result['wall_s']} s)"
+        )
     if new:
         files.make_dir(out)
         links.save_links(path, kept + new)
@@ -220,8 +247,11 @@ def expect(sweep: Sweep, folder: SweepFolder, manifest: Manifest, todo: list[Swe
 
     walls = {e.name: (e.wall_s, e.wall_epochs) for e in manifest.runs if e.status is Status.FINISHED and e.wall_s}
     # Epochs a point will not train again: those its metrics hold, when a checkpoint lets it resume from them.
-    done = {run.name: len(read_epochs(point.run_dir / runfiles.METRICS, growing=True)) if point.resumes() else 0
-            for run in todo if (point := Point(folder, run.name, run.config, run.launch))}
+    done = {
+        run.name: len(read_epochs(point.run_dir / runfiles.METRICS, growing=True)) if point.resumes() else 0
+        for run in todo
+        if (point := Point(folder, run.name, run.config, run.launch))
+    }
     found = estimate.estimate(sweep, todo, done, walls, links=read_links(folder.root / LINKS_FILE), echo=echo)
     if found is None:
         return None
@@ -230,8 +260,11 @@ def expect(sweep: Sweep, folder: SweepFolder, manifest: Manifest, todo: list[Swe
     shared = at_once if all(run.config.train.device == "cpu" for run in todo) else 1
     found.said_s = found.total_s([run.name for run in todo], at_once) * shared
     found.shared = shared
-    echo(f"sweep {sweep.name}: expected to take about {duration(found.said_s)}"
-         + (f" ({at_once} at a time)" if at_once > 1 else "") + f": {found.describe(todo)}")
+    echo(
+        f"sweep {sweep.name}: expected to take about {duration(found.said_s)}"
+        + (f" ({at_once} at a time)" if at_once > 1 else "")
+        + f": {found.describe(todo)}"
+    )
     return found
 
 
@@ -251,8 +284,9 @@ class Scheduler:
     manifest (rewritten whole, so valid at every moment) and, on Ctrl-C or SIGTERM, stops every running
     tree at once, each left resumable."""
 
-    def __init__(self, folder: SweepFolder, manifest: Manifest, slots: SlotPool, timeout_s: float | None, echo,
-                 expected=None):
+    def __init__(
+        self, folder: SweepFolder, manifest: Manifest, slots: SlotPool, timeout_s: float | None, echo, expected=None
+    ):
         self.folder, self.manifest, self.slots, self.timeout_s, self.echo = folder, manifest, slots, timeout_s, echo
         self.expected = expected  # estimate.Estimate, or None: the mean finished run prices the rest
         self.running: list[Running] = []
@@ -300,8 +334,9 @@ class Scheduler:
         watch = EpochWatch(point.run_dir / runfiles.METRICS, run.config.train.epochs)
         child = None
         try:
-            child = point.start(slot.env(os.environ), cpus=slot.cores, timeout_s=self.timeout_s,
-                                timeout_from="sweep --timeout")
+            child = point.start(
+                slot.env(os.environ), cpus=slot.cores, timeout_s=self.timeout_s, timeout_from="sweep --timeout"
+            )
             self.running.append(Running(run, entry, tag, slot, child, watch, point))
         except KeyboardInterrupt:  # between the start and the append: the child is stopped with the others
             if child is not None and not any(r.child is child for r in self.running):
@@ -323,29 +358,47 @@ class Scheduler:
                 self.expected.finished(r.run.name, done.wall_s)
             now = time.perf_counter()
             shared = self.expected.shared  # each run that much slower than priced, running beside the others
-            eta = (sum(self.expected.run_s(run.name) * shared for _, run, _ in self.pending)
-                   + sum(max(0.0, self.expected.run_s(x.run.name) * shared - (now - x.child.start))
-                         for x in self.running)) / at_once
+            eta = (
+                sum(self.expected.run_s(run.name) * shared for _, run, _ in self.pending)
+                + sum(max(0.0, self.expected.run_s(x.run.name) * shared - (now - x.child.start)) for x in self.running)
+            ) / at_once
             said = self.expected.said_s
             overall = now - self.started + eta
-            eta_note = f" (all told about {duration(overall)}; {duration(said)} expected at the start)" if eta and said else ""
+            eta_note = (
+                f" (all told about {duration(overall)}; {duration(said)} expected at the start)" if eta and said else ""
+            )
         else:
             eta = sum(self.walls) / finished * (left + len(self.running)) / at_once if left + len(self.running) else 0.0
             eta_note = ""
-        self.echo(f"  sweep: {finished} of {self.total} done" + (f", {len(self.running)} running" if self.running else "")
-                  + f", {duration(time.perf_counter() - self.started)} so far"
-                  + (f", about {duration(eta)} left{eta_note}" if eta else ""))
+        self.echo(
+            f"  sweep: {finished} of {self.total} done"
+            + (f", {len(self.running)} running" if self.running else "")
+            + f", {duration(time.perf_counter() - self.started)} so far"
+            + (f", about {duration(eta)} left{eta_note}" if eta else "")
+        )
         if done.code == INTERRUPTED:  # stopped on its own by Ctrl-C: the sweep stops too
             raise KeyboardInterrupt
 
     def record(self, r: Running, done: Finished) -> None:
         outcome = r.point.ended(done)
-        r.entry.ended(outcome.status, outcome.exit_code, outcome.error, outcome.wall_s,
-                      wall_epochs=r.watch.count() - r.watch.started)
+        r.entry.ended(
+            outcome.status,
+            outcome.exit_code,
+            outcome.error,
+            outcome.wall_s,
+            wall_epochs=r.watch.count() - r.watch.started,
+        )
         self.folder.write(self.manifest)
-        self.echo(f"{r.tag}: " + (f"finished in {duration(done.wall_s)}" if outcome.status is Status.FINISHED
-                                  else "interrupted (resumable)" if outcome.status is Status.INTERRUPTED
-                                  else f"FAILED (exit {outcome.exit_code}): {outcome.error}"))
+        self.echo(
+            f"{r.tag}: "
+            + (
+                f"finished in {duration(done.wall_s)}"
+                if outcome.status is Status.FINISHED
+                else "interrupted (resumable)"
+                if outcome.status is Status.INTERRUPTED
+                else f"FAILED (exit {outcome.exit_code}): {outcome.error}"
+            )
+        )
 
 
 def wait_for_owner(run_dir: Path, tag: str, echo, grace_s: float = STOP_GRACE_S) -> None:
@@ -363,8 +416,10 @@ def wait_for_owner(run_dir: Path, tag: str, echo, grace_s: float = STOP_GRACE_S)
     deadline = time.monotonic() + grace_s
     while (owner := live_owner(run_dir)) is not None:
         if time.monotonic() > deadline:
-            raise ConfigError(f"{run_dir} is still in use by {describe(owner)} after {grace_s:g} s: a run of an "
-                              "earlier sweep training on? stop it or let it end, then run the sweep again")
+            raise ConfigError(
+                f"{run_dir} is still in use by {describe(owner)} after {grace_s:g} s: a run of an "
+                "earlier sweep training on? stop it or let it end, then run the sweep again"
+            )
         time.sleep(POLL_S / 10)
 
 
@@ -382,11 +437,13 @@ class EpochWatch:
     def new_lines(self) -> list[str]:
         records = read_epochs(self.path, growing=True)  # a line being written: read next time
         lines = []
-        for record in records[self.seen:]:
+        for record in records[self.seen :]:
             self.times.append(record.epoch_s)
             left = (self.epochs - record.epoch) * sum(self.times) / len(self.times)
-            lines.append(f"epoch {record.epoch}/{self.epochs}, test acc {record.test_acc:.2%}, "
-                         f"{self.times[-1]:.1f} s/epoch" + (f", about {duration(left)} left" if left > 0 else ""))
+            lines.append(
+                f"epoch {record.epoch}/{self.epochs}, test acc {record.test_acc:.2%}, "
+                f"{self.times[-1]:.1f} s/epoch" + (f", about {duration(left)} left" if left > 0 else "")
+            )
         self.seen = len(records)
         return lines
 

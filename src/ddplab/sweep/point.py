@@ -58,20 +58,49 @@ class Point:
         return (self.run_dir / runfiles.CHECKPOINTS / runfiles.LAST_CHECKPOINT).is_file()
 
     def command(self) -> list[str]:
-        args = ["train", "--config", str(self.config_file), "--out", str(self.run_dir), "--output.progress", "false",
-                *(["--resume"] if self.resumes() else [])]
+        args = [
+            "train",
+            "--config",
+            str(self.config_file),
+            "--out",
+            str(self.run_dir),
+            "--output.progress",
+            "false",
+            *(["--resume"] if self.resumes() else []),
+        ]
         if self.launch == "torchrun":
-            return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                    str(self.config.dist.nproc), "-m", "ddplab", *args]
+            return [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node",
+                str(self.config.dist.nproc),
+                "-m",
+                "ddplab",
+                *args,
+            ]
         return ddplab_command(*args)
 
-    def start(self, env: Mapping[str, str], *, cpus: Sequence[int] = (), timeout_s: float | None = None,
-              timeout_from: str = "") -> Child:
+    def start(
+        self,
+        env: Mapping[str, str],
+        *,
+        cpus: Sequence[int] = (),
+        timeout_s: float | None = None,
+        timeout_from: str = "",
+    ) -> Child:
         """Started as its own process tree, polled by the caller (a local executor runs several at once)."""
         return Child(self.command(), self.log, timeout_s=timeout_s, env=env, cpus=cpus, timeout_from=timeout_from)
 
-    def run(self, env: Mapping[str, str], *, wrap: Sequence[str] = (), stop_signal: int = signal.SIGINT,
-            grace_s: float = STOP_GRACE_S) -> Finished:
+    def run(
+        self,
+        env: Mapping[str, str],
+        *,
+        wrap: Sequence[str] = (),
+        stop_signal: int = signal.SIGINT,
+        grace_s: float = STOP_GRACE_S,
+    ) -> Finished:
         """Run to its end here (a remote task): `wrap` goes before the command (srun for several workers); a
         KeyboardInterrupt (SIGTERM made one) stops it with `stop_signal`, resumable."""
         return supervise([*wrap, *self.command()], self.log, env=env, stop_signal=stop_signal, grace_s=grace_s)

@@ -77,7 +77,7 @@ def split_cores(cores: Sequence[int], slots: int) -> list[tuple[int, ...]]:
     groups, at = [], 0
     for i in range(slots):
         take = size + (i < extra)
-        groups.append(tuple(cores[at:at + take]))
+        groups.append(tuple(cores[at : at + take]))
         at += take
     return groups
 
@@ -92,8 +92,10 @@ class SlotPool:
         # AUTO: one point per GPU on a CUDA machine; one at a time on a CPU (clean timings).
         count = max(1, min(len(self.gpus), len(cores))) if parallel == AUTO else int(parallel)
         if count > len(cores):
-            raise ConfigError(f"--parallel {count}: this process may use {len(cores)} CPU core(s), and a point "
-                              "never gets fewer than one; give at most that many")
+            raise ConfigError(
+                f"--parallel {count}: this process may use {len(cores)} CPU core(s), and a point "
+                "never gets fewer than one; give at most that many"
+            )
         self.parallel = count
         self.groups: list[tuple[int, ...]] = split_cores(cores, count) if count > 1 else [()]
         self.free_cores = list(self.groups)
@@ -122,8 +124,10 @@ class SlotPool:
             return
         for name, config in configs:
             if config.train.device.startswith("cuda:"):
-                raise ConfigError(f"sweep run {name} asks for train.device={config.train.device}: with --parallel each "
-                                  "run is given its own GPUs, seen as cuda:0, cuda:1, ...; use train.device=cuda")
+                raise ConfigError(
+                    f"sweep run {name} asks for train.device={config.train.device}: with --parallel each "
+                    "run is given its own GPUs, seen as cuda:0, cuda:1, ...; use train.device=cuda"
+                )
 
     def fits(self, config: RunConfig) -> bool:
         """Whether a point of `config` could ever start here (when nothing else runs)."""
@@ -131,7 +135,9 @@ class SlotPool:
 
     def describe(self) -> str:
         if self.parallel == 1:
-            chosen = f" (--parallel auto: {len(self.gpus)} GPU(s), {self.cores} core(s))" if self.requested == AUTO else ""
+            chosen = (
+                f" (--parallel auto: {len(self.gpus)} GPU(s), {self.cores} core(s))" if self.requested == AUTO else ""
+            )
             return "one point at a time, each with the whole machine" + chosen
         sizes = sorted({len(g) for g in self.groups})
         cores = "-".join(map(str, sizes))

@@ -70,9 +70,16 @@ class SlurmOptions:
         return bool(self.gpus_per_node) or re.search(r"--(gpus|gres=\S*gpu|gpus-per-\w+)\b", self.extra) is not None
 
     def sbatch_options(self) -> list[str]:
-        options = [f"--{name}={value}" for name, value in (("partition", self.partition), ("account", self.account),
-                                                           ("time", self.time), ("gpus-per-node", self.gpus_per_node))
-                   if value is not None]
+        options = [
+            f"--{name}={value}"
+            for name, value in (
+                ("partition", self.partition),
+                ("account", self.account),
+                ("time", self.time),
+                ("gpus-per-node", self.gpus_per_node),
+            )
+            if value is not None
+        ]
         try:
             return options + shlex.split(self.extra)
         except ValueError as exc:
@@ -91,13 +98,19 @@ def batch_script(out: Path, name: str, runs: list[str], nodes: int, tasks: int, 
     """One job array: task i runs the i-th of `runs` (named in the script, which Slurm keeps as submitted,
     so a later submission cannot change what an earlier array's pending tasks run)."""
     throttle = f"%{options.parallel}" if options.parallel else ""
-    lines = ["#!/bin/bash", f"#SBATCH --job-name={name}", f"#SBATCH --array=0-{len(runs) - 1}{throttle}",
-             f"#SBATCH --nodes={nodes}", f"#SBATCH --ntasks-per-node={tasks}",
-             f"#SBATCH --output={out.resolve() / 'logs' / 'slurm-%A_%a.out'}",
-             "# ddplab: each task runs one point of the sweep; its output goes to the point's log",
-             f"RUNS=({' '.join(shlex.quote(run) for run in runs)})",
-             "exec " + shlex.join([sys.executable, "-m", "ddplab.sweep.slurm", "task", str(out.resolve())])
-             + ' "${RUNS[$SLURM_ARRAY_TASK_ID]}"']
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={name}",
+        f"#SBATCH --array=0-{len(runs) - 1}{throttle}",
+        f"#SBATCH --nodes={nodes}",
+        f"#SBATCH --ntasks-per-node={tasks}",
+        f"#SBATCH --output={out.resolve() / 'logs' / 'slurm-%A_%a.out'}",
+        "# ddplab: each task runs one point of the sweep; its output goes to the point's log",
+        f"RUNS=({' '.join(shlex.quote(run) for run in runs)})",
+        "exec "
+        + shlex.join([sys.executable, "-m", "ddplab.sweep.slurm", "task", str(out.resolve())])
+        + ' "${RUNS[$SLURM_ARRAY_TASK_ID]}"',
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -113,16 +126,34 @@ class SlurmExecutor:
 
     @classmethod
     def add_options(cls, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--slurm.partition", dest="slurm_partition", default=None,
-                            help="slurm: the partition (sbatch -p)")
-        parser.add_argument("--slurm.account", dest="slurm_account", default=None, help="slurm: the account (sbatch -A)")
-        parser.add_argument("--slurm.time", dest="slurm_time", default=None, metavar="HH:MM:SS",
-                            help="slurm: each point's time limit; a point stopped by it resumes when the sweep is "
-                                 "submitted again")
-        parser.add_argument("--slurm.gpus-per-node", dest="slurm_gpus_per_node", type=positive_whole, default=None,
-                            metavar="G", help="slurm: GPUs each point's allocation asks for per node")
-        parser.add_argument("--slurm.extra", dest="slurm_extra", default="", metavar='"OPTIONS"',
-                            help='slurm: more sbatch options, after an = sign: --slurm.extra="--mem=16G --qos=short"')
+        parser.add_argument(
+            "--slurm.partition", dest="slurm_partition", default=None, help="slurm: the partition (sbatch -p)"
+        )
+        parser.add_argument(
+            "--slurm.account", dest="slurm_account", default=None, help="slurm: the account (sbatch -A)"
+        )
+        parser.add_argument(
+            "--slurm.time",
+            dest="slurm_time",
+            default=None,
+            metavar="HH:MM:SS",
+            help="slurm: each point's time limit; a point stopped by it resumes when the sweep is submitted again",
+        )
+        parser.add_argument(
+            "--slurm.gpus-per-node",
+            dest="slurm_gpus_per_node",
+            type=positive_whole,
+            default=None,
+            metavar="G",
+            help="slurm: GPUs each point's allocation asks for per node",
+        )
+        parser.add_argument(
+            "--slurm.extra",
+            dest="slurm_extra",
+            default="",
+            metavar='"OPTIONS"',
+            help='slurm: more sbatch options, after an = sign: --slurm.extra="--mem=16G --qos=short"',
+        )
 
     @classmethod
     def options_given(cls, args: argparse.Namespace) -> list[str]:
@@ -131,10 +162,19 @@ class SlurmExecutor:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> SlurmExecutor:
         if args.timeout is not None:
-            raise ConfigError("--timeout stops runs of a local sweep; under Slurm give each point a limit with --slurm.time")
-        return cls(SlurmOptions(partition=args.slurm_partition, account=args.slurm_account, time=args.slurm_time,
-                                gpus_per_node=args.slurm_gpus_per_node, extra=args.slurm_extra,
-                                parallel=args.parallel if isinstance(args.parallel, int) and args.parallel > 1 else None))
+            raise ConfigError(
+                "--timeout stops runs of a local sweep; under Slurm give each point a limit with --slurm.time"
+            )
+        return cls(
+            SlurmOptions(
+                partition=args.slurm_partition,
+                account=args.slurm_account,
+                time=args.slurm_time,
+                gpus_per_node=args.slurm_gpus_per_node,
+                extra=args.slurm_extra,
+                parallel=args.parallel if isinstance(args.parallel, int) and args.parallel > 1 else None,
+            )
+        )
 
     @classmethod
     def reading(cls) -> SlurmExecutor:
@@ -148,8 +188,9 @@ class SlurmExecutor:
         """Each batch script and its sbatch line, nothing written or submitted."""
         extra, lines = self.options.sbatch_options(), []
         for (name, nodes, tasks), runs in arrays(sweep.runs, sweep).items():
-            lines.append(f"$ sbatch --parsable {shlex.join(extra)} {folder.own(FOLDER) / (name + '.sbatch')}"
-                         .replace("  ", " "))
+            lines.append(
+                f"$ sbatch --parsable {shlex.join(extra)} {folder.own(FOLDER) / (name + '.sbatch')}".replace("  ", " ")
+            )
             lines.append(batch_script(folder.root, name, [run.name for run in runs], nodes, tasks, self.options))
         return "\n".join(lines)
 
@@ -165,13 +206,20 @@ class SlurmExecutor:
             manifest, todo = folder.prepare(sweep, unavailable={}, echo=echo)
             manifest.jobs = list(earlier.jobs) if earlier is not None else []
             queued = queued_jobs(manifest)
-            self.update(folder, manifest, queued)  # a point whose task is still queued or running is not submitted twice
+            self.update(
+                folder, manifest, queued
+            )  # a point whose task is still queued or running is not submitted twice
             folder.write(manifest)
-            todo = [(run, entry) for run, entry in todo if (entry.job or "") not in queued
-                    and entry.status is not Status.FINISHED]
+            todo = [
+                (run, entry)
+                for run, entry in todo
+                if (entry.job or "") not in queued and entry.status is not Status.FINISHED
+            ]
             if not todo:
-                echo(f"sweep {sweep.name}: nothing to submit "
-                     f"({'every point finished' if not queued else 'the rest is queued'})")
+                echo(
+                    f"sweep {sweep.name}: nothing to submit "
+                    f"({'every point finished' if not queued else 'the rest is queued'})"
+                )
                 return manifest
             files.make_dir(folder.own(FOLDER))
             entries = {run.name: entry for run, entry in todo}
@@ -181,25 +229,37 @@ class SlurmExecutor:
                     files.write_text(folder.root / entries[run.name].config, run.config.to_toml())
                     outcome_file(folder, run.name).unlink(missing_ok=True)  # an earlier task's outcome
                 script = folder.own(FOLDER) / f"{name}.sbatch"
-                files.write_text(script, batch_script(folder.root, name, [run.name for run in runs], nodes, tasks,
-                                                      self.options))
+                files.write_text(
+                    script, batch_script(folder.root, name, [run.name for run in runs], nodes, tasks, self.options)
+                )
                 job = sbatch(script, extra)
                 for i, run in enumerate(runs):
                     entry = entries[run.name]
                     entry.status, entry.job, entry.exit_code, entry.error = Status.SUBMITTED, f"{job}_{i}", None, None
                 manifest.jobs.append(job)
                 folder.write(manifest)  # each job recorded as soon as it exists: a later refusal loses none
-                echo(f"submitted job {job}: {len(runs)} point(s) of {nodes} node(s) x {tasks} task(s) "
-                     f"({', '.join(run.name for run in runs)})")
+                echo(
+                    f"submitted job {job}: {len(runs)} point(s) of {nodes} node(s) x {tasks} task(s) "
+                    f"({', '.join(run.name for run in runs)})"
+                )
         echo(f"follow it: ddplab sweep {sweep.file} --out {folder.root} --status (or --wait for the report)")
         return manifest
 
     def refresh(self, folder: SweepFolder, manifest: Manifest) -> list[str]:
         self.update(folder, manifest, queued_jobs(manifest))
-        down = unavailable_nodes() if any(
-            e.status in (Status.QUEUED, Status.RUNNING, Status.SUBMITTED) for e in manifest.runs) else []
-        return [f"slurm: node(s) out of service: {', '.join(down)}; a point that needs them waits in the queue "
-                "(or fails, when its task was running there)"] if down else []
+        down = (
+            unavailable_nodes()
+            if any(e.status in (Status.QUEUED, Status.RUNNING, Status.SUBMITTED) for e in manifest.runs)
+            else []
+        )
+        return (
+            [
+                f"slurm: node(s) out of service: {', '.join(down)}; a point that needs them waits in the queue "
+                "(or fails, when its task was running there)"
+            ]
+            if down
+            else []
+        )
 
     @staticmethod
     def update(folder: SweepFolder, manifest: Manifest, queued: dict[str, str]) -> None:
@@ -214,12 +274,21 @@ class SlurmExecutor:
                 entry.status = Status.QUEUED if queued[entry.job] in QUEUED else Status.RUNNING
             elif outcome is not None:
                 code = outcome.get("exit_code")
-                entry.ended(ended_as(code, summary_written=False), code, outcome.get("error"), outcome.get("wall_s"),
-                            entry.wall_epochs)
+                entry.ended(
+                    ended_as(code, summary_written=False),
+                    code,
+                    outcome.get("error"),
+                    outcome.get("wall_s"),
+                    entry.wall_epochs,
+                )
             else:
-                entry.status, entry.error = Status.FAILED, (
-                    f"its task (job {entry.job}) ended without an outcome: cancelled before it started, or killed; "
-                    f"see {folder.root / 'logs'}/slurm-{entry.job}.out")
+                entry.status, entry.error = (
+                    Status.FAILED,
+                    (
+                        f"its task (job {entry.job}) ended without an outcome: cancelled before it started, or killed; "
+                        f"see {folder.root / 'logs'}/slurm-{entry.job}.out"
+                    ),
+                )
 
     def wait(self, folder: SweepFolder, echo=print, poll_s: float | None = None) -> Manifest:
         """Wait until none of the sweep's tasks is queued or running; the manifest with each point's outcome."""
@@ -256,8 +325,10 @@ def slurm_tool(args: list[str], what: str) -> str:
     try:
         proc = subprocess.run(args, capture_output=True, text=True, timeout=60)
     except FileNotFoundError:
-        raise ConfigError(f"{args[0]} is not installed here (or not on PATH): --executor slurm needs Slurm's "
-                          "client tools, on a machine that can submit to the cluster") from None
+        raise ConfigError(
+            f"{args[0]} is not installed here (or not on PATH): --executor slurm needs Slurm's "
+            "client tools, on a machine that can submit to the cluster"
+        ) from None
     except subprocess.TimeoutExpired:
         raise ConfigError(f"{args[0]} did not answer within 60 s: is the Slurm controller up?") from None
     if proc.returncode != 0:
@@ -273,11 +344,15 @@ TASK_LINE = re.compile(r"(\d+_\d+)\|([A-Z_]+)")  # squeue -r -o %i|%T: one array
 def sbatch(script: Path, extra: list[str]) -> str:
     """Submit `script`; the job id. An answer that is not one (a site's wrapper, an error page) is one line:
     it is never recorded as a job."""
-    answer = slurm_tool(["sbatch", "--parsable", *extra, str(script)], shlex.join(["sbatch", *extra, script.name])).strip()
+    answer = slurm_tool(
+        ["sbatch", "--parsable", *extra, str(script)], shlex.join(["sbatch", *extra, script.name])
+    ).strip()
     found = JOB_ID.fullmatch(answer.splitlines()[-1].strip() if answer else "")
     if found is None:
-        raise ConfigError(f"sbatch answered {shown(answer, 80)}, not a job id (JOB or JOB;CLUSTER): {script.name} may or "
-                          "may not be queued; see squeue before submitting again")
+        raise ConfigError(
+            f"sbatch answered {shown(answer, 80)}, not a job id (JOB or JOB;CLUSTER): {script.name} may or "
+            "may not be queued; see squeue before submitting again"
+        )
     return found.group(1)
 
 
@@ -291,8 +366,10 @@ def queued_jobs(manifest: Manifest) -> dict[str, str]:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     tasks = {m[1]: m[2] for line in lines if (m := TASK_LINE.fullmatch(line))}
     if lines and not tasks:  # an answer that is not a queue: never read as "nothing queued"
-        raise ConfigError(f"squeue answered {shown(text.strip(), 80)}, not lines of JOB_TASK|STATE: cannot tell what is "
-                          "queued; is this Slurm's squeue?")
+        raise ConfigError(
+            f"squeue answered {shown(text.strip(), 80)}, not lines of JOB_TASK|STATE: cannot tell what is "
+            "queued; is this Slurm's squeue?"
+        )
     return {task: state for task, state in tasks.items() if task.split("_")[0] in jobs}
 
 
@@ -323,7 +400,9 @@ def unavailable_nodes() -> list[str]:
     for line in text.splitlines():
         node, state, reason = (line.split("|", 2) + ["", ""])[:3]
         if any(word in state.lower() for word in UNAVAILABLE):
-            found[node.strip()] = f"{node.strip()} {state.strip()}" + (f" ({reason.strip()})" if reason.strip() not in ("", "none") else "")
+            found[node.strip()] = f"{node.strip()} {state.strip()}" + (
+                f" ({reason.strip()})" if reason.strip() not in ("", "none") else ""
+            )
     return list(found.values())
 
 
@@ -337,10 +416,16 @@ def task(out: Path, name: str) -> int:
     point = Point(folder, name, build_config(load_toml(folder.config_file(name))))
     nodes, tasks = shape(point.config)
     # The workers are the step's tasks (topology: an srun step of several tasks).
-    wrap = ["srun", f"--nodes={nodes}", f"--ntasks={nodes * tasks}", f"--ntasks-per-node={tasks}"] if nodes * tasks > 1 else []
+    wrap = (
+        ["srun", f"--nodes={nodes}", f"--ntasks={nodes * tasks}", f"--ntasks-per-node={tasks}"]
+        if nodes * tasks > 1
+        else []
+    )
     env = {**os.environ, **allocated_threads(os.environ, tasks)}
-    print(f"{name}: {'resuming' if point.resumes() else 'running'} on {socket.gethostname()} (log: {point.log})",
-          flush=True)
+    print(
+        f"{name}: {'resuming' if point.resumes() else 'running'} on {socket.gethostname()} (log: {point.log})",
+        flush=True,
+    )
     terminated: list[bool] = []
 
     def on_sigterm(signum, frame) -> None:  # scancel, the time limit: stop resumable
@@ -365,8 +450,17 @@ def task(out: Path, name: str) -> int:
             code, error = INTERRUPTED, "stopped by SIGTERM (scancel, the time limit): submit again to resume"
     signal.signal(signal.SIGTERM, previous)
     job = f"{os.environ.get('SLURM_ARRAY_JOB_ID', '?')}_{os.environ.get('SLURM_ARRAY_TASK_ID', '?')}"
-    files.write_json(outcome_file(folder, name), {"name": name, "job": job, "host": socket.gethostname(),
-                                                    "exit_code": code, "error": error, "wall_s": round(done.wall_s, 1)})
+    files.write_json(
+        outcome_file(folder, name),
+        {
+            "name": name,
+            "job": job,
+            "host": socket.gethostname(),
+            "exit_code": code,
+            "error": error,
+            "wall_s": round(done.wall_s, 1),
+        },
+    )
     print(f"{name}: exit {code}" + (f": {error}" if error else ""), flush=True)
     return code
 
@@ -389,8 +483,10 @@ def allocated_threads(env: Mapping[str, str], tasks_per_node: int) -> dict[str, 
 def main(argv: list[str] | None = None, run: Callable[[Path, str], int] = task) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 3 or args[0] != "task" or not args[2]:
-        print("usage: python -m ddplab.sweep.slurm task SWEEP_FOLDER RUN_NAME (run by ddplab's batch scripts)",
-              file=sys.stderr)
+        print(
+            "usage: python -m ddplab.sweep.slurm task SWEEP_FOLDER RUN_NAME (run by ddplab's batch scripts)",
+            file=sys.stderr,
+        )
         return 2
     return run(Path(args[1]), args[2])
 

@@ -109,9 +109,13 @@ class Adaptation:
         """One line for the report's setup and the dry run: what was detected, what it changed."""
         if not self.holds:
             return f"{self.detected}: {', '.join(self.points)} run as written"
-        changes = "; ".join(f"{name} with " + ", ".join(
-            f"{k}={v}" + (f" (the others: {self.replaced[k]})" if k in self.replaced else "") for k, v in s.items())
-            for name, s in self.points.items())
+        changes = "; ".join(
+            f"{name} with "
+            + ", ".join(
+                f"{k}={v}" + (f" (the others: {self.replaced[k]})" if k in self.replaced else "") for k, v in s.items()
+            )
+            for name, s in self.points.items()
+        )
         return f"{self.detected}: so {changes}"
 
 
@@ -154,17 +158,29 @@ class Sweep:
         """The sections as the manifest stores them: resolved to run names, so the report needs no file."""
         out = []
         for s in self.sections or [SweepSection(title=self.description or self.name)]:
-            runs = list(dict.fromkeys(r.name for n in s.points for r in self.runs_named(n))) if s.points \
+            runs = (
+                list(dict.fromkeys(r.name for n in s.points for r in self.runs_named(n)))
+                if s.points
                 else [r.name for r in self.runs]
+            )
             baseline = s.baseline or tuple(n for n in s.points if self.runs_named(n))[:1]
             names = s.points or self.point_names()
             adapted = [a.text() for a in self.adaptations if any(n in a.points for n in names)]
-            out.append({"title": s.title, "question": s.question, "kind": s.kind, "note": s.note, "runs": runs,
-                        "adapted": adapted,
-                        "adapted_points": [n for a in self.adaptations if a.holds for n in a.points if n in names],
-                        "baseline_runs": list(dict.fromkeys(r.name for n in baseline for r in self.runs_named(n))),
-                        "not_measured": [{"point": n, "reason": self.not_measured[n]} for n in s.points
-                                         if not self.runs_named(n)]})
+            out.append(
+                {
+                    "title": s.title,
+                    "question": s.question,
+                    "kind": s.kind,
+                    "note": s.note,
+                    "runs": runs,
+                    "adapted": adapted,
+                    "adapted_points": [n for a in self.adaptations if a.holds for n in a.points if n in names],
+                    "baseline_runs": list(dict.fromkeys(r.name for n in baseline for r in self.runs_named(n))),
+                    "not_measured": [
+                        {"point": n, "reason": self.not_measured[n]} for n in s.points if not self.runs_named(n)
+                    ],
+                }
+            )
         return out
 
 
@@ -200,8 +216,9 @@ def sweep_file(name: str | Path) -> Path:
     raise ConfigError(f"{name!r} is neither a sweep file nor a bundled sweep; bundled: {', '.join(bundled_sweeps())}")
 
 
-def load_sweep(path: str | Path, profile: str | None = None, overrides: list[str] | None = None,
-               on_gpus: bool | None = None) -> Sweep:
+def load_sweep(
+    path: str | Path, profile: str | None = None, overrides: list[str] | None = None, on_gpus: bool | None = None
+) -> Sweep:
     """The sweep in `path` with `profile` applied, then `overrides` ("section.field=value" on every run,
     for settings no axis sets: e.g. train.epochs=3), every run validated. `on_gpus`: whether the runs will
     have GPUs, where that is not this machine (an executor's nodes); it picks the default profile."""
@@ -234,13 +251,15 @@ def check_tables(spec: Any, allowed: set[str], where: str) -> None:
     check_table(spec, where)
     unknown = set(spec) - allowed
     if unknown:
-        raise ConfigError(f"{where}: unknown table(s) {', '.join(sorted(unknown))}; "
-                          f"a sweep file has {', '.join(sorted(allowed))}")
+        raise ConfigError(
+            f"{where}: unknown table(s) {', '.join(sorted(unknown))}; a sweep file has {', '.join(sorted(allowed))}"
+        )
     for key, value in spec.items():
         if key == "variants":
             if not isinstance(value, (list, dict)):
-                raise ConfigError(f"{where}: variants must be an array of tables ([[variants]] or "
-                                  f"[[variants.NAME]]), got {value!r}")
+                raise ConfigError(
+                    f"{where}: variants must be an array of tables ([[variants]] or [[variants.NAME]]), got {value!r}"
+                )
             continue
         if key == "sections":
             if not isinstance(value, list):
@@ -252,7 +271,7 @@ def check_tables(spec: Any, allowed: set[str], where: str) -> None:
 
 
 def default_profile(profiles: dict[str, Any], on_gpus: bool | None = None) -> str | None:
-    """"gpu" where the runs will have GPUs (`on_gpus`; None: this machine, if it has CUDA), else "cpu", when the
+    """ "gpu" where the runs will have GPUs (`on_gpus`; None: this machine, if it has CUDA), else "cpu", when the
     file has them."""
     if on_gpus is None:
         import torch
@@ -277,8 +296,9 @@ def apply_profile(spec: dict[str, Any], profile: dict[str, Any]) -> dict[str, An
 Axis = tuple[str, list[tuple[Any, dict[str, Any]]]]  # name -> [(shown value, dotted settings)]
 
 
-def expand(spec: dict[str, Any], path: Path, profile: str | None = None,
-           overrides: dict[str, dict[str, Any]] | None = None) -> Sweep:
+def expand(
+    spec: dict[str, Any], path: Path, profile: str | None = None, overrides: dict[str, dict[str, Any]] | None = None
+) -> Sweep:
     meta = sweep_settings(spec.get("sweep", {}), path)
     axes = grid_axes(spec.get("grid", {})) + variant_axes(spec.get("variants", []))
     check_one_source(axes, overrides or {}, spec.get("base", {}))
@@ -291,9 +311,11 @@ def expand(spec: dict[str, Any], path: Path, profile: str | None = None,
         for key in sorted({k for settings in a.points.values() for k in settings}):
             section, _, name = key.partition(".")
             if name in (overrides or {}).get(section, {}):
-                raise ConfigError(f"--set {key} would replace what [adapt.{a.condition}] sets for "
-                                  f"{', '.join(a.points)}: the report would say one and the runs train the other; "
-                                  "change the sweep file instead")
+                raise ConfigError(
+                    f"--set {key} would replace what [adapt.{a.condition}] sets for "
+                    f"{', '.join(a.points)}: the report would say one and the runs train the other; "
+                    "change the sweep file instead"
+                )
     seed0 = base.get("train", {}).get("seed", 0)
     if isinstance(seed0, bool) or not isinstance(seed0, int):
         raise ConfigError(f"train.seed={seed0!r} in [base.train] is not valid: expected an integer")
@@ -313,7 +335,9 @@ def expand(spec: dict[str, Any], path: Path, profile: str | None = None,
                 except ConfigError as exc:
                     raise ConfigError(f"sweep file {path}: [adapt.{a.condition}] {name!r}: {exc}") from None
         if launch not in LAUNCHERS:
-            raise ConfigError(f"launch={launch!r} in sweep point {point} is not valid: choose one of {', '.join(LAUNCHERS)}")
+            raise ConfigError(
+                f"launch={launch!r} in sweep point {point} is not valid: choose one of {', '.join(LAUNCHERS)}"
+            )
         runs = []
         for r in range(meta["repeats"]):
             values = merge(merge_dotted(base, {**settings, SEED: seed0 + r}), overrides or {})
@@ -326,15 +350,26 @@ def expand(spec: dict[str, Any], path: Path, profile: str | None = None,
         points.append(runs)
     if not points or not points[0]:
         raise ConfigError(f"sweep file {path} defines no runs")
-    sweep = Sweep(name=meta["name"] or path.stem, description=meta["description"], axes=[a for a, _ in axes],
-                  repeats=meta["repeats"], runs=ordered(points, meta["order"]), file=path, profile=profile,
-                  order=meta["order"], unavailable=meta["unavailable"],
-                  not_measured=not_measured_table(spec.get("not_measured", {})), adaptations=adaptations)
+    sweep = Sweep(
+        name=meta["name"] or path.stem,
+        description=meta["description"],
+        axes=[a for a, _ in axes],
+        repeats=meta["repeats"],
+        runs=ordered(points, meta["order"]),
+        file=path,
+        profile=profile,
+        order=meta["order"],
+        unavailable=meta["unavailable"],
+        not_measured=not_measured_table(spec.get("not_measured", {})),
+        adaptations=adaptations,
+    )
     for a in adaptations:
         unknown = [n for n in a.points if n not in sweep.point_names()]
         if unknown:
-            raise ConfigError(f"sweep file {path}: [adapt.{a.condition}] names point(s) {', '.join(unknown)}, which no run "
-                              f"has (points: {', '.join(sweep.point_names())})")
+            raise ConfigError(
+                f"sweep file {path}: [adapt.{a.condition}] names point(s) {', '.join(unknown)}, which no run "
+                f"has (points: {', '.join(sweep.point_names())})"
+            )
     sweep.sections = read_sections(spec.get("sections", []), sweep, path)
     return sweep
 
@@ -352,8 +387,13 @@ def sweep_settings(meta: dict[str, Any], path: Path) -> dict[str, Any]:
     for key in ("name", "description"):
         if not isinstance(meta.get(key, ""), str):
             raise ConfigError(f"sweep.{key}={meta[key]!r} is not valid: expected text")
-    return {"name": meta.get("name", ""), "description": meta.get("description", ""), "repeats": repeats,
-            "order": meta.get("order", "listed"), "unavailable": meta.get("unavailable", "refuse")}
+    return {
+        "name": meta.get("name", ""),
+        "description": meta.get("description", ""),
+        "repeats": repeats,
+        "order": meta.get("order", "listed"),
+        "unavailable": meta.get("unavailable", "refuse"),
+    }
 
 
 def grid_axes(grid: dict[str, Any]) -> list[Axis]:
@@ -362,8 +402,10 @@ def grid_axes(grid: dict[str, Any]) -> list[Axis]:
         if not isinstance(values, list) or not values:
             raise ConfigError(f"grid.{key} must be a non-empty list of values, got {values!r}")
         if key == SEED:
-            raise ConfigError(f"grid.{SEED}: the seed is set by [sweep] repeats (seed, seed+1, ...) from "
-                              "[base.train] seed; a grid over it would name runs by seeds they do not train with")
+            raise ConfigError(
+                f"grid.{SEED}: the seed is set by [sweep] repeats (seed, seed+1, ...) from "
+                "[base.train] seed; a grid over it would name runs by seeds they do not train with"
+            )
         check_dotted(key)
         no_repeats(values, f"grid.{key}")
         axes.append((key, [(v, {key: v}) for v in values]))
@@ -376,8 +418,10 @@ def no_repeats(values: list[Any], where: str) -> None:
     seen = []
     for value in values:
         if value in seen:
-            raise ConfigError(f"{where} lists {value!r} twice: the same point would run twice under two names "
-                              "(for repeats, use [sweep] repeats, which gives each its own seed)")
+            raise ConfigError(
+                f"{where} lists {value!r} twice: the same point would run twice under two names "
+                "(for repeats, use [sweep] repeats, which gives each its own seed)"
+            )
         seen.append(value)
 
 
@@ -391,7 +435,9 @@ def variant_axes(variants: Any) -> list[Axis]:
     axes = []
     for set_name, entries in sets.items():
         if not isinstance(entries, list):
-            raise ConfigError(f"variants.{set_name} must be an array of tables ([[variants.{set_name}]]), got {entries!r}")
+            raise ConfigError(
+                f"variants.{set_name} must be an array of tables ([[variants.{set_name}]]), got {entries!r}"
+            )
         if entries:
             axis = [variant_entry(set_name, i, e) for i, e in enumerate(entries)]
             no_repeats([label for label, _ in axis], f"variants.{set_name} (labels)")
@@ -417,9 +463,11 @@ def variant_entry(set_name: str, index: int, entry: Any) -> tuple[Any, dict[str,
 def check_dotted(key: str) -> None:
     section, dot, name = key.partition(".")
     if not dot or not name:
-        raise ConfigError(f"sweep setting {key!r} is not valid: write section.field, e.g. \"train.batch_size\"")
+        raise ConfigError(f'sweep setting {key!r} is not valid: write section.field, e.g. "train.batch_size"')
     if section == "output" and name in ("out", "resume"):
-        raise ConfigError(f"sweep setting {key!r} is not valid: the sweep names each run's folder and resumes runs itself")
+        raise ConfigError(
+            f"sweep setting {key!r} is not valid: the sweep names each run's folder and resumes runs itself"
+        )
 
 
 def check_one_source(axes: list[Axis], overrides: dict[str, dict[str, Any]], base: dict[str, Any]) -> None:
@@ -429,8 +477,10 @@ def check_one_source(axes: list[Axis], overrides: dict[str, dict[str, Any]], bas
     for axis, values in axes:
         for key in {k for _, settings in values for k in settings}:
             if key in owner:
-                raise ConfigError(f"{key} is set by two axes ({owner[key]} and {axis}): each point would train with "
-                                  "whichever came last; set it in one place")
+                raise ConfigError(
+                    f"{key} is set by two axes ({owner[key]} and {axis}): each point would train with "
+                    "whichever came last; set it in one place"
+                )
             owner[key] = axis
     for section, settings in overrides.items():
         for name in settings:
@@ -439,13 +489,17 @@ def check_one_source(axes: list[Axis], overrides: dict[str, dict[str, Any]], bas
                 raise ConfigError(f"--set {SEED}: the seed is set by [sweep] repeats from [base.train] seed")
             check_dotted(key)
             if key in owner:
-                raise ConfigError(f"--set {key} would replace the sweep's own axis {owner[key]}: the runs would keep "
-                                  "names they no longer train with; change the sweep file instead")
+                raise ConfigError(
+                    f"--set {key} would replace the sweep's own axis {owner[key]}: the runs would keep "
+                    "names they no longer train with; change the sweep file instead"
+                )
     output = base.get("output", {})
     for name in ("out", "resume"):
         if name in output:
-            raise ConfigError(f"[base.output] {name} is not valid in a sweep: the sweep names each run's folder "
-                              "and resumes interrupted runs itself")
+            raise ConfigError(
+                f"[base.output] {name} is not valid in a sweep: the sweep names each run's folder "
+                "and resumes interrupted runs itself"
+            )
 
 
 def read_adaptations(table: Any, axes: list[Axis], path: Path, base: dict[str, Any]) -> list[Adaptation]:
@@ -461,13 +515,16 @@ def read_adaptations(table: Any, axes: list[Axis], path: Path, base: dict[str, A
         check_table(points, where)
         for name, settings in points.items():
             if not isinstance(settings, dict) or not settings:
-                raise ConfigError(f"{where}.{name!r} must be a table of settings, e.g. {{ \"train.epochs\" = 3 }}, "
-                                  f"got {settings!r}")
+                raise ConfigError(
+                    f'{where}.{name!r} must be a table of settings, e.g. {{ "train.epochs" = 3 }}, got {settings!r}'
+                )
             for key in settings:
                 check_dotted(key)
                 if key == SEED or key in owned:
-                    raise ConfigError(f"{where}: {name!r} sets {key}, which {'[sweep] repeats' if key == SEED else 'an axis'} "
-                                      "sets: an adaptation changes base settings only (the point's name promises the rest)")
+                    raise ConfigError(
+                        f"{where}: {name!r} sets {key}, which {'[sweep] repeats' if key == SEED else 'an axis'} "
+                        "sets: an adaptation changes base settings only (the point's name promises the rest)"
+                    )
         holds, detected = CONDITIONS[condition]()
         replaced = {}  # what the points it leaves alone keep, where the base sets it
         for key in {k for settings in points.values() for k in settings}:
@@ -493,8 +550,10 @@ def read_sections(entries: list[Any], sweep: Sweep, path: Path) -> list[SweepSec
             raise ConfigError(f"{where} must be a table, got {entry!r}")
         unknown = set(entry) - SECTION_KEYS
         if unknown:
-            raise ConfigError(f"{where}: unknown setting(s) {', '.join(sorted(unknown))}; a section has "
-                              + ", ".join(sorted(SECTION_KEYS)))
+            raise ConfigError(
+                f"{where}: unknown setting(s) {', '.join(sorted(unknown))}; a section has "
+                + ", ".join(sorted(SECTION_KEYS))
+            )
         if not isinstance(entry.get("title"), str) or not entry["title"].strip():
             raise ConfigError(f"{where} needs a title")
         for key in ("question", "note"):
@@ -513,13 +572,25 @@ def read_sections(entries: list[Any], sweep: Sweep, path: Path) -> list[SweepSec
         for name in points + baseline:
             if not sweep.runs_named(name) and name not in sweep.not_measured:
                 values = sorted({point_text(v) for r in sweep.runs for v in r.point.values()})
-                raise ConfigError(f"{where} names point {name!r}, which no run has (points: {', '.join(values)}); "
-                                  f"if this {'profile' if sweep.profile else 'file'} leaves it out on purpose, say why "
-                                  "under [not_measured]")
+                raise ConfigError(
+                    f"{where} names point {name!r}, which no run has (points: {', '.join(values)}); "
+                    f"if this {'profile' if sweep.profile else 'file'} leaves it out on purpose, say why "
+                    "under [not_measured]"
+                )
         if points and set(baseline) - set(points):
-            raise ConfigError(f"{where}.baseline: {', '.join(sorted(set(baseline) - set(points)))} is not one of its points")
-        sections.append(SweepSection(title=entry["title"], question=entry.get("question", ""), kind=kind,
-                                points=tuple(points), baseline=tuple(baseline), note=entry.get("note", "")))
+            raise ConfigError(
+                f"{where}.baseline: {', '.join(sorted(set(baseline) - set(points)))} is not one of its points"
+            )
+        sections.append(
+            SweepSection(
+                title=entry["title"],
+                question=entry.get("question", ""),
+                kind=kind,
+                points=tuple(points),
+                baseline=tuple(baseline),
+                note=entry.get("note", ""),
+            )
+        )
     return sections
 
 
@@ -564,7 +635,7 @@ def run_name_for(point: dict[str, Any], seed: int, repeats: int) -> str:
     name = "_".join(parts) or "run"
     if len(name) + len(seed_part) > MAX_NAME:
         digest = hashlib.sha256(name.encode()).hexdigest()[:10]
-        name = f"{name[:MAX_NAME - len(seed_part) - 11].rstrip('-_')}-{digest}"
+        name = f"{name[: MAX_NAME - len(seed_part) - 11].rstrip('-_')}-{digest}"
     return name + seed_part
 
 
