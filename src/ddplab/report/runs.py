@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ddplab import runfiles
 from ddplab.errors import ConfigError, DataError
 from ddplab.runread import Run, SweepShown, is_run_dir, read_config, readable_run, shown
+from ddplab.sweep.spec import point_text
 
 if TYPE_CHECKING:
     from ddplab.sweep.folder import Entry
@@ -250,12 +251,4 @@ def axis_text(axis: str, short: str, value: Any) -> str:
     settings, and bare numbers, by name=value."""
     if "." not in axis and isinstance(value, str) and any(c.isalpha() for c in value):
         return value
-    return f"{short}={value_text(value)}"
-
-
-def value_text(value: Any) -> str:
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, tuple):
-        return "[" + ", ".join(value_text(v) for v in value) + "]"
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    return f"{short}={point_text(value)}"

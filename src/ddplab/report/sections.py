@@ -26,7 +26,6 @@ from ddplab.report.runs import (
     first_epochs,
     group_points,
     groups_without,
-    value_text,
 )
 from ddplab.runread import Run, shown
 from ddplab.sweep.spec import point_text
@@ -312,7 +311,7 @@ def setup_text(section: Section) -> str:
         parts.append(f"{epochs} epoch{'s' * (epochs != 1)}")
     optim = same(lambda r: (s(r)["run"].get("optimizer"), s(r)["run"].get("lr"), s(r)["run"].get("schedule")))
     if optim and optim[0]:
-        parts.append(f"{optim[0]} lr {value_text(optim[1])} (schedule {optim[2]})")
+        parts.append(f"{optim[0]} lr {point_text(optim[1])} (schedule {optim[2]})")
     machine = same(
         lambda r: (
             re.sub(r" \(\d+ threads?\)$", "", r.env.get("device_name") or s(r)["run"].get("device")),

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ddplab.report.figures import MEASURED, SETTINGS, SHARES, TEXT
-from ddplab.report.runs import value_text
+from ddplab.sweep.spec import point_text
 
 Column = tuple[str, Callable[[dict[str, Any]], str]]
 
@@ -295,7 +295,7 @@ def run_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
         [
             ("run", lambda r: r["run"]),
             ("point", lambda r: r["point"]),
-            ("seed", lambda r: value_text(r["seed"])),
+            ("seed", lambda r: point_text(r["seed"])),
             ("test acc %", lambda r: percent_value(r["final_test_acc"])),
             ("train images/s", lambda r: "-" if not r.get("images_per_s") else rate(r["images_per_s"])),
             ("other load", load_cell),
@@ -349,7 +349,7 @@ def csv_text(rows: list[dict[str, Any]], columns: list[str] | tuple[str, ...]) -
     writer = csv.DictWriter(buffer, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        flat = {**row, **{axis_column(a): value_text(v) for a, v in row.get("axes", {}).items()}}
+        flat = {**row, **{axis_column(a): point_text(v) for a, v in row.get("axes", {}).items()}}
         writer.writerow({c: csv_cell(flat.get(c)) for c in columns})
     return buffer.getvalue()
 

@@ -185,9 +185,12 @@ class Sweep:
 
 
 def point_text(value: Any) -> str:
-    """An axis value as a section names it: labels as written, numbers as TOML writes them."""
+    """A setting's value as text, the one rule for it: a section names its points so, the report's tables and
+    labels show it so. Labels as written, numbers as TOML writes them, a tuple as a list."""
     if isinstance(value, bool):
         return str(value).lower()
+    if isinstance(value, tuple):
+        return "[" + ", ".join(point_text(v) for v in value) + "]"
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
