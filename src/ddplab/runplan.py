@@ -115,9 +115,13 @@ def _folder_checked(
 
 
 def resumed_after_restart(config: RunConfig) -> RunConfig:
-    """A restarted worker group (elastic agent or torchrun) continues from the last checkpoint."""
+    """A restarted worker group (elastic agent or torchrun) continues from the last checkpoint, in the folder
+    the group's first start named (without --out, after the launcher's job: the same at every restart)."""
     restarts = int(os.environ.get(RESTART_COUNT, "0"))
+    if restarts == 0:
+        return config
+    config = config.with_out_folder()
     out = config.output.out
-    if restarts > 0 and out is not None and (Path(out) / runfiles.CHECKPOINTS / runfiles.LAST_CHECKPOINT).exists():
+    if out is not None and (Path(out) / runfiles.CHECKPOINTS / runfiles.LAST_CHECKPOINT).exists():
         return dataclasses.replace(config, output=dataclasses.replace(config.output, resume=True))
     return config

@@ -102,3 +102,21 @@ def test_a_restarted_worker_group_resumes_only_where_a_checkpoint_exists(tmp_pat
     assert resumed.output.resume is True and config.output.resume is False
     monkeypatch.setenv(RESTART_COUNT, "0")
     assert resumed_after_restart(config) is config  # a first start never resumes on its own
+
+
+def test_a_restarted_torchrun_group_without_out_resumes_in_the_folder_named_after_its_job(tmp_path, monkeypatch):
+    """torchrun --max-restarts without --out: the first start named runs/DATASET-MODEL-JOB; a restart must find it
+    (it reached Path(None) once, and then would have been refused as "holds an unfinished run")."""
+    from ddplab import checkpoint
+    from ddplab.config import build_config
+    from ddplab.runplan import RESTART_COUNT, resumed_after_restart
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job7")
+    monkeypatch.setenv(RESTART_COUNT, "1")
+    config = build_config({"data": {"dataset": "synthetic"}, "model": {"name": "simple_cnn"}})
+    folder = tmp_path / "runs" / "synthetic-simple_cnn-job7"
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / checkpoint.LAST).write_bytes(b"")
+    resumed = resumed_after_restart(config)
+    assert resumed.output.resume is True and resumed.output.out == "runs/synthetic-simple_cnn-job7"

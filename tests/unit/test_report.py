@@ -325,10 +325,10 @@ def test_overfitting_needs_test_loss_up_10_percent_while_train_loss_falls():
         ]
 
     found = overfitting(curve([1.0, 0.8, 0.6, 0.4], [1.0, 0.5, 0.6, 0.7]))
-    assert (found["overfits"], found["min_epoch"], found["rise"]) == (True, 2, pytest.approx(0.4))
-    assert (found["stop_epoch"], found["stop_test_acc"]) == (4, 0.54)  # patience 2: epochs 3 and 4 did not improve
-    assert not overfitting(curve([1.0, 0.8, 0.6, 0.4], [1.0, 0.5, 0.52, 0.55]))["overfits"]  # +10% exactly: not beyond
-    assert not overfitting(curve([1.0, 0.5, 0.6, 0.7], [1.0, 0.5, 0.6, 0.7]))["overfits"]  # train loss rises too
+    assert (found.overfits, found.min_epoch, found.rise) == (True, 2, pytest.approx(0.4))
+    assert (found.stop_epoch, found.stop_test_acc) == (4, 0.54)  # patience 2: epochs 3 and 4 did not improve
+    assert not overfitting(curve([1.0, 0.8, 0.6, 0.4], [1.0, 0.5, 0.52, 0.55])).overfits  # +10% exactly: not beyond
+    assert not overfitting(curve([1.0, 0.5, 0.6, 0.7], [1.0, 0.5, 0.6, 0.7])).overfits  # train loss rises too
     assert overfitting(curve([1.0], [1.0])) is None
     assert early_stop_epoch([{"epoch": i, "test_loss": v} for i, v in enumerate([3, 2, 1], 1)], 2) is None
 
@@ -914,9 +914,9 @@ def test_a_point_sized_down_for_this_machine_is_compared_at_equal_epochs(tmp_pat
     runs = load_runs([write_sized_down_sweep(tmp_path / "sweep")])
     (section,) = build_sections(runs, {r.name: run_row(r) for r in runs})
     (pair,) = section.pairs
-    assert pair["baseline"] == "fp32, its first 2 epochs" and pair["equal_epochs"]
-    assert pair["base"]["final_test_acc"] == pytest.approx(0.41) and pair["acc_diff"] == pytest.approx(0.01)
-    assert pair["speedup"] == pytest.approx(9.0 / 49.0)  # epoch 2 alone is timed on both sides
+    assert pair.baseline == "fp32, its first 2 epochs" and pair.equal_epochs
+    assert pair.base["final_test_acc"] == pytest.approx(0.41) and pair.acc_diff == pytest.approx(0.01)
+    assert pair.speedup == pytest.approx(9.0 / 49.0)  # epoch 2 alone is timed on both sides
     assert setup_text(section).endswith(
         "; adapted to this machine: this CPU (Test) does not compute bf16 natively: "
         "so bf16 with train.epochs=2 (the others: 3)"
@@ -925,15 +925,15 @@ def test_a_point_sized_down_for_this_machine_is_compared_at_equal_epochs(tmp_pat
     runs = load_runs([write_sized_down_sweep(tmp_path / "onecycle", schedule="onecycle")])
     (section,) = build_sections(runs, {r.name: run_row(r) for r in runs})
     (pair,) = section.pairs
-    assert pair["baseline"] == "fp32" and not pair["equal_epochs"] and pair["acc_diff"] == pytest.approx(-0.19)
+    assert pair.baseline == "fp32" and not pair.equal_epochs and pair.acc_diff == pytest.approx(-0.19)
     # A point that asks for fewer epochs itself (not sized down for this machine) is compared as it is.
     runs = load_runs([write_sized_down_sweep(tmp_path / "asked", adapted_here=False)])
     (section,) = build_sections(runs, {r.name: run_row(r) for r in runs})
-    assert not section.pairs[0]["equal_epochs"] and section.pairs[0]["acc_diff"] == pytest.approx(-0.19)
+    assert not section.pairs[0].equal_epochs and section.pairs[0].acc_diff == pytest.approx(-0.19)
     # An axis of true/false: the sweep names the point "true" (spec.point_text), as the report must read it.
     runs = load_runs([write_sized_down_sweep(tmp_path / "flag", values=(False, True), named="true")])
     (section,) = build_sections(runs, {r.name: run_row(r) for r in runs})
-    assert section.pairs[0]["equal_epochs"] and section.pairs[0]["acc_diff"] == pytest.approx(0.01)
+    assert section.pairs[0].equal_epochs and section.pairs[0].acc_diff == pytest.approx(0.01)
 
 
 def test_a_plot_is_whole_or_absent(tmp_path, monkeypatch):

@@ -69,9 +69,9 @@ def build_report(paths: list[Path], out: Path, title: str | None = None) -> dict
         + ", ".join(str(p) for p in paths)
     )
     for s in sections:  # the CSV's speedup: against the point's first baseline (its 1-worker point first)
-        for c in sorted(s.pairs, key=lambda c: not c["scaling"]):
-            if c["row"].get("baseline") is None:
-                c["row"].update(speedup=c["speedup"], efficiency=c["efficiency"], baseline=c["baseline"])
+        for c in sorted(s.pairs, key=lambda c: not c.scaling):
+            if c.row.get("baseline") is None:
+                c.row.update(speedup=c.speedup, efficiency=c.efficiency, baseline=c.baseline)
     point_rows = [{**row, "section": s.title} for s in sections for row in s.rows]
     result: dict[str, Any] = {
         "out": out,
@@ -114,13 +114,13 @@ def section_view(section: Section, plot_dir: Path, prefix: str) -> html.SectionV
             ("Results", RESULTS_NOTE, tables.results_table(rows)),
             ("Speed", SPEED_NOTE, tables.speed_table(rows)),
         ]
-    scaling = [c for c in section.pairs if c["scaling"]]
-    others = [c for c in section.pairs if not c["scaling"]]
+    scaling = [c for c in section.pairs if c.scaling]
+    others = [c for c in section.pairs if not c.scaling]
     if scaling:
         shown.append(("Scaling", SCALING_NOTE, tables.comparison_table(scaling, scaling=True)))
-        if any(c.get("gap") for c in scaling):
+        if any(c.gap for c in scaling):
             shown.append(("Short of the ideal", GAP_NOTE, tables.gap_table(scaling)))
-        if any(c["row"].get("ddp_exposed_ms") is not None for c in scaling):
+        if any(c.row.get("ddp_exposed_ms") is not None for c in scaling):
             shown.append(("Communication, measured two ways", COMM_NOTE, tables.communication_table(scaling)))
     if others:
         shown.append(
@@ -131,7 +131,7 @@ def section_view(section: Section, plot_dir: Path, prefix: str) -> html.SectionV
                 tables.comparison_table(others, scaling=False),
             )
         )
-    overfits = any((r.get("overfit") or {}).get("overfits") for r in rows)
+    overfits = any(r.get("overfit") is not None and r["overfit"].overfits for r in rows)
     if kind_of(section).overfitting == "always" or (kind_of(section).overfitting == "seen" and overfits):
         shown.append(
             (

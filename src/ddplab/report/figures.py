@@ -14,6 +14,7 @@ the same cores).
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from typing import Any
 
 from ddplab.errors import DataError
@@ -315,7 +316,33 @@ def train_epoch_s(row: dict[str, Any]) -> float | None:
     return row["train_images"] / row["images_per_s"] if row.get("images_per_s") and row.get("train_images") else None
 
 
-def scaling_gap(row: dict[str, Any], base: dict[str, Any], ideal: float) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Gap:
+    """Where a scaling point's training epoch loses to the ideal one (`scaling_gap`)."""
+
+    epoch_s: float
+    ideal_epoch_s: float
+    parts: dict[str, float | None]  # seconds an epoch over the ideal's, by cause; None where not measured
+    biggest: str  # the part that loses the most
+    why: str  # what that part usually means
+
+
+@dataclass(frozen=True)
+class Overfit:
+    """What a point's mean curve says about overfitting (`overfitting`)."""
+
+    min_epoch: int
+    min_test_loss: float
+    final_test_loss: float
+    rise: float  # the final test loss over its lowest, less 1
+    overfits: bool
+    train_key: str  # the training loss it read: train_eval_loss where measured, else train_loss
+    stop_epoch: int | None  # where early stopping would have stopped (None: not before the end)
+    stop_test_acc: float | None
+    epochs: int
+
+
+def scaling_gap(row: dict[str, Any], base: dict[str, Any], ideal: float) -> Gap | None:
     """Where a multi-worker point's training epoch loses to the ideal (the baseline's epoch over `ideal`),
     in seconds an epoch by cause: compute (forward+backward less the waits below), the all-reduce wait
     (DDP's timers where it kept them, as they time every step on a CPU; else ddplab's probe), the wait
@@ -349,13 +376,7 @@ def scaling_gap(row: dict[str, Any], base: dict[str, Any], ideal: float) -> dict
     parts["the rest of the step"] = (epoch - target) - sum(v for v in parts.values() if v is not None)
     present = {k: v for k, v in parts.items() if v is not None}
     biggest = max(present, key=present.__getitem__)
-    return {
-        "epoch_s": epoch,
-        "ideal_epoch_s": target,
-        "parts": parts,
-        "biggest": biggest,
-        "why": why(biggest, row, base),
-    }
+    return Gap(epoch_s=epoch, ideal_epoch_s=target, parts=parts, biggest=biggest, why=why(biggest, row, base))
 
 
 def why(part: str, row: dict[str, Any], base: dict[str, Any]) -> str:
@@ -406,7 +427,7 @@ def mean_curve(histories: list[list[EpochRecord]]) -> list[dict[str, Any]]:
     return curve
 
 
-def overfitting(curve: list[dict[str, Any]], patience: int = EARLY_STOP_PATIENCE) -> dict[str, Any] | None:
+def overfitting(curve: list[dict[str, Any]], patience: int = EARLY_STOP_PATIENCE) -> Overfit | None:
     """What a point's mean curve says about overfitting; None with fewer than two epochs.
 
     `overfits`: the test loss ends more than OVERFIT_RISE above its minimum while the training
@@ -425,17 +446,17 @@ def overfitting(curve: list[dict[str, Any]], patience: int = EARLY_STOP_PATIENCE
     rise = round(last["test_loss"] / low["test_loss"] - 1, 9) if low["test_loss"] > 0 else 0.0
     stop = early_stop_epoch(usable, patience)
     stopped = next((r for r in usable if r["epoch"] == stop), None)
-    return {
-        "min_epoch": low["epoch"],
-        "min_test_loss": low["test_loss"],
-        "final_test_loss": last["test_loss"],
-        "rise": rise,
-        "overfits": rise > OVERFIT_RISE and last[train_key] < low[train_key],
-        "train_key": train_key,
-        "stop_epoch": stop,
-        "stop_test_acc": stopped.get("test_acc") if stopped else None,
-        "epochs": last["epoch"],
-    }
+    return Overfit(
+        min_epoch=low["epoch"],
+        min_test_loss=low["test_loss"],
+        final_test_loss=last["test_loss"],
+        rise=rise,
+        overfits=rise > OVERFIT_RISE and last[train_key] < low[train_key],
+        train_key=train_key,
+        stop_epoch=stop,
+        stop_test_acc=stopped.get("test_acc") if stopped else None,
+        epochs=last["epoch"],
+    )
 
 
 def early_stop_epoch(curve: list[dict[str, Any]], patience: int) -> int | None:

@@ -28,7 +28,7 @@ from ddplab.report.tables import (
 )
 
 if TYPE_CHECKING:
-    from ddplab.report.sections import Section
+    from ddplab.report.sections import Comparison, Section
 
 DATA_BOUND_SHARE = 0.25  # a data share this large is worth saying: the input pipeline limits the step
 GAP_WORTH_SAYING = 0.10  # train accuracy this far above test is said even without a rising test loss
@@ -51,7 +51,7 @@ def all_findings(section: Section) -> list[Finding]:
     return (
         best_accuracy(section.rows)
         + scaling_findings(section)
-        + comparison_findings([p for p in section.pairs if not p["scaling"]])
+        + comparison_findings([p for p in section.pairs if not p.scaling])
         + overfitting_findings(section.rows, brief=True)
     )
 
@@ -91,48 +91,46 @@ def run_findings(rows: list[dict[str, Any]]) -> list[Finding]:
 def scaling_findings(section: Section) -> list[Finding]:
     out = []
     cpus = section.cpus()
-    for c in (p for p in section.pairs if p["scaling"]):
-        r, b, verdict = c["row"], c["base"], c["timing_verdict"]
-        if c["speedup"] is None:
-            out.append(Finding(f"{c['point']}: not timed"))
+    for c in (p for p in section.pairs if p.scaling):
+        r, b, verdict = c.row, c.base, c.timing_verdict
+        if c.speedup is None:
+            out.append(Finding(f"{c.point}: not timed"))
             continue
         text = (
-            f"{c['point']}: {times(c['speedup'])} the training throughput of {c['baseline']} "
+            f"{c.point}: {times(c.speedup)} the training throughput of {c.baseline} "
             f"({rate(r['images_per_s'])} vs {rate(b['images_per_s'])} images/s), "
-            f"{c['efficiency']:.0%} of the ideal {c['ideal']:g}x; {verdict.text()}"
+            f"{c.efficiency:.0%} of the ideal {c.ideal:g}x; {verdict.text()}"
         )
-        if c["ideal"] == 1 and not str(r.get("device", "")).startswith("cuda"):
+        if c.ideal == 1 and not str(r.get("device", "")).startswith("cuda"):
             text += (
                 f". On a CPU both sides share the same {cpus or ''}{' ' if cpus else ''}cores: the workers add "
                 "no compute, so the ideal is 1x and this shows what splitting the work costs or gains"
             )
-        if c.get("predicted") is not None:
+        if c.predicted is not None:
             side = (
                 "below it"
-                if c["speedup"] < 0.95 * c["predicted"]
+                if c.speedup < 0.95 * c.predicted
                 else "above it"
-                if c["speedup"] > 1.05 * c["predicted"]
+                if c.speedup > 1.05 * c.predicted
                 else "within 5% of it"
             )
             text += (
-                f". The scaling model (ddplab plan) predicted {times(c['predicted'])} from {c['baseline']} over "
-                f"this machine's measured link; the measured {times(c['speedup'])} is {side}"
+                f". The scaling model (ddplab plan) predicted {times(c.predicted)} from {c.baseline} over "
+                f"this machine's measured link; the measured {times(c.speedup)} is {side}"
             )
-        gap = c.get("gap")
+        gap = c.gap
         if gap is not None:
             parts = ", ".join(
                 f"{name} {seconds_signed(value)} s" if value is not None else f"{name} not measured"
-                for name, value in gap["parts"].items()
+                for name, value in gap.parts.items()
             )
             text += (
-                f". Why it falls short of the ideal: {seconds(gap['epoch_s'])} s a training epoch against an ideal "
-                f"{seconds(gap['ideal_epoch_s'])} s; {parts}; the most: {gap['biggest']} ({gap['why']})"
+                f". Why it falls short of the ideal: {seconds(gap.epoch_s)} s a training epoch against an ideal "
+                f"{seconds(gap.ideal_epoch_s)} s; {parts}; the most: {gap.biggest} ({gap.why})"
             )
         text += communication_text(c)
-        if c["acc_diff"] is not None:
-            text += (
-                f". Test accuracy {pct(r, 'final_test_acc')} vs {pct(b, 'final_test_acc')}: {c['acc_verdict'].text()}"
-            )
+        if c.acc_diff is not None:
+            text += f". Test accuracy {pct(r, 'final_test_acc')} vs {pct(b, 'final_test_acc')}: {c.acc_verdict.text()}"
             if r.get("global_batch") == b.get("global_batch"):
                 text += f" (the same global batch of {r['global_batch']}: the same optimizer steps)"
         if r.get("comm_wait_share") is not None and r["comm_wait_share"] > 0:
@@ -140,10 +138,10 @@ def scaling_findings(section: Section) -> list[Finding]:
         if (r.get("data_share") or 0) >= DATA_BOUND_SHARE:
             text += f"; data loading {pct(r, 'data_share')} of it (input-bound)"
         out.append(Finding(text, "unreliable" if verdict.word == "unreliable" else ""))
-        if c["superlinear"]:
+        if c.superlinear:
             out.append(
                 Finding(
-                    f"{c['point']} is super-linear ({c['efficiency']:.0%} of the ideal), more than extra "
+                    f"{c.point} is super-linear ({c.efficiency:.0%} of the ideal), more than extra "
                     f"hardware can give; likely cause: {superlinear_cause(c, cpus)}",
                     "check",
                 )
@@ -151,9 +149,9 @@ def scaling_findings(section: Section) -> list[Finding]:
     return out
 
 
-def communication_text(c: dict[str, Any]) -> str:
+def communication_text(c: Comparison) -> str:
     """The all-reduce measured two ways, against the link where one was measured, and the stragglers."""
-    r = c["row"]
+    r = c.row
     if r.get("ddp_exposed_ms") is None or r.get("probe_comm_ms") is None:
         return ""
     probe, ddp = r["probe_comm_ms"], r["ddp_exposed_ms"]
@@ -168,24 +166,22 @@ def communication_text(c: dict[str, Any]) -> str:
         f"on the rank that waited least ({ms(r['ddp_comm_ms'])} ms from the first bucket's launch to the last "
         f"one's end): {agree}; rank 0 waited {ms(r['straggler_ms'])} ms a step for the slowest rank"
     )
-    if c.get("link_ms") is not None:
-        text += f"; this machine's measured link predicts {ms(c['link_ms'])} ms for the gradients"
+    if c.link_ms is not None:
+        text += f"; this machine's measured link predicts {ms(c.link_ms)} ms for the gradients"
     return text
 
 
-def superlinear_cause(c: dict[str, Any], cpus: int | None) -> str:
-    r, b = c["row"], c["base"]
+def superlinear_cause(c: Comparison, cpus: int | None) -> str:
+    r, b = c.row, c.base
     if cpus and b.get("cores_busy") is not None and b["cores_busy"] < IDLE_CORES * cpus:
-        busy = f", {c['point']} {r['cores_busy']:.2f}" if r.get("cores_busy") is not None else ""
+        busy = f", {c.point} {r['cores_busy']:.2f}" if r.get("cores_busy") is not None else ""
         return (
-            f"{c['baseline']} kept {b['cores_busy']:.2f} of {cpus} cores busy{busy}: one process's threads leave "
+            f"{c.baseline} kept {b['cores_busy']:.2f} of {cpus} cores busy{busy}: one process's threads leave "
             "cores idle on small layers, several processes fill them "
             "(a better-tuned single process would close the gap)"
         )
     if (b.get("data_share") or 0) >= DATA_BOUND_SHARE:
-        return (
-            f"{c['baseline']} spent {pct(b, 'data_share')} of its training time on data: the baseline was input-bound"
-        )
+        return f"{c.baseline} spent {pct(b, 'data_share')} of its training time on data: the baseline was input-bound"
     if (
         isinstance(r.get("local_batch"), int)
         and isinstance(b.get("local_batch"), int)
@@ -193,33 +189,33 @@ def superlinear_cause(c: dict[str, Any], cpus: int | None) -> str:
     ):
         return (
             f"each worker's smaller batch ({r['local_batch']} vs {b['local_batch']}) may fit the caches better, or "
-            f"{c['baseline']}'s clock was disturbed: repeat the runs"
+            f"{c.baseline}'s clock was disturbed: repeat the runs"
         )
-    return f"none in the data: {c['baseline']}'s clock may have been disturbed; repeat the runs"
+    return f"none in the data: {c.baseline}'s clock may have been disturbed; repeat the runs"
 
 
 # ---- one change at a time ---------------------------------------------------------------------------
-def comparison_findings(pairs: list[dict[str, Any]], overfit: bool = False) -> list[Finding]:
+def comparison_findings(pairs: list[Comparison], overfit: bool = False) -> list[Finding]:
     out = []
     for c in pairs:
-        r, b, verdict = c["row"], c["base"], c["timing_verdict"]
-        head = f"{c['point']} vs {c['baseline']}"
+        r, b, verdict = c.row, c.base, c.timing_verdict
+        head = f"{c.point} vs {c.baseline}"
         parts = []
-        if c["speedup"] is not None:
+        if c.speedup is not None:
             rates = f"{rate(r['images_per_s'])} vs {rate(b['images_per_s'])} training images/s"
             if verdict.word == "beyond noise":
-                parts.append(f"{faster(c['speedup'])} ({rates}, {verdict.text()})")
+                parts.append(f"{faster(c.speedup)} ({rates}, {verdict.text()})")
             else:  # the verdict first, so that the ratio is not read as an effect
-                parts.append(f"{verdict.word}: {faster(c['speedup'])} ({rates}; {verdict.why})")
-        if c["acc_diff"] is not None:
+                parts.append(f"{verdict.word}: {faster(c.speedup)} ({rates}; {verdict.why})")
+        if c.acc_diff is not None:
             parts.append(
                 f"test accuracy {pct(r, 'final_test_acc')} vs {pct(b, 'final_test_acc')} "
-                f"({points_value(c['acc_diff'])} points, {c['acc_verdict'].text()})"
+                f"({points_value(c.acc_diff)} points, {c.acc_verdict.text()})"
             )
         if overfit and r.get("overfit") and b.get("overfit"):
             o, ob = r["overfit"], b["overfit"]
             parts.append(
-                f"test loss {o['rise']:+.0%} from its lowest at the end ({c['baseline']}: {ob['rise']:+.0%}), "
+                f"test loss {o.rise:+.0%} from its lowest at the end ({c.baseline}: {ob.rise:+.0%}), "
                 f"train-test gap {points_value(r.get('acc_gap'))} vs {points_value(b.get('acc_gap'))} points"
             )
         m, mb = r.get("peak_mib"), b.get("peak_mib")
@@ -256,32 +252,31 @@ def overfitting_findings(rows: list[dict[str, Any]], brief: bool = False) -> lis
         o = r.get("overfit")
         if o is None:
             continue
-        low = f"lowest at epoch {o['min_epoch']} ({loss(o['min_test_loss'])})"
-        if o["overfits"]:
-            train = "on training images in eval mode" if o["train_key"] == "train_eval_loss" else "(running)"
+        low = f"lowest at epoch {o.min_epoch} ({loss(o.min_test_loss)})"
+        if o.overfits:
+            train = "on training images in eval mode" if o.train_key == "train_eval_loss" else "(running)"
             text = (
-                f"{r['point']} overfits: its test loss was {low} and ends {o['rise']:+.0%} above it "
-                f"({loss(o['final_test_loss'])} at epoch {o['epochs']}) while the training loss {train} kept "
+                f"{r['point']} overfits: its test loss was {low} and ends {o.rise:+.0%} above it "
+                f"({loss(o.final_test_loss)} at epoch {o.epochs}) while the training loss {train} kept "
                 f"falling; train accuracy {train_acc(r)} vs test {pct(r, 'final_test_acc')}, a gap of "
                 f"{points_value(r.get('acc_gap'))} points"
             )
         else:
             text = (
-                f"{r['point']} does not overfit in {o['epochs']} epochs: "
-                f"its test loss ends {o['rise']:+.0%} from its {low}"
+                f"{r['point']} does not overfit in {o.epochs} epochs: its test loss ends {o.rise:+.0%} from its {low}"
             )
             if (r.get("acc_gap") or 0) >= GAP_WORTH_SAYING:
                 text += f", though train accuracy is {points_value(r['acc_gap'])} points above test"
         if not brief:
-            if o["stop_epoch"] is not None and o["stop_epoch"] < o["epochs"]:
+            if o.stop_epoch is not None and o.stop_epoch < o.epochs:
                 text += (
                     f". Early stopping on test loss (patience {figures.EARLY_STOP_PATIENCE}) would have stopped after "
-                    f"epoch {o['stop_epoch']}, at {percent_value(o['stop_test_acc'])}% test accuracy (the same run, "
+                    f"epoch {o.stop_epoch}, at {percent_value(o.stop_test_acc)}% test accuracy (the same run, "
                     "cut short)"
                 )
             else:
                 text += f". Early stopping (patience {figures.EARLY_STOP_PATIENCE}) would not have stopped it sooner"
-        if brief and not o["overfits"] and (r.get("acc_gap") or 0) < GAP_WORTH_SAYING:
+        if brief and not o.overfits and (r.get("acc_gap") or 0) < GAP_WORTH_SAYING:
             continue  # nothing worth a line in a plain sweep
         out.append(Finding(text))
     return out

@@ -123,9 +123,9 @@ def mark_overfitting(ax: Any, row: dict[str, Any], c: Any) -> None:
     o = row.get("overfit")
     if not o:
         return
-    ax.axvline(o["min_epoch"], color=c, linestyle=":", linewidth=1)
-    if o["stop_epoch"] is not None and o["stop_epoch"] < o["epochs"]:
-        ax.axvline(o["stop_epoch"], color=c, linestyle="-.", linewidth=1)
+    ax.axvline(o.min_epoch, color=c, linestyle=":", linewidth=1)
+    if o.stop_epoch is not None and o.stop_epoch < o.epochs:
+        ax.axvline(o.stop_epoch, color=c, linestyle="-.", linewidth=1)
 
 
 def plot_curves(

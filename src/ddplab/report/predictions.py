@@ -61,14 +61,14 @@ def shape(row: dict[str, Any]) -> tuple[int, int] | None:
     return row["world_size"] // nodes, nodes
 
 
-def predict_pair(section: Any, i: int, j: int) -> dict[str, float | None]:
+def predict_pair(section: Any, i: int, j: int) -> tuple[float | None, float | None]:
     """Point i predicted from point j: the speedup, and the all-reduce of its gradients over the link (ms a step)."""
     row, costs = section.rows[i], plan_costs(section.points[j])
     where = shape(row)
     if section.link is None or costs is None or where is None:
-        return {"predicted": None, "link_ms": None}
+        return None, None
     p = model.predict_one(costs.for_config(section.points[i].config), *where, row["local_batch"], section.link)
-    return {"predicted": p.speedup, "link_ms": 1000 * p.comm_s if p.workers > 1 else None}
+    return p.speedup, 1000 * p.comm_s if p.workers > 1 else None
 
 
 def model_curves(section: Any) -> Curves | None:
@@ -76,22 +76,22 @@ def model_curves(section: Any) -> Curves | None:
     where the points span local batches, the training epoch against the local batch, planned from the
     first baseline (the one with the smallest local batch) and drawn through the points of its recipe (the
     same config but for the workers and the batch size)."""
-    pairs = [c for c in section.pairs if c["scaling"] and c.get("predicted") is not None]
+    pairs = [c for c in section.pairs if c.scaling and c.predicted is not None]
     if not pairs:
         return None
-    bases = sorted({c["base_at"] for c in pairs}, key=lambda j: section.rows[j]["local_batch"])
+    bases = sorted({c.base_at for c in pairs}, key=lambda j: section.rows[j]["local_batch"])
     workers = []
     for j in bases:
         costs, base = plan_costs(section.points[j]), section.rows[j]
-        mine = [c for c in pairs if c["base_at"] == j]
-        first = shape(mine[0]["row"])
+        mine = [c for c in pairs if c.base_at == j]
+        first = shape(mine[0].row)
         assert costs is not None and first is not None  # predict_pair predicted these pairs from them
         nodes = first[1]
-        most = max(c["row"]["world_size"] for c in mine)
+        most = max(c.row["world_size"] for c in mine)
         xs = sorted(
-            {w for w in (*CURVE_WORKERS, 2 * most) if w % nodes == 0} | {c["row"]["world_size"] for c in mine} | {1}
+            {w for w in (*CURVE_WORKERS, 2 * most) if w % nodes == 0} | {c.row["world_size"] for c in mine} | {1}
         )
-        target = costs.for_config(section.points[mine[0]["at"]].config)
+        target = costs.for_config(section.points[mine[0].at].config)
         predicted = [
             model.predict_one(
                 target, w // nodes if w > 1 else 1, nodes if w > 1 else 1, base["local_batch"], section.link
@@ -104,7 +104,7 @@ def model_curves(section: Any) -> Curves | None:
                 f"from {base['point']}",
                 xs,
                 predicted,
-                [(c["row"]["world_size"], c["speedup"]) for c in mine if c["speedup"] is not None],
+                [(c.row["world_size"], c.speedup) for c in mine if c.speedup is not None],
                 ideal,
             )
         )

@@ -34,6 +34,33 @@ SCALING_FIELDS = ("dist.nproc", "dist.nnodes", "dist.strategy")  # what a scalin
 GAP_BELOW = 0.9  # a scaling point below this efficiency gets its epoch taken apart against the ideal
 
 
+@dataclass(frozen=True)
+class Comparison:
+    """Point `at` against point `base_at`, its baseline (`row`, `base`: their figures; `base` may be the baseline
+    cut to the point's epochs): the speed ratio and the accuracy difference, each with its verdict, and for a
+    scaling pair its ideal, the model's prediction and where it falls short of the ideal."""
+
+    point: str
+    baseline: str
+    row: dict[str, Any]
+    base: dict[str, Any]
+    at: int
+    base_at: int
+    equal_epochs: bool  # `base` is the baseline cut to the point's epochs
+    changed: str | None  # the axis that differs, for pairs along an axis
+    scaling: bool
+    speedup: float | None  # training throughput over the baseline's; None: not timed
+    ideal: float | None  # what perfect scaling would give (scaling pairs)
+    predicted: float | None  # the scaling model's speedup over the sweep's measured link
+    link_ms: float | None  # the all-reduce that link predicts for the gradients
+    gap: figures.Gap | None  # where the epoch loses to the ideal (scaling pairs short of it)
+    efficiency: float | None  # speedup over ideal
+    timing_verdict: noise.Verdict
+    acc_diff: float | None
+    acc_verdict: noise.Verdict
+    superlinear: bool
+
+
 @dataclass
 class Section:
     title: str
@@ -51,7 +78,7 @@ class Section:
     points: list[Point] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
     curves: list[list[dict[str, Any]]] = field(default_factory=list)
-    pairs: list[dict[str, Any]] = field(default_factory=list)
+    pairs: list[Comparison] = field(default_factory=list)
     problems: list[dict[str, Any]] = field(default_factory=list)  # run rows of runs that did not finish
     link: MeasuredLinks | None = (
         None  # the sweep's measured links (links.json): scaling pairs get the model's prediction
@@ -142,7 +169,7 @@ def analyse(section: Section, run_rows: dict[str, dict[str, Any]]) -> None:
 
 
 # ---- who is compared with whom ---------------------------------------------------------------
-def declared_pairs(section: Section) -> list[dict[str, Any]]:
+def declared_pairs(section: Section) -> list[Comparison]:
     """Every point against the baseline point nearest to it (the fewest config fields apart, then axes)."""
     base_idx = [i for i, p in enumerate(section.points) if any(r.name in section.baseline_runs for r in p.runs)]
     for i in base_idx:
@@ -194,7 +221,7 @@ def equal_epochs(section: Section, i: int, j: int) -> dict[str, Any] | None:
     return row
 
 
-def scaling_pairs(section: Section) -> list[dict[str, Any]]:
+def scaling_pairs(section: Section) -> list[Comparison]:
     """Multi-worker points against the 1-worker point of the same config (dist.* aside)."""
     out = []
     for members in groups_without(section.points, ("dist.",)):
@@ -211,7 +238,7 @@ def scaling_pairs(section: Section) -> list[dict[str, Any]]:
     return out
 
 
-def axis_pairs(section: Section) -> list[dict[str, Any]]:
+def axis_pairs(section: Section) -> list[Comparison]:
     """Points one axis (or one config field) apart, at the same world size, each against the first
     value of that axis; a difference in the number of workers is left to the scaling pairs."""
     out, done = [], set()
@@ -236,7 +263,7 @@ def differing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
 def pair(
     section: Section, i: int, j: int, scaling: bool, changed: str | None = None, base_row: dict[str, Any] | None = None
-) -> dict[str, Any]:
+) -> Comparison:
     """Point i against point j (or `base_row`, j at i's epochs): speed ratio (training throughput) and
     accuracy difference, each with its verdict."""
     row, base = section.rows[i], base_row or section.rows[j]
@@ -249,36 +276,38 @@ def pair(
         if ratio is not None
         else noise.Verdict("not timed")
     )
-    return {
-        "point": row["point"],
-        "baseline": base["point"],
-        "row": row,
-        "base": base,
-        "at": i,
-        "base_at": j,
-        "equal_epochs": base_row is not None,
-        "changed": changed,
-        "scaling": scaling,
-        "speedup": ratio,
-        "ideal": ideal,
-        **(predictions.predict_pair(section, i, j) if scaling else {"predicted": None, "link_ms": None}),
-        "gap": (
+    predicted, link_ms = predictions.predict_pair(section, i, j) if scaling else (None, None)
+    return Comparison(
+        point=row["point"],
+        baseline=base["point"],
+        row=row,
+        base=base,
+        at=i,
+        base_at=j,
+        equal_epochs=base_row is not None,
+        changed=changed,
+        scaling=scaling,
+        speedup=ratio,
+        ideal=ideal,
+        predicted=predicted,
+        link_ms=link_ms,
+        gap=(
             figures.scaling_gap(row, base, ideal)
             if scaling and ratio is not None and ideal and ratio / ideal < GAP_BELOW
             else None
         ),
-        "efficiency": ratio / ideal if ratio is not None and ideal else None,
-        "timing_verdict": timing,
-        "acc_diff": acc_diff,
-        "acc_verdict": noise.accuracy_verdict(acc_diff, row, base) if acc_diff is not None else noise.Verdict("-"),
-        "superlinear": bool(
+        efficiency=ratio / ideal if ratio is not None and ideal else None,
+        timing_verdict=timing,
+        acc_diff=acc_diff,
+        acc_verdict=noise.accuracy_verdict(acc_diff, row, base) if acc_diff is not None else noise.Verdict("-"),
+        superlinear=bool(
             scaling
             and ratio is not None
             and ideal
             and ratio / ideal > 1
             and timing.word in ("beyond noise", "single run")
         ),
-    }
+    )
 
 
 # ---- what a section's runs share ------------------------------------------------------------------

@@ -10,12 +10,16 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from ddplab.report.figures import MEASURED, SETTINGS, SHARES, TEXT
+from ddplab.report.figures import MEASURED, SETTINGS, SHARES, TEXT, Gap
 from ddplab.sweep.spec import point_text
 
-Column = tuple[str, Callable[[dict[str, Any]], str]]
+if TYPE_CHECKING:
+    from ddplab.report.sections import Comparison
+
+Row = TypeVar("Row")  # a point's figures (a dict) or a Comparison
+Column = tuple[str, Callable[[Row], str]]  # a header, and the cell of a row
 
 
 # ---- formats (one per kind of figure) --------------------------------------------------------
@@ -106,7 +110,7 @@ def memory_title(rows: list[dict[str, Any]]) -> str:
     return "peak MiB/rank"
 
 
-def render(columns: list[Column], rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def render(columns: list[Column[Row]], rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     return [h for h, _ in columns], [[f(r) for _, f in columns] for r in rows]
 
 
@@ -139,7 +143,7 @@ def lowest_test_loss(row: dict[str, Any]) -> str:
     """The lowest point of the mean test-loss curve, as the overfitting table and findings give it; a
     single run's lowest epoch where there is no curve (a mean of the seeds' epochs is no epoch)."""
     if row.get("overfit"):
-        return f"{loss(row['overfit']['min_test_loss'])} ({row['overfit']['min_epoch']})"
+        return f"{loss(row['overfit'].min_test_loss)} ({row['overfit'].min_epoch})"
     return f"{loss(row.get('min_test_loss'))} ({epoch_text(row.get('min_test_loss_epoch'))})"
 
 
@@ -166,78 +170,71 @@ def speed_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
     )
 
 
-def comparison_table(pairs: list[dict[str, Any]], scaling: bool) -> tuple[list[str], list[list[str]]]:
+def comparison_table(pairs: list[Comparison], scaling: bool) -> tuple[list[str], list[list[str]]]:
     """Each point against its baseline: speed with its verdict, accuracy with its verdict."""
     speed: list[Column] = (
-        [("speedup", lambda c: times(c["speedup"])), ("of ideal", lambda c: efficiency_cell(c))]
+        [("speedup", lambda c: times(c.speedup)), ("of ideal", lambda c: efficiency_cell(c))]
         if scaling
-        else [("speed", lambda c: faster(c["speedup"]))]
+        else [("speed", lambda c: faster(c.speedup))]
     )
-    if scaling and any(c.get("predicted") is not None for c in pairs):
-        speed.append(("predicted", lambda c: times(c["predicted"]) if c.get("predicted") is not None else "-"))
+    if scaling and any(c.predicted is not None for c in pairs):
+        speed.append(("predicted", lambda c: times(c.predicted) if c.predicted is not None else "-"))
     return render(
         [
-            ("point", lambda c: c["point"]),
-            ("vs", lambda c: c["baseline"]),
+            ("point", lambda c: c.point),
+            ("vs", lambda c: c.baseline),
             *speed,
-            ("timing verdict", lambda c: c["timing_verdict"].text()),
-            ("test acc Δ (points)", lambda c: points_value(c["acc_diff"])),
-            ("accuracy verdict", lambda c: c["acc_verdict"].text()),
+            ("timing verdict", lambda c: c.timing_verdict.text()),
+            ("test acc Δ (points)", lambda c: points_value(c.acc_diff)),
+            ("accuracy verdict", lambda c: c.acc_verdict.text()),
         ],
         pairs,
     )
 
 
-def gap_table(pairs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def gap_table(pairs: list[Comparison]) -> tuple[list[str], list[list[str]]]:
     """Scaling points short of the ideal: a training epoch against the ideal one, taken apart by phase."""
-    with_gap = [c for c in pairs if c.get("gap")]
-    names = list(with_gap[0]["gap"]["parts"]) if with_gap else []
+    with_gap = [(c, c.gap) for c in pairs if c.gap is not None]
+    names = list(with_gap[0][1].parts) if with_gap else []
+
+    def part(gap: Gap, name: str) -> str:
+        value = gap.parts[name]
+        return "-" if value is None else seconds_signed(value)
+
     return render(
         [
-            ("point", lambda c: c["point"]),
-            ("vs", lambda c: c["baseline"]),
-            ("epoch s", lambda c: seconds(c["gap"]["epoch_s"])),
-            ("ideal s", lambda c: seconds(c["gap"]["ideal_epoch_s"])),
-            *[
-                (
-                    f"{name} s",
-                    lambda c, name=name: (
-                        "-" if c["gap"]["parts"][name] is None else seconds_signed(c["gap"]["parts"][name])
-                    ),
-                )
-                for name in names
-            ],
-            ("the most", lambda c: c["gap"]["biggest"]),
+            ("point", lambda cg: cg[0].point),
+            ("vs", lambda cg: cg[0].baseline),
+            ("epoch s", lambda cg: seconds(cg[1].epoch_s)),
+            ("ideal s", lambda cg: seconds(cg[1].ideal_epoch_s)),
+            *[(f"{name} s", lambda cg, name=name: part(cg[1], name)) for name in names],
+            ("the most", lambda cg: cg[1].biggest),
         ],
         with_gap,
     )
 
 
-def communication_table(pairs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def communication_table(pairs: list[Comparison]) -> tuple[list[str], list[list[str]]]:
     """Scaling points' all-reduce per step measured two ways, the stragglers, and what the measured link predicts."""
-    timed = [c for c in pairs if c["row"].get("ddp_exposed_ms") is not None]
-    link = (
-        [("link predicts ms", lambda c: ms(c.get("link_ms")))]
-        if any(c.get("link_ms") is not None for c in timed)
-        else []
-    )
+    timed = [c for c in pairs if c.row.get("ddp_exposed_ms") is not None]
+    link = [("link predicts ms", lambda c: ms(c.link_ms))] if any(c.link_ms is not None for c in timed) else []
     return render(
         [
-            ("point", lambda c: c["point"]),
-            ("probe wait ms", lambda c: ms(c["row"].get("probe_comm_ms"))),
-            ("DDP exposed ms", lambda c: ms(c["row"]["ddp_exposed_ms"])),
-            ("DDP span ms", lambda c: ms(c["row"]["ddp_comm_ms"])),
-            ("rank 0 waits for stragglers ms", lambda c: ms(c["row"]["straggler_ms"])),
+            ("point", lambda c: c.point),
+            ("probe wait ms", lambda c: ms(c.row.get("probe_comm_ms"))),
+            ("DDP exposed ms", lambda c: ms(c.row["ddp_exposed_ms"])),
+            ("DDP span ms", lambda c: ms(c.row["ddp_comm_ms"])),
+            ("rank 0 waits for stragglers ms", lambda c: ms(c.row["straggler_ms"])),
             *link,
         ],
         timed,
     )
 
 
-def efficiency_cell(c: dict[str, Any]) -> str:
-    if c.get("efficiency") is None:
+def efficiency_cell(c: Comparison) -> str:
+    if c.efficiency is None:
         return "-"
-    return f"{c['efficiency']:.0%} (ideal {c['ideal']:g}x)"
+    return f"{c.efficiency:.0%} (ideal {c.ideal:g}x)"
 
 
 def overfitting_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
@@ -245,9 +242,9 @@ def overfitting_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[
 
     def stop(r: dict[str, Any]) -> str:
         o = r["overfit"]
-        if o["stop_epoch"] is None or o["stop_epoch"] >= o["epochs"]:
+        if o.stop_epoch is None or o.stop_epoch >= o.epochs:
             return "not before the end"
-        return f"epoch {o['stop_epoch']} ({percent_value(o['stop_test_acc'])}%)"
+        return f"epoch {o.stop_epoch} ({percent_value(o.stop_test_acc)}%)"
 
     with_curve = [r for r in rows if r.get("overfit")]
     return render(
@@ -255,12 +252,12 @@ def overfitting_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[
             ("point", lambda r: r["point"]),
             (
                 "lowest test loss",
-                lambda r: f"{loss(r['overfit']['min_test_loss'])} (epoch {r['overfit']['min_epoch']})",
+                lambda r: f"{loss(r['overfit'].min_test_loss)} (epoch {r['overfit'].min_epoch})",
             ),
-            ("final test loss", lambda r: f"{loss(r['overfit']['final_test_loss'])} (epoch {r['overfit']['epochs']})"),
-            ("rise", lambda r: f"{r['overfit']['rise']:+.0%}"),
+            ("final test loss", lambda r: f"{loss(r['overfit'].final_test_loss)} (epoch {r['overfit'].epochs})"),
+            ("rise", lambda r: f"{r['overfit'].rise:+.0%}"),
             ("gap (points)", lambda r: points_value(r.get("acc_gap"))),
-            ("overfits", lambda r: "yes" if r["overfit"]["overfits"] else "no"),
+            ("overfits", lambda r: "yes" if r["overfit"].overfits else "no"),
             ("early stop (patience 2) after", stop),
         ],
         with_curve,
