@@ -16,7 +16,7 @@ from ddplab import runfiles
 from ddplab.borders import COUNT, TABLE, TEXT, kept
 from ddplab.errors import ConfigError, DataError
 from ddplab.metrics.records import EpochRecord, read_epochs
-from ddplab.metrics.summary import read_summary
+from ddplab.metrics.summary import Summary, read_summary
 from ddplab.runfiles import read_json, read_jsonl
 
 if sys.version_info >= (3, 11):
@@ -49,7 +49,7 @@ class Run:
     name: str
     status: str  # finished | stopped_early | unfinished | failed | pending | running
     config: dict[str, Any] = field(default_factory=dict)  # flattened: {"train.batch_size": 32, ...}
-    summary: dict[str, Any] | None = None
+    summary: Summary | None = None
     history: list[EpochRecord] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
     gpu: list[dict[str, Any]] = field(default_factory=list)
@@ -66,7 +66,7 @@ class Run:
 
     @property
     def seed(self) -> Any:
-        return self.config.get("train.seed", (self.summary or {}).get("run", {}).get("seed"))
+        return self.config.get("train.seed", self.summary["run"].get("seed") if self.summary else None)
 
 
 def is_run_dir(path: Path) -> bool:

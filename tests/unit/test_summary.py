@@ -95,3 +95,30 @@ def test_a_resumed_run_whose_early_epochs_lack_a_per_rank_figure_still_sums_up()
     }
     s = build_summary(RunConfig(), info, state, startup_s=1.5, total_s=40.0)
     assert s["ranks"]["train_s"]["per_rank"] == [8.0, 9.0] and s["ranks"]["ddp_comm_ms"]["per_rank"] == [2.0, 2.0]
+
+
+def test_the_summary_type_and_its_reader_s_schema_name_the_same_fields():
+    """metrics.summary.Summary (what mypy checks every reader's keys against) and SUMMARY (what read_summary checks a
+    file against) declare one shape: the same fields, part by part, and the same ones required."""
+    import typing
+
+    from ddplab.metrics.summary import SUMMARY, SUMMARY_REQUIRED, Summary
+
+    def fields(typed, schema, prefix=""):
+        hints = typing.get_type_hints(typed)
+        assert set(hints) == set(schema), (prefix, set(hints) ^ set(schema))
+        required = {prefix + k for k in typed.__required_keys__}
+        for key, kind in schema.items():
+            if isinstance(kind, dict) and typing.is_typeddict(hints[key]):
+                required |= fields(hints[key], kind, f"{prefix}{key}.")
+        return required
+
+    assert fields(Summary, SUMMARY) == set(SUMMARY_REQUIRED) | {
+        "run",
+        "batch",
+        "model",
+        "data",
+        "final",
+        "best",
+        "time",
+    }

@@ -14,7 +14,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -35,7 +35,7 @@ from ddplab.metrics.gpu import GpuSampler
 from ddplab.metrics.profiler import build_profiler
 from ddplab.metrics.records import EpochRecord, read_epochs
 from ddplab.metrics.sinks import MetricSink, NullSink, run_sinks
-from ddplab.metrics.summary import build_summary, format_summary, read_summary
+from ddplab.metrics.summary import Summary, build_summary, format_summary, read_summary
 from ddplab.metrics.system import Stopwatch, synchronize
 from ddplab.models import count_flops, count_params, create_model, describe_layers
 from ddplab.runplan import RunPlan
@@ -46,7 +46,7 @@ log = logging.getLogger("ddplab")
 @dataclass
 class RunResult:
     run_dir: Path
-    summary: dict[str, Any]
+    summary: Summary
     history: list[EpochRecord] = field(default_factory=list)
 
     @property
@@ -107,7 +107,7 @@ def memory_errors(config: RunConfig, ctx: DistContext):
 
 
 def finished_result(run_dir: Path) -> RunResult:
-    summary = read_summary(run_dir) if (run_dir / runfiles.SUMMARY).is_file() else {}
+    summary = read_summary(run_dir) if (run_dir / runfiles.SUMMARY).is_file() else cast(Summary, {})
     return RunResult(run_dir=run_dir, summary=summary, history=read_epochs(run_dir / runfiles.METRICS, run_dir))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from ddplab import runfiles
 from ddplab.borders import (
@@ -43,6 +43,136 @@ from ddplab.metrics.records import (
     worst_reading,
 )
 
+# summary.json's shape for the type checker (a typo in a reader's key is an error, not a silent None). Each part's
+# fields that every ddplab has written are required (its _Written base); the rest an older summary may lack.
+# `SUMMARY` below checks what a file holds when it is read.
+
+
+class _RunPartWritten(TypedDict):
+    dataset: str
+    model: str
+    strategy: str
+    world_size: int
+    device: str
+    precision: str
+
+
+class RunPart(_RunPartWritten, total=False):
+    backend: str
+    shared_device: bool
+    optimizer: str
+    lr: float
+    schedule: str
+    seed: int
+    epochs_planned: int
+    epochs_done: int
+
+
+# "global" is a keyword: the functional syntax declares it.
+_BatchWritten = TypedDict("_BatchWritten", {"local": int, "global": int})
+
+
+class BatchPart(_BatchWritten, total=False):
+    accumulate: int
+    steps_per_epoch: int
+    optimizer_steps: int
+
+
+class _ModelPartWritten(TypedDict):
+    params: int
+    flops_per_image: float
+
+
+class ModelPart(_ModelPartWritten, total=False):
+    layers: str | None
+
+
+class _DataPartWritten(TypedDict):
+    train_images: int
+    eval_images: int
+
+
+class DataPart(_DataPartWritten, total=False):
+    eval_split: str
+    num_classes: int
+    train_eval_images: int | None
+
+
+class _FinalPartWritten(TypedDict):
+    train_acc: float
+    test_loss: float
+    test_acc: float
+
+
+class FinalPart(_FinalPartWritten, total=False):
+    epoch: int | None
+    train_loss: float | None
+    train_eval_loss: float | None
+    train_eval_acc: float | None
+
+
+class _BestPartWritten(TypedDict):
+    test_acc: float
+
+
+class BestPart(_BestPartWritten, total=False):
+    epoch: int | None
+
+
+class OverfittingPart(TypedDict, total=False):
+    train_test_acc_gap: float | None
+    gap_from: str
+    min_test_loss: float | None
+    min_test_loss_epoch: int | None
+    test_loss_rise: float | None
+    best_minus_final_acc: float | None
+
+
+class _TimePartWritten(TypedDict):
+    train_s: float
+    total_s: float
+
+
+class TimePart(_TimePartWritten, total=False):
+    startup_s: float | None
+    warmup: dict[str, Any] | None
+    data_init_s: float | None
+    eval_s: float
+    mean_epoch_s: float | None
+    mean_epoch_s_after_first: float | None
+    images_per_s: float | None
+    record_s: float | None
+
+
+class GpuPart(TypedDict, total=False):
+    measured: bool
+    reason: str | None
+    per_rank: list[Any]
+
+
+class _SummaryWritten(TypedDict):
+    status: str  # finished | stopped_early
+    run: RunPart
+    batch: BatchPart
+    model: ModelPart
+    data: DataPart
+    final: FinalPart
+    best: BestPart
+    time: TimePart
+
+
+class Summary(_SummaryWritten, total=False):
+    schema: int
+    overfitting: OverfittingPart
+    memory: dict[str, float]
+    gpu_peak_alloc_mib: list[float] | None
+    phases_s: dict[str, float]
+    contention: dict[str, Any]
+    ranks: dict[str, Any]
+    gpu: GpuPart
+    engine: dict[str, Any] | None
+    profile: dict[str, Any] | None
+
 
 def build_summary(
     config: RunConfig,
@@ -53,7 +183,7 @@ def build_summary(
     total_s: float,
     warmup: dict[str, Any] | None = None,
     profile: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> Summary:
     """summary.json: `info` as build_trainer gathered it, the state fit left, the clocks, the warm-up and the
     profile (each None when the run had none)."""
     history: list[EpochRecord] = state.history
@@ -96,10 +226,7 @@ def build_summary(
             "num_classes": len(info["classes"]),
             "train_eval_images": info.get("train_eval_images"),
         },
-        "final": {
-            k: getattr(last, k, None)
-            for k in ("epoch", "train_loss", "train_acc", "train_eval_loss", "train_eval_acc", "test_loss", "test_acc")
-        },
+        "final": final_part(last),
         "best": {"epoch": state.best_epoch, "test_acc": state.best_test_acc},
         "overfitting": {
             "train_test_acc_gap": _diff(gap_train, getattr(last, "test_acc", None)),
@@ -252,7 +379,7 @@ SUMMARY_REQUIRED = (
 )
 
 
-def read_summary(run_dir: Path) -> dict[str, Any]:
+def read_summary(run_dir: Path) -> Summary:
     """summary.json, checked: its schema version (1: written before the version was, same sections) and each
     field against `SUMMARY`; a bad one is a DataError naming the file and the field."""
     path = run_dir / runfiles.SUMMARY
@@ -264,7 +391,7 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
     for name, kind in SUMMARY_EACH.items():
         if summary.get(name) is not None:
             check_each(summary[name], kind, str(path), name)
-    return summary
+    return cast(Summary, summary)  # checked against SUMMARY above
 
 
 CONTENTION_KEYS = ("other_cpu_share", "steal_share", "cpu_pressure_share", "load_avg_1m", "gpu_other_processes")
@@ -275,7 +402,13 @@ def contention_summary(history: list[EpochRecord]) -> dict[str, Any]:
     return {f"max_{key}": worst_reading(history, key) for key in CONTENTION_KEYS}
 
 
-def gpu_summary(gpu: dict[str, Any], history: list[EpochRecord]) -> dict[str, Any]:
+def final_part(last: EpochRecord | None) -> FinalPart:
+    """The last epoch's figures (each None before the first epoch)."""
+    keys = ("epoch", "train_loss", "train_acc", "train_eval_loss", "train_eval_acc", "test_loss", "test_acc")
+    return cast(FinalPart, {k: getattr(last, k, None) for k in keys})
+
+
+def gpu_summary(gpu: dict[str, Any], history: list[EpochRecord]) -> GpuPart:
     """Mean utilization and peak memory used per rank's GPU over the run, or why they were not measured."""
     if not gpu.get("measured"):
         return {"measured": False, "reason": gpu.get("reason") or "not measured"}
@@ -322,7 +455,7 @@ def _diff(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
-def format_summary(s: dict[str, Any], run_dir: Any = None) -> str:
+def format_summary(s: Summary, run_dir: Any = None) -> str:
     """One screen of plain text, the way a person reads a finished run; `run_dir` ends it."""
     run, batch, final, best, over, t = s["run"], s["batch"], s["final"], s["best"], s["overfitting"], s["time"]
     split = s["data"]["eval_split"]

@@ -35,12 +35,15 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddplab.errors import DataError
 from ddplab.metrics.records import EpochRecord, optimizer_steps, timed_epochs
 from ddplab.planner.links import Link, MeasuredLinks
 from ddplab.topology import devices_brought
+
+if TYPE_CHECKING:
+    from ddplab.metrics.summary import Summary
 
 BACKWARD_SHARE = 2 / 3  # of forward+backward compute
 FIRST_BUCKET_MIB = 1.0  # DDP's first bucket (torch.distributed's default first_bucket_bytes_cap)
@@ -105,7 +108,7 @@ class Prediction:
         return self.per_node * self.nodes
 
 
-def step_costs(summary: dict[str, Any], epochs: list[EpochRecord], config: dict[str, Any]) -> StepCosts:
+def step_costs(summary: Summary, epochs: list[EpochRecord], config: dict[str, Any]) -> StepCosts:
     """A run's measured step, from its summary.json, metrics.jsonl and config.toml (flattened)."""
     run, batch = summary["run"], summary["batch"]
     if run["strategy"] == "dp":

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddplab.errors import DataError
 from ddplab.metrics.records import (
@@ -29,6 +29,9 @@ from ddplab.report import noise
 from ddplab.report.runs import Point
 from ddplab.runread import Run, shown
 from ddplab.topology import devices_brought, resolve_backend  # torch-free
+
+if TYPE_CHECKING:
+    from ddplab.metrics.summary import Summary
 
 # A DDP run's communication per step, measured two ways (milliseconds): ddplab's probe of the all-reduce
 # wait (the step timed with and without gradient sync, ranks lined up), and DDP's own timers on its
@@ -195,7 +198,7 @@ def cores_busy(epochs: list[EpochRecord], train_s: float) -> float | None:
     return sum(cpu) / train_s if cpu and len(cpu) == len(epochs) and train_s else None
 
 
-def world_size(summary: dict[str, Any]) -> int:
+def world_size(summary: Summary) -> int:
     """Workers: processes under DDP, GPUs under DataParallel (one process driving several)."""
     gpus = summary.get("gpu_peak_alloc_mib")
     if summary["run"]["strategy"] == "dp" and isinstance(gpus, list) and gpus:
@@ -211,7 +214,7 @@ def backend(strategy: str, requested: str, device: str) -> str:
     return resolve_backend(requested, on_cuda=str(device).startswith("cuda"))
 
 
-def peak_memory(summary: dict[str, Any]) -> tuple[str | None, float | None]:
+def peak_memory(summary: Summary) -> tuple[str | None, float | None]:
     """The largest per-rank peak, named by what it measures (allocated on CUDA, RSS on CPU)."""
     ranks, memory = summary.get("ranks") or {}, summary.get("memory") or {}
     for label in MEMORY_LABELS:

@@ -370,7 +370,7 @@ def plot_step_loss(points: list[Point], path: Path) -> Plot | None:
     for p in points:
         per_x: dict[float, list[float]] = {}
         for run in p.runs:
-            spe = (run.summary or {}).get("batch", {}).get("steps_per_epoch")
+            spe = run.summary["batch"].get("steps_per_epoch") if run.summary else None
             for x, value in step_positions(run.steps, spe):
                 per_x.setdefault(round(x, 6), []).append(value)
         if per_x:

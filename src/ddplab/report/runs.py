@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddplab import runfiles
 from ddplab.errors import ConfigError, DataError
+from ddplab.metrics.summary import final_part
 from ddplab.runread import Run, SweepShown, is_run_dir, read_config, readable_run, shown
 from ddplab.sweep.spec import point_text
 
@@ -42,22 +43,17 @@ def first_epochs(run: Run, epochs: int) -> Run:
 
     history = run.history[:epochs]
     last, best = history[-1], max(history, key=lambda r: r.test_acc)
-    final = {
-        k: getattr(last, k)
-        for k in ("epoch", "train_loss", "train_acc", "train_eval_loss", "train_eval_acc", "test_loss", "test_acc")
+    assert run.summary is not None  # a finished run's
+    summary = run.summary.copy()
+    summary["final"] = final_part(last)
+    summary["best"] = {"epoch": best.epoch, "test_acc": best.test_acc}
+    summary["run"] = {**run.summary["run"], "epochs_planned": epochs, "epochs_done": epochs}
+    summary["time"] = {
+        **run.summary["time"],
+        "train_s": sum(r.train_s for r in history),
+        "eval_s": sum(r.eval_s for r in history),
+        "total_s": (run.summary["time"].get("startup_s") or 0.0) + sum(r.epoch_s for r in history),
     }
-    summary = dict(run.summary or {})
-    summary.update(
-        final=final,
-        best={"epoch": best.epoch, "test_acc": best.test_acc},
-        run={**summary.get("run", {}), "epochs_planned": epochs, "epochs_done": epochs},
-        time={
-            **summary.get("time", {}),
-            "train_s": sum(r.train_s for r in history),
-            "eval_s": sum(r.eval_s for r in history),
-            "total_s": (summary.get("time", {}).get("startup_s") or 0.0) + sum(r.epoch_s for r in history),
-        },
-    )
     return dataclasses.replace(
         run,
         summary=summary,
