@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 
 from ddplab.config import RunConfig
-from ddplab.metrics.summary import build_summary, format_summary
+from ddplab.metrics.summary import RunInfo, build_summary, format_summary
 
 from run_folders import epoch_record
 
@@ -37,17 +37,17 @@ def test_overfitting_signals_and_data_parallel_memory():
         record(3, 0.95, 0.58, 1.2, [310.0, 110.0]),
     ]
     state = SimpleNamespace(history=history, epoch=3, step=30, best_test_acc=0.60, best_epoch=2, stopped_early=False)
-    info = {
-        "world_size": 2,
-        "device": "cuda:0",
-        "steps_per_epoch": 10,
-        "params": 1,
-        "flops_per_image": 2,
-        "train_images": 100,
-        "eval_images": 50,
-        "eval_split": "test",
-        "classes": list("abc"),
-    }
+    info = RunInfo(
+        world_size=2,
+        device="cuda:0",
+        steps_per_epoch=10,
+        params=1,
+        flops_per_image=2,
+        train_images=100,
+        eval_images=50,
+        eval_split="test",
+        num_classes=3,
+    )
     s = build_summary(RunConfig(), info, state, startup_s=1.5, total_s=40.0)
     over = s["overfitting"]
     assert over["train_test_acc_gap"] == pytest.approx(0.37) and over["min_test_loss_epoch"] == 2
@@ -82,17 +82,17 @@ def test_a_resumed_run_whose_early_epochs_lack_a_per_rank_figure_still_sums_up()
     old.per_rank.pop("train_s")
     history = [old, record(2, 0.8, 0.60, 0.9)]
     state = SimpleNamespace(history=history, epoch=2, step=20, best_test_acc=0.60, best_epoch=2, stopped_early=False)
-    info = {
-        "world_size": 2,
-        "device": "cpu",
-        "steps_per_epoch": 10,
-        "params": 1,
-        "flops_per_image": 2,
-        "train_images": 100,
-        "eval_images": 50,
-        "eval_split": "test",
-        "classes": list("abc"),
-    }
+    info = RunInfo(
+        world_size=2,
+        device="cpu",
+        steps_per_epoch=10,
+        params=1,
+        flops_per_image=2,
+        train_images=100,
+        eval_images=50,
+        eval_split="test",
+        num_classes=3,
+    )
     s = build_summary(RunConfig(), info, state, startup_s=1.5, total_s=40.0)
     assert s["ranks"]["train_s"]["per_rank"] == [8.0, 9.0] and s["ranks"]["ddp_comm_ms"]["per_rank"] == [2.0, 2.0]
 

@@ -35,7 +35,7 @@ from ddplab.metrics.gpu import GpuSampler
 from ddplab.metrics.profiler import build_profiler
 from ddplab.metrics.records import EpochRecord, read_epochs
 from ddplab.metrics.sinks import MetricSink, NullSink, run_sinks
-from ddplab.metrics.summary import Summary, build_summary, format_summary, read_summary
+from ddplab.metrics.summary import RunInfo, Summary, build_summary, format_summary, read_summary
 from ddplab.metrics.system import Stopwatch, synchronize
 from ddplab.models import count_flops, count_params, create_model, describe_layers
 from ddplab.runplan import RunPlan
@@ -202,7 +202,7 @@ def collective_failure(exc: Exception, config: RunConfig, ctx: DistContext) -> E
 
 def build_trainer(
     config: RunConfig, ctx: DistContext, run_dir: Path | None, session_start: float | None = None
-) -> tuple[Trainer, dict[str, Any]]:
+) -> tuple[Trainer, RunInfo]:
     """Every component of a run, built in order and handed to a Trainer (its observers come with `fit`)."""
     configure_determinism(config, ctx.device)
     train_set, eval_set, eval_split = build_datasets(config, ctx)
@@ -237,8 +237,8 @@ def build_trainer(
     )
     sampler = trainer.gpu_sampler
     every = trainer.timed_step_every()
-    info = {
-        "engine": {
+    info = RunInfo(
+        engine={
             "deterministic": resolve_deterministic(config, ctx.device),
             "cudnn_benchmark": torch.backends.cudnn.benchmark,
             "time_breakdown": (
@@ -253,24 +253,24 @@ def build_trainer(
             "cuda_graphs": config.train.cuda_graphs,
             "cpu_threads": torch.get_num_threads() if ctx.device.type == "cpu" else None,
         },
-        "gpu": {
+        gpu={
             "measured": bool(sampler and sampler.measured),
             "reason": sampler.reason if sampler is not None else "no GPU (training on the CPU)",
         },
-        "data_init_s": data_init_s,
-        "params": params,
-        "flops_per_image": flops,
-        "eval_split": eval_split,
-        "world_size": ctx.world_size,
-        "backend": ctx.backend,
-        "train_images": len(train_set),
-        "eval_images": len(eval_set),
-        "steps_per_epoch": num_steps,
-        "train_eval_images": train_eval_loader and len(train_eval_loader.labels),
-        "layers": describe_layers(model),
-        "device": ctx.device,
-        "classes": train_set.classes,
-    }
+        data_init_s=data_init_s,
+        params=params,
+        flops_per_image=flops,
+        eval_split=eval_split,
+        world_size=ctx.world_size,
+        backend=ctx.backend,
+        train_images=len(train_set),
+        eval_images=len(eval_set),
+        steps_per_epoch=num_steps,
+        train_eval_images=len(train_eval_loader.labels) if train_eval_loader is not None else None,
+        layers=describe_layers(model),
+        device=str(ctx.device),
+        num_classes=len(train_set.classes),
+    )
     log.info(
         "%s on %s: %d train / %d %s images, %s params, batch %d local / %d global, %d steps/epoch",
         config.model.name,

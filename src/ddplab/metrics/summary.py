@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict, cast
 
@@ -174,9 +175,30 @@ class Summary(_SummaryWritten, total=False):
     profile: dict[str, Any] | None
 
 
+@dataclass(frozen=True)
+class RunInfo:
+    """What building a run found out (engine/run.build_trainer), for its summary."""
+
+    world_size: int
+    device: str
+    steps_per_epoch: int
+    params: int
+    flops_per_image: float
+    train_images: int
+    eval_images: int
+    eval_split: str  # test | val
+    num_classes: int
+    backend: str | None = None  # the process group's (None: one process)
+    layers: str | None = None
+    train_eval_images: int | None = None  # training images evaluated like the test set (None: off)
+    data_init_s: float | None = None  # the whitening stem's init from the data (None: none)
+    gpu: dict[str, Any] = field(default_factory=dict)  # whether GPU utilization is sampled, and why not
+    engine: dict[str, Any] | None = None  # how the numbers are taken: determinism, syncs, fused optimizer, ...
+
+
 def build_summary(
     config: RunConfig,
-    info: dict[str, Any],
+    info: RunInfo,
     state,
     *,
     startup_s: float,
@@ -198,11 +220,11 @@ def build_summary(
             "dataset": config.data.dataset,
             "model": config.model.name,
             "strategy": config.dist.strategy,
-            "world_size": info["world_size"],
-            "backend": info.get("backend") or "none",
+            "world_size": info.world_size,
+            "backend": info.backend or "none",
             # Workers on one GPU (--dist.share_device): a check that a multi-worker run works, never a speed figure.
-            "shared_device": bool(config.dist.share_device and info["world_size"] > 1),
-            "device": str(info["device"]),
+            "shared_device": bool(config.dist.share_device and info.world_size > 1),
+            "device": info.device,
             "precision": config.train.precision,
             "optimizer": config.optim.name,
             "lr": config.optim.lr,
@@ -214,17 +236,17 @@ def build_summary(
         "batch": {
             "local": config.train.batch_size,
             "accumulate": config.train.accumulate,
-            "global": config.global_batch_size(info["world_size"]),
-            "steps_per_epoch": info["steps_per_epoch"],
+            "global": config.global_batch_size(info.world_size),
+            "steps_per_epoch": info.steps_per_epoch,
             "optimizer_steps": state.step,
         },
-        "model": {"params": info["params"], "flops_per_image": info["flops_per_image"], "layers": info.get("layers")},
+        "model": {"params": info.params, "flops_per_image": info.flops_per_image, "layers": info.layers},
         "data": {
-            "train_images": info["train_images"],
-            "eval_images": info["eval_images"],
-            "eval_split": info["eval_split"],
-            "num_classes": len(info["classes"]),
-            "train_eval_images": info.get("train_eval_images"),
+            "train_images": info.train_images,
+            "eval_images": info.eval_images,
+            "eval_split": info.eval_split,
+            "num_classes": info.num_classes,
+            "train_eval_images": info.train_eval_images,
         },
         "final": final_part(last),
         "best": {"epoch": state.best_epoch, "test_acc": state.best_test_acc},
@@ -240,7 +262,7 @@ def build_summary(
             "startup_s": round(startup_s, 3),
             # Compilation and autotuning run on every batch shape before the clocks (None: nothing to warm up).
             "warmup": warmup,
-            "data_init_s": info.get("data_init_s"),  # the whitening stem's init from the data (None: none)
+            "data_init_s": info.data_init_s,  # the whitening stem's init from the data (None: none)
             "train_s": round(sum(r.train_s for r in history), 3),
             "eval_s": round(sum(r.eval_s for r in history), 3),
             "total_s": round(total_s, 3),  # a resumed run's: every session's, each to its last checkpoint
@@ -250,7 +272,7 @@ def build_summary(
             "images_per_s": round(statistics.fmean(r.images_per_s for r in history), 1) if history else None,
             # As the CIFAR-10 speed records time a run: data init + every epoch's training + the last evaluation;
             # start-up, compilation and the earlier epochs' evaluations are left out (each is reported above).
-            "record_s": round((info.get("data_init_s") or 0.0) + sum(r.train_s for r in history) + last.eval_s, 3)
+            "record_s": round((info.data_init_s or 0.0) + sum(r.train_s for r in history) + last.eval_s, 3)
             if last
             else None,
         },
@@ -271,9 +293,9 @@ def build_summary(
         # What else ran on the machine while this run trained (metrics/contention.py), worst epoch.
         "contention": contention_summary(history),
         "ranks": per_rank_summary(history),
-        "gpu": gpu_summary(info.get("gpu", {}), history),
+        "gpu": gpu_summary(info.gpu, history),
         # How the numbers were taken: determinism, cuDNN autotuning, how often the device is synchronized.
-        "engine": info.get("engine"),
+        "engine": info.engine,
         # --train.profile_steps: the window, its files under RUN/profile/, the ops with the most self time.
         "profile": profile,
     }
