@@ -92,7 +92,7 @@ def run_flops(run_dir: Path, summary: dict) -> float:
     import torch
 
     from ddplab.config import load_toml
-    from ddplab.engine.trainer import tta_views
+    from ddplab.engine.tta import tta_views
 
     tta = load_toml(run_dir / runfiles.CONFIG).get("train", {}).get("tta", "none")  # the mode the run evaluated with
     views = len(tta_views(torch.zeros(1, 1, 2, 2), tta))

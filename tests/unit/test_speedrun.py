@@ -16,7 +16,7 @@ from ddplab.engine.lookahead import Lookahead
 from ddplab.engine.muon import Muon, orthogonalize, split_params
 from ddplab.engine.precision import Precision
 from ddplab.engine.run import build_trainer
-from ddplab.engine.trainer import evaluate, tta_views
+from ddplab.engine.tta import evaluate, tta_views
 from ddplab.errors import ConfigError
 from ddplab.models import create_model
 

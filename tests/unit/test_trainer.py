@@ -8,7 +8,7 @@ import torch
 from ddplab import checkpoint
 from ddplab.distributed import DistContext, unwrap
 from ddplab.engine.run import build_trainer
-from ddplab.engine.trainer import evaluate
+from ddplab.engine.tta import evaluate
 from ddplab.errors import TrainingError
 from ddplab.metrics.records import reproducible
 

@@ -15,7 +15,7 @@ from ddplab.config import build_config, check_environment, load_toml
 from ddplab.data.loader import DeviceLoader
 from ddplab.distributed import DistContext, resolve_device
 from ddplab.engine.precision import Precision
-from ddplab.engine.trainer import evaluate
+from ddplab.engine.tta import evaluate
 from ddplab.errors import ConfigError
 
 

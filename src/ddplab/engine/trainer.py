@@ -31,7 +31,9 @@ from ddplab.distributed import DistContext, ddp_module, no_sync, unwrap
 from ddplab.engine.early_stop import EarlyStopping
 from ddplab.engine.graphed import WARMUP_STEPS, WARMUP_STEPS_DDP, GraphedStep
 from ddplab.engine.lookahead import Lookahead
+from ddplab.engine.phases import PhaseTimer
 from ddplab.engine.precision import Precision
+from ddplab.engine.tta import evaluate
 from ddplab.errors import TrainingError
 from ddplab.metrics import contention
 from ddplab.metrics.gpu import GpuSampler
@@ -40,7 +42,7 @@ from ddplab.metrics.meters import ClassificationMeter
 from ddplab.metrics.profiler import StepProfiler
 from ddplab.metrics.records import EpochRecord
 from ddplab.metrics.sinks import MetricSink, NullSink
-from ddplab.metrics.system import Stopwatch, peak_alloc_per_gpu_mib, peak_memory_mib, reset_peak_memory, synchronize
+from ddplab.metrics.system import Stopwatch, peak_alloc_per_gpu_mib, peak_memory_mib, reset_peak_memory
 from ddplab.seeding import derive_seed
 
 log = logging.getLogger(__name__)
@@ -569,78 +571,3 @@ class Trainer:
                 "test_acc": self.state.best_test_acc,
             }
             checkpoint.save_atomic(best, self.checkpoint_dir / checkpoint.BEST)
-
-
-@torch.no_grad()
-def evaluate(
-    model: torch.nn.Module, loader, precision: Precision, ctx: DistContext, tta: str = "none"
-) -> dict[str, Any]:
-    """Plain cross-entropy and accuracy over the whole evaluation set, each sample once.
-
-    The loader shards without padding, so the all-reduced sums count every sample exactly
-    once whatever the world size (contract 1). With test-time augmentation the loss and
-    accuracy are those of the logits averaged over the views.
-    """
-    model.eval()
-    meter = ClassificationMeter(ctx.device)
-    for x, y in loader:
-        with precision.autocast():
-            views = tta_views(x, tta)
-            logits = sum(w * model(v).float() for v, w in zip(views, tta_weights(tta)))
-        meter.update(F.cross_entropy(logits, y, reduction="sum"), logits, y)
-    return meter.reduced(ctx.all_reduce_sum)
-
-
-def tta_views(x: torch.Tensor, mode: str) -> list[torch.Tensor]:
-    """The batch, its mirror image, and (flip_translate) both shifted one pixel down-right and up-left."""
-    if mode == "none":
-        return [x]
-    views = [x]
-    if mode == "flip_translate":
-        padded = F.pad(x, (1, 1, 1, 1), mode="reflect")
-        h, w = x.shape[-2:]
-        views += [padded[..., :h, :w], padded[..., 2:, 2:]]
-    return views + [v.flip(-1) for v in views]
-
-
-def tta_weights(mode: str) -> list[float]:
-    """Weights of `tta_views`' logits: the unshifted image counts as much as its two shifts together
-    (as the speed records weigh them: a shift is the less likely view of a test image)."""
-    return {"none": [1.0], "flip": [0.5, 0.5], "flip_translate": [0.25, 0.125, 0.125] * 2}[mode]
-
-
-class PhaseTimer:
-    """Wall time per phase of a step, the device synchronized at each boundary of timed steps.
-
-    The syncs stop the host from running ahead of a CUDA device, so each phase is charged
-    its own work. On a GPU they would also stop the host from queueing the next step while
-    the device works, so there only 1 step in `every` is timed and the epoch's totals are
-    extrapolated from those steps; on a CPU, where a sync costs nothing, every step is.
-    """
-
-    def __init__(self, device: torch.device, enabled: bool, every: int = 1):
-        self.device, self.enabled, self.every = device, enabled, every
-        self.sums: dict[str, float] = {}
-        self.timed_steps = 0
-        self.active = False
-        self.last = time.perf_counter()
-
-    def begin_step(self, index: int) -> None:
-        self.active = self.enabled and index % self.every == 0
-        if self.active:
-            synchronize(self.device)
-            self.timed_steps += 1
-            self.last = time.perf_counter()
-
-    def lap(self, phase: str) -> None:
-        if not self.active:
-            return
-        synchronize(self.device)
-        now = time.perf_counter()
-        self.sums[phase] = self.sums.get(phase, 0.0) + now - self.last
-        self.last = now
-
-    def totals(self, num_steps: int) -> dict[str, float]:
-        """Each phase's seconds over the epoch's `num_steps` steps."""
-        scale = num_steps / self.timed_steps if self.timed_steps else 0.0
-        return {phase: seconds * scale for phase, seconds in self.sums.items()}
