@@ -117,11 +117,6 @@ CONV_SHAPES = (
 )
 
 CONV_VARIANTS = ("cuDNN", "cuDNN disabled", "CPU", "torch.compile", "FusedConvReLU")
-GRAY_VARIANTS = ("python_loop", "torch CPU", "torch CUDA", "triton", "cuda C++")
-
-
-class Skip(Exception):
-    """A row that cannot run here; the message says why."""
 
 
 # ---- costs ------------------------------------------------------------------------------

@@ -286,22 +286,6 @@ def detail_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]
     )
 
 
-def run_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """Every finished run on its own (`ddplab compare` and the report's appendix)."""
-    return render(
-        [
-            ("run", lambda r: r["run"]),
-            ("point", lambda r: r["point"]),
-            ("seed", lambda r: point_text(r["seed"])),
-            ("test acc %", lambda r: percent_value(r["final_test_acc"])),
-            ("train images/s", lambda r: "-" if not r.get("images_per_s") else rate(r["images_per_s"])),
-            ("other load", load_cell),
-            ("total s", lambda r: seconds(r["total_s"])),
-        ],
-        rows,
-    )
-
-
 def markdown_table(headers: list[str], cells: list[list[str]]) -> str:
     def line(values: list[str]) -> str:
         return "| " + " | ".join(v.replace("|", "\\|") for v in values) + " |"

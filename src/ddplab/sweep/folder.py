@@ -229,9 +229,6 @@ class Manifest:
             "runs": [e.to_json() for e in self.runs],
         }
 
-    def entry(self, name: str) -> Entry:
-        return next(e for e in self.runs if e.name == name)
-
     def unfinished(self) -> list[Entry]:
         return [e for e in self.runs if e.status is not Status.FINISHED]
 
