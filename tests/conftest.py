@@ -79,3 +79,15 @@ def tiny_config(out: Path | None = None, **sections):
     for section, content in sections.items():
         values.setdefault(section, {}).update(content)
     return build_config(values)
+
+
+@pytest.fixture(scope="session")
+def sweep_report(tmp_path_factory):
+    """A report over a small sweep, built once for every test that reads it (tests/report_folders.py)."""
+    from ddplab.report.build import build_report
+
+    from report_folders import write_sweep
+
+    root = tmp_path_factory.mktemp("report")
+    sweep = write_sweep(root)
+    return build_report([sweep], root / "out"), root
