@@ -244,10 +244,10 @@ def test_two_threads_cannot_train_into_one_folder(tmp_path, monkeypatch):
     first_training, second_done = threading.Event(), threading.Event()
     real_fit = Trainer.fit
 
-    def fit_that_waits(self):
+    def fit_that_waits(self, *args, **kwargs):
         first_training.set()
         assert second_done.wait(120)
-        return real_fit(self)
+        return real_fit(self, *args, **kwargs)
 
     monkeypatch.setattr(Trainer, "fit", fit_that_waits)
     results = {}

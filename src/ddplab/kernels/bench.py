@@ -214,7 +214,8 @@ def measure_peaks(device: torch.device, dtype: torch.dtype = torch.float32, quic
     so the compute peak is the one the conv rows could reach.
     """
     cuda = device.type == "cuda"
-    n = (8192 if not quick else 4096) if cuda else 1024
+    # quick on a CPU: 512 (a 1024 bf16 matmul takes 2 s where the CPU has no bf16 units; quick checks plumbing)
+    n = (8192 if not quick else 4096) if cuda else (1024 if not quick else 512)
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     old = torch.backends.cuda.matmul.allow_tf32
