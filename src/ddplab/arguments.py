@@ -26,11 +26,15 @@ def parallel_points(text: str) -> int | str:
     """`--parallel`: a whole number >= 1, or auto."""
     if text == AUTO:
         return AUTO
-    if not text.isdigit() or int(text) < 1:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a number of points to run at once (a whole number >= 1) or auto"
         )
-    return int(text)
+    return value
 
 
 def positive_seconds(text: str) -> float:

@@ -226,3 +226,11 @@ def test_a_slurm_sweep_takes_its_default_profile_from_the_nodes_it_asks_for_not_
     assert ddplab(argv) == 0
     first = capsys.readouterr().out.splitlines()[0]
     assert first.startswith(f"sweep assignment: profile {'gpu' if gpus else 'cpu'}, as its points ask slurm for")
+
+
+def test_a_slurm_dry_run_into_a_run_folder_is_refused_as_a_submission_is(tmp_path):
+    from ddplab.sweep.spec import load_sweep, sweep_file
+
+    write_run(tmp_path / "run")
+    with pytest.raises(ConfigError, match=r"is a run folder, not a sweep folder"):
+        SlurmExecutor().dry_run(load_sweep(sweep_file("assignment")), SweepFolder(tmp_path / "run"))

@@ -541,3 +541,21 @@ def test_the_manifest_has_one_reader_and_a_runner_remakes_a_bad_one_saying_so(tm
     said = []
     assert folder.earlier_entries(said.append) == {}
     assert len(said) == 1 and said[0].startswith("note: ") and said[0].endswith(": made again from the run folders")
+
+
+def test_the_manifest_names_the_executor_that_prepared_the_folder_and_keeps_a_newer_writers_fields(tmp_path):
+    """--status and --wait ask the executor the manifest names: the folder's preparation writes it (a Slurm
+    re-submission that found nothing to submit left "local" there, and --status stopped reading the queue).
+    Fields this ddplab does not know (a newer one wrote them) are written back as they were read."""
+    sweep = load_sweep(write(tmp_path, SWEEP), profile="small")
+    folder = SweepFolder(tmp_path / "out")
+    manifest, todo = folder.prepare(sweep, {}, "slurm", echo=lambda line: None)
+    assert manifest.executor == "slurm" and folder.load().executor == "slurm" and len(todo) == len(sweep.runs)
+    data = json.loads(folder.manifest_path.read_text())
+    data["queue_hint"] = {"cluster": "a"}
+    data["runs"][0]["retries"] = 2
+    folder.manifest_path.write_text(json.dumps(data))
+    folder.write(folder.load())
+    again = json.loads(folder.manifest_path.read_text())
+    assert again["queue_hint"] == {"cluster": "a"} and again["runs"][0]["retries"] == 2
+    assert again == data

@@ -51,7 +51,8 @@ class Executor(Protocol):
         """What submitting would do, writing nothing."""
 
     def submit(self, sweep: Sweep, folder: SweepFolder, echo: Echo) -> Manifest:
-        """Run, or hand over, every unfinished point; the manifest as it stands when this returns."""
+        """Run, or hand over, every unfinished point (the folder made ready by `folder.prepare(..., executor=name)`,
+        which names this executor in the manifest); the manifest as it stands when this returns."""
 
     def refresh(self, folder: SweepFolder, manifest: Manifest) -> list[str]:
         """Each entry's status as it stands now (not written); notes worth a line in --status."""

@@ -127,19 +127,22 @@ class Entry:
     wall_s: float | None = None
     wall_epochs: int | None = None  # epochs trained in wall_s (a resumed run trains fewer)
     job: str | None = None  # its handle in a remote executor (Slurm: JOB_TASK)
+    others: dict[str, Any] = field(default_factory=dict, repr=False)  # a newer writer's fields: written back as read
 
     KEPT = ("status", "exit_code", "error", "wall_s", "wall_epochs", "job")  # what a re-run keeps of an earlier entry
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Entry:
-        known = {f.name for f in dataclasses.fields(cls)}
+        known = {f.name for f in dataclasses.fields(cls)} - {"others"}
         entry = cls(**{k: v for k, v in data.items() if k in known})
+        entry.others = {k: v for k, v in data.items() if k not in known}
         entry.status = Status(entry.status)
         entry.point = dict(entry.point or {})
         return entry
 
     def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "status": self.status.value}
+        mine = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "others"}
+        return {**self.others, **mine, "point": dict(self.point), "status": self.status.value}
 
     def ended(
         self,
@@ -171,13 +174,20 @@ class Manifest:
     sections: list[dict[str, Any]] = field(default_factory=list)
     executor: str = "local"
     jobs: list[str] = field(default_factory=list)  # the executor's handles of what it submitted (Slurm: array jobs)
+    others: dict[str, Any] = field(default_factory=dict, repr=False)  # a newer writer's fields: written back as read
 
     @classmethod
     def of(
-        cls, sweep: Sweep, previous: dict[str, Entry], states: dict[str, str], unavailable: dict[str, str]
+        cls,
+        sweep: Sweep,
+        previous: dict[str, Entry],
+        states: dict[str, str],
+        unavailable: dict[str, str],
+        executor: str = "local",
     ) -> Manifest:
-        """The manifest for `sweep`: each point's earlier outcome kept, finished ones marked so from their folders
-        (`states`: run name -> runfiles.run_state), points this machine cannot start marked skipped."""
+        """The manifest for `sweep`, run by `executor`: each point's earlier outcome kept, finished ones marked so
+        from their folders (`states`: run name -> runfiles.run_state), points this machine cannot start marked
+        skipped."""
         runs = []
         for run in sweep.runs:
             entry = Entry(
@@ -211,21 +221,25 @@ class Manifest:
             order=sweep.order,
             adapted=[a.text() for a in sweep.adaptations],
             sections=sweep.section_records(),
+            executor=executor,
         )
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Manifest:
-        known = {f.name for f in dataclasses.fields(cls)} - {"runs", "jobs"}
+        fields = {f.name for f in dataclasses.fields(cls)}
+        known = fields - {"runs", "jobs", "others"}
         manifest = cls(
             runs=[Entry.from_json(e) for e in data["runs"]],
             **{k: v for k, v in data.items() if k in known and (v is not None or k == "profile")},
         )
         manifest.jobs = list(data.get("jobs") or data.get("slurm_jobs") or [])  # slurm_jobs: written before 2026-11-26
+        manifest.others = {k: v for k, v in data.items() if k not in fields and k != "slurm_jobs"}
         return manifest
 
     def to_json(self) -> dict[str, Any]:
         return {
-            **{f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "runs"},
+            **self.others,
+            **{f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("runs", "others")},
             "runs": [e.to_json() for e in self.runs],
         }
 
@@ -336,10 +350,10 @@ class SweepFolder:
         return None
 
     def prepare(
-        self, sweep: Sweep, unavailable: dict[str, str], echo=print
+        self, sweep: Sweep, unavailable: dict[str, str], executor: str, echo=print
     ) -> tuple[Manifest, list[tuple[SweepRun, Entry]]]:
-        """The folder made ready to run into (folders it cannot keep refused first), its manifest written; the
-        points left to run, each with its entry."""
+        """The folder made ready for `executor` to run into (folders it cannot keep refused first), its manifest
+        written, naming the executor (--status and --wait ask it); the points left to run, each with its entry."""
         states = self.run_states(sweep)
         for run in sweep.runs:
             reason = self.stale_reason(run, states[run.name])
@@ -349,6 +363,6 @@ class SweepFolder:
             files.make_dir(self.root / sub)
         if sweep.file.resolve() != (self.root / SWEEP_FILE).resolve():
             files.write_text(self.root / SWEEP_FILE, sweep.file.read_text())
-        manifest = Manifest.of(sweep, self.earlier_entries(echo), states, unavailable)
+        manifest = Manifest.of(sweep, self.earlier_entries(echo), states, unavailable, executor)
         self.write(manifest)
         return manifest, [(run, entry) for run, entry in zip(sweep.runs, manifest.runs) if not entry.status.settled]

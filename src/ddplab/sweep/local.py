@@ -96,7 +96,7 @@ class LocalExecutor:
             return self.run_held(sweep, folder, slots, echo)
 
     def run_held(self, sweep: Sweep, folder: SweepFolder, slots: SlotPool, echo) -> Manifest:
-        manifest, todo = folder.prepare(sweep, unavailable_runs(sweep), echo)
+        manifest, todo = folder.prepare(sweep, unavailable_runs(sweep), self.name, echo)
         skipped = sum(e.status is Status.SKIPPED for e in manifest.runs)
         echo(
             f"sweep {sweep.name}: {len(sweep.runs)} runs, {len(sweep.runs) - len(todo) - skipped} already finished, "

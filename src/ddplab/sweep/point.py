@@ -1,9 +1,10 @@
 """One point of a sweep, as every executor runs it: the local slots and a Slurm array task alike.
 
 A point is `ddplab train` (or torchrun) on its config in the sweep folder, its own process tree,
-its output appended to its log. One that finished is not run again; one with a checkpoint resumes;
-its exit code and run folder say what became of it (`folder.ended_as`). An executor decides only
-where and when a point runs (its cores and GPUs, an allocation's srun) and records the outcome.
+its output appended to its log. The executor skips one that finished (`Point.finished`: `ddplab
+train` would refuse its folder); one with a checkpoint resumes; its exit code and run folder say
+what became of it (`folder.ended_as`). An executor decides only where and when a point runs (its
+cores and GPUs, an allocation's srun) and records the outcome.
 Torch-free.
 """
 

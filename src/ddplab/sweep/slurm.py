@@ -186,6 +186,7 @@ class SlurmExecutor:
 
     def dry_run(self, sweep: Sweep, folder: SweepFolder) -> str:
         """Each batch script and its sbatch line, nothing written or submitted."""
+        folder.refuse_run_folder()
         extra, lines = self.options.sbatch_options(), []
         for (name, nodes, tasks), runs in arrays(sweep.runs, sweep).items():
             lines.append(
@@ -203,7 +204,7 @@ class SlurmExecutor:
             slurm_tool(["sbatch", "--version"], "sbatch")  # says it is missing, before the folder is touched
         with run_lock(folder.root, "sweep"):
             earlier = folder.load() if folder.has_manifest() else None
-            manifest, todo = folder.prepare(sweep, unavailable={}, echo=echo)
+            manifest, todo = folder.prepare(sweep, unavailable={}, executor=self.name, echo=echo)
             manifest.jobs = list(earlier.jobs) if earlier is not None else []
             queued = queued_jobs(manifest)
             self.update(
@@ -223,7 +224,6 @@ class SlurmExecutor:
                 return manifest
             files.make_dir(folder.own(FOLDER))
             entries = {run.name: entry for run, entry in todo}
-            manifest.executor = self.name
             for (name, nodes, tasks), runs in arrays([run for run, _ in todo], sweep).items():
                 for run in runs:
                     files.write_text(folder.root / entries[run.name].config, run.config.to_toml())
