@@ -294,15 +294,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(runner.dry_run(sweep, folder))
         return 0
-    if args.wait and args.executor == "local":  # wait for what an earlier command submitted, by its executor
+    if args.wait and not runner.waits:  # wait for what an earlier command submitted, by the executor it named
         waiting = [name for name, each in executor.registered().items() if each.waits]
-        if not folder.has_manifest() or not executor.named(folder.load().executor).waits:
+        earlier = executor.named(folder.load().executor) if folder.has_manifest() else None
+        if earlier is None or not earlier.waits:
             raise ConfigError(
                 f"--wait waits for a sweep submitted with --executor {' or '.join(waiting)}, and "
                 f"{folder.root} holds none"
             )
-        runner = executor.named(folder.load().executor).reading()
-        manifest = runner.wait(folder, echo)
+        manifest = earlier.reading().wait(folder, echo)
     else:
         manifest = runner.submit(sweep, folder, echo)
         if runner.waits:
@@ -511,8 +511,10 @@ def cmd_hosts(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from ddplab.sweep.folder import SweepFolder
+
     only = args.paths[0] if len(args.paths) == 1 else None
-    out = args.out or (only / "report" if only is not None and (only / "manifest.json").is_file() else Path("report"))
+    out = args.out or (only / "report" if only is not None and SweepFolder(only).has_manifest() else Path("report"))
     report(out, args.paths, title=args.title)
     return 0
 

@@ -30,16 +30,11 @@ def record(epoch, train_acc, test_acc, test_loss, gpus=None):
     )
 
 
-def test_overfitting_signals_and_data_parallel_memory():
-    history = [
-        record(1, 0.5, 0.55, 1.0, [300.0, 100.0]),
-        record(2, 0.8, 0.60, 0.9, [320.0, 90.0]),
-        record(3, 0.95, 0.58, 1.2, [310.0, 110.0]),
-    ]
-    state = SimpleNamespace(history=history, epoch=3, step=30, best_test_acc=0.60, best_epoch=2, stopped_early=False)
-    info = RunInfo(
+def two_ranks_on(device: str) -> RunInfo:
+    """What a 2-rank run's build found: 100 training and 50 test images of 3 classes, 10 steps an epoch."""
+    return RunInfo(
         world_size=2,
-        device="cuda:0",
+        device=device,
         steps_per_epoch=10,
         params=1,
         flops_per_image=2,
@@ -48,7 +43,16 @@ def test_overfitting_signals_and_data_parallel_memory():
         eval_split="test",
         num_classes=3,
     )
-    s = build_summary(RunConfig(), info, state, startup_s=1.5, total_s=40.0)
+
+
+def test_overfitting_signals_and_data_parallel_memory():
+    history = [
+        record(1, 0.5, 0.55, 1.0, [300.0, 100.0]),
+        record(2, 0.8, 0.60, 0.9, [320.0, 90.0]),
+        record(3, 0.95, 0.58, 1.2, [310.0, 110.0]),
+    ]
+    state = SimpleNamespace(history=history, epoch=3, step=30, best_test_acc=0.60, best_epoch=2, stopped_early=False)
+    s = build_summary(RunConfig(), two_ranks_on("cuda:0"), state, startup_s=1.5, total_s=40.0)
     over = s["overfitting"]
     assert over["train_test_acc_gap"] == pytest.approx(0.37) and over["min_test_loss_epoch"] == 2
     assert over["test_loss_rise"] == pytest.approx(0.3) and over["best_minus_final_acc"] == pytest.approx(0.02)
@@ -82,18 +86,7 @@ def test_a_resumed_run_whose_early_epochs_lack_a_per_rank_figure_still_sums_up()
     old.per_rank.pop("train_s")
     history = [old, record(2, 0.8, 0.60, 0.9)]
     state = SimpleNamespace(history=history, epoch=2, step=20, best_test_acc=0.60, best_epoch=2, stopped_early=False)
-    info = RunInfo(
-        world_size=2,
-        device="cpu",
-        steps_per_epoch=10,
-        params=1,
-        flops_per_image=2,
-        train_images=100,
-        eval_images=50,
-        eval_split="test",
-        num_classes=3,
-    )
-    s = build_summary(RunConfig(), info, state, startup_s=1.5, total_s=40.0)
+    s = build_summary(RunConfig(), two_ranks_on("cpu"), state, startup_s=1.5, total_s=40.0)
     assert s["ranks"]["train_s"]["per_rank"] == [8.0, 9.0] and s["ranks"]["ddp_comm_ms"]["per_rank"] == [2.0, 2.0]
 
 

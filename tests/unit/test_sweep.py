@@ -386,13 +386,13 @@ def test_the_sweep_measures_each_worker_count_once_and_keeps_what_it_has(tmp_pat
     out.mkdir()
     links.save_links(out / links.LINKS_FILE, [fake_measure("gloo", 2)])  # from an earlier sweep: 2 ranks only
     measured.clear()
-    measure_sweep_link(sweep, out, said.append)
+    measure_sweep_link(sweep, SweepFolder(out), said.append)
     assert measured == [4] and links.load_links(out / links.LINKS_FILE).ranks == [2, 4]
     assert links.load_links(out / links.LINKS_FILE).for_ranks(4).alpha_s == pytest.approx(0.004)
-    measure_sweep_link(sweep, out, said.append)
+    measure_sweep_link(sweep, SweepFolder(out), said.append)
     assert measured == [4]  # nothing missing: nothing measured
     eight = load_sweep(write(tmp_path, SWEEP.replace('"dist.nproc" = 2', '"dist.nproc" = 8'), "eight.toml"))
-    measure_sweep_link(eight, out, said.append)
+    measure_sweep_link(eight, SweepFolder(out), said.append)
     assert measured == [4, 8] and links.load_links(out / links.LINKS_FILE).ranks == [2, 4]
     assert (
         "x8: could not measure it (RuntimeError: eight ranks would not start); 8 workers are predicted over "

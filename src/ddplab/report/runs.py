@@ -10,16 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ddplab import runfiles
 from ddplab.errors import ConfigError, DataError
 from ddplab.metrics.summary import final_part
 from ddplab.runread import Run, SweepShown, is_run_dir, read_config, readable_run, shown
+from ddplab.sweep.folder import Entry, SweepFolder
 from ddplab.sweep.spec import point_text
-
-if TYPE_CHECKING:
-    from ddplab.sweep.folder import Entry
 
 IGNORED_FIELDS = ("train.seed",)  # what may differ between the repeats of one point
 IGNORED_SECTIONS = ("output.",)  # where a run was written, not what it trained
@@ -96,7 +94,7 @@ def find_runs(root: Path, seen: set[Path] | None = None) -> list[Run]:
     if real in seen:
         return []
     seen.add(real)
-    if (root / "manifest.json").is_file():
+    if SweepFolder(root).has_manifest():
         return sweep_runs(root)
     if is_run_dir(root):
         return [readable_run(root)]
@@ -108,8 +106,6 @@ def find_runs(root: Path, seen: set[Path] | None = None) -> list[Run]:
 
 def sweep_runs(sweep_dir: Path) -> list[Run]:
     """The runs a sweep's manifest.json lists, with the axis values of each."""
-    from ddplab.sweep.folder import SweepFolder
-
     manifest = SweepFolder(sweep_dir).load()
     shown_as = SweepShown(
         dir=sweep_dir,

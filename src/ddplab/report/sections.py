@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddplab.config import SCHEDULES_OVER_THE_RUN
-from ddplab.planner.links import LINKS_FILE, MeasuredLinks, read_links
+from ddplab.planner.links import MeasuredLinks, read_links
 from ddplab.report import figures, noise, predictions
 from ddplab.report.kinds import kind_of
 from ddplab.report.runs import (
@@ -28,6 +28,7 @@ from ddplab.report.runs import (
     groups_without,
 )
 from ddplab.runread import Run, shown
+from ddplab.sweep.folder import SweepFolder
 from ddplab.sweep.spec import point_text
 
 SCALING_FIELDS = ("dist.nproc", "dist.nnodes", "dist.strategy")  # what a scaling comparison varies
@@ -120,7 +121,7 @@ def sweep_sections(runs: list[Run]) -> list[Section]:
     specs = sweep.sections or [{"title": sweep.description or sweep.name, "kind": "all", "runs": list(by_name)}]
     out = []
     skipped: list[str] = []
-    link = read_links(sweep.dir / LINKS_FILE, skipped)
+    link = read_links(SweepFolder(sweep.dir).links, skipped)
     for spec in specs:
         members = [by_name[n] for n in spec.get("runs", []) if n in by_name]
         not_measured = [(str(m.get("point")), str(m.get("reason"))) for m in spec.get("not_measured", [])]

@@ -26,6 +26,7 @@ from typing import Any
 from ddplab import files, runfiles
 from ddplab.borders import INTEGER, LIST, SCALAR, SECONDS, TABLE, TEXT, WHOLE, check, check_each, list_of, one_of, whole
 from ddplab.errors import ConfigError, DataError
+from ddplab.planner.links import LINKS_FILE
 from ddplab.process import INTERRUPTED
 from ddplab.sweep.spec import Sweep, SweepRun
 
@@ -269,6 +270,11 @@ class SweepFolder:
     @property
     def manifest_path(self) -> Path:
         return self.root / MANIFEST
+
+    @property
+    def links(self) -> Path:
+        """This machine's all-reduce, measured for the report's predictions (planner/links.py)."""
+        return self.root / LINKS_FILE
 
     def has_manifest(self) -> bool:
         return self.manifest_path.is_file()

@@ -92,7 +92,7 @@ class LocalExecutor:
         slots.refuse_fixed_devices([(run.name, run.config) for run in sweep.runs])
         with run_lock(folder.root, "sweep"):
             if self.measure_link:
-                measure_sweep_link(sweep, folder.root, echo)
+                measure_sweep_link(sweep, folder, echo)
             return self.run_held(sweep, folder, slots, echo)
 
     def run_held(self, sweep: Sweep, folder: SweepFolder, slots: SlotPool, echo) -> Manifest:
@@ -192,7 +192,7 @@ def raise_terminated(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
-def measure_sweep_link(sweep: Sweep, out: Path, echo) -> None:
+def measure_sweep_link(sweep: Sweep, folder: SweepFolder, echo) -> None:
     """out/links.json for the report's predictions: this machine's all-reduce measured with each number of DDP
     workers the sweep runs (on CUDA, up to its GPUs), keeping what a links file there already holds. Each
     count measured on its own: a failure costs that count's predictions, never the sweep."""
@@ -204,7 +204,7 @@ def measure_sweep_link(sweep: Sweep, out: Path, echo) -> None:
     on_cuda = any(r.config.train.device != "cpu" for r in sweep.runs) and gpus >= 2
     if on_cuda:  # NCCL needs a GPU per rank: more workers than GPUs share them, measured with all the GPUs
         wanted = {min(n, gpus) for n in wanted}
-    path = out / links.LINKS_FILE
+    path = folder.links
     try:
         kept = links.measurements(path) if path.is_file() else []
     except (OSError, DataError):
@@ -236,23 +236,22 @@ def measure_sweep_link(sweep: Sweep, out: Path, echo) -> None:
             f"({result['wall_s']} s)"
         )
     if new:
-        files.make_dir(out)
+        files.make_dir(folder.root)
         links.save_links(path, kept + new)
 
 
 def expect(sweep: Sweep, folder: SweepFolder, manifest: Manifest, todo: list[SweepRun], slots: SlotPool, echo):
     """The sweep's time, said before its first point (sweep/estimate.py); None when it cannot be made."""
-    from ddplab.planner.links import LINKS_FILE, read_links
+    from ddplab.planner.links import read_links
     from ddplab.sweep import estimate
 
     walls = {e.name: (e.wall_s, e.wall_epochs) for e in manifest.runs if e.status is Status.FINISHED and e.wall_s}
     # Epochs a point will not train again: those its metrics hold, when a checkpoint lets it resume from them.
-    done = {
-        run.name: len(read_epochs(point.run_dir / runfiles.METRICS, growing=True)) if point.resumes() else 0
-        for run in todo
-        if (point := Point(folder, run.name, run.config, run.launch))
-    }
-    found = estimate.estimate(sweep, todo, done, walls, links=read_links(folder.root / LINKS_FILE), echo=echo)
+    done = {}
+    for run in todo:
+        point = Point(folder, run.name, run.config, run.launch)
+        done[run.name] = len(read_epochs(point.run_dir / runfiles.METRICS, growing=True)) if point.resumes() else 0
+    found = estimate.estimate(sweep, todo, done, walls, links=read_links(folder.links), echo=echo)
     if found is None:
         return None
     at_once = max(1, min(slots.parallel, len(todo)))
