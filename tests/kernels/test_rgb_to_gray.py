@@ -136,12 +136,20 @@ def test_the_cuda_source_is_complete():
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found")
 def test_the_cuda_kernel_file_compiles(tmp_path):
-    """nvcc compiles the .cu file alone (no GPU needed): it depends on nothing but the CUDA runtime."""
+    """nvcc compiles the .cu file alone (no GPU needed): it depends on nothing but the CUDA runtime. With the
+    flags torch's extension builder adds (no implicit __half / __nv_bfloat16 conversions): without them the file
+    compiled here and failed on the first GPU (2026-11-26)."""
+    from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
+
     from ddplab.kernels import _cuda
 
     (tmp_path / "k.cu").write_text(_cuda.cuda_source())
     proc = subprocess.run(
-        ["nvcc", "-c", "-std=c++17", "k.cu", "-o", "k.o"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+        ["nvcc", "-c", "-std=c++17", *COMMON_NVCC_FLAGS, "k.cu", "-o", "k.o"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
 

@@ -11,7 +11,10 @@ output and raises is C++ compiled by the host compiler (`CPP_SOURCE`); the .cu f
 (`CUDA_SOURCE`) only launches the kernel and returns a cudaError_t, and never throws. A
 C++ exception raised inside nvcc-compiled host code took the whole process down with
 SIGSEGV on an H200 (torch 2.11, nvcc 13.0) instead of reaching Python, so no check lives
-there any more: a bad input is a RuntimeError, whoever calls the extension.
+there any more: a bad input is a RuntimeError, whoever calls the extension. In the host file
+too, a TORCH_CHECK that formats its message from values (its std::string path) died with
+SIGSEGV on that machine (torch 2.11, the image's /opt/gcc g++) where one with a literal message
+raised cleanly: the host file formats its messages itself and hands TORCH_CHECK a `const char*`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from ddplab.kernels.reference import GRAY_SCALE, GRAY_WEIGHTS_E4
 DTYPE_CODES = {"kByte": 0, "kFloat": 1, "kDouble": 2, "kHalf": 3, "kBFloat16": 4}
 
 CPP_SOURCE = r"""
+#include <cstdio>
 #include <torch/extension.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -47,10 +51,16 @@ static int dtype_code(at::ScalarType t) {
 
 torch::Tensor rgb_to_gray(torch::Tensor rgb) {
   CHECK_INPUT(rgb);
-  TORCH_CHECK(rgb.dim() == 3 || rgb.dim() == 4, "rgb must be 3 x H x W or N x 3 x H x W, got ", rgb.sizes());
-  TORCH_CHECK(rgb.size(-3) == 3, "rgb must have 3 channels, got ", rgb.size(-3));
+  char why[160];  // formatted here, not by TORCH_CHECK: see the module's docstring
+  std::snprintf(why, sizeof why, "rgb must be 3 x H x W or N x 3 x H x W, got %lld dimensions",
+                static_cast<long long>(rgb.dim()));
+  TORCH_CHECK(rgb.dim() == 3 || rgb.dim() == 4, static_cast<const char*>(why));
+  std::snprintf(why, sizeof why, "rgb must have 3 channels, got %lld", static_cast<long long>(rgb.size(-3)));
+  TORCH_CHECK(rgb.size(-3) == 3, static_cast<const char*>(why));
   const int code = dtype_code(rgb.scalar_type());
-  TORCH_CHECK(code >= 0, "rgb must be uint8, float16, bfloat16, float32 or float64, got ", rgb.scalar_type());
+  std::snprintf(why, sizeof why, "rgb must be uint8, float16, bfloat16, float32 or float64, got %s",
+                c10::toString(rgb.scalar_type()));
+  TORCH_CHECK(code >= 0, static_cast<const char*>(why));
   const c10::cuda::CUDAGuard guard(rgb.device());
   std::vector<int64_t> shape(rgb.sizes().begin(), rgb.sizes().end());
   shape.erase(shape.end() - 3);
@@ -83,6 +93,17 @@ __global__ void rgb_to_gray_u8_kernel(const uint8_t* __restrict__ rgb, uint8_t* 
   gray[i] = static_cast<uint8_t>(min(v / SCALE, 255));
 }
 
+// Explicit conversions: torch's extension builder compiles with __CUDA_NO_HALF_CONVERSIONS__ and
+// __CUDA_NO_BFLOAT16_CONVERSIONS__, which remove __half's and __nv_bfloat16's implicit casts.
+__device__ __forceinline__ float widen(float x) { return x; }
+__device__ __forceinline__ double widen(double x) { return x; }
+__device__ __forceinline__ float widen(__half x) { return __half2float(x); }
+__device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ void narrow(float* out, float v) { *out = v; }
+__device__ __forceinline__ void narrow(double* out, double v) { *out = v; }
+__device__ __forceinline__ void narrow(__half* out, float v) { *out = __float2half_rn(v); }
+__device__ __forceinline__ void narrow(__nv_bfloat16* out, float v) { *out = __float2bfloat16_rn(v); }
+
 // acc_t: float for half/bf16/float (PyTorch's opmath type), double for double.
 template <typename scalar_t, typename acc_t>
 __global__ void rgb_to_gray_float_kernel(const scalar_t* __restrict__ rgb, scalar_t* __restrict__ gray,
@@ -92,9 +113,9 @@ __global__ void rgb_to_gray_float_kernel(const scalar_t* __restrict__ rgb, scala
   const int64_t n = i / hw;
   const int64_t p = i - n * hw;
   const scalar_t* img = rgb + n * 3 * hw;
-  const acc_t v = (acc_t(W_R) * static_cast<acc_t>(img[p]) + acc_t(W_G) * static_cast<acc_t>(img[hw + p]) +
-                   acc_t(W_B) * static_cast<acc_t>(img[2 * hw + p])) / acc_t(SCALE);
-  gray[i] = static_cast<scalar_t>(v);
+  const acc_t v = (acc_t(W_R) * widen(img[p]) + acc_t(W_G) * widen(img[hw + p]) +
+                   acc_t(W_B) * widen(img[2 * hw + p])) / acc_t(SCALE);
+  narrow(gray + i, v);
 }
 
 template <typename scalar_t, typename acc_t>
@@ -149,7 +170,7 @@ def load_extension():
     from torch.utils.cpp_extension import load_inline
 
     return load_inline(
-        name="ddplab_rgb_to_gray_v2",  # a new name: the cached build of the old source must not be reused
+        name="ddplab_rgb_to_gray_v4",  # a new name: the cached build of an old source must not be reused
         cpp_sources=cpp_source(),
         cuda_sources=cuda_source(),
         functions=["rgb_to_gray"],
