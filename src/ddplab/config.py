@@ -708,6 +708,15 @@ def check_environment(config: RunConfig) -> None:
         raise _bad("train.cuda_graphs", True, "CUDA graphs need a CUDA device, and this machine has none")
     if config.dist.sync_bn and not on_cuda:
         raise _bad("dist.sync_bn", True, "SyncBatchNorm runs on CUDA devices only")
+    m = config.model
+    if on_cuda and m.compile and m.compile_mode == "reduce-overhead" and config.train.accumulate > 1:
+        raise _bad(
+            "train.accumulate",
+            config.train.accumulate,
+            "with --model.compile_mode reduce-overhead on CUDA the gradients are outputs of the backward's CUDA "
+            "graph, which the next micro-batch overwrites before it accumulates into them; use --train.cuda_graphs "
+            "(the whole step, accumulation included) or compile_mode default",
+        )
     if backend == "mpi" and not _mpi_available():
         raise _bad("dist.backend", "mpi", "this PyTorch build has no MPI support; use gloo or nccl")
     data = config.data

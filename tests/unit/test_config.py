@@ -147,6 +147,19 @@ def test_machine_checks(values, field):
         check_environment(build_config(values))
 
 
+def test_reduce_overhead_with_accumulation_is_refused_on_cuda_only(monkeypatch):
+    """Under reduce-overhead the next micro-batch's backward replay overwrote the gradients it accumulated into
+    (H200, torch 2.11); on a CPU there is no CUDA graph and accumulation works."""
+    values = {"model": {"compile": True, "compile_mode": "reduce-overhead"}, "train": {"accumulate": 2}}
+    check_environment(build_config({**values, "train": {"accumulate": 2, "device": "cpu"}}))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ConfigError, match=r"train\.accumulate=2 .*reduce-overhead on CUDA .*--train\.cuda_graphs"):
+        check_environment(build_config(values))
+    check_environment(build_config({**values, "train": {"accumulate": 1}}))
+    check_environment(build_config({**values, "model": {"compile": True}}))
+
+
 def test_parse_dotted_rejects_malformed():
     assert parse_dotted(["optim.lr=0.1"]) == {"optim": {"lr": "0.1"}}
     with pytest.raises(ConfigError):

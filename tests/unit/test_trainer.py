@@ -195,6 +195,23 @@ def test_warm_up_changes_nothing_the_run_depends_on():
     assert strip(trainer.fit().history) == strip(plain)
 
 
+def test_each_warm_up_shape_starts_from_no_gradient(monkeypatch):
+    """Under reduce-overhead the gradients are outputs of the backward's CUDA graph: the ragged shape's backward
+    accumulating into the full shape's read a buffer its replay had overwritten (H200, torch 2.11)."""
+    trainer = trainer_for(tiny_config(data={"subset": 200}))
+    module = unwrap(trainer.model)
+    seen = []
+    real = trainer.forward_backward
+
+    def forward_backward(batches, meter):
+        seen.append(all(p.grad is None for p in module.parameters()))
+        return real(batches, meter)
+
+    monkeypatch.setattr(trainer, "forward_backward", forward_backward)
+    trainer.warm_up_shapes()
+    assert seen == [True, True]
+
+
 def test_only_compiling_runs_warm_up_and_the_summary_says_so(tmp_path, monkeypatch):
     import ddplab
     from ddplab.engine.trainer import Trainer

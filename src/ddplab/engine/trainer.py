@@ -331,7 +331,9 @@ class Trainer:
             for size in shapes["train"]:
                 with no_sync(self.model, skip_sync=True):
                     self.forward_backward([self.blank_batch(size)], None)
-            self.zero_grad()
+                # Each shape from no gradient: under reduce-overhead the gradients are outputs of the backward's
+                # CUDA graph, which the next shape's replay overwrites before it accumulates into them.
+                self.zero_grad()
             self.model.eval()
             with torch.no_grad():
                 for size in shapes["eval"]:
