@@ -1,73 +1,168 @@
 #!/usr/bin/env bash
-# Everything only a GPU can check, in three calls on a lent CUDA machine (the `device` tool's
-# `run`), each under 10 minutes; make them back to back, so the machine stays warm. Results land
-# in $OUT (files come back from there):
-#   bash scripts/device_check.sh checks     the GPU check table (training matrix, kernels) and the
-#                                           CUDA-relevant tests
-#   bash scripts/device_check.sh perf       loop overhead vs a plain loop (eager, CUDA graphs,
-#                                           reduce-overhead) and one 1-GPU sweep's run folders
-#                                           (checkpoints left out), for `ddplab report` here
-#   bash scripts/device_check.sh speedrun   the speedrun preset over 5 seeds, and 3 with CUDA graphs; a
-#                                           torch.profiler table of seed report D's step (its ops by
-#                                           device time), where the loop's time goes on a GPU
+# Everything only a GPU can check, in ONE call of the device tool: a lent session has 15 minutes of device
+# time in all, the machine's start (1-2 minutes) included, and a second start for re-checking fixes.
+#   bash scripts/device_check.sh         on the CUDA machine: about 8 minutes (call it with timeout_s 480: what
+#                                       runs last is what a timeout loses)
+#   bash scripts/device_check.sh --cpu   the same steps on a CPU at toy sizes: a rehearsal, no device minute lost
+# Phase 1 checks correctness in five lanes side by side (16 cores, one GPU; their times are not figures):
+#   matrix-a, matrix-b  scripts/gpu_check.py's rows on one GPU (share-device DDP, CUDA graphs, AMP, compile, ...)
+#   tests               the CUDA-relevant tests under pytest -n 6
+#   share               2 workers sharing the GPU: a clean run, then the same run with rank 1 killed in epoch 2
+#                       and the group restarted from the checkpoint
+#   exact               1 worker, eager and with the whole step in a CUDA graph
+# (the last two with deterministic kernels: each pair's epochs compared, and 2 x 64 against 1 x 128)
+# Phase 2 takes the figures, one at a time on an otherwise idle GPU: the loop against a plain loop (eager and with
+# the whole step in a CUDA graph), the speedrun preset over 5 seeds, the kernels' bench, seed D's step profiled.
+# Everything lands in /tmp/device-check and is bundled into $OUT/device-check.tgz every 15 s and at the end, so a
+# timeout still brings back what ran; $OUT/summary.txt holds each step's last lines.
 #
-# Carry (git-ignored paths named in `carry`):
-#   .device/cifar10-jpeg.pack and .device/unpack_cifar10_jpeg.py   (copies of ../shared/data/)
-#   .whl/*.whl   pure-Python wheels the device lacks (tomli-w; nvidia-ml-py for GPU sampling)
+# Carry (git-ignored paths named in `carry`): .device (copies of ../shared/data/cifar10-jpeg.pack and
+# unpack_cifar10_jpeg.py) and .whl (tomli-w's wheel; the image has nvidia-ml-py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PART=${1:-checks}
+MODE=cuda
+[ "${1:-}" = --cpu ] && MODE=cpu
 OUT=${OUT:-runs/device-check}
-mkdir -p "$OUT"
+W=/tmp/device-check
+rm -rf "$W"
+mkdir -p "$OUT" "$W"
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+PY=${PYTHON:-python3}
+T0=$(date +%s)
+if ls .whl/*.whl >/dev/null 2>&1 && [ "$MODE" = cuda ]; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
-if [ -f .device/cifar10-jpeg.pack ]; then
-  python3 .device/unpack_cifar10_jpeg.py .device/cifar10-jpeg.pack /tmp/ddplab-data >/dev/null && export DDPLAB_DATA=/tmp/ddplab-data
+if [ -f .device/cifar10-jpeg.pack ] && [ ! -d /tmp/ddplab-data/cifar-10-batches-bin ]; then
+  $PY .device/unpack_cifar10_jpeg.py .device/cifar10-jpeg.pack /tmp/ddplab-data >/dev/null
 fi
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
+[ -d /tmp/ddplab-data/cifar-10-batches-bin ] && export DDPLAB_DATA=/tmp/ddplab-data
 
-# Each part keeps under the device's 10-minute call: inner timeouts sum to < 540 s. Text tables come back
-# as .txt; everything else (JSON, logs, run folders without checkpoints) in one tarball per part, since
-# a call returns at most 8 files.
-if [ "$PART" = checks ]; then
-  # The training matrix (CUDA-graph rows first), kernels check and bench: one table, saved after every row.
-  timeout 330 python3 scripts/gpu_check.py --tests none --out /tmp/gpu-check --timeout 100 2>&1 | tee "$OUT/gpu_check.txt"
-  # The CUDA-relevant tests (the graph capture tests, the CUDA extension's bad input, kernels, loader).
-  timeout 200 python3 -m pytest -q -p no:cacheprovider -n 8 tests/unit/test_graphed_step.py tests/kernels \
-    tests/unit/test_loader.py tests/unit/test_trainer.py tests/unit/test_compat.py tests/unit/test_speedrun.py \
-    --junitxml=/tmp/gpu-check/tests.xml 2>&1 | tail -30 | tee "$OUT/tests.txt"
-  tar czf "$OUT/gpu-check.tgz" --exclude=checkpoints -C /tmp gpu-check 2>/dev/null
-elif [ "$PART" = perf ]; then
-  # Seed report D's recipe: a plain PyTorch loop vs ddplab, images/s side by side (interleaved repeats, medians,
-  # ratio); then ddplab with the whole step in a CUDA graph, and with reduce-overhead (compilation is start-up).
-  mkdir -p /tmp/perf
-  timeout 100 python3 benchmarks/loop_overhead.py --device cuda --epochs 2 --repeats 2 --out /tmp/perf/bench_loop.json \
-    2>&1 | tail -12 | tee "$OUT/bench_loop.txt"
-  timeout 100 python3 benchmarks/loop_overhead.py --device cuda --epochs 2 --repeats 1 --out /tmp/perf/bench_graphs.json \
-    --ddplab-args "--train.cuda_graphs true" 2>&1 | tail -12 | tee -a "$OUT/bench_loop.txt"
-  timeout 160 python3 benchmarks/loop_overhead.py --device cuda --epochs 2 --repeats 1 --out /tmp/perf/bench_reduce.json \
-    --ddplab-args "--model.compile true --model.compile_mode reduce-overhead" 2>&1 | tail -12 | tee -a "$OUT/bench_loop.txt"
-  # A sweep that fits one GPU (2 epochs), its run folders for `ddplab report` here.
-  timeout 150 python3 -m ddplab sweep sweeps/accumulation.toml --profile gpu --set train.epochs=2 \
-    --out /tmp/perf/sweep-accumulation --no-report 2>&1 | tail -8 | tee "$OUT/sweep.txt"
-  tar czf "$OUT/perf.tgz" --exclude=checkpoints -C /tmp perf 2>/dev/null
-elif [ "$PART" = speedrun ]; then
-  # The speedrun preset as the records time it, 5 seeds; then with its step in a CUDA graph.
-  mkdir -p /tmp/speedrun
-  timeout 260 python3 benchmarks/speedrun.py --device cuda --seeds 5 --out /tmp/speedrun/speedrun.json \
-    --runs-dir /tmp/speedrun/runs 2>&1 | tail -16 | tee "$OUT/speedrun.txt"
-  timeout 200 python3 benchmarks/speedrun.py --device cuda --seeds 3 --out /tmp/speedrun/speedrun_graphs.json \
-    --runs-dir /tmp/speedrun/runs-graphs -- --train.cuda_graphs true 2>&1 | tail -16 | tee -a "$OUT/speedrun.txt"
-  # Where seed report D's eager step spends its time on the GPU: 20 steps, ops by device time, and the host's share.
-  timeout 60 python3 -m ddplab train --config configs/seed_report_d.toml --subset 8192 --epochs 1 --train.profile_steps 20 \
-    --output.progress false --out /tmp/speedrun/profile-seed-d 2>&1 | tail -14 | tee "$OUT/profile.txt"
-  cat /tmp/speedrun/profile-seed-d/profile/ops_rank0_*.txt 2>/dev/null | head -45 >>"$OUT/profile.txt"
-  tar czf "$OUT/speedrun.tgz" --exclude=checkpoints -C /tmp speedrun 2>/dev/null
+bundle() { tar czf "$OUT/.partial.tgz" --exclude=checkpoints --exclude='*.pt' -C /tmp device-check 2>/dev/null \
+  && mv "$OUT/.partial.tgz" "$OUT/device-check.tgz"; }
+(while sleep 15; do bundle; done) &
+BUNDLER=$!
+say() { echo "[$(($(date +%s) - T0)) s] $*" | tee -a "$OUT/summary.txt"; }
+# step NAME SECONDS CMD...: runs CMD with a limit, its output to $W/NAME.log, its last lines to the summary.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  say "start $name (limit $limit s)"
+  timeout -k 10 "$limit" "$@" >"$W/$name.log" 2>&1
+  local rc=$?
+  say "end $name: exit $rc$([ $rc = 124 ] && echo ' (timed out)')"
+  tail -n "${TAIL:-8}" "$W/$name.log" | tee -a "$OUT/summary.txt"
+}
+# Stragglers of a timed-out step (supervised children run in their own sessions) must not share phase 2's GPU.
+reap() { pkill -9 -f 'ddplab (train|kernels)' 2>/dev/null; pkill -9 -f 'torch.distributed.run' 2>/dev/null; true; }
+
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit,clocks.max.sm --format=csv 2>/dev/null
+  $PY -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)" 2>&1
+} | tee "$W/device.txt" | tee -a "$OUT/summary.txt"
+
+if [ "$MODE" = cuda ]; then
+  DEV=(--device cuda)
+  XDIST=(-n 6)
+  QUICK=()
+  DATA=(--dataset cifar10 --subset 20000 --batch-size 128)
+  SHARE=(--strategy ddp --nproc 2 --dist.share_device true)
+  TESTS=(tests/unit/test_graphed_step.py tests/kernels tests/unit/test_loader.py tests/unit/test_trainer.py
+    tests/unit/test_compat.py tests/unit/test_speedrun.py tests/unit/test_tta.py tests/unit/test_phases.py)
 else
-  echo "usage: bash scripts/device_check.sh checks|perf|speedrun" >&2
-  exit 2
+  DEV=(--device cpu)
+  XDIST=()
+  QUICK=(--quick)
+  DATA=(--dataset synthetic --data.synthetic_size 512 --data.image_size 16 --model.width 0.5 --batch-size 64)
+  SHARE=(--strategy ddp --nproc 2)
+  TESTS=(tests/unit/test_compat.py)
 fi
+TESTS=($(for t in "${TESTS[@]}"; do [ -e "$t" ] && echo "$t"; done))
+
+say "phase 1: correctness, five lanes side by side"
+(TAIL=24 step matrix-a 170 $PY scripts/gpu_check.py "${DEV[@]}" "${QUICK[@]}" --tests none --timeout 100 \
+  --out "$W/matrix-a" --rows "fp32,ddp x2 one gpu,ddp x2 one gpu sync_bn,cuda graphs,cuda graphs bf16 + accumulate 2,bf16,dp,ddp nccl x1") &
+LANES=($!)
+(TAIL=24 step matrix-b 170 $PY scripts/gpu_check.py "${DEV[@]}" "${QUICK[@]}" --tests none --timeout 120 \
+  --out "$W/matrix-b" \
+  --rows "kernels check,fp16,bf16 channels_last,fused conv+relu,compile,compile reduce-overhead") &
+LANES+=($!)
+(TAIL=15 step tests 170 $PY -m pytest -q -p no:cacheprovider "${XDIST[@]}" \
+  "${TESTS[@]}" --junitxml="$W/tests.xml") &
+LANES+=($!)
+# Exactness with deterministic kernels (the CUDA default is the fast ones): a killed and restarted run against
+# the clean one, the whole step in a CUDA graph against the eager step, 2 workers x 64 against 1 x 128.
+EXACT=(-m ddplab train "${DEV[@]}" "${DATA[@]}" --seed 1 --epochs 3 --train.deterministic true
+  --output.progress false --output.tensorboard false)
+(
+  step share-clean 80 $PY "${EXACT[@]}" --batch-size 64 "${SHARE[@]}" --out "$W/share-clean"
+  DDPLAB_FAULT=kill:rank=1:epoch=2:step=3 step share-kill 85 $PY "${EXACT[@]}" --batch-size 64 "${SHARE[@]}" \
+    --dist.max_restarts 1 --out "$W/share-kill"
+) &
+LANES+=($!)
+(
+  step single 60 $PY "${EXACT[@]}" --batch-size 128 --out "$W/single"
+  step graphs 60 $PY "${EXACT[@]}" --batch-size 128 --train.cuda_graphs "$([ "$MODE" = cuda ] && echo true || echo false)" \
+    --out "$W/graphs"
+) &
+LANES+=($!)
+wait "${LANES[@]}"
+reap
+$PY - "$W" <<'EOF' 2>&1 | tee -a "$OUT/summary.txt"
+import collections, json, sys
+from pathlib import Path
+w = Path(sys.argv[1])
+KEYS = ("train_loss", "test_loss", "test_acc")
+def epochs(name):
+    try:
+        return [json.loads(l) for l in (w / name / "metrics.jsonl").read_text().splitlines() if '"test_acc"' in l]
+    except OSError as exc:
+        return f"no metrics ({exc})"
+runs = {n: epochs(n) for n in ("single", "graphs", "share-clean", "share-kill")}
+for name, rows in runs.items():
+    print(name, rows if isinstance(rows, str) else [tuple(r.get(k) for k in ("epoch", *KEYS)) for r in rows])
+for name in ("share-clean", "share-kill"):
+    run, ranks = w / name, collections.Counter()
+    if (run / "gpu.jsonl").exists():
+        for line in (run / "gpu.jsonl").read_text().splitlines():
+            ranks[json.loads(line).get("rank")] += 1
+    log = (run / "train.log").read_text() if (run / "train.log").exists() else ""
+    print(f"{name}: {'resumed' if 'resumed from' in log else 'not resumed'}; gpu.jsonl rows per rank {dict(ranks)}")
+for a, b in (("share-kill", "share-clean"), ("graphs", "single"), ("share-clean", "single")):
+    A, B = runs[a], runs[b]
+    if isinstance(A, str) or isinstance(B, str) or len(A) != len(B):
+        print(f"{a} vs {b}: missing epochs"); continue
+    same = all(x[k] == y[k] for x, y in zip(A, B) for k in KEYS)
+    worst = [max(abs(x[k] - y[k]) for k in KEYS) for x, y in zip(A, B)]
+    print(f"{a} vs {b}: bit-identical {same}; largest difference per epoch {worst}")
+EOF
+
+say "phase 2: figures, one at a time"
+if [ "$MODE" = cuda ]; then
+  LOOP=(--subset 20000 --epochs 3)
+else
+  LOOP=(--quick)
+fi
+TAIL=14 step loop-eager 90 $PY benchmarks/loop_overhead.py "${DEV[@]}" "${LOOP[@]}" --repeats 2 --out "$W/bench_loop.json"
+reap
+TAIL=14 step loop-graphs 60 $PY benchmarks/loop_overhead.py "${DEV[@]}" "${LOOP[@]}" --repeats 1 \
+  --out "$W/bench_graphs.json" --ddplab-args "--train.cuda_graphs $([ "$MODE" = cuda ] && echo true || echo false)"
+reap
+TAIL=16 step speedrun 170 $PY benchmarks/speedrun.py "${DEV[@]}" "${QUICK[@]}" --seeds "$([ "$MODE" = cuda ] && echo 5 || echo 2)" \
+  --out "$W/speedrun.json" --runs-dir "$W/speedrun-runs"
+reap
+TAIL=40 step kernels-bench 90 $PY -m ddplab kernels bench "${DEV[@]}" "${QUICK[@]}"
+reap
+if [ "$MODE" = cuda ]; then
+  PROFILE=(--config configs/seed_report_d.toml --subset 8192)
+else
+  PROFILE=("${DATA[@]}")
+fi
+TAIL=14 step profile 40 $PY -m ddplab train "${PROFILE[@]}" "${DEV[@]}" --epochs 1 --train.profile_steps 20 \
+  --output.progress false --out "$W/profile-seed-d"
+head -45 "$W"/profile-seed-d/profile/ops_rank0_*.txt 2>/dev/null | tee -a "$OUT/summary.txt"
+reap
+kill "$BUNDLER" 2>/dev/null
+bundle
+say "done"
 ls -la "$OUT"
