@@ -71,7 +71,47 @@ def test_backward_hides_every_bucket_but_the_last():
     assert exposed == pytest.approx(link.allreduce_s(24 * 2**20, 2)) and total > exposed
     slower = Link("y", busbw_gbps=10.0, alpha_s=0.0, source="test")
     short, exposed_short = model.exposed_comm(costs, slower, 2, 1, 1)  # backward 2 ms, the traffic ~10 ms: it shows
-    assert exposed_short == pytest.approx(short - 0.002)
+    # Bucket 2 is ready at 26% of backward (0.52 ms); from there the link is busy with buckets 2-5 to the end.
+    first = slower.allreduce_s(2**20, 2)
+    assert exposed_short == pytest.approx(0.002 * 26 / 100 + (short - first) - 0.002)
+
+
+def queued_costs(accumulate: int) -> model.StepCosts:
+    """Buckets of 1, 25 and 25 MiB behind 2 ms of last-micro-batch backward (3 ms of compute per micro-batch)."""
+    return model.StepCosts(
+        data_per_image_s=0.0,
+        compute_per_image_s=0.003,
+        optimizer_s=0.0,
+        rest_s=0.0,
+        accumulate=accumulate,
+        train_images=1000,
+        grad_bytes=51 * 2**20,
+        bucket_cap_mb=25.0,
+        on_cuda=True,
+        measured={},
+    )
+
+
+def test_the_all_reduces_queue_on_the_link_behind_the_buckets_backward_makes_ready():
+    link = Link("y", busbw_gbps=10.0, alpha_s=0.0, source="test")  # 2 workers: a bucket of s bytes takes s / 1e10 s
+    t1, t25 = (link.allreduce_s(mib * 2**20, 2) for mib in (1, 25))
+    assert t25 == pytest.approx(25 * 2**20 / 1e10)
+    total, exposed = model.exposed_comm(queued_costs(1), link, 2, 1, 1)
+    # Ready at 1/51, 26/51 and 51/51 of the 2 ms backward; bucket 2 starts when ready (bucket 1 is long done),
+    # bucket 3 when bucket 2 is done (after backward ended): exposed = ready_2 + t25 + t25 - backward.
+    assert total == pytest.approx(t1 + 2 * t25)
+    assert exposed == pytest.approx(0.002 * 26 / 51 + 2 * t25 - 0.002)
+    # The old rule (every bucket but the last ready at once) said t25 + max(0, t1 + t25 - backward): 0.9 ms less.
+    assert exposed - (t25 + t1 + t25 - 0.002) == pytest.approx(0.002 * 26 / 51 - t1)
+
+
+def test_under_accumulation_only_the_last_micro_batch_hides_the_all_reduce():
+    """Four micro-batches of 3 ms: the all-reduce runs under the last one's 2 ms of backward, not under 8 ms
+    (the model said about 1 ms exposed where about 30 ms were, before)."""
+    link = Link("y", busbw_gbps=10.0, alpha_s=0.0, source="test")
+    _, one = model.exposed_comm(queued_costs(1), link, 2, 1, 1)
+    _, four = model.exposed_comm(queued_costs(4), link, 2, 1, 1)
+    assert four == pytest.approx(one) and four > 0.004
 
 
 def test_where_ddp_starts_paying(tmp_path):

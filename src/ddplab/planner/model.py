@@ -20,11 +20,16 @@ Assumptions, each with the name it goes by in the code:
                divided out first). On CUDA every worker has its own GPU.
   BACKWARD_SHARE of forward+backward is backward (a backward pass costs about two forwards).
   BUCKETS      DDP all-reduces the gradients in buckets: FIRST_BUCKET_MIB, then
-               dist.bucket_cap_mb each. A bucket is reduced while backward goes on, except the
-               last one, ready only when backward ends: exposed = last bucket + max(0, the
-               others - backward).
+               dist.bucket_cap_mb each, in the order backward makes them ready.
+  READY_EVENLY backward produces gradient bytes at an even rate: bucket i is ready when
+               backward has run the share of its time that buckets 1..i hold of the bytes.
+  LINK_QUEUE   the all-reduces queue on one link: each starts when its bucket is ready and
+               the one before it is done; the exposed part is what the queue runs past the end
+               of backward (at least the last bucket, ready only when backward ends; on a slow
+               link most of the traffic).
   GRAD_BYTES   4 bytes a parameter (fp32 gradients), 2 with an fp16 or bf16 comm hook; with
-               accumulation, one all-reduce per optimizer step.
+               accumulation, one all-reduce per optimizer step, which only the last
+               micro-batch's backward can hide (the others run under no_sync).
   LINK         one all-reduce costs links.Link.allreduce_s: across nodes the inter-node link's
                figures (the ring runs at its slowest link), within a node the given link; a
                measured one as measured with N ranks (links.MeasuredLinks.for_ranks).
@@ -77,8 +82,9 @@ class StepCosts:
             bucket_cap_mb=float(config.get("dist.bucket_cap_mb", self.bucket_cap_mb)),
         )
 
-    def backward_s(self, local_batch: int, per_node: int) -> float:
-        return BACKWARD_SHARE * self.compute_s(local_batch, per_node)
+    def last_backward_s(self, local_batch: int, per_node: int) -> float:
+        """The backward that can hide the all-reduce: the last micro-batch's (GRAD_BYTES)."""
+        return BACKWARD_SHARE * self.compute_s(local_batch, per_node) / self.accumulate
 
     def slowdown(self, per_node: int) -> int:
         return 1 if self.on_cuda else per_node  # SHARED_CORES
@@ -172,9 +178,14 @@ def exposed_comm(costs: StepCosts, link: Link, workers: int, local_batch: int, p
     """(all of the step's all-reduce time, the part backward does not hide)."""
     if workers <= 1:
         return 0.0, 0.0
-    times = [link.allreduce_s(size, workers) for size in buckets(costs.grad_bytes, costs.bucket_cap_mb)]
-    hidden_behind = costs.backward_s(local_batch, per_node)
-    return sum(times), times[-1] + max(0.0, sum(times[:-1]) - hidden_behind)
+    sizes = buckets(costs.grad_bytes, costs.bucket_cap_mb)
+    times = [link.allreduce_s(size, workers) for size in sizes]
+    backward = costs.last_backward_s(local_batch, per_node)
+    done, produced = 0.0, 0.0
+    for size, t in zip(sizes, times, strict=True):  # LINK_QUEUE over READY_EVENLY buckets
+        produced += size
+        done = max(done, backward * produced / costs.grad_bytes) + t
+    return sum(times), max(0.0, done - backward)
 
 
 def predict_one(
