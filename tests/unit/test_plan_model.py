@@ -6,7 +6,7 @@ from dataclasses import replace
 import pytest
 
 from ddplab.errors import DataError
-from ddplab.planner import model
+from ddplab.planner import band, model
 from ddplab.planner.links import Link
 from ddplab.runread import read_run
 
@@ -148,6 +148,14 @@ def test_plan_command_prints_the_table_and_writes_plan_json(tmp_path, capsys):
     assert "link nvlink (450 GB/s, 26 us, published)" in out and "    4 x 1       50" in out
     saved = json.loads((tmp_path / "plan.json").read_text())
     assert len(saved["rows"]) == 6 and saved["run"] == str(run)
+    # A CUDA run's rows carry the published GPU cases' band; a 1-worker row is the measured recipe: none.
+    gpu = band.gpu_band()
+    assert saved["band"] == gpu.to_json() and f"band: {gpu.text()}" in out
+    for r in saved["rows"]:
+        expected = (
+            None if r["workers"] == 1 else pytest.approx([r["images_per_s"] * gpu.lo, r["images_per_s"] * gpu.hi])
+        )
+        assert r["images_per_s_band"] == expected
     assert main(["plan", str(run), "--link", "measured", "--links-file", str(tmp_path / "none.json")]) == 2
     assert "--link measured reads" in capsys.readouterr().err
 

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from ddplab.planner import band
 from ddplab.report.build import build_report
 from ddplab.report.runs import load_runs
 
@@ -23,10 +24,15 @@ def test_a_sweep_with_a_measured_link_shows_the_predicted_speedup_beside_the_mea
     md = result["report_md"].read_text()
     header = next(line for line in md.splitlines() if line.startswith("| point | vs | speedup | of ideal | predicted"))
     row = next(line for line in md.splitlines() if line.startswith("| workers=2 | workers=1 | 1.71x |"))
-    assert header and row.split(" | ")[4] == "0.98x"  # measured 1.71x: the fixture's 2-worker runs are faster
+    # The prediction with the band of the model's errors on this machine's checked runs (planner/band.py).
+    cpu = band.cpu_band()
+    predicted = 9.1944 / (16 * 0.584654)
+    band_text = f"{predicted * cpu.lo:.2f}-{predicted * cpu.hi:.2f}x"
+    assert header and row.split(" | ")[4] == f"0.98x ({band_text})"  # measured 1.71x: the 2-worker runs are faster
     assert (
         "The scaling model (ddplab plan) predicted 0.98x from workers=1 over this machine's measured link; "
-        "the measured 1.71x is above it"
+        f"the measured 1.71x is OUTSIDE its error band: the model missed this point by more than any case it was "
+        f"checked on ({band_text}: {cpu.text()})"
     ) in md
     without = build_report([write_sweep(tmp_path / "plain")], tmp_path / "out2")["report_md"].read_text()
     assert "predicted" not in without  # no link measured: no column, no claim
@@ -101,3 +107,17 @@ def test_the_models_curves_run_through_the_measured_points(tmp_path):
     (plot,) = [p for p in result["sections"][0]["plots"] if p.name == "predicted"]
     assert plot.path.is_file() and not plot.clipped
     assert "from batch=32, workers=1, lr=0.001: predicted" in plot.legend and "2 workers: measured" in plot.legend
+
+
+def test_a_measured_speedup_is_said_to_lie_inside_or_outside_the_models_band():
+    from ddplab.report.findings import prediction_text
+    from ddplab.report.predictions import PairPrediction
+
+    p = PairPrediction(2.0, band.from_ratios([0.9, 1.1], "test"), 3.0)
+    assert prediction_text(p, 2.1, "w=1").endswith(
+        "the measured 2.10x is inside its error band (1.80-2.20x: measured -10% to +10% of the prediction over 2 "
+        "checked cases (test))"
+    )
+    assert "2.30x is OUTSIDE its error band" in prediction_text(p, 2.3, "w=1")
+    assert "1.70x is OUTSIDE" in prediction_text(p, 1.7, "w=1")
+    assert prediction_text(PairPrediction(1.0, None, None), 1.0, "w=1").endswith("; measured 1.00x")

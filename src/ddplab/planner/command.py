@@ -12,6 +12,7 @@ from pathlib import Path
 from ddplab import files
 from ddplab.errors import ConfigError
 from ddplab.planner import links
+from ddplab.planner.band import band_for
 from ddplab.topology import resolve_backend
 
 
@@ -39,6 +40,10 @@ def predict_run(
     between = measured_or_published(inter_link, links_file) if max(nodes) > 1 else None
     per_node = gpus or ([1, 2, 4, 8] if costs.on_cuda else [1, 2])
     result = model.predict_grid(costs, per_node, nodes, batches or [run.summary["batch"]["local"]], within, between)
+    band = band_for(costs.on_cuda)
+    result["band"] = band.to_json()
+    for r in result["rows"]:  # the band records multi-worker errors: a 1-worker row is the measured run's recipe
+        r["images_per_s_band"] = list(band.around(r["images_per_s"])) if r["workers"] > 1 else None
     m = costs.measured
     print(
         f"plan for {run_dir}: measured {m['world_size']} worker(s) at local batch {m['local_batch']} on "
@@ -47,14 +52,17 @@ def predict_run(
     )
     print(
         f"  {'workers':>9} {'batch':>6} {'step ms':>9} {'comm ms':>8} {'exposed':>8} {'images/s':>10} "
-        f"{'speedup':>8} {'ideal':>6} {'efficiency':>10}"
+        f"{'band':>15} {'speedup':>8} {'ideal':>6} {'efficiency':>10}"
     )
     for r in result["rows"]:
+        lo_hi = r["images_per_s_band"]
         print(
             f"  {r['per_node']:>3} x {r['nodes']:<3} {r['local_batch']:>6} {r['step_s'] * 1e3:>9,.2f} "
             f"{r['comm_s'] * 1e3:>8,.2f} {r['exposed_comm_s'] * 1e3:>8,.2f} {r['images_per_s']:>10,.0f} "
+            f"{f'{lo_hi[0]:,.0f}-{lo_hi[1]:,.0f}' if lo_hi else '':>15} "
             f"{r['speedup']:>7.2f}x {r['ideal']:>5.0f}x {r['efficiency']:>10.0%}"
         )
+    print(f"  band: {band.text()}; planner/band.py")
     for p in result["pays_from"]:
         said = ", ".join(
             f"{pct}% efficiency from local batch {p[f'batch_for_{pct}pct']}"
@@ -85,7 +93,11 @@ def show_published() -> int:
 
     print("published scaling figures, predicted from the hardware they state (BENCHMARKS.md)")
     for case in CASES:
-        print(f"{case.name}: {case.source}" + (f"; {case.note}" if case.note else ""))
+        print(
+            f"{case.name}: {case.source}"
+            + (f"; {case.note}" if case.note else "")
+            + (f" [not in the error band: {case.not_comparable}]" if case.not_comparable else "")
+        )
         for r in predict(case):
             print(
                 f"  {r['gpus']:>3} GPU(s) on {r['nodes']} node(s) over {r['link']}: stated {r['stated']:,.3f} s, "
@@ -98,6 +110,7 @@ def show_published() -> int:
                     else ""
                 )
             )
+    print(f"error band of GPU predictions (ddplab plan RUN): {band_for(True).text()}")
     return 0
 
 

@@ -28,6 +28,7 @@ from ddplab.report.tables import (
 )
 
 if TYPE_CHECKING:
+    from ddplab.report.predictions import PairPrediction
     from ddplab.report.sections import Comparison, Section
 
 DATA_BOUND_SHARE = 0.25  # a data share this large is worth saying: the input pipeline limits the step
@@ -107,17 +108,7 @@ def scaling_findings(section: Section) -> list[Finding]:
                 "no compute, so the ideal is 1x and this shows what splitting the work costs or gains"
             )
         if c.predicted is not None:
-            side = (
-                "below it"
-                if c.speedup < 0.95 * c.predicted
-                else "above it"
-                if c.speedup > 1.05 * c.predicted
-                else "within 5% of it"
-            )
-            text += (
-                f". The scaling model (ddplab plan) predicted {times(c.predicted)} from {c.baseline} over "
-                f"this machine's measured link; the measured {times(c.speedup)} is {side}"
-            )
+            text += prediction_text(c.predicted, c.speedup, c.baseline)
         gap = c.gap
         if gap is not None:
             parts = ", ".join(
@@ -166,9 +157,27 @@ def communication_text(c: Comparison) -> str:
         f"on the rank that waited least ({ms(r['ddp_comm_ms'])} ms from the first bucket's launch to the last "
         f"one's end): {agree}; rank 0 waited {ms(r['straggler_ms'])} ms a step for the slowest rank"
     )
-    if c.link_ms is not None:
-        text += f"; this machine's measured link predicts {ms(c.link_ms)} ms for the gradients"
+    if c.predicted is not None and c.predicted.link_ms is not None:
+        text += f"; this machine's measured link predicts {ms(c.predicted.link_ms)} ms for the gradients"
     return text
+
+
+def prediction_text(p: PairPrediction, measured: float, baseline: str) -> str:
+    """The model's speedup against the measured one: inside or outside the band of its errors on checked cases
+    (outside: the model missed this point by more than it missed any case it was checked on)."""
+    said = (
+        f". The scaling model (ddplab plan) predicted {times(p.speedup)} from {baseline} over this machine's "
+        "measured link"
+    )
+    if p.band is None:
+        return said + f"; measured {times(measured)}"
+    lo, hi = p.band.around(p.speedup)
+    where = (
+        "inside its error band"
+        if p.band.holds(p.speedup, measured)
+        else "OUTSIDE its error band: the model missed this point by more than any case it was checked on"
+    )
+    return said + f"; the measured {times(measured)} is {where} ({lo:.2f}-{hi:.2f}x: {p.band.text()})"
 
 
 def superlinear_cause(c: Comparison, cpus: int | None) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 from ddplab.errors import DataError
 from ddplab.planner import model
+from ddplab.planner.band import Band, band_for
 from ddplab.report.figures import train_epoch_s
 from ddplab.report.runs import Point, groups_without
 from ddplab.topology import devices_brought
@@ -61,14 +62,23 @@ def shape(row: dict[str, Any]) -> tuple[int, int] | None:
     return row["world_size"] // nodes, nodes
 
 
-def predict_pair(section: Any, i: int, j: int) -> tuple[float | None, float | None]:
-    """Point i predicted from point j: the speedup, and the all-reduce of its gradients over the link (ms a step)."""
+@dataclass(frozen=True)
+class PairPrediction:
+    speedup: float
+    band: Band | None  # how far the model has been off on checked cases of this kind (multi-worker targets)
+    link_ms: float | None  # the all-reduce of the gradients over the link, a step
+
+
+def predict_pair(section: Any, i: int, j: int) -> PairPrediction | None:
+    """Point i predicted from point j, or None where the model cannot plan it."""
     row, costs = section.rows[i], plan_costs(section.points[j])
     where = shape(row)
     if section.link is None or costs is None or where is None:
-        return None, None
+        return None
     p = model.predict_one(costs.for_config(section.points[i].config), *where, row["local_batch"], section.link)
-    return p.speedup, 1000 * p.comm_s if p.workers > 1 else None
+    if p.workers <= 1:
+        return PairPrediction(p.speedup, None, None)
+    return PairPrediction(p.speedup, band_for(costs.on_cuda), 1000 * p.comm_s)
 
 
 def model_curves(section: Any) -> Curves | None:

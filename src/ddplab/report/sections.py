@@ -52,8 +52,7 @@ class Comparison:
     scaling: bool
     speedup: float | None  # training throughput over the baseline's; None: not timed
     ideal: float | None  # what perfect scaling would give (scaling pairs)
-    predicted: float | None  # the scaling model's speedup over the sweep's measured link
-    link_ms: float | None  # the all-reduce that link predicts for the gradients
+    predicted: predictions.PairPrediction | None  # the scaling model's, over the sweep's measured link
     gap: figures.Gap | None  # where the epoch loses to the ideal (scaling pairs short of it)
     efficiency: float | None  # speedup over ideal
     timing_verdict: noise.Verdict
@@ -277,7 +276,7 @@ def pair(
         if ratio is not None
         else noise.Verdict("not timed")
     )
-    predicted, link_ms = predictions.predict_pair(section, i, j) if scaling else (None, None)
+    predicted = predictions.predict_pair(section, i, j) if scaling else None
     return Comparison(
         point=row["point"],
         baseline=base["point"],
@@ -291,7 +290,6 @@ def pair(
         speedup=ratio,
         ideal=ideal,
         predicted=predicted,
-        link_ms=link_ms,
         gap=(
             figures.scaling_gap(row, base, ideal)
             if scaling and ratio is not None and ideal and ratio / ideal < GAP_BELOW

@@ -16,6 +16,7 @@ from ddplab.report.figures import MEASURED, SETTINGS, SHARES, TEXT, Gap
 from ddplab.sweep.spec import point_text
 
 if TYPE_CHECKING:
+    from ddplab.report.predictions import PairPrediction
     from ddplab.report.sections import Comparison
 
 Row = TypeVar("Row")  # a point's figures (a dict) or a Comparison
@@ -170,6 +171,16 @@ def speed_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
     )
 
 
+def predicted_cell(p: PairPrediction | None) -> str:
+    """The model's speedup and the band its errors on checked cases give it."""
+    if p is None:
+        return "-"
+    if p.band is None:
+        return times(p.speedup)
+    lo, hi = p.band.around(p.speedup)
+    return f"{times(p.speedup)} ({lo:.2f}-{hi:.2f}x)"
+
+
 def comparison_table(pairs: list[Comparison], scaling: bool) -> tuple[list[str], list[list[str]]]:
     """Each point against its baseline: speed with its verdict, accuracy with its verdict."""
     speed: list[Column] = (
@@ -178,7 +189,7 @@ def comparison_table(pairs: list[Comparison], scaling: bool) -> tuple[list[str],
         else [("speed", lambda c: faster(c.speedup))]
     )
     if scaling and any(c.predicted is not None for c in pairs):
-        speed.append(("predicted", lambda c: times(c.predicted) if c.predicted is not None else "-"))
+        speed.append(("predicted (error band)", lambda c: predicted_cell(c.predicted)))
     return render(
         [
             ("point", lambda c: c.point),
@@ -217,7 +228,11 @@ def gap_table(pairs: list[Comparison]) -> tuple[list[str], list[list[str]]]:
 def communication_table(pairs: list[Comparison]) -> tuple[list[str], list[list[str]]]:
     """Scaling points' all-reduce per step measured two ways, the stragglers, and what the measured link predicts."""
     timed = [c for c in pairs if c.row.get("ddp_exposed_ms") is not None]
-    link = [("link predicts ms", lambda c: ms(c.link_ms))] if any(c.link_ms is not None for c in timed) else []
+    link = (
+        [("link predicts ms", lambda c: ms(c.predicted.link_ms if c.predicted else None))]
+        if any(c.predicted and c.predicted.link_ms is not None for c in timed)
+        else []
+    )
     return render(
         [
             ("point", lambda c: c.point),

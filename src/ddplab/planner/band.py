@@ -1,0 +1,85 @@
+"""How far the scaling model has been off where it could be checked: the band beside each prediction.
+
+A band is the range of measured / predicted training throughput over the checked cases of a
+prediction's kind, least to most; a prediction P is shown with [P x lo, P x hi], what the
+checked cases' errors would make of it. With a dozen cases it is a record of how wrong the
+model has been, not a confidence interval, and a measured point outside it is news.
+
+- GPU predictions: the published cases that measure DDP (planner/published.py marks the rest
+  and says why), recomputed with today's model each time.
+- CPU predictions: this machine's 2- and 4-worker runs against the model
+  (`benchmarks/plan_validation.py`, recorded below with the date and the model they met).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Band:
+    lo: float  # the least measured / predicted throughput over the cases
+    hi: float  # the most
+    cases: int
+    source: str
+
+    def around(self, predicted: float) -> tuple[float, float]:
+        return predicted * self.lo, predicted * self.hi
+
+    def holds(self, predicted: float, measured: float) -> bool:
+        """Whether a measured figure lies in this band around its prediction (a speedup or a throughput)."""
+        return self.lo <= measured / predicted <= self.hi
+
+    def text(self) -> str:
+        return (
+            f"measured {self.lo - 1:+.0%} to {self.hi - 1:+.0%} of the prediction over {self.cases} checked "
+            f"cases ({self.source})"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def from_ratios(ratios: list[float], source: str) -> Band:
+    if not ratios:
+        raise ValueError(f"no checked cases for a band ({source})")
+    return Band(min(ratios), max(ratios), len(ratios), source)
+
+
+# `DDPLAB_DATA=../shared/data/cifar10-jpeg python benchmarks/plan_validation.py` on a 2-core VM (AMD EPYC, torch
+# 2.13.0+cpu, 2026-11-26; BENCHMARKS.md), the model with LINK_QUEUE and the last micro-batch's window:
+# (case, local batch, workers, predicted, measured) training images/s, DDP over Gloo on the same 2 cores.
+CPU_CHECKS: tuple[tuple[str, int, int, float, float], ...] = (
+    ("cifar", 16, 2, 1402.0, 1447.0),
+    ("cifar", 16, 4, 1308.0, 1377.0),
+    ("cifar", 32, 2, 1986.0, 2070.0),
+    ("cifar", 32, 4, 1871.0, 1954.0),
+    ("cifar", 128, 2, 2183.0, 2520.0),
+    ("cifar", 128, 4, 2157.0, 3129.0),
+    ("tiny", 16, 2, 2818.0, 3438.0),
+    ("tiny", 16, 4, 2491.0, 2679.0),
+    ("tiny", 32, 2, 4142.0, 5103.0),
+    ("tiny", 32, 4, 3781.0, 4257.0),
+    ("tiny", 128, 2, 12732.0, 14540.0),
+    ("tiny", 128, 4, 11883.0, 10774.0),
+)
+
+
+def cpu_band() -> Band:
+    return from_ratios(
+        [measured / predicted for _, _, _, predicted, measured in CPU_CHECKS],
+        "this machine's DDP runs on 2 CPU cores, benchmarks/plan_validation.py, 2026-11-26",
+    )
+
+
+def gpu_band() -> Band:
+    from ddplab.planner.published import CASES, predict
+
+    # A case's figures are times (a step's or a run's): measured / predicted throughput = predicted / stated time.
+    ratios = [r["predicted"] / r["stated"] for case in CASES if not case.not_comparable for r in predict(case)]
+    return from_ratios(ratios, "published GPU clusters, planner/published.py")
+
+
+def band_for(on_cuda: bool) -> Band:
+    return gpu_band() if on_cuda else cpu_band()
