@@ -254,7 +254,7 @@ def one_mode(command: str, modes: list[tuple[str, bool]]) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from ddplab.sweep import SweepFolder, bundled_sweeps, default_out, executor, load_sweep, sweep_file
+    from ddplab.sweep import SweepFolder, bundled_sweeps, default_out, executor, hparams, load_sweep, sweep_file
 
     one_mode(
         "sweep", [("--list", args.list), ("--status", args.status), ("--dry-run", args.dry_run), ("--wait", args.wait)]
@@ -309,6 +309,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             if not args.wait:
                 return 0
             manifest = runner.wait(folder, echo)
+    if (board := hparams.write(folder, manifest)) is not None:
+        echo(f"TensorBoard HParams view of the finished runs: tensorboard --logdir {board}")
     if not args.no_report:
         report(
             folder.root / "report",

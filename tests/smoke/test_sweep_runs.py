@@ -114,6 +114,9 @@ def test_a_sweep_survives_failures_and_a_rerun_resumes(sweep_file, tmp_path):
     assert (out / "runs" / "single" / "summary.json").stat().st_mtime_ns == before
     # ... and the report is made from the sweep folder at the end.
     assert (out / "report" / "index.html").is_file() and "report:" in proc.stdout
+    # ... and the finished runs are sessions of TensorBoard's HParams view (the failed one is not).
+    assert sorted(p.name for p in (out / "tensorboard").iterdir()) == ["ddp-x2", "single"]
+    assert f"tensorboard --logdir {out / 'tensorboard'}" in proc.stdout
 
 
 def test_ctrl_c_stops_the_sweep_and_its_run_which_resumes_later(tmp_path):
