@@ -23,6 +23,7 @@ import dataclasses
 import difflib
 import json
 import os
+import shlex
 import sys
 import traceback
 import typing
@@ -309,8 +310,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             if not args.wait:
                 return 0
             manifest = runner.wait(folder, echo)
-    if (board := hparams.write(folder, manifest)) is not None:
-        echo(f"TensorBoard HParams view of the finished runs: tensorboard --logdir {board}")
+    try:
+        board = hparams.write(folder, manifest)
+    except (OSError, TypeError, ValueError) as exc:  # an optional view: it never keeps the report from being made
+        board = None
+        echo(f"warning: the TensorBoard HParams view was not written: {exc}")
+    if board is not None:
+        echo(f"TensorBoard HParams view of the finished runs: tensorboard --logdir {shlex.quote(str(board))}")
     if not args.no_report:
         report(
             folder.root / "report",

@@ -38,28 +38,34 @@ def test_each_finished_run_is_a_session_with_its_axes_seed_and_results(tmp_path)
     numbers: the failed run is left out, the mixed axis is shown as text."""
     sweep = tmp_path / "sweep"
     runs = []
-    for name, precision, batch, seed, acc in (
-        ("a", "fp32", 32, 0, 0.70),
-        ("b", "fp32", 32, 1, 0.72),
-        ("c", "bf16", "auto", 0, 0.69),
+    for name, precision, batch, compiled, seed, acc in (
+        ("a", "fp32", 32, True, 0, 0.70),
+        ("b", "fp32", 32, True, 1, 0.72),
+        ("c", "bf16", "auto", False, 0, 0.69),
     ):
         write_run(sweep / "runs" / name, seed=seed, test_acc=acc)
-        runs.append({"name": name, "point": {"precision": precision, "batch": batch}, "seed": seed})
-    runs.append({"name": "d", "point": {"precision": "fp16", "batch": 64}, "seed": 0, "status": "failed"})
-    write_manifest(sweep, runs, axes=("precision", "batch"))
+        runs.append(
+            {"name": name, "point": {"precision": precision, "batch": batch, "compile": compiled}, "seed": seed}
+        )
+    runs.append(
+        {"name": "d", "point": {"precision": "fp16", "batch": 64, "compile": True}, "seed": 0, "status": "failed"}
+    )
+    write_manifest(sweep, runs, axes=("precision", "batch", "compile"))
     folder = SweepFolder(sweep)
     out = hparams.write(folder, folder.load())
     assert out == sweep / "tensorboard"
     sessions = read_sessions(out)
     assert set(sessions) == {"a", "b", "c"}  # the failed run "d" is not a session
     a = sessions["a"]
-    assert a["hparams"] == {"precision": "fp32", "batch": "32", "seed": 0.0}  # batch mixes 32 and "auto": text
+    # batch mixes 32 and "auto": text; a boolean axis is text too (torch's writer would make True the number 1)
+    assert a["hparams"] == {"precision": "fp32", "batch": "32", "compile": "True", "seed": 0.0}
     assert sessions["c"]["hparams"]["batch"] == "auto" and sessions["b"]["hparams"]["seed"] == 1.0
     assert a["metrics"]["hparams/final_test_acc"] == pytest.approx(0.70)
     assert sessions["b"]["metrics"]["hparams/final_test_acc"] == pytest.approx(0.72)
     assert a["metrics"]["hparams/images_per_s"] == pytest.approx(1000 / 9)  # the fixture: 9 s epochs after the first
     assert set(a["metrics"]) == set(hparams.METRICS) == set(a["metric_tags"])
     assert a["domain"]["precision"] == ["fp32", "bf16"] and a["domain"]["batch"] == ["32", "auto"]
+    assert a["domain"]["compile"] == ["True", "False"] and sessions["c"]["hparams"]["compile"] == "False"
     # Written again (a re-run of the sweep command): the same sessions, none doubled.
     hparams.write(folder, folder.load())
     assert read_sessions(out) == sessions and len(list((out / "a").iterdir())) == 1

@@ -31,8 +31,8 @@ def test_a_sweep_with_a_measured_link_shows_the_predicted_speedup_beside_the_mea
     assert header and row.split(" | ")[4] == f"0.98x ({band_text})"  # measured 1.71x: the 2-worker runs are faster
     assert (
         "The scaling model (ddplab plan) predicted 0.98x from workers=1 over this machine's measured link; "
-        f"the measured 1.71x is OUTSIDE its error band: the model missed this point by more than any case it was "
-        f"checked on ({band_text}: {cpu.text()})"
+        f"the measured 1.71x is OUTSIDE its error band, {1.71 / predicted - 1:+.0%} of the prediction: above it by "
+        f"more than any checked case ({band_text}: {cpu.text()})"
     ) in md
     without = build_report([write_sweep(tmp_path / "plain")], tmp_path / "out2")["report_md"].read_text()
     assert "predicted" not in without  # no link measured: no column, no claim
@@ -118,6 +118,9 @@ def test_a_measured_speedup_is_said_to_lie_inside_or_outside_the_models_band():
         "the measured 2.10x is inside its error band (1.80-2.20x: measured -10% to +10% of the prediction over 2 "
         "checked cases (test))"
     )
-    assert "2.30x is OUTSIDE its error band" in prediction_text(p, 2.3, "w=1")
-    assert "1.70x is OUTSIDE" in prediction_text(p, 1.7, "w=1")
+    assert "2.30x is OUTSIDE its error band, +15% of the prediction: above it" in prediction_text(p, 2.3, "w=1")
+    assert "1.70x is OUTSIDE its error band, -15% of the prediction: below it" in prediction_text(p, 1.7, "w=1")
+    # A band wholly below its predictions (the GPU cases': the model's bias) puts an exact prediction outside it.
+    biased = PairPrediction(2.0, band.from_ratios([0.9, 0.95], "test"), None)
+    assert "2.00x is OUTSIDE its error band, +0% of the prediction: above it" in prediction_text(biased, 2.0, "w=1")
     assert prediction_text(PairPrediction(1.0, None, None), 1.0, "w=1").endswith("; measured 1.00x")

@@ -42,7 +42,7 @@ def predict_run(
     result = model.predict_grid(costs, per_node, nodes, batches or [run.summary["batch"]["local"]], within, between)
     band = band_for(costs.on_cuda)
     result["band"] = band.to_json()
-    for r in result["rows"]:  # the band records multi-worker errors: a 1-worker row is the measured run's recipe
+    for r in result["rows"]:  # the band records errors of multi-worker predictions: a 1-worker row has none
         r["images_per_s_band"] = list(band.around(r["images_per_s"])) if r["workers"] > 1 else None
     m = costs.measured
     print(

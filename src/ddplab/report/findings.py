@@ -163,8 +163,9 @@ def communication_text(c: Comparison) -> str:
 
 
 def prediction_text(p: PairPrediction, measured: float, baseline: str) -> str:
-    """The model's speedup against the measured one: inside or outside the band of its errors on checked cases
-    (outside: the model missed this point by more than it missed any case it was checked on)."""
+    """The model's speedup against the measured one: inside or outside the band its checked cases' measurements
+    fell in (outside: further from the prediction, on that side, than any checked case; news either way, as a
+    band that lies wholly on one side of its predictions records the model's bias, not only its spread)."""
     said = (
         f". The scaling model (ddplab plan) predicted {times(p.speedup)} from {baseline} over this machine's "
         "measured link"
@@ -172,12 +173,13 @@ def prediction_text(p: PairPrediction, measured: float, baseline: str) -> str:
     if p.band is None:
         return said + f"; measured {times(measured)}"
     lo, hi = p.band.around(p.speedup)
-    where = (
-        "inside its error band"
-        if p.band.holds(p.speedup, measured)
-        else "OUTSIDE its error band: the model missed this point by more than any case it was checked on"
+    if p.band.holds(p.speedup, measured):
+        return said + f"; the measured {times(measured)} is inside its error band ({lo:.2f}-{hi:.2f}x: {p.band.text()})"
+    side = "above" if measured > hi else "below"
+    return said + (
+        f"; the measured {times(measured)} is OUTSIDE its error band, {measured / p.speedup - 1:+.0%} of the "
+        f"prediction: {side} it by more than any checked case ({lo:.2f}-{hi:.2f}x: {p.band.text()})"
     )
-    return said + f"; the measured {times(measured)} is {where} ({lo:.2f}-{hi:.2f}x: {p.band.text()})"
 
 
 def superlinear_cause(c: Comparison, cpus: int | None) -> str:

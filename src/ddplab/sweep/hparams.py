@@ -28,8 +28,8 @@ METRICS = (*ACCURACIES, THROUGHPUT)
 
 def sessions(folder: SweepFolder, manifest: Manifest) -> list[tuple[str, dict[str, Any], dict[str, float]]]:
     """(run folder name, hyperparameters, metrics) of each finished run that can be read. An axis keeps its
-    values' type where all are numbers, or all booleans; otherwise every value of it is shown as text (the view
-    wants one type an axis)."""
+    values as numbers where all are numbers; otherwise every value of it is shown as text (the view wants one
+    type an axis, and torch's writer would turn a boolean into the number 1)."""
     found = []
     for entry in manifest.runs:
         if entry.status is not Status.FINISHED:
@@ -55,15 +55,13 @@ def sessions(folder: SweepFolder, manifest: Manifest) -> list[tuple[str, dict[st
         for axis, value in hp.items():
             kinds.setdefault(axis, set()).add(kind_of(value))
     return [
-        (name, {a: v if len(kinds[a]) == 1 and kind_of(v) != "text" else str(v) for a, v in hp.items()}, metrics)
+        (name, {a: v if kinds[a] == {"number"} else str(v) for a, v in hp.items()}, metrics)
         for name, hp, metrics in found
     ]
 
 
 def kind_of(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    return "number" if isinstance(value, (int, float)) else "text"
+    return "number" if isinstance(value, (int, float)) and not isinstance(value, bool) else "text"
 
 
 def write(folder: SweepFolder, manifest: Manifest) -> Path | None:
