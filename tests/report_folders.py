@@ -87,7 +87,7 @@ def assert_findings_restate_tables(result: dict) -> None:
     """Every number a finding gives is one the section's tables (or its setup line) give, as written there."""
     for section in result["sections"]:
         shown = section_text(section)
-        for finding in section["findings"]:
+        for finding in [section["headline"], *section["findings"]]:  # the one-sentence answer too
             for number in numbers(finding):
                 assert number in shown, f"{number!r} of {finding!r} is in no table of {section['title']!r}"
 

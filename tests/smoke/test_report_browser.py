@@ -72,6 +72,8 @@ window.addEventListener("load", () => {
   const text = el => el.textContent.replace(/\\s+/g, " ").trim();
   const sections = [...document.querySelectorAll("section")].map(s => ({
     title: text(s.querySelector("h2")),
+    top: s.getBoundingClientRect().top,
+    headline: s.querySelector("p.headline") ? text(s.querySelector("p.headline")) : "",
     findings: [...s.querySelectorAll("ul.findings > li")].map(li => ({text: text(li), flag: li.className,
       shown: getComputedStyle(li, "::before").content})),
     cells: [...s.querySelectorAll("td, th")].map(text),
@@ -80,7 +82,10 @@ window.addEventListener("load", () => {
   }));
   const probe = document.createElement("pre");
   probe.id = "probe";
-  probe.textContent = JSON.stringify({page: [document.documentElement.scrollWidth, window.innerWidth], sections});
+  const answers = [...document.querySelectorAll("nav.answers li")].map(
+    li => [text(li), li.getBoundingClientRect().bottom]);
+  probe.textContent = JSON.stringify({page: [document.documentElement.scrollWidth, window.innerWidth], sections,
+    answers, height: window.innerHeight});
   document.body.appendChild(probe);
 });
 </script>"""
@@ -124,7 +129,7 @@ def render(index: Path, tmp_path: Path) -> dict:
             "--disable-gpu",
             "--disable-background-networking",
             f"--user-data-dir={tmp_path / 'chromium'}",
-            "--window-size=1400,1000",
+            "--window-size=1400,900",
             "--dump-dom",
             probe_page.as_uri(),
         ],
@@ -163,6 +168,14 @@ def test_the_report_of_a_real_sweep_reads_right_in_a_browser(tmp_path):
     assert speedup[0]["flag"] == "unreliable" and "the clocks measured other work" in speedup[0]["text"]
     assert "unreliable" in speedup[0]["shown"]
 
+    # The first screen answers: one line per section, each inside the window, each figure in it a cell of its
+    # section's tables; the section's own answer starts with the same sentence.
+    ((answer, bottom),) = page["answers"]
+    assert answer.startswith("Scaling: ") and 0 < bottom <= page["height"], (answer, bottom, page["height"])
+    assert scaling["headline"] == answer.removeprefix("Scaling: ")
+    for number in NUMBER.findall(answer):
+        assert number.lstrip("+") in " | ".join(scaling["cells"]), (number, answer)
+
     # Every figure a finding states is a cell (or part of one) of its section's tables.
     cells = " | ".join(scaling["cells"])
     for finding in scaling["findings"]:
@@ -180,3 +193,41 @@ def test_the_report_of_a_real_sweep_reads_right_in_a_browser(tmp_path):
     assert "ddp x2 with a long label that must wrap in the legend" in legends
     assert all(not p.clipped for p in plots), [(p.name, p.clipped) for p in plots]
     assert all(p.max_lines <= 2 * 4 for p in plots)
+
+
+def test_six_answers_fit_the_first_screen(tmp_path):
+    """The assignment's report has six sections: their one-line answers all lie inside a 1400x900 window, above
+    the first section, each figure in one of them a cell of its section's tables. Run folders with known numbers
+    (no training): three kinds of section, twice each, as the assignment declares them."""
+    from report_folders import write_sweep
+    from run_folders import write_manifest
+
+    sweep = write_sweep(tmp_path)  # 1 worker and DDP x2, two seeds each, one failed run
+    kinds = ("scaling", "compare", "overfitting")
+    sections = [
+        {
+            "title": f"Q{i + 1}. {kind.title()} question of the assignment, in a long title",
+            "question": "?",
+            "kind": kind,
+            "runs": ["w1-s0", "w1-s1", "w2-s0", "w2-s1"],
+            "baseline_runs": ["w1-s0", "w1-s1"],
+            "not_measured": [],
+        }
+        for i, kind in enumerate(kinds * 2)
+    ]
+    manifest = json.loads((sweep / "manifest.json").read_text())
+    write_manifest(
+        sweep,
+        [{k: r[k] for k in ("name", "point", "seed", "status")} for r in manifest["runs"]],
+        axes=("workers",),
+        sections=sections,
+    )
+    result = build_report([sweep], tmp_path / "report")
+    page = render(result["index_html"], tmp_path)
+    assert len(page["answers"]) == 6 == len(page["sections"])
+    first_section = min(s["top"] for s in page["sections"])
+    for (answer, bottom), section in zip(page["answers"], page["sections"]):
+        assert bottom <= page["height"] and bottom < first_section, (answer, bottom, page["height"])
+        assert answer == f"{section['title'].split('. ', 1)[1]}: {section['headline']}"  # h2: "N. title"
+        for number in NUMBER.findall(answer):
+            assert number.lstrip("+") in " | ".join(section["cells"]), (number, answer)

@@ -98,9 +98,17 @@ def test_a_sweeps_sections_answer_their_questions(tmp_path):
         "simple_cnn (1,000 parameters, 2.0 MFLOP/image); synthetic: 1,000 training / 10,000 "
         "test images; 5 epochs; adam lr 0.001 (schedule none); on CPU Test (2 CPUs), torch 2.13.0"
     )
+    # Each section's answer in one sentence, with its verdict (report/headline.py), first on the page.
+    assert scaling["headline"] == "ddp: 1.00x the training throughput of one, 100% of the ideal 1x, single run"
+    assert over["headline"] == "2 of 2 overfit; most one: test loss lowest at epoch 2, +86% by epoch 5"
+    assert remedies["headline"].startswith(
+        "fastest aug: 1.00x faster than one, single run; most accurate aug: +8.0 points"
+    )
     assert_findings_restate_tables(result)
     page = result["index_html"].read_text()
     assert "<blockquote>Does DDP pay?</blockquote>" in page and "Background." in page
+    answers = page.index('<nav class="answers">')
+    assert answers < page.index("<section") and f"Q2. Scaling</a>: {scaling['headline']}</li>" in page[answers:]
 
 
 def test_a_sweep_file_may_name_exactly_the_section_kinds_the_report_has():

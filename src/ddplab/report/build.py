@@ -12,6 +12,7 @@ from typing import Any
 
 from ddplab import files
 from ddplab.report import figures, html, plots, tables
+from ddplab.report.headline import headline
 from ddplab.report.kinds import kind_of, section_findings
 from ddplab.report.runs import load_runs
 from ddplab.report.sections import Section, architecture, build_sections, setup_text
@@ -87,6 +88,7 @@ def build_report(paths: list[Path], out: Path, title: str | None = None) -> dict
         "sections": [
             {
                 "title": v.title,
+                "headline": v.headline,
                 "findings": [f.text for f in v.findings],
                 "tables": v.tables + v.details,
                 "setup": v.setup,
@@ -166,4 +168,5 @@ def section_view(section: Section, plot_dir: Path, prefix: str) -> html.SectionV
         plots=plots.make_plots(section, plot_dir, prefix) if rows else [],
         not_measured=section.not_measured,
         problems=section.problems,
+        headline=headline(section),
     )

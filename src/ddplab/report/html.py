@@ -51,6 +51,8 @@ figcaption { color: #555; font-size: 0.9rem; }
 li.problem { color: #8a1c1c; }
 details { margin: 0.6rem 0; } summary { cursor: pointer; color: #335; }
 code { font-size: 0.85rem; }
+nav.answers h2 { margin-top: 1rem; } nav.answers li { margin: 0.2rem 0; }
+p.headline { font-weight: 600; margin: 0.3rem 0; }
 """
 
 READING = [
@@ -105,6 +107,7 @@ class SectionView:
     plots: list[Plot]
     not_measured: list[tuple[str, str]]
     problems: list[dict[str, Any]] = field(default_factory=list)
+    headline: str = ""  # the answer in one sentence (report/headline.py): first on the page, first in the section
 
 
 def cell_class(header: str) -> str:
@@ -140,8 +143,10 @@ def section_html(number: int, view: SectionView, anchor: str) -> str:
     ]
     if view.question:
         parts.append(f"<blockquote>{escape(view.question)}</blockquote>")
+    parts.append("<h3>Answer, from the data</h3>")
+    if view.headline:
+        parts.append(f'<p class="headline">{escape(view.headline)}</p>')
     parts += [
-        "<h3>Answer, from the data</h3>",
         '<ul class="findings">'
         + "".join(
             f'<li class="{escape(f.flag)}">{escape(f.text)}</li>' if f.flag else f"<li>{escape(f.text)}</li>"
@@ -186,7 +191,16 @@ def page(title: str, meta: str, views: list[SectionView], anchors: list[str], an
     """The full page: a table of contents, the sections, how to read the figures."""
     toc = "".join(f'<li><a href="#{escape(a)}">{escape(v.title)}</a></li>' for v, a in zip(views, anchors))
     parts = [f"<h1>{escape(title)}</h1>", f'<p class="meta">{escape(meta)}</p>']
-    if len(views) > 1:
+    if any(v.headline for v in views):  # the answers first, each linked to its section
+        parts.append(
+            '<nav class="answers"><h2>Answers</h2><ol>'
+            + "".join(
+                f'<li><a href="#{escape(a)}">{escape(v.title)}</a>: {escape(v.headline)}</li>'
+                for v, a in zip(views, anchors)
+            )
+            + "</ol></nav>"
+        )
+    elif len(views) > 1:
         parts.append(f"<nav><ol>{toc}</ol></nav>")
     parts += [section_html(i, v, a) for i, (v, a) in enumerate(zip(views, anchors), 1)]
     if not any_gpu:
@@ -214,12 +228,17 @@ def markdown(title: str, meta: str, views: list[SectionView], plot_dir: str) -> 
     from ddplab.report.tables import markdown_table
 
     parts = [f"# {md_text(title)}", md_text(meta)]
+    if any(v.headline for v in views):
+        answers = (f"{i}. {md_text(v.title)}: {md_text(v.headline)}" for i, v in enumerate(views, 1))
+        parts += ["## Answers", "\n".join(answers)]
     for i, v in enumerate(views, 1):
         parts += [f"## {i}. {md_text(v.title)}", f"from {md_text(v.source)}"]
         if v.question:
             parts.append(f"> {md_text(v.question)}")
+        parts.append("### Answer, from the data")
+        if v.headline:
+            parts.append(f"**{md_text(v.headline)}**")
         parts += [
-            "### Answer, from the data",
             "\n".join(
                 f"- {'**' + f.flag + ':** ' if f.flag in ('unreliable', 'check') else ''}{md_text(f.text)}"
                 for f in v.findings

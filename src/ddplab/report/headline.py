@@ -1,0 +1,100 @@
+"""Each section's answer in one sentence with its verdict: the report's first screen lists them, and each
+section's answer starts with its own. Every figure in it is one of the section's table cells, as in the
+findings (the detail stays there)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ddplab.report import noise
+from ddplab.report.findings import pct
+from ddplab.report.kinds import kind_of
+from ddplab.report.noise import Verdict
+from ddplab.report.tables import faster, points_value, rate, times
+
+if TYPE_CHECKING:
+    from ddplab.report.sections import Comparison, Section
+
+
+def short(verdict: Verdict) -> str:
+    """A verdict in a few words: the one that voids a timing says why."""
+    return "unreliable (machine busy)" if verdict.word == "unreliable" else verdict.word
+
+
+def headline(section: Section) -> str:
+    if not section.rows:
+        return "no run finished: nothing to answer"
+    kind = kind_of(section).name
+    if kind == "scaling":
+        return scaling(section) or most_accurate(section)
+    if kind in ("compare", "regularization"):
+        return comparison(section.pairs) or most_accurate(section)
+    if kind == "overfitting":
+        return overfitting(section)
+    if kind == "run":
+        return most_accurate(section)
+    return "; ".join(filter(None, (most_accurate(section), scaling(section))))
+
+
+def scaling(section: Section) -> str:
+    """The pair with the most workers: its speedup, share of the ideal and verdict, and what costs it most."""
+    pairs = [c for c in section.pairs if c.scaling and c.speedup is not None]
+    if not pairs:
+        return ""
+    c = max(pairs, key=lambda p: (p.ideal or 0, p.row.get("world_size") or 0))
+    text = f"{c.point}: {times(c.speedup)} the training throughput of {c.baseline}"
+    if c.efficiency is not None and c.ideal:
+        text += f", {c.efficiency:.0%} of the ideal {c.ideal:g}x"
+    text += f", {short(c.timing_verdict)}"
+    if c.gap is not None:
+        text += f"; most of the gap: {c.gap.biggest}"
+    return text
+
+
+def comparison(pairs: list[Comparison]) -> str:
+    """The fastest point and the most accurate one against their baselines, each with its verdict."""
+    timed = [c for c in pairs if c.speedup is not None]
+    scored = [c for c in pairs if c.acc_diff is not None]
+    parts = []
+    if timed:
+        c = max(timed, key=lambda p: p.speedup or 0.0)
+        parts.append(f"fastest {c.point}: {faster(c.speedup)} than {c.baseline}, {short(c.timing_verdict)}")
+    if scored:
+        c = max(scored, key=lambda p: p.acc_diff or 0.0)
+        parts.append(
+            f"most accurate {c.point}: {points_value(c.acc_diff)} points of test accuracy vs {c.baseline}, "
+            f"{c.acc_verdict.word}"
+        )
+    return "; ".join(parts)
+
+
+def most_accurate(section: Section) -> str:
+    """One point: its accuracy and speed. Several: the most accurate, and whether it leads the next beyond noise."""
+    rows = sorted((r for r in section.rows if r.get("final_test_acc") is not None), key=lambda r: -r["final_test_acc"])
+    if not rows:
+        return ""
+    best = rows[0]
+    if len(rows) == 1:
+        text = f"{best['point']}: {pct(best, 'final_test_acc')} test accuracy"
+        return text + (f" at {rate(best['images_per_s'])} training images/s" if best.get("images_per_s") else "")
+    second = rows[1]
+    verdict = noise.accuracy_verdict(best["final_test_acc"] - second["final_test_acc"], best, second)
+    return (
+        f"most accurate {best['point']}: {pct(best, 'final_test_acc')} test accuracy, {verdict.word} against "
+        f"{second['point']} ({pct(second, 'final_test_acc')})"
+    )
+
+
+def overfitting(section: Section) -> str:
+    judged = [r for r in section.rows if r.get("overfit") is not None]
+    if not judged:
+        return most_accurate(section)
+    over = [r for r in judged if r["overfit"].overfits]
+    if not over:
+        return f"none of {len(judged)} overfits in {judged[0]['overfit'].epochs} epochs"
+    worst = max(over, key=lambda r: r["overfit"].rise)
+    o = worst["overfit"]
+    return (
+        f"{len(over)} of {len(judged)} overfit; most {worst['point']}: test loss lowest at epoch {o.min_epoch}, "
+        f"{o.rise:+.0%} by epoch {o.epochs}"
+    )

@@ -1,0 +1,41 @@
+"""Each section's answer in one sentence (report/headline.py), as the report's first screen lists them."""
+
+from ddplab.report.build import build_report
+
+from report_folders import assert_findings_restate_tables, write_sweep
+from run_folders import write_manifest, write_run
+
+
+def test_a_plain_sweep_answers_with_its_most_accurate_point_and_its_largest_speedup(tmp_path):
+    """write_sweep: 1 worker vs DDP x2, two seeds each (70/72% and 69/69%): the accuracies are within noise, the
+    2 workers 1.71x faster beyond it."""
+    result = build_report([write_sweep(tmp_path)], tmp_path / "out")
+    (section,) = result["sections"]
+    assert section["headline"] == (
+        "most accurate workers=1: 71.00% test accuracy, within noise against workers=2 (69.00%); "
+        "workers=2: 1.71x the training throughput of workers=1, 171% of the ideal 1x, beyond noise"
+    )
+    assert_findings_restate_tables(result)
+    md = result["report_md"].read_text()
+    assert md.index("## Answers") < md.index("## 1. scaling") and f"1. scaling: {section['headline']}" in md
+
+
+def test_one_run_a_run_that_does_not_overfit_and_a_section_where_nothing_finished(tmp_path):
+    sweep = tmp_path / "study"
+    write_run(sweep / "runs" / "one", test_acc=0.75, test_loss=(1.0, 0.8, 0.7))
+    runs = [
+        {"name": "one", "point": {"config": "one"}, "seed": 0},
+        {"name": "gone", "point": {"config": "gone"}, "seed": 0, "status": "failed", "error": "diverged"},
+    ]
+    sections = [
+        {"title": "Run", "kind": "run", "runs": ["one"], "baseline_runs": [], "not_measured": []},
+        {"title": "Fit", "kind": "overfitting", "runs": ["one"], "baseline_runs": [], "not_measured": []},
+        {"title": "Lost", "kind": "compare", "runs": ["gone"], "baseline_runs": [], "not_measured": []},
+    ]
+    result = build_report([write_manifest(sweep, runs, sections=sections)], tmp_path / "out")
+    assert [s["headline"] for s in result["sections"]] == [
+        "one: 75.00% test accuracy at 111 training images/s",
+        "none of 1 overfits in 3 epochs",
+        "no run finished: nothing to answer",
+    ]
+    assert_findings_restate_tables(result)
