@@ -1,5 +1,7 @@
 """Each section's answer in one sentence (report/headline.py), as the report's first screen lists them."""
 
+import json
+
 from ddplab.report.build import build_report
 
 from report_folders import assert_findings_restate_tables, write_sweep
@@ -13,7 +15,7 @@ def test_a_plain_sweep_answers_with_its_most_accurate_point_and_its_largest_spee
     (section,) = result["sections"]
     assert section["headline"] == (
         "most accurate workers=1: 71.00% test accuracy, within noise against workers=2 (69.00%); "
-        "workers=2: 1.71x the training throughput of workers=1, 171% of the ideal 1x, beyond noise"
+        "workers=2: 1.71x the training throughput of workers=1, 171% of the ideal 1x, beyond noise, super-linear: check"
     )
     assert_findings_restate_tables(result)
     md = result["report_md"].read_text()
@@ -39,3 +41,22 @@ def test_one_run_a_run_that_does_not_overfit_and_a_section_where_nothing_finishe
         "no run finished: nothing to answer",
     ]
     assert_findings_restate_tables(result)
+
+
+def test_a_comparison_where_no_point_beats_the_baseline_says_so(tmp_path):
+    """write_sweep's 2 workers are 1.71x faster and 2.0 points less accurate than 1 worker (within noise)."""
+    sweep = write_sweep(tmp_path)
+    manifest = json.loads((sweep / "manifest.json").read_text())
+    section = {
+        "title": "Q",
+        "kind": "compare",
+        "runs": ["w1-s0", "w1-s1", "w2-s0", "w2-s1"],
+        "baseline_runs": ["w1-s0", "w1-s1"],
+        "not_measured": [],
+    }
+    runs = [{k: r[k] for k in ("name", "point", "seed", "status")} for r in manifest["runs"]]
+    result = build_report([write_manifest(sweep, runs, axes=("workers",), sections=[section])], tmp_path / "out")
+    assert result["sections"][0]["headline"] == (
+        "fastest workers=2: 1.71x faster than workers=1, beyond noise; "
+        "none more accurate than workers=1 (closest workers=2: -2.0 points, within noise)"
+    )

@@ -46,6 +46,8 @@ def scaling(section: Section) -> str:
     if c.efficiency is not None and c.ideal:
         text += f", {c.efficiency:.0%} of the ideal {c.ideal:g}x"
     text += f", {short(c.timing_verdict)}"
+    if c.superlinear:
+        text += ", super-linear: check"
     if c.gap is not None:
         text += f"; most of the gap: {c.gap.biggest}"
     return text
@@ -61,10 +63,16 @@ def comparison(pairs: list[Comparison]) -> str:
         parts.append(f"fastest {c.point}: {faster(c.speedup)} than {c.baseline}, {short(c.timing_verdict)}")
     if scored:
         c = max(scored, key=lambda p: p.acc_diff or 0.0)
-        parts.append(
-            f"most accurate {c.point}: {points_value(c.acc_diff)} points of test accuracy vs {c.baseline}, "
-            f"{c.acc_verdict.word}"
-        )
+        if (c.acc_diff or 0.0) > 0:
+            parts.append(
+                f"most accurate {c.point}: {points_value(c.acc_diff)} points of test accuracy vs {c.baseline}, "
+                f"{c.acc_verdict.word}"
+            )
+        else:
+            parts.append(
+                f"none more accurate than {c.baseline} (closest {c.point}: {points_value(c.acc_diff)} points, "
+                f"{c.acc_verdict.word})"
+            )
     return "; ".join(parts)
 
 
