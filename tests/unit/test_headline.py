@@ -43,20 +43,29 @@ def test_one_run_a_run_that_does_not_overfit_and_a_section_where_nothing_finishe
     assert_findings_restate_tables(result)
 
 
-def test_a_comparison_where_no_point_beats_the_baseline_says_so(tmp_path):
-    """write_sweep's 2 workers are 1.71x faster and 2.0 points less accurate than 1 worker (within noise)."""
+def compare_headline(tmp_path, baseline: str) -> str:
+    """write_sweep's 2 workers are 1.71x faster and 2.0 points less accurate than 1 worker (within noise), in a
+    compare section against `baseline`'s two seeds."""
     sweep = write_sweep(tmp_path)
     manifest = json.loads((sweep / "manifest.json").read_text())
     section = {
         "title": "Q",
         "kind": "compare",
         "runs": ["w1-s0", "w1-s1", "w2-s0", "w2-s1"],
-        "baseline_runs": ["w1-s0", "w1-s1"],
+        "baseline_runs": [f"{baseline}-s0", f"{baseline}-s1"],
         "not_measured": [],
     }
     runs = [{k: r[k] for k in ("name", "point", "seed", "status")} for r in manifest["runs"]]
     result = build_report([write_manifest(sweep, runs, axes=("workers",), sections=[section])], tmp_path / "out")
-    assert result["sections"][0]["headline"] == (
+    return result["sections"][0]["headline"]
+
+
+def test_a_comparison_where_no_point_beats_the_baseline_names_the_closest(tmp_path):
+    assert compare_headline(tmp_path / "a", "w1") == (
         "fastest workers=2: 1.71x faster than workers=1, beyond noise; "
         "none more accurate than workers=1 (closest workers=2: -2.0 points, within noise)"
+    )
+    assert compare_headline(tmp_path / "b", "w2") == (
+        "none faster than workers=2 (closest workers=1: 1.71x slower, beyond noise); "
+        "most accurate workers=1: +2.0 points of test accuracy vs workers=2, within noise"
     )

@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 
 
 def short(verdict: Verdict) -> str:
-    """A verdict in a few words: the one that voids a timing says why."""
-    return "unreliable (machine busy)" if verdict.word == "unreliable" else verdict.word
+    """A verdict in a few words: the one that voids a timing says why (a busy machine, or workers sharing a
+    device on purpose: either way the clocks measured other work)."""
+    return "unreliable (the clocks measured other work)" if verdict.word == "unreliable" else verdict.word
 
 
 def headline(section: Section) -> str:
@@ -26,14 +27,14 @@ def headline(section: Section) -> str:
         return "no run finished: nothing to answer"
     kind = kind_of(section).name
     if kind == "scaling":
-        return scaling(section) or most_accurate(section)
+        return scaling(section) or "not timed; " + most_accurate(section)
     if kind in ("compare", "regularization"):
         return comparison(section.pairs) or most_accurate(section)
     if kind == "overfitting":
         return overfitting(section)
     if kind == "run":
         return most_accurate(section)
-    return "; ".join(filter(None, (most_accurate(section), scaling(section))))
+    return "; ".join(filter(None, (most_accurate(section), scaling(section)))) or "nothing to answer"
 
 
 def scaling(section: Section) -> str:
@@ -41,7 +42,7 @@ def scaling(section: Section) -> str:
     pairs = [c for c in section.pairs if c.scaling and c.speedup is not None]
     if not pairs:
         return ""
-    c = max(pairs, key=lambda p: (p.ideal or 0, p.row.get("world_size") or 0))
+    c = max(pairs, key=lambda p: (p.ideal or 0, w if isinstance(w := p.row.get("world_size"), int) else 0))
     text = f"{c.point}: {times(c.speedup)} the training throughput of {c.baseline}"
     if c.efficiency is not None and c.ideal:
         text += f", {c.efficiency:.0%} of the ideal {c.ideal:g}x"
@@ -49,23 +50,33 @@ def scaling(section: Section) -> str:
     if c.superlinear:
         text += ", super-linear: check"
     if c.gap is not None:
-        text += f"; most of the gap: {c.gap.biggest}"
+        text += f"; the biggest part of the gap: {c.gap.biggest}"
     return text
 
 
 def comparison(pairs: list[Comparison]) -> str:
-    """The fastest point and the most accurate one against their baselines, each with its verdict."""
+    """The fastest point and the most accurate one against their baseline, each with its verdict ("largest
+    speedup" and "largest accuracy gain" where the pairs have different baselines); where none beats its
+    baseline, the closest."""
     timed = [c for c in pairs if c.speedup is not None]
     scored = [c for c in pairs if c.acc_diff is not None]
+    one_baseline = len({c.baseline for c in pairs}) == 1
     parts = []
     if timed:
         c = max(timed, key=lambda p: p.speedup or 0.0)
-        parts.append(f"fastest {c.point}: {faster(c.speedup)} than {c.baseline}, {short(c.timing_verdict)}")
+        if (c.speedup or 0.0) >= 1:
+            best = "fastest" if one_baseline else "largest speedup"
+            parts.append(f"{best} {c.point}: {faster(c.speedup)} than {c.baseline}, {short(c.timing_verdict)}")
+        else:
+            parts.append(
+                f"none faster than {c.baseline} (closest {c.point}: {faster(c.speedup)}, {short(c.timing_verdict)})"
+            )
     if scored:
         c = max(scored, key=lambda p: p.acc_diff or 0.0)
         if (c.acc_diff or 0.0) > 0:
+            best = "most accurate" if one_baseline else "largest accuracy gain"
             parts.append(
-                f"most accurate {c.point}: {points_value(c.acc_diff)} points of test accuracy vs {c.baseline}, "
+                f"{best} {c.point}: {points_value(c.acc_diff)} points of test accuracy vs {c.baseline}, "
                 f"{c.acc_verdict.word}"
             )
         else:
@@ -94,15 +105,20 @@ def most_accurate(section: Section) -> str:
 
 
 def overfitting(section: Section) -> str:
+    """How many points overfit, the worst of them, and the points it could not judge (fewer than two epochs)."""
     judged = [r for r in section.rows if r.get("overfit") is not None]
     if not judged:
         return most_accurate(section)
+    unjudged = [r["point"] for r in section.rows if r.get("overfit") is None]
+    rest = f"; not judged: {', '.join(unjudged)}" if unjudged else ""
     over = [r for r in judged if r["overfit"].overfits]
     if not over:
-        return f"none of {len(judged)} overfits in {judged[0]['overfit'].epochs} epochs"
+        epochs = sorted({r["overfit"].epochs for r in judged})
+        span = f"{epochs[0]}" if len(epochs) == 1 else f"{epochs[0]}-{epochs[-1]}"
+        return f"none of {len(judged)} overfits in {span} epochs{rest}"
     worst = max(over, key=lambda r: r["overfit"].rise)
     o = worst["overfit"]
     return (
         f"{len(over)} of {len(judged)} overfit; most {worst['point']}: test loss lowest at epoch {o.min_epoch}, "
-        f"{o.rise:+.0%} by epoch {o.epochs}"
+        f"{o.rise:+.0%} by epoch {o.epochs}{rest}"
     )
