@@ -214,6 +214,13 @@ def timed_epochs(history: list[EpochRecord]) -> list[EpochRecord]:
     return history[1:] or history
 
 
+def training_rate(history: list[EpochRecord]) -> float | None:
+    """Training images a second over the timed epochs (the report's throughput); None when they took no time."""
+    steady = timed_epochs(history)
+    train_s = sum(r.train_s for r in steady)
+    return sum(r.train_samples for r in steady) / train_s if train_s else None
+
+
 def optimizer_steps(records: list[EpochRecord], global_batch: int) -> int:
     """Optimizer steps the epochs of `records` took at `global_batch` images a step (a ragged last one counts)."""
     return sum(math.ceil(r.train_samples / global_batch) for r in records)

@@ -24,6 +24,7 @@ from ddplab.metrics.records import (
     gap_train_acc,
     optimizer_steps,
     timed_epochs,  # the file format's rules, torch-free
+    training_rate,
 )
 from ddplab.report import noise
 from ddplab.report.runs import Point
@@ -132,7 +133,7 @@ def run_figures(run: Run) -> dict[str, Any]:
         "train_s": s["time"]["train_s"],
         "eval_s": s["time"].get("eval_s"),
         "epoch_s": statistics.fmean(r.epoch_s for r in steady) if steady else None,
-        "images_per_s": sum(r.train_samples for r in steady) / train_s if train_s else None,
+        "images_per_s": training_rate(history),
         "within_noise": noise.within_run_noise(rates),
         "load": load,
         "other_cpu": load.other_cpu,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddplab.report import figures, noise
 from ddplab.report.tables import (
+    band_range,
     faster,
     loss,
     memory_title,
@@ -172,13 +173,13 @@ def prediction_text(p: PairPrediction, measured: float, baseline: str) -> str:
     )
     if p.band is None:
         return said + f"; measured {times(measured)}"
-    lo, hi = p.band.around(p.speedup)
+    band = f"({band_range(p)}: {p.band.text()})"
     if p.band.holds(p.speedup, measured):
-        return said + f"; the measured {times(measured)} is inside its error band ({lo:.2f}-{hi:.2f}x: {p.band.text()})"
-    side = "above" if measured > hi else "below"
+        return said + f"; the measured {times(measured)} is inside its error band {band}"
+    ratio = measured / p.speedup
     return said + (
-        f"; the measured {times(measured)} is OUTSIDE its error band, {measured / p.speedup - 1:+.0%} of the "
-        f"prediction: {side} it by more than any checked case ({lo:.2f}-{hi:.2f}x: {p.band.text()})"
+        f"; the measured {times(measured)} is OUTSIDE its error band, {ratio - 1:+.0%} of the prediction: "
+        f"{'above' if ratio > p.band.hi else 'below'} it by more than any checked case {band}"
     )
 
 
@@ -241,12 +242,21 @@ def comparison_findings(pairs: list[Comparison], overfit: bool = False) -> list[
     return out
 
 
-def best_accuracy(rows: list[dict[str, Any]]) -> list[Finding]:
+def accuracy_lead(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], noise.Verdict | None]:
+    """The rows with a test accuracy, most accurate first, and whether the first leads the second beyond noise
+    (None below two)."""
     scored = sorted((r for r in rows if r.get("final_test_acc") is not None), key=lambda r: -r["final_test_acc"])
     if len(scored) < 2:
+        return scored, None
+    best, second = scored[0], scored[1]
+    return scored, noise.accuracy_verdict(best["final_test_acc"] - second["final_test_acc"], best, second)
+
+
+def best_accuracy(rows: list[dict[str, Any]]) -> list[Finding]:
+    scored, verdict = accuracy_lead(rows)
+    if verdict is None:
         return []
     best, second = scored[0], scored[1]
-    verdict = noise.accuracy_verdict(best["final_test_acc"] - second["final_test_acc"], best, second)
     lead = "ahead of" if verdict.word in ("beyond noise", "single seed") else "not distinguishable from"
     return [
         Finding(

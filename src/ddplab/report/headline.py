@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ddplab.report import noise
-from ddplab.report.findings import pct
+from ddplab.report.findings import accuracy_lead, pct
 from ddplab.report.kinds import kind_of
 from ddplab.report.noise import Verdict
 from ddplab.report.tables import faster, points_value, rate, times
@@ -89,15 +88,14 @@ def comparison(pairs: list[Comparison]) -> str:
 
 def most_accurate(section: Section) -> str:
     """One point: its accuracy and speed. Several: the most accurate, and whether it leads the next beyond noise."""
-    rows = sorted((r for r in section.rows if r.get("final_test_acc") is not None), key=lambda r: -r["final_test_acc"])
+    rows, verdict = accuracy_lead(section.rows)
     if not rows:
         return ""
     best = rows[0]
-    if len(rows) == 1:
+    if verdict is None:
         text = f"{best['point']}: {pct(best, 'final_test_acc')} test accuracy"
         return text + (f" at {rate(best['images_per_s'])} training images/s" if best.get("images_per_s") else "")
     second = rows[1]
-    verdict = noise.accuracy_verdict(best["final_test_acc"] - second["final_test_acc"], best, second)
     return (
         f"most accurate {best['point']}: {pct(best, 'final_test_acc')} test accuracy, {verdict.word} against "
         f"{second['point']} ({pct(second, 'final_test_acc')})"

@@ -171,14 +171,18 @@ def speed_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
     )
 
 
+def band_range(p: PairPrediction) -> str:
+    """The speedups the band around a prediction spans (a prediction with a band)."""
+    assert p.band is not None
+    lo, hi = p.band.around(p.speedup)
+    return f"{lo:.2f}-{hi:.2f}x"
+
+
 def predicted_cell(p: PairPrediction | None) -> str:
     """The model's speedup and the band its errors on checked cases give it."""
     if p is None:
         return "-"
-    if p.band is None:
-        return times(p.speedup)
-    lo, hi = p.band.around(p.speedup)
-    return f"{times(p.speedup)} ({lo:.2f}-{hi:.2f}x)"
+    return times(p.speedup) if p.band is None else f"{times(p.speedup)} ({band_range(p)})"
 
 
 def comparison_table(pairs: list[Comparison], scaling: bool) -> tuple[list[str], list[list[str]]]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ddplab.errors import DataError
-from ddplab.metrics.records import timed_epochs
+from ddplab.metrics.records import training_rate
 from ddplab.runread import read_run
 from ddplab.sweep.folder import Manifest, Status, SweepFolder
 
@@ -46,9 +46,8 @@ def sessions(folder: SweepFolder, manifest: Manifest) -> list[tuple[str, dict[st
             for tag, (part, key) in ACCURACIES.items()
             if isinstance(value := (summary.get(part) or {}).get(key), (int, float))
         }
-        timed = timed_epochs(run.history)
-        if timed and sum(r.train_s for r in timed) > 0:
-            metrics[THROUGHPUT] = sum(r.train_samples for r in timed) / sum(r.train_s for r in timed)
+        if (rate := training_rate(run.history)) is not None:
+            metrics[THROUGHPUT] = rate
         found.append((Path(entry.dir).name, {**entry.point, "seed": entry.seed}, metrics))
     kinds: dict[str, set[str]] = {}
     for _, hp, _ in found:
