@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test suite, from scratch: installs what it needs, then runs pytest. Extra arguments go to pytest.
-# As root on Debian it also installs headless Chromium for the browser test and Slurm for the Slurm tests (each
-# skipped, with the reason, without them). `--fast`: the fast tier (-m "not slow"), which needs neither: it
-# installs no system package (bootstrap only makes .venv when there is none).
+# It installs MLflow (the mlflow extra) for the tracking tests and, as root on Debian, headless Chromium for the
+# browser test and Slurm for the Slurm tests (each skipped, with the reason, without them). `--fast`: the fast tier
+# (-m "not slow"), which needs none of them: it installs nothing (bootstrap only makes .venv when there is none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "${1:-}" = "--fast" ]; then
@@ -11,6 +11,10 @@ if [ "${1:-}" = "--fast" ]; then
   exec .venv/bin/python -m pytest -q -m "not slow" "$@"
 fi
 bash scripts/bootstrap.sh
+if ! .venv/bin/python -c "import mlflow" 2>/dev/null; then
+  echo "test: installing MLflow for the tracking tests (the mlflow extra; pinned to the version they were written on)" >&2
+  .venv/bin/python -m pip install -q "mlflow==3.17.2" || echo "test: could not install MLflow; its tests will be skipped" >&2
+fi
 if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   echo "test: installing chromium for the browser test" >&2
   { apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; } >/dev/null 2>&1 \

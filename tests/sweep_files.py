@@ -27,8 +27,8 @@ device = "cpu"
 tensorboard = false
 """
 
-# Two single-process points and a 2-worker DDP one.
-THREE_POINTS = """
+# Two single-process points, and with them a 2-worker DDP one.
+TWO_POINTS = """
 [[variants]]
 label = "a"
 "optim.lr" = 0.01
@@ -36,12 +36,16 @@ label = "a"
 [[variants]]
 label = "b"
 "train.batch_size" = 32
-
+"""
+THREE_POINTS = (
+    TWO_POINTS
+    + """
 [[variants]]
 label = "ddp"
 "dist.strategy" = "ddp"
 "dist.nproc" = 2
 """
+)
 
 
 def tiny_sweep(path: Path, variants: str = THREE_POINTS, epochs: int = 2) -> Path:

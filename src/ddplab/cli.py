@@ -30,7 +30,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from ddplab import compat, faults, files, runfiles
+from ddplab import compat, faults, files, runfiles, tracking
 from ddplab.arguments import parallel_points, positive_seconds, positive_whole, whole_list
 from ddplab.config import SECTIONS, RunConfig, build_config, coerce, field_types, load_toml, merge, parse_dotted
 from ddplab.errors import ConfigError, DataError, DdplabError, SweepError, file_error
@@ -279,7 +279,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     runner = executor.from_args(args)
     # Where the points run picks the default profile: under Slurm, the nodes the tasks ask for, not this login node.
     on_gpus = runner.runs_on_gpus()
-    sweep = load_sweep(sweep_file(args.file), profile=args.profile, overrides=args.set, on_gpus=on_gpus)
+    tracking.check_available(args.mlflow)
+    overrides = [*args.set, *([f"output.mlflow={tracking.absolute(args.mlflow)}"] if args.mlflow else [])]
+    sweep = load_sweep(sweep_file(args.file), profile=args.profile, overrides=overrides, on_gpus=on_gpus)
     if on_gpus is not None and args.profile is None and sweep.profile is not None:
         print(
             f"sweep {sweep.name}: profile {sweep.profile}, as its points ask {runner.name} for "
@@ -295,6 +297,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(runner.dry_run(sweep, folder))
         return 0
+    earlier = None
     if args.wait and not runner.waits:  # wait for what an earlier command submitted, by the executor it named
         waiting = [name for name, each in executor.registered().items() if each.waits]
         earlier = executor.named(folder.load().executor) if folder.has_manifest() else None
@@ -303,13 +306,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 f"--wait waits for a sweep submitted with --executor {' or '.join(waiting)}, and "
                 f"{folder.root} holds none"
             )
-        manifest = earlier.reading().wait(folder, echo)
-    else:
-        manifest = runner.submit(sweep, folder, echo)
-        if runner.waits:
-            if not args.wait:
-                return 0
-            manifest = runner.wait(folder, echo)
+    folder.refuse_run_folder()  # before the sweep's MLflow file is written into it
+    tracked = track_sweep(sweep, folder)
+    try:
+        if earlier is not None:
+            manifest = earlier.reading().wait(folder, echo)
+        else:
+            manifest = runner.submit(sweep, folder, echo)
+            if runner.waits:
+                if not args.wait:
+                    return 0
+                manifest = runner.wait(folder, echo)
+    except BaseException as exc:
+        if tracked is not None:
+            tracked.stopped(exc)
+        raise
     try:
         board = hparams.write(folder, manifest)
     except (OSError, TypeError, ValueError) as exc:  # an optional view: it never keeps the report from being made
@@ -324,12 +335,30 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             title=f"ddplab sweep {sweep.name}: {sweep.description}" if sweep.description else None,
         )
     unfinished = manifest.unfinished()
+    if tracked is not None:
+        tracked.end([folder.root / "report", folder.manifest_path], finished=not unfinished)
     if unfinished:
         raise SweepError(
             f"{len(unfinished)} of {len(manifest.runs)} runs did not finish (see {folder.manifest_path}); "
             "run the sweep again to retry them"
         )
     return 0
+
+
+def track_sweep(sweep: Any, folder: Any) -> tracking.SweepTracking | None:
+    """The sweep as a parent run in MLflow when its points log there (--output.mlflow, --set output.mlflow,
+    $MLFLOW_TRACKING_URI); each point's run becomes its child (sweep/point.py)."""
+    uri = tracking.tracking_uri(sweep.runs[0].config.output.mlflow) if sweep.runs else None
+    if uri is None or not tracking.installed():
+        return None
+    if sweep.runs[0].config.output.mlflow is None:  # from the variable: the points read it, as an absolute path
+        os.environ[tracking.URI_ENV] = uri
+    tracked = tracking.SweepTracking(uri, folder.root)
+    params = {"sweep": sweep.name, "profile": str(sweep.profile), "points": str(len(sweep.runs))}
+    tracked.start(
+        f"sweep {sweep.name}", {**params, "axes": ", ".join(sweep.axes), "overrides": " ".join(sweep.overrides)}
+    )
+    return tracked
 
 
 def add_sweep_options(p: argparse.ArgumentParser) -> None:
@@ -352,6 +381,14 @@ def add_sweep_options(p: argparse.ArgumentParser) -> None:
         default=[],
         metavar="SECTION.FIELD=VALUE",
         help="a setting for every run that no axis of the sweep sets (repeatable), e.g. --set train.epochs=3",
+    )
+    p.add_argument(
+        "--output.mlflow",
+        dest="mlflow",
+        default=None,
+        metavar="URI",
+        help="log the sweep to MLflow (e.g. sqlite:///runs/mlflow.db): a parent run, a child run per point, "
+        "the report on the parent (default: $MLFLOW_TRACKING_URI when set; off: never)",
     )
     p.add_argument("--dry-run", action="store_true", help="list the runs and what would happen to each; run nothing")
     p.add_argument(

@@ -400,6 +400,11 @@ class OutputConfig:
     resume: bool = opt(False, "continue the run in --out from its last checkpoint")
     progress: bool = opt(True, "show a progress bar (only when the output is a terminal)")
     tensorboard: bool = opt(True, "write TensorBoard events when the tensorboard package is installed")
+    mlflow: str | None = opt(
+        None,
+        "log the run to MLflow at this tracking URI (e.g. sqlite:///runs/mlflow.db, http://host:5000; needs "
+        "ddplab[mlflow]); unset: $MLFLOW_TRACKING_URI when set; off: never",
+    )
     save_best: bool = opt(True, "keep a copy of the weights with the best test accuracy")
     debug: bool = opt(False, "show tracebacks for errors")
 
@@ -719,6 +724,9 @@ def check_environment(config: RunConfig) -> None:
         )
     if backend == "mpi" and not _mpi_available():
         raise _bad("dist.backend", "mpi", "this PyTorch build has no MPI support; use gloo or nccl")
+    from ddplab.tracking import check_available
+
+    check_available(config.output.mlflow)
     data = config.data
     if data.data_dir is not None and not Path(data.data_dir).expanduser().is_dir():
         raise _bad("data.data_dir", data.data_dir, "the folder does not exist")

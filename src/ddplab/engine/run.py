@@ -149,12 +149,12 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
     try:
         with profiler or contextlib.nullcontext():
             state = trainer.fit(sinks, profiler)
-    except RuntimeError as exc:  # Gloo/NCCL report a timed-out or broken collective as RuntimeError
-        if not ctx.is_distributed or is_out_of_memory(exc):
-            raise
-        raise collective_failure(exc, config, ctx) from exc
-    finally:
-        sinks.close()
+    except BaseException as exc:
+        sinks.close(exc)  # a tracker ends its run as failed or stopped
+        # Gloo/NCCL report a timed-out or broken collective as RuntimeError
+        if isinstance(exc, RuntimeError) and ctx.is_distributed and not is_out_of_memory(exc):
+            raise collective_failure(exc, config, ctx) from exc
+        raise
     summary = build_summary(
         config,
         info,
@@ -163,10 +163,18 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
         total_s=trainer.elapsed_s(),
         warmup=warmup,
         profile=profiler.result() if profiler is not None else None,
+        tracking=sinks.tracking(),
     )
-    if ctx.is_main:
-        files.write_json(run_dir / runfiles.SUMMARY, summary)
-        print(format_summary(summary, run_dir), flush=True)
+    try:
+        if ctx.is_main:
+            files.write_json(run_dir / runfiles.SUMMARY, summary)
+            print(format_summary(summary, run_dir), flush=True)
+        sinks.run_end(summary)
+        if ctx.is_main and sinks.tracking() != summary.get("tracking"):  # a tracker failed at the end
+            summary["tracking"] = sinks.tracking()
+            files.write_json(run_dir / runfiles.SUMMARY, summary)
+    finally:
+        sinks.close()
     return RunResult(run_dir=run_dir, summary=summary, history=list(state.history))
 
 

@@ -5,9 +5,12 @@ is on (contract 6, STYLE rule 7). Hook points, in order, are the only ones there
 `epoch_start(epoch, num_steps)`, `step(images, loss)` after every optimizer step (`loss` is
 None between progress refreshes), `epoch_end(record)`, then `samples(name, rows)` once per
 kind of reading taken within the epoch ("steps": the training loss at each progress
-refresh; "gpu": utilization samples), and `close()`. A new sink (MLflow, W&B) is a class here
-or in a module of its own, and one line in `SINKS`: a function of (config, run folder, earlier
-epochs) that returns it, or None when the run does not ask for it.
+refresh; "gpu": utilization samples); once the run finished, `tracking()` (what summary.json
+records of a tracker: where it logged, and whether everything reached it) and `run_end(summary)`
+after summary.json is written; last `close(error)`, with the exception that ended the run, if one
+did. A sink is built when the run starts, from its config. A new sink (W&B, after MLflow's in
+mlflow_sink.py) is a class here or in a module of its own, and one line in `SINKS`: a function of
+(config, run folder, earlier epochs) that returns it, or None when the run does not ask for it.
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ddplab import files, runfiles
+from ddplab import files, runfiles, tracking
 from ddplab.metrics.records import EpochRecord
 
 if TYPE_CHECKING:
     from ddplab.config import RunConfig
+    from ddplab.metrics.summary import Summary
 
 log = logging.getLogger("ddplab")
 
@@ -34,7 +38,9 @@ class MetricSink(Protocol):
     def step(self, images: int, loss: float | None) -> None: ...
     def epoch_end(self, record: EpochRecord) -> None: ...
     def samples(self, name: str, rows: list[dict[str, Any]]) -> None: ...
-    def close(self) -> None: ...
+    def tracking(self) -> dict[str, Any]: ...
+    def run_end(self, summary: Summary) -> None: ...
+    def close(self, error: BaseException | None = None) -> None: ...
 
 
 class NullSink:
@@ -50,7 +56,13 @@ class NullSink:
     def samples(self, name: str, rows: list[dict[str, Any]]) -> None:
         pass
 
-    def close(self) -> None:
+    def tracking(self) -> dict[str, Any]:
+        return {}
+
+    def run_end(self, summary: Summary) -> None:
+        pass
+
+    def close(self, error: BaseException | None = None) -> None:
         pass
 
 
@@ -131,7 +143,7 @@ class TensorBoardSink(NullSink):
                 )
         self.writer.flush()
 
-    def close(self) -> None:
+    def close(self, error: BaseException | None = None) -> None:
         self.writer.close()
 
 
@@ -184,7 +196,7 @@ class ProgressBar(NullSink):
     def epoch_end(self, record: EpochRecord) -> None:
         self.close()
 
-    def close(self) -> None:
+    def close(self, error: BaseException | None = None) -> None:
         if self.bar is not None:
             self.bar.close()
             self.bar = None
@@ -210,9 +222,16 @@ class SinkGroup(NullSink):
         for s in self.sinks:
             s.samples(name, rows)
 
-    def close(self) -> None:
+    def tracking(self) -> dict[str, Any]:
+        return {name: state for s in self.sinks for name, state in s.tracking().items()}
+
+    def run_end(self, summary: Summary) -> None:
         for s in self.sinks:
-            s.close()
+            s.run_end(summary)
+
+    def close(self, error: BaseException | None = None) -> None:
+        for s in self.sinks:
+            s.close(error)
 
 
 SinkMaker = Callable[["RunConfig", Path, list[EpochRecord]], MetricSink | None]
@@ -227,7 +246,19 @@ SINKS: tuple[SinkMaker, ...] = (
     lambda config, run_dir, history: (
         tensorboard_sink(run_dir / runfiles.TENSORBOARD) if config.output.tensorboard else None
     ),
+    lambda config, run_dir, history: mlflow_sink(config, run_dir),
 )
+
+
+def mlflow_sink(config: RunConfig, run_dir: Path) -> MetricSink | None:
+    """The run in MLflow when it asks for it (--output.mlflow, $MLFLOW_TRACKING_URI) and MLflow is there."""
+    uri = tracking.tracking_uri(config.output.mlflow)
+    if uri is None or not tracking.installed():  # without MLflow: refused or warned about before spawning
+        return None
+    from ddplab.metrics.mlflow_sink import MlflowSink
+
+    link = tracking.PointLink.from_env()
+    return MlflowSink(config, run_dir, uri, link if link is not None and link.uri == uri else None)
 
 
 def run_sinks(config: RunConfig, run_dir: Path, history: list[EpochRecord]) -> SinkGroup:

@@ -173,6 +173,7 @@ class Summary(_SummaryWritten, total=False):
     gpu: GpuPart
     engine: dict[str, Any] | None
     profile: dict[str, Any] | None
+    tracking: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -205,6 +206,7 @@ def build_summary(
     total_s: float,
     warmup: dict[str, Any] | None = None,
     profile: dict[str, Any] | None = None,
+    tracking: dict[str, Any] | None = None,
 ) -> Summary:
     """summary.json: `info` as build_trainer gathered it, the state fit left, the clocks, the warm-up and the
     profile (each None when the run had none)."""
@@ -298,6 +300,8 @@ def build_summary(
         "engine": info.engine,
         # --train.profile_steps: the window, its files under RUN/profile/, the ops with the most self time.
         "profile": profile,
+        # Trackers the run logged to (MLflow): where, which run, and whether everything reached them.
+        "tracking": tracking or {},
     }
 
 
@@ -370,12 +374,14 @@ SUMMARY = {
     "gpu": {"measured": FLAG, "reason": TEXT | None, "per_rank": LIST},
     "engine": TABLE | None,
     "profile": TABLE | None,
+    "tracking": TABLE,
 }
 SUMMARY_EACH: dict[str, Kind | dict[str, Any]] = {
     "memory": number(0),
     "phases_s": SECONDS,
     "contention": number(0) | None,
     "ranks": {"per_rank": list_of(number() | None), "max": number(), "mean": number()},
+    "tracking": {"uri": TEXT, "run_id": TEXT | None, "logged": FLAG, "error": TEXT | None},
 }
 # What every ddplab has written, and the commands that read a summary use without a default.
 SUMMARY_REQUIRED = (

@@ -16,10 +16,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddplab import runfiles
+from ddplab import runfiles, tracking
 from ddplab.config import RunConfig
 from ddplab.process import STOP_GRACE_S, Child, Finished, ddplab_command, supervise
 from ddplab.sweep.folder import Status, SweepFolder, ended_as
+from ddplab.sweep.spec import point_text
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,9 @@ class Point:
         timeout_from: str = "",
     ) -> Child:
         """Started as its own process tree, polled by the caller (a local executor runs several at once)."""
-        return Child(self.command(), self.log, timeout_s=timeout_s, env=env, cpus=cpus, timeout_from=timeout_from)
+        return Child(
+            self.command(), self.log, timeout_s=timeout_s, env=self.env(env), cpus=cpus, timeout_from=timeout_from
+        )
 
     def run(
         self,
@@ -104,7 +107,18 @@ class Point:
     ) -> Finished:
         """Run to its end here (a remote task): `wrap` goes before the command (srun for several workers); a
         KeyboardInterrupt (SIGTERM made one) stops it with `stop_signal`, resumable."""
-        return supervise([*wrap, *self.command()], self.log, env=env, stop_signal=stop_signal, grace_s=grace_s)
+        return supervise(
+            [*wrap, *self.command()], self.log, env=self.env(env), stop_signal=stop_signal, grace_s=grace_s
+        )
+
+    def env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """`env`, and when the sweep is tracked in MLflow, which run is the point's parent and its axis values."""
+        if not (self.folder.root / tracking.FILE).is_file():
+            return dict(env)
+        entry = next((e for e in self.folder.load().runs if e.name == self.name), None)
+        axes = {axis: point_text(value) for axis, value in (entry.point if entry else {}).items()}
+        link = tracking.point_link(self.folder.root, self.name, axes)
+        return {**env, **(link.env() if link else {})}
 
     def outcome(self, exit_code: int | None, error: str | None, wall_s: float) -> Outcome:
         status = ended_as(exit_code, (self.run_dir / runfiles.SUMMARY).is_file())

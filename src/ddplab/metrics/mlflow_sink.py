@@ -1,0 +1,158 @@
+"""A run in MLflow, from the main rank (registered in metrics/sinks.SINKS; ddplab.tracking holds the
+client and its rules: where to, failing once, which run is whose).
+
+At the start the run's MLflow run is made, or continued when the folder's mlflow.json names one in
+the same store (a resume: no second run): the config flattened as params, tags saying what ran where,
+config.toml as an artifact. A point of a sweep is a child of the sweep's run, with its label and axis
+values as params. Every epoch: its scalar fields as metrics with the epoch as step, and what else used
+the machine (metrics/contention.py) as system metrics (MLflow's `system/` names, shown in their own
+tab). At the end: summary.json and, for a run of its own, its one-run report (the figures) as
+artifacts; a point's figures are in its sweep's report, on the parent. A run that fails or is stopped
+ends as FAILED or KILLED; a resume marks it running again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ddplab import runfiles
+from ddplab.metrics.records import EpochRecord
+from ddplab.metrics.summary import CONTENTION_KEYS
+from ddplab.tracking import PARENT_TAG, PointLink, RunIds, Tracker, shown
+
+if TYPE_CHECKING:
+    from ddplab.config import RunConfig
+    from ddplab.metrics.summary import Summary
+
+log = logging.getLogger("ddplab")
+
+NOT_METRICS = ("epoch", "step", "schema")
+REPORT_TIMEOUT_S = 300
+
+
+class MlflowSink:
+    """A metrics sink (metrics/sinks.MetricSink); not a NullSink, which lives in the module that registers it."""
+
+    def __init__(self, config: RunConfig, run_dir: Path, uri: str, link: PointLink | None = None):
+        self.tracker = Tracker(uri)
+        self.run_dir = run_dir
+        self.link = link
+        self.finished = False
+        earlier = RunIds.read(run_dir)
+        self.ids = self.tracker.start(
+            earlier, link.experiment_id if link else None, link.label if link else run_dir.name, self.tags()
+        )
+        if self.ids is None:
+            return
+        self.ids.write(run_dir)
+        log.info(
+            f"MLflow: {'continuing' if self.ids == earlier else 'logging to'} run {self.ids.run_id} at "
+            f"{shown(uri)}" + (f", a child of the sweep's run {link.parent_run_id}" if link else "")
+        )
+        if self.ids != earlier:  # a resumed run has its params (and a resumable setting may have changed since)
+            params = {**flat(config.to_dict()), **(link.params() if link else {})}
+            self.tracker.log(self.ids.run_id, params=params)
+        self.tracker.artifacts(self.ids.run_id, [run_dir / runfiles.CONFIG])
+
+    def tags(self) -> dict[str, str]:
+        try:
+            env = json.loads((self.run_dir / runfiles.ENV).read_text())
+        except (OSError, ValueError):
+            env = {}
+        tags = {
+            "ddplab.version": env.get("ddplab"),
+            "ddplab.torch": env.get("torch"),
+            "ddplab.device": env.get("device_name") or env.get("device"),
+            "ddplab.world_size": env.get("world_size"),
+            "ddplab.host": env.get("host"),
+            "ddplab.run_dir": str(self.run_dir.absolute()),
+            "mlflow.source.git.commit": env.get("git_sha"),
+            PARENT_TAG: self.link.parent_run_id if self.link else None,
+        }
+        return {k: str(v) for k, v in tags.items() if v is not None}
+
+    def epoch_start(self, epoch: int, num_steps: int) -> None:
+        pass
+
+    def step(self, images: int, loss: float | None) -> None:
+        pass
+
+    def samples(self, name: str, rows: list[dict[str, Any]]) -> None:
+        pass
+
+    def epoch_end(self, record: EpochRecord) -> None:
+        if self.ids is None:
+            return
+        self.tracker.log(self.ids.run_id, metrics=epoch_metrics(record))
+
+    def run_end(self, summary: Summary) -> None:
+        if self.ids is None:
+            return
+        run = summary.get("run", {})
+        self.tracker.log(
+            self.ids.run_id,
+            tags={"ddplab.strategy": str(run.get("strategy")), "ddplab.status": str(summary.get("status"))},
+        )
+        self.tracker.artifacts(self.ids.run_id, [self.run_dir / runfiles.SUMMARY])
+        if self.link is None:
+            with tempfile.TemporaryDirectory(prefix="ddplab-report-") as tmp:
+                if one_run_report(self.run_dir, Path(tmp) / "report"):
+                    self.tracker.artifacts(self.ids.run_id, [Path(tmp) / "report"], under="report")
+        self.tracker.end(self.ids.run_id, "FINISHED")
+        self.finished = True
+
+    def tracking(self) -> dict[str, Any]:
+        return {"mlflow": self.tracker.state(self.ids)}
+
+    def close(self, error: BaseException | None = None) -> None:
+        if self.ids is not None and not self.finished:
+            stopped = error is None or isinstance(error, (KeyboardInterrupt, SystemExit))
+            self.tracker.end(self.ids.run_id, "KILLED" if stopped else "FAILED")
+            self.finished = True
+
+
+def epoch_metrics(record: EpochRecord) -> list[tuple[str, float, int]]:
+    """(name, value, step) for each scalar of the epoch; the contention readings under system/."""
+    return [
+        (f"system/{key}" if key in CONTENTION_KEYS else key, value, record.epoch)
+        for key, value in record.to_json().items()
+        if key not in NOT_METRICS and isinstance(value, (int, float)) and not isinstance(value, bool)
+    ]
+
+
+def flat(values: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """A nested config as MLflow params: section.field -> the value as text (JSON for all but strings)."""
+    out: dict[str, str] = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value if isinstance(value, str) else json.dumps(value)
+    return out
+
+
+def one_run_report(run_dir: Path, out: Path) -> bool:
+    """The run's report (`ddplab report RUN`: its curves and time figures) in `out`, made in a process of
+    its own (the report sits above the engine); False, with a log line, when it could not be made."""
+    from ddplab.process import ddplab_command
+
+    try:
+        done = subprocess.run(
+            ddplab_command("report", str(run_dir), "--out", str(out)),
+            capture_output=True,
+            text=True,
+            timeout=REPORT_TIMEOUT_S,
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.warning(f"the run's report for MLflow was not made: {exc}")
+        return False
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        log.warning(f"the run's report for MLflow was not made: {last}")
+        return False
+    return True
