@@ -1,12 +1,14 @@
-"""The README's picture of MLflow's UI: `mlflow ui` on a tracked store, its experiment page in headless Chromium.
+"""The README's picture of MLflow's UI: `mlflow ui` on a tracked store, a sweep's points side by side (Chromium).
 
     python scripts/mlflow_screenshot.py runs/mlflow.db docs/mlflow-ui.png [--experiment ddplab]
 
-Starts the UI on a free loopback port (its job runner off), waits for /health, takes a 1400x900 screenshot of the
-experiment's runs (the sweep's parent run with its points under it), and stops the UI.
+Starts the UI on a free loopback port (its job runner off), waits for /health, opens MLflow's compare page on the
+newest sweep's points (children of its run; the page's URL names the runs, so nothing needs a click), takes a
+screenshot (1600x1000 by default), and stops the UI.
 """
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -15,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -25,13 +28,23 @@ def main() -> int:
     parser.add_argument("out", type=Path, help="the PNG to write")
     parser.add_argument("--experiment", default="ddplab")
     parser.add_argument("--wait-ms", type=int, default=20000, help="virtual time the page gets to render")
+    parser.add_argument("--size", default="1600,1000", help="the window, WIDTH,HEIGHT")
+
     args = parser.parse_args()
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{args.db.resolve()}"
-    experiment = MlflowClient(uri).get_experiment_by_name(args.experiment)
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(args.experiment)
     if experiment is None:
         sys.exit(f"{args.db} has no experiment {args.experiment!r}")
+    # The newest sweep's points, side by side on MLflow's compare page (its URL says everything it shows).
+    sweeps = client.search_runs([experiment.experiment_id], "tags.`ddplab.kind` = 'sweep'", max_results=1)
+    if not sweeps:
+        sys.exit(f"{args.db} holds no ddplab sweep in {args.experiment!r}")
+    parent = sweeps[0].info.run_id
+    points = client.search_runs([experiment.experiment_id], f"tags.`mlflow.parentRunId` = '{parent}'")
+    ids = json.dumps([r.info.run_id for r in sorted(points, key=lambda r: r.info.start_time)])
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         sys.exit("no chromium on PATH (apt-get install chromium)")
@@ -54,9 +67,10 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as profile:
             subprocess.run(
                 [chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}",
-                 "--hide-scrollbars", "--window-size=1400,900", f"--virtual-time-budget={args.wait_ms}",
+                 "--hide-scrollbars", f"--window-size={args.size}", f"--virtual-time-budget={args.wait_ms}",
                  f"--screenshot={args.out.resolve()}",
-                 f"http://127.0.0.1:{port}/#/experiments/{experiment.experiment_id}/runs"],
+                 f"http://127.0.0.1:{port}/#/compare-runs?"
+                 + urllib.parse.urlencode({"runs": ids, "experiments": json.dumps([experiment.experiment_id])})],
                 check=True, capture_output=True, timeout=300,
             )  # fmt: skip
     finally:

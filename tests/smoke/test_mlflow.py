@@ -19,7 +19,7 @@ from ddplab.metrics.mlflow_sink import flat
 from ddplab.metrics.records import read_epochs
 
 from conftest import tiny_config
-from sweep_files import TWO_POINTS, tiny_sweep
+from sweep_files import THREE_POINTS, tiny_sweep
 
 pytestmark = pytest.mark.slow
 mlflow = pytest.importorskip("mlflow", reason="MLflow comes with the mlflow extra (scripts/test.sh installs it)")
@@ -182,7 +182,7 @@ def test_a_server_down_from_the_start_costs_the_run_nothing(tmp_path):
 
 
 def test_a_sweep_is_a_parent_run_with_a_child_per_point_and_its_report(tmp_path):
-    sweep = tiny_sweep(tmp_path / "tiny.toml", TWO_POINTS, epochs=1)
+    sweep = tiny_sweep(tmp_path / "tiny.toml", THREE_POINTS, epochs=2)
     done = subprocess.run(
         [sys.executable, "-m", "ddplab", "sweep", str(sweep), "--out", "sweep", "--no-estimate",
          "--output.mlflow", "sqlite:///store/mlflow.db"],
@@ -191,13 +191,16 @@ def test_a_sweep_is_a_parent_run_with_a_child_per_point_and_its_report(tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     uri = f"sqlite:///{tmp_path}/store/mlflow.db"
     runs = {r.info.run_name: r for r in runs_of(uri)}
-    assert set(runs) == {"sweep tiny", "a", "b"}
+    assert set(runs) == {"sweep tiny", "a", "b", "ddp"}  # one run per point: the DDP point's rank 1 logs nothing
     parent = runs["sweep tiny"]
-    assert parent.info.status == "FINISHED" and parent.data.params["points"] == "2"
+    assert parent.info.status == "FINISHED" and parent.data.params["points"] == "3"
     assert json.loads((tmp_path / "sweep" / "mlflow.json").read_text())["run_id"] == parent.info.run_id
     assert {"manifest.json", "report"} <= set(artifacts(uri, parent.info.run_id))
     assert "report/index.html" in artifacts(uri, parent.info.run_id, "report")
-    for label, lr in (("a", "0.01"), ("b", "0.05")):
+    ddp = runs["ddp"]
+    assert ddp.data.tags["ddplab.world_size"] == "2" and ddp.data.params["dist.nproc"] == "2"
+    assert [step for step, _ in history(uri, ddp.info.run_id, "test_acc")] == [1, 2]  # each epoch once, by rank 0
+    for label, lr in (("a", "0.01"), ("b", "0.05"), ("ddp", "0.05")):
         child = runs[label]
         assert child.info.status == "FINISHED"
         assert child.data.tags[tracking.PARENT_TAG] == parent.info.run_id

@@ -19,7 +19,9 @@ def test_a_plain_sweep_answers_with_its_most_accurate_point_and_its_largest_spee
     )
     assert_findings_restate_tables(result)
     md = result["report_md"].read_text()
-    assert md.index("## Answers") < md.index("## 1. scaling") and f"1. scaling: {section['headline']}" in md
+    assert (
+        md.index("## Answers") < md.index("## 1. scaling") and f"1. [scaling](#1-scaling): {section['headline']}" in md
+    )
 
 
 def test_one_run_a_run_that_does_not_overfit_and_a_section_where_nothing_finished(tmp_path):

@@ -45,3 +45,23 @@ def test_text_from_runs_is_escaped_in_html_markdown_and_csv(tmp_path):
     assert "<img" not in md and "<script>" not in md and "&lt;img src=x onerror=alert(1)&gt;" in md
     rows = read_csv(result["points_csv"])
     assert [r["point"] for r in rows] == [evil, "'" + formula]  # a formula stays text in a spreadsheet
+
+
+def test_markdown_keeps_a_labels_emphasis_and_code_characters_as_text():
+    from ddplab.report.html import md_anchor, md_text
+
+    assert md_text("lr_0.1 *fast* `x` a\\b [c](d) |e|") == (
+        "lr\\_0.1 \\*fast\\* \\`x\\` a\\\\b \\[c\\](d) \\|e\\|"
+    )
+    assert md_anchor("2. DDP x2 vs 1 device (seeds: 3)") == "2-ddp-x2-vs-1-device-seeds-3"
+
+
+def test_markdowns_answers_link_to_their_sections(sweep_report):
+    from ddplab.report.html import md_anchor
+
+    md = sweep_report[0]["report_md"].read_text()
+    answers = [line for line in md.split("## Answers\n", 1)[1].split("\n## ", 1)[0].splitlines() if line]
+    headings = [line[3:] for line in md.splitlines() if line.startswith("## ") and line[3:4].isdigit()]
+    assert len(answers) == len(headings) >= 1
+    for answer, heading in zip(answers, headings):
+        assert f"](#{md_anchor(heading.replace(chr(92), ''))}): " in answer, (answer, heading)

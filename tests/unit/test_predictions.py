@@ -7,6 +7,7 @@ import pytest
 
 from ddplab.planner import band
 from ddplab.report.build import build_report
+from ddplab.report.html import md_text
 from ddplab.report.runs import load_runs
 
 from report_folders import write_sweep
@@ -29,7 +30,7 @@ def test_a_sweep_with_a_measured_link_shows_the_predicted_speedup_beside_the_mea
     predicted = 9.1944 / (16 * 0.584654)
     band_text = f"{predicted * cpu.lo:.2f}-{predicted * cpu.hi:.2f}x"
     assert header and row.split(" | ")[4] == f"0.98x ({band_text})"  # measured 1.71x: the 2-worker runs are faster
-    assert (
+    assert md_text(
         "The scaling model (ddplab plan) predicted 0.98x from workers=1 over this machine's measured link; "
         f"the measured 1.71x is OUTSIDE its error band, {1.71 / predicted - 1:+.0%} of the prediction: above it by "
         f"more than any checked case ({band_text}: {cpu.text()})"

@@ -219,9 +219,23 @@ def page(title: str, meta: str, views: list[SectionView], anchors: list[str], an
 
 
 # ---- Markdown ------------------------------------------------------------------------------------------
+MD_SPECIAL = "\\`*_[]|"  # a backslash first: each of these is written with one before it
+
+
 def md_text(text: str) -> str:
-    """Text from runs, inert in Markdown: no raw HTML, no link or image syntax, no table breaks."""
-    return escape(str(text), quote=False).replace("|", "\\|").replace("[", "\\[").replace("]", "\\]").replace("\n", " ")
+    """Text from runs, inert in Markdown: no raw HTML, no link or image syntax, no table breaks, no emphasis
+    or code from a label's `*`, `_` or backtick."""
+    out = escape(str(text), quote=False).replace("\n", " ")
+    for char in MD_SPECIAL:
+        out = out.replace(char, "\\" + char)
+    return out
+
+
+def md_anchor(heading: str) -> str:
+    """The anchor GitHub (and most Markdown renderers) give a heading: lower case, spaces as hyphens, other
+    punctuation dropped."""
+    kept = "".join(c for c in heading.strip().lower() if c.isalnum() or c in " -_")
+    return kept.replace(" ", "-")
 
 
 def markdown(title: str, meta: str, views: list[SectionView], plot_dir: str) -> str:
@@ -229,7 +243,10 @@ def markdown(title: str, meta: str, views: list[SectionView], plot_dir: str) -> 
 
     parts = [f"# {md_text(title)}", md_text(meta)]
     if any(v.headline for v in views):
-        answers = (f"{i}. {md_text(v.title)}: {md_text(v.headline)}" for i, v in enumerate(views, 1))
+        answers = (
+            f"{i}. [{md_text(v.title)}](#{md_anchor(f'{i}. {v.title}')}): {md_text(v.headline)}"
+            for i, v in enumerate(views, 1)
+        )
         parts += ["## Answers", "\n".join(answers)]
     for i, v in enumerate(views, 1):
         parts += [f"## {i}. {md_text(v.title)}", f"from {md_text(v.source)}"]
