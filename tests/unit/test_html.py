@@ -50,9 +50,7 @@ def test_text_from_runs_is_escaped_in_html_markdown_and_csv(tmp_path):
 def test_markdown_keeps_a_labels_emphasis_and_code_characters_as_text():
     from ddplab.report.html import md_anchor, md_text
 
-    assert md_text("lr_0.1 *fast* `x` a\\b [c](d) |e|") == (
-        "lr\\_0.1 \\*fast\\* \\`x\\` a\\\\b \\[c\\](d) \\|e\\|"
-    )
+    assert md_text("lr_0.1 *fast* `x` a\\b [c](d) |e|") == ("lr\\_0.1 \\*fast\\* \\`x\\` a\\\\b \\[c\\](d) \\|e\\|")
     assert md_anchor("2. DDP x2 vs 1 device (seeds: 3)") == "2-ddp-x2-vs-1-device-seeds-3"
 
 

@@ -30,11 +30,14 @@ def test_a_sweep_with_a_measured_link_shows_the_predicted_speedup_beside_the_mea
     predicted = 9.1944 / (16 * 0.584654)
     band_text = f"{predicted * cpu.lo:.2f}-{predicted * cpu.hi:.2f}x"
     assert header and row.split(" | ")[4] == f"0.98x ({band_text})"  # measured 1.71x: the 2-worker runs are faster
-    assert md_text(
-        "The scaling model (ddplab plan) predicted 0.98x from workers=1 over this machine's measured link; "
-        f"the measured 1.71x is OUTSIDE its error band, {1.71 / predicted - 1:+.0%} of the prediction: above it by "
-        f"more than any checked case ({band_text}: {cpu.text()})"
-    ) in md
+    assert (
+        md_text(
+            "The scaling model (ddplab plan) predicted 0.98x from workers=1 over this machine's measured link; "
+            f"the measured 1.71x is OUTSIDE its error band, {1.71 / predicted - 1:+.0%} of the prediction: above it by "
+            f"more than any checked case ({band_text}: {cpu.text()})"
+        )
+        in md
+    )
     without = build_report([write_sweep(tmp_path / "plain")], tmp_path / "out2")["report_md"].read_text()
     assert "predicted" not in without  # no link measured: no column, no claim
 
