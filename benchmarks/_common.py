@@ -122,7 +122,7 @@ def median(values: Sequence[float]) -> float:
 def compare(name_a: str, a: Sequence[float], name_b: str, b: Sequence[float]) -> dict[str, Any]:
     """Medians of two sides' rates (higher is better), their ratio b/a, and the median of the
     per-repeat ratios (each repeat's two sides ran back to back, under the same load)."""
-    paired = [y / x for x, y in zip(a, b) if x > 0]
+    paired = [y / x for x, y in zip(a, b, strict=True) if x > 0]
     med_a, med_b = median(a), median(b)
     return {
         name_a: {"median": med_a, "min": min(a), "max": max(a), "values": list(a)},

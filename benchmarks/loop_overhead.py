@@ -160,7 +160,7 @@ def ddplab_run(args, dataset: str, root: Path | None) -> tuple[list[float], list
         }
         values = {k: {kk: vv for kk, vv in v.items() if vv is not None} for k, v in values.items()}
         extra = args.ddplab_args.split()
-        overrides = parse_dotted([f"{k.lstrip('-')}={v}" for k, v in zip(extra[::2], extra[1::2])])
+        overrides = parse_dotted([f"{k.lstrip('-')}={v}" for k, v in zip(extra[::2], extra[1::2], strict=False)])
         with contextlib.redirect_stdout(io.StringIO()):  # its summary; the log lines still go to stderr
             result = train(build_config(merge(values, overrides)))
         return (

@@ -141,7 +141,7 @@ def main(argv=None) -> int:
     machine = common.machine_info("cpu")
     dataset, flags = train_flags(args)
     sides = ["one host", *(f"2 hosts at {hosts.rate_text(r)}" for r in args.rates)]
-    rate_of = dict(zip(sides[1:], args.rates))
+    rate_of = dict(zip(sides[1:], args.rates, strict=False))
     runs: dict[str, list] = {side: [] for side in sides}
     links: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as tmp:

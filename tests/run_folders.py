@@ -82,7 +82,7 @@ def write_run(
         values.setdefault(section, {}).update(update)
     (run_dir / "config.toml").write_text(tomli_w.dumps(values))
     history = []
-    for i, (e_s, tr_l, te_l) in enumerate(zip(epoch_s, train_loss, test_loss), 1):
+    for i, (e_s, tr_l, te_l) in enumerate(zip(epoch_s, train_loss, test_loss, strict=False), 1):
         t = e_s - 1.0
         record = {
             "epoch": i,

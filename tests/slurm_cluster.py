@@ -122,7 +122,7 @@ class SlurmCluster:
                     "SlurmctldTimeout=30",
                     "SlurmdTimeout=30",
                     "InactiveLimit=0",
-                    *(node_line(n, a) for n, a in zip(self.nodes, self.addresses)),
+                    *(node_line(n, a) for n, a in zip(self.nodes, self.addresses, strict=True)),
                     f"PartitionName=debug Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP",
                     "",
                 ]

@@ -47,7 +47,7 @@ def check_comparison(throughput, a, b, repeats):
     assert throughput["ratio"] > 0
     assert throughput["ratio"] == pytest.approx(throughput[b]["median"] / throughput[a]["median"])
     assert throughput["paired_ratios"] == pytest.approx(
-        [y / x for x, y in zip(throughput[a]["values"], throughput[b]["values"])]
+        [y / x for x, y in zip(throughput[a]["values"], throughput[b]["values"], strict=True)]
     )
 
 
@@ -94,7 +94,7 @@ def test_time_to_accuracy_reads_the_first_epoch_at_the_target(tmp_path):
     assert run["time_to_target_s"] == pytest.approx(expected) and results["time_to_target_s"][
         "median"
     ] == pytest.approx(expected)
-    assert all(a["cumulative_s"] < b["cumulative_s"] for a, b in zip(epochs, epochs[1:]))
+    assert all(a["cumulative_s"] < b["cumulative_s"] for a, b in zip(epochs, epochs[1:], strict=False))
     # The process's own clock includes the interpreter's start and the between-epoch work.
     assert run["wall_to_target_s"] >= run["time_to_target_s"] and run["process_wall_s"] >= run["wall_to_target_s"]
     assert "| 50% | 1/1 |" in stdout

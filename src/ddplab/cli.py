@@ -255,7 +255,7 @@ def one_mode(command: str, modes: list[tuple[str, bool]]) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from ddplab.sweep import SweepFolder, bundled_sweeps, default_out, executor, hparams, load_sweep, sweep_file
+    from ddplab.sweep import SweepFolder, bundled_sweeps, default_out, executor, load_sweep, sweep_file
 
     one_mode(
         "sweep", [("--list", args.list), ("--status", args.status), ("--dry-run", args.dry_run), ("--wait", args.wait)]
@@ -297,15 +297,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(runner.dry_run(sweep, folder))
         return 0
-    earlier = None
-    if args.wait and not runner.waits:  # wait for what an earlier command submitted, by the executor it named
-        waiting = [name for name, each in executor.registered().items() if each.waits]
-        earlier = executor.named(folder.load().executor) if folder.has_manifest() else None
-        if earlier is None or not earlier.waits:
-            raise ConfigError(
-                f"--wait waits for a sweep submitted with --executor {' or '.join(waiting)}, and "
-                f"{folder.root} holds none"
-            )
+    earlier = waited_for(args, runner, folder)
     folder.refuse_run_folder()  # before the sweep's MLflow file is written into it
     tracked = track_sweep(sweep, folder)
     try:
@@ -315,12 +307,37 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             manifest = runner.submit(sweep, folder, echo)
             if runner.waits:
                 if not args.wait:
-                    return 0
+                    return 0  # in the executor's queue: `--wait` (now or later) reports once it ran
                 manifest = runner.wait(folder, echo)
     except BaseException as exc:
         if tracked is not None:
             tracked.stopped(exc)
         raise
+    return after_the_runs(args, sweep, folder, manifest, tracked, echo)
+
+
+def waited_for(args: argparse.Namespace, runner: Any, folder: Any) -> Any:
+    """With --wait and an executor that does not wait itself: the one an earlier command submitted with."""
+    from ddplab.sweep import executor
+
+    if not args.wait or runner.waits:
+        return None
+    waiting = [name for name, each in executor.registered().items() if each.waits]
+    earlier = executor.named(folder.load().executor) if folder.has_manifest() else None
+    if earlier is None or not earlier.waits:
+        raise ConfigError(
+            f"--wait waits for a sweep submitted with --executor {' or '.join(waiting)}, and {folder.root} holds none"
+        )
+    return earlier
+
+
+def after_the_runs(
+    args: argparse.Namespace, sweep: Any, folder: Any, manifest: Any, tracked: tracking.SweepTracking | None, echo
+) -> int:
+    """The finished runs in TensorBoard's HParams view, the report, the MLflow parent's end; an error when a
+    point did not finish."""
+    from ddplab.sweep import hparams
+
     try:
         board = hparams.write(folder, manifest)
     except (OSError, TypeError, ValueError) as exc:  # an optional view: it never keeps the report from being made

@@ -93,7 +93,7 @@ def test_two_workers_equal_one_worker_with_twice_the_batch(ddp_run, tmp_path):
     torch.testing.assert_close(flat(weights(ddp_run)), flat(weights(tmp_path / "single")), rtol=1e-5, atol=1e-6)
     a, b = metrics(ddp_run), metrics(tmp_path / "single")
     assert [r["step"] for r in a] == [r["step"] for r in b] == [8, 16]
-    for ra, rb in zip(a, b):
+    for ra, rb in zip(a, b, strict=True):
         assert ra["train_samples"] == rb["train_samples"] == 256
         assert ra["test_loss"] == pytest.approx(rb["test_loss"], rel=1e-5)
         assert ra["train_loss"] == pytest.approx(rb["train_loss"], rel=1e-5)
@@ -854,7 +854,9 @@ def test_a_slow_rank_shows_as_a_straggler_in_ddps_own_timers_in_its_epoch_only(t
     records = read_epochs(out / "metrics.jsonl")
     for record in records:
         assert all(len(record.per_rank[k]) == 2 and None not in record.per_rank[k] for k in compat.DDP_TIMINGS), record
-    exposed = [[c - o for c, o in zip(r.per_rank["ddp_comm_s"], r.per_rank["ddp_overlap_s"])] for r in records]
+    exposed = [
+        [c - o for c, o in zip(r.per_rank["ddp_comm_s"], r.per_rank["ddp_overlap_s"], strict=True)] for r in records
+    ]
     assert exposed[1][0] > exposed[1][1] + 0.02, exposed  # epoch 2: rank 0 waits for rank 1
     assert exposed[2][0] < exposed[1][0] - 0.02, exposed  # epoch 3: the sleep is over, and so is the wait
     figures = communication(records[1:2], global_batch=32, train_s=records[1].train_s)

@@ -89,7 +89,7 @@ def compare_with_conv2d(case: dict, dtype, device, tol: float) -> None:
 @needs_triton
 @pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[:5])) + f"-k{c[5]}s{c[6]}p{c[7]}d{c[8]}")
 def test_triton_fp32_matches_conv2d_relu(case, device, full_fp32):
-    compare_with_conv2d(dict(zip(KEYS, case)), torch.float32, device, tol=1e-4)
+    compare_with_conv2d(dict(zip(KEYS, case, strict=True)), torch.float32, device, tol=1e-4)
 
 
 @needs_triton
@@ -103,7 +103,7 @@ def test_triton_fp32_matches_conv2d_relu_on_random_shapes(seed, device, full_fp3
 @pytest.mark.parametrize("case", [CASES[0], CASES[4]], ids=["small", "long-reduction"])
 def test_triton_half_precision_accumulates_in_fp32(dtype, case, device):
     tol = 2e-2 if dtype == torch.bfloat16 else 4e-3
-    compare_with_conv2d(dict(zip(KEYS, case)), dtype, device, tol=tol)
+    compare_with_conv2d(dict(zip(KEYS, case, strict=True)), dtype, device, tol=tol)
 
 
 @needs_triton

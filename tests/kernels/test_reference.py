@@ -63,7 +63,7 @@ def test_backward_reference_matches_autograd_and_skips_unneeded_grads():
     g = torch.randn_like(y)
     expected = torch.autograd.grad(y, (x, w, b), g)
     got = conv_relu_backward_reference(g, x, w, y.detach(), True, (1, 1), (2, 2), (1, 1))
-    for a, e in zip(got, expected):
+    for a, e in zip(got, expected, strict=True):
         torch.testing.assert_close(a, e)
     only_w = conv_relu_backward_reference(g, x, w, y.detach(), True, (1, 1), (2, 2), (1, 1), (False, True, False))
     assert only_w[0] is None and only_w[2] is None

@@ -226,7 +226,7 @@ def test_six_answers_fit_the_first_screen(tmp_path):
     page = render(result["index_html"], tmp_path)
     assert len(page["answers"]) == 6 == len(page["sections"])
     first_section = min(s["top"] for s in page["sections"])
-    for (answer, bottom), section in zip(page["answers"], page["sections"]):
+    for (answer, bottom), section in zip(page["answers"], page["sections"], strict=True):
         assert bottom <= page["height"] and bottom < first_section, (answer, bottom, page["height"])
         assert answer == f"{section['title'].split('. ', 1)[1]}: {section['headline']}"  # h2: "N. title"
         for number in NUMBER.findall(answer):

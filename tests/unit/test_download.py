@@ -95,7 +95,9 @@ def _cifar10_archive(per_batch: int = 2) -> tuple[bytes, list[int]]:
     for name in [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]:
         labels = rng.integers(0, 10, per_batch)
         pixels = rng.integers(0, 256, (per_batch, 3072), dtype=np.uint8)
-        files[f"cifar-10-batches-bin/{name}"] = b"".join(bytes([lab]) + px.tobytes() for lab, px in zip(labels, pixels))
+        files[f"cifar-10-batches-bin/{name}"] = b"".join(
+            bytes([lab]) + px.tobytes() for lab, px in zip(labels, pixels, strict=True)
+        )
         if name != "test_batch.bin":
             train_labels += labels.tolist()
     files["cifar-10-batches-bin/readme.html"] = b"<html></html>"

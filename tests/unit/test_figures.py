@@ -35,7 +35,7 @@ def test_overfitting_needs_test_loss_up_10_percent_while_train_loss_falls():
     def curve(train, test):
         return [
             {"epoch": i, "train_loss": a, "test_loss": b, "test_acc": 0.5 + i / 100}
-            for i, (a, b) in enumerate(zip(train, test), 1)
+            for i, (a, b) in enumerate(zip(train, test, strict=True), 1)
         ]
 
     found = overfitting(curve([1.0, 0.8, 0.6, 0.4], [1.0, 0.5, 0.6, 0.7]))
@@ -123,3 +123,27 @@ def test_an_all_reduce_wait_across_nodes_names_the_link_it_crosses():
         why("all-reduce wait", {"nodes": 1, "link": None}, base)
         == "the gradients' all-reduce is not hidden behind backward"
     )
+
+
+def test_every_name_a_row_is_given_is_one_row_declares(tmp_path):
+    """figures.Row is what mypy checks the report's reads against: the names the code writes must all be in it."""
+    from ddplab.report.figures import MEASURED, SETTINGS, TEXT, Row, run_row
+    from ddplab.report.runs import load_runs
+    from ddplab.report.sections import build_sections
+
+    declared = Row.__optional_keys__
+    assert {*TEXT, *SETTINGS, *MEASURED, *(f"{k}_std" for k in MEASURED)} <= declared
+    runs = load_runs([write_sweep(tmp_path)])
+    run_rows = {r.name: run_row(r) for r in runs}
+    sections = build_sections(runs, run_rows)
+    written = {k for row in run_rows.values() for k in row} | {k for s in sections for row in s.rows for k in row}
+    assert written <= declared, sorted(written - declared)
+    assert {
+        "status",
+        "images_per_s",
+        "images_per_s_std",
+        "timing",
+        "loads",
+        "overfit",
+        "acc_noise",
+    } <= written

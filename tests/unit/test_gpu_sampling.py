@@ -62,7 +62,7 @@ def test_samples_what_nvml_reports_in_the_units_of_the_files():
     assert [r["mem_used_mib"] for r in first] == [1000.0, 3000.0, 2000.0]
     assert [r["power_w"] for r in first] == [100.0, 200.0, 300.0]
     assert {r["rank"] for r in rows} == {3} and {r["gpu"] for r in rows} == {1}
-    assert all(a["t_s"] <= b["t_s"] for a, b in zip(rows, rows[1:]))
+    assert all(a["t_s"] <= b["t_s"] for a, b in zip(rows, rows[1:], strict=False))
 
 
 def test_summary_is_mean_utilization_and_peak_memory():

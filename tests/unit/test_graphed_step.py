@@ -64,7 +64,7 @@ def test_static_step_trains_like_the_plain_loop_cpu(optimizer, shape):
     assert graphed.graphed.replays == 2 * full_steps and graphed.state.step == plain.state.step
     # The learning rate reaches the update as a float32 tensor instead of a Python float: equal to float tolerance.
     torch.testing.assert_close(flat_params(graphed), flat_params(plain), rtol=1e-4, atol=1e-5)
-    for g, p in zip(learning_curve(graphed.state.history), learning_curve(plain.state.history)):
+    for g, p in zip(learning_curve(graphed.state.history), learning_curve(plain.state.history), strict=True):
         assert g.keys() == p.keys()
         for key in g:
             assert g[key] == pytest.approx(p[key], rel=1e-4, abs=1e-6), key
@@ -169,7 +169,7 @@ def test_captured_step_trains_like_eager_on_cuda(optimizer):
     graphed.fit()
     assert graphed.graphed.replays == 6
     torch.testing.assert_close(flat_params(graphed), flat_params(eager), rtol=1e-3, atol=1e-4)
-    for g, e in zip(graphed.state.history, eager.state.history):
+    for g, e in zip(graphed.state.history, eager.state.history, strict=True):
         assert g.train_loss == pytest.approx(e.train_loss, rel=1e-3)
         assert g.test_acc == pytest.approx(e.test_acc, abs=0.02)
 

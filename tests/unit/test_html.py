@@ -61,5 +61,5 @@ def test_markdowns_answers_link_to_their_sections(sweep_report):
     answers = [line for line in md.split("## Answers\n", 1)[1].split("\n## ", 1)[0].splitlines() if line]
     headings = [line[3:] for line in md.splitlines() if line.startswith("## ") and line[3:4].isdigit()]
     assert len(answers) == len(headings) >= 1
-    for answer, heading in zip(answers, headings):
+    for answer, heading in zip(answers, headings, strict=True):
         assert f"](#{md_anchor(heading.replace(chr(92), ''))}): " in answer, (answer, heading)

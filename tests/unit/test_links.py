@@ -40,7 +40,7 @@ def test_a_noisy_measurement_fits_with_its_error_said():
     link = Link("x", busbw_gbps=2.0, alpha_s=100e-6, source="test")
     sizes = list(SIZES[:9])
     noise = [1.1, 0.9, 1.05, 0.95, 1.1, 0.92, 1.08, 0.97, 1.02]
-    alpha, busbw, error = fit(sizes, [link.allreduce_s(s, 2) * n for s, n in zip(sizes, noise)], 2)
+    alpha, busbw, error = fit(sizes, [link.allreduce_s(s, 2) * n for s, n in zip(sizes, noise, strict=True)], 2)
     assert 1.6 < busbw < 2.4 and 50e-6 < alpha < 150e-6
     assert 0.01 < error["median"] < 0.12 and error["max"] < 0.2
 

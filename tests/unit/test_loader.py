@@ -133,7 +133,9 @@ def test_normalization_is_exact():
 def test_eval_and_identity_augment_are_not_augmented():
     data = make_data(20)
     plain = [x for x, _ in loader(data, train=False)]
-    assert all(torch.equal(a, b) for a, b in zip(plain, (x for x, _ in loader(data, train=False, augment=AUG))))
+    assert all(
+        torch.equal(a, b) for a, b in zip(plain, (x for x, _ in loader(data, train=False, augment=AUG)), strict=True)
+    )
     ld = loader(data, augment=AugmentSpec())
     assert ld.augmenter is None
     for x, y in ld:
@@ -151,14 +153,16 @@ def test_same_seed_same_batches_and_resume_at_epoch_boundary():
     for (xa, ya), (xb, yb) in zip(a, b, strict=True):
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
     first = [x for x, _ in a]
-    assert all(torch.equal(p, q) for p, q in zip(first, (x for x, _ in a))), "iterating an epoch twice repeats it"
+    assert all(torch.equal(p, q) for p, q in zip(first, (x for x, _ in a), strict=True)), (
+        "iterating an epoch twice repeats it"
+    )
 
 
 def test_different_seed_or_epoch_changes_augmentation():
     data = make_data(40)
     ref = [x for x, _ in loader(data, augment=AUG, seed=3)]
     other_seed = [x for x, _ in loader(data, augment=AUG, seed=4)]
-    assert not all(torch.equal(p, q) for p, q in zip(ref, other_seed))
+    assert not all(torch.equal(p, q) for p, q in zip(ref, other_seed, strict=True))
 
 
 def test_different_rank_gets_different_augmentation_draws():

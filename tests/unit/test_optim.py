@@ -48,8 +48,8 @@ def test_onecycle_rises_to_peak_then_falls():
     peak = max(range(len(curve)), key=curve.__getitem__)
     assert curve[peak] == pytest.approx(1.0) and peak == 9  # the last step of the 1-epoch rise
     assert curve[0] == pytest.approx(0.1)  # div_factor 10
-    assert all(a < b for a, b in zip(curve[:peak], curve[1 : peak + 1]))
-    assert all(a > b for a, b in zip(curve[peak:-1], curve[peak + 1 :]))
+    assert all(a < b for a, b in zip(curve[:peak], curve[1 : peak + 1], strict=False))
+    assert all(a > b for a, b in zip(curve[peak:-1], curve[peak + 1 :], strict=False))
     assert curve[-1] < 0.02
 
 

@@ -82,7 +82,7 @@ def write_sized_down_sweep(
             config={"optim": {"schedule": schedule}},
         )
         lines = [json.loads(line) for line in (fp32 / "metrics.jsonl").read_text().splitlines()]
-        for record, acc in zip(lines, (0.30, 0.40, 0.60)):
+        for record, acc in zip(lines, (0.30, 0.40, 0.60), strict=True):
             record["test_acc"] = acc + 0.02 * seed
         (fp32 / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
         summary = json.loads((fp32 / "summary.json").read_text())

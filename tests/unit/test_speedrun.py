@@ -102,11 +102,11 @@ def test_muon_steps_the_other_parameters_like_nesterov_sgd_with_l2():
     ref = torch.optim.SGD(ref_p, lr=0.3, momentum=0.85, nesterov=True, weight_decay=1e-2, foreach=False)
     for _ in range(5):
         grads = [torch.randn_like(w) for w in start]
-        for a, b, g in zip(ours_p, ref_p, grads):
+        for a, b, g in zip(ours_p, ref_p, grads, strict=True):
             a.grad, b.grad = g.clone(), g.clone()
         ours.step()
         ref.step()
-    for a, b in zip(ours_p, ref_p):
+    for a, b in zip(ours_p, ref_p, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
 
 
@@ -223,7 +223,7 @@ def test_onecycle_gives_each_muon_group_its_own_peak():
     trainer = build_trainer(cfg, DistContext(), None)[0]
     peaks = [0.0, 0.0]
     for _ in range(trainer.steps_per_epoch()):
-        peaks = [max(p, g["lr"]) for p, g in zip(peaks, trainer.optimizer.param_groups)]
+        peaks = [max(p, g["lr"]) for p, g in zip(peaks, trainer.optimizer.param_groups, strict=True)]
         trainer.scheduler.step()
     assert peaks == pytest.approx([0.02, 0.1], rel=1e-6)
 

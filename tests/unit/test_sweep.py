@@ -222,7 +222,7 @@ def test_dry_run_plan_says_what_would_happen(tmp_path):
     (unfinished / "checkpoints" / "last.pt").write_bytes(b"x")
     finished.mkdir(parents=True)
     (finished / "summary.json").write_text("{}")
-    for run, run_dir in zip(sweep.runs, (finished, unfinished)):
+    for run, run_dir in zip(sweep.runs, (finished, unfinished), strict=False):
         (run_dir / "config.toml").write_text(run.config.to_toml())
     lines = dry_run_text(sweep, SweepFolder(out)).splitlines()
     assert lines[0] == f"sweep demo: 4 runs in {out} (profile small)"

@@ -352,7 +352,7 @@ def verify_dataset(name: str, root: str | Path | None) -> list[str]:
     if missing:
         return problems
     fmt = "python" if key == "cifar10-python" else "binary"
-    for split, official_size in zip(("train", "test"), OFFICIAL_SPLIT_SIZES[name]):
+    for split, official_size in zip(("train", "test"), OFFICIAL_SPLIT_SIZES[name], strict=True):
         try:
             data = load_dataset(name, root, split, cifar10_format=fmt)
         except DataError as exc:

@@ -135,7 +135,7 @@ def _read_cifar_binary(
     name: str,
 ) -> ImageDataset:
     raws = [_read_records(folder / f, label_bytes, dataset) for f in files]
-    for f, raw in zip(files, raws):
+    for f, raw in zip(files, raws, strict=True):
         _check_labels(raw[:, label_col], len(classes), folder / f, names_file, dataset)
     # One copy from the records into a contiguous block (torch's strided copy is ~3x numpy's).
     pixels = torch.empty((sum(len(raw) for raw in raws), CIFAR_PIXELS), dtype=torch.uint8)

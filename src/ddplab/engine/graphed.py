@@ -111,20 +111,20 @@ class GraphedStep:
     def lr_tensors_in_groups(self):
         """The optimizer reads `lr` from the device tensors while the update is being recorded."""
         floats = [g["lr"] for g in self.optimizer.param_groups]
-        for group, lr in zip(self.optimizer.param_groups, self.lrs):
+        for group, lr in zip(self.optimizer.param_groups, self.lrs, strict=True):
             group["lr"] = lr
         try:
             yield
         finally:
-            for group, value in zip(self.optimizer.param_groups, floats):
+            for group, value in zip(self.optimizer.param_groups, floats, strict=True):
                 group["lr"] = value
 
     def replay(self, micro_batches: list[Batch], meter: ClassificationMeter) -> torch.Tensor:
         """One step over `micro_batches` (which must fit); adds its sums to `meter`."""
-        for (x, y), (static_x, static_y) in zip(micro_batches, self.inputs):
+        for (x, y), (static_x, static_y) in zip(micro_batches, self.inputs, strict=True):
             static_x.copy_(x, non_blocking=True)
             static_y.copy_(y, non_blocking=True)
-        for group, lr in zip(self.optimizer.param_groups, self.lrs):
+        for group, lr in zip(self.optimizer.param_groups, self.lrs, strict=True):
             lr.fill_(group["lr"])  # the host's schedule value, passed as a kernel argument
         if self.graph is not None:
             self.graph.replay()
@@ -162,12 +162,12 @@ def restore(saved: dict[str, Any], model: torch.nn.Module, optimizer: torch.opti
     the gradient, as SGD's first step (zero dampening) sets it.
     """
     p: torch.Tensor
-    for p, value in zip(model.parameters(), saved["params"]):
+    for p, value in zip(model.parameters(), saved["params"], strict=True):
         p.copy_(value)
-    for p, grad in zip(model.parameters(), saved["grads"]):
+    for p, grad in zip(model.parameters(), saved["grads"], strict=True):
         if p.grad is not None:
             p.grad.copy_(grad) if grad is not None else p.grad.zero_()
-    for b, value in zip(model.buffers(), saved["buffers"]):
+    for b, value in zip(model.buffers(), saved["buffers"], strict=True):
         b.copy_(value)
     for p, state in optimizer.state.items():
         before = saved["state"].get(p, {})

@@ -23,7 +23,7 @@ class Lookahead:
     @torch.no_grad()
     def reset(self) -> None:
         """Slow weights := the model's (at the start of an epoch, e.g. after a resume)."""
-        for slow, fast in zip(self.slow, self.params):
+        for slow, fast in zip(self.slow, self.params, strict=True):
             slow.copy_(fast)
 
     def after_step(self, step: int) -> None:
@@ -32,6 +32,6 @@ class Lookahead:
 
     @torch.no_grad()
     def sync(self) -> None:
-        for slow, fast in zip(self.slow, self.params):
+        for slow, fast in zip(self.slow, self.params, strict=True):
             slow.lerp_(fast, self.alpha)
             fast.copy_(slow)

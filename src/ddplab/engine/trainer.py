@@ -374,7 +374,7 @@ class Trainer:
         for i in range(num_steps):
             timer.begin_step(i)
             faults.maybe_inject(self.ctx.rank, epoch, i + 1)  # steps count from 1, as epochs do
-            group = [b for _, b in zip(range(self.accumulate), batches)]
+            group = [b for _, b in zip(range(self.accumulate), batches, strict=False)]
             timer.lap("data_s")
             loss = self.train_step(group, meter, timer)
             if i == 0 and timer.enabled:

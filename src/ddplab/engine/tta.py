@@ -28,7 +28,7 @@ def evaluate(
     for x, y in loader:
         with precision.autocast():
             views = tta_views(x, tta)
-            logits = sum(w * model(v).float() for v, w in zip(views, tta_weights(tta)))
+            logits = sum(w * model(v).float() for v, w in zip(views, tta_weights(tta), strict=True))
         meter.update(F.cross_entropy(logits, y, reduction="sum"), logits, y)
     return meter.reduced(ctx.all_reduce_sum)
 

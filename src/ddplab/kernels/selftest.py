@@ -60,7 +60,7 @@ def check_conv(backend: str, device: torch.device) -> dict[str, Any]:
         ref_grads = torch.autograd.grad(ref.square().sum(), (x, w, b))
     finally:
         torch.backends.cudnn.allow_tf32 = old
-    pairs = zip((y.detach(), *grads), (ref.detach(), *ref_grads))
+    pairs = zip((y.detach(), *grads), (ref.detach(), *ref_grads), strict=True)
     errors = [float((a - r).abs().max() / (r.abs().max() + 1)) for a, r in pairs]
     if max(errors) > 1e-4:
         return _result(name, "FAILED", f"relative errors y/dx/dw/db: {', '.join(f'{e:.1e}' for e in errors)}")

@@ -84,7 +84,7 @@ class GpuSampler:
     def sample(self) -> list[dict[str, Any]]:
         t_s = round(time.perf_counter() - self.clock_zero, 3)
         rows = []
-        for gpu, handle in zip(self.gpus, self.handles):
+        for gpu, handle in zip(self.gpus, self.handles, strict=True):
             util = self.nvml.nvmlDeviceGetUtilizationRates(handle)
             memory = self.nvml.nvmlDeviceGetMemoryInfo(handle)
             try:

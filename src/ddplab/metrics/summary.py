@@ -284,7 +284,7 @@ def build_summary(
             if any(getattr(r, k) is not None for r in history)
         },
         # DataParallel: per-GPU peaks, where GPU 0's extra load shows (PITFALLS row 14).
-        "gpu_peak_alloc_mib": [max(col) for col in zip(*(r.gpu_peak_alloc_mib for r in history))]
+        "gpu_peak_alloc_mib": [max(col) for col in zip(*(r.gpu_peak_alloc_mib for r in history), strict=False)]
         if last and last.gpu_peak_alloc_mib is not None
         else None,
         "phases_s": {
@@ -443,7 +443,7 @@ def gpu_summary(gpu: dict[str, Any], history: list[EpochRecord]) -> GpuPart:
     util = [r.per_rank["gpu_util_pct"] for r in history if r.per_rank.get("gpu_util_pct")]
     mem = [r.per_rank["gpu_mem_used_mib"] for r in history if r.per_rank.get("gpu_mem_used_mib")]
     per_rank = []
-    for rank, (rank_util, rank_mem) in enumerate(zip(zip(*util), zip(*mem))):
+    for rank, (rank_util, rank_mem) in enumerate(zip(zip(*util, strict=False), zip(*mem, strict=False), strict=False)):
         u = [v for v in rank_util if v is not None and math.isfinite(v)]
         m = [v for v in rank_mem if v is not None and math.isfinite(v)]
         per_rank.append(
@@ -469,7 +469,9 @@ def per_rank_summary(history: list[EpochRecord]) -> dict[str, dict[str, Any]]:
                 continue
             per_rank, key = [1000 * v for v in last], key.removesuffix("_s") + "_ms"
         else:  # epochs from before a resume may lack a figure added since: the epochs that hold it
-            columns = list(zip(*(r.per_rank[key] for r in history if key in r.per_rank)))  # one tuple per rank
+            columns = list(
+                zip(*(r.per_rank[key] for r in history if key in r.per_rank), strict=False)
+            )  # one tuple per rank
             per_rank = [max(c) if key.endswith("_mib") else sum(c) for c in columns]
         out[key] = {
             "per_rank": [round(v, 3) for v in per_rank],

@@ -64,7 +64,7 @@ class ResNet(nn.Module):
         )
         stages: list[nn.Module] = []
         c_in = widths[0]
-        for i, (c_out, depth) in enumerate(zip(widths, depths)):
+        for i, (c_out, depth) in enumerate(zip(widths, depths, strict=True)):
             blocks = [BasicBlock(c_in, c_out, 1 if i == 0 else 2, batchnorm)]
             blocks += [BasicBlock(c_out, c_out, 1, batchnorm) for _ in range(depth - 1)]
             stages.append(nn.Sequential(*blocks))

@@ -162,7 +162,7 @@ def measure_links(
         link = links.measured_link(result)
         print(f"{'size':>10} {'time us':>10} {'algbw GB/s':>11} {'busbw GB/s':>11} {'model us':>10}")
         factor = 2 * (ranks - 1) / ranks
-        for size, t in zip(result["sizes"], result["times_s"]):
+        for size, t in zip(result["sizes"], result["times_s"], strict=False):
             print(
                 f"{size / links.KIB:>8,.0f} K {t * 1e6:>10,.1f} {size / t / links.GB:>11,.3f} "
                 f"{size * factor / t / links.GB:>11,.3f} {link.allreduce_s(size, ranks) * 1e6:>10,.1f}"

@@ -139,7 +139,9 @@ def fit(sizes: list[float], times: list[float], ranks: int) -> tuple[float, floa
     Least squares of t = alpha + x / busbw with x = S * 2(N-1)/N, each point weighted by 1/t
     (its relative error). A fit that cannot describe a link (fewer than 3 sizes, a bandwidth
     that is not positive) is a DataError."""
-    points = [(s * 2 * (ranks - 1) / ranks, t) for s, t in zip(sizes, times) if t > 0 and math.isfinite(t)]
+    points = [
+        (s * 2 * (ranks - 1) / ranks, t) for s, t in zip(sizes, times, strict=False) if t > 0 and math.isfinite(t)
+    ]
     if ranks < 2 or len(points) < 3:
         raise DataError(
             f"an all-reduce fit needs 3 or more sizes timed over 2 or more ranks; got "
@@ -147,10 +149,10 @@ def fit(sizes: list[float], times: list[float], ranks: int) -> tuple[float, floa
         )
     w = [1 / t**2 for _, t in points]  # weights of the squared residuals: (residual / t)^2
     sw = sum(w)
-    mx = sum(wi * x for wi, (x, _) in zip(w, points)) / sw
-    mt = sum(wi * t for wi, (_, t) in zip(w, points)) / sw
-    sxx = sum(wi * (x - mx) ** 2 for wi, (x, _) in zip(w, points))
-    slope = sum(wi * (x - mx) * (t - mt) for wi, (x, t) in zip(w, points)) / sxx if sxx > 0 else 0.0
+    mx = sum(wi * x for wi, (x, _) in zip(w, points, strict=True)) / sw
+    mt = sum(wi * t for wi, (_, t) in zip(w, points, strict=True)) / sw
+    sxx = sum(wi * (x - mx) ** 2 for wi, (x, _) in zip(w, points, strict=True))
+    slope = sum(wi * (x - mx) * (t - mt) for wi, (x, t) in zip(w, points, strict=True)) / sxx if sxx > 0 else 0.0
     alpha = max(mt - slope * mx, 0.0)
     if slope <= 0:
         raise DataError(

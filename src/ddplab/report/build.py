@@ -12,6 +12,7 @@ from typing import Any
 
 from ddplab import files
 from ddplab.report import figures, html, plots, tables
+from ddplab.report.figures import Row
 from ddplab.report.headline import headline
 from ddplab.report.kinds import kind_of, section_findings
 from ddplab.report.runs import load_runs
@@ -60,7 +61,7 @@ def build_report(paths: list[Path], out: Path, title: str | None = None) -> dict
     for section in reversed(sections):  # a run's point label is the one of the first section it is in
         for p in section.points:
             for r in p.runs:
-                run_rows[r.name].update(point=p.label, section=section.title)
+                run_rows[r.name].update({"point": p.label, "section": section.title})
     files.make_dir(out / "plots")
     views = [section_view(s, out / "plots", f"s{i:02d}") for i, s in enumerate(sections, 1)]
     title = title or "ddplab report: " + ", ".join(p.name or str(p) for p in paths)
@@ -72,8 +73,8 @@ def build_report(paths: list[Path], out: Path, title: str | None = None) -> dict
     for s in sections:  # the CSV's speedup: against the point's first baseline (its 1-worker point first)
         for c in sorted(s.pairs, key=lambda c: not c.scaling):
             if c.row.get("baseline") is None:
-                c.row.update(speedup=c.speedup, efficiency=c.efficiency, baseline=c.baseline)
-    point_rows = [{**row, "section": s.title} for s in sections for row in s.rows]
+                c.row.update({"speedup": c.speedup, "efficiency": c.efficiency, "baseline": c.baseline})
+    point_rows: list[Row] = [{**row, "section": s.title} for s in sections for row in s.rows]
     result: dict[str, Any] = {
         "out": out,
         "report_md": out / "report.md",
@@ -95,7 +96,7 @@ def build_report(paths: list[Path], out: Path, title: str | None = None) -> dict
                 "plots": v.plots,
                 "kind": s.kind,
             }
-            for v, s in zip(views, sections)
+            for v, s in zip(views, sections, strict=True)
         ],
         "findings": [f.text for v in views for f in v.findings],
     }

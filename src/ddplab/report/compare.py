@@ -9,14 +9,13 @@ Reads run folders only (no torch).
 
 from __future__ import annotations
 
-from typing import Any
-
 from ddplab.report import figures, tables
 from ddplab.report import runs as run_folders
+from ddplab.report.figures import Row
 from ddplab.runread import Run
 
 
-def scaling_rows(runs: list[Run]) -> list[dict[str, Any]]:
+def scaling_rows(runs: list[Run]) -> list[Row]:
     """The report's per-run figures, plus speedup and efficiency against the run with the fewest workers."""
     run_folders.name_runs(runs)
     rows = [figures.run_row(run) for run in runs]
@@ -49,12 +48,12 @@ def columns() -> list[tables.Column]:
     ]
 
 
-def format_rows(rows: list[dict[str, Any]]) -> str:
+def format_rows(rows: list[Row]) -> str:
     headers, cells = tables.render(columns(), rows)
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths))]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
     lines.append("-" * len(lines[0]))
-    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
     base = next((r["run"] for r in rows if r.get("is_baseline")), None)
     lines.append(
         f"speedup: each run's training images/s over {base}'s; of ideal: speedup over the devices it adds "

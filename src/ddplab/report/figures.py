@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from ddplab.errors import DataError
 from ddplab.metrics.records import (
@@ -65,14 +65,126 @@ MEASURED = (
     *COMM_MS,
 )
 MEMORY_LABELS = ("peak_alloc_mib", "peak_rss_mib", "peak_reserved_mib")  # first found is reported
+Number = Any  # a figure, or None where not measured (Any: read after checks mypy does not follow across keys)
+
+
+class Row(TypedDict, total=False):
+    """A run's figures (`run_row`) or a point's (`point_rows`: each MEASURED figure its mean over seeds and its
+    `_std`; a TEXT or SETTINGS value its runs' own, or "mixed"), and what the sections add. A dict, as tables,
+    CSV columns and plots read it by name; typed so that a name read wrong is a type error, not a silent None
+    (a test keeps it and TEXT, SETTINGS and MEASURED to the same names)."""
+
+    # a run's
+    run: str
+    seed: int
+    status: str
+    error: str
+    dir: str
+    link: str | None
+    within_noise: Number
+    # a point's
+    point: str
+    axes: dict[str, Any]
+    seeds: int
+    runs: str
+    timing: Any  # noise.Timing | None
+    images_per_s_noise: Number
+    loads: dict[str, noise.Load]
+    # both
+    load: noise.Load
+    other_cpu: Number
+    strategy: Any  # TEXT, SETTINGS: str and int, or "mixed" on a point whose runs differ
+    device: Any
+    device_name: Any
+    precision: Any
+    backend: Any
+    memory_label: Any
+    gap_basis: Any
+    torch: Any
+    world_size: Any
+    nodes: Any
+    local_batch: Any
+    global_batch: Any
+    accumulate: Any
+    train_images: Any
+    test_images: Any
+    epochs: Number
+    final_test_acc: Number
+    best_test_acc: Number
+    final_train_acc: Number
+    train_eval_acc: Number
+    acc_gap: Number
+    final_test_loss: Number
+    min_test_loss: Number
+    min_test_loss_epoch: Number
+    total_s: Number
+    train_s: Number
+    eval_s: Number
+    epoch_s: Number
+    images_per_s: Number
+    cores_busy: Number
+    peak_mib: Number
+    data_share: Number
+    forward_backward_share: Number
+    optimizer_share: Number
+    comm_wait_share: Number
+    straggler_share: Number
+    allreduce_share: Number
+    probe_comm_ms: Number
+    ddp_exposed_ms: Number
+    ddp_comm_ms: Number
+    straggler_ms: Number
+    epochs_std: Number
+    final_test_acc_std: Number
+    best_test_acc_std: Number
+    final_train_acc_std: Number
+    train_eval_acc_std: Number
+    acc_gap_std: Number
+    final_test_loss_std: Number
+    min_test_loss_std: Number
+    min_test_loss_epoch_std: Number
+    total_s_std: Number
+    train_s_std: Number
+    eval_s_std: Number
+    epoch_s_std: Number
+    images_per_s_std: Number
+    cores_busy_std: Number
+    peak_mib_std: Number
+    data_share_std: Number
+    forward_backward_share_std: Number
+    optimizer_share_std: Number
+    comm_wait_share_std: Number
+    straggler_share_std: Number
+    allreduce_share_std: Number
+    probe_comm_ms_std: Number
+    ddp_exposed_ms_std: Number
+    ddp_comm_ms_std: Number
+    straggler_ms_std: Number
+    # added by `scale` (against a baseline) and by the sections
+    speedup: Number
+    ideal: Number
+    efficiency: Number
+    baseline: Any
+    is_baseline: bool
+    overfit: Any  # Overfit | None
+    acc_noise: Number
+    cut_from: str  # a baseline cut to a point's epochs: the point it was cut from
+    section: str  # in the CSV files: the section a run or point is in
+
+
+def figure(row: Row, name: str) -> Any:
+    """A figure by a name held in a variable (a column, a MEASURED name, its _std); None where absent."""
+    return cast(dict[str, Any], row).get(name)
+
+
 OVERFIT_RISE = 0.10  # test loss this far above its minimum at the end counts as overfitting
 EARLY_STOP_PATIENCE = 2  # epochs without a lower test loss before early stopping would stop (seed report D's)
 
 
 # ---- per run -----------------------------------------------------------------------------
-def run_row(run: Run, point: str = "") -> dict[str, Any]:
+def run_row(run: Run, point: str = "") -> Row:
     """The figures of one run; a run that did not finish keeps only its status and error."""
-    row = {
+    row: Row = {
         "run": run.name,
         "point": point,
         "seed": run.seed,
@@ -91,7 +203,7 @@ def run_row(run: Run, point: str = "") -> dict[str, Any]:
         ) from None
 
 
-def run_figures(run: Run) -> dict[str, Any]:
+def run_figures(run: Run) -> Row:
     s, history = run.summary, run.history
     assert s is not None  # run_row passes finished runs only
     steady = timed_epochs(history)
@@ -139,22 +251,32 @@ def run_figures(run: Run) -> dict[str, Any]:
         "other_cpu": load.other_cpu,
         "cores_busy": cores_busy(steady, train_s),
         "peak_mib": peak,
-        **{
-            share: sum(r.metric(phase) or 0.0 for r in steady) / train_s
-            if train_s and steady[-1].metric(phase) is not None
-            else None
-            for phase, share in zip(PHASES, SHARES)
-        },
+        **cast(  # SHARES
+            Row,
+            {
+                share: sum(r.metric(phase) or 0.0 for r in steady) / train_s
+                if train_s and steady[-1].metric(phase) is not None
+                else None
+                for phase, share in zip(PHASES, SHARES, strict=True)
+            },
+        ),
         **communication(steady, s["batch"]["global"], train_s),
     }
 
 
-def communication(steady: list[EpochRecord], global_batch: int, train_s: float) -> dict[str, float | None]:
+def communication(steady: list[EpochRecord], global_batch: int, train_s: float) -> Row:
     """COMM_MS of a run, and the shares of its training time rank 0 spent on the all-reduce (DDP's exposed
     all-reduce on the rank that waited least) and waiting for the slowest rank; None where not measured
     (one process, no time breakdown, a torch whose DDP keeps no timings). DDP's figures are each epoch's
     means over the steps it timed: averaged here over the epochs that have them all."""
-    out: dict[str, float | None] = dict.fromkeys((*COMM_MS, "straggler_share", "allreduce_share"))
+    out: Row = {
+        "probe_comm_ms": None,  # COMM_MS
+        "ddp_exposed_ms": None,
+        "ddp_comm_ms": None,
+        "straggler_ms": None,
+        "straggler_share": None,
+        "allreduce_share": None,
+    }
     steps = optimizer_steps(steady, global_batch)
     if not steady or not steps or steady[-1].comm_wait_s is None:
         return out
@@ -173,11 +295,13 @@ def communication(steady: list[EpochRecord], global_batch: int, train_s: float) 
     least = min(range(ranks), key=exposed.__getitem__)
     wait = exposed[0] - exposed[least]
     out.update(
-        ddp_exposed_ms=1000 * exposed[least],
-        ddp_comm_ms=1000 * comm[least],
-        straggler_ms=1000 * wait,
-        straggler_share=wait * steps / train_s if train_s else None,
-        allreduce_share=exposed[least] * steps / train_s if train_s else None,
+        {
+            "ddp_exposed_ms": 1000 * exposed[least],
+            "ddp_comm_ms": 1000 * comm[least],
+            "straggler_ms": 1000 * wait,
+            "straggler_share": wait * steps / train_s if train_s else None,
+            "allreduce_share": exposed[least] * steps / train_s if train_s else None,
+        }
     )
     return out
 
@@ -240,23 +364,24 @@ def mean_std(values: list[Any]) -> tuple[float | None, float | None]:
     return statistics.fmean(xs), statistics.stdev(xs) if len(xs) > 1 else None
 
 
-def point_rows(points: list[Point], run_rows: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def point_rows(points: list[Point], run_rows: dict[str, Row]) -> list[Row]:
     """One row per point: settings, every measured figure as `name` (mean) and `name_std`, the timing
     with its noise, and the worst load any of its runs saw."""
     rows = []
     for p in points:
         members = [run_rows[r.name] for r in p.runs]
-        row: dict[str, Any] = {
+        row: Row = {
             "point": p.label,
             "axes": dict(p.axes),
             "seeds": len(members),
             "runs": " ".join(r.name for r in p.runs),
         }
+        named = cast(dict[str, Any], row)  # the names of TEXT, SETTINGS and MEASURED are Row's (a test keeps them so)
         for key in (*TEXT, *SETTINGS):
-            values = list(dict.fromkeys(m.get(key) for m in members))
-            row[key] = values[0] if len(values) == 1 else "mixed"
+            values = list(dict.fromkeys(figure(m, key) for m in members))
+            named[key] = values[0] if len(values) == 1 else "mixed"
         for key in MEASURED:
-            row[key], row[f"{key}_std"] = mean_std([m.get(key) for m in members])
+            named[key], named[f"{key}_std"] = mean_std([figure(m, key) for m in members])
         row["timing"] = noise.point_timing(
             [m.get("images_per_s") for m in members], [m.get("within_noise") for m in members]
         )
@@ -268,7 +393,7 @@ def point_rows(points: list[Point], run_rows: dict[str, dict[str, Any]]) -> list
     return rows
 
 
-def fewest_workers(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+def fewest_workers(rows: list[Row]) -> Row | None:
     """The timed row with the fewest workers, a single-process one first; None when no row was timed."""
     timed = [r for r in rows if r.get("images_per_s") and isinstance(r.get("world_size"), int)]
     if not timed:
@@ -277,7 +402,7 @@ def fewest_workers(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     return next((r for r in least if r["strategy"] == "single"), least[0])
 
 
-def devices(row: dict[str, Any]) -> int:
+def devices(row: Row) -> int:
     """The hardware a row's workers bring (topology.devices_brought)."""
     return devices_brought(
         row["world_size"] if isinstance(row.get("world_size"), int) else 1,
@@ -286,18 +411,18 @@ def devices(row: dict[str, Any]) -> int:
     )
 
 
-def speedup(row: dict[str, Any], base: dict[str, Any]) -> float | None:
+def speedup(row: Row, base: Row) -> float | None:
     """The one definition of speedup, for the report's sections and `ddplab compare`: this row's training
     throughput over the baseline's (epochs after the first); None unless both were timed."""
     return row["images_per_s"] / base["images_per_s"] if row.get("images_per_s") and base.get("images_per_s") else None
 
 
-def ideal_speedup(row: dict[str, Any], base: dict[str, Any]) -> float:
+def ideal_speedup(row: Row, base: Row) -> float:
     """What perfect scaling would give: the devices this row has over the baseline's."""
     return devices(row) / devices(base)
 
 
-def scale(rows: list[dict[str, Any]], base: dict[str, Any] | None, name: str) -> None:
+def scale(rows: list[Row], base: Row | None, name: str) -> None:
     """Speedup and efficiency (speedup over the ideal) of each row against `base`, for `ddplab compare`.
     `baseline` names the row compared against, by its `name` field; the baseline itself gets none
     (it is 1x by definition)."""
@@ -311,11 +436,11 @@ def scale(rows: list[dict[str, Any]], base: dict[str, Any] | None, name: str) ->
         row["speedup"] = speedup(row, base) if fast and base is not None else None
         row["ideal"] = ideal_speedup(row, base) if fast and base is not None else None
         row["efficiency"] = row["speedup"] / row["ideal"] if fast else None
-        row["baseline"] = base[name] if fast and base is not None else None
+        row["baseline"] = figure(base, name) if fast and base is not None else None
         row["is_baseline"] = base is not None and row is base
 
 
-def train_epoch_s(row: dict[str, Any]) -> float | None:
+def train_epoch_s(row: Row) -> float | None:
     """A row's training epoch (epochs after the first): its training images over its throughput."""
     return row["train_images"] / row["images_per_s"] if row.get("images_per_s") and row.get("train_images") else None
 
@@ -346,7 +471,7 @@ class Overfit:
     epochs: int
 
 
-def scaling_gap(row: dict[str, Any], base: dict[str, Any], ideal: float) -> Gap | None:
+def scaling_gap(row: Row, base: Row, ideal: float) -> Gap | None:
     """Where a multi-worker point's training epoch loses to the ideal (the baseline's epoch over `ideal`),
     in seconds an epoch by cause: compute (forward+backward less the waits below), the all-reduce wait
     (DDP's timers where it kept them, as they time every step on a CPU; else ddplab's probe), the wait
@@ -366,7 +491,7 @@ def scaling_gap(row: dict[str, Any], base: dict[str, Any], ideal: float) -> Gap 
         return None
 
     def seconds(key: str) -> float:  # this phase's seconds over the ideal's
-        return (row.get(key) or 0.0) * epoch - (base.get(key) or 0.0) * target
+        return (figure(row, key) or 0.0) * epoch - (figure(base, key) or 0.0) * target
 
     stragglers = seconds("straggler_share") if row.get("straggler_share") is not None else None
     wait = seconds("allreduce_share" if row.get("allreduce_share") is not None else "comm_wait_share")
@@ -383,7 +508,7 @@ def scaling_gap(row: dict[str, Any], base: dict[str, Any], ideal: float) -> Gap 
     return Gap(epoch_s=epoch, ideal_epoch_s=target, parts=parts, biggest=biggest, why=why(biggest, row, base))
 
 
-def why(part: str, row: dict[str, Any], base: dict[str, Any]) -> str:
+def why(part: str, row: Row, base: Row) -> str:
     """What the biggest part of a scaling gap usually means, for the findings."""
     smaller = (
         isinstance(row.get("local_batch"), int)

@@ -10,9 +10,10 @@ noise or as measured under load (`report.noise`); every figure is formatted by
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ddplab.report import figures, noise
+from ddplab.report.figures import Row
 from ddplab.report.tables import (
     band_range,
     faster,
@@ -64,18 +65,19 @@ def regularization_findings(section: Section) -> list[Finding]:
     )
 
 
-def pct(row: dict[str, Any], key: str) -> str:
-    return f"{percent_value(row[key])}%" if row.get(key) is not None else "-"
+def pct(row: Row, key: str) -> str:
+    value = figures.figure(row, key)
+    return f"{percent_value(value)}%" if value is not None else "-"
 
 
-def train_acc(row: dict[str, Any]) -> str:
+def train_acc(row: Row) -> str:
     key = "train_eval_acc" if row.get("train_eval_acc") is not None else "final_train_acc"
     basis = "training images in eval mode" if key == "train_eval_acc" else "running mean over augmented batches"
     return f"{pct(row, key)} ({basis})"
 
 
 # ---- one run's figures (what a single device did) ------------------------------------------------
-def run_findings(rows: list[dict[str, Any]]) -> list[Finding]:
+def run_findings(rows: list[Row]) -> list[Finding]:
     out = []
     for r in rows:
         text = (
@@ -242,7 +244,7 @@ def comparison_findings(pairs: list[Comparison], overfit: bool = False) -> list[
     return out
 
 
-def accuracy_lead(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], noise.Verdict | None]:
+def accuracy_lead(rows: list[Row]) -> tuple[list[Row], noise.Verdict | None]:
     """The rows with a test accuracy, most accurate first, and whether the first leads the second beyond noise
     (None below two)."""
     scored = sorted((r for r in rows if r.get("final_test_acc") is not None), key=lambda r: -r["final_test_acc"])
@@ -252,7 +254,7 @@ def accuracy_lead(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], noi
     return scored, noise.accuracy_verdict(best["final_test_acc"] - second["final_test_acc"], best, second)
 
 
-def best_accuracy(rows: list[dict[str, Any]]) -> list[Finding]:
+def best_accuracy(rows: list[Row]) -> list[Finding]:
     scored, verdict = accuracy_lead(rows)
     if verdict is None:
         return []
@@ -267,7 +269,7 @@ def best_accuracy(rows: list[dict[str, Any]]) -> list[Finding]:
 
 
 # ---- overfitting --------------------------------------------------------------------------------------
-def overfitting_findings(rows: list[dict[str, Any]], brief: bool = False) -> list[Finding]:
+def overfitting_findings(rows: list[Row], brief: bool = False) -> list[Finding]:
     out = []
     for r in rows:
         o = r.get("overfit")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ddplab.errors import file_error
+from ddplab.report.figures import Row
 from ddplab.report.plots import Plot
 
 Table = tuple[str, str, tuple[list[str], list[list[str]]]]  # (heading, note, (headers, cells))
@@ -106,7 +107,7 @@ class SectionView:
     details: list[Table]
     plots: list[Plot]
     not_measured: list[tuple[str, str]]
-    problems: list[dict[str, Any]] = field(default_factory=list)
+    problems: list[Row] = field(default_factory=list)
     headline: str = ""  # the answer in one sentence (report/headline.py): first on the page, first in the section
 
 
@@ -117,7 +118,7 @@ def cell_class(header: str) -> str:
 def table_html(headers: list[str], cells: list[list[str]]) -> str:
     head = "".join(f"<th{cell_class(h)}>{escape(h)}</th>" for h in headers)
     body = "".join(
-        "<tr>" + "".join(f"<td{cell_class(h)}>{escape(c)}</td>" for h, c in zip(headers, row)) + "</tr>"
+        "<tr>" + "".join(f"<td{cell_class(h)}>{escape(c)}</td>" for h, c in zip(headers, row, strict=True)) + "</tr>"
         for row in cells
     )
     return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
@@ -189,20 +190,20 @@ def section_html(number: int, view: SectionView, anchor: str) -> str:
 
 def page(title: str, meta: str, views: list[SectionView], anchors: list[str], any_gpu: bool) -> str:
     """The full page: a table of contents, the sections, how to read the figures."""
-    toc = "".join(f'<li><a href="#{escape(a)}">{escape(v.title)}</a></li>' for v, a in zip(views, anchors))
+    toc = "".join(f'<li><a href="#{escape(a)}">{escape(v.title)}</a></li>' for v, a in zip(views, anchors, strict=True))
     parts = [f"<h1>{escape(title)}</h1>", f'<p class="meta">{escape(meta)}</p>']
     if any(v.headline for v in views):  # the answers first, each linked to its section
         parts.append(
             '<nav class="answers"><h2>Answers</h2><ol>'
             + "".join(
                 f'<li><a href="#{escape(a)}">{escape(v.title)}</a>: {escape(v.headline)}</li>'
-                for v, a in zip(views, anchors)
+                for v, a in zip(views, anchors, strict=True)
             )
             + "</ol></nav>"
         )
     elif len(views) > 1:
         parts.append(f"<nav><ol>{toc}</ol></nav>")
-    parts += [section_html(i, v, a) for i, (v, a) in enumerate(zip(views, anchors), 1)]
+    parts += [section_html(i, v, a) for i, (v, a) in enumerate(zip(views, anchors, strict=True), 1)]
     if not any_gpu:
         parts.append('<p class="note">GPU utilization: not measured (no run wrote gpu.jsonl).</p>')
     parts.append(

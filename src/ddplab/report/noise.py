@@ -23,12 +23,16 @@ Pure functions over the report's rows and runs; no torch.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddplab.metrics.records import EpochRecord, timed_epochs, worst_reading
+
+if TYPE_CHECKING:
+    from ddplab.report.figures import Row
 
 NOISE_SIGMAS = 2.0  # a difference beyond this many standard deviations is an effect
 MIN_TIMING_EFFECT = 0.03  # timing ratios closer to 1 than 3% are never called an effect (run-to-run drift)
@@ -112,7 +116,7 @@ def window_rates(steps: list[dict[str, Any]], images_per_step: int, epochs: int)
     for epoch, records in by_epoch.items():
         if epochs > 1 and epoch == 1:
             continue
-        for a, b in zip(records, records[1:]):
+        for a, b in itertools.pairwise(records):
             dt, ds = b["t_s"] - a["t_s"], b["step"] - a["step"]
             if dt > 0 and ds > 0:
                 rates.append(ds * images_per_step / dt)
@@ -187,7 +191,7 @@ def sampling_std(acc: float | None, count: int | None) -> float | None:
     return math.sqrt(max(acc * (1 - acc), 0.0) / count)
 
 
-def accuracy_noise(row: dict[str, Any]) -> tuple[float | None, bool]:
+def accuracy_noise(row: Row) -> tuple[float | None, bool]:
     """(noise of the point's final test accuracy, whether seeds measured it)."""
     seed_std = row.get("final_test_acc_std")
     sampling = sampling_std(row.get("final_test_acc"), row.get("test_images"))
@@ -195,7 +199,7 @@ def accuracy_noise(row: dict[str, Any]) -> tuple[float | None, bool]:
     return (max(known) if known else None), seed_std is not None
 
 
-def accuracy_verdict(diff: float, a: dict[str, Any], b: dict[str, Any]) -> Verdict:
+def accuracy_verdict(diff: float, a: Row, b: Row) -> Verdict:
     """`diff` (a - b, a fraction) against both points' noise."""
     (na, seeds_a), (nb, seeds_b) = accuracy_noise(a), accuracy_noise(b)
     known = [n for n in (na, nb) if n is not None]

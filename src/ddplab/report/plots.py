@@ -24,6 +24,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ddplab import files  # noqa: E402
+from ddplab.report.figures import Row, figure  # noqa: E402
 from ddplab.report.kinds import kind_of  # noqa: E402
 from ddplab.report.runs import Point, groups_without  # noqa: E402
 
@@ -104,7 +105,7 @@ def curve_series(curve: list[dict[str, Any]], metric: str) -> dict[str, tuple[li
             (r["epoch"], r[key] * scale, (r.get(f"{key}_std") or 0.0) * scale) for r in curve if r.get(key) is not None
         ]
         if pts:
-            out[split] = tuple(map(list, zip(*pts)))
+            out[split] = tuple(map(list, zip(*pts, strict=True)))
     return out
 
 
@@ -115,10 +116,16 @@ def draw_curve(ax: Any, series: dict[str, tuple], c: Any, label: str | None) -> 
         x, y, s = series[split]
         ax.plot(x, y, style, marker="o", markersize=3, color=c, label=label if split == "test" else None)
         if any(s):
-            ax.fill_between(x, [a - b for a, b in zip(y, s)], [a + b for a, b in zip(y, s)], color=c, alpha=0.15)
+            ax.fill_between(
+                x,
+                [a - b for a, b in zip(y, s, strict=True)],
+                [a + b for a, b in zip(y, s, strict=True)],
+                color=c,
+                alpha=0.15,
+            )
 
 
-def mark_overfitting(ax: Any, row: dict[str, Any], c: Any) -> None:
+def mark_overfitting(ax: Any, row: Row, c: Any) -> None:
     """The epoch of lowest test loss (a dotted line) and where early stopping would stop (dash-dot)."""
     o = row.get("overfit")
     if not o:
@@ -129,7 +136,7 @@ def mark_overfitting(ax: Any, row: dict[str, Any], c: Any) -> None:
 
 
 def plot_curves(
-    labels: list[str], curves: list[list[dict[str, Any]]], rows: list[dict[str, Any]] | None, path: Path
+    labels: list[str], curves: list[list[dict[str, Any]]], rows: list[Row] | None, path: Path
 ) -> Plot | None:
     """Loss and accuracy per epoch, train dashed and test solid: together for a few points, else one panel each."""
     if not any(curves):
@@ -143,7 +150,7 @@ def plot_curves(
         )
     if len(labels) <= MAX_POINTS_TOGETHER:
         fig, (ax_l, ax_a) = plt.subplots(1, 2, figsize=(12.0, 4.6))
-        for i, (label, curve) in enumerate(zip(labels, curves)):
+        for i, (label, curve) in enumerate(zip(labels, curves, strict=True)):
             for ax, metric in ((ax_l, "loss"), (ax_a, "acc")):
                 draw_curve(ax, curve_series(curve, metric), color(i, len(labels)), wrap(label))
                 if rows is not None and metric == "loss":
@@ -157,7 +164,7 @@ def plot_curves(
     cols = min(4, len(labels))
     nrows = math.ceil(len(labels) / cols)
     fig, axes = plt.subplots(2 * nrows, cols, figsize=(3.6 * cols, 3.0 * 2 * nrows), squeeze=False, sharex=True)
-    for i, (label, curve) in enumerate(zip(labels, curves)):
+    for i, (label, curve) in enumerate(zip(labels, curves, strict=True)):
         r, col = divmod(i, cols)
         for k, metric in enumerate(("loss", "acc")):
             ax = axes[2 * r + k][col]
@@ -181,7 +188,7 @@ def style_curve_axes(ax: Any, metric: str) -> None:
 
 
 # ---- speed -------------------------------------------------------------------------------------------
-def plot_speed(rows: list[dict[str, Any]], path: Path) -> Plot | None:
+def plot_speed(rows: list[Row], path: Path) -> Plot | None:
     """Training throughput per point with its noise; hatched where the run competed with other work."""
     timed = [r for r in rows if r.get("images_per_s")]
     if len(timed) < 2:
@@ -193,14 +200,14 @@ def plot_speed(rows: list[dict[str, Any]], path: Path) -> Plot | None:
     bars = ax.barh(
         labels, values, xerr=errors, capsize=3, color=[color(1 if r.get("is_baseline") else 0, 10) for r in timed]
     )
-    for bar, r in zip(bars, timed):
+    for bar, r in zip(bars, timed, strict=True):
         if r["load"].contended:
             bar.set_hatch("//")
     ax.invert_yaxis()  # first point on top, as in the tables
     ax.set(
         title="Training throughput (error bars: noise)",
         xlabel="training images per second (epochs after the first)",
-        xlim=(0, max(v + e for v, e in zip(values, errors)) * 1.1),
+        xlim=(0, max(v + e for v, e in zip(values, errors, strict=True)) * 1.1),
     )
     ax.grid(alpha=0.3, axis="x")
     return save(
@@ -211,7 +218,7 @@ def plot_speed(rows: list[dict[str, Any]], path: Path) -> Plot | None:
     )
 
 
-def plot_batch_size(points: list[Point], rows: list[dict[str, Any]], path: Path) -> Plot | None:
+def plot_batch_size(points: list[Point], rows: list[Row], path: Path) -> Plot | None:
     """Throughput and peak memory against the local batch size, one line per other setting; both axes from 0."""
     if len({r["local_batch"] for r in rows if isinstance(r.get("local_batch"), int)}) < 2:
         return None
@@ -225,9 +232,13 @@ def plot_batch_size(points: list[Point], rows: list[dict[str, Any]], path: Path)
         )
         label = wrap(group_label(points, members)) if len(groups) > 1 else "all points"
         for ax, key in ((ax_t, "images_per_s"), (ax_m, "peak_mib")):
-            pts = [(r["local_batch"], r[key], r.get(f"{key}_std") or 0.0) for r in sel if r.get(key) is not None]
+            pts = [
+                (r["local_batch"], figure(r, key), figure(r, f"{key}_std") or 0.0)
+                for r in sel
+                if figure(r, key) is not None
+            ]
             if pts:
-                x, y, s = zip(*pts)
+                x, y, s = zip(*pts, strict=True)
                 ax.errorbar(x, y, yerr=s, marker="o", capsize=3, color=color(g, len(groups)), label=label)
     ax_t.set(
         title="Training throughput vs batch size",
@@ -278,7 +289,7 @@ def draw_predicted(ax: Any, curves: list[Any]) -> None:
         col = color(g, len(curves))
         ax.plot(c.x, c.predicted, "--", color=col, label=f"{c.label}: predicted")
         if c.measured:
-            ax.plot(*zip(*c.measured), "o", color=col, label=f"{c.label}: measured")
+            ax.plot(*zip(*c.measured, strict=True), "o", color=col, label=f"{c.label}: measured")
 
 
 def powers_of_two_axis(ax: Any, ticks: list[float]) -> None:
@@ -291,7 +302,7 @@ def powers_of_two_axis(ax: Any, ticks: list[float]) -> None:
     ax.grid(alpha=0.3)
 
 
-def memory_axis(rows: list[dict[str, Any]]) -> str:
+def memory_axis(rows: list[Row]) -> str:
     labels = {r["memory_label"] for r in rows if r.get("memory_label")}
     label = labels.pop() if len(labels) == 1 else ""
     return {
@@ -310,7 +321,7 @@ def group_label(points: list[Point], members: list[int]) -> str:
     return ", ".join(axis_text(a, a.rsplit(".", 1)[-1], v) for a, v in same.items()) or points[members[0]].label
 
 
-def time_parts(row: dict[str, Any]) -> dict[str, float]:
+def time_parts(row: Row) -> dict[str, float]:
     """Shares of training time that add up to 1: communication wait is taken out of forward+backward."""
     comm = row.get("comm_wait_share") or 0.0
     parts = {
@@ -323,7 +334,7 @@ def time_parts(row: dict[str, Any]) -> dict[str, float]:
     return parts
 
 
-def plot_time_breakdown(rows: list[dict[str, Any]], path: Path) -> Plot | None:
+def plot_time_breakdown(rows: list[Row], path: Path) -> Plot | None:
     """Stacked bars: where each point's training time went (epochs after the first)."""
     sel = [r for r in rows if r.get("forward_backward_share") is not None]
     if not sel:
@@ -335,7 +346,7 @@ def plot_time_breakdown(rows: list[dict[str, Any]], path: Path) -> Plot | None:
     for k, name in enumerate(names):
         widths = [100 * time_parts(r)[name] for r in sel]
         ax.barh(labels, widths, left=left, color=color(k, len(names)), label=name)
-        left = [a + b for a, b in zip(left, widths)]
+        left = [a + b for a, b in zip(left, widths, strict=True)]
     ax.set(
         title="Where training time went (epochs after the first)",
         xlabel="share of training time (%)",
@@ -399,7 +410,7 @@ def plot_gpu_utilization(points: list[Point], path: Path) -> Plot | None:
     cols = 1 if len(runs) == 1 else 2
     nrows = (len(runs) + cols - 1) // cols
     fig, axes = plt.subplots(nrows, cols, figsize=(5.5 * cols, 3.0 * nrows), squeeze=False)
-    for ax, run in zip(axes.flat, runs):
+    for ax, run in zip(axes.flat, runs, strict=False):
         gpus = sorted({(r.get("rank", 0), r.get("gpu", 0)) for r in run.gpu})
         for k, (rank, gpu) in enumerate(gpus):
             pts = sorted(
@@ -410,7 +421,7 @@ def plot_gpu_utilization(points: list[Point], path: Path) -> Plot | None:
                 and isinstance(r.get("t_s"), (int, float))
             )
             if pts:
-                x, y = zip(*pts)
+                x, y = zip(*pts, strict=True)
                 ax.plot(x, y, color=color(k, len(gpus)), label=f"GPU {gpu} (rank {rank})", linewidth=1.2)
         ax.set(title=wrap(run.name), xlabel="time since start (s)", ylabel="utilization (%)", ylim=(0, 105))
         ax.grid(alpha=0.3)

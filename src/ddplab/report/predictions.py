@@ -15,7 +15,7 @@ from typing import Any
 from ddplab.errors import DataError
 from ddplab.planner import model
 from ddplab.planner.band import Band, band_for
-from ddplab.report.figures import train_epoch_s
+from ddplab.report.figures import Row, train_epoch_s
 from ddplab.report.runs import Point, groups_without
 from ddplab.topology import devices_brought
 
@@ -54,7 +54,7 @@ def plan_costs(point: Point) -> model.StepCosts | None:
         return None
 
 
-def shape(row: dict[str, Any]) -> tuple[int, int] | None:
+def shape(row: Row) -> tuple[int, int] | None:
     """(workers per node, nodes) of a row, or None when it is not one shape."""
     if not all(isinstance(row.get(k), int) for k in ("world_size", "local_batch")):
         return None

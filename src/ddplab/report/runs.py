@@ -197,7 +197,7 @@ def group_points(runs: list[Run]) -> list[Point]:
     configs = [experiment_config(g[0].config) for g in groups.values()]
     axes = report_axes([g[0] for g in groups.values()], configs)
     points = []
-    for group, config in zip(groups.values(), configs):
+    for group, config in zip(groups.values(), configs, strict=True):
         values = {a: group[0].point.get(a, config.get(a)) for a in axes}
         points.append(Point(label="", runs=group, config=config, axes=values))
     label_points(points)

@@ -18,6 +18,7 @@ from typing import Any
 from ddplab.config import SCHEDULES_OVER_THE_RUN
 from ddplab.planner.links import MeasuredLinks, read_links
 from ddplab.report import figures, noise, predictions
+from ddplab.report.figures import Row
 from ddplab.report.kinds import kind_of
 from ddplab.report.runs import (
     Point,
@@ -43,8 +44,8 @@ class Comparison:
 
     point: str
     baseline: str
-    row: dict[str, Any]
-    base: dict[str, Any]
+    row: Row
+    base: Row
     at: int
     base_at: int
     equal_epochs: bool  # `base` is the baseline cut to the point's epochs
@@ -76,10 +77,10 @@ class Section:
     )  # what the sweep changed for this machine, and why (spec.Adaptation)
     adapted_points: list[str] = field(default_factory=list)  # the points it changed
     points: list[Point] = field(default_factory=list)
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
     curves: list[list[dict[str, Any]]] = field(default_factory=list)
     pairs: list[Comparison] = field(default_factory=list)
-    problems: list[dict[str, Any]] = field(default_factory=list)  # run rows of runs that did not finish
+    problems: list[Row] = field(default_factory=list)  # run rows of runs that did not finish
     link: MeasuredLinks | None = (
         None  # the sweep's measured links (links.json): scaling pairs get the model's prediction
     )
@@ -98,7 +99,7 @@ class Section:
         return re.sub(r"[^a-z0-9]+", "-", self.title.lower()).strip("-")[:40] or "section"
 
 
-def build_sections(runs: list[Run], run_rows: dict[str, dict[str, Any]]) -> list[Section]:
+def build_sections(runs: list[Run], run_rows: dict[str, Row]) -> list[Section]:
     """Sections in the order their runs were given, each analysed."""
     sections: list[Section] = []
     sweeps = list(dict.fromkeys(r.sweep.dir for r in runs if r.sweep is not None))
@@ -150,11 +151,11 @@ def point_label(run: Run) -> str:
     return ", ".join(axis_text(a, a.rsplit(".", 1)[-1], v) for a, v in run.point.items()) or run.name
 
 
-def analyse(section: Section, run_rows: dict[str, dict[str, Any]]) -> None:
+def analyse(section: Section, run_rows: dict[str, Row]) -> None:
     section.points = group_points(section.runs)
     section.rows = figures.point_rows(section.points, run_rows)
     section.curves = [figures.mean_curve([r.history for r in p.runs]) for p in section.points]
-    for row, curve in zip(section.rows, section.curves):
+    for row, curve in zip(section.rows, section.curves, strict=True):
         row["overfit"] = figures.overfitting(curve)
         row["acc_noise"] = noise.accuracy_noise(row)[0]
     section.problems = [run_rows[r.name] for r in section.runs if not r.finished]
@@ -189,7 +190,7 @@ def declared_pairs(section: Section) -> list[Comparison]:
     return out
 
 
-def equal_epochs(section: Section, i: int, j: int) -> dict[str, Any] | None:
+def equal_epochs(section: Section, i: int, j: int) -> Row | None:
     """Baseline point j cut to point i's epochs, when i was sized down for this machine (spec.Adaptation: a point
     that asks for fewer epochs on its own compares them as they are) and j's first epochs are what a run of i's
     length would have trained: the same seeds, and a schedule not planned over the run. None: compare the
@@ -262,7 +263,7 @@ def differing(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
 
 
 def pair(
-    section: Section, i: int, j: int, scaling: bool, changed: str | None = None, base_row: dict[str, Any] | None = None
+    section: Section, i: int, j: int, scaling: bool, changed: str | None = None, base_row: Row | None = None
 ) -> Comparison:
     """Point i against point j (or `base_row`, j at i's epochs): speed ratio (training throughput) and
     accuracy difference, each with its verdict."""

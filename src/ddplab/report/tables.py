@@ -12,15 +12,15 @@ import io
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ddplab.report.figures import MEASURED, SETTINGS, SHARES, TEXT, Gap
+from ddplab.report.figures import MEASURED, SETTINGS, SHARES, TEXT, Gap, Row, figure
 from ddplab.sweep.spec import point_text
 
 if TYPE_CHECKING:
     from ddplab.report.predictions import PairPrediction
     from ddplab.report.sections import Comparison
 
-Row = TypeVar("Row")  # a point's figures (a dict) or a Comparison
-Column = tuple[str, Callable[[Row], str]]  # a header, and the cell of a row
+T = TypeVar("T")  # a point's figures (a Row) or a Comparison
+Column = tuple[str, Callable[[T], str]]  # a header, and the cell of a row
 
 
 # ---- formats (one per kind of figure) --------------------------------------------------------
@@ -73,22 +73,22 @@ def loss(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
-def pm(row: dict[str, Any], key: str, fmt: Callable[[float], str]) -> str:
+def pm(row: Row, key: str, fmt: Callable[[float], str]) -> str:
     """`mean ± std` when the point has repeats, the value alone otherwise, "-" when missing."""
-    value, std = row.get(key), row.get(f"{key}_std")
+    value, std = figure(row, key), figure(row, f"{key}_std")
     if value is None:
         return "-"
     return f"{fmt(value)} ± {fmt(std)}" if std is not None else fmt(value)
 
 
-def noise_cell(row: dict[str, Any]) -> str:
+def noise_cell(row: Row) -> str:
     timing = row.get("timing")
     if timing is None or timing.noise is None:
         return "-"
     return f"±{timing.noise:.1%}" + (" (1 run)" if timing.basis == "within-run" else "")
 
 
-def load_cell(row: dict[str, Any]) -> str:
+def load_cell(row: Row) -> str:
     load = row.get("load")
     if load is None or not (load.measured or load.shared_device):
         return "not recorded"
@@ -100,7 +100,7 @@ def load_cell(row: dict[str, Any]) -> str:
     return ", ".join(parts) + (" (contended)" if load.contended else "")
 
 
-def memory_title(rows: list[dict[str, Any]]) -> str:
+def memory_title(rows: list[Row]) -> str:
     labels = {r["memory_label"] for r in rows if r.get("memory_label")}
     if len(labels) == 1:
         return {
@@ -111,12 +111,12 @@ def memory_title(rows: list[dict[str, Any]]) -> str:
     return "peak MiB/rank"
 
 
-def render(columns: list[Column[Row]], rows: list[Row]) -> tuple[list[str], list[list[str]]]:
+def render(columns: list[Column[T]], rows: list[T]) -> tuple[list[str], list[list[str]]]:
     return [h for h, _ in columns], [[f(r) for _, f in columns] for r in rows]
 
 
 # ---- the section tables ----------------------------------------------------------------------
-def results_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def results_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     """How well each point learned: final accuracies, the train-test gap, test loss and its minimum."""
     eval_mode = all(r.get("gap_basis") == "eval mode" for r in rows)
     train = "train acc % (eval mode)" if eval_mode else "train acc %"
@@ -140,7 +140,7 @@ def results_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]
     )
 
 
-def lowest_test_loss(row: dict[str, Any]) -> str:
+def lowest_test_loss(row: Row) -> str:
     """The lowest point of the mean test-loss curve, as the overfitting table and findings give it; a
     single run's lowest epoch where there is no curve (a mean of the seeds' epochs is no epoch)."""
     if row.get("overfit"):
@@ -152,7 +152,7 @@ def epoch_text(v: Any) -> str:
     return "-" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def speed_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def speed_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     """How each point ran: workers, batch, training throughput with its noise, what else ran, memory."""
     return render(
         [
@@ -256,10 +256,10 @@ def efficiency_cell(c: Comparison) -> str:
     return f"{c.efficiency:.0%} (ideal {c.ideal:g}x)"
 
 
-def overfitting_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def overfitting_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     """Where each point's test loss bottomed out, how far it rose, and where early stopping would stop."""
 
-    def stop(r: dict[str, Any]) -> str:
+    def stop(r: Row) -> str:
         o = r["overfit"]
         if o.stop_epoch is None or o.stop_epoch >= o.epochs:
             return "not before the end"
@@ -283,7 +283,7 @@ def overfitting_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[
     )
 
 
-def detail_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def detail_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     """Clocks and where the training time went (epochs after the first); comm wait is part of forward+backward."""
     titles = {
         "data_share": "data %",
@@ -316,7 +316,7 @@ def markdown_table(headers: list[str], cells: list[list[str]]) -> str:
 RUN_COLUMNS = ("section", "run", "point", "seed", "status", *TEXT, *SETTINGS, *MEASURED, "other_cpu", "error", "dir")
 
 
-def point_columns(rows: list[dict[str, Any]]) -> list[str]:
+def point_columns(rows: list[Row]) -> list[str]:
     axes = list(dict.fromkeys(a for r in rows for a in r["axes"]))
     measured = [c for k in MEASURED for c in (k, f"{k}_std")]
     return [
@@ -342,14 +342,14 @@ def axis_column(axis: str) -> str:
     return f"axis:{axis}" if axis in taken else axis
 
 
-def csv_text(rows: list[dict[str, Any]], columns: list[str] | tuple[str, ...]) -> str:
+def csv_text(rows: list[Row], columns: list[str] | tuple[str, ...]) -> str:
     """Rows as CSV, axis values spread into their columns, missing figures left empty. A cell that a
     spreadsheet would read as a formula (=, +, -, @ first) is quoted with a leading apostrophe."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        flat = {**row, **{axis_column(a): point_text(v) for a, v in row.get("axes", {}).items()}}
+        flat: dict[str, Any] = {**row, **{axis_column(a): point_text(v) for a, v in row.get("axes", {}).items()}}
         writer.writerow({c: csv_cell(flat.get(c)) for c in columns})
     return buffer.getvalue()
 

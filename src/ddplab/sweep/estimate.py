@@ -142,7 +142,7 @@ def estimate(
             echo(f"sweep {sweep.name}: no time estimate before the first run ({exc}); each finished run gives one")
             return None
         probe_s = probed["wall_s"]
-        for run, cost in zip(probe_runs, price(probe_runs, probed, links)):
+        for run, cost in zip(probe_runs, price(probe_runs, probed, links), strict=True):
             costs[keys[run.name]] = cost
     return Estimate(costs, runs, probe_s)
 
@@ -209,7 +209,7 @@ def price(runs: list[SweepRun], probed: dict[str, Any], links: Any = None) -> li
     run's launcher first starts a Python with torch) and its epoch (training steps plus the all-reduce, and
     the evaluation)."""
     out = []
-    for run, point in zip(runs, probed["points"]):
+    for run, point in zip(runs, probed["points"], strict=False):
         c = run.config
         workers = c.world_size()
         launcher = probed["torch_s"] + probed["exit_s"] if c.dist.strategy == "ddp" else 0.0

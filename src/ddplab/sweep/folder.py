@@ -371,4 +371,6 @@ class SweepFolder:
             files.write_text(self.root / SWEEP_FILE, sweep.file.read_text())
         manifest = Manifest.of(sweep, self.earlier_entries(echo), states, unavailable, executor)
         self.write(manifest)
-        return manifest, [(run, entry) for run, entry in zip(sweep.runs, manifest.runs) if not entry.status.settled]
+        return manifest, [
+            (run, entry) for run, entry in zip(sweep.runs, manifest.runs, strict=True) if not entry.status.settled
+        ]

@@ -312,7 +312,7 @@ class Scheduler:
                         self.finish(r, done, left=len(pending))
         except KeyboardInterrupt:
             running, self.running = self.running, []
-            for r, done in zip(running, stop_all([r.child for r in running])):
+            for r, done in zip(running, stop_all([r.child for r in running]), strict=True):
                 self.record(r, done)
             raise
 

@@ -325,7 +325,7 @@ def expand(
     points: list[list[SweepRun]] = []
     names: set[str] = set()
     for combo in itertools.product(*(values for _, values in axes)):
-        point = {axis: shown for (axis, _), (shown, _) in zip(axes, combo)}
+        point = {axis: shown for (axis, _), (shown, _) in zip(axes, combo, strict=True)}
         settings = {k: v for _, dotted in combo for k, v in dotted.items()}
         launch = settings.pop("launch", "ddplab")
         for a in adaptations:  # applied where its condition holds, checked on every machine
