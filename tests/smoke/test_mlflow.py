@@ -1,6 +1,7 @@
 """MLflow for real: runs logged to a SQLite store and to an `mlflow server` on loopback, read back through
 MlflowClient (params, metric histories, artifacts, parent and child runs); a resumed run continues its
-MLflow run; a server that is down, or goes away mid-run, costs the run nothing and its summary says so."""
+MLflow run; a server that is down, or goes away mid-run, costs the run nothing and its summary says so. A sweep
+as a parent run with a child per point: tests/smoke/test_sweep_runs.py's parallel sweep, tracked."""
 
 import json
 import os
@@ -19,7 +20,7 @@ from ddplab.metrics.mlflow_sink import flat
 from ddplab.metrics.records import read_epochs
 
 from conftest import tiny_config
-from sweep_files import THREE_POINTS, tiny_sweep
+from mlflow_store import artifacts, history, runs_of
 
 pytestmark = pytest.mark.slow
 mlflow = pytest.importorskip("mlflow", reason="MLflow comes with the mlflow extra (scripts/test.sh installs it)")
@@ -29,26 +30,6 @@ mlflow = pytest.importorskip("mlflow", reason="MLflow comes with the mlflow extr
 def no_tracking_from_the_shell(monkeypatch):
     for name in (tracking.URI_ENV, tracking.EXPERIMENT_ENV, tracking.POINT_ENV):
         monkeypatch.delenv(name, raising=False)
-
-
-def client(uri):
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(tracking_uri=uri)
-
-
-def runs_of(uri):
-    c = client(uri)
-    experiment = c.get_experiment_by_name(tracking.EXPERIMENT)
-    return c.search_runs([experiment.experiment_id]) if experiment else []
-
-
-def history(uri, run_id, name):
-    return [(m.step, m.value) for m in sorted(client(uri).get_metric_history(run_id, name), key=lambda m: m.step)]
-
-
-def artifacts(uri, run_id, path=None):
-    return sorted(a.path for a in client(uri).list_artifacts(run_id, path))
 
 
 def train(config):
@@ -179,31 +160,3 @@ def test_a_server_down_from_the_start_costs_the_run_nothing(tmp_path):
     assert state["logged"] is False and state["run_id"] is None
     assert state["error"].startswith("opening experiment 'ddplab': ")
     assert not (tmp_path / "run" / "mlflow.json").exists()
-
-
-def test_a_sweep_is_a_parent_run_with_a_child_per_point_and_its_report(tmp_path):
-    sweep = tiny_sweep(tmp_path / "tiny.toml", THREE_POINTS, epochs=2)
-    done = subprocess.run(
-        [sys.executable, "-m", "ddplab", "sweep", str(sweep), "--out", "sweep", "--no-estimate",
-         "--output.mlflow", "sqlite:///store/mlflow.db"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    uri = f"sqlite:///{tmp_path}/store/mlflow.db"
-    runs = {r.info.run_name: r for r in runs_of(uri)}
-    assert set(runs) == {"sweep tiny", "a", "b", "ddp"}  # one run per point: the DDP point's rank 1 logs nothing
-    parent = runs["sweep tiny"]
-    assert parent.info.status == "FINISHED" and parent.data.params["points"] == "3"
-    assert json.loads((tmp_path / "sweep" / "mlflow.json").read_text())["run_id"] == parent.info.run_id
-    assert {"manifest.json", "report"} <= set(artifacts(uri, parent.info.run_id))
-    assert "report/index.html" in artifacts(uri, parent.info.run_id, "report")
-    ddp = runs["ddp"]
-    assert ddp.data.tags["ddplab.world_size"] == "2" and ddp.data.params["dist.nproc"] == "2"
-    assert [step for step, _ in history(uri, ddp.info.run_id, "test_acc")] == [1, 2]  # each epoch once, by rank 0
-    for label, lr in (("a", "0.01"), ("b", "0.05"), ("ddp", "0.05")):
-        child = runs[label]
-        assert child.info.status == "FINISHED"
-        assert child.data.tags[tracking.PARENT_TAG] == parent.info.run_id
-        assert child.data.params["sweep.point"] == label and child.data.params["optim.lr"] == lr
-        assert child.data.params["sweep.axis.variant"] == label
-        assert artifacts(uri, child.info.run_id) == ["config.toml", "summary.json"]  # its figures: the parent's report

@@ -1,5 +1,6 @@
 """`ddplab sweep` for real: runs in their own process trees, failures recorded, re-runs resume, a report at the end."""
 
+import importlib.util
 import json
 import os
 import re
@@ -34,13 +35,14 @@ label = "broken"
 )
 
 
-def ddplab(*args, env=None):
+def ddplab(*args, env=None, cwd=None):
     return subprocess.run(
         [sys.executable, "-m", "ddplab", *args],
         capture_output=True,
         text=True,
         timeout=600,
         env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
+        cwd=cwd,
     )
 
 
@@ -287,7 +289,10 @@ def test_a_parallel_sweep_runs_points_at_once_each_on_its_own_cores_and_measures
     path = parallel_sweep(tmp_path)
     one = ddplab("sweep", str(path), "--out", str(tmp_path / "one"), "--no-report", "--no-estimate")
     assert one.returncode == 0, one.stderr[-3000:]
-    two = ddplab("sweep", str(path), "--out", str(tmp_path / "two"), "--parallel", "2", "--no-estimate")
+    # Tracked in MLflow where it is installed: two points at once write one SQLite store.
+    tracked = importlib.util.find_spec("mlflow") is not None
+    store = ["--output.mlflow", "sqlite:///store/mlflow.db"] if tracked else []
+    two = ddplab("sweep", str(path), "--out", "two", "--parallel", "2", "--no-estimate", *store, cwd=tmp_path)
     assert two.returncode == 0, two.stderr[-3000:]
     lines = [line for line in two.stdout.splitlines() if line.startswith(("sweep tiny: 3 runs", "[", "  sweep:"))]
     cores = len(usable_cores()) // 2
@@ -306,6 +311,10 @@ def test_a_parallel_sweep_runs_points_at_once_each_on_its_own_cores_and_measures
     # A sweep with multi-worker runs that writes a report measures the link its predictions use; --no-report does not.
     assert "measuring this machine's all-reduce (gloo x2)" in two.stdout and (tmp_path / "two" / "links.json").is_file()
     assert not (tmp_path / "one" / "links.json").exists()
+    if tracked:
+        from mlflow_store import assert_sweep_tracked
+
+        assert_sweep_tracked(f"sqlite:///{tmp_path}/store/mlflow.db", tmp_path / "two", epochs=2)
 
 
 @needs_two_cores
