@@ -16,7 +16,8 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   .venv/bin/python -m pip install -q --no-compile "torch==2.13.0"
 fi
 .venv/bin/python -m pip install -q --no-compile -e ".[test,kernels]"
-# pip compiled nothing (most of an install's time): compile what ddplab's processes import.
-.venv/bin/python scripts/compile_imports.py torch torch._dynamo torch.distributed.run torch.nn.parallel \
+# pip compiled nothing (most of an install's time): compile what ddplab's processes import, once a .venv.
+[ -f .venv/.compiled ] || .venv/bin/python scripts/compile_imports.py torch torch._dynamo torch.distributed.run torch.nn.parallel \
   torch.utils.tensorboard torch.profiler PIL.Image matplotlib.pyplot tensorboard.backend.event_processing.event_accumulator \
-  ddplab.cli ddplab.launch ddplab.engine.run ddplab.report.build ddplab.sweep.local ddplab.planner.command 2>/dev/null || true
+  ddplab.cli ddplab.launch ddplab.engine.run ddplab.report.build ddplab.sweep.local ddplab.planner.command 2>/dev/null \
+  && touch .venv/.compiled || true

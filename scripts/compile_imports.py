@@ -10,6 +10,8 @@ then loaded: what ddplab's processes load, and no more.
 """
 
 import importlib
+import importlib.util
+import os
 import py_compile
 import sys
 
@@ -23,7 +25,7 @@ def main(names: list[str]) -> int:
     compiled = 0
     for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None)
-        if isinstance(path, str) and path.endswith(".py"):
+        if isinstance(path, str) and path.endswith(".py") and not up_to_date(path):
             try:
                 py_compile.compile(path, doraise=True)
                 compiled += 1
@@ -31,6 +33,11 @@ def main(names: list[str]) -> int:
                 pass  # a read-only or odd file: Python compiles it on import, as before
     print(f"compile_imports: {compiled} modules compiled", file=sys.stderr)
     return 0
+
+
+def up_to_date(path: str) -> bool:
+    cached = importlib.util.cache_from_source(path)
+    return os.path.exists(cached) and os.path.getmtime(cached) >= os.path.getmtime(path)
 
 
 if __name__ == "__main__":

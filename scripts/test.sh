@@ -13,21 +13,11 @@ fi
 bash scripts/bootstrap.sh
 if ! .venv/bin/python -c "import mlflow" 2>/dev/null; then
   echo "test: installing MLflow for the tracking tests (the mlflow extra; pinned to the version they were written on)" >&2
-  # pip's byte-compiling of all 800 MB of it takes a minute: compile only what MLflow's client and server import
-  # (with PYTHONDONTWRITEBYTECODE set, Python would otherwise compile them again in every process).
+  # pip's byte-compiling of all 800 MB of it takes a minute: compile what MLflow's client and server import.
   if .venv/bin/python -m pip install -q --no-compile "mlflow==3.17.2"; then
-    .venv/bin/python - <<'EOF' || true
-import importlib, py_compile, sys
-for name in ("mlflow", "mlflow.tracking", "mlflow.entities", "mlflow.store.tracking.sqlalchemy_store",
-             "mlflow.server", "mlflow.server.handlers", "mlflow.server.fastapi_app", "mlflow.cli"):
-    importlib.import_module(name)
-for module in list(sys.modules.values()):
-    if str(getattr(module, "__file__", "")).endswith(".py"):
-        try:
-            py_compile.compile(module.__file__, doraise=True)
-        except (OSError, py_compile.PyCompileError):
-            pass
-EOF
+    .venv/bin/python scripts/compile_imports.py mlflow mlflow.tracking mlflow.entities \
+      mlflow.store.tracking.sqlalchemy_store mlflow.server mlflow.server.handlers mlflow.server.fastapi_app \
+      mlflow.cli 2>/dev/null || true
   else
     echo "test: could not install MLflow; its tests will be skipped" >&2
   fi
