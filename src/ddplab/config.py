@@ -666,6 +666,18 @@ def parse_dotted(assignments: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested settings as dotted names ({"train": {"epochs": 3}} -> {"train.epochs": 3}; lists as tuples), as a
+    run folder's config is compared and shown, and the inverse of `parse_dotted`."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
 def save_config(config: RunConfig, path: Path) -> None:
     from ddplab import files
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from ddplab import runfiles
 from ddplab.borders import COUNT, TABLE, TEXT, kept
+from ddplab.config import flatten
 from ddplab.errors import ConfigError, DataError
 from ddplab.metrics.records import EpochRecord, read_epochs
 from ddplab.metrics.summary import Summary, read_summary
@@ -158,16 +159,6 @@ def read_config(run_dir: Path) -> dict[str, Any]:
         raise DataError(f"{path} is not valid TOML: {str(exc).splitlines()[0]}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"{path} cannot be read ({type(exc).__name__})") from None
-
-
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = tuple(value) if isinstance(value, list) else value
-    return out
 
 
 def shown(text: str) -> str:

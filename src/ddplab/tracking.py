@@ -268,14 +268,13 @@ class PointLink:
             log.warning(f"${POINT_ENV} is not what a ddplab sweep sets; the run is tracked on its own")
             return None
 
+    @classmethod
+    def under(cls, parent: RunIds, label: str, axes: dict[str, str]) -> PointLink:
+        """The link a point's run gets under its tracked sweep's run (SWEEP/mlflow.json's ids)."""
+        return cls(parent.uri, parent.run_id, parent.experiment_id, label, axes)
+
     def params(self) -> dict[str, str]:
         return {"sweep.point": self.label, **{f"sweep.axis.{k}": v for k, v in self.axes.items()}}
-
-
-def point_link(sweep_dir: Path, label: str, axes: dict[str, str]) -> PointLink | None:
-    """The link a point's run gets when its sweep is tracked (its parent's ids in SWEEP/mlflow.json)."""
-    parent = RunIds.read(sweep_dir)
-    return None if parent is None else PointLink(parent.uri, parent.run_id, parent.experiment_id, label, axes)
 
 
 class SweepTracking:

@@ -82,9 +82,9 @@ def test_run_ids_round_trip_and_an_unreadable_file_means_a_new_run(tmp_path):
 
 
 def test_a_point_learns_its_parent_label_and_axes_from_its_environment(tmp_path, caplog):
-    assert tracking.point_link(tmp_path, "bs-64", {"train.batch_size": "64"}) is None  # the sweep is not tracked
+    assert tracking.RunIds.read(tmp_path) is None  # the sweep is not tracked: no link
     tracking.RunIds("sqlite:////x/m.db", "parent1", "3").write(tmp_path)
-    link = tracking.point_link(tmp_path, "bs-64", {"train.batch_size": "64"})
+    link = tracking.PointLink.under(tracking.RunIds.read(tmp_path), "bs-64", {"train.batch_size": "64"})
     assert link == tracking.PointLink("sqlite:////x/m.db", "parent1", "3", "bs-64", {"train.batch_size": "64"})
     assert tracking.PointLink.from_env(link.env()) == link
     assert link.params() == {"sweep.point": "bs-64", "sweep.axis.train.batch_size": "64"}

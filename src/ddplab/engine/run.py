@@ -170,8 +170,9 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
             files.write_json(run_dir / runfiles.SUMMARY, summary)
             print(format_summary(summary, run_dir), flush=True)
         sinks.run_end(summary)
-        if ctx.is_main and sinks.tracking() != summary.get("tracking"):  # a tracker failed at the end
-            summary["tracking"] = sinks.tracking()
+        ended = sinks.tracking()
+        if ctx.is_main and ended != summary.get("tracking"):  # a tracker failed at the end
+            summary["tracking"] = ended
             files.write_json(run_dir / runfiles.SUMMARY, summary)
     finally:
         sinks.close()

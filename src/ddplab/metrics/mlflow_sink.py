@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ddplab import runfiles
+from ddplab.config import RunConfig, flatten
 from ddplab.metrics.records import EpochRecord
 from ddplab.metrics.summary import CONTENTION_KEYS
 from ddplab.tracking import PARENT_TAG, PointLink, RunIds, Tracker, shown
 
 if TYPE_CHECKING:
-    from ddplab.config import RunConfig
     from ddplab.metrics.summary import Summary
 
 log = logging.getLogger("ddplab")
@@ -125,15 +125,9 @@ def epoch_metrics(record: EpochRecord) -> list[tuple[str, float, int]]:
     ]
 
 
-def flat(values: dict[str, Any], prefix: str = "") -> dict[str, str]:
+def flat(values: dict[str, Any]) -> dict[str, str]:
     """A nested config as MLflow params: section.field -> the value as text (JSON for all but strings)."""
-    out: dict[str, str] = {}
-    for key, value in values.items():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value if isinstance(value, str) else json.dumps(value)
-    return out
+    return {key: value if isinstance(value, str) else json.dumps(value) for key, value in flatten(values).items()}
 
 
 def one_run_report(run_dir: Path, out: Path) -> bool:

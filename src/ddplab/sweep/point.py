@@ -113,12 +113,12 @@ class Point:
 
     def env(self, env: Mapping[str, str]) -> dict[str, str]:
         """`env`, and when the sweep is tracked in MLflow, which run is the point's parent and its axis values."""
-        if not (self.folder.root / tracking.FILE).is_file():
+        parent = tracking.RunIds.read(self.folder.root)
+        if parent is None:
             return dict(env)
         entry = next((e for e in self.folder.load().runs if e.name == self.name), None)
         axes = {axis: point_text(value) for axis, value in (entry.point if entry else {}).items()}
-        link = tracking.point_link(self.folder.root, self.name, axes)
-        return {**env, **(link.env() if link else {})}
+        return {**env, **tracking.PointLink.under(parent, self.name, axes).env()}
 
     def outcome(self, exit_code: int | None, error: str | None, wall_s: float) -> Outcome:
         status = ended_as(exit_code, (self.run_dir / runfiles.SUMMARY).is_file())
