@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
-# Everything only a GPU can check, in ONE call of the device tool: a lent session has 15 minutes of device
-# time in all, the machine's start (1-2 minutes) included, and a second start for re-checking fixes.
-#   bash scripts/device_check.sh         on the CUDA machine: 397 s on an H200 (2026-11-26); its steps' limits
-#                                       (with their kill grace) allow about 590 s: call it with timeout_s 600
-#   bash scripts/device_check.sh --cpu   the same steps on a CPU at toy sizes: a rehearsal, no device minute lost
-# Phase 1 checks correctness in five lanes side by side (16 cores, one GPU; their times are not figures):
+# Everything only a GPU can check, in ONE call of the device tool per part: a lent session has 15 minutes of
+# device time in all, the machine's start (1-2 minutes) included.
+#   bash scripts/device_check.sh [checks]     on the CUDA machine: 397 s on an H200 (2026-11-26); call it with
+#                                           timeout_s 600
+#   bash scripts/device_check.sh owed         what the checks left owed: the assignment's GPU profile, the
+#                                           speedrun step's profile, data path and time to accuracy on CUDA,
+#                                           reduce-overhead under DDP, a --parallel 2 sweep on one GPU
+#   bash scripts/device_check.sh --cpu [PART] the same steps on a CPU at toy sizes: a rehearsal, no device minute lost
+# Every step's limit is cut to what is left of the call ($DEADLINE s from the start, default 570), so a slow
+# step costs the steps after it, never the results before it.
+#
+# Part `checks`. Phase 1 checks correctness in five lanes side by side (16 cores, one GPU; their times are not
+# figures):
 #   matrix-a, matrix-b  scripts/gpu_check.py's rows on one GPU (share-device DDP, CUDA graphs, AMP, compile, ...)
 #   tests               the CUDA-relevant tests under pytest -n 6
 #   share               2 workers sharing the GPU: a clean run, then the same run with rank 1 killed in epoch 2
@@ -13,6 +20,12 @@
 # (the last two with deterministic kernels: each pair's epochs compared, and 2 x 64 against 1 x 128)
 # Phase 2 takes the figures, one at a time on an otherwise idle GPU: the loop against a plain loop (eager and with
 # the whole step in a CUDA graph), the speedrun preset over 5 seeds, the kernels' bench, seed D's step profiled.
+#
+# Part `owed`, in order of worth: the assignment alone on the GPU (its run folders come back; the report is
+# built where they land), then one at a time the speedrun step's profile, the data path and time to accuracy,
+# then side by side (correctness only) reduce-overhead under share-device DDP against the eager DDP run, a
+# --parallel 2 sweep on the one GPU, and `kernels check`.
+#
 # Everything lands in /tmp/device-check and is bundled into $OUT/device-check.tgz every 15 s and at the end, so a
 # timeout still brings back what ran; $OUT/summary.txt holds each step's last lines.
 #
@@ -21,7 +34,10 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODE=cuda
-[ "${1:-}" = --cpu ] && MODE=cpu
+[ "${1:-}" = --cpu ] && MODE=cpu && shift
+PART=${1:-checks}
+case $PART in checks | owed) ;; *) echo "device_check.sh: no part '$PART' (checks, owed)" >&2; exit 2 ;; esac
+DEADLINE=${DEADLINE:-570}
 OUT=${OUT:-runs/device-check}
 W=/tmp/device-check
 rm -rf "$W"
@@ -40,17 +56,24 @@ fi
 
 # tar exits 1 when a log grows while it reads it (phase 1 always does): that bundle is still good.
 bundle() {
-  tar czf "$OUT/.$1.tgz" --warning=no-file-changed --exclude=checkpoints --exclude='*.pt' -C /tmp device-check \
+  tar czf "$OUT/.$1.tgz" --warning=no-file-changed --exclude=checkpoints --exclude='*.pt' --exclude='trace_*.json' -C /tmp device-check \
     2>/dev/null
   [ $? -le 1 ] && mv "$OUT/.$1.tgz" "$OUT/device-check.tgz"
 }
 (while sleep 15; do bundle partial; done) &
 BUNDLER=$!
 say() { echo "[$(($(date +%s) - T0)) s] $*" | tee -a "$OUT/summary.txt"; }
-# step NAME SECONDS CMD...: runs CMD with a limit, its output to $W/NAME.log, its last lines to the summary.
+# step NAME SECONDS CMD...: runs CMD with a limit (cut to what is left before $DEADLINE), its output to
+# $W/NAME.log, its last lines to the summary.
 step() {
   local name=$1 limit=$2
   shift 2
+  local left=$((DEADLINE - 12 - ($(date +%s) - T0)))
+  if [ "$left" -lt 20 ]; then
+    say "skip $name: $left s left of the call"
+    return
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
   say "start $name (limit $limit s)"
   timeout -k 10 "$limit" "$@" >"$W/$name.log" 2>&1
   local rc=$?
@@ -84,36 +107,37 @@ fi
 TESTS=($(for t in "${TESTS[@]}"; do [ -e "$t" ] && echo "$t"; done))
 [ ${#TESTS[@]} -gt 0 ] || TESTS=(--co -q tests/unit/test_compat.py) # never the whole suite by accident
 
-say "phase 1: correctness, five lanes side by side"
-(TAIL=24 step matrix-a 170 $PY scripts/gpu_check.py "${DEV[@]}" "${QUICK[@]}" --tests none --timeout 100 \
-  --out "$W/matrix-a" --rows "fp32,ddp x2 one gpu,ddp x2 one gpu sync_bn,cuda graphs,cuda graphs bf16 + accumulate 2,bf16,dp,ddp nccl x1") &
-LANES=($!)
-(TAIL=24 step matrix-b 170 $PY scripts/gpu_check.py "${DEV[@]}" "${QUICK[@]}" --tests none --timeout 120 \
-  --out "$W/matrix-b" \
-  --rows "kernels check,fp16,bf16 channels_last,fused conv+relu,compile,compile reduce-overhead") &
-LANES+=($!)
-(TAIL=15 step tests 170 $PY -m pytest -q -p no:cacheprovider "${XDIST[@]}" \
-  "${TESTS[@]}" --junitxml="$W/tests.xml") &
-LANES+=($!)
-# Exactness with deterministic kernels (the CUDA default is the fast ones): a killed and restarted run against
-# the clean one, the whole step in a CUDA graph against the eager step, 2 workers x 64 against 1 x 128.
-EXACT=(-m ddplab train "${DEV[@]}" "${DATA[@]}" --seed 1 --epochs 3 --train.deterministic true
-  --output.progress false --output.tensorboard false)
-(
-  step share-clean 80 $PY "${EXACT[@]}" --batch-size 64 "${SHARE[@]}" --out "$W/share-clean"
-  DDPLAB_FAULT=kill:rank=1:epoch=2:step=3 step share-kill 85 $PY "${EXACT[@]}" --batch-size 64 "${SHARE[@]}" \
-    --dist.max_restarts 1 --out "$W/share-kill"
-) &
-LANES+=($!)
-(
-  step single 60 $PY "${EXACT[@]}" --batch-size 128 --out "$W/single"
-  step graphs 60 $PY "${EXACT[@]}" --batch-size 128 --train.cuda_graphs "$([ "$MODE" = cuda ] && echo true || echo false)" \
-    --out "$W/graphs"
-) &
-LANES+=($!)
-wait "${LANES[@]}"
-reap
-$PY - "$W" <<'EOF' 2>&1 | tee -a "$OUT/summary.txt"
+checks() {
+  say "phase 1: correctness, five lanes side by side"
+  (TAIL=24 step matrix-a 170 $PY scripts/gpu_check.py "${DEV[@]}" "${QUICK[@]}" --tests none --timeout 100 \
+    --out "$W/matrix-a" --rows "fp32,ddp x2 one gpu,ddp x2 one gpu sync_bn,cuda graphs,cuda graphs bf16 + accumulate 2,bf16,dp,ddp nccl x1") &
+  LANES=($!)
+  (TAIL=24 step matrix-b 170 $PY scripts/gpu_check.py "${DEV[@]}" "${QUICK[@]}" --tests none --timeout 120 \
+    --out "$W/matrix-b" \
+    --rows "kernels check,fp16,bf16 channels_last,fused conv+relu,compile,compile reduce-overhead") &
+  LANES+=($!)
+  (TAIL=15 step tests 170 $PY -m pytest -q -p no:cacheprovider "${XDIST[@]}" \
+    "${TESTS[@]}" --junitxml="$W/tests.xml") &
+  LANES+=($!)
+  # Exactness with deterministic kernels (the CUDA default is the fast ones): a killed and restarted run against
+  # the clean one, the whole step in a CUDA graph against the eager step, 2 workers x 64 against 1 x 128.
+  EXACT=(-m ddplab train "${DEV[@]}" "${DATA[@]}" --seed 1 --epochs 3 --train.deterministic true
+    --output.progress false --output.tensorboard false)
+  (
+    step share-clean 80 $PY "${EXACT[@]}" --batch-size 64 "${SHARE[@]}" --out "$W/share-clean"
+    DDPLAB_FAULT=kill:rank=1:epoch=2:step=3 step share-kill 85 $PY "${EXACT[@]}" --batch-size 64 "${SHARE[@]}" \
+      --dist.max_restarts 1 --out "$W/share-kill"
+  ) &
+  LANES+=($!)
+  (
+    step single 60 $PY "${EXACT[@]}" --batch-size 128 --out "$W/single"
+    step graphs 60 $PY "${EXACT[@]}" --batch-size 128 --train.cuda_graphs "$([ "$MODE" = cuda ] && echo true || echo false)" \
+      --out "$W/graphs"
+  ) &
+  LANES+=($!)
+  wait "${LANES[@]}"
+  reap
+  $PY - "$W" <<'EOF' 2>&1 | tee -a "$OUT/summary.txt"
 import collections, json, sys
 from pathlib import Path
 w = Path(sys.argv[1])
@@ -142,31 +166,98 @@ for a, b in (("share-kill", "share-clean"), ("graphs", "single"), ("share-clean"
     print(f"{a} vs {b}: bit-identical {same}; largest difference per epoch {worst}")
 EOF
 
-say "phase 2: figures, one at a time"
-if [ "$MODE" = cuda ]; then
-  LOOP=(--subset 20000 --epochs 3)
-else
-  LOOP=(--quick)
-fi
-TAIL=14 step loop-eager 80 $PY benchmarks/loop_overhead.py "${DEV[@]}" "${LOOP[@]}" --repeats 2 --out "$W/bench_loop.json"
-reap
-TAIL=14 step loop-graphs 50 $PY benchmarks/loop_overhead.py "${DEV[@]}" "${LOOP[@]}" --repeats 1 \
-  --out "$W/bench_graphs.json" --ddplab-args "--train.cuda_graphs $([ "$MODE" = cuda ] && echo true || echo false)"
-reap
-TAIL=16 step speedrun 150 $PY benchmarks/speedrun.py "${DEV[@]}" "${QUICK[@]}" --seeds "$([ "$MODE" = cuda ] && echo 5 || echo 2)" \
-  --out "$W/speedrun.json" --runs-dir "$W/speedrun-runs"
-reap
-TAIL=40 step kernels-bench 70 $PY -m ddplab kernels bench "${DEV[@]}" "${QUICK[@]}"
-reap
-if [ "$MODE" = cuda ]; then
-  PROFILE=(--config configs/seed_report_d.toml --subset 8192)
-else
-  PROFILE=("${DATA[@]}")
-fi
-TAIL=14 step profile 35 $PY -m ddplab train "${PROFILE[@]}" "${DEV[@]}" --epochs 1 --train.profile_steps 20 \
-  --output.progress false --out "$W/profile-seed-d"
-head -45 "$W"/profile-seed-d/profile/ops_rank0_*.txt 2>/dev/null | tee -a "$OUT/summary.txt"
-reap
+  say "phase 2: figures, one at a time"
+  if [ "$MODE" = cuda ]; then
+    LOOP=(--subset 20000 --epochs 3)
+  else
+    LOOP=(--quick)
+  fi
+  TAIL=14 step loop-eager 80 $PY benchmarks/loop_overhead.py "${DEV[@]}" "${LOOP[@]}" --repeats 2 --out "$W/bench_loop.json"
+  reap
+  TAIL=14 step loop-graphs 50 $PY benchmarks/loop_overhead.py "${DEV[@]}" "${LOOP[@]}" --repeats 1 \
+    --out "$W/bench_graphs.json" --ddplab-args "--train.cuda_graphs $([ "$MODE" = cuda ] && echo true || echo false)"
+  reap
+  TAIL=16 step speedrun 150 $PY benchmarks/speedrun.py "${DEV[@]}" "${QUICK[@]}" --seeds "$([ "$MODE" = cuda ] && echo 5 || echo 2)" \
+    --out "$W/speedrun.json" --runs-dir "$W/speedrun-runs"
+  reap
+  TAIL=40 step kernels-bench 70 $PY -m ddplab kernels bench "${DEV[@]}" "${QUICK[@]}"
+  reap
+  if [ "$MODE" = cuda ]; then
+    PROFILE=(--config configs/seed_report_d.toml --subset 8192)
+  else
+    PROFILE=("${DATA[@]}")
+  fi
+  TAIL=14 step profile 35 $PY -m ddplab train "${PROFILE[@]}" "${DEV[@]}" --epochs 1 --train.profile_steps 20 \
+    --output.progress false --out "$W/profile-seed-d"
+  head -45 "$W"/profile-seed-d/profile/ops_rank0_*.txt 2>/dev/null | tee -a "$OUT/summary.txt"
+  reap
+}
+
+owed() {
+  local asg speed ro ro_compile par2 ttacc
+  if [ "$MODE" = cuda ]; then
+    asg=(--profile gpu)
+    speed=(--preset speedrun --epochs 2 --train.profile_steps 15)
+    ro=(--dataset cifar10 --subset 8192 --batch-size 128 --epochs 2 --seed 1 "${SHARE[@]}")
+    ro_compile=(--model.compile true --model.compile_mode reduce-overhead)
+    par2=("dataset = \"cifar10\"" "subset = 8192" "epochs = 2")
+    ttacc=(--repeats 2)
+  else
+    asg=(--profile cpu --set data.subset=128 --set data.test_subset=128 --set train.eval_train_images=64)
+    speed=(--preset speedrun --model.compile false --train.precision fp32 --epochs 1 --subset 320 --data.test_subset 100
+      --batch-size 32 --train.profile_steps 3)
+    ro=("${DATA[@]}" --epochs 2 --seed 1 "${SHARE[@]}")
+    ro_compile=() # the CPU rehearses the flags around it: torch.compile on 2 cores would take the minute alone
+    par2=("dataset = \"synthetic\"" "synthetic_size = 256" "epochs = 1")
+    ttacc=(--quick)
+  fi
+  say "the assignment alone on the device"
+  TAIL=30 step assignment 420 $PY -m ddplab assignment "${asg[@]}" --out "$W/assignment" --no-estimate --no-report
+  reap
+  say "figures, one at a time"
+  TAIL=14 step speedrun-profile 70 $PY -m ddplab train "${speed[@]}" "${DEV[@]}" --output.progress false \
+    --out "$W/speedrun-profile"
+  head -45 "$W"/speedrun-profile/profile/ops_rank0_*.txt 2>/dev/null | tee -a "$OUT/summary.txt"
+  reap
+  say "correctness side by side: reduce-overhead under DDP, a --parallel 2 sweep on one device, kernels check"
+  printf '%s\n' '[sweep]' 'name = "par2"' '[base.data]' "${par2[0]}" "${par2[1]}" '[base.train]' "${par2[2]}" \
+    'batch_size = 64' '[[variants.config]]' 'label = "lr 1e-3"' '"optim.lr" = 0.001' '[[variants.config]]' \
+    'label = "lr 2e-3"' '"optim.lr" = 0.002' >"$W/par2.toml"
+  local lanes=()
+  (
+    step ddp-eager 80 $PY -m ddplab train "${ro[@]}" "${DEV[@]}" --output.progress false --out "$W/ddp-eager"
+    step ddp-reduce-overhead 100 $PY -m ddplab train "${ro[@]}" "${DEV[@]}" "${ro_compile[@]}" \
+      --output.progress false --out "$W/ddp-reduce-overhead"
+  ) &
+  lanes+=($!)
+  (TAIL=20 step parallel-2 120 $PY -m ddplab sweep "$W/par2.toml" --parallel 2 --no-estimate --no-report \
+    --out "$W/par2") &
+  lanes+=($!)
+  (TAIL=14 step kernels-check 120 $PY -m ddplab kernels check "${DEV[@]}") &
+  lanes+=($!)
+  wait "${lanes[@]}"
+  reap
+  $PY - "$W" <<'EOF' 2>&1 | tee -a "$OUT/summary.txt"
+import json, sys
+from pathlib import Path
+w = Path(sys.argv[1])
+for name in ("ddp-eager", "ddp-reduce-overhead"):
+    try:
+        rows = [json.loads(l) for l in (w / name / "metrics.jsonl").read_text().splitlines() if '"test_acc"' in l]
+        print(name, [(r["epoch"], r["train_loss"], r["test_loss"], r["test_acc"]) for r in rows])
+    except (OSError, KeyError) as exc:
+        print(name, "no metrics:", exc)
+EOF
+  say "figures, one at a time (if the call has time left)"
+  TAIL=14 step data-path 60 $PY benchmarks/data_path.py "${DEV[@]}" "${QUICK[@]}" --workers 8 --repeats 2 \
+    --out "$W/bench_data_path.json"
+  reap
+  TAIL=14 step time-to-accuracy 90 $PY benchmarks/time_to_accuracy.py "${DEV[@]}" "${ttacc[@]}" \
+    --out "$W/bench_tta.json"
+  reap
+}
+
+$PART
 kill "$BUNDLER" 2>/dev/null
 wait "$BUNDLER" 2>/dev/null # a bundle under way ends first
 bundle final
