@@ -336,6 +336,7 @@ class TrainConfig:
 class DistConfig:
     strategy: str = opt("single", "strategy: single | dp (nn.DataParallel) | ddp (DistributedDataParallel)")
     nproc: int = opt(1, "ddp: worker processes per node")
+    dp_gpus: int = opt(0, "dp: the GPUs DataParallel splits each batch over (cuda:0..N-1); 0: every visible GPU")
     backend: str = opt("auto", "ddp backend: auto | nccl | gloo | mpi (auto = nccl on CUDA, gloo on CPU)")
     nnodes: int = opt(1, "ddp: number of nodes")
     node_rank: int = opt(0, "ddp: rank of this node")
@@ -375,6 +376,9 @@ class DistConfig:
         if self.timeout_s > 7 * 24 * 3600:
             raise _bad("dist.timeout_s", self.timeout_s, "at most a week (604800 s)")
         _positive("dist.max_restarts", self.max_restarts, zero_ok=True)
+        _positive("dist.dp_gpus", self.dp_gpus, zero_ok=True)
+        if self.dp_gpus and self.strategy != "dp":
+            raise _bad("dist.dp_gpus", self.dp_gpus, "applies with --strategy dp")
         _positive("dist.bucket_cap_mb", self.bucket_cap_mb)
         if not 0 <= self.node_rank < self.nnodes:
             raise _bad("dist.node_rank", self.node_rank, f"must be in [0, {self.nnodes})")
@@ -716,6 +720,8 @@ def check_environment(config: RunConfig) -> None:
         raise _bad("dist.backend", "nccl", "NCCL needs CUDA devices; use --backend gloo on CPU")
     if config.dist.strategy == "dp" and not on_cuda:
         raise _bad("dist.strategy", "dp", "DataParallel needs CUDA devices; use --strategy ddp --backend gloo on CPU")
+    if config.dist.strategy == "dp" and config.dist.dp_gpus > torch.cuda.device_count():
+        raise _bad("dist.dp_gpus", config.dist.dp_gpus, f"this node has {torch.cuda.device_count()} CUDA device(s)")
     from ddplab.topology import resolve_backend
 
     resolved = resolve_backend(backend, on_cuda=on_cuda, shared_device=config.dist.share_device)

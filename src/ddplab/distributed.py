@@ -347,6 +347,12 @@ def no_sync(model: nn.Module, skip_sync: bool) -> contextlib.AbstractContextMana
     return contextlib.nullcontext()
 
 
+def dp_device_ids(config: RunConfig) -> list[int]:
+    """The GPUs DataParallel drives: --dist.dp_gpus of them, else every visible one (its own default). Everything
+    else that needs them (the GPU sampler, per-GPU memory peaks) reads them from here or the wrapped model."""
+    return list(range(config.dist.dp_gpus or torch.cuda.device_count()))
+
+
 def wrap_model(model: nn.Module, config: RunConfig, ctx: DistContext) -> nn.Module:
     """Place the model on its device and wrap it for the strategy; compile last."""
     d = config.dist
@@ -356,7 +362,7 @@ def wrap_model(model: nn.Module, config: RunConfig, ctx: DistContext) -> nn.Modu
     if config.model.channels_last:
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     if d.strategy == "dp":
-        model = nn.DataParallel(model)
+        model = nn.DataParallel(model, device_ids=dp_device_ids(config))
     elif ctx.is_distributed:
         with side_stream(ctx.device) if config.train.cuda_graphs else contextlib.nullcontext():
             model = nn.parallel.DistributedDataParallel(

@@ -160,6 +160,27 @@ def test_reduce_overhead_with_accumulation_is_refused_on_cuda_only(monkeypatch):
     check_environment(build_config({**values, "model": {"compile": True}}))
 
 
+def test_dataparallel_takes_the_gpus_it_is_given_and_is_refused_more_than_the_node_has(monkeypatch):
+    """The assignment's "dp x2" ran DataParallel over the one GPU of a 1-GPU machine (H100, 2026-11-26) and the
+    report set it against one device as if it were two: --dist.dp_gpus 2 makes it a point that machine skips."""
+    from ddplab.distributed import dp_device_ids
+
+    with pytest.raises(ConfigError, match=r"dist\.dp_gpus=2 .*applies with --strategy dp"):
+        build_config({"dist": {"dp_gpus": 2}})
+    with pytest.raises(ConfigError, match=r"dist\.dp_gpus=-1"):
+        build_config({"dist": {"strategy": "dp", "dp_gpus": -1}})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    two = build_config({"dist": {"strategy": "dp", "dp_gpus": 2}})
+    with pytest.raises(ConfigError, match=r"dist\.dp_gpus=2 .*this node has 1 CUDA device"):
+        check_environment(two)
+    every = build_config({"dist": {"strategy": "dp"}})
+    check_environment(every)  # nn.DataParallel's own default: every visible GPU, here one
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    check_environment(two)
+    assert dp_device_ids(two) == [0, 1] and dp_device_ids(every) == [0, 1, 2, 3]
+
+
 def test_parse_dotted_rejects_malformed():
     assert parse_dotted(["optim.lr=0.1"]) == {"optim": {"lr": "0.1"}}
     with pytest.raises(ConfigError):

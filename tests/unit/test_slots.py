@@ -10,10 +10,9 @@ from ddplab.errors import ConfigError
 from ddplab.sweep.slots import Slot, SlotPool, gpus_needed, split_cores
 
 
-def config(device="cuda", strategy="single", nproc=1, share=False):
-    return build_config(
-        {"train": {"device": device}, "dist": {"strategy": strategy, "nproc": nproc, "share_device": share}}
-    )
+def config(device="cuda", strategy="single", nproc=1, share=False, dp_gpus=0):
+    dist = {"strategy": strategy, "nproc": nproc, "share_device": share, "dp_gpus": dp_gpus}
+    return build_config({"train": {"device": device}, "dist": dist})
 
 
 def test_cores_are_split_into_groups_that_differ_by_one_at_most():
@@ -27,6 +26,7 @@ def test_the_gpus_a_point_takes():
     assert gpus_needed(config(strategy="ddp", nproc=2), 4) == 2
     assert gpus_needed(config(strategy="ddp", nproc=2, share=True), 4) == 1  # workers share one GPU on purpose
     assert gpus_needed(config(strategy="dp"), 4) == 4
+    assert gpus_needed(config(strategy="dp", dp_gpus=2), 4) == 2
     assert gpus_needed(config(device="cpu", strategy="ddp", nproc=2), 4) == 0
     assert gpus_needed(config(), 0) == 0
 

@@ -16,6 +16,7 @@ from ddplab.sweep import (
     run_name_for,
     unavailable_runs,
 )
+from ddplab.sweep.folder import Status
 
 from run_folders import epoch_line
 
@@ -194,6 +195,19 @@ def test_bundled_sweeps_parse_in_both_profiles(path):
         unavailable_runs(cpu)  # the CPU profile runs on this machine
 
 
+def test_on_one_gpu_the_assignment_skips_exactly_the_points_that_need_two(monkeypatch):
+    """As `ddplab assignment` found on an H100 (2026-11-26): 10 of its 20 runs train on one GPU; the DDP points
+    and DataParallel's "dp x2" (which had run over the one GPU) are not measured there."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    sweep = load_sweep(REPO / "sweeps" / "assignment.toml", profile="gpu")
+    skipped = {run.point["config"] for run in sweep.runs if run.name in unavailable_runs(sweep)}
+    assert skipped == {"dp x2", "ddp x2", "ddp x2 gloo", "ddp x2 bf16", "ddp x2 fp16"}
+    assert len(sweep.runs) - len(unavailable_runs(sweep)) == 10
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert unavailable_runs(sweep) == {}
+
+
 def test_every_seed_experiment_has_a_bundled_sweep():
     names = {p.stem for p in BUNDLED}
     assert {
@@ -332,6 +346,13 @@ def test_runs_this_machine_cannot_start_are_skipped_with_the_reason_or_refused(t
     sweep = load_sweep(write(tmp_path, text))
     actions = {run.name: action for run, action, _ in dry_run_rows(sweep, SweepFolder(tmp_path / "out"))}
     assert actions == {"here": "run", "there": "skip (unavailable)"}
+    # A skipped point is settled: once the others finish, nothing is left for a re-run (the sweep ends 0; it
+    # ended 1 with "run the sweep again to retry them" on a 1-GPU machine, where a retry cannot help).
+    manifest, todo = SweepFolder(tmp_path / "out").prepare(sweep, unavailable_runs(sweep), "local", echo=lambda _: None)
+    assert [(e.name, e.status) for e in manifest.runs] == [("here", Status.PENDING), ("there", Status.SKIPPED)]
+    assert [e.name for e in manifest.unfinished()] == ["here"] and [entry.name for _, entry in todo] == ["here"]
+    manifest.runs[0].status = Status.FINISHED
+    assert manifest.unfinished() == []
     with pytest.raises(ConfigError, match=r"sweep run there \(\{'variant': 'there'\}\) cannot run here: "):
         unavailable_runs(load_sweep(write(tmp_path, text.replace('"skip"', '"refuse"'))))
 

@@ -24,7 +24,7 @@ from ddplab.config import SCHEDULES_OVER_THE_RUN, RunConfig
 from ddplab.data.augment import AugmentSpec
 from ddplab.data.datasets import load_dataset, make_splits
 from ddplab.data.loader import DeviceLoader
-from ddplab.distributed import DistContext, distributed_context, wrap_model
+from ddplab.distributed import DistContext, distributed_context, dp_device_ids, wrap_model
 from ddplab.engine.early_stop import EarlyStopping
 from ddplab.engine.optim import build_optimizer, build_scheduler
 from ddplab.engine.precision import Precision
@@ -312,7 +312,7 @@ def build_gpu_sampler(config: RunConfig, ctx: DistContext) -> GpuSampler | None:
     """Each rank samples its GPU; DataParallel's one process samples all of them. None on a CPU."""
     if ctx.device.type != "cuda":
         return None
-    gpus = list(range(torch.cuda.device_count())) if config.dist.strategy == "dp" else [ctx.device.index or 0]
+    gpus = dp_device_ids(config) if config.dist.strategy == "dp" else [ctx.device.index or 0]
     return GpuSampler(gpus, rank=ctx.rank)
 
 

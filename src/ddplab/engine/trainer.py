@@ -180,8 +180,8 @@ class Trainer:
         """The epoch's record (metrics.jsonl) and its samples: training loss at each refresh, GPU readings."""
         torch.manual_seed(derive_seed(self.config.train.seed, epoch, self.ctx.rank, "dropout"))
         sampler = self.gpu_sampler.start() if self.gpu_sampler is not None else None
-        data_parallel = isinstance(self.model, torch.nn.DataParallel)
-        reset_peak_memory(self.ctx.device, all_gpus=data_parallel)
+        dp_gpus = self.model.device_ids if isinstance(self.model, torch.nn.DataParallel) else None
+        reset_peak_memory(self.ctx.device, dp_gpus)
         cpu_start = contention.snapshot()
         clock = Stopwatch(self.ctx.device).start()
         train = self.train_epoch(epoch)
@@ -200,8 +200,8 @@ class Trainer:
             self.ctx.all_gather_floats(contention.rank_interval(cpu_start, cpu_end, gpu_other)), train_s
         )
         memory: dict[str, Any] = peak_memory_mib(self.ctx.device)
-        if data_parallel:  # one process, many GPUs: one figure per GPU
-            memory["gpu_peak_alloc_mib"] = peak_alloc_per_gpu_mib()
+        if dp_gpus is not None:  # one process, many GPUs: one figure per GPU
+            memory["gpu_peak_alloc_mib"] = peak_alloc_per_gpu_mib(dp_gpus)
         gpu_rows = sampler.stop() if sampler is not None else []
         gpu: dict[str, Any] = {}
         if sampler is not None:  # on every rank or none: the figures are gathered

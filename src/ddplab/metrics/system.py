@@ -36,15 +36,16 @@ class Stopwatch:
         return time.perf_counter() - self._t0
 
 
-def reset_peak_memory(device: torch.device, all_gpus: bool = False) -> None:
+def reset_peak_memory(device: torch.device, gpus: list[int] | None = None) -> None:
+    """On `device`, or on each of `gpus` (DataParallel's)."""
     if device.type == "cuda":
-        for index in range(torch.cuda.device_count()) if all_gpus else [device.index]:
+        for index in [device.index] if gpus is None else gpus:
             torch.cuda.reset_peak_memory_stats(index)
 
 
-def peak_alloc_per_gpu_mib() -> list[float]:
-    """Peak allocated MiB on every visible GPU: DataParallel's load on GPU 0 shows up here."""
-    return [round(torch.cuda.max_memory_allocated(i) / 2**20, 1) for i in range(torch.cuda.device_count())]
+def peak_alloc_per_gpu_mib(gpus: list[int]) -> list[float]:
+    """Peak allocated MiB on each of DataParallel's GPUs: its load on GPU 0 shows up here."""
+    return [round(torch.cuda.max_memory_allocated(i) / 2**20, 1) for i in gpus]
 
 
 def peak_memory_mib(device: torch.device) -> dict[str, float]:

@@ -245,7 +245,8 @@ class Manifest:
         }
 
     def unfinished(self) -> list[Entry]:
-        return [e for e in self.runs if e.status is not Status.FINISHED]
+        """Points a re-run would still train: a point this machine cannot run (skipped) is not one of them."""
+        return [e for e in self.runs if not e.status.settled]
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ def gpus_needed(config: RunConfig, gpus: int) -> int:
     if gpus == 0 or config.train.device == "cpu":
         return 0
     if config.dist.strategy == "dp":
-        return gpus
+        return config.dist.dp_gpus or gpus
     if config.dist.strategy == "ddp" and not config.dist.share_device:
         return config.dist.nproc
     return 1
