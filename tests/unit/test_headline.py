@@ -45,6 +45,28 @@ def test_one_run_a_run_that_does_not_overfit_and_a_section_where_nothing_finishe
     assert_findings_restate_tables(result)
 
 
+def test_points_this_machine_could_not_run_are_named_in_the_answer(tmp_path):
+    """The assignment on one GPU (H100, 2026-11-26): the scaling section had only its baseline, the backends
+    section nothing; the answers had read "not timed; 1 device: ..." and "no run finished"."""
+    sweep = tmp_path / "study"
+    write_run(sweep / "runs" / "one", test_acc=0.75, test_loss=(1.0, 0.8, 0.7))
+    why = "not run on this machine: dist.nproc=2 is not valid: this node has 1 CUDA device(s), one per process"
+    runs = [
+        {"name": "one", "point": {"config": "one"}, "seed": 0},
+        *({"name": n, "point": {"config": n}, "seed": 0, "status": "skipped", "error": why} for n in ("two", "gloo")),
+    ]
+    sections = [
+        {"title": "Scale", "kind": "scaling", "runs": ["one", "two"], "baseline_runs": ["one"], "not_measured": []},
+        {"title": "Backends", "kind": "compare", "runs": ["two", "gloo"], "baseline_runs": ["two"], "not_measured": []},
+    ]
+    result = build_report([write_manifest(sweep, runs, sections=sections)], tmp_path / "out")
+    assert [s["headline"] for s in result["sections"]] == [
+        "one: 75.00% test accuracy at 111 training images/s; not measured here: two",
+        "not measured on this machine: two, gloo",
+    ]
+    assert_findings_restate_tables(result)
+
+
 def compare_headline(tmp_path, baseline: str) -> str:
     """write_sweep's 2 workers are 1.71x faster and 2.0 points less accurate than 1 worker (within noise), in a
     compare section against `baseline`'s two seeds."""

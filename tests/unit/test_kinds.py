@@ -99,7 +99,10 @@ def test_a_sweeps_sections_answer_their_questions(tmp_path):
         "test images; 5 epochs; adam lr 0.001 (schedule none); on CPU Test (2 CPUs), torch 2.13.0"
     )
     # Each section's answer in one sentence, with its verdict (report/headline.py), first on the page.
-    assert scaling["headline"] == "ddp: 1.00x the training throughput of one, 100% of the ideal 1x, single run"
+    assert (
+        scaling["headline"]
+        == "ddp: 1.00x the training throughput of one, 100% of the ideal 1x, single run; not measured here: nccl, dp x2"
+    )
     assert over["headline"] == "2 of 2 overfit; most one: test loss lowest at epoch 2, +86% by epoch 5"
     assert remedies["headline"].startswith(
         "fastest aug: 1.00x faster than one, single run; most accurate aug: +8.0 points"

@@ -22,11 +22,19 @@ def short(verdict: Verdict) -> str:
 
 
 def headline(section: Section) -> str:
+    """The answer from what ran, then the points this machine could not run (a 1-GPU machine's DDP points):
+    an answer over fewer points than the question names says so on the first screen."""
+    absent = ", ".join(dict.fromkeys(point for point, _ in section.not_measured))
     if not section.rows:
-        return "no run finished: nothing to answer"
+        return f"not measured on this machine: {absent}" if absent else "no run finished: nothing to answer"
+    answer = from_the_runs(section)
+    return f"{answer}; not measured here: {absent}" if absent else answer
+
+
+def from_the_runs(section: Section) -> str:
     kind = kind_of(section).name
-    if kind == "scaling":
-        return scaling(section) or "not timed; " + most_accurate(section)
+    if kind == "scaling":  # no pair at all: only the baseline ran
+        return scaling(section) or ("not timed; " if section.pairs else "") + most_accurate(section)
     if kind in ("compare", "regularization"):
         return comparison(section.pairs) or most_accurate(section)
     if kind == "overfitting":
