@@ -28,7 +28,7 @@ import torch.nn as nn
 from ddplab import compat
 from ddplab.config import RunConfig
 from ddplab.errors import ConfigError
-from ddplab.topology import ProcessPlace, resolve_backend, usable_cores
+from ddplab.topology import ProcessPlace, group_attempt, resolve_backend, usable_cores
 
 
 @dataclass(frozen=True)
@@ -177,8 +177,7 @@ def rendezvous_store(place: ProcessPlace, timeout: timedelta) -> dist.Store:
         timeout=timeout,
         multi_tenant=not agent_store,
     )
-    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-    return dist.PrefixStore(f"ddplab/attempt_{attempt}", store)
+    return dist.PrefixStore(f"ddplab/attempt_{group_attempt()}", store)
 
 
 def split_endpoint(endpoint: str) -> tuple[str, int]:

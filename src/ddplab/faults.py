@@ -17,6 +17,7 @@ import signal
 import time
 
 from ddplab.errors import ConfigError, TrainingError
+from ddplab.topology import group_attempt
 
 ENV = "DDPLAB_FAULT"
 
@@ -98,10 +99,7 @@ def maybe_slow_save(epoch: int) -> None:
     if fault is None or fault[0] != "slowsave":
         return
     where = fault[1]
-    if (
-        int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) < where.get("attempts", 1)
-        and where.get("epoch", epoch) == epoch
-    ):
+    if group_attempt() < where.get("attempts", 1) and where.get("epoch", epoch) == epoch:
         time.sleep(where["ms"] / 1000)
 
 
@@ -110,7 +108,7 @@ def maybe_inject(rank: int, epoch: int, step: int) -> None:
     if fault is None or fault[0] == "slowsave":
         return
     action, where = fault
-    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) >= where.get("attempts", 1):
+    if group_attempt() >= where.get("attempts", 1):
         return
     here = {"rank": rank, "epoch": epoch, "step": step}
     if all(here[k] == v for k, v in where.items() if k not in ("attempts", "ms")):

@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ddplab import compat, errors, faults, watchdog
+from ddplab import compat, errors, faults, topology, watchdog
 from ddplab.config import DistConfig, RunConfig
 from ddplab.distributed import route_address, split_endpoint
 from ddplab.runplan import RunPlan, as_worker, prepared
@@ -152,7 +152,13 @@ def launch_workers(plan: RunPlan, *, command: bool = True):
         unreached_line=lambda endpoint: unreached_line(endpoint, waited_text(d)),
     )
     guarded = watchdog.guarded(guard) if command else contextlib.nullcontext()
-    with sigint_only_for_the_launcher() as interrupted, stopped_workers_woken_to_die(), whole_spawns(), guarded:
+    with (
+        sigint_only_for_the_launcher() as interrupted,
+        stopped_workers_woken_to_die(),
+        whole_spawns(),
+        rounds_counted(),
+        guarded,
+    ):
         try:
             results = elastic_launch(launch_config, worker_main)(plan.for_workers())
         except ChildFailedError as exc:
@@ -268,6 +274,55 @@ def sigint_only_for_the_launcher():
             os.environ.pop(compat.ELASTIC_SIGNALS_ENV, None)
         else:
             os.environ[compat.ELASTIC_SIGNALS_ENV] = previous_env
+
+
+@contextlib.contextmanager
+def rounds_counted():
+    """The agent's rendezvous handler, counting the rounds it joins into $DDPLAB_RDZV_ROUND for the workers it
+    starts next (spawned workers inherit this process's environment): topology.group_attempt reads it.
+
+    Every node joins every round once (min = max nodes: a round forms only when all have joined), whatever
+    made it re-join: its own workers' failure, or another node waiting (which torch's restart count leaves
+    out). The launcher builds its handler through the registry's module function; where that is not so,
+    this does nothing and the workers fall back on the restart count.
+    """
+    from torch.distributed.elastic.rendezvous import registry
+
+    make = getattr(registry, "get_rendezvous_handler", None)
+    if make is None:
+        yield
+        return
+    before = os.environ.get(topology.ROUND)
+    registry.get_rendezvous_handler = lambda params: CountedRendezvous(make(params))  # type: ignore[return-value]
+    try:
+        yield
+    finally:
+        registry.get_rendezvous_handler = make
+        if before is None:
+            os.environ.pop(topology.ROUND, None)
+        else:
+            os.environ[topology.ROUND] = before
+
+
+class CountedRendezvous:
+    """A rendezvous handler that says which round it joined (0 first) in $DDPLAB_RDZV_ROUND; the rest of the
+    handler's interface is the wrapped one's (the agent calls it by name, never checks its class)."""
+
+    def __init__(self, inner: Any):
+        self.inner, self.rounds = inner, 0
+
+    def next_rendezvous(self) -> Any:
+        info = self.inner.next_rendezvous()
+        os.environ[topology.ROUND] = str(self.rounds)
+        self.rounds += 1
+        return info
+
+    @property
+    def use_agent_store(self) -> bool:
+        return self.inner.use_agent_store
+
+    def __getattr__(self, name: str) -> Any:  # get_backend, get_run_id, num_nodes_waiting, shutdown, ...
+        return getattr(self.inner, name)
 
 
 @contextlib.contextmanager

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,9 +23,7 @@ from ddplab.config import RunConfig, check_environment
 from ddplab.errors import ConfigError
 from ddplab.runfolder import Resume, check_run_dir, refuse_by_state
 from ddplab.runlock import run_lock, should_hold
-from ddplab.topology import ProcessPlace, as_launched, placement
-
-RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
+from ddplab.topology import ProcessPlace, as_launched, group_attempt, placement
 
 
 @dataclass(frozen=True)
@@ -117,8 +114,7 @@ def _folder_checked(
 def resumed_after_restart(config: RunConfig) -> RunConfig:
     """A restarted worker group (elastic agent or torchrun) continues from the last checkpoint, in the folder
     the group's first start named (without --out, after the launcher's job: the same at every restart)."""
-    restarts = int(os.environ.get(RESTART_COUNT, "0"))
-    if restarts == 0:
+    if group_attempt() == 0:
         return config
     config = config.with_out_folder()
     out = config.output.out

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from ddplab.errors import ConfigError
 
 TORCHRUN_FULL = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+ROUND = "DDPLAB_RDZV_ROUND"  # the rendezvous round this worker group formed in (launch.CountedRendezvous)
+RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 TORCHRUN_MARKERS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")  # any of them alone means someone meant a worker
 
 
@@ -140,6 +142,21 @@ def _stray(env: Mapping[str, str]) -> str | None:
             "start the workers with srun, or ddplab's own --nproc)"
         )
     return None
+
+
+def group_attempt(env: Mapping[str, str] | None = None) -> int:
+    """Which start of the worker group this is (0: the first), the same number on every node.
+
+    The elastic agent's TORCHELASTIC_RESTART_COUNT is not: a node whose own workers failed counts a
+    restart, while a node restarted because another joined the next round (a membership change) does
+    not (2 hosts, a link down past dist.timeout_s: 1 on one, 0 on the other). Read as the attempt, it
+    split one group across two store namespaces (the Gloo connect refused at a dead peer's address), and
+    left one node training from scratch beside a resumed one. ddplab's launcher counts the rendezvous
+    rounds its agent joins, which every node joins alike; under another launcher (torchrun, srun) the
+    restart count is all there is.
+    """
+    env = os.environ if env is None else env
+    return int(env.get(ROUND) or env.get(RESTART_COUNT) or 0)
 
 
 def usable_cores() -> list[int]:

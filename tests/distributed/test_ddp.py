@@ -285,9 +285,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_two_nodes_on_loopback_give_the_same_run(ddp_run, tmp_path):
-    endpoint = f"127.0.0.1:{free_port()}"
-    args = [
+def two_node_args(endpoint, out, *extra):
+    return [
         sys.executable,
         "-m",
         "ddplab",
@@ -307,14 +306,45 @@ def test_two_nodes_on_loopback_give_the_same_run(ddp_run, tmp_path):
         "2",
         *EXACT,
         "--out",
-        str(tmp_path / "nodes"),
+        str(out),
+        *extra,
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    nodes = [
-        subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)
+
+
+def start_nodes(args, envs):
+    return [
+        subprocess.Popen(
+            args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "OMP_NUM_THREADS": "1", **env},
+        )
+        for env in envs
     ]
+
+
+def test_two_nodes_on_loopback_give_the_same_run(ddp_run, tmp_path):
+    nodes = start_nodes(two_node_args(f"127.0.0.1:{free_port()}", tmp_path / "nodes"), [{}, {}])
     outputs = [n.communicate(timeout=300) for n in nodes]
     assert [n.returncode for n in nodes] == [0, 0], [o[1][-2000:] for o in outputs]
+    assert metrics(tmp_path / "nodes") == metrics(ddp_run)
+
+
+def test_a_node_restarted_for_another_nodes_failure_meets_it_in_the_same_round(ddp_run, tmp_path):
+    """One node's worker fails; the other's is alive (here: stuck, not in a collective), so its agent restarts it
+    for the membership change, which torch does not count as a restart: the restart counts are 1 and 0. As the
+    group's attempt they split it (store namespaces: a Gloo connect refused at a dead peer's address over two
+    hosts, test_network.py; one node training from scratch beside a resumed one). The rendezvous round is the
+    same on both: both resume from epoch 1 and the run ends as the uninterrupted one."""
+    args = two_node_args(
+        f"127.0.0.1:{free_port()}", tmp_path / "nodes", "--max-restarts", "1", "--dist.timeout_s", "30"
+    )
+    stuck, failing = {"DDPLAB_FAULT": "hang:epoch=2:step=1"}, {"DDPLAB_FAULT": "raise:epoch=2:step=1"}
+    nodes = start_nodes(args, [stuck, failing])
+    outputs = [n.communicate(timeout=240) for n in nodes]
+    assert [n.returncode for n in nodes] == [0, 0], [o[1][-3000:] for o in outputs]
+    assert "resumed from epoch 1" in outputs[0][1] + outputs[1][1]
     assert metrics(tmp_path / "nodes") == metrics(ddp_run)
 
 

@@ -1,5 +1,8 @@
 """Pieces of the distributed plumbing that run in one process."""
 
+import inspect
+import os
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -91,7 +94,8 @@ def test_the_rank_that_raised_is_the_root_cause_not_a_peer_that_died_with_it(tmp
 def test_a_restarted_worker_group_resumes_only_where_a_checkpoint_exists(tmp_path, monkeypatch):
     from ddplab import checkpoint
     from ddplab.config import build_config
-    from ddplab.runplan import RESTART_COUNT, resumed_after_restart
+    from ddplab.runplan import resumed_after_restart
+    from ddplab.topology import RESTART_COUNT
 
     config = build_config({"output": {"out": str(tmp_path)}})
     monkeypatch.setenv(RESTART_COUNT, "1")
@@ -109,7 +113,8 @@ def test_a_restarted_torchrun_group_without_out_resumes_in_the_folder_named_afte
     (it reached Path(None) once, and then would have been refused as "holds an unfinished run")."""
     from ddplab import checkpoint
     from ddplab.config import build_config
-    from ddplab.runplan import RESTART_COUNT, resumed_after_restart
+    from ddplab.runplan import resumed_after_restart
+    from ddplab.topology import RESTART_COUNT
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job7")
@@ -120,3 +125,43 @@ def test_a_restarted_torchrun_group_without_out_resumes_in_the_folder_named_afte
     (folder / "checkpoints" / checkpoint.LAST).write_bytes(b"")
     resumed = resumed_after_restart(config)
     assert resumed.output.resume is True and resumed.output.out == "runs/synthetic-simple_cnn-job7"
+
+
+def test_the_groups_attempt_is_the_rendezvous_round_where_ddplabs_launcher_counts_it(monkeypatch):
+    """torch's restart count differs between nodes after a membership change (test_ddp.py has the two nodes);
+    the round ddplab's launcher counts does not. Under torchrun or srun the restart count is all there is."""
+    from ddplab.topology import RESTART_COUNT, ROUND, group_attempt
+
+    assert group_attempt({}) == 0
+    assert group_attempt({RESTART_COUNT: "2"}) == 2
+    assert group_attempt({RESTART_COUNT: "0", ROUND: "1"}) == 1  # restarted for another node's failure
+    assert group_attempt({RESTART_COUNT: "1", ROUND: "1"}) == 1
+
+
+def test_the_launcher_counts_the_rounds_its_agent_joins_and_leaves_nothing_behind(monkeypatch):
+    import torch.distributed.launcher.api as launcher_api
+    from torch.distributed.elastic.rendezvous import registry
+
+    from ddplab.launch import CountedRendezvous, rounds_counted
+    from ddplab.topology import ROUND
+
+    # The launcher builds its handler through the registry's module function, at call time: what is wrapped.
+    assert "rdzv_registry.get_rendezvous_handler(" in inspect.getsource(launcher_api.launch_agent)
+
+    class Handler:
+        use_agent_store = True
+
+        def next_rendezvous(self):
+            return "info"
+
+        def get_run_id(self):
+            return "job"
+
+    monkeypatch.setattr(registry, "get_rendezvous_handler", lambda params: Handler())
+    monkeypatch.setenv(ROUND, "7")  # a launch before this one, in the same process
+    with rounds_counted():
+        handler = registry.get_rendezvous_handler(None)
+        assert isinstance(handler, CountedRendezvous) and handler.use_agent_store and handler.get_run_id() == "job"
+        assert handler.next_rendezvous() == "info" and os.environ[ROUND] == "0"
+        assert handler.next_rendezvous() == "info" and os.environ[ROUND] == "1"
+    assert not isinstance(registry.get_rendezvous_handler(None), CountedRendezvous) and os.environ[ROUND] == "7"
