@@ -14,6 +14,9 @@ and the one-host side is the same process as either of them. The sides alternate
 (`--repeats` times each). Per run: training images/s after the first epoch, and the
 all-reduce wait DDP's own timers put on each step. For each rate, `ddplab plan --measure`
 across the two hosts gives the bus bandwidth the link carries, beside the rate that was set.
+The scaling planner predicts each 2-host side from the one-host run and that measured link
+(what `ddplab plan RUN --nodes 2 --gpus 1 --batch B/2 --inter-link measured` computes), with its
+error band; the error is predicted / measured - 1 (issue 30's validation across hosts).
 Needs root (network namespaces).
 """
 
@@ -28,8 +31,11 @@ from pathlib import Path
 import _common as common
 
 from ddplab import hosts  # torch-free; _common puts src on the path
+from ddplab.planner import model
+from ddplab.planner.band import band_for
 from ddplab.planner.links import load_links
 from ddplab.report.figures import communication
+from ddplab.runread import read_run
 
 NAME = "network"
 
@@ -136,6 +142,13 @@ def measure_run(run_dir: Path) -> dict:
     }
 
 
+def predict_two_hosts(one_host_run: Path, local_batch: int, link) -> float:
+    """The planner's training images/s for 2 hosts x 1 process at `local_batch`, from a one-host run."""
+    run = read_run(one_host_run)
+    costs = model.step_costs(run.summary, run.history, run.config)
+    return model.predict_one(costs, 1, 2, local_batch, link, link).images_per_s
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     machine = common.machine_info("cpu")
@@ -144,6 +157,7 @@ def main(argv=None) -> int:
     rate_of = dict(zip(sides[1:], args.rates, strict=False))
     runs: dict[str, list] = {side: [] for side in sides}
     links: dict[str, dict] = {}
+    predicted: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         base = args.keep_runs or Path(tmp)
         base.mkdir(parents=True, exist_ok=True)
@@ -175,8 +189,10 @@ def main(argv=None) -> int:
                     ],
                     base / out.stem,
                 )
-                link = load_links(out).links[0]
+                measured_link = load_links(out)
+                link = measured_link.links[0]
                 links[side] = {
+                    "fitted": measured_link,
                     "set_bit_s": rate_of[side],
                     "busbw_gbps": link.busbw_gbps,
                     "alpha_ms": link.alpha_s * 1e3,
@@ -214,13 +230,23 @@ def main(argv=None) -> int:
                         ],
                         run_dir,
                     )
-                runs[side].append({"repeat": repeat + 1, **measure_run(run_dir)})
+                runs[side].append({"repeat": repeat + 1, "dir": run_dir, **measure_run(run_dir)})
+        for side in sides[1:]:  # from each one-host run, as `ddplab plan` would: the median prediction
+            fitted = links[side].pop("fitted")
+            predicted[side] = common.median(
+                [predict_two_hosts(r["dir"], args.batch_size // 2, fitted) for r in runs["one host"]]
+            )
+    for side_runs in runs.values():
+        for r in side_runs:
+            r["dir"] = str(r["dir"])
+    band = band_for(on_cuda=False)
     one = common.median([r["images_per_s"] for r in runs["one host"]])
     rows = []
     for side in sides:
         rate = common.median([r["images_per_s"] for r in runs[side]])
         comm = [r["ddp_exposed_ms"] for r in runs[side] if r["ddp_exposed_ms"] is not None]
         link = links.get(side)
+        guess = predicted.get(side)
         rows.append(
             [
                 side,
@@ -231,6 +257,8 @@ def main(argv=None) -> int:
                 f"{common.median(comm):,.1f}" if comm else "-",
                 f"{link['busbw_gbps'] * 8e3:,.0f} Mbit/s" if link else "-",
                 f"{link['alpha_ms']:.2f}" if link else "-",
+                f"{common.fmt_rate(guess)} ({' - '.join(map(common.fmt_rate, band.around(guess)))})" if guess else "-",
+                f"{guess / rate - 1:+.0%}" if guess else "-",
             ]
         )
     n_images = runs["one host"][0]["train_samples"][0]
@@ -252,14 +280,19 @@ def main(argv=None) -> int:
                     "all-reduce wait ms/step (DDP, least-waiting rank)",
                     "link measured (plan --measure)",
                     "alpha ms",
+                    "planner's prediction (band)",
+                    "error",
                 ],
                 rows,
             ),
         ]
     )
+    errors = {side: predicted[side] / common.median([r["images_per_s"] for r in runs[side]]) - 1 for side in predicted}
     notes = [
         "\nThe link's rate is set with tc tbf on both ends of each host's veth; 'none' is veth unshaped. "
-        "The measured bandwidth is ddplab plan --measure's fitted bus bandwidth across the two hosts."
+        "The measured bandwidth is ddplab plan --measure's fitted bus bandwidth across the two hosts. "
+        f"The planner's error: median |error| {common.median([abs(e) for e in errors.values()]):.0%}, "
+        f"worst {max(abs(e) for e in errors.values()):.0%} over {len(errors)} rates; its band: {band.text()}."
     ]
     common.finish(
         NAME,
@@ -270,6 +303,8 @@ def main(argv=None) -> int:
             "runs": runs,
             "links": links,
             "speedup": {side: common.median([r["images_per_s"] for r in runs[side]]) / one for side in sides},
+            "predicted_images_per_s": predicted,
+            "error": errors,
         },
         table,
         notes,

@@ -190,3 +190,7 @@ def test_network_sets_one_host_against_two_at_a_link_rate(tmp_path):
     assert results["speedup"]["2 hosts at 200mbit"] == pytest.approx(two["images_per_s"] / one["images_per_s"])
     link = results["links"]["2 hosts at 200mbit"]
     assert link["set_bit_s"] == 200e6 and 0.5 < link["busbw_gbps"] * 8e9 / 200e6 < 1.5
+    # The planner's prediction for the 2 hosts, from the one-host run and the measured link, and its error.
+    guess = results["predicted_images_per_s"]["2 hosts at 200mbit"]
+    assert guess > 0 and results["error"]["2 hosts at 200mbit"] == pytest.approx(guess / two["images_per_s"] - 1)
+    assert f"{results['error']['2 hosts at 200mbit']:+.0%} |" in stdout
