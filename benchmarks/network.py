@@ -48,6 +48,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     p.add_argument("--model", default="simple_cnn")
     p.add_argument("--subset", type=int, default=8192, help="train on the first N images")
+    p.add_argument(
+        "--test-subset",
+        type=int,
+        default=None,
+        help="evaluate on the first N test images, and as many training images (default: as ddplab train does); "
+        "the evaluation is outside the figures, only the wall time",
+    )
     p.add_argument("--epochs", type=int, default=2, help="epochs per run; the first is left out of images/s")
     p.add_argument("--batch-size", type=int, default=128, help="global batch; each host takes half")
     p.add_argument(
@@ -83,6 +90,8 @@ def train_flags(args) -> tuple[str, list[str]]:
             ["--dataset", "cifar10", "--data-dir", str(root), "--data.download", "false", "--subset", str(args.subset)],
             "cifar10",
         )
+    if args.test_subset is not None:
+        data += ["--data.test_subset", str(args.test_subset), "--train.eval_train_images", str(args.test_subset)]
     return name, [
         *data,
         "--model",
@@ -239,7 +248,7 @@ def main(argv=None) -> int:
     for side_runs in runs.values():
         for r in side_runs:
             r["dir"] = str(r["dir"])
-    band = band_for(on_cuda=False)
+    band = band_for(on_cuda=False, nodes=2)
     one = common.median([r["images_per_s"] for r in runs["one host"]])
     rows = []
     for side in sides:

@@ -42,8 +42,12 @@ def predict_run(
     result = model.predict_grid(costs, per_node, nodes, batches or [run.summary["batch"]["local"]], within, between)
     band = band_for(costs.on_cuda)
     result["band"] = band.to_json()
+    if max(nodes) > 1 and band_for(costs.on_cuda, max(nodes)) != band:
+        result["band_across_nodes"] = band_for(costs.on_cuda, max(nodes)).to_json()
     for r in result["rows"]:  # the band records errors of multi-worker predictions: a 1-worker row has none
-        r["images_per_s_band"] = list(band.around(r["images_per_s"])) if r["workers"] > 1 else None
+        r["images_per_s_band"] = (
+            list(band_for(costs.on_cuda, r["nodes"]).around(r["images_per_s"])) if r["workers"] > 1 else None
+        )
     m = costs.measured
     print(
         f"plan for {run_dir}: measured {m['world_size']} worker(s) at local batch {m['local_batch']} on "
@@ -63,6 +67,8 @@ def predict_run(
             f"{r['speedup']:>7.2f}x {r['ideal']:>5.0f}x {r['efficiency']:>10.0%}"
         )
     print(f"  band: {band.text()}; planner/band.py")
+    if "band_across_nodes" in result:
+        print(f"  band across nodes: {band_for(costs.on_cuda, max(nodes)).text()}")
     for p in result["pays_from"]:
         said = ", ".join(
             f"{pct}% efficiency from local batch {p[f'batch_for_{pct}pct']}"

@@ -27,6 +27,11 @@ Assumptions, each with the name it goes by in the code:
                the one before it is done; the exposed part is what the queue runs past the end
                of backward (at least the last bucket, ready only when backward ends; on a slow
                link most of the traffic).
+  CPU_SERIAL   on a CPU (Gloo) nothing hides behind backward: DDP's own overlap timer measured
+               0.2-1.2 ms of 80-970 ms of all-reduce a step, two hosts of this VM at three link
+               rates (benchmarks/network.py, vgg_small, 2026-11-26; the buckets' all-reduces
+               start only once the worker's core is free of backward). The whole all-reduce is
+               exposed there; LINK_QUEUE is the CUDA rule.
   GRAD_BYTES   4 bytes a parameter (fp32 gradients), 2 with an fp16 or bf16 comm hook; with
                accumulation, one all-reduce per optimizer step, which only the last
                micro-batch's backward can hide (the others run under no_sync).
@@ -180,6 +185,8 @@ def exposed_comm(costs: StepCosts, link: Link, workers: int, local_batch: int, p
         return 0.0, 0.0
     sizes = buckets(costs.grad_bytes, costs.bucket_cap_mb)
     times = [link.allreduce_s(size, workers) for size in sizes]
+    if not costs.on_cuda:  # CPU_SERIAL
+        return sum(times), sum(times)
     backward = costs.last_backward_s(local_batch, per_node)
     done, produced = 0.0, 0.0
     for size, t in zip(sizes, times, strict=True):  # LINK_QUEUE over READY_EVENLY buckets

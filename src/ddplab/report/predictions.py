@@ -78,7 +78,7 @@ def predict_pair(section: Any, i: int, j: int) -> PairPrediction | None:
     p = model.predict_one(costs.for_config(section.points[i].config), *where, row["local_batch"], section.link)
     if p.workers <= 1:
         return PairPrediction(p.speedup, None, None)
-    return PairPrediction(p.speedup, band_for(costs.on_cuda), 1000 * p.comm_s)
+    return PairPrediction(p.speedup, band_for(costs.on_cuda, where[1]), 1000 * p.comm_s)
 
 
 def model_curves(section: Any) -> Curves | None:
