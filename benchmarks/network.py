@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import _common as common
 
@@ -166,6 +167,8 @@ def main(argv=None) -> int:
     rate_of = dict(zip(sides[1:], args.rates, strict=False))
     runs: dict[str, list] = {side: [] for side in sides}
     links: dict[str, dict] = {}
+    fitted: dict[str, Any] = {}  # each rate's measured link, for the planner
+    one_host_dirs: list[Path] = []
     predicted: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         base = args.keep_runs or Path(tmp)
@@ -198,10 +201,9 @@ def main(argv=None) -> int:
                     ],
                     base / out.stem,
                 )
-                measured_link = load_links(out)
-                link = measured_link.links[0]
+                fitted[side] = load_links(out)
+                link = fitted[side].links[0]
                 links[side] = {
-                    "fitted": measured_link,
                     "set_bit_s": rate_of[side],
                     "busbw_gbps": link.busbw_gbps,
                     "alpha_ms": link.alpha_s * 1e3,
@@ -211,6 +213,7 @@ def main(argv=None) -> int:
                 print(f"repeat {repeat + 1}/{args.repeats}: {side} ...", file=sys.stderr, flush=True)
                 run_dir = base / f"{side.replace(' ', '-')}-{repeat + 1}"
                 if side == "one host":
+                    one_host_dirs.append(run_dir)
                     common.run_ddplab([*flags, "--batch-size", str(args.batch_size)], run_dir, env=common.child_env(1))
                 else:
                     hosts.reshape(cluster.name, rate_of[side])
@@ -239,20 +242,17 @@ def main(argv=None) -> int:
                         ],
                         run_dir,
                     )
-                runs[side].append({"repeat": repeat + 1, "dir": run_dir, **measure_run(run_dir)})
+                runs[side].append({"repeat": repeat + 1, **measure_run(run_dir)})
         for side in sides[1:]:  # from each one-host run, as `ddplab plan` would: the median prediction
-            fitted = links[side].pop("fitted")
             predicted[side] = common.median(
-                [predict_two_hosts(r["dir"], args.batch_size // 2, fitted) for r in runs["one host"]]
+                [predict_two_hosts(run_dir, args.batch_size // 2, fitted[side]) for run_dir in one_host_dirs]
             )
-    for side_runs in runs.values():
-        for r in side_runs:
-            r["dir"] = str(r["dir"])
     band = band_for(on_cuda=False, nodes=2)
-    one = common.median([r["images_per_s"] for r in runs["one host"]])
+    measured = {side: common.median([r["images_per_s"] for r in runs[side]]) for side in sides}
+    one = measured["one host"]
     rows = []
     for side in sides:
-        rate = common.median([r["images_per_s"] for r in runs[side]])
+        rate = measured[side]
         comm = [r["ddp_exposed_ms"] for r in runs[side] if r["ddp_exposed_ms"] is not None]
         link = links.get(side)
         guess = predicted.get(side)
@@ -296,7 +296,7 @@ def main(argv=None) -> int:
             ),
         ]
     )
-    errors = {side: predicted[side] / common.median([r["images_per_s"] for r in runs[side]]) - 1 for side in predicted}
+    errors = {side: predicted[side] / measured[side] - 1 for side in predicted}
     notes = [
         "\nThe link's rate is set with tc tbf on both ends of each host's veth; 'none' is veth unshaped. "
         "The measured bandwidth is ddplab plan --measure's fitted bus bandwidth across the two hosts. "
@@ -311,7 +311,7 @@ def main(argv=None) -> int:
             "dataset": dataset,
             "runs": runs,
             "links": links,
-            "speedup": {side: common.median([r["images_per_s"] for r in runs[side]]) / one for side in sides},
+            "speedup": {side: measured[side] / one for side in sides},
             "predicted_images_per_s": predicted,
             "error": errors,
         },

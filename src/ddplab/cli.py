@@ -337,7 +337,6 @@ def after_the_runs(
     """The finished runs in TensorBoard's HParams view, the report, the MLflow parent's end; an error when a
     point did not finish."""
     from ddplab.sweep import hparams
-    from ddplab.sweep.folder import Status
 
     try:
         board = hparams.write(folder, manifest)
@@ -353,7 +352,7 @@ def after_the_runs(
             title=f"ddplab sweep {sweep.name}: {sweep.description}" if sweep.description else None,
         )
     unfinished = manifest.unfinished()
-    skipped = sum(e.status is Status.SKIPPED for e in manifest.runs)
+    skipped = len(manifest.skipped())
     if skipped:
         echo(f"{skipped} of {len(manifest.runs)} runs not run on this machine (the report lists them as not measured)")
     if tracked is not None:

@@ -40,13 +40,13 @@ def predict_run(
     between = measured_or_published(inter_link, links_file) if max(nodes) > 1 else None
     per_node = gpus or ([1, 2, 4, 8] if costs.on_cuda else [1, 2])
     result = model.predict_grid(costs, per_node, nodes, batches or [run.summary["batch"]["local"]], within, between)
-    band = band_for(costs.on_cuda)
+    band, across = band_for(costs.on_cuda), band_for(costs.on_cuda, max(nodes))  # each built once
     result["band"] = band.to_json()
-    if max(nodes) > 1 and band_for(costs.on_cuda, max(nodes)) != band:
-        result["band_across_nodes"] = band_for(costs.on_cuda, max(nodes)).to_json()
+    if across != band:
+        result["band_across_nodes"] = across.to_json()
     for r in result["rows"]:  # the band records errors of multi-worker predictions: a 1-worker row has none
         r["images_per_s_band"] = (
-            list(band_for(costs.on_cuda, r["nodes"]).around(r["images_per_s"])) if r["workers"] > 1 else None
+            list((across if r["nodes"] > 1 else band).around(r["images_per_s"])) if r["workers"] > 1 else None
         )
     m = costs.measured
     print(
@@ -67,8 +67,8 @@ def predict_run(
             f"{r['speedup']:>7.2f}x {r['ideal']:>5.0f}x {r['efficiency']:>10.0%}"
         )
     print(f"  band: {band.text()}; planner/band.py")
-    if "band_across_nodes" in result:
-        print(f"  band across nodes: {band_for(costs.on_cuda, max(nodes)).text()}")
+    if across != band:
+        print(f"  band across nodes: {across.text()}")
     for p in result["pays_from"]:
         said = ", ".join(
             f"{pct}% efficiency from local batch {p[f'batch_for_{pct}pct']}"

@@ -248,6 +248,10 @@ class Manifest:
         """Points a re-run would still train: a point this machine cannot run (skipped) is not one of them."""
         return [e for e in self.runs if not e.status.settled]
 
+    def skipped(self) -> list[Entry]:
+        """Points this machine cannot run: the report lists them as not measured."""
+        return [e for e in self.runs if e.status is Status.SKIPPED]
+
 
 @dataclass(frozen=True)
 class SweepFolder:

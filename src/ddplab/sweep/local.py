@@ -97,7 +97,7 @@ class LocalExecutor:
 
     def run_held(self, sweep: Sweep, folder: SweepFolder, slots: SlotPool, echo) -> Manifest:
         manifest, todo = folder.prepare(sweep, unavailable_runs(sweep), self.name, echo)
-        skipped = sum(e.status is Status.SKIPPED for e in manifest.runs)
+        skipped = len(manifest.skipped())
         echo(
             f"sweep {sweep.name}: {len(sweep.runs)} runs, {len(sweep.runs) - len(todo) - skipped} already finished, "
             f"{len(todo)} to run"
