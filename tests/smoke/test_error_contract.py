@@ -623,6 +623,18 @@ CASES = [
     ),
     Case("nproc-without-ddp", [*S, "--nproc", "2", "--out", "{tmp}/r"], 2, r"dist\.nproc=2.*--strategy ddp"),
     Case(
+        "dp-gpus-without-dp",
+        [*S, "--dist.dp_gpus", "2", "--out", "{tmp}/r"],
+        2,
+        r"dist\.dp_gpus=2 is not valid: applies with --strategy dp",
+    ),
+    Case(
+        "dp-on-a-cpu",
+        [*S, "--strategy", "dp", "--dist.dp_gpus", "2", "--out", "{tmp}/r"],
+        2,
+        r"DataParallel needs CUDA devices",
+    ),
+    Case(
         "missing-config-file", ["train", "--config", "{tmp}/nope.toml"], 2, r"config file .*nope\.toml does not exist"
     ),
     Case("bad-toml", ["train", "--config", "{tmp}/bad.toml"], 2, r"bad\.toml is not valid TOML", setup=bad_toml),
