@@ -3,12 +3,38 @@
 # It installs MLflow (the mlflow extra) for the tracking tests and, as root on Debian, headless Chromium for the
 # browser test and Slurm for the Slurm tests (each skipped, with the reason, without them). `--fast`: the fast tier
 # (-m "not slow"), which needs none of them: it installs nothing (bootstrap only makes .venv when there is none).
+#
+# Two passes: the in-process tests on every core at once (pytest-xdist), then the tests that spawn processes or
+# measure this machine's load (`slow`, `alone`), one at a time: they time, count and share the cores themselves.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+in_parallel() {  # -n auto where pytest-xdist is installed (a .venv made before it joined the test extra may lack it)
+  if .venv/bin/python -c "import xdist" 2>/dev/null; then echo "-n auto"; fi
+}
 if [ "${1:-}" = "--fast" ]; then
   shift
   [ -x .venv/bin/python ] || bash scripts/bootstrap.sh
-  exec .venv/bin/python -m pytest -q -m "not slow" "$@"
+  # shellcheck disable=SC2046
+  exec .venv/bin/python -m pytest -q -m "not slow and not alone" $(in_parallel) "$@"
+fi
+# Chromium and Slurm come from apt while pip installs the Python side (a minute saved of a fresh machine's start).
+APT_LOG=$(mktemp)
+apt_installs() {
+  if ! command -v chromium >/dev/null; then
+    echo "test: installing chromium for the browser test" >&2
+    { apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; } >>"$APT_LOG" 2>&1 \
+      || echo "test: could not install chromium; the browser test will be skipped" >&2
+  fi
+  if ! command -v slurmctld >/dev/null; then
+    echo "test: installing slurm-wlm and munge for the Slurm tests (a one-node cluster they start themselves)" >&2
+    { apt-get install -y -q slurm-wlm munge || { apt-get update -q && apt-get install -y -q slurm-wlm munge; }; } \
+      >>"$APT_LOG" 2>&1 || echo "test: could not install slurm-wlm and munge; the Slurm tests will be skipped" >&2
+  fi
+}
+APT_PID=
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  apt_installs &
+  APT_PID=$!
 fi
 bash scripts/bootstrap.sh
 if ! .venv/bin/python -c "import mlflow" 2>/dev/null; then
@@ -22,14 +48,11 @@ if ! .venv/bin/python -c "import mlflow" 2>/dev/null; then
     echo "test: could not install MLflow; its tests will be skipped" >&2
   fi
 fi
-if ! command -v chromium >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  echo "test: installing chromium for the browser test" >&2
-  { apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; } >/dev/null 2>&1 \
-    || echo "test: could not install chromium; the browser test will be skipped" >&2
-fi
-if ! command -v slurmctld >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  echo "test: installing slurm-wlm and munge for the Slurm tests (a one-node cluster they start themselves)" >&2
-  { apt-get install -y -q slurm-wlm munge || { apt-get update -q && apt-get install -y -q slurm-wlm munge; }; } >/dev/null 2>&1 \
-    || echo "test: could not install slurm-wlm and munge; the Slurm tests will be skipped" >&2
-fi
-exec .venv/bin/python -m pytest -q "$@"
+[ -z "$APT_PID" ] || wait "$APT_PID"
+rm -f "$APT_LOG"
+status=0
+# shellcheck disable=SC2046
+.venv/bin/python -m pytest -q -m "not slow and not alone" $(in_parallel) "$@" || status=$?
+.venv/bin/python -m pytest -q -m "slow or alone" "$@" || { s=$?; [ "$status" != 0 ] && [ "$status" != 5 ] || status=$s; }
+[ "$status" = 5 ] && status=0  # 5: a pass that selected no test (a path given of one tier only)
+exit "$status"

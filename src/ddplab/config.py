@@ -689,11 +689,12 @@ def save_config(config: RunConfig, path: Path) -> None:
 
 
 def check_environment(config: RunConfig) -> None:
-    """Checks that depend on this machine, run before any process is spawned."""
-    import torch
-
+    """Checks that depend on this machine, run before any process is spawned. With --device cpu nothing here
+    imports torch (seconds on a small CPU): a config that cannot run there is answered at once."""
     device = config.train.device
-    has_cuda = torch.cuda.is_available()
+    if device != "cpu":
+        import torch
+    has_cuda = device != "cpu" and torch.cuda.is_available()
     if device.startswith("cuda") and not has_cuda:
         raise _bad("train.device", device, "CUDA is not available on this machine; use --device cpu")
     if _is_cuda_index(device) and int(device[5:]) >= torch.cuda.device_count():

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 from ddplab import compat, errors, faults, topology, watchdog
 from ddplab.config import DistConfig, RunConfig
-from ddplab.distributed import route_address, split_endpoint
 from ddplab.runplan import RunPlan, as_worker, prepared
 
 if TYPE_CHECKING:
@@ -51,11 +50,11 @@ def launch(config: RunConfig, *, saved: RunConfig | None = None, command: bool =
     config.toml, where the caller has read it already. `command`: this process is a command, whose
     single-process run stops on SIGTERM as on Ctrl-C, with one line; a Python caller (False) keeps
     its own signal handlers and gets Ctrl-C as KeyboardInterrupt."""
-    from ddplab.engine.run import finished_result, run
-
-    with prepared(config, saved=saved) as plan:
+    with prepared(config, saved=saved) as plan:  # torch is imported after these checks: a refusal comes at once
         note = plan.nothing_to_do()
         if note is not None:  # a finished run folder is never rewritten
+            from ddplab.engine.run import finished_result
+
             print(f"ddplab: nothing to do: {note}", flush=True)
             return finished_result(plan.run_dir)
         if plan.place is None:  # the root of the run: a fault this run cannot fire is refused before anything starts
@@ -66,6 +65,8 @@ def launch(config: RunConfig, *, saved: RunConfig | None = None, command: bool =
             )
         if plan.launches_workers():
             return launch_workers(plan, command=command)
+        from ddplab.engine.run import run
+
         if plan.place is not None or not command:
             return run(plan)  # a worker's launcher stops it: SIGTERM keeps its default action
         with interrupts_said(plan.config):
@@ -107,6 +108,8 @@ def launch_workers(plan: RunPlan, *, command: bool = True):
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.launcher.api import elastic_launch
+
+    from ddplab.distributed import route_address, split_endpoint
 
     config = plan.config
     d = config.dist
@@ -425,6 +428,8 @@ def c10d_configs(endpoint: str | None, timeout_s: int, store_timeout_s: int | No
     waits = {"join_timeout": timeout_s, "read_timeout": store_timeout_s or timeout_s}
     if endpoint is None:
         return waits
+    from ddplab.distributed import split_endpoint
+
     host = split_endpoint(endpoint)[0]
     try:  # where PyTorch already recognizes the host, keep its fallback for shared machines
         from torch.distributed.elastic.rendezvous.utils import _matches_machine_hostname

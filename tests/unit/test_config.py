@@ -463,3 +463,27 @@ def test_a_run_config_not_as_ddplab_wrote_it_is_refused_naming_the_file(tmp_path
     path.write_text(path.read_text() + "\n[extras]\nnote = 1\n" if text is None else text)
     with pytest.raises(ConfigError, match=error):
         saved_config(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "argv, env, says",
+    [
+        (["--train.cuda_graphs", "true"], {}, "CUDA graphs need a CUDA device"),
+        (["--strategy", "dp"], {}, "DataParallel needs CUDA devices"),
+        (["--strategy", "ddp", "--nproc", "2"], {"DDPLAB_FAULT": "kill:rank=2:epoch=1"}, "rank=2 would never fire"),
+        ([], {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "9"}, "pass --strategy ddp"),
+    ],
+)
+def test_a_run_refused_on_a_cpu_is_refused_before_torch_is_imported(argv, env, says, tmp_path):
+    """torch takes seconds to import on a small CPU: with --device cpu, what this machine cannot run is said first."""
+    import os
+    import subprocess
+    import sys
+
+    argv = ["train", "--dataset", "synthetic", "--device", "cpu", "--out", str(tmp_path / "r"), *argv]
+    code = f"import sys\nfrom ddplab.cli import main\ncode = main({argv!r})\n"
+    code += "assert 'torch' not in sys.modules\nsys.exit(code)"
+    env = {**os.environ, **env}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 2 and says in proc.stderr.strip().splitlines()[-1], proc.stderr[-2000:]
+    assert not (tmp_path / "r").exists()
