@@ -6,6 +6,9 @@
 #   bash scripts/device_check.sh owed         what the checks left owed: the assignment's GPU profile, the
 #                                           speedrun step's profile, data path and time to accuracy on CUDA,
 #                                           reduce-overhead under DDP, a --parallel 2 sweep on one GPU
+#   bash scripts/device_check.sh planner      the scaling planner's GPU side (issue 30): what DDP adds to a step
+#                                           (benchmarks/ddp_step.py), and ddplab runs at local batches 32 to
+#                                           1024 whose folders come back to be planned from each other
 #   bash scripts/device_check.sh --cpu [PART] the same steps on a CPU at toy sizes: a rehearsal, no device minute lost
 # Every step's limit is cut to what is left of the call ($DEADLINE s from the start, default 570), so a slow
 # step costs the steps after it, never the results before it.
@@ -36,7 +39,7 @@ cd "$(dirname "$0")/.."
 MODE=cuda
 [ "${1:-}" = --cpu ] && MODE=cpu && shift
 PART=${1:-checks}
-case $PART in checks | owed) ;; *) echo "device_check.sh: no part '$PART' (checks, owed)" >&2; exit 2 ;; esac
+case $PART in checks | owed | planner) ;; *) echo "device_check.sh: no part '$PART' (checks, owed, planner)" >&2; exit 2 ;; esac
 DEADLINE=${DEADLINE:-570}
 OUT=${OUT:-runs/device-check}
 W=/tmp/device-check
@@ -254,6 +257,29 @@ EOF
   reap
   TAIL=14 step time-to-accuracy 90 $PY benchmarks/time_to_accuracy.py "${DEV[@]}" "${ttacc[@]}" \
     --out "$W/bench_tta.json"
+  reap
+}
+
+planner() {
+  local bench=() batches=(32 128 512 1024) models=(vgg_small resnet18 simple_cnn) data
+  data=(--dataset synthetic --data.synthetic_size 16384 --data.image_size 32 --epochs 3)
+  if [ "$MODE" = cpu ]; then
+    bench=(--quick)
+    batches=(32 64)
+    models=(simple_cnn)
+    data=(--dataset synthetic --data.synthetic_size 512 --data.image_size 16 --model.width 0.5 --epochs 2)
+  fi
+  say "what DDP adds to a step, and a step's time against its batch"
+  TAIL=40 step ddp-step 200 $PY benchmarks/ddp_step.py "${DEV[@]}" "${bench[@]}" --out "$W/bench_ddp_step.json"
+  reap
+  say "ddplab runs to plan from each other (the time breakdown the planner reads)"
+  local m b
+  for m in "${models[@]}"; do
+    for b in "${batches[@]}"; do
+      TAIL=3 step "plan-$m-$b" 60 $PY -m ddplab train "${data[@]}" --model "$m" --batch-size "$b" "${DEV[@]}" \
+        --output.progress false --output.tensorboard false --output.save_best false --out "$W/plan/$m-$b"
+    done
+  done
   reap
 }
 

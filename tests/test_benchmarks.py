@@ -194,3 +194,17 @@ def test_network_sets_one_host_against_two_at_a_link_rate(tmp_path):
     guess = results["predicted_images_per_s"]["2 hosts at 200mbit"]
     assert guess > 0 and results["error"]["2 hosts at 200mbit"] == pytest.approx(guess / two["images_per_s"] - 1)
     assert f"{results['error']['2 hosts at 200mbit']:+.0%} |" in stdout
+
+
+def test_ddp_step_sets_ddp_against_the_plain_step_at_each_batch(tmp_path):
+    results, stdout = run_bench("ddp_step", tmp_path)
+    rows = results["rows"]
+    assert [(r["model"], r["batch"]) for r in rows] == [("simple_cnn", 16), ("simple_cnn", 32)]
+    for r in rows:
+        plain, ddp = r["step_s"]["plain"], r["step_s"]["ddp"]
+        assert len(plain) == len(ddp) == 2 and min(plain + ddp) > 0 and r["tensors"] == 10
+        assert r["ddp_adds_s"] == pytest.approx(statistics.median([d - p for p, d in zip(plain, ddp, strict=True)]))
+    assert rows[1]["per_image_over_largest"] == 1.0
+    assert rows[0]["per_image_over_largest"] == pytest.approx(
+        rows[0]["median_s"]["plain"] / 16 / (rows[1]["median_s"]["plain"] / 32)
+    )

@@ -32,15 +32,30 @@ def test_a_measured_step_splits_into_per_image_and_per_step_costs(tmp_path):
     assert model.predict_alone(costs, 50) == pytest.approx(1000 / 9)  # the measured run, predicted back
 
 
-def test_gpus_with_a_free_link_scale_perfectly_and_a_slow_link_costs_what_it_should(tmp_path):
+def test_gpus_with_a_free_link_scale_but_for_ddps_own_work_and_a_slow_link_costs_what_it_should(tmp_path):
     costs = costs_of(write_run(tmp_path / "r", batch=50, device="cuda"))
+    ddp = 2 * 75e-6  # DDP_HOST: the run's layers Conv3x3 > ReLU > Linear hold parameters in two
+    assert costs.ddp_host_s == pytest.approx(ddp) and model.DDP_HOST_PER_LAYER_S == 75e-6
+    assert model.predict_one(costs, 1, 1, 50, FREE).step_s == pytest.approx(0.45)  # one worker runs no DDP
     four = model.predict_one(costs, 4, 1, 50, FREE)
-    assert (four.speedup, four.ideal, four.efficiency) == (pytest.approx(4.0), 4.0, pytest.approx(1.0))
+    assert four.step_s == pytest.approx(0.45 + ddp) and four.ideal == 4.0
+    assert four.speedup == pytest.approx(4 * 0.45 / (0.45 + ddp))
     slow = Link("slow", busbw_gbps=1.0, alpha_s=0.01, source="test")
     four = model.predict_one(costs, 4, 1, 50, slow)
     comm = 0.01 + 4000 * 2 * 3 / 4 / 1e9  # one bucket, never hidden: it is also the last
-    assert four.exposed_comm_s == pytest.approx(comm) and four.step_s == pytest.approx(0.45 + comm)
-    assert four.speedup == pytest.approx(4 * 0.45 / (0.45 + comm))
+    assert four.exposed_comm_s == pytest.approx(comm) and four.step_s == pytest.approx(0.45 + ddp + comm)
+    assert four.speedup == pytest.approx(4 * 0.45 / (0.45 + ddp + comm))
+
+
+def test_ddps_own_work_is_counted_once_for_a_single_gpu_run_and_never_on_a_cpu(tmp_path):
+    """DDP_HOST: a measured DDP run did DDP's work in its own step; a CPU run gets no term (not measurable there)."""
+    layers = "Conv3x3(3->64) > BatchNorm > ReLU > Conv3x3(64->64, stride 2) > BatchNorm > MaxPool2 > Linear(64->2)"
+    assert model.parameter_layers(layers) == 5
+    ddp = costs_of(write_run(tmp_path / "ddp", strategy="ddp", nproc=2, batch=25, device="cuda"))
+    assert ddp.ddp_host_s == 0.0 and model.predict_one(ddp, 4, 1, 25, FREE).step_s == pytest.approx(
+        model.predict_one(ddp, 1, 1, 25, FREE).step_s
+    )
+    assert costs_of(write_run(tmp_path / "cpu", batch=50)).ddp_host_s == 0.0
 
 
 def test_cpu_processes_of_one_node_share_its_cores(tmp_path):
@@ -244,3 +259,20 @@ def test_a_target_that_all_reduces_differently_is_planned_with_its_own_gradient_
     )
     assert costs.for_config({}).grad_bytes == 4000
     assert replace(costs, params=0.0).for_config({"dist.comm_hook": "bf16"}).grad_bytes == 4000
+
+
+def test_phases_that_add_up_to_more_than_the_step_are_scaled_to_it(tmp_path):
+    """TIMED_STEPS: on CUDA the synchronized steps' phases can outrun the epoch (the launches no longer overlap the
+    device); scaled down in proportion, the measured run is predicted back at the rate it trained."""
+    run_dir = write_run(tmp_path / "r", batch=50, device="cuda")
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    edited = []
+    for line in lines:
+        record = json.loads(line)
+        if "forward_backward_s" in record:
+            record["forward_backward_s"] *= 1.5  # the phases now add up to 9 s x 1.4 on an epoch of 9 s
+        edited.append(json.dumps(record))
+    (run_dir / "metrics.jsonl").write_text("\n".join(edited) + "\n")
+    costs = costs_of(run_dir)
+    assert costs.rest_s == pytest.approx(0.0, abs=1e-12) and model.predict_alone(costs, 50) == pytest.approx(1000 / 9)
+    assert costs.compute_per_image_s / costs.data_per_image_s == pytest.approx(8 * 1.5)  # in proportion

@@ -18,6 +18,10 @@ Assumptions, each with the name it goes by in the code:
   SHARED_CORES on a CPU the processes of one node share its cores: each computes at 1/P of the
                rate one process has alone (the measured run's own per-node processes are
                divided out first). On CUDA every worker has its own GPU.
+  TIMED_STEPS  on CUDA ddplab times 1 step in 20, the device synchronized at each phase's end, and scales those
+               steps' phases to the epoch; there the host's launches no longer overlap the device's work, so the
+               phases can add up to more than the epoch took (on one H100: up to 40% more, simple_cnn at batch
+               1024). They are scaled down to the measured step, so the measured run is predicted back as it ran.
   BACKWARD_SHARE of forward+backward is backward (a backward pass costs about two forwards).
   BUCKETS      DDP all-reduces the gradients in buckets: FIRST_BUCKET_MIB, then
                dist.bucket_cap_mb each, in the order backward makes them ready.
@@ -32,6 +36,16 @@ Assumptions, each with the name it goes by in the code:
                rates (benchmarks/network.py, vgg_small, 2026-11-26; the buckets' all-reduces
                start only once the worker's core is free of backward). The whole all-reduce is
                exposed there; LINK_QUEUE is the CUDA rule.
+  DDP_HOST     on CUDA, DDP's own host work every step (the reducer's autograd hooks and bucket bookkeeping, each
+               bucket's all-reduce launched), which a one-process run never did: DDP_HOST_PER_LAYER_S for each
+               layer with parameters (the run's summary lists its layers). benchmarks/ddp_step.py stepped one
+               rank's DDP against the plain step (one H100, torch 2.11, 2026-11-26): where the host bounds the
+               step (batches 32 and 64) DDP added 73-102 us a layer over simple_cnn, vgg_small and resnet18 (the
+               median taken), 18-50% of those steps; where the device bounds it, the work hides behind the
+               device's (0.06-0.6 ms showed at batch 1024). Counted in full, so a prediction is not optimistic
+               for it, and at most DDP_HOST / step pessimistic. A measured DDP run has it in its step already.
+               On a CPU it was not measurable above the noise (batch 128: DDP 6-16% faster, the wrong sign), so
+               no term there.
   GRAD_BYTES   4 bytes a parameter (fp32 gradients), 2 with an fp16 or bf16 comm hook; with
                accumulation, one all-reduce per optimizer step, which only the last
                micro-batch's backward can hide (the others run under no_sync).
@@ -60,6 +74,9 @@ FIRST_BUCKET_MIB = 1.0  # DDP's first bucket (torch.distributed's default first_
 MIB = 2**20
 AnyLink = Link | MeasuredLinks  # a published link, or this machine's measured per number of ranks
 EFFICIENCY_BARS = (0.5, 0.8)
+DDP_HOST_PER_LAYER_S = 75e-6  # DDP_HOST: the median of 6 host-bound steps (73-102 us a layer), one H100
+# the layers that hold parameters, as models.registry.describe_layers names them
+PARAMETER_LAYERS = ("Conv", "Linear", "BatchNorm", "GroupNorm", "LayerNorm", "FusedConv")
 
 
 @dataclass(frozen=True)
@@ -77,6 +94,7 @@ class StepCosts:
     on_cuda: bool
     measured: dict[str, Any]  # what it was derived from, for plan.json
     params: float = 0.0  # the model's parameters (0: unknown; `for_config` then keeps grad_bytes)
+    ddp_host_s: float = 0.0  # DDP_HOST: what DDP adds to a step of this run on 2+ workers (0: in its step already)
 
     def for_config(self, config: dict[str, Any]) -> StepCosts:
         """These costs for a target run whose flattened config may all-reduce differently (GRAD_BYTES: its comm
@@ -139,7 +157,11 @@ def step_costs(summary: Summary, epochs: list[EpochRecord], config: dict[str, An
     comm = sum(r.comm_wait_s or 0.0 for r in timed)
     compute = sum(r.forward_backward_s or 0.0 for r in timed) - comm  # never None here: checked above
     optimizer = sum(r.optimizer_s or 0.0 for r in timed)
-    rest = max(sum(r.train_s for r in timed) - data - compute - comm - optimizer, 0.0)
+    train = sum(r.train_s for r in timed)
+    phases = data + compute + comm + optimizer
+    if phases > train:  # TIMED_STEPS: the synchronized steps' phases overstate the step they were scaled to
+        data, compute, comm, optimizer = (x * train / phases for x in (data, compute, comm, optimizer))
+    rest = max(train - data - compute - comm - optimizer, 0.0)
     return StepCosts(
         data_per_image_s=data / images / share,
         compute_per_image_s=compute / images / share,
@@ -149,6 +171,7 @@ def step_costs(summary: Summary, epochs: list[EpochRecord], config: dict[str, An
         train_images=int(summary["data"]["train_images"]),
         grad_bytes=summary["model"]["params"] * grad_bytes_per_param(config),
         params=summary["model"]["params"],
+        ddp_host_s=ddp_host_s(summary, on_cuda),
         bucket_cap_mb=float(config.get("dist.bucket_cap_mb", 25.0)),
         on_cuda=on_cuda,
         measured={
@@ -161,6 +184,18 @@ def step_costs(summary: Summary, epochs: list[EpochRecord], config: dict[str, An
             "comm_wait_s_per_step": comm / steps,
         },
     )
+
+
+def parameter_layers(layers: str) -> int:
+    """Layers with parameters in a summary's layer list ("Conv3x3(3->32) > ReLU > ... > Linear(256->10)")."""
+    return sum(1 for layer in layers.split(" > ") if layer.startswith(PARAMETER_LAYERS))
+
+
+def ddp_host_s(summary: Summary, on_cuda: bool) -> float:
+    """DDP_HOST for a run planned onto 2+ workers: 0 on a CPU, or for a run that ran DDP (it is in its step)."""
+    if not on_cuda or summary["run"]["world_size"] > 1:
+        return 0.0
+    return DDP_HOST_PER_LAYER_S * parameter_layers(str(summary["model"].get("layers", "")))
 
 
 def grad_bytes_per_param(config: dict[str, Any]) -> int:
@@ -203,7 +238,8 @@ def predict_one(
     compute = costs.compute_s(local_batch, per_node)
     data = costs.data_per_image_s * local_batch * costs.accumulate * costs.slowdown(per_node)
     comm, exposed = exposed_comm(costs, used, workers, local_batch, per_node)
-    step = data + compute + exposed + costs.optimizer_s * costs.slowdown(per_node) + costs.rest_s
+    ddp = costs.ddp_host_s if workers > 1 else 0.0  # DDP_HOST
+    step = data + compute + exposed + costs.optimizer_s * costs.slowdown(per_node) + costs.rest_s + ddp
     steps = math.ceil(costs.train_images / (local_batch * costs.accumulate * workers))
     rate = costs.train_images / (steps * step)
     alone = predict_alone(costs, local_batch)
