@@ -18,9 +18,9 @@ def test_a_band_is_the_least_to_the_most_measured_over_predicted():
 
 def test_the_gpu_band_is_the_published_cases_that_measure_ddp_recomputed_with_todays_model():
     """The DDP benchmark's 8 rows (ResNet-50 and -101 on 2-16 V100s) are in it; DAWNBench's two leaderboard
-    entries and the seed reports' own figures are not, each with its reason. Their predicted step is 6-9% short
-    of the stated one: the model leaves DDP's own per-step work out (0.097 -> 0.100 s on one GPU), and the band
-    says so: every GPU prediction is shown with a band wholly below it."""
+    entries and the seed reports' own figures are not, each with its reason. With DDP_HOST (the one-GPU figures
+    ran without DDP) the predicted step is within 1% short to 2.2% long of the stated one: errors on both sides
+    (before the term, all 6-9% short: a band wholly below every GPU prediction)."""
     left_out = {c.name: c.not_comparable for c in CASES if c.not_comparable}
     assert set(left_out) == {c.name for c in CASES[2:]} and all(left_out.values())
     rows = [r for c in CASES[:2] for r in predict(c)]
@@ -28,7 +28,7 @@ def test_the_gpu_band_is_the_published_cases_that_measure_ddp_recomputed_with_to
     assert gpu.cases == 8 == len(rows)
     assert gpu.lo == pytest.approx(min(r["predicted"] / r["stated"] for r in rows))
     assert gpu.hi == pytest.approx(max(r["predicted"] / r["stated"] for r in rows))
-    assert 0.90 < gpu.lo < gpu.hi < 0.95 and band.band_for(True) == gpu
+    assert 0.99 < gpu.lo < 1 < gpu.hi < 1.025 and band.band_for(True) == gpu
 
 
 def test_the_cpu_band_is_this_machines_recorded_checks():

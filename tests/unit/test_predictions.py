@@ -128,3 +128,31 @@ def test_a_measured_speedup_is_said_to_lie_inside_or_outside_the_models_band():
     biased = PairPrediction(2.0, band.from_ratios([0.9, 0.95], "test"), None)
     assert "2.00x is OUTSIDE its error band, +0% of the prediction: above it" in prediction_text(biased, 2.0, "w=1")
     assert prediction_text(PairPrediction(1.0, None, None), 1.0, "w=1").endswith("; measured 1.00x")
+
+
+def test_a_gpu_pair_at_half_the_local_batch_is_predicted_against_the_baselines_own_rate(tmp_path):
+    """The same global batch on 2 GPUs: each GPU steps half the images, which BATCH_BOUND prices at the measured
+    step (a GPU below its knee costs about the same at any batch). The predicted speedup is over the baseline's
+    measured rate, not over one GPU alone at the halved batch (which would double it)."""
+    from types import SimpleNamespace
+
+    from ddplab.planner import model
+    from ddplab.planner.links import Link
+    from ddplab.report.predictions import predict_pair
+    from ddplab.runread import read_run
+
+    run = read_run(write_run(tmp_path / "one", batch=64, device="cuda"))
+    one = SimpleNamespace(finished=True, summary=run.summary, history=run.history, config=run.config)
+    free = Link("free", busbw_gbps=1e12, alpha_s=0.0, source="test")
+    section = SimpleNamespace(
+        link=free,
+        rows=[{"world_size": 1, "local_batch": 64}, {"world_size": 2, "local_batch": 32}],
+        points=[SimpleNamespace(runs=[one], config=run.config), SimpleNamespace(runs=[], config=run.config)],
+    )
+    predicted = predict_pair(section, 1, 0)
+    costs = model.step_costs(run.summary, run.history, run.config)
+    two, base = model.predict_one(costs, 2, 1, 32, free), model.predict_one(costs, 1, 1, 64, free)
+    assert two.step_s == pytest.approx(base.step_s + costs.ddp_host_s)  # flat at 32, DDP's own work added
+    assert predicted.speedup == pytest.approx(two.images_per_s / base.images_per_s) and predicted.speedup < 1.0
+    assert two.speedup == pytest.approx(2 * predicted.speedup)  # over one GPU alone at 32: what it said before
+    assert predicted.band == band.gpu_band().and_(band.batch_band())

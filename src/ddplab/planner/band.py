@@ -9,6 +9,9 @@ model has been, not a confidence interval, and a measured point outside it is ne
   and says why), recomputed with today's model each time.
 - CPU predictions on one node: this machine's 2- and 4-worker runs against the model
   (`benchmarks/plan_validation.py`, recorded below with the date and the model they met).
+- GPU predictions at a local batch other than the measured one carry, besides, the band of one H100's runs
+  at local batches 32 to 1024 planned from each other (BATCH_BOUND: never above the measured rate per step,
+  so mostly far below: the model does not know where a GPU's step stops being bound by its launches).
 - CPU predictions across nodes: two hosts (network namespaces) at three link rates against one
   (`benchmarks/network.py`, two models), recorded likewise. The single-host band did not hold them:
   simple_cnn unshaped measured 17% below the prediction, past its -9%.
@@ -42,6 +45,10 @@ class Band:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def and_(self, other: Band) -> Band:
+        """A prediction that carries both kinds' errors (a GPU count and a local batch not measured)."""
+        return Band(self.lo * other.lo, self.hi * other.hi, self.cases + other.cases, f"{self.source}; {other.source}")
 
 
 def from_ratios(ratios: list[float], source: str) -> Band:
@@ -83,6 +90,56 @@ HOST_CHECKS: tuple[tuple[str, str, int, float, float], ...] = (
 )
 
 
+# `bash scripts/device_check.sh planner` on one H100 (torch 2.11.0+cu130, 2026-11-26; BENCHMARKS.md, "The planner's
+# GPU side"), the model with TIMED_STEPS and BATCH_BOUND: (model, measured local batch, predicted local batch,
+# predicted, measured) training images/s of one process, synthetic 32 px images.
+BATCH_CHECKS: tuple[tuple[str, int, int, float, float], ...] = (
+    ("simple_cnn", 32, 128, 8314.0, 35224.0),
+    ("simple_cnn", 32, 512, 8447.0, 126002.0),
+    ("simple_cnn", 32, 1024, 8469.0, 226507.0),
+    ("simple_cnn", 128, 32, 8806.0, 7822.0),
+    ("simple_cnn", 128, 512, 37372.0, 126002.0),
+    ("simple_cnn", 128, 1024, 37756.0, 226507.0),
+    ("simple_cnn", 512, 32, 7875.0, 7822.0),
+    ("simple_cnn", 512, 128, 31501.0, 35224.0),
+    ("simple_cnn", 512, 1024, 130523.0, 226507.0),
+    ("simple_cnn", 1024, 32, 7078.0, 7822.0),
+    ("simple_cnn", 1024, 128, 28313.0, 35224.0),
+    ("simple_cnn", 1024, 512, 113253.0, 126002.0),
+    ("vgg_small", 32, 128, 8954.0, 31088.0),
+    ("vgg_small", 32, 512, 9092.0, 61984.0),
+    ("vgg_small", 32, 1024, 9116.0, 70082.0),
+    ("vgg_small", 128, 32, 7772.0, 8442.0),
+    ("vgg_small", 128, 512, 32859.0, 61984.0),
+    ("vgg_small", 128, 1024, 33174.0, 70082.0),
+    ("vgg_small", 512, 32, 3874.0, 8442.0),
+    ("vgg_small", 512, 128, 15496.0, 31088.0),
+    ("vgg_small", 512, 1024, 63429.0, 70082.0),
+    ("vgg_small", 1024, 32, 2190.0, 8442.0),
+    ("vgg_small", 1024, 128, 8760.0, 31088.0),
+    ("vgg_small", 1024, 512, 35041.0, 61984.0),
+    ("resnet18", 32, 128, 3436.0, 12846.0),
+    ("resnet18", 32, 512, 3478.0, 18837.0),
+    ("resnet18", 32, 1024, 3485.0, 19774.0),
+    ("resnet18", 128, 32, 3211.0, 3278.0),
+    ("resnet18", 128, 512, 13430.0, 18837.0),
+    ("resnet18", 128, 1024, 13533.0, 19774.0),
+    ("resnet18", 512, 32, 1177.0, 3278.0),
+    ("resnet18", 512, 128, 4709.0, 12846.0),
+    ("resnet18", 512, 1024, 19103.0, 19774.0),
+    ("resnet18", 1024, 32, 618.0, 3278.0),
+    ("resnet18", 1024, 128, 2472.0, 12846.0),
+    ("resnet18", 1024, 512, 9887.0, 18837.0),
+)
+
+
+def batch_band() -> Band:
+    return from_ratios(
+        [measured / predicted for *_, predicted, measured in BATCH_CHECKS],
+        "one H100's runs at local batches 32-1024 planned from each other, device_check.sh planner, 2026-11-26",
+    )
+
+
 def hosts_band() -> Band:
     return from_ratios(
         [measured / predicted for *_, predicted, measured in HOST_CHECKS],
@@ -105,9 +162,9 @@ def gpu_band() -> Band:
     return from_ratios(ratios, "published GPU clusters, planner/published.py")
 
 
-def band_for(on_cuda: bool, nodes: int = 1) -> Band:
-    """The band of a prediction of this kind: GPU (the published cases, one node and many), CPU on one node,
-    CPU across nodes."""
+def band_for(on_cuda: bool, nodes: int = 1, other_batch: bool = False) -> Band:
+    """The band of a prediction of this kind: GPU (the published cases, one node and many; times the batch checks'
+    band at a local batch other than the measured one), CPU on one node, CPU across nodes."""
     if on_cuda:
-        return gpu_band()
+        return gpu_band().and_(batch_band()) if other_batch else gpu_band()
     return hosts_band() if nodes > 1 else cpu_band()

@@ -12,7 +12,7 @@ from pathlib import Path
 from ddplab import files
 from ddplab.errors import ConfigError
 from ddplab.planner import links
-from ddplab.planner.band import band_for
+from ddplab.planner.band import band_for, batch_band
 from ddplab.topology import resolve_backend
 
 
@@ -44,10 +44,17 @@ def predict_run(
     result["band"] = band.to_json()
     if across != band:
         result["band_across_nodes"] = across.to_json()
-    for r in result["rows"]:  # the band records errors of multi-worker predictions: a 1-worker row has none
-        r["images_per_s_band"] = (
-            list((across if r["nodes"] > 1 else band).around(r["images_per_s"])) if r["workers"] > 1 else None
-        )
+    other_batch = batch_band() if costs.on_cuda else None  # BATCH_BOUND's checks, for the rows at another batch
+    if other_batch and any(r["local_batch"] != costs.measured_batch for r in result["rows"]):
+        result["band_at_another_batch"] = other_batch.to_json()
+    for r in result["rows"]:
+        kind = across if r["nodes"] > 1 else band  # of multi-worker predictions: a 1-worker row has none
+        if other_batch and r["local_batch"] != costs.measured_batch:
+            r["images_per_s_band"] = list(
+                (kind.and_(other_batch) if r["workers"] > 1 else other_batch).around(r["images_per_s"])
+            )
+        else:
+            r["images_per_s_band"] = list(kind.around(r["images_per_s"])) if r["workers"] > 1 else None
     m = costs.measured
     print(
         f"plan for {run_dir}: measured {m['world_size']} worker(s) at local batch {m['local_batch']} on "
@@ -69,6 +76,11 @@ def predict_run(
     print(f"  band: {band.text()}; planner/band.py")
     if across != band:
         print(f"  band across nodes: {across.text()}")
+    if "band_at_another_batch" in result:
+        print(
+            f"  at a local batch other than {costs.measured_batch} (a GPU's step, BATCH_BOUND), besides: "
+            f"{other_batch.text() if other_batch else ''}"
+        )
     for p in result["pays_from"]:
         said = ", ".join(
             f"{pct}% efficiency from local batch {p[f'batch_for_{pct}pct']}"
@@ -95,6 +107,7 @@ def predict_run(
 
 def show_published() -> int:
     """Each published case, its stated time against the model's prediction from the hardware it states."""
+    from ddplab.planner.model import DDP_HOST_PER_LAYER_S
     from ddplab.planner.published import CASES, predict
 
     print("published scaling figures, predicted from the hardware they state (BENCHMARKS.md)")
@@ -103,6 +116,12 @@ def show_published() -> int:
             f"{case.name}: {case.source}"
             + (f"; {case.note}" if case.note else "")
             + (f" [not in the error band: {case.not_comparable}]" if case.not_comparable else "")
+            + (
+                f"; DDP's own work a step (DDP_HOST, {case.layers} layers with parameters): "
+                f"{case.layers * DDP_HOST_PER_LAYER_S * 1e3:,.2f} ms"
+                if case.layers
+                else ""
+            )
         )
         for r in predict(case):
             print(

@@ -15,6 +15,14 @@ Assumptions, each with the name it goes by in the code:
   PER_IMAGE    data and compute per image are the same at any local batch: the device is as
                busy at b as at the measured batch (at small b a GPU is less busy, so the
                prediction is optimistic there); optimizer and rest are per step.
+  BATCH_BOUND  on CUDA a step at a smaller local batch than the measured one takes the measured step's data and
+               compute time; at a larger one, PER_IMAGE. A step never gets shorter for fewer images, and an image
+               never costs more in a larger batch, so both bound the step from above: a prediction at another
+               local batch is not optimistic. One H100 shows why (BENCHMARKS.md, "The planner's GPU side"): below
+               a model's knee (batch 128-256) the host's launches bound a step, which then costs about the same at
+               any batch, and PER_IMAGE alone was up to 9x optimistic there. The price: where the device bounds the
+               measured step, a much smaller batch is predicted too slow (1024 -> 32: up to -81%). On a CPU
+               (`benchmarks/plan_validation.py`) PER_IMAGE holds.
   SHARED_CORES on a CPU the processes of one node share its cores: each computes at 1/P of the
                rate one process has alone (the measured run's own per-node processes are
                divided out first). On CUDA every worker has its own GPU.
@@ -44,6 +52,8 @@ Assumptions, each with the name it goes by in the code:
                median taken), 18-50% of those steps; where the device bounds it, the work hides behind the
                device's (0.06-0.6 ms showed at batch 1024). Counted in full, so a prediction is not optimistic
                for it, and at most DDP_HOST / step pessimistic. A measured DDP run has it in its step already.
+               With it, PyTorch's published DDP benchmark (planned from its figures without DDP) came out
+               within -0.6% to +2.2% on 2-16 V100s, errors on both sides (planner/published.py).
                On a CPU it was not measurable above the noise (batch 128: DDP 6-16% faster, the wrong sign), so
                no term there.
   GRAD_BYTES   4 bytes a parameter (fp32 gradients), 2 with an fp16 or bf16 comm hook; with
@@ -95,6 +105,7 @@ class StepCosts:
     measured: dict[str, Any]  # what it was derived from, for plan.json
     params: float = 0.0  # the model's parameters (0: unknown; `for_config` then keeps grad_bytes)
     ddp_host_s: float = 0.0  # DDP_HOST: what DDP adds to a step of this run on 2+ workers (0: in its step already)
+    measured_batch: int = 0  # BATCH_BOUND: the local batch the step was measured at (0: PER_IMAGE alone)
 
     def for_config(self, config: dict[str, Any]) -> StepCosts:
         """These costs for a target run whose flattened config may all-reduce differently (GRAD_BYTES: its comm
@@ -112,8 +123,15 @@ class StepCosts:
     def slowdown(self, per_node: int) -> int:
         return 1 if self.on_cuda else per_node  # SHARED_CORES
 
+    def images_paid(self, local_batch: int) -> int:
+        """The images a micro-batch of `local_batch` costs as (BATCH_BOUND on CUDA: never fewer than measured)."""
+        return max(local_batch, self.measured_batch) if self.on_cuda else local_batch
+
     def compute_s(self, local_batch: int, per_node: int) -> float:
-        return self.compute_per_image_s * local_batch * self.accumulate * self.slowdown(per_node)
+        return self.compute_per_image_s * self.images_paid(local_batch) * self.accumulate * self.slowdown(per_node)
+
+    def data_s(self, local_batch: int, per_node: int) -> float:
+        return self.data_per_image_s * self.images_paid(local_batch) * self.accumulate * self.slowdown(per_node)
 
 
 @dataclass(frozen=True)
@@ -172,6 +190,7 @@ def step_costs(summary: Summary, epochs: list[EpochRecord], config: dict[str, An
         grad_bytes=summary["model"]["params"] * grad_bytes_per_param(config),
         params=summary["model"]["params"],
         ddp_host_s=ddp_host_s(summary, on_cuda),
+        measured_batch=int(batch["local"]),
         bucket_cap_mb=float(config.get("dist.bucket_cap_mb", 25.0)),
         on_cuda=on_cuda,
         measured={
@@ -236,7 +255,7 @@ def predict_one(
     workers = per_node * nodes
     used = (inter_node if nodes > 1 and inter_node is not None else link).for_ranks(workers)  # LINK
     compute = costs.compute_s(local_batch, per_node)
-    data = costs.data_per_image_s * local_batch * costs.accumulate * costs.slowdown(per_node)
+    data = costs.data_s(local_batch, per_node)
     comm, exposed = exposed_comm(costs, used, workers, local_batch, per_node)
     ddp = costs.ddp_host_s if workers > 1 else 0.0  # DDP_HOST
     step = data + compute + exposed + costs.optimizer_s * costs.slowdown(per_node) + costs.rest_s + ddp
@@ -263,11 +282,7 @@ def predict_one(
 
 def predict_alone(costs: StepCosts, local_batch: int) -> float:
     """One worker's training images per second at `local_batch` (no all-reduce)."""
-    step = (
-        (costs.data_per_image_s + costs.compute_per_image_s) * local_batch * costs.accumulate
-        + costs.optimizer_s
-        + costs.rest_s
-    )
+    step = costs.data_s(local_batch, 1) + costs.compute_s(local_batch, 1) + costs.optimizer_s + costs.rest_s
     return costs.train_images / (math.ceil(costs.train_images / (local_batch * costs.accumulate)) * step)
 
 

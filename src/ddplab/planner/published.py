@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from ddplab.planner.links import GB, Link
-from ddplab.planner.model import StepCosts, predict_one
+from ddplab.planner.model import DDP_HOST_PER_LAYER_S, StepCosts, predict_one
 
 # V100 SXM2: NVLink 2, 300 GB/s per GPU both directions (NVIDIA V100 datasheet); alpha assumed.
 NVLINK2 = Link(
@@ -50,6 +50,7 @@ class Case:
     keep: str = "local"  # what the runs on more GPUs keep: each GPU's batch ("local") or the global one ("global")
     note: str = ""
     not_comparable: str = ""  # why the case does not measure DDP's scaling (planner/band.py leaves it out)
+    layers: int = 0  # layers with parameters, counted from the architecture (DDP_HOST); 0: not known
 
 
 PCIE4_ASSUMED = Link("pcie4", 31.5, 10e-6, "PCIe 4.0 x16 (assumed: the report does not say how its GPUs connect)")
@@ -69,6 +70,10 @@ REPORT_D_PARAMS = (
     + 10
 )
 # Seed report A's SimpleCNN at 128 px: convolutions 3-32-64-128 (3x3), three 2x2 pools, Linear 128x16x16-256-10.
+# Layers with parameters (DDP_HOST): ResNet-50 has 53 convolutions (1 + 16 bottlenecks x 3 + 4 downsampling), a
+# BatchNorm after each and one Linear; ResNet-101 1 + 33 x 3 + 4 = 104 convolutions, 104 BatchNorms, one Linear.
+RESNET50_LAYERS = 53 + 53 + 1
+RESNET101_LAYERS = 104 + 104 + 1
 REPORT_A_PARAMS = (3 * 32 + 32 * 64 + 64 * 128) * 9 + 32 + 64 + 128 + 128 * 16 * 16 * 256 + 256 + 256 * 10 + 10
 SEEDS = "a course report ddplab started from (its own figures): "
 SEED_FLAWS = (
@@ -87,6 +92,7 @@ CASES = (
         rows=((2, 1, 0.103), (4, 1, 0.103), (8, 1, 0.104), (8, 2, 0.104)),
         intra=NVLINK2,
         inter=EDR_X4,
+        layers=RESNET50_LAYERS,
     ),
     Case(
         "PyTorch DDP benchmark, ResNet-101",
@@ -98,6 +104,7 @@ CASES = (
         rows=((2, 1, 0.176), (4, 1, 0.176), (8, 1, 0.179), (8, 2, 0.179)),
         intra=NVLINK2,
         inter=EDR_X4,
+        layers=RESNET101_LAYERS,
     ),
     Case(
         "DAWNBench CIFAR-10, 1 vs 4 V100",
@@ -192,6 +199,7 @@ def predict(case: Case) -> list[dict]:
             bucket_cap_mb=25.0,
             on_cuda=True,
             measured={},
+            ddp_host_s=case.layers * DDP_HOST_PER_LAYER_S,  # the one-GPU figures ran without DDP
         )
         p = predict_one(costs, per_node, nodes, local, case.intra, case.inter)
         steps = math.ceil(images / (local * workers)) * case.epochs if run else 1

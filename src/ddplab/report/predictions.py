@@ -75,10 +75,16 @@ def predict_pair(section: Any, i: int, j: int) -> PairPrediction | None:
     where = shape(row)
     if section.link is None or costs is None or where is None:
         return None
+    base_shape, base = shape(section.rows[j]), section.rows[j]
+    if base_shape is None:
+        return None
     p = model.predict_one(costs.for_config(section.points[i].config), *where, row["local_batch"], section.link)
+    # the baseline as the model has it (its own measured run: predicted back as it ran), at its own local batch
+    speedup = p.images_per_s / model.predict_one(costs, *base_shape, base["local_batch"], section.link).images_per_s
     if p.workers <= 1:
-        return PairPrediction(p.speedup, None, None)
-    return PairPrediction(p.speedup, band_for(costs.on_cuda, where[1]), 1000 * p.comm_s)
+        return PairPrediction(speedup, None, None)
+    other_batch = row["local_batch"] != costs.measured_batch
+    return PairPrediction(speedup, band_for(costs.on_cuda, where[1], other_batch), 1000 * p.comm_s)
 
 
 def model_curves(section: Any) -> Curves | None:
