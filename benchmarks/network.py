@@ -155,7 +155,7 @@ def measure_run(run_dir: Path) -> dict:
 def predict_two_hosts(one_host_run: Path, local_batch: int, link) -> float:
     """The planner's training images/s for 2 hosts x 1 process at `local_batch`, from a one-host run."""
     run = read_run(one_host_run)
-    costs = model.step_costs(run.summary, run.history, run.config)
+    costs = model.step_costs(run.summary, run.history, run.config, run.steps)
     return model.predict_one(costs, 1, 2, local_batch, link, link).images_per_s
 
 

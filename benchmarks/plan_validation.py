@@ -116,7 +116,7 @@ def main() -> int:
             for batch in batches:
                 one = train(root / f"{case}-{batch}-1", case, batch, 1)
                 run = read_run(one)
-                costs = model.step_costs(run.summary, run.history, run.config)
+                costs = model.step_costs(run.summary, run.history, run.config, run.steps)
                 for n in workers:
                     measured = throughput(train(root / f"{case}-{batch}-{n}", case, batch, n))
                     predicted = model.predict_one(costs, n, 1, batch, link).images_per_s

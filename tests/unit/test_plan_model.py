@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import statistics
 from dataclasses import replace
 
 import pytest
@@ -301,3 +302,27 @@ def test_on_a_gpu_a_smaller_local_batch_costs_the_measured_step_and_a_larger_one
     cpu = costs_of(write_run(tmp_path / "cpu", batch=50))
     per_image = cpu.data_per_image_s + cpu.compute_per_image_s
     assert model.predict_alone(cpu, 10) == pytest.approx(1000 / (100 * (10 * per_image + cpu.optimizer_s)))
+
+
+def test_n_workers_wait_for_the_slowest_by_the_spread_of_the_measured_step(tmp_path):
+    """STRAGGLER: the run's clock between refreshes (windows of 4 steps) gives the step's spread; N workers add
+    E[the most of N standard normals] x cv x their step before the all-reduce."""
+    assert model.slowest_of(1) == 0.0
+    assert [round(model.slowest_of(n), 4) for n in (2, 3, 4, 8)] == [0.5642, 0.8463, 1.0294, 1.4236]
+    # epoch 2's windows of 4 steps: 0.4 s and 0.6 s alternating, a step 0.1 or 0.15 s (epoch 1 is not timed)
+    clock, t = [], 0.0
+    for epoch in (1, 2):
+        for i in range(8):
+            t += 0.4 if i % 2 else 0.6
+            clock.append({"epoch": epoch, "step": 4 * (i + 1) + 32 * (epoch - 1), "t_s": t})
+    windows = [0.1, 0.15] * 3 + [0.1]  # per step, of the 7 windows within epoch 2
+    cv = statistics.stdev(windows) * 2 / statistics.fmean(windows)  # sqrt(4 steps a window)
+    assert model.step_spread(clock, 2) == pytest.approx(cv) and model.step_spread(clock[:12], 2) == 0.0  # 3 windows
+    run = read_run(write_run(tmp_path / "r", batch=50))
+    costs = model.step_costs(run.summary, run.history, run.config, clock)
+    assert costs.step_cv == pytest.approx(cv)
+    two = model.predict_one(costs, 1, 2, 50, FREE)  # a node each: no core shared
+    assert two.step_s == pytest.approx(model.predict_one(costs, 1, 1, 50, FREE).step_s * (1 + 0.5642 * cv), rel=1e-4)
+    # On CUDA each refresh window ends in a device sync: no term until 2+ GPUs check it.
+    gpu = read_run(write_run(tmp_path / "g", batch=50, device="cuda"))
+    assert model.step_costs(gpu.summary, gpu.history, gpu.config, clock).step_cv == 0.0

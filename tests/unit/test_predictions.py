@@ -142,7 +142,7 @@ def test_a_gpu_pair_at_half_the_local_batch_is_predicted_against_the_baselines_o
     from ddplab.runread import read_run
 
     run = read_run(write_run(tmp_path / "one", batch=64, device="cuda"))
-    one = SimpleNamespace(finished=True, summary=run.summary, history=run.history, config=run.config)
+    one = SimpleNamespace(finished=True, summary=run.summary, history=run.history, config=run.config, steps=[])
     free = Link("free", busbw_gbps=1e12, alpha_s=0.0, source="test")
     section = SimpleNamespace(
         link=free,

@@ -10,6 +10,7 @@ written are version 1, the same fields, and read as such. Torch-free.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -212,6 +213,25 @@ def timed_epochs(history: list[EpochRecord]) -> list[EpochRecord]:
     """The epochs whose clocks count (the report's, the scaling model's): all but the first, which warms
     caches, unless there is one."""
     return history[1:] or history
+
+
+def refresh_windows(steps: list[dict[str, Any]], epochs: int) -> list[tuple[float, int]]:
+    """(seconds, optimizer steps) between consecutive progress refreshes of one epoch (steps.jsonl), over the
+    epochs that are timed (timed_epochs: all but the first of a run of several): the report's timing noise and
+    the scaling model's step spread read a run's clock here."""
+    by_epoch: dict[Any, list[dict[str, Any]]] = {}
+    for r in steps:
+        if isinstance(r.get("t_s"), (int, float)) and isinstance(r.get("step"), (int, float)):
+            by_epoch.setdefault(r.get("epoch"), []).append(r)
+    windows = []
+    for epoch, records in by_epoch.items():
+        if epochs > 1 and epoch == 1:
+            continue
+        for a, b in itertools.pairwise(records):
+            dt, ds = b["t_s"] - a["t_s"], b["step"] - a["step"]
+            if dt > 0 and ds > 0:
+                windows.append((dt, int(ds)))
+    return windows
 
 
 def training_rate(history: list[EpochRecord]) -> float | None:

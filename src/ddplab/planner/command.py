@@ -35,7 +35,7 @@ def predict_run(
     assert run.summary is not None  # a finished run's
     out = out or Path("plan.json")
     files.ready_to_write(out)
-    costs = model.step_costs(run.summary, run.history, run.config)
+    costs = model.step_costs(run.summary, run.history, run.config, run.steps)
     within = measured_or_published(link or ("nvlink" if costs.on_cuda else "measured"), links_file)
     between = measured_or_published(inter_link, links_file) if max(nodes) > 1 else None
     per_node = gpus or ([1, 2, 4, 8] if costs.on_cuda else [1, 2])

@@ -56,6 +56,16 @@ Assumptions, each with the name it goes by in the code:
                within -0.6% to +2.2% on 2-16 V100s, errors on both sides (planner/published.py).
                On a CPU it was not measurable above the noise (batch 128: DDP 6-16% faster, the wrong sign), so
                no term there.
+  STRAGGLER    N workers step together, so each step waits for the slowest of them: it costs the most of N step
+               times, not their mean. The measured run's own clock gives its step's spread (steps.jsonl: the time
+               between progress refreshes over the timed epochs; a window of k steps has sqrt(k) times less
+               spread than one step, the steps taken as independent): its coefficient of variation cv. The
+               target's step grows by E[the most of N standard normals] x cv x its step before the all-reduce
+               (0.56 at N=2, 1.03 at 4, 1.42 at 8). On this VM's two-host runs cv was 6-9%: +3-5% a step at
+               N=2 (benchmarks/network.py's one-host runs, 2026-11-26). A run with fewer than MIN_WINDOWS
+               windows has no cv: no term. CPU only for now: on CUDA each window ends in a device sync, and
+               one H100's runs gave cv 0.01-0.44, the most where the host bounds the step (batch 32), which
+               would add up to 63% to a step of 8 GPUs unchecked; no lent machine has 2 GPUs to check it.
   GRAD_BYTES   4 bytes a parameter (fp32 gradients), 2 with an fp16 or bf16 comm hook; with
                accumulation, one all-reduce per optimizer step, which only the last
                micro-batch's backward can hide (the others run under no_sync).
@@ -72,7 +82,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ddplab.errors import DataError
-from ddplab.metrics.records import EpochRecord, optimizer_steps, timed_epochs
+from ddplab.metrics.records import EpochRecord, optimizer_steps, refresh_windows, timed_epochs
 from ddplab.planner.links import Link, MeasuredLinks
 from ddplab.topology import devices_brought
 
@@ -84,6 +94,7 @@ FIRST_BUCKET_MIB = 1.0  # DDP's first bucket (torch.distributed's default first_
 MIB = 2**20
 AnyLink = Link | MeasuredLinks  # a published link, or this machine's measured per number of ranks
 EFFICIENCY_BARS = (0.5, 0.8)
+MIN_WINDOWS = 5  # STRAGGLER: fewer refresh windows than this give no spread
 DDP_HOST_PER_LAYER_S = 75e-6  # DDP_HOST: the median of 6 host-bound steps (73-102 us a layer), one H100
 # the layers that hold parameters, as models.registry.describe_layers names them
 PARAMETER_LAYERS = ("Conv", "Linear", "BatchNorm", "GroupNorm", "LayerNorm", "FusedConv")
@@ -106,6 +117,7 @@ class StepCosts:
     params: float = 0.0  # the model's parameters (0: unknown; `for_config` then keeps grad_bytes)
     ddp_host_s: float = 0.0  # DDP_HOST: what DDP adds to a step of this run on 2+ workers (0: in its step already)
     measured_batch: int = 0  # BATCH_BOUND: the local batch the step was measured at (0: PER_IMAGE alone)
+    step_cv: float = 0.0  # STRAGGLER: the measured step's coefficient of variation (0: not known)
 
     def for_config(self, config: dict[str, Any]) -> StepCosts:
         """These costs for a target run whose flattened config may all-reduce differently (GRAD_BYTES: its comm
@@ -155,8 +167,11 @@ class Prediction:
         return self.per_node * self.nodes
 
 
-def step_costs(summary: Summary, epochs: list[EpochRecord], config: dict[str, Any]) -> StepCosts:
-    """A run's measured step, from its summary.json, metrics.jsonl and config.toml (flattened)."""
+def step_costs(
+    summary: Summary, epochs: list[EpochRecord], config: dict[str, Any], clock: list[dict[str, Any]] | None = None
+) -> StepCosts:
+    """A run's measured step, from its summary.json, metrics.jsonl, config.toml (flattened) and steps.jsonl (its
+    clock between progress refreshes: the step's spread; none given, no STRAGGLER term)."""
     run, batch = summary["run"], summary["batch"]
     if run["strategy"] == "dp":
         raise DataError("a DataParallel run's step mixes its GPUs' work: plan from a single-process or DDP run")
@@ -191,6 +206,7 @@ def step_costs(summary: Summary, epochs: list[EpochRecord], config: dict[str, An
         params=summary["model"]["params"],
         ddp_host_s=ddp_host_s(summary, on_cuda),
         measured_batch=int(batch["local"]),
+        step_cv=0.0 if on_cuda else step_spread(clock or [], len(epochs)),
         bucket_cap_mb=float(config.get("dist.bucket_cap_mb", 25.0)),
         on_cuda=on_cuda,
         measured={
@@ -203,6 +219,31 @@ def step_costs(summary: Summary, epochs: list[EpochRecord], config: dict[str, An
             "comm_wait_s_per_step": comm / steps,
         },
     )
+
+
+def step_spread(steps: list[dict[str, Any]], epochs: int) -> float:
+    """STRAGGLER: a step's coefficient of variation from the refresh windows of a run's clock (0: too few)."""
+    windows = refresh_windows(steps, epochs)
+    if len(windows) < MIN_WINDOWS:
+        return 0.0
+    per_step = [dt / ds for dt, ds in windows]
+    mean = statistics.fmean(per_step)
+    k = statistics.fmean(ds for _, ds in windows)
+    return statistics.stdev(per_step) * math.sqrt(k) / mean if mean > 0 else 0.0
+
+
+def slowest_of(n: int) -> float:
+    """E[the most of n independent standard normals] (STRAGGLER): 0 for one, 0.564 for two, 1.029 for four."""
+    if n <= 1:
+        return 0.0
+    # the integral of x n phi(x) Phi(x)^(n-1) over [-8, 8], by the midpoint rule: exact to 4 digits
+    h, total = 0.004, 0.0
+    for i in range(4000):
+        x = -8.0 + (i + 0.5) * h
+        total += (
+            x * n * math.exp(-x * x / 2) / math.sqrt(2 * math.pi) * (0.5 * (1 + math.erf(x / math.sqrt(2)))) ** (n - 1)
+        )
+    return total * h
 
 
 def parameter_layers(layers: str) -> int:
@@ -258,7 +299,8 @@ def predict_one(
     data = costs.data_s(local_batch, per_node)
     comm, exposed = exposed_comm(costs, used, workers, local_batch, per_node)
     ddp = costs.ddp_host_s if workers > 1 else 0.0  # DDP_HOST
-    step = data + compute + exposed + costs.optimizer_s * costs.slowdown(per_node) + costs.rest_s + ddp
+    own = data + compute + costs.optimizer_s * costs.slowdown(per_node) + costs.rest_s + ddp
+    step = own + exposed + slowest_of(workers) * costs.step_cv * own  # STRAGGLER
     steps = math.ceil(costs.train_images / (local_batch * costs.accumulate * workers))
     rate = costs.train_images / (steps * step)
     alone = predict_alone(costs, local_batch)

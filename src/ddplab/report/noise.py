@@ -23,13 +23,12 @@ Pure functions over the report's rows and runs; no torch.
 
 from __future__ import annotations
 
-import itertools
 import math
 import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ddplab.metrics.records import EpochRecord, timed_epochs, worst_reading
+from ddplab.metrics.records import EpochRecord, refresh_windows, timed_epochs, worst_reading
 
 if TYPE_CHECKING:
     from ddplab.report.figures import Row
@@ -108,18 +107,7 @@ def combine_loads(loads: list[Load]) -> Load:
 def window_rates(steps: list[dict[str, Any]], images_per_step: int, epochs: int) -> list[float]:
     """Training images per second between consecutive progress refreshes of one epoch (steps.jsonl),
     over the epochs the report times; a one-epoch run's first windows are left out as warm-up."""
-    by_epoch: dict[Any, list[dict[str, Any]]] = {}
-    for r in steps:
-        if isinstance(r.get("t_s"), (int, float)) and isinstance(r.get("step"), (int, float)):
-            by_epoch.setdefault(r.get("epoch"), []).append(r)
-    rates = []
-    for epoch, records in by_epoch.items():
-        if epochs > 1 and epoch == 1:
-            continue
-        for a, b in itertools.pairwise(records):
-            dt, ds = b["t_s"] - a["t_s"], b["step"] - a["step"]
-            if dt > 0 and ds > 0:
-                rates.append(ds * images_per_step / dt)
+    rates = [ds * images_per_step / dt for dt, ds in refresh_windows(steps, epochs)]
     if epochs <= 1:
         rates = rates[int(len(rates) * WARMUP_FRACTION) :]
     return rates

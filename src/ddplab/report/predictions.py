@@ -49,7 +49,7 @@ def plan_costs(point: Point) -> model.StepCosts | None:
     summary = runs[0].summary
     assert summary is not None  # a finished run's
     try:
-        return model.step_costs(summary, runs[0].history, runs[0].config)
+        return model.step_costs(summary, runs[0].history, runs[0].config, runs[0].steps)
     except (DataError, KeyError, TypeError, ValueError, ZeroDivisionError):
         return None
 
