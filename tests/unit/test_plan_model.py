@@ -154,6 +154,9 @@ def test_where_ddp_starts_paying(tmp_path):
         assert model.predict_one(costs, 2, 1, batch, slow).efficiency >= bar
         assert model.predict_one(costs, 2, 1, batch // 2, slow).efficiency < bar  # the smallest of the powers of 2
     assert len(result["rows"]) == 4 and json.loads(json.dumps(result))["link"]["name"] == "slow"
+    # Measured at 50, a GPU's step is not known below it (BATCH_BOUND): the search starts there.
+    measured = model.predict_grid(replace(costs, measured_batch=50), [1, 2], [1], [8, 64], slow)["pays_from"][0]
+    assert (measured["batch_for_50pct"], measured["batch_for_80pct"]) == (50, 50)  # 0.45 s against 90 ms: 83%
 
 
 def test_what_cannot_be_planned_from_is_one_line(tmp_path):
@@ -177,6 +180,7 @@ def test_plan_command_prints_the_table_and_writes_plan_json(tmp_path, capsys):
     assert "link nvlink (450 GB/s, 26 us, published)" in out and "    4 x 1       50" in out
     saved = json.loads((tmp_path / "plan.json").read_text())
     assert len(saved["rows"]) == 6 and saved["run"] == str(run)
+    assert "80% efficiency from local batch 50 or less (a GPU's step below the measured batch is not known)" in out
     # A CUDA run's rows carry the published GPU cases' band; a 1-worker row is the measured recipe: none. At a
     # local batch not measured (16), the band of the batch checks besides (BATCH_BOUND), a 1-worker row's alone.
     gpu, batch = band.gpu_band(), band.batch_band()

@@ -82,8 +82,10 @@ def predict_run(
             f"{other_batch.text() if other_batch else ''}"
         )
     for p in result["pays_from"]:
+        below = " or less (a GPU's step below the measured batch is not known)"
         said = ", ".join(
             f"{pct}% efficiency from local batch {p[f'batch_for_{pct}pct']}"
+            + (below if costs.on_cuda and p[f"batch_for_{pct}pct"] == costs.measured_batch else "")
             if p[f"batch_for_{pct}pct"]
             else f"never {pct}% efficient up to local batch 8192"
             for pct in (50, 80)

@@ -353,7 +353,9 @@ def predict_grid(
 ) -> dict[str, Any]:
     """Every (workers per node, nodes, local batch) predicted, and where DDP starts paying."""
     rows = [predict_one(costs, p, m, b, link, inter_node) for m in nodes for p in per_node for b in batches]
-    search = sorted({*batches, *(2**k for k in range(0, 14))})
+    # BATCH_BOUND: below a GPU's measured batch the model cannot tell a step's time, so it searches from there up
+    floor = costs.measured_batch if costs.on_cuda else 1
+    search = sorted(b for b in {*batches, floor, *(2**k for k in range(0, 14))} if b >= floor)
     pays = [
         {
             "per_node": p,
