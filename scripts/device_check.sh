@@ -8,7 +8,8 @@
 #                                           reduce-overhead under DDP, a --parallel 2 sweep on one GPU
 #   bash scripts/device_check.sh planner      the scaling planner's GPU side (issue 30): what DDP adds to a step
 #                                           (benchmarks/ddp_step.py), and ddplab runs at local batches 32 to
-#                                           1024 whose folders come back to be planned from each other
+#                                           1024 whose folders come back to be planned from each other (their
+#                                           first epoch profiled: the GPU's busy share; SKIP_BENCH=1: runs only)
 #   bash scripts/device_check.sh --cpu [PART] the same steps on a CPU at toy sizes: a rehearsal, no device minute lost
 # Every step's limit is cut to what is left of the call ($DEADLINE s from the start, default 570), so a slow
 # step costs the steps after it, never the results before it.
@@ -269,15 +270,18 @@ planner() {
     models=(simple_cnn)
     data=(--dataset synthetic --data.synthetic_size 512 --data.image_size 16 --model.width 0.5 --epochs 2)
   fi
-  say "what DDP adds to a step, and a step's time against its batch"
-  TAIL=40 step ddp-step 200 $PY benchmarks/ddp_step.py "${DEV[@]}" "${bench[@]}" --out "$W/bench_ddp_step.json"
-  reap
+  if [ "${SKIP_BENCH:-0}" != 1 ]; then
+    say "what DDP adds to a step, and a step's time against its batch"
+    TAIL=40 step ddp-step 200 $PY benchmarks/ddp_step.py "${DEV[@]}" "${bench[@]}" --out "$W/bench_ddp_step.json"
+    reap
+  fi
   say "ddplab runs to plan from each other (the time breakdown the planner reads)"
   local m b
   for m in "${models[@]}"; do
     for b in "${batches[@]}"; do
       TAIL=3 step "plan-$m-$b" 60 $PY -m ddplab train "${data[@]}" --model "$m" --batch-size "$b" "${DEV[@]}" \
-        --output.progress false --output.tensorboard false --output.save_best false --out "$W/plan/$m-$b"
+        --output.progress false --output.tensorboard false --output.save_best false --train.profile_steps 10 \
+        --out "$W/plan/$m-$b"
     done
   done
   reap

@@ -194,7 +194,8 @@ def test_plan_command_prints_the_table_and_writes_plan_json(tmp_path, capsys):
             kind = gpu if measured else gpu.and_(batch)
         expected = pytest.approx([r["images_per_s"] * kind.lo, r["images_per_s"] * kind.hi]) if kind else None
         assert r["images_per_s_band"] == expected, r
-    assert gpu.and_(batch).lo == pytest.approx(gpu.lo * batch.lo) and gpu.and_(batch).cases == gpu.cases + 36
+    both = gpu.and_(batch)
+    assert both.lo == pytest.approx(gpu.lo * batch.lo) and both.cases == gpu.cases + len(band.BATCH_CHECKS) == 80
     assert main(["plan", str(run), "--link", "measured", "--links-file", str(tmp_path / "none.json")]) == 2
     assert "--link measured reads" in capsys.readouterr().err
 
@@ -330,3 +331,21 @@ def test_n_workers_wait_for_the_slowest_by_the_spread_of_the_measured_step(tmp_p
     # On CUDA each refresh window ends in a device sync: no term until 2+ GPUs check it.
     gpu = read_run(write_run(tmp_path / "g", batch=50, device="cuda"))
     assert model.step_costs(gpu.summary, gpu.history, gpu.config, clock).step_cv == 0.0
+
+
+def test_a_profiled_gpu_run_grows_only_the_gpus_own_share_of_its_step_with_the_batch(tmp_path):
+    """BATCH_BOUND with a profile: a GPU busy for a quarter of the measured step (the profile's busy share of its
+    slower profiled steps) takes the same step up to 4x the batch, then grows with it; without one, PER_IMAGE."""
+    run_dir = write_run(tmp_path / "r", batch=50, device="cuda")  # a 0.45 s step: data 0.045, compute 0.36
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary["profile"] = {"steps": 10, "step_ms": 900.0, "device_busy_share": 0.125}  # 0.1125 s busy of 0.45
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    costs = costs_of(run_dir)
+    assert costs.device_share == pytest.approx(0.25) and costs.measured_batch == 50
+    per_step = costs.optimizer_s + costs.rest_s
+    for batch, paid in ((25, 50), (50, 50), (200, 50), (400, 100)):
+        assert costs.images_paid(batch) == pytest.approx(paid)
+        steps = -(-1000 // batch)
+        assert model.predict_alone(costs, batch) == pytest.approx(1000 / (steps * (0.405 * paid / 50 + per_step)))
+    assert model.device_share({"profile": None}, 0.45) == model.device_share({}, 0.45) == 1.0
+    assert model.device_share({"profile": {"step_ms": 900.0, "device_busy_share": 0.9}}, 0.45) == 1.0  # at most all

@@ -16,13 +16,15 @@ Assumptions, each with the name it goes by in the code:
                busy at b as at the measured batch (at small b a GPU is less busy, so the
                prediction is optimistic there); optimizer and rest are per step.
   BATCH_BOUND  on CUDA a step at a smaller local batch than the measured one takes the measured step's data and
-               compute time; at a larger one, PER_IMAGE. A step never gets shorter for fewer images, and an image
-               never costs more in a larger batch, so both bound the step from above: a prediction at another
-               local batch is not optimistic. One H100 shows why (BENCHMARKS.md, "The planner's GPU side"): below
-               a model's knee (batch 128-256) the host's launches bound a step, which then costs about the same at
-               any batch, and PER_IMAGE alone was up to 9x optimistic there. The price: where the device bounds the
-               measured step, a much smaller batch is predicted too slow (1024 -> 32: up to -81%). On a CPU
-               (`benchmarks/plan_validation.py`) PER_IMAGE holds.
+               compute time; at a larger one, the GPU's own share of it (its busy time, from the run's profile)
+               grows with the batch until it passes the measured time, or without a profile the whole of it
+               (PER_IMAGE). A step never gets shorter for fewer images, an image never costs the GPU more in a
+               larger batch, and the host's launches take as long at any batch, so each bounds the step from
+               above. One H100 shows why (BENCHMARKS.md, "The planner's GPU side"): below a model's knee (batch
+               128-256) the host's launches bound a step, which then costs about the same at any batch, and
+               PER_IMAGE alone was up to 9x optimistic there. The price: where the device bounds the measured
+               step, a much smaller batch is predicted too slow (1024 -> 32: up to -81%); with a profile a larger
+               batch came within -8% to +10% (without: up to -96%). On a CPU PER_IMAGE holds.
   SHARED_CORES on a CPU the processes of one node share its cores: each computes at 1/P of the
                rate one process has alone (the measured run's own per-node processes are
                divided out first). On CUDA every worker has its own GPU.
@@ -117,6 +119,7 @@ class StepCosts:
     params: float = 0.0  # the model's parameters (0: unknown; `for_config` then keeps grad_bytes)
     ddp_host_s: float = 0.0  # DDP_HOST: what DDP adds to a step of this run on 2+ workers (0: in its step already)
     measured_batch: int = 0  # BATCH_BOUND: the local batch the step was measured at (0: PER_IMAGE alone)
+    device_share: float = 1.0  # BATCH_BOUND: of the measured step, the GPU's busy time (a profiled run's; 1: unknown)
     step_cv: float = 0.0  # STRAGGLER: the measured step's coefficient of variation (0: not known)
 
     def for_config(self, config: dict[str, Any]) -> StepCosts:
@@ -135,9 +138,12 @@ class StepCosts:
     def slowdown(self, per_node: int) -> int:
         return 1 if self.on_cuda else per_node  # SHARED_CORES
 
-    def images_paid(self, local_batch: int) -> int:
-        """The images a micro-batch of `local_batch` costs as (BATCH_BOUND on CUDA: never fewer than measured)."""
-        return max(local_batch, self.measured_batch) if self.on_cuda else local_batch
+    def images_paid(self, local_batch: int) -> float:
+        """The images a micro-batch of `local_batch` costs as (BATCH_BOUND on CUDA: never fewer than measured, and
+        more only once the GPU's own share of the measured step, grown with the batch, passes the whole step)."""
+        if not (self.on_cuda and self.measured_batch):
+            return local_batch
+        return self.measured_batch * max(1.0, self.device_share * local_batch / self.measured_batch)
 
     def compute_s(self, local_batch: int, per_node: int) -> float:
         return self.compute_per_image_s * self.images_paid(local_batch) * self.accumulate * self.slowdown(per_node)
@@ -206,6 +212,7 @@ def step_costs(
         params=summary["model"]["params"],
         ddp_host_s=ddp_host_s(summary, on_cuda),
         measured_batch=int(batch["local"]),
+        device_share=device_share(summary, train / steps) if on_cuda else 1.0,
         step_cv=0.0 if on_cuda else step_spread(clock or [], len(epochs)),
         bucket_cap_mb=float(config.get("dist.bucket_cap_mb", 25.0)),
         on_cuda=on_cuda,
@@ -219,6 +226,16 @@ def step_costs(
             "comm_wait_s_per_step": comm / steps,
         },
     )
+
+
+def device_share(summary: Summary, step_s: float) -> float:
+    """BATCH_BOUND: the GPU's busy time over the measured step, from the run's profile (--train.profile_steps: its
+    busy share of the profiled steps' wall time, which the profiler slows); 1 (PER_IMAGE) without one."""
+    profile = summary.get("profile") or {}
+    busy, profiled_ms = profile.get("device_busy_share"), profile.get("step_ms")
+    if not isinstance(busy, (int, float)) or not isinstance(profiled_ms, (int, float)) or step_s <= 0:
+        return 1.0
+    return min(1.0, busy * profiled_ms / 1e3 / step_s)
 
 
 def step_spread(steps: list[dict[str, Any]], epochs: int) -> float:
