@@ -94,13 +94,15 @@ def main() -> int:
     parser.add_argument("--workers", default="2,4")
     parser.add_argument("--quick", action="store_true", help="the tiny case at batch 32 and 2 workers only")
     parser.add_argument("--out", type=Path, help="write the rows and links as JSON here")
+    parser.add_argument("--runs", type=Path, help="keep the run folders here (to plan again); default: a temp folder")
     args = parser.parse_args()
     cases = ["tiny"] if args.quick else args.cases.split(",")
     batches = [32] if args.quick else [int(b) for b in args.batches.split(",")]
     workers = [2] if args.quick else [int(w) for w in args.workers.split(",")]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
+        root = args.runs or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
         links = root / "links.json"  # one fit per worker count: 4 ranks on 2 cores wait on each other far longer
         subprocess.run(
             process.ddplab_command(

@@ -328,6 +328,13 @@ def test_n_workers_wait_for_the_slowest_by_the_spread_of_the_measured_step(tmp_p
     assert costs.step_cv == pytest.approx(cv)
     two = model.predict_one(costs, 1, 2, 50, FREE)  # a node each: no core shared
     assert two.step_s == pytest.approx(model.predict_one(costs, 1, 1, 50, FREE).step_s * (1 + 0.5642 * cv), rel=1e-4)
+    # Two processes of one node share its cores: one's wait is the other's core. Four on two nodes wait as two.
+    alone = dataclasses.replace(costs, step_cv=0.0)
+    assert model.predict_one(costs, 2, 1, 50, FREE).step_s == pytest.approx(
+        model.predict_one(alone, 2, 1, 50, FREE).step_s
+    )
+    own = model.predict_one(alone, 2, 2, 50, FREE).step_s
+    assert model.predict_one(costs, 2, 2, 50, FREE).step_s == pytest.approx(own * (1 + 0.5642 * cv), rel=1e-4)
     # On CUDA each refresh window ends in a device sync: no term until 2+ GPUs check it.
     gpu = read_run(write_run(tmp_path / "g", batch=50, device="cuda"))
     assert model.step_costs(gpu.summary, gpu.history, gpu.config, clock).step_cv == 0.0

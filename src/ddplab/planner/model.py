@@ -65,7 +65,10 @@ Assumptions, each with the name it goes by in the code:
                target's step grows by E[the most of N standard normals] x cv x its step before the all-reduce
                (0.56 at N=2, 1.03 at 4, 1.42 at 8). On this VM's two-host runs cv was 6-9%: +3-5% a step at
                N=2 (benchmarks/network.py's one-host runs, 2026-11-26). A run with fewer than MIN_WINDOWS
-               windows has no cv: no term. CPU only for now: on CUDA each window ends in a device sync, and
+               windows has no cv: no term. On a CPU N is the nodes: the processes of one node share its
+               cores, so one's wait in the all-reduce is another's core, not lost time (on one node of this
+               VM the term made benchmarks/plan_validation.py's checks, already pessimistic, 5-25 points more
+               so). CPU only for now: on CUDA each window ends in a device sync, and
                one H100's runs gave cv 0.01-0.44, the most where the host bounds the step (batch 32), which
                would add up to 63% to a step of 8 GPUs unchecked; no lent machine has 2 GPUs to check it.
   GRAD_BYTES   4 bytes a parameter (fp32 gradients), 2 with an fp16 or bf16 comm hook; with
@@ -317,7 +320,8 @@ def predict_one(
     comm, exposed = exposed_comm(costs, used, workers, local_batch, per_node)
     ddp = costs.ddp_host_s if workers > 1 else 0.0  # DDP_HOST
     own = data + compute + costs.optimizer_s * costs.slowdown(per_node) + costs.rest_s + ddp
-    step = own + exposed + slowest_of(workers) * costs.step_cv * own  # STRAGGLER
+    # STRAGGLER: on a CPU across nodes (a node's processes share its cores: one's wait is another's core)
+    step = own + exposed + slowest_of(workers if costs.on_cuda else nodes) * costs.step_cv * own
     steps = math.ceil(costs.train_images / (local_batch * costs.accumulate * workers))
     rate = costs.train_images / (steps * step)
     alone = predict_alone(costs, local_batch)
