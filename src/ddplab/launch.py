@@ -329,42 +329,66 @@ class CountedRendezvous:
 
 
 @contextlib.contextmanager
-def whole_spawns():
-    """A stop signal that lands while a worker is being spawned is held until that worker has its arguments.
+def held_stop_signals():
+    """SIGTERM and SIGINT that land inside the block are held, and raised again (in order, once each) when it ends.
 
-    A spawned worker reads what to run from a pipe its launcher writes right after starting it.
-    SIGTERM or SIGINT between the two (the agent's handler raises in the main thread) leaves the
-    pipe closed unwritten: the worker prints an EOFError traceback under ddplab's one line. Held
-    (in Python, not by a signal mask, which the worker would inherit), the signal is raised again
-    as soon as the spawn is whole, and the agent stops a worker that can die quietly. Only the
-    main thread can set handlers; elsewhere, and where multiprocessing's internals differ, this
-    does nothing.
-    """
-    from multiprocessing import popen_spawn_posix
-
-    original = getattr(popen_spawn_posix.Popen, "_launch", None)
-    if original is None or threading.current_thread() is not threading.main_thread():
+    Held in Python, not by a signal mask, which a worker spawned inside would inherit. Only the main thread can
+    set handlers; elsewhere this holds nothing."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def launch(self, process_obj):
-        held: list[int] = []
-        handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-        for s in handlers:
-            signal.signal(s, lambda signum, frame: held.append(signum))
-        try:
-            return original(self, process_obj)
-        finally:
-            for s, handler in handlers.items():
-                signal.signal(s, handler)
-            for s in dict.fromkeys(held):
-                os.kill(os.getpid(), s)
-
-    popen_spawn_posix.Popen._launch = launch
+    held: list[int] = []
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    for s in handlers:
+        signal.signal(s, lambda signum, frame: held.append(signum))
     try:
         yield
     finally:
-        popen_spawn_posix.Popen._launch = original
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+        for s in dict.fromkeys(held):
+            os.kill(os.getpid(), s)
+
+
+@contextlib.contextmanager
+def whole_spawns():
+    """A stop signal that lands while the workers are being spawned is held until every one has its arguments
+    and the launcher holds them all.
+
+    A spawned worker reads what to run from a pipe its launcher writes right after starting it.
+    SIGTERM or SIGINT between the two (the agent's handler raises in the main thread) leaves the
+    pipe closed unwritten: the worker printed an EOFError traceback under ddplab's one line. And
+    between two workers' spawns the agent's handler raised before it held the group: the workers
+    already started were never stopped, and one went on to print a FileNotFoundError traceback when
+    the launcher's semaphores it unpickles were gone. Held (`held_stop_signals`) over each spawn and
+    over the group's start, the signal is raised again once the agent holds every worker, which it
+    then stops: each can die quietly. Where multiprocessing's or torch's internals differ, the
+    missing part does nothing.
+    """
+    from multiprocessing import popen_spawn_posix
+
+    from torch.distributed.elastic.multiprocessing import api
+
+    patched = [
+        (owner, name, original)
+        for owner, name in ((popen_spawn_posix.Popen, "_launch"), (api.MultiprocessContext, "_start"))
+        if (original := getattr(owner, name, None)) is not None
+    ]
+
+    def holding(original):
+        def held(*args, **kwargs):
+            with held_stop_signals():
+                return original(*args, **kwargs)
+
+        return held
+
+    for owner, name, original in patched:
+        setattr(owner, name, holding(original))
+    try:
+        yield
+    finally:
+        for owner, name, original in patched:
+            setattr(owner, name, original)
 
 
 @contextlib.contextmanager

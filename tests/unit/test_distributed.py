@@ -165,3 +165,41 @@ def test_the_launcher_counts_the_rounds_its_agent_joins_and_leaves_nothing_behin
         assert handler.next_rendezvous() == "info" and os.environ[ROUND] == "0"
         assert handler.next_rendezvous() == "info" and os.environ[ROUND] == "1"
     assert not isinstance(registry.get_rendezvous_handler(None), CountedRendezvous) and os.environ[ROUND] == "7"
+
+
+def test_a_stop_signal_during_the_workers_spawn_is_raised_once_the_agent_holds_them_all():
+    """SIGTERM between two workers' spawns made the agent's handler raise before it held the group: the worker
+    already started was never stopped, and printed a FileNotFoundError traceback under ddplab's one line (seen
+    once in CI). Held over each spawn and over the group's start, it is raised once both are done."""
+    import signal
+    from multiprocessing import popen_spawn_posix
+
+    from torch.distributed.elastic.multiprocessing import api
+
+    from ddplab.launch import held_stop_signals, whole_spawns
+
+    class Stop(Exception):
+        pass
+
+    def stop(signum, frame):
+        raise Stop(signum)
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        done = []
+        with pytest.raises(Stop):
+            with held_stop_signals():
+                os.kill(os.getpid(), signal.SIGTERM)  # held: nothing raised here
+                done.append("first spawn")
+                os.kill(os.getpid(), signal.SIGTERM)  # held once, however often it came
+                done.append("second spawn")
+        assert done == ["first spawn", "second spawn"] and signal.getsignal(signal.SIGTERM) is stop
+        # What whole_spawns wraps is there in this torch, and is put back after.
+        originals = (popen_spawn_posix.Popen._launch, api.MultiprocessContext._start)
+        with whole_spawns():
+            assert api.MultiprocessContext._start is not originals[1]
+            assert popen_spawn_posix.Popen._launch is not originals[0]
+        assert (popen_spawn_posix.Popen._launch, api.MultiprocessContext._start) == originals
+        assert "self._pc = mp.start_processes(" in inspect.getsource(originals[1])  # the group is held from here
+    finally:
+        signal.signal(signal.SIGTERM, previous)
