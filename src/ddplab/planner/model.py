@@ -13,8 +13,8 @@ the nodes, as a node's processes share its cores); efficiency is speedup over id
 
 Assumptions, each with the name it goes by in the code:
   PER_IMAGE    data and compute per image are the same at any local batch: the device is as
-               busy at b as at the measured batch (at small b a GPU is less busy, so the
-               prediction is optimistic there); optimizer and rest are per step.
+               busy at b as at the measured batch (on CUDA BATCH_BOUND bounds it: at a small b a
+               GPU is less busy); optimizer and rest are per step.
   BATCH_BOUND  on CUDA a step at a smaller local batch than the measured one takes the measured step's data and
                compute time; at a larger one, the GPU's own share of it (its busy time, from the run's profile)
                grows with the batch until it passes the measured time, or without a profile the whole of it
