@@ -85,7 +85,16 @@ step() {
   tail -n "${TAIL:-8}" "$W/$name.log" | tee -a "$OUT/summary.txt"
 }
 # Stragglers of a timed-out step (supervised children run in their own sessions) must not share phase 2's GPU.
-reap() { pkill -9 -f 'ddplab (train|kernels)' 2>/dev/null; pkill -9 -f 'torch.distributed.run' 2>/dev/null; true; }
+# Only this call's processes: each one it starts carries DDPLAB_DEVICE_CHECK (exported after the bundler starts, so
+# neither the bundler nor this shell does); a `ddplab train` of anything else on the machine is left alone.
+export DDPLAB_DEVICE_CHECK="$$-$T0"
+reap() {
+  local p
+  for p in $(grep -lsz "^DDPLAB_DEVICE_CHECK=$DDPLAB_DEVICE_CHECK\$" /proc/[0-9]*/environ | cut -d/ -f3); do
+    kill -9 "$p" 2>/dev/null
+  done
+  true
+}
 
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit,clocks.max.sm --format=csv 2>/dev/null
