@@ -98,7 +98,7 @@ def timed(step, steps: int, device: torch.device) -> float:
 
 
 def measure(name: str, batch: int, args: argparse.Namespace, device: torch.device) -> dict:
-    from ddplab.models import create_model
+    from ddplab.models import count_params, create_model
 
     torch.manual_seed(0)
     plain = create_model(name, num_classes=10).to(device)
@@ -113,12 +113,11 @@ def measure(name: str, batch: int, args: argparse.Namespace, device: torch.devic
     times: dict[str, list[float]] = {side: [] for side in SIDES}
     for _, side in common.interleaved(args.repeats, SIDES):
         times[side].append(timed(steps[side], args.steps, device))
-    params = list(plain.parameters())
     return {
         "model": name,
         "batch": batch,
-        "params": sum(p.numel() for p in params),
-        "tensors": len(params),
+        "params": count_params(plain),
+        "tensors": len(list(plain.parameters())),
         "step_s": {side: times[side] for side in SIDES},
         "median_s": {side: common.median(times[side]) for side in SIDES},
         "ddp_adds_s": common.median([d - p for p, d in zip(times["plain"], times["ddp"], strict=True)]),

@@ -699,7 +699,7 @@ def check_environment(config: RunConfig) -> None:
         raise _bad("train.device", device, "CUDA is not available on this machine; use --device cpu")
     if _is_cuda_index(device) and int(device[5:]) >= torch.cuda.device_count():
         raise _bad("train.device", device, f"this machine has {torch.cuda.device_count()} CUDA device(s)")
-    on_cuda = has_cuda and device != "cpu"
+    on_cuda = has_cuda  # never with --device cpu
     several = config.dist.strategy == "dp" or config.dist.nproc > 1
     if _is_cuda_index(device) and several and not config.dist.share_device:
         raise _bad(

@@ -81,6 +81,7 @@ Assumptions, each with the name it goes by in the code:
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import asdict, dataclass, replace
@@ -252,6 +253,7 @@ def step_spread(steps: list[dict[str, Any]], epochs: int) -> float:
     return statistics.stdev(per_step) * math.sqrt(k) / mean if mean > 0 else 0.0
 
 
+@functools.cache  # a few ms each, and the planner's searches ask for the same few counts hundreds of times
 def slowest_of(n: int) -> float:
     """E[the most of n independent standard normals] (STRAGGLER): 0 for one, 0.564 for two, 1.029 for four."""
     if n <= 1:
@@ -321,7 +323,8 @@ def predict_one(
     ddp = costs.ddp_host_s if workers > 1 else 0.0  # DDP_HOST
     own = data + compute + costs.optimizer_s * costs.slowdown(per_node) + costs.rest_s + ddp
     # STRAGGLER: on a CPU across nodes (a node's processes share its cores: one's wait is another's core)
-    step = own + exposed + slowest_of(workers if costs.on_cuda else nodes) * costs.step_cv * own
+    waiting = slowest_of(workers if costs.on_cuda else nodes) * costs.step_cv * own if costs.step_cv else 0.0
+    step = own + exposed + waiting
     steps = math.ceil(costs.train_images / (local_batch * costs.accumulate * workers))
     rate = costs.train_images / (steps * step)
     alone = predict_alone(costs, local_batch)
