@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ddplab import compat, errors, faults, topology, watchdog
+from ddplab import compat, errors, faults, topology, warm, watchdog
 from ddplab.config import DistConfig, RunConfig
 from ddplab.runplan import RunPlan, as_worker, prepared
 
@@ -64,6 +64,7 @@ def launch(config: RunConfig, *, saved: RunConfig | None = None, command: bool =
                 steps=plan.config.most_steps_per_epoch(),
             )
         if plan.launches_workers():
+            warm.prestart()  # a cold launcher's server imports torch while this process does
             return launch_workers(plan, command=command)
         from ddplab.engine.run import run
 
@@ -130,7 +131,7 @@ def launch_workers(plan: RunPlan, *, command: bool = True):
         local_addr=route_address(d.rdzv_endpoint) if d.nnodes > 1 else None,
         max_restarts=d.max_restarts,
         monitor_interval=0.1,
-        start_method="spawn",
+        start_method=warm.start_method(),  # spawn's protocol, the worker forked from a warm server where one runs
         # After Ctrl-C / SIGTERM, wait this long for the workers before the agent's SIGKILL
         # (torch 2.12+; older releases wait their fixed 30 s).
         shutdown_timeout=SHUTDOWN_TIMEOUT_S,
@@ -406,7 +407,7 @@ def stopped_workers_woken_to_die(poll_s: float = 0.2):
 
     def watch() -> None:
         while not done.wait(poll_s):
-            for pid in watchdog.children(os.getpid()):
+            for pid in watchdog.descendants(os.getpid()):  # workers forked warm are its warm server's children
                 if stopped_with_sigterm_pending(pid):
                     with contextlib.suppress(OSError):
                         os.kill(pid, signal.SIGCONT)

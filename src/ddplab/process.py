@@ -19,6 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ddplab import warm
+
 POLL_S = 1.0  # how often `on_poll` is called while the child runs
 STOP_GRACE_S = 30  # after SIGINT/SIGTERM, how long a tree may take to stop before SIGKILL
 TIMED_OUT, INTERRUPTED = 124, 130  # exit codes given to a child stopped for its timeout, or by Ctrl-C
@@ -103,7 +105,17 @@ class Child:
         self.log = open(self.log_path, "a", errors="surrogateescape")  # a path of bytes that are not UTF-8 as it is
         self.log.write(f"\n$ {' '.join(self.command)}\n")
         self.log.flush()
-        self.proc = subprocess.Popen(
+        # Forked warm where it can be (ddplab.warm: the same process an exec would make, without the imports).
+        self.proc: subprocess.Popen | warm.WarmProcess = warm.popen(
+            self.command,
+            stdout=self.log,
+            stderr=self.log,
+            env=env,
+            cwd=cwd,
+            session=True,
+            cpus=self.cpus,
+            reset=(signal.SIGINT, signal.SIGTERM),
+        ) or subprocess.Popen(
             self.command,
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -221,7 +233,9 @@ def die_with_parent() -> None:
         pass
 
 
-def stop_tree(proc: subprocess.Popen, sig: int, grace_s: float = STOP_GRACE_S, *, signalled: bool = False) -> None:
+def stop_tree(
+    proc: subprocess.Popen | warm.WarmProcess, sig: int, grace_s: float = STOP_GRACE_S, *, signalled: bool = False
+) -> None:
     """Signal the child's whole process group (unless `signalled` already), then SIGKILL whatever is left
     after `grace_s`."""
     try:

@@ -16,6 +16,7 @@ from ddplab import checkpoint, compat
 from ddplab.config import load_toml
 from ddplab.metrics.records import PHASES, read_epochs, reproducible
 
+from cli_process import ddplab_cli
 from conftest import leftover_processes
 
 pytestmark = pytest.mark.dist
@@ -42,10 +43,7 @@ EXACT = ["--data.crop_padding", "0", "--data.flip", "false", "--model.dropout", 
 
 
 def run(*args, env=None, timeout=300, module="ddplab"):
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", module, *args], capture_output=True, text=True, env=full_env, timeout=timeout
-    )
+    return ddplab_cli(*args, env=env, timeout=timeout, module=module)
 
 
 def ddplab(*args, **kw):

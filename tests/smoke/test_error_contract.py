@@ -22,6 +22,7 @@ from typing import Callable
 import pytest
 import torch
 
+from cli_process import ddplab_cli
 from conftest import leftover_processes
 
 S = [
@@ -1522,14 +1523,7 @@ CASES = [
 
 
 def ddplab(*args, env=None):
-    return subprocess.run(
-        [sys.executable, "-m", "ddplab", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        errors="replace",  # a path of bytes that are not UTF-8 is printed as it is
-        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
-    )
+    return ddplab_cli(*args, env=env, errors="replace")  # a path of bytes that are not UTF-8 is printed as it is
 
 
 ROWS_AT_ONCE = 2  # each row is a fresh Python, one core's work: two at a time halve the table's time on 2 cores

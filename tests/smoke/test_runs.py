@@ -18,6 +18,7 @@ from ddplab.config import load_toml
 from ddplab.engine.trainer import Trainer
 from ddplab.metrics.records import read_epochs, reproducible
 
+from cli_process import ddplab_cli
 from conftest import tiny_config
 
 
@@ -180,11 +181,8 @@ def test_foreign_folder_is_refused(tmp_path, capsys):
 
 
 def cli(*args, env=None, cwd=None):
-    """Run `python -m ddplab` in a fresh process, as a user would."""
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "ddplab", *args], capture_output=True, text=True, env=full_env, timeout=300, cwd=cwd
-    )
+    """Run `python -m ddplab` in a process of its own, as a user would."""
+    return ddplab_cli(*args, env=env, cwd=cwd)
 
 
 def test_a_run_on_a_relative_data_path_is_found_from_anywhere(tmp_path):

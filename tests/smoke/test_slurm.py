@@ -10,6 +10,7 @@ import pytest
 
 from ddplab.metrics.records import read_epochs, reproducible
 
+from cli_process import ddplab_cli
 from slurm_cluster import SlurmCluster, why_not
 from sweep_files import THREE_POINTS, tiny_sweep
 
@@ -43,13 +44,7 @@ def sweep_file(tmp_path, epochs=2, only=None):
 
 
 def ddplab(*args, env):
-    return subprocess.run(
-        [sys.executable, "-m", "ddplab", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**env, "OMP_NUM_THREADS": "1"},
-    )
+    return ddplab_cli(*args, base_env=env, timeout=600)
 
 
 def manifest(out):

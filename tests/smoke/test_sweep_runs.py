@@ -12,6 +12,7 @@ import pytest
 from ddplab.metrics.records import read_epochs, reproducible
 from ddplab.topology import usable_cores
 
+from cli_process import ddplab_cli
 from sweep_files import TINY_BASE, tiny_sweep
 
 TINY = (
@@ -36,14 +37,7 @@ label = "broken"
 
 
 def ddplab(*args, env=None, cwd=None):
-    return subprocess.run(
-        [sys.executable, "-m", "ddplab", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
-        cwd=cwd,
-    )
+    return ddplab_cli(*args, env=env, cwd=cwd, timeout=600)
 
 
 def metrics(run_dir):

@@ -168,16 +168,15 @@ def run_probe(configs: list[RunConfig], timeout_s: float = PROBE_TIMEOUT_S) -> d
     while to tear down)."""
     payload = json.dumps([c.to_dict() for c in configs])  # (the probe never downloads: the first run does, said)
     launched, started = time.time(), time.perf_counter()
-    from ddplab.process import die_with_parent
+    from ddplab import warm
 
-    try:  # dies with the sweep, even one killed outright; Ctrl-C reaches it as it reaches the sweep
-        done = subprocess.run(
+    try:  # dies with the sweep, even one killed outright (warm or cold); Ctrl-C reaches it as it reaches the sweep
+        done = warm.run(
             [sys.executable, "-m", "ddplab.sweep.estimate"],
             input=payload,
             capture_output=True,
             text=True,
             timeout=timeout_s,
-            preexec_fn=die_with_parent if sys.platform == "linux" else None,
         )
     except subprocess.TimeoutExpired:
         raise ProbeFailed(f"the probe took over {timeout_s:g} s") from None

@@ -1,0 +1,215 @@
+"""Warm starts (ddplab.warm): a process forked from the warm server is the process exec would have made.
+
+Each check runs the same command cold (subprocess, a fresh interpreter) and warm, and compares what
+the child sees of itself, or the run it trained: equal, not close.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from ddplab import checkpoint, warm
+from ddplab.metrics.records import read_epochs, reproducible
+
+pytestmark = [
+    pytest.mark.slow,  # each case starts a cold Python too (3-5 s)
+    pytest.mark.skipif(not warm.enabled(), reason="warm starts are off here (DDPLAB_WARM=0, or not Linux)"),
+]
+
+# What a child knows of itself that exec decides: compared key by key between a cold and a warm start.
+FINGERPRINT = r"""
+import json, os, random, resource, signal, sys
+import numpy as np, torch
+def text(path):
+    return [x.decode(errors="replace") for x in open(path, "rb").read().split(b"\0") if x]
+handlers = {}
+for sig in signal.valid_signals():
+    try:
+        h = signal.getsignal(sig)
+    except (OSError, ValueError):
+        continue
+    handlers[str(int(sig))] = h if isinstance(h, int) else getattr(h, "__name__", repr(h))
+print(json.dumps({
+    "argv": sys.argv, "cwd": os.getcwd(), "path0": sys.path[0], "env": dict(os.environ),
+    "proc_environ": sorted(text("/proc/self/environ")), "proc_cmdline": text("/proc/self/cmdline"),
+    "own_session": os.getsid(0) == os.getpid(), "umask": os.umask(0o22),
+    "affinity": sorted(os.sched_getaffinity(0)), "threads": torch.get_num_threads(),
+    "interop_threads": torch.get_num_interop_threads(),
+    "handlers": handlers, "mask": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+    "limits": {n: resource.getrlimit(getattr(resource, n)) for n in dir(resource) if n.startswith("RLIMIT_")},
+    "fds": sorted(os.listdir("/proc/self/fd")),
+    "seeds": [torch.initial_seed(), int(torch.randint(1 << 30, ()))] + [np.random.randint(1 << 30), random.random()],
+    "torch": [torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark,
+              torch.backends.cudnn.deterministic, torch.get_default_dtype() is torch.float32, torch.is_grad_enabled(),
+              torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32],
+    "stdio": [[s.encoding, s.errors, s.line_buffering, s.write_through, type(s.buffer).__name__]
+              for s in (sys.stdin, sys.stdout, sys.stderr)],
+    "main": [__name__, __spec__ is None, sys.modules["__main__"].__dict__.get("__file__")],
+    "cuda_initialized": torch.cuda.is_initialized(),
+}))
+sys.stdout.flush()
+sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+"""
+
+
+def cold(argv, *, env=None, cwd=None, cpus=(), session=True):
+    def before():
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
+    return subprocess.run(
+        argv, capture_output=True, text=True, env=env, cwd=cwd, start_new_session=session, preexec_fn=before
+    )
+
+
+def warmed(argv, *, env=None, cwd=None, cpus=(), session=True):
+    r, w = os.pipe()
+    err_r, err_w = os.pipe()
+    proc = warm.popen(argv, stdout=w, stderr=err_w, env=env, cwd=cwd, session=session, cpus=cpus)
+    os.close(w)
+    os.close(err_w)
+    assert proc is not None, "this command should have started warm"
+    with open(r) as out, open(err_r) as err:
+        stdout, stderr = out.read(), err.read()
+    return subprocess.CompletedProcess(argv, proc.wait(), stdout, stderr)
+
+
+def fingerprints(tmp_path, *args, env=None, cpus=()):
+    argv = [sys.executable, "-c", FINGERPRINT, *args]
+    a, b = cold(argv, env=env, cwd=tmp_path, cpus=cpus), warmed(argv, env=env, cwd=tmp_path, cpus=cpus)
+    assert a.returncode == b.returncode, (a.stderr, b.stderr)
+    one, other = json.loads(a.stdout), json.loads(b.stdout)
+    if os.geteuid() != 0:  # PR_SET_MM_MAP (what /proc shows of a warm child) may need CAP_SYS_RESOURCE
+        for key in ("proc_environ", "proc_cmdline"):
+            one.pop(key), other.pop(key)
+    return one, other
+
+
+def assert_same(one, other):
+    assert one.keys() == other.keys()
+    for key in one.keys() - {"seeds"}:  # a fresh interpreter's own: differ from one start to the next
+        assert one[key] == other[key], key
+
+
+@contextlib.contextmanager
+def signals_set(ignored=(), blocked=()):
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in ignored}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def test_a_warm_child_sees_itself_as_a_cold_one_does(tmp_path):
+    one, other = fingerprints(tmp_path, "3", env={**os.environ, "DDPLAB_TEST_MARK": "x"})
+    assert_same(one, other)
+    assert one["argv"] == ["-c", "3"] and one["own_session"] and one["env"]["DDPLAB_TEST_MARK"] == "x"
+    assert one["fds"] == other["fds"] and not one["cuda_initialized"]
+    again = fingerprints(tmp_path)[1]
+    assert all(x != y for x, y in zip(again["seeds"], other["seeds"], strict=True))  # RNGs as fresh as a cold start's
+
+
+def test_stdio_is_buffered_as_a_fresh_interpreter_buffers_it(tmp_path):
+    for unbuffered in ("1", ""):
+        env = {**os.environ, "PYTHONUNBUFFERED": unbuffered}
+        if not unbuffered:
+            env.pop("PYTHONUNBUFFERED")
+        with warm.Factory(env=env) as f, warm.using(f):
+            one, other = fingerprints(tmp_path, env=env)
+        assert_same(one, other)
+
+
+def test_thread_count_cpus_ignored_and_blocked_signals_and_limits_carry_as_exec_carries_them(tmp_path):
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 1000), hard))  # changed after the server started
+    try:
+        with signals_set(ignored=[signal.SIGHUP], blocked=[signal.SIGUSR1]):
+            one, other = fingerprints(tmp_path, env={**os.environ, "OMP_NUM_THREADS": "1"}, cpus=[0])
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert_same(one, other)
+    assert one["threads"] == 1 and one["affinity"] == [0] and one["handlers"][str(int(signal.SIGHUP))] == 1
+    assert int(signal.SIGUSR1) in one["mask"] and one["limits"]["RLIMIT_NOFILE"][0] == min(soft, 1000)
+    one, other = fingerprints(tmp_path, env={k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}, cpus=[0])
+    assert_same(one, other)  # torch's default thread count follows the CPUs a fresh process may use
+    assert one["threads"] == 1
+
+
+def test_a_command_whose_environment_differs_where_an_interpreter_reads_it_at_start_starts_cold(tmp_path):
+    argv = [sys.executable, "-c", "print(1)"]
+    f = warm.factory()
+    assert f is not None and f.fits(os.environ)
+    for changed in ({"PYTHONHASHSEED": "7"}, {"LD_PRELOAD": ""}, {"MKL_NUM_THREADS": "1"}, {"TORCH_LOGS": "dynamo"}):
+        assert not f.fits({**os.environ, **changed})
+        assert warm.popen(argv, env={**os.environ, **changed}) is None
+    assert f.fits({**os.environ, "OMP_NUM_THREADS": "1", "TORCHELASTIC_RUN_ID": "x", "DDPLAB_FAULT": "y"})
+    assert warm.popen([sys.executable, "-X", "dev", "-c", "1"]) is None  # flags this interpreter does not run with
+    assert warm.popen(["/bin/true"]) is None
+    done = warm.run(argv, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "7"})
+    assert (done.returncode, done.stdout) == (0, "1\n")  # cold, and the same contract
+
+
+def test_exit_codes_signals_and_output_are_the_childs_own(tmp_path):
+    def outcome(code):
+        return warm.run([sys.executable, "-c", code], capture_output=True, text=True, input="in")
+
+    assert outcome("import sys; print(sys.stdin.read()); sys.exit(3)").returncode == 3
+    done = outcome("raise ValueError('boom')")
+    assert done.returncode == 1 and "ValueError: boom" in done.stderr
+    assert outcome("import os, signal; os.kill(os.getpid(), signal.SIGKILL)").returncode == -signal.SIGKILL
+    assert outcome("raise KeyboardInterrupt").returncode == -signal.SIGINT  # as the interpreter ends on it
+    assert outcome("import sys; print('x' * 200000); sys.exit('bad')").stdout == "x" * 200000 + "\n"
+    assert outcome("import sys; sys.stdout.write('a\\r\\nb')").stdout == "a\nb"  # text mode as subprocess's
+    with pytest.raises(subprocess.TimeoutExpired):
+        warm.run([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+
+
+def test_the_server_never_initialized_cuda_before_a_fork(tmp_path):
+    """On a CUDA machine the child must be able to initialize CUDA itself (a forked CUDA context is broken)."""
+    if not torch.cuda.is_available():
+        pytest.skip("cuda: no CUDA device (on a CPU there is no CUDA to initialize)")
+    code = "import torch; assert not torch.cuda.is_initialized(); print(torch.zeros(1, device='cuda').item())"
+    done = warm.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (0, "0.0\n"), done.stderr
+
+
+TINY = ["--dataset", "synthetic", "--data.synthetic_size", "256", "--data.image_size", "16", "--data.num_classes",
+        "4", "--model.width", "0.5", "--device", "cpu", "--output.progress", "false", "--output.tensorboard", "false",
+        "--epochs", "2", "--batch-size", "16"]  # fmt: skip
+
+
+def metrics(run_dir):
+    return [reproducible(r, per_rank=False) for r in read_epochs(run_dir / "metrics.jsonl")]
+
+
+def weights(run_dir):
+    return checkpoint.load(run_dir / "checkpoints" / checkpoint.LAST)["model"]
+
+
+@pytest.mark.parametrize("nproc", [1, 2], ids=["single", "ddp-2-workers"])
+def test_a_run_started_warm_ends_bit_identical_to_one_started_cold(tmp_path, nproc):
+    """Augmentation and dropout on: every RNG a run draws from is its own seeding's, warm or cold."""
+    dist = ["--strategy", "ddp", "--nproc", "2", "--backend", "gloo"] if nproc == 2 else []
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    runs = {}
+    for how, start in (("cold", cold), ("warm", warmed)):
+        out = tmp_path / how
+        done = start([sys.executable, "-m", "ddplab", "train", *TINY, *dist, "--out", str(out)], env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        runs[how] = out
+    assert metrics(runs["cold"]) == metrics(runs["warm"])
+    a, b = weights(runs["cold"]), weights(runs["warm"])
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
