@@ -4,12 +4,13 @@
 # browser test and Slurm for the Slurm tests (each skipped, with the reason, without them). `--fast`: the fast tier
 # (-m "not slow"), which needs none of them: it installs nothing (bootstrap only makes .venv when there is none).
 #
-# Two passes: the in-process tests on every core at once (pytest-xdist), then the tests that spawn processes or
-# measure this machine's load (`slow`, `alone`), one at a time: they time, count and share the cores themselves.
+# Three passes: the in-process tests on every core at once (pytest-xdist); the tests that spawn processes
+# (`slow`) two at a time, those that make machine-wide things (namespaces, a Slurm cluster) on one worker in
+# turn (xdist_group); then the tests that measure this machine's speed or load (`alone`), one at a time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-in_parallel() {  # -n auto where pytest-xdist is installed (a .venv made before it joined the test extra may lack it)
-  if .venv/bin/python -c "import xdist" 2>/dev/null; then echo "-n auto"; fi
+in_parallel() {  # -n N (auto: every core) where pytest-xdist is installed (an older .venv may lack it)
+  if .venv/bin/python -c "import xdist" 2>/dev/null; then echo "-n ${1:-auto} --dist loadgroup"; fi
 }
 if [ "${1:-}" = "--fast" ]; then
   shift
@@ -51,8 +52,12 @@ fi
 [ -z "$APT_PID" ] || wait "$APT_PID"
 rm -f "$APT_LOG"
 status=0
+keep() { [ "$status" != 0 ] && [ "$status" != 5 ] || status=$1; }  # the first failure's; 5: no test selected
 # shellcheck disable=SC2046
-.venv/bin/python -m pytest -q -m "not slow and not alone" $(in_parallel) "$@" || status=$?
-.venv/bin/python -m pytest -q -m "slow or alone" "$@" || { s=$?; [ "$status" != 0 ] && [ "$status" != 5 ] || status=$s; }
+.venv/bin/python -m pytest -q -m "not slow and not alone" $(in_parallel) "$@" || keep $?
+# Two at a time: mostly waiting on processes (start-up, rendezvous, timeouts), not on this one's cores.
+# shellcheck disable=SC2046
+.venv/bin/python -m pytest -q -m "slow and not alone" $(in_parallel 2) "$@" || keep $?
+.venv/bin/python -m pytest -q -m "alone" "$@" || keep $?
 [ "$status" = 5 ] && status=0  # 5: a pass that selected no test (a path given of one tier only)
 exit "$status"

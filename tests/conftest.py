@@ -9,13 +9,23 @@ SHARED_CIFAR = REPO.parent / "shared" / "data" / "cifar10-jpeg"
 
 # Whole folders that spawn processes or train real runs: slow by nature (`pytest -m "not slow"` skips them).
 SLOW_PLACES = ("tests/distributed/", "tests/smoke/", "tests/test_benchmarks.py")
+# Files whose tests measure this machine's speed or load: `alone` (scripts/test.sh runs them after the rest).
+MEASURING = ("tests/test_benchmarks.py", "tests/smoke/test_report_browser.py")
+# Files whose tests make machine-wide things (network namespaces and their subnet, a Slurm cluster on fixed
+# ports): one xdist worker runs them all, one after another (--dist loadgroup).
+MACHINE_WIDE = ("tests/distributed/test_network.py", "tests/smoke/test_slurm.py")
 
 
 def pytest_collection_modifyitems(config, items):
     """The fast tier: `-m "not slow"` leaves what runs in-process in about a second or less."""
     for item in items:
-        if str(Path(item.fspath).relative_to(REPO)).startswith(SLOW_PLACES):
+        place = str(Path(item.fspath).relative_to(REPO))
+        if place.startswith(SLOW_PLACES):
             item.add_marker(pytest.mark.slow)
+        if place.startswith(MEASURING):
+            item.add_marker(pytest.mark.alone)
+        if place.startswith(MACHINE_WIDE):
+            item.add_marker(pytest.mark.xdist_group("machine-wide"))
 
 
 def pytest_configure(config):

@@ -56,16 +56,22 @@ def supervise(
     timeout_from: str = "",
     stop_signal: int = signal.SIGINT,
     grace_s: float = STOP_GRACE_S,
+    warm_start: bool = True,
 ) -> Finished:
     """Run `cmd` as its own process tree, its output appended to `log_path` (an earlier attempt's
     output stays, under a `$ command` line each), calling `on_poll` every `poll_s` and once at the end.
+
+    `warm_start`: forked from this process's warm server where the command allows (ddplab.warm); False for a
+    process that starts one command only (a Slurm task), where a server would cost what it saves.
 
     Past `timeout_s` the tree gets SIGTERM (exit TIMED_OUT, said in the log with `timeout_from`, the
     option that set it); a KeyboardInterrupt here (Ctrl-C, or SIGTERM made one) stops it with
     `stop_signal` (SIGINT: as Ctrl-C stops a run; srun wants SIGTERM), SIGKILL after `grace_s`: exit
     INTERRUPTED, for the caller to record before it stops too.
     """
-    child = Child(cmd, log_path, timeout_s=timeout_s, env=env, cwd=cwd, timeout_from=timeout_from)
+    child = Child(
+        cmd, log_path, timeout_s=timeout_s, env=env, cwd=cwd, timeout_from=timeout_from, warm_start=warm_start
+    )
     try:
         while (done := child.poll(wait_s=poll_s)) is None:
             if on_poll is not None:
@@ -91,6 +97,7 @@ class Child:
         cwd: Path | None = None,
         timeout_from: str = "",
         cpus: Sequence[int] = (),
+        warm_start: bool = True,
     ):
         self.command = [str(part) for part in cmd]
         self.log_path, self.timeout_s, self.timeout_from, self.cpus = (
@@ -106,7 +113,7 @@ class Child:
         self.log.write(f"\n$ {' '.join(self.command)}\n")
         self.log.flush()
         # Forked warm where it can be (ddplab.warm: the same process an exec would make, without the imports).
-        self.proc: subprocess.Popen | warm.WarmProcess = warm.popen(
+        warmed = warm_start and warm.popen(
             self.command,
             stdout=self.log,
             stderr=self.log,
@@ -115,7 +122,8 @@ class Child:
             session=True,
             cpus=self.cpus,
             reset=(signal.SIGINT, signal.SIGTERM),
-        ) or subprocess.Popen(
+        )
+        self.proc: subprocess.Popen | warm.WarmProcess = warmed or subprocess.Popen(
             self.command,
             stdout=self.log,
             stderr=subprocess.STDOUT,

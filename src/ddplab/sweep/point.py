@@ -108,7 +108,12 @@ class Point:
         """Run to its end here (a remote task): `wrap` goes before the command (srun for several workers); a
         KeyboardInterrupt (SIGTERM made one) stops it with `stop_signal`, resumable."""
         return supervise(
-            [*wrap, *self.command()], self.log, env=self.env(env), stop_signal=stop_signal, grace_s=grace_s
+            [*wrap, *self.command()],
+            self.log,
+            env=self.env(env),
+            stop_signal=stop_signal,
+            grace_s=grace_s,
+            warm_start=False,  # a remote task starts this one command: cold, as srun's workers
         )
 
     def env(self, env: Mapping[str, str]) -> dict[str, str]:
