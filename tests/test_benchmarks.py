@@ -208,3 +208,14 @@ def test_ddp_step_sets_ddp_against_the_plain_step_at_each_batch(tmp_path):
     assert rows[0]["per_image_over_largest"] == pytest.approx(
         rows[0]["median_s"]["plain"] / 16 / (rows[1]["median_s"]["plain"] / 32)
     )
+
+
+def test_warm_start_sets_cold_against_warm_for_a_point_a_ddp_run_and_a_sweep(tmp_path):
+    results, stdout = run_bench("warm_start", tmp_path)
+    assert results["server_start_s"] > 0
+    for shape in ("point", "ddp", "sweep"):
+        got = results["shapes"][shape]
+        for side in ("cold", "warm"):
+            assert len(got["wall_s"][side]) == len(got["fixed_s"][side]) == 1
+            assert 0 < got["fixed_s"][side][0] < got["wall_s"][side][0]  # the runs trained for some of it
+        assert got["median_fixed_s"] == [got["fixed_s"]["cold"][0], got["fixed_s"]["warm"][0]]

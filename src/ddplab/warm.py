@@ -113,7 +113,9 @@ class Factory:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 env=self._start_env,
-                preexec_fn=server_dies_with_parent,
+                # Killed with this process where the main thread starts it (a parent-death signal follows the
+                # thread that forked); elsewhere it ends when the channel does, as this process does too.
+                preexec_fn=server_dies_with_parent if threading.current_thread() is threading.main_thread() else None,
             )
         except OSError:
             self._broken = True
@@ -187,6 +189,11 @@ class Factory:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    @property
+    def pid(self) -> int | None:
+        """The server's process id, once started."""
+        return self._server.pid if self._server is not None else self._pid
+
     def close(self, timeout_s: float = 5.0) -> None:
         """End the server (it reads the channel's end as its cue) and wait for it to be gone."""
         with self._lock:
@@ -256,37 +263,54 @@ class WarmProcess:
         self.send_signal(signal.SIGKILL)
 
 
-_factory: Factory | None = None
+MAX_SERVERS = 3  # start-up environments served at once by one process (each server holds its own torch)
+_factories: list[Factory] = []  # this process's servers, the first one first
 _factory_lock = threading.Lock()
 
 
-def factory() -> Factory | None:
-    """This process's warm server (a warm child's own clean copy, else one started on first use); None where
-    warm starts are off."""
-    global _factory
+def factory(env: Mapping[str, str] | None = None) -> Factory | None:
+    """This process's warm server for a command with `env` (this process's by default): one whose start-up
+    environment is that one's, started on first use (a warm child has its own clean copy for its own); None
+    where warm starts are off, or this process already serves MAX_SERVERS others (then it starts cold)."""
     if not enabled():
         return None
+    env = os.environ if env is None else env
     with _factory_lock:
-        if _factory is None:
-            _factory = Factory()
-        return _factory
+        for f in _factories:
+            if f.fits(env):
+                return f
+        if len(_factories) >= MAX_SERVERS:
+            return None
+        # This process's environment with the command's start-up part: the server carries nothing else of it.
+        own = {k: v for k, v in os.environ.items() if k not in read_at_start(os.environ)}
+        f = Factory(env={**own, **read_at_start(env)})
+        _factories.append(f)
+        return f
+
+
+def server_pids() -> set[int]:
+    """This process's warm servers: children that are none of its workers (the workers are theirs)."""
+    return {pid for f in _factories if (pid := f.pid) is not None}
 
 
 @contextlib.contextmanager
 def using(f: Factory):
-    """This process's warm server is `f` for the block (a test's own, started with another environment)."""
-    global _factory
+    """`f` is this process's first warm server for the block (a test's own, started with another environment);
+    those started for other environments meanwhile are ended with it."""
     with _factory_lock:
-        before, _factory = _factory, f
+        before = list(_factories)
+        _factories[:] = [f]
     try:
         yield f
     finally:
         with _factory_lock:
-            _factory = before
+            added, _factories[:] = _factories[1:], before
+        for other in added:
+            other.close()
 
 
 def prestart() -> None:
-    """Start this process's server now, to import while this process does other work."""
+    """Start the server for this process's environment now, to import while this process does other work."""
     f = factory()
     if f is not None:
         f.start()
@@ -360,13 +384,14 @@ def popen(
     """`argv` started warm where it can be, with stdin, stdout and stderr given as files or descriptors
     (None: this process's); `reset`: signals this process ignores that the child must not. None: start it
     cold (as subprocess.Popen, with the same arguments)."""
-    f = factory()
+    env = os.environ if env is None else env
+    f = factory(env) if emulated(argv) else None
     if f is None:
         return None
     fds = {0: fd_of(stdin, 0), 1: fd_of(stdout, 1), 2: fd_of(stderr if stderr is not subprocess.STDOUT else stdout, 2)}
     return f.spawn(
         argv,
-        env=os.environ if env is None else env,
+        env=env,
         cwd=cwd,
         fds=fds,
         session=session,
@@ -392,10 +417,10 @@ def run(
     reset: Sequence[int] = (),
 ) -> subprocess.CompletedProcess:
     """subprocess.run's contract (these arguments), started warm where it can be, cold otherwise."""
-    f = factory()
+    f = factory(os.environ if env is None else env) if emulated(argv) else None
     text = text or errors is not None
     cold = (argv, input, capture_output, text, errors, timeout, env, cwd, session, stdout, stderr)
-    if f is None or not (emulated(argv) and f.fits(os.environ if env is None else env)):
+    if f is None:
         return cold_run(*cold)
     pipes: dict[int, tuple[int, int]] = {}
     if input is not None:
@@ -568,6 +593,11 @@ def serve(channel: socket.socket) -> None:
                 return
             request = pickle.loads(msg)
             reply = socket.socket(fileno=fds[-1])
+            if select.select([reply], [], [], 0)[0]:  # its client stopped waiting (gave up on us): not started
+                for fd in fds[:-1]:
+                    os.close(fd)
+                reply.close()
+                continue
             pid = os.fork()
             if pid == 0:
                 try:
@@ -672,7 +702,6 @@ def launches_workers(argv: Sequence[str]) -> bool:
 def fork_own_server() -> None:
     """A clean copy of this process, taken before the command runs anything, as its own warm server: its
     workers fork from it into its process group and session, and die with it."""
-    global _factory
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
     if pid == 0:
@@ -687,7 +716,7 @@ def fork_own_server() -> None:
         finally:
             os._exit(0)
     theirs.close()
-    _factory = Factory(channel=ours, env=os.environ, pid=pid)
+    _factories[:] = [Factory(channel=ours, env=os.environ, pid=pid)]
 
 
 def install_fds(targets: dict[int, int], close_also: int) -> None:

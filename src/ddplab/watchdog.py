@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ddplab import errors
+from ddplab import errors, warm
 from ddplab.process import INTERRUPTED
 
 UNREACHED_GRACE_S = 3  # past dist.timeout_s, for the agent to say a never-reached endpoint in its own words
@@ -179,8 +179,12 @@ class Watchdog:
 
 def workers_started() -> bool:
     """Whether this launcher has spawned its workers, which it does only once the rendezvous formed (the
-    store was reached, whatever the probe saw): any descendant but multiprocessing's resource tracker."""
+    store was reached, whatever the probe saw): any descendant but multiprocessing's resource tracker and the
+    warm server the workers fork from (started before the rendezvous; its children are the workers)."""
+    servers = warm.server_pids()
     for pid in descendants(os.getpid()):
+        if pid in servers:
+            continue
         with contextlib.suppress(OSError):
             if b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes():
                 return True

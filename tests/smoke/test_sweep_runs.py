@@ -169,8 +169,12 @@ def long_sweep(tmp_path, epochs=200):
     return path
 
 
-def start_sweep(path, out, marker, *args, sigint=None):
-    """`sigint`: the disposition the sweep starts with (default: Python's; SIG_IGN: as a script's `cmd &`)."""
+HELD = {"DDPLAB_FAULT": "hang:epoch=2"}  # a run stays in its second epoch until it is stopped: the fault hook as timer
+
+
+def start_sweep(path, out, marker, *args, sigint=None, env=HELD):
+    """`sigint`: the disposition the sweep starts with (default: Python's; SIG_IGN: as a script's `cmd &`); `env`
+    over this process's, given to every run (default: each is held in its second epoch)."""
     import signal
 
     return subprocess.Popen(
@@ -179,7 +183,7 @@ def start_sweep(path, out, marker, *args, sigint=None):
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1", marker: "1"},
+        env={**os.environ, "OMP_NUM_THREADS": "1", marker: "1", **env},
         preexec_fn=lambda: signal.signal(signal.SIGINT, sigint or signal.SIG_DFL),
     )
 
@@ -205,7 +209,7 @@ def test_a_killed_sweep_leaves_no_run_training_and_a_rerun_finishes_it(tmp_path,
 
     from conftest import leftover_processes
 
-    path, out, marker = long_sweep(tmp_path, epochs=40), tmp_path / "s", f"DDPLAB_TEST_{uuid.uuid4().hex}"
+    path, out, marker = long_sweep(tmp_path, epochs=3), tmp_path / "s", f"DDPLAB_TEST_{uuid.uuid4().hex}"
     proc = start_sweep(path, out, marker, sigint=signal.SIG_IGN if how == "SIGTERM" else None)
     wait_for_epochs(proc, out / "runs" / "single" / "metrics.jsonl")
     os.kill(proc.pid, getattr(signal, how))
@@ -217,7 +221,7 @@ def test_a_killed_sweep_leaves_no_run_training_and_a_rerun_finishes_it(tmp_path,
     else:
         assert proc.returncode == -signal.SIGKILL
     deadline = time.monotonic() + 60
-    while leftover_processes(marker):  # the run stops itself: it does not train on to its end
+    while leftover_processes(marker):  # the run stops itself (held in epoch 2, it would never end on its own)
         assert time.monotonic() < deadline, leftover_processes(marker)
         time.sleep(0.1)
     assert not (out / "runs" / "single" / "summary.json").exists()
@@ -228,7 +232,7 @@ def test_a_killed_sweep_leaves_no_run_training_and_a_rerun_finishes_it(tmp_path,
     assert "resuming" in rerun.stdout
     log = (out / "logs" / "single.log").read_text()
     assert "\0" not in log and log.count("\n$ ") == 2  # both attempts, whole
-    assert len(metrics(out / "runs" / "single")) == 40
+    assert len(metrics(out / "runs" / "single")) == 3  # the re-run is not held: it resumes and finishes
     assert leftover_processes(marker) == []
 
 
@@ -322,8 +326,8 @@ def test_sigterm_stops_every_running_point_of_a_parallel_sweep_and_a_rerun_finis
 
     from conftest import leftover_processes
 
-    # 20 epochs: still training when SIGTERM comes (it comes once each has one), and what the re-run finishes
-    path, out, marker = parallel_sweep(tmp_path, epochs=20), tmp_path / "s", f"DDPLAB_TEST_{uuid.uuid4().hex}"
+    # Held in epoch 2 until SIGTERM comes (it comes once each has one epoch); the re-run, not held, finishes them
+    path, out, marker = parallel_sweep(tmp_path, epochs=3), tmp_path / "s", f"DDPLAB_TEST_{uuid.uuid4().hex}"
     proc = start_sweep(path, out, marker, "--parallel", "2", sigint=signal.SIG_IGN)
     for name in ("a", "b"):
         wait_for_epochs(proc, out / "runs" / name / "metrics.jsonl")
@@ -343,5 +347,5 @@ def test_sigterm_stops_every_running_point_of_a_parallel_sweep_and_a_rerun_finis
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert {r["status"] for r in manifest(out).values()} == {"finished"}
     assert rerun.stdout.count("resuming") == 2
-    assert all(len(metrics(out / "runs" / n)) == 20 for n in ("a", "b", "ddp"))
+    assert all(len(metrics(out / "runs" / n)) == 3 for n in ("a", "b", "ddp"))
     assert leftover_processes(marker) == []

@@ -148,18 +148,30 @@ def test_thread_count_cpus_ignored_and_blocked_signals_and_limits_carry_as_exec_
     assert one["threads"] == 1
 
 
-def test_a_command_whose_environment_differs_where_an_interpreter_reads_it_at_start_starts_cold(tmp_path):
-    argv = [sys.executable, "-c", "print(1)"]
-    f = warm.factory()
-    assert f is not None and f.fits(os.environ)
-    for changed in ({"PYTHONHASHSEED": "7"}, {"LD_PRELOAD": ""}, {"MKL_NUM_THREADS": "1"}, {"TORCH_LOGS": "dynamo"}):
-        assert not f.fits({**os.environ, **changed})
-        assert warm.popen(argv, env={**os.environ, **changed}) is None
-    assert f.fits({**os.environ, "OMP_NUM_THREADS": "1", "TORCHELASTIC_RUN_ID": "x", "DDPLAB_FAULT": "y"})
+def test_a_command_whose_start_up_environment_differs_gets_a_server_of_its_own(tmp_path, monkeypatch):
+    """What an interpreter reads at start-up cannot be given to a fork: such a command is forked from a server
+    started with its environment (PYTHONHASHSEED fixes str hashes: the warm child's equal a cold one's), up to
+    MAX_SERVERS; past that, and for what no fork can run, it starts cold."""
+    code = [sys.executable, "-c", "print(hash('ddplab'))"]
+    seeded = {**os.environ, "PYTHONHASHSEED": "7"}
+    with warm.Factory() as first, warm.using(first):
+        first.start()
+        assert first.fits(os.environ) and not first.fits(seeded)
+        for changed in ({"LD_PRELOAD": ""}, {"MKL_NUM_THREADS": "1"}, {"TORCH_LOGS": "dynamo"}, {"LANG": "C"}):
+            assert not first.fits({**os.environ, **changed})
+        assert first.fits({**os.environ, "OMP_NUM_THREADS": "1", "TORCHELASTIC_RUN_ID": "x", "DDPLAB_FAULT": "y"})
+        done = warm.run(code, env=seeded, capture_output=True, text=True)
+        second = warm.factory(seeded)
+        assert second is not None and second is not first and second.pid is not None
+        assert warm.server_pids() == {first.pid, second.pid}
+        assert done.stdout == subprocess.run(code, env=seeded, capture_output=True, text=True).stdout
+        monkeypatch.setattr(warm, "MAX_SERVERS", 2)
+        assert warm.factory({**os.environ, "PYTHONHASHSEED": "8"}) is None  # a third: cold
+        done = warm.run(code, env={**os.environ, "PYTHONHASHSEED": "8"}, capture_output=True, text=True)
+        assert done.stdout == subprocess.run(code, env={**os.environ, "PYTHONHASHSEED": "8"}, capture_output=True,
+                                             text=True).stdout  # fmt: skip
     assert warm.popen([sys.executable, "-X", "dev", "-c", "1"]) is None  # flags this interpreter does not run with
     assert warm.popen(["/bin/true"]) is None
-    done = warm.run(argv, capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": "7"})
-    assert (done.returncode, done.stdout) == (0, "1\n")  # cold, and the same contract
 
 
 def test_exit_codes_signals_and_output_are_the_childs_own(tmp_path):
@@ -175,6 +187,24 @@ def test_exit_codes_signals_and_output_are_the_childs_own(tmp_path):
     assert outcome("import sys; sys.stdout.write('a\\r\\nb')").stdout == "a\nb"  # text mode as subprocess's
     with pytest.raises(subprocess.TimeoutExpired):
         warm.run([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+
+
+def test_the_warm_server_is_no_worker_to_the_watchdog_its_children_are(tmp_path):
+    """A launcher starts its server before the rendezvous: the watchdog must still see no worker started (else a
+    rendezvous host never reached goes unnamed), and must see the workers forked from it."""
+    from ddplab import watchdog
+
+    warm.prestart()
+    assert warm.server_pids() and warm.server_pids() <= set(watchdog.descendants(os.getpid()))
+    assert not watchdog.workers_started()
+    r, w = os.pipe()
+    proc = warm.popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=r)
+    os.close(r)
+    try:
+        assert proc is not None and watchdog.workers_started()
+    finally:
+        os.close(w)
+        assert proc.wait(timeout=30) == 0
 
 
 def test_the_server_never_initialized_cuda_before_a_fork(tmp_path):
