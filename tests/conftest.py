@@ -9,11 +9,12 @@ SHARED_CIFAR = REPO.parent / "shared" / "data" / "cifar10-jpeg"
 
 # Whole folders that spawn processes or train real runs: slow by nature (`pytest -m "not slow"` skips them).
 SLOW_PLACES = ("tests/distributed/", "tests/smoke/", "tests/test_benchmarks.py")
-# Files whose tests measure this machine's speed or load: `alone` (scripts/test.sh runs them after the rest).
-MEASURING = ("tests/test_benchmarks.py", "tests/smoke/test_report_browser.py")
-# Files whose tests make machine-wide things (network namespaces and their subnet, a Slurm cluster on fixed
-# ports): one xdist worker runs them all, one after another (--dist loadgroup).
-MACHINE_WIDE = ("tests/distributed/test_network.py", "tests/smoke/test_slurm.py")
+# Files whose tests measure this machine's speed or load, or bound a cold start's time across hosts (each host's
+# process starts cold: `ip netns exec`): `alone` (scripts/test.sh runs them after the rest, one at a time).
+MEASURING = ("tests/test_benchmarks.py", "tests/smoke/test_report_browser.py", "tests/distributed/test_network.py")
+# Files whose tests make machine-wide things (a Slurm cluster on fixed ports, its hosts' namespaces): one xdist
+# worker runs them all, one after another (--dist loadgroup).
+MACHINE_WIDE = ("tests/smoke/test_slurm.py",)
 
 
 def pytest_collection_modifyitems(config, items):

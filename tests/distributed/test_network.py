@@ -249,7 +249,6 @@ def transfer_s(cluster, mib):
         sink.wait()
 
 
-@pytest.mark.alone  # measures: another test beside it is other load
 def test_hosts_reach_each_other_at_the_rate_their_links_were_given(make_cluster):
     cluster = make_cluster(2, "50mbit")
     # 8 MiB at 50 Mbit/s is 1.34 s (the first 10 ms of the burst aside); TCP's own headers make it a little slower.
@@ -294,7 +293,6 @@ def test_a_host_whose_link_is_down_is_unreachable_and_down_stops_what_runs_in_th
     assert cluster.switch not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
-@pytest.mark.alone  # measures: another test beside it is other load
 def test_plan_measures_the_link_between_hosts_at_the_rate_it_was_given(make_cluster, tmp_path):
     """ddplab plan --measure across two hosts: the bus bandwidth it fits is the link's rate (a 2-rank ring sends
     each byte once each way), and the links file says it was measured across nodes."""

@@ -192,6 +192,11 @@ def maybe_warm_up(trainer: Trainer) -> dict[str, Any] | None:
 
 
 MISSING_RANKS_WAIT_S = 10
+# A rank whose collective broke because a peer failed waits this long before it fails too: the launcher (which
+# polls its workers every 0.1 s and names the first failure it sees) then sees the peer's failure first. A warm
+# worker ends in milliseconds (no interpreter tear-down), so without it both could land in one poll, and the
+# lower rank, the collateral one, was named.
+COLLATERAL_WAIT_S = 0.5
 
 
 def collective_failure(exc: Exception, config: RunConfig, ctx: DistContext) -> Exception:
@@ -200,6 +205,7 @@ def collective_failure(exc: Exception, config: RunConfig, ctx: DistContext) -> E
     missing = ctx.missing_ranks(
         timeout_s=min(MISSING_RANKS_WAIT_S, config.dist.timeout_s), quiet=not config.output.debug
     )
+    time.sleep(COLLATERAL_WAIT_S)
     if missing:
         who = ", ".join(f"{rank}{ctx.on_host(rank)}" for rank in missing)
         return TrainingError(
