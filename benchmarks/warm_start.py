@@ -2,7 +2,7 @@
 """A process's fixed cost, started cold (a fresh interpreter each) and warm (forked from ddplab.warm's server).
 
     python benchmarks/warm_start.py                  # the three shapes below, 5 repeats each side, interleaved
-    python benchmarks/warm_start.py --quick          # one repeat, a 2-point sweep: checks the script only
+    python benchmarks/warm_start.py --quick          # one repeat, a 1-point sweep: checks the script only
 
 Sides: `cold` is every process started by exec (DDPLAB_WARM=0 in its environment and in this
 process's launch of it: ddplab as it was before warm starts); `warm` is the default now (the
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import _common as common
 
-from ddplab import process, warm
+from ddplab import process, runfiles, warm
 
 NAME = "warm_start"
 SIDES = ("cold", "warm")
@@ -49,7 +49,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     common.check_common_args(p, args)
     if args.quick:
-        args.repeats, args.points = 1, 2
+        args.repeats, args.points = 1, 1
     return args
 
 
@@ -70,7 +70,7 @@ def timed(cmd: list[str], log: Path, side: str) -> float:
 
 
 def trained_s(run_dir: Path) -> float:
-    t = json.loads((run_dir / "summary.json").read_text())["time"]
+    t = json.loads((run_dir / runfiles.SUMMARY).read_text())["time"]
     return t["train_s"] + t["eval_s"]
 
 

@@ -800,6 +800,13 @@ def run_command(argv: Sequence[str]) -> int:
 
     flag, target, *args = command_of(argv) or argv[1:]
     code = 0
+    import importlib.machinery
+
+    main = types.ModuleType("__main__")  # a fresh one, as a fresh interpreter's (not the server's, with its names)
+    main.__dict__.update(
+        __builtins__=sys.modules["builtins"], __annotations__={}, __loader__=importlib.machinery.BuiltinImporter
+    )
+    sys.modules["__main__"] = main
     try:
         try:
             if flag == "-m":
@@ -811,9 +818,6 @@ def run_command(argv: Sequence[str]) -> int:
                 sys.argv = ["-c", *args]
                 if not getattr(sys.flags, "safe_path", False):
                     sys.path[0] = ""
-                main = types.ModuleType("__main__")
-                main.__dict__["__builtins__"] = __builtins__
-                sys.modules["__main__"] = main
                 exec(compile(target, "<string>", "exec"), main.__dict__)
         finally:
             threading_shutdown()

@@ -52,7 +52,7 @@ print(json.dumps({
               torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32],
     "stdio": [[s.encoding, s.errors, s.line_buffering, s.write_through, type(s.buffer).__name__]
               for s in (sys.stdin, sys.stdout, sys.stderr)],
-    "main": [__name__, __spec__ is None, sys.modules["__main__"].__dict__.get("__file__")],
+    "main": [__name__, __spec__ is None, sorted(k for k in globals() if k.startswith("__"))],
     "cuda_initialized": torch.cuda.is_initialized(),
 }))
 sys.stdout.flush()
