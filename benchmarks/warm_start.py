@@ -13,6 +13,10 @@ Shapes, each a tiny synthetic run (256 images 16x16, simple_cnn at width 0.5, 2 
 - `ddp`: the same with --strategy ddp --nproc 2 (Gloo);
 - `sweep`: `ddplab sweep` of --points such runs (a learning-rate grid), serial, no estimate or report.
 
+And `first step`: a warm DDP launcher (2 workers) from its starting each worker to each rank's first training
+step, on one clock (CLOCK_MONOTONIC), through two hooks patched into the launcher before its own warm server is
+forked from it (so its workers carry them too).
+
 For `point` and `ddp`, fixed cost = the command's wall time - its epochs' training and evaluation
 time (summary.json): starting the command to its first step, plus its last step to its exit. For
 the sweep, its wall time and the sum of its runs' training and evaluation. The server is started
@@ -88,6 +92,36 @@ def sweep_file(folder: Path, points: int) -> Path:
     return path
 
 
+FIRST_STEP = r"""
+import shutil, sys, time
+import ddplab.faults, ddplab.warm as warm
+from ddplab.cli import main
+log, out, launch, inject = sys.argv[1], sys.argv[2], warm.WarmPopen._launch, ddplab.faults.maybe_inject
+def started(self, process_obj):
+    open(log, "a").write(f"start {time.monotonic()}\n")
+    return launch(self, process_obj)
+def stepped(rank, epoch, step):
+    if (epoch, step) == (1, 1):
+        open(log, "a").write(f"step {rank} {time.monotonic()}\n")
+    return inject(rank, epoch, step)
+warm.WarmPopen._launch, ddplab.faults.maybe_inject = started, stepped
+warm.fork_own_server()
+sys.exit(main(["train", *sys.argv[3:], "--out", out]))
+"""
+
+
+def first_steps(root: Path, repeat: int) -> list[float]:
+    """Seconds from a warm launcher's first worker start to each rank's first step."""
+    log = root / f"first-{repeat}.log"
+    args = [str(log), str(root / f"first-{repeat}"), *TINY, *DDP]
+    done = warm.run([sys.executable, "-c", FIRST_STEP, *args], env=side_env("warm"), capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"the first-step run failed:\n{done.stderr[-3000:]}")
+    lines = [line.split() for line in log.read_text().splitlines()]
+    start = min(float(x[1]) for x in lines if x[0] == "start")
+    return sorted(round(float(x[2]) - start, 3) for x in lines if x[0] == "step")
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     machine = common.machine_info("cpu")
@@ -119,6 +153,7 @@ def main(argv=None) -> dict:
             walls["sweep"][side].append(wall)
             fixed["sweep"][side].append(wall - sum(trained_s(d) for d in (out / "runs").iterdir() if d.is_dir()))
             shutil.rmtree(out)
+        results["first_step_s"] = [first_steps(root, r) for r in range(args.repeats)]
     rows = []
     labels = {"point": "one tiny run (a sweep point)", "ddp": "one tiny 2-worker DDP run",
               "sweep": f"a {args.points}-point sweep of tiny runs"}  # fmt: skip
@@ -130,8 +165,11 @@ def main(argv=None) -> dict:
     table = common.markdown_table(
         ["shape", "cold wall s", "warm wall s", "cold fixed s", "warm fixed s", "wall cold / warm"], rows
     )
+    latest = [max(steps) for steps in results["first_step_s"]]
     notes = [
         f"medians of {args.repeats} repeats a side, interleaved; fixed = wall - the runs' training and evaluation",
+        f"warm DDP: the last rank's first step {common.median(latest):.2f} s after its launcher started the first "
+        f"worker (median of {len(latest)}; each: {common.fmt_list(latest)})",
         f"the warm server's own start (once per command, before the first fork answered): {server_start_s:.2f} s",
     ]
     return common.finish(NAME, args, machine, results, table, notes)

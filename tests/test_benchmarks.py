@@ -221,3 +221,5 @@ def test_warm_start_sets_cold_against_warm_for_a_point_a_ddp_run_and_a_sweep(tmp
             assert len(got["wall_s"][side]) == len(got["fixed_s"][side]) == 1
             assert 0 < got["fixed_s"][side][0] < got["wall_s"][side][0]  # the runs trained for some of it
         assert got["median_fixed_s"] == [got["fixed_s"]["cold"][0], got["fixed_s"]["warm"][0]]
+    (steps,) = results["first_step_s"]
+    assert len(steps) == 2 and all(0 < s for s in steps)  # both ranks stepped, after their launcher started them

@@ -167,9 +167,13 @@ def run_probe(configs: list[RunConfig], timeout_s: float = PROBE_TIMEOUT_S) -> d
     torch, then all a run imports; exit_s from its last line to its end (a Python with torch loaded takes a
     while to tear down)."""
     payload = json.dumps([c.to_dict() for c in configs])  # (the probe never downloads: the first run does, said)
-    launched, started = time.time(), time.perf_counter()
     from ddplab import warm
 
+    try:  # the points start warm: the probe too, from a server already warm (its start is paid once a sweep)
+        warm.run([sys.executable, "-c", "pass"], timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise ProbeFailed(f"no warm server within {timeout_s:g} s") from None
+    launched, started = time.time(), time.perf_counter()
     try:  # dies with the sweep, even one killed outright (warm or cold); Ctrl-C reaches it as it reaches the sweep
         done = warm.run(
             [sys.executable, "-m", "ddplab.sweep.estimate"],
