@@ -5,18 +5,19 @@
 # (-m "not slow"), which needs none of them: it installs nothing (bootstrap only makes .venv when there is none).
 #
 # Three passes: the in-process tests on every core at once (pytest-xdist); the tests that spawn processes
-# (`slow`) two at a time, those that make machine-wide things (namespaces, a Slurm cluster) on one worker in
-# turn (xdist_group); then the tests that measure this machine's speed or load (`alone`), one at a time.
+# (`slow`) two at a time, each file's on one worker in turn (--dist loadfile: a module's fixture is built once,
+# and the Slurm file's one cluster is never made twice at once); then the tests that measure this machine's
+# speed or load, or bound a cold start (`alone`), one at a time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-in_parallel() {  # -n N (auto: every core) where pytest-xdist is installed (an older .venv may lack it)
-  if .venv/bin/python -c "import xdist" 2>/dev/null; then echo "-n ${1:-auto} --dist loadgroup"; fi
+in_parallel() {  # -n N --dist MODE where pytest-xdist is installed (an older .venv may lack it)
+  if .venv/bin/python -c "import xdist" 2>/dev/null; then echo "-n $1 --dist $2"; fi
 }
 if [ "${1:-}" = "--fast" ]; then
   shift
   [ -x .venv/bin/python ] || bash scripts/bootstrap.sh
   # shellcheck disable=SC2046
-  exec .venv/bin/python -m pytest -q -m "not slow and not alone" $(in_parallel) "$@"
+  exec .venv/bin/python -m pytest -q -m "not slow and not alone" $(in_parallel auto load) "$@"
 fi
 # Chromium and Slurm come from apt while pip installs the Python side (a minute saved of a fresh machine's start).
 APT_LOG=$(mktemp)
@@ -54,10 +55,10 @@ rm -f "$APT_LOG"
 status=0
 keep() { [ "$status" != 0 ] && [ "$status" != 5 ] || status=$1; }  # the first failure's; 5: no test selected
 # shellcheck disable=SC2046
-.venv/bin/python -m pytest -q -m "not slow and not alone" $(in_parallel) "$@" || keep $?
+.venv/bin/python -m pytest -q -m "not slow and not alone" $(in_parallel auto load) "$@" || keep $?
 # Two at a time: mostly waiting on processes (start-up, rendezvous, timeouts), not on this one's cores.
 # shellcheck disable=SC2046
-.venv/bin/python -m pytest -q -m "slow and not alone" $(in_parallel 2) "$@" || keep $?
+.venv/bin/python -m pytest -q -m "slow and not alone" $(in_parallel 2 loadfile) "$@" || keep $?
 .venv/bin/python -m pytest -q -m "alone" "$@" || keep $?
 [ "$status" = 5 ] && status=0  # 5: a pass that selected no test (a path given of one tier only)
 exit "$status"

@@ -9,20 +9,10 @@ SHARED_CIFAR = REPO.parent / "shared" / "data" / "cifar10-jpeg"
 
 # Whole folders that spawn processes or train real runs: slow by nature (`pytest -m "not slow"` skips them).
 SLOW_PLACES = ("tests/distributed/", "tests/smoke/", "tests/test_benchmarks.py")
-# Files whose tests measure this machine's load, or bound a cold start's time across hosts (each host's process
-# starts cold: `ip netns exec`): `alone` (scripts/test.sh runs them after the rest, one at a time). A test elsewhere
-# that asserts on a measured speed is marked `alone` itself.
-MEASURING = ("tests/smoke/test_report_browser.py", "tests/distributed/test_network.py")
-# Files whose tests make machine-wide things (a Slurm cluster on fixed ports, its hosts' namespaces): one xdist
-# worker runs them all, one after another (--dist loadgroup).
-MACHINE_WIDE = ("tests/smoke/test_slurm.py",)
-# Files whose module-scoped fixtures build something costly that their tests share (the error table's rows, a
-# sweep, a reference DDP run): one worker runs each file, so the fixture is built once, not once a worker.
-SHARED_BUILDS = (
-    "tests/smoke/test_error_contract.py",
-    "tests/smoke/test_sweep_runs.py",
-    "tests/distributed/test_ddp.py",
-)
+# Files whose tests measure this machine's speed or load (the benchmark scripts time cold starts against warm
+# ones), or bound a cold start's time across hosts (each host's process starts cold: `ip netns exec`): `alone`
+# (scripts/test.sh runs them after the rest, one at a time). A test elsewhere that measures is marked itself.
+MEASURING = ("tests/test_benchmarks.py", "tests/smoke/test_report_browser.py", "tests/distributed/test_network.py")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -33,10 +23,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if place.startswith(MEASURING):
             item.add_marker(pytest.mark.alone)
-        if place.startswith(MACHINE_WIDE):
-            item.add_marker(pytest.mark.xdist_group("machine-wide"))
-        elif place.startswith(SHARED_BUILDS):
-            item.add_marker(pytest.mark.xdist_group(place))
 
 
 def pytest_configure(config):

@@ -146,7 +146,6 @@ def test_speedrun_reports_mean_and_std_over_seeds_and_the_flops_floor(tmp_path):
     assert "--preset" in results["train_args"] and "speedrun" in results["train_args"]
 
 
-@pytest.mark.alone  # asserts on a measured speed: another test beside it is other load
 def test_plan_validation_sets_the_model_against_measured_runs(tmp_path):
     """--quick: the tiny net at batch 32, one process and 2 workers, the link measured with 2 ranks; each row's
     error is its predicted over its measured throughput, less one, as the table prints it, and within 50%.
@@ -175,7 +174,6 @@ def test_plan_validation_sets_the_model_against_measured_runs(tmp_path):
     )
 
 
-@pytest.mark.alone  # asserts on a measured speed: another test beside it is other load
 def test_network_sets_one_host_against_two_at_a_link_rate(tmp_path):
     from ddplab import hosts
 
