@@ -417,11 +417,25 @@ def run(
     reset: Sequence[int] = (),
 ) -> subprocess.CompletedProcess:
     """subprocess.run's contract (these arguments), started warm where it can be, cold otherwise."""
-    f = factory(os.environ if env is None else env) if emulated(argv) else None
     text = text or errors is not None
-    cold = (argv, input, capture_output, text, errors, timeout, env, cwd, session, stdout, stderr)
+
+    def cold() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            list(argv),
+            input=input,
+            capture_output=capture_output,
+            text=text,
+            errors=errors,
+            timeout=timeout,
+            env=None if env is None else dict(env),
+            cwd=cwd,
+            start_new_session=session,
+            **({} if capture_output else {"stdout": stdout, "stderr": stderr}),
+        )
+
+    f = factory(os.environ if env is None else env) if emulated(argv) else None
     if f is None:
-        return cold_run(*cold)
+        return cold()
     pipes: dict[int, tuple[int, int]] = {}
     if input is not None:
         pipes[0] = os.pipe()
@@ -445,23 +459,8 @@ def run(
     if proc is None:
         for n, (r, w) in pipes.items():
             os.close(w if n == 0 else r)
-        return cold_run(*cold)
+        return cold()
     return communicate(proc, pipes, input, (errors or "strict") if text else None, timeout)
-
-
-def cold_run(argv, input, capture_output, text, errors, timeout, env, cwd, session, stdout, stderr):
-    return subprocess.run(
-        list(argv),
-        input=input,
-        capture_output=capture_output,
-        text=text,
-        errors=errors,
-        timeout=timeout,
-        env=None if env is None else dict(env),
-        cwd=cwd,
-        start_new_session=session,
-        **({} if capture_output else {"stdout": stdout, "stderr": stderr}),
-    )
 
 
 def communicate(proc: WarmProcess, pipes: dict[int, tuple[int, int]], input, errors: str | None, timeout: float | None):
@@ -601,7 +600,7 @@ def serve(channel: socket.socket) -> None:
             pid = os.fork()
             if pid == 0:
                 try:
-                    become(request, fds[:-1], reply_fd=fds[-1])
+                    become(request, fds[:-1])
                 except BaseException:  # noqa: BLE001  (the child could not be made: say why where its stderr goes)
                     import traceback
 
@@ -632,13 +631,13 @@ def reap(replies: dict[int, socket.socket]) -> None:
             reply.close()
 
 
-def become(request: dict, fds: list[int], *, reply_fd: int) -> None:
+def become(request: dict, fds: list[int]) -> None:
     """In the forked child: turn into the process `exec(request["argv"])` would have made, run it, exit."""
     signal.set_wakeup_fd(-1)
     if request["session"]:
         os.setsid()
     set_parent_death_signal(signal.SIGTERM)  # dies with the server, which dies with its client
-    install_fds(dict(zip(request["targets"], fds, strict=True)), close_also=reply_fd)
+    install_fds(dict(zip(request["targets"], fds, strict=True)))
     os.umask(request["umask"])
     apply_limits(request["limits"])
     os.chdir(request["cwd"])
@@ -719,9 +718,9 @@ def fork_own_server() -> None:
     _factories[:] = [Factory(channel=ours, env=os.environ, pid=pid)]
 
 
-def install_fds(targets: dict[int, int], close_also: int) -> None:
+def install_fds(targets: dict[int, int]) -> None:
     """Each received descriptor at the number the child expects, every other one closed (as close_fds)."""
-    high = max([*targets, *targets.values(), close_also, 2]) + 1
+    high = max([*targets, *targets.values(), 2]) + 1  # staged above both: no target overwrites one not yet moved
     staged = {target: os.dup2(fd, high + i, inheritable=False) for i, (target, fd) in enumerate(targets.items())}
     for target, fd in staged.items():
         os.dup2(fd, target)
@@ -794,14 +793,13 @@ def fresh_interpreter_state() -> None:
 def run_command(argv: Sequence[str]) -> int:
     """Run `python -m MODULE ARGS` or `python -c CODE ARGS` in this process, end it as the interpreter would
     (non-daemon threads joined, atexit run, stdio flushed); its exit code."""
+    import importlib.machinery
     import runpy
     import traceback
     import types
 
     flag, target, *args = command_of(argv) or argv[1:]
     code = 0
-    import importlib.machinery
-
     main = types.ModuleType("__main__")  # a fresh one, as a fresh interpreter's (not the server's, with its names)
     main.__dict__.update(
         __builtins__=sys.modules["builtins"], __annotations__={}, __loader__=importlib.machinery.BuiltinImporter
