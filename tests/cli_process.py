@@ -4,18 +4,28 @@ Forked from this test process's warm server (ddplab.warm) where it can be, so a 
 the command does, not for importing torch again: the child is still its own process (session, exit
 code, signals, output, /proc/PID/environ), and a warm start ends bit-identical to a cold one
 (tests/unit/test_warm.py). DDPLAB_WARM=0 runs every command cold.
+
+A command still running shortly before its timeout is looked at before it is killed: every process of
+it (found by a mark in its environment) with its state, kernel wait channel and, where py-spy is
+installed (the test extra), every Python thread's stack. A hang on CI then says where it hung.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import threading
+import uuid
 from collections.abc import Mapping
+from pathlib import Path
 
 from ddplab import warm
 
 THREADS = {"OMP_NUM_THREADS": "1"}  # one core's work a command: the suite runs several at once
+MARK = "DDPLAB_TEST_COMMAND"  # environment variable naming one command's processes
+LOOK_BEFORE_S = 15.0  # how long before its timeout a still-running command is looked at
 
 
 def ddplab_cli(
@@ -28,15 +38,74 @@ def ddplab_cli(
     input: str | None = None,
     errors: str = "strict",
 ) -> subprocess.CompletedProcess:
-    """`python -m MODULE ARGS`, output captured as text; `env` over `base_env` (this process's by default)."""
-    full_env = {**(os.environ if base_env is None else base_env), **THREADS, **(env or {})}
-    return warm.run(
-        [sys.executable, "-m", module, *map(str, args)],
-        input=input,
-        capture_output=True,
-        errors=errors,
-        timeout=timeout,
-        env=full_env,
-        cwd=cwd,
-        session=True,
-    )
+    """`python -m MODULE ARGS`, output captured as text; `env` over `base_env` (this process's by default).
+    Past `timeout`: an AssertionError saying where each of its processes was."""
+    mark = uuid.uuid4().hex
+    full_env = {**(os.environ if base_env is None else base_env), **THREADS, **(env or {}), MARK: mark}
+    looked: list[str] = []
+    look = threading.Timer(max(timeout - LOOK_BEFORE_S, timeout * 0.9), lambda: looked.append(where_they_are(mark)))
+    look.daemon = True
+    look.start()
+    try:
+        return warm.run(
+            [sys.executable, "-m", module, *map(str, args)],
+            input=input,
+            capture_output=True,
+            errors=errors,
+            timeout=timeout,
+            env=full_env,
+            cwd=cwd,
+            session=True,
+        )
+    except subprocess.TimeoutExpired as exc:
+        look.join()
+        raise AssertionError(
+            f"`{' '.join(map(str, args))}` did not finish within {timeout:g} s\n"
+            f"{''.join(looked) or '(its processes were not looked at)'}\n"
+            f"--- its stderr, the end ---\n{(exc.stderr or '')[-4000:]}"
+        ) from None
+    finally:
+        look.cancel()
+
+
+def processes_marked(mark: str) -> list[int]:
+    """Processes whose environment carries MARK=mark (a warm child shows its own environment there too)."""
+    needle = f"{MARK}={mark}\0".encode()
+    found = []
+    for env_file in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if needle in env_file.read_bytes() + b"\0":
+                found.append(int(env_file.parent.name))
+        except OSError:
+            pass
+    return sorted(found)
+
+
+def where_they_are(mark: str) -> str:
+    """Each process of one command: pid, parent, state, kernel wait channel, command line; and its Python
+    stacks where py-spy is installed (it reads another process's memory: root, or ptrace allowed)."""
+    spy = shutil.which("py-spy", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    out = []
+    for pid in processes_marked(mark):
+        proc = Path(f"/proc/{pid}")
+        try:
+            stat = proc.joinpath("stat").read_text()
+            state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+            wchan = proc.joinpath("wchan").read_text()
+            cmdline = proc.joinpath("cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        out.append(f"--- pid {pid} (parent {ppid}) state {state} wchan {wchan or '-'}: {cmdline[:300]}\n")
+        if spy:
+            try:
+                dump = subprocess.run(
+                    [spy, "dump", "--native", "--pid", str(pid)],
+                    capture_output=True,
+                    text=True,
+                    timeout=20,
+                    errors="replace",
+                )
+                out.append(dump.stdout or dump.stderr)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                out.append(f"(py-spy: {exc})\n")
+    return "".join(out) or "(no process of it was left)\n"

@@ -317,8 +317,36 @@ def distributed_context(config: RunConfig, place: ProcessPlace | None) -> Iterat
             monitor=monitor,
             hosts=tuple(hosts),
         )
+    except BaseException as exc:
+        release_what_failed(exc)
+        raise
     finally:
         dist.destroy_process_group()
+
+
+def release_what_failed(exc: BaseException) -> None:
+    """Free what a failed run's frames hold (the DDP model, whose reducer holds the group) while the group still
+    lives, so that destroying the group, not the reducer, ends it.
+
+    Otherwise the traceback keeps the model alive past `destroy_process_group`, and the reducer, freed later with
+    the exception, ends the group itself: its destructor joins Gloo's worker thread holding the GIL
+    (pytorch/pytorch#56297), while that thread, finishing the collective the failure left in flight, waits for
+    the GIL to free its tensors. The failed rank hung there, its peers waiting on it for dist.timeout_s. The
+    traceback keeps its text (file, line, function); only the frames' variables go.
+    """
+    import gc
+    import traceback
+
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        e = pending.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        traceback.clear_frames(e.__traceback__)
+        pending += [e.__cause__, e.__context__]
+    gc.collect()  # a module's hooks may hold it in a cycle: collected now, not at some later allocation
 
 
 def unwrap(model: nn.Module) -> nn.Module:

@@ -174,6 +174,8 @@ class Child:
 
     def finished(self, code: int) -> Finished:
         self.log.close()
+        if isinstance(self.proc, warm.WarmProcess):
+            self.proc.close()  # its channel to the server (a subprocess.Popen holds no descriptor once waited)
         return Finished(code, time.perf_counter() - self.start, self.log_path, self.command)
 
 

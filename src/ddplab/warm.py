@@ -230,8 +230,12 @@ class WarmProcess:
 
     @property
     def sentinel(self) -> int:
-        """Readable once the child has exited (its exit code is there to read)."""
+        """Readable once the child has exited (its exit code is there to read); valid until `close`, as a
+        multiprocessing sentinel is (a number closed earlier could be another file's by the next wait on it)."""
         return self._channel.fileno()
+
+    def close(self) -> None:
+        self._channel.close()
 
     def poll(self) -> int | None:
         return self.wait(timeout=0)
@@ -248,7 +252,6 @@ class WarmProcess:
                 self.returncode = read_reply(self._channel)
             except (OSError, EOFError):  # the server died (its children die with it): as a SIGKILL
                 self.returncode = -signal.SIGKILL
-            self._channel.close()
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
@@ -498,13 +501,16 @@ def communicate(proc: WarmProcess, pipes: dict[int, tuple[int, int]], input, err
         )
 
     try:
-        code = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        for thread in threads:
-            thread.join(1.0)
-        raise subprocess.TimeoutExpired(proc.args, timeout or 0, output(1), output(2)) from None
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            for thread in threads:
+                thread.join(1.0)
+            raise subprocess.TimeoutExpired(proc.args, timeout or 0, output(1), output(2)) from None
+    finally:
+        proc.close()
     for thread in threads:
         thread.join()
     return subprocess.CompletedProcess(proc.args, code, output(1), output(2))
@@ -903,7 +909,7 @@ class WarmPopen(popen_spawn_posix.Popen):
                 os.close(parent_w)
                 return super()._launch(process_obj)
             self._warm, self.pid, self.sentinel = proc, proc.pid, proc.sentinel
-            self.finalizer = util.Finalize(self, util.close_fds, (parent_w,))
+            self.finalizer = util.Finalize(self, close_warm, (proc, parent_w))
             with open(parent_w, "wb", closefd=False) as out:
                 out.write(fp.getbuffer())
         finally:
@@ -915,6 +921,11 @@ class WarmPopen(popen_spawn_posix.Popen):
         if self.returncode is None:
             self.returncode = self._warm.wait(timeout=0 if flag == os.WNOHANG else None)
         return self.returncode
+
+
+def close_warm(proc: WarmProcess, parent_w: int) -> None:
+    os.close(parent_w)
+    proc.close()
 
 
 class WarmSpawnProcess(mp_context.SpawnProcess):

@@ -203,3 +203,43 @@ def test_a_stop_signal_during_the_workers_spawn_is_raised_once_the_agent_holds_t
         assert "self._pc = mp.start_processes(" in inspect.getsource(originals[1])  # the group is held from here
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@pytest.mark.slow
+def test_a_failed_run_frees_its_ddp_model_before_the_group_is_destroyed(monkeypatch):
+    """The traceback of a failure held the DDP model past destroy_process_group; its reducer then ended the
+    group itself, freed with the exception, joining Gloo's thread while holding the GIL, and a rank that
+    raised mid-step hung there (a CI run waited 300 s on it). The model must be gone when the group is
+    destroyed, and the traceback must still say where the failure was."""
+    import socket
+    import traceback
+    import weakref
+
+    from ddplab.config import build_config
+    from ddplab.distributed import distributed_context
+    from ddplab.topology import ProcessPlace
+
+    with socket.socket() as s:  # a free port for the one rank's store
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    config = build_config({"dist": {"strategy": "ddp"}, "train": {"device": "cpu"}})
+    place = ProcessPlace(rank=0, world_size=1, local_rank=0, local_world_size=1, launcher="torchrun")
+    models: list = []  # a weak reference to the failed run's DDP model
+    alive_at_destroy = []
+    destroy = dist.destroy_process_group
+    monkeypatch.setattr(
+        dist, "destroy_process_group", lambda *a: alive_at_destroy.append(models[0]() is not None) or destroy(*a)
+    )
+
+    def train_and_fail():
+        ddp = nn.parallel.DistributedDataParallel(nn.Linear(2, 2))
+        ddp(torch.ones(1, 2)).sum().backward()
+        models.append(weakref.ref(ddp))
+        raise RuntimeError("failed mid-step")
+
+    with pytest.raises(RuntimeError, match="failed mid-step") as failed, distributed_context(config, place):
+        train_and_fail()
+    assert alive_at_destroy == [False]
+    assert "train_and_fail" in "".join(traceback.format_tb(failed.value.__traceback__))
