@@ -3,20 +3,60 @@ alike, so a bad value is argparse's one line naming the option. Torch-free."""
 
 import argparse
 import math
+import re
+
+MOST = 2**31 - 1  # the largest count an option takes (GPUs, nodes, batch, processes): a 400-digit one is a typo
+
+
+def shown(text: str) -> str:
+    """A value as an error line quotes it: a 400-digit one shortened, so the line stays one line."""
+    quoted = repr(text)
+    return quoted if len(quoted) <= 40 else f"{quoted[:20]}... ({len(text)} characters)"
 
 
 def whole_list(text: str) -> list[int]:
     """A comma-separated list of whole numbers >= 1 (1,2,4,8)."""
     parts = [part.strip() for part in text.split(",")]
-    if not parts or not all(part.isdigit() and int(part) >= 1 for part in parts):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers >= 1")
+    if not parts or not all(part.isdigit() and 1 <= int(part) <= MOST for part in parts):
+        raise argparse.ArgumentTypeError(
+            f"{shown(text)} is not a comma-separated list of whole numbers from 1 to {MOST}"
+        )
     return sorted({int(part) for part in parts})
 
 
 def positive_whole(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    if not text.isdigit() or not 1 <= int(text) <= MOST:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a whole number from 1 to {MOST}")
     return int(text)
+
+
+ENDPOINT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[\w.\-]+):(\d+)")
+
+
+def endpoint_parts(text: str, *, nodes: int = 1) -> tuple[str, int]:
+    """'host:port' (an IPv6 host in brackets) -> (host, port), for a group of `nodes` nodes; ValueError saying
+    what is wrong. The one rule for a rendezvous endpoint, wherever one is given (train, plan --measure)."""
+    found = ENDPOINT.fullmatch(text.strip())
+    if not found:
+        raise ValueError("expected host:port, e.g. 10.0.0.1:29500 (an IPv6 address in brackets: [fd00::1]:29500)")
+    host, port = found.group(1), int(found.group(2))
+    if port > 65535:
+        raise ValueError("a port is 1 to 65535")
+    if port == 0 and nodes > 1:
+        raise ValueError(
+            "port 0 picks a free port on each node by itself, so the nodes would never meet: give one free "
+            "port, the same on every node, e.g. 29500"
+        )
+    return host.strip("[]"), port
+
+
+def rdzv_endpoint(text: str) -> str:
+    """`--rdzv-endpoint`: host:port (the port checked against the node count where the command knows it)."""
+    try:
+        endpoint_parts(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{shown(text)}: {exc}") from None
+    return text.strip()
 
 
 AUTO = "auto"  # --parallel auto: one point per GPU on a CUDA machine, one at a time on a CPU (sweep/slots.py)

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ddplab import faults, files, runfiles
+from ddplab import borders, faults, files, runfiles
 from ddplab.errors import ConfigError, DataError, FileSystemError
 
 LAST, BEST = runfiles.LAST_CHECKPOINT, runfiles.BEST_CHECKPOINT
@@ -61,7 +61,33 @@ def load(path: Path, map_location: torch.device | str = "cpu") -> dict:
     missing = [k for k in required if k not in state] if isinstance(state, dict) else list(required)
     if missing:
         raise DataError(f"checkpoint {path} is not a ddplab checkpoint: it lacks {', '.join(missing)}")
+    if "train_state" in required:
+        check_train_state(path, state["train_state"])
     return state
+
+
+# The counters a resume reads from a last checkpoint's train_state (borders.py's kinds): epoch, step and the
+# epochs' records are always written; the rest, where present (an older checkpoint lacks some), of their kind.
+TRAIN_STATE = {
+    "epoch": borders.WHOLE,
+    "step": borders.WHOLE,
+    "history": borders.list_of(borders.TABLE),
+    "best_test_acc": borders.number(),
+    "best_epoch": borders.WHOLE,
+    "stopped_early": borders.FLAG,
+    "earlier_sessions_s": borders.SECONDS,
+}
+
+
+def check_train_state(path: Path, train_state: Any) -> None:
+    """A last checkpoint's counters, each present and of its kind, or one line naming the file and the field
+    (a hand-edited or foreign checkpoint was a KeyError or TypeError traceback)."""
+    borders.check(
+        {"train_state": train_state},
+        {"train_state": TRAIN_STATE},
+        f"checkpoint {path}",
+        required=("train_state.epoch", "train_state.step", "train_state.history"),
+    )
 
 
 def restore(path: Path, into: Callable[[dict], Any], state: dict) -> None:

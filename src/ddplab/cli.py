@@ -30,8 +30,15 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from ddplab import compat, faults, files, runfiles, tracking
-from ddplab.arguments import parallel_points, positive_seconds, positive_whole, whole_list
+from ddplab import compat, faults, files, runfiles, stops, tracking
+from ddplab.arguments import (
+    endpoint_parts,
+    parallel_points,
+    positive_seconds,
+    positive_whole,
+    rdzv_endpoint,
+    whole_list,
+)
 from ddplab.config import SECTIONS, RunConfig, build_config, coerce, field_types, load_toml, merge, parse_dotted
 from ddplab.errors import ConfigError, DataError, DdplabError, SweepError, file_error
 
@@ -461,6 +468,11 @@ def refuse_unmeasurable(args: argparse.Namespace) -> None:
             f"{largest // MIB} MiB",
             file=sys.stderr,
         )
+    if args.rdzv_endpoint is not None:
+        try:
+            endpoint_parts(args.rdzv_endpoint, nodes=args.nnodes)
+        except ValueError as exc:
+            raise ConfigError(f"--rdzv-endpoint {args.rdzv_endpoint} with --nnodes {args.nnodes}: {exc}") from None
     cores = len(usable_cores())
     if args.backend != "nccl" and max(args.nproc) > OVERSUBSCRIBED * cores:
         raise ConfigError(
@@ -734,6 +746,7 @@ def build_parser(with_kernels: bool = True) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--rdzv-endpoint",
+        type=rdzv_endpoint,
         default=None,
         metavar="HOST:PORT",
         help="with --nnodes: node 0's address and a free port, the same on every node",
@@ -855,7 +868,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command not in TORCH_FREE:
             compat.check_torch()  # before the command imports an API an older torch lacks
         faults.check_env()  # a test hook obeys the contract of a flag, whatever the command (a sweep's runs inherit it)
-        code = args.func(args)
+        with stops.as_interrupts():  # SIGTERM and SIGHUP stop every command as Ctrl-C does
+            code = args.func(args)
         sys.stdout.flush()  # here, where a closed pipe is handled, not at exit
         return code
     except BrokenPipeError:  # the reader went away (ddplab models | head): stop quietly, as shell tools do
@@ -865,11 +879,11 @@ def main(argv: list[str] | None = None) -> int:
         error = exc if isinstance(exc, DdplabError) else file_error(exc, "use")  # a read-only or full disk, ...
         if debug:
             traceback.print_exc()  # and still the one line and the documented exit code
-        print(f"ddplab: error: {error}", file=sys.stderr)
+        stops.say_last(f"ddplab: error: {error}")
         return error.exit_code
-    except KeyboardInterrupt:
-        print("ddplab: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        stops.say_last(stops.interrupted_line(exc))
+        return stops.EXIT_CODE
 
 
 def quiet_stdout() -> None:

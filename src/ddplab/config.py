@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import re
 import sys
 import types
 import typing
@@ -30,6 +29,7 @@ else:  # pragma: no cover
 
 import tomli_w
 
+from ddplab.arguments import endpoint_parts
 from ddplab.data.options import (
     CIFAR100_LABELS,
     DATASETS,
@@ -369,8 +369,11 @@ class DistConfig:
         _choice("dist.backend", self.backend, BACKENDS)
         _choice("dist.comm_hook", self.comm_hook, ("none", "fp16", "bf16"))
         _choice("dist.rdzv_backend", self.rdzv_backend, ("c10d", "static"))
-        if self.rdzv_endpoint is not None and not re.fullmatch(r"[\w.\-\[\]:]+:\d+", self.rdzv_endpoint):
-            raise _bad("dist.rdzv_endpoint", self.rdzv_endpoint, "host:port, e.g. 10.0.0.1:29500")
+        if self.rdzv_endpoint is not None:
+            try:
+                endpoint_parts(self.rdzv_endpoint, nodes=self.nnodes)
+            except ValueError as exc:
+                raise _bad("dist.rdzv_endpoint", self.rdzv_endpoint, str(exc)) from None
         for name in ("nproc", "nnodes", "timeout_s"):
             _positive(f"dist.{name}", getattr(self, name))
         if self.timeout_s > 7 * 24 * 3600:

@@ -26,6 +26,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from ddplab import compat
+from ddplab.arguments import endpoint_parts
 from ddplab.config import RunConfig
 from ddplab.errors import ConfigError
 from ddplab.topology import ProcessPlace, group_attempt, resolve_backend, usable_cores
@@ -86,21 +87,32 @@ class DistContext:
             torch.distributed.barrier()
 
     def missing_ranks(self, timeout_s: float, *, quiet: bool = True) -> list[int]:
-        """Ranks that do not reach a barrier within `timeout_s` (known on rank 0 only).
+        """Ranks that do not reach a barrier within `timeout_s`, whichever rank stopped answering.
 
         Gloo's monitored_barrier names the ranks that did not arrive, which turns a
         collective timeout into "rank 3 is stuck" instead of a bare timeout. Its own log
         lines say the same on stderr, so they are silenced unless `quiet` is False (--debug).
+        Rank 0 collects the barrier, so only it can name the others; the others wait
+        MONITOR_SLACK_S longer for its answer, so a live rank 0 always answers or fails
+        first (its failure closes their connections), and a barrier that merely times out
+        on them means rank 0 itself stopped answering (frozen, stuck, or its host gone):
+        rank 0 is named, where Gloo's raw "Timed out waiting ... for recv" was.
         """
         if not self.is_distributed:
             return []
+        wait_s = timeout_s if self.rank == 0 else timeout_s + MONITOR_SLACK_S
         try:
             with stderr_silenced() if quiet else contextlib.nullcontext():
-                dist.monitored_barrier(group=self.monitor, timeout=timedelta(seconds=timeout_s), wait_all_ranks=True)
+                dist.monitored_barrier(group=self.monitor, timeout=timedelta(seconds=wait_s), wait_all_ranks=True)
         except RuntimeError as exc:
             found = re.search(r"[Rr]anks? ([\d, ]+) failed to pass", str(exc))
-            return sorted(int(r) for r in found.group(1).replace(" ", "").split(",") if r) if found else []
+            if found:
+                return sorted(int(r) for r in found.group(1).replace(" ", "").split(",") if r)
+            return [0] if self.rank != 0 and re.search(r"[Tt]imed out", str(exc)) else []
         return []
+
+
+MONITOR_SLACK_S = 5  # how much longer than rank 0 the other ranks wait for the barrier it collects
 
 
 @contextlib.contextmanager
@@ -143,13 +155,23 @@ def _slurm_rendezvous_env() -> None:
         nodes = os.environ.get("SLURM_STEP_NODELIST") or os.environ.get("SLURM_JOB_NODELIST") or "127.0.0.1"
         try:
             first = subprocess.run(
-                ["scontrol", "show", "hostnames", nodes], capture_output=True, text=True, check=True, timeout=30
+                ["scontrol", "show", "hostnames", nodes],
+                capture_output=True,
+                text=True,
+                errors="replace",
+                check=True,
+                timeout=30,
             ).stdout.split()[0]
         except (OSError, subprocess.SubprocessError, IndexError):
             first = nodes.split(",")[0].split("[")[0]
         try:
             shown = subprocess.run(
-                ["scontrol", "show", "node", "-o", first], capture_output=True, text=True, check=True, timeout=30
+                ["scontrol", "show", "node", "-o", first],
+                capture_output=True,
+                text=True,
+                errors="replace",
+                check=True,
+                timeout=30,
             ).stdout
             found = re.search(r"\bNodeAddr=(\S+)", shown)
             if found:
@@ -181,9 +203,8 @@ def rendezvous_store(place: ProcessPlace, timeout: timedelta) -> dist.Store:
 
 
 def split_endpoint(endpoint: str) -> tuple[str, int]:
-    """'host:port' (an IPv6 host in brackets) -> (host, port)."""
-    host, port = endpoint.rsplit(":", 1)
-    return host.strip("[]"), int(port)
+    """'host:port' (an IPv6 host in brackets) -> (host, port), of an endpoint the config already checked."""
+    return endpoint_parts(endpoint)
 
 
 def route_address(endpoint: str | None) -> str | None:

@@ -8,6 +8,7 @@ null. An OSError becomes a `FileSystemError` naming the path (exit code 5).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -40,6 +41,31 @@ def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
                 raise FileSystemError(f"cannot write {path}: its folder {path.parent} does not exist") from None
             raise file_error(exc) from None
         raise
+
+
+def remove_dead_writers_files(*folders: Path) -> list[Path]:
+    """The temporary files `write_atomic` left in `folders` when its process was killed between the write and
+    the rename (SIGKILL, a power cut): removed where that process is gone. Called by a folder's holder, so no
+    live writer of its own is about; another process's live write is left alone."""
+    removed = []
+    for folder in folders:
+        for tmp in Path(folder).glob("*.*.tmp") if Path(folder).is_dir() else ():
+            pid = tmp.name[: -len(".tmp")].rsplit(".", 1)[-1]
+            if pid.isdigit() and not process_alive(int(pid)):
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                    removed.append(tmp)
+    return removed
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    return True
 
 
 def ready_to_write(path: Path) -> None:

@@ -80,8 +80,9 @@ class Cluster:
 
 
 def parse_rate(text: str | None) -> float | None:
-    """'200mbit', '1gbit', '1.5g', '500k' -> bits per second; 'none' / 'unshaped' / None -> None."""
-    if text is None or text.strip().lower() in ("none", "unshaped", "off", ""):
+    """'200mbit', '1gbit', '1.5g', '500k' -> bits per second; 'none' / 'unshaped' / None -> None. An empty
+    value is refused, not read as none: `shape ''` (a shell variable left unset) must not unshape every link."""
+    if text is None or text.strip().lower() in ("none", "unshaped", "off"):
         return None
     match = RATE.fullmatch(text.strip())
     if not match:
@@ -138,7 +139,7 @@ def _ip(args: Sequence[str], *, check: bool = True, namespace: str | None = None
 
 
 def _run(cmd: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(list(cmd), capture_output=True, text=True, errors="replace", timeout=30)
     if check and proc.returncode != 0:
         raise HostsError(f"`{' '.join(cmd)}` failed: {proc.stderr.strip() or proc.stdout.strip() or proc.returncode}")
     return proc

@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ddplab import compat, errors, faults, topology, warm, watchdog
+from ddplab import compat, errors, faults, stops, topology, warm, watchdog
 from ddplab.config import DistConfig, RunConfig
 from ddplab.runplan import RunPlan, as_worker, prepared
 
@@ -76,30 +76,21 @@ def launch(config: RunConfig, *, saved: RunConfig | None = None, command: bool =
 
 @contextlib.contextmanager
 def interrupts_said(config: RunConfig):
-    """A single process stops on SIGTERM as on Ctrl-C, with the line and exit code (130) of a DDP
-    run's launcher: a scheduler's SIGTERM (Slurm's time limit, a sweep) used to end it with 143 and
-    nothing said. Its checkpoints stay, as the last finished epoch left them."""
+    """A single process stops on SIGTERM or SIGHUP as on Ctrl-C (ddplab.stops), with the line and exit code
+    (130) of a DDP run's launcher: a scheduler's SIGTERM (Slurm's time limit, a sweep) or a closed terminal's
+    SIGHUP used to end it with 143 or 129 and nothing said. Its checkpoints stay, as the last finished epoch
+    left them."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers belong to the main thread; a Python caller's thread keeps KeyboardInterrupt
         return
-    received: list[str] = []
-
-    def on_sigterm(signum, frame) -> None:
-        received.append("SIGTERM")
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        yield
-    except KeyboardInterrupt:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one while the run unwinds changes nothing
-        name = received[0] if received else "SIGINT"
+        with stops.as_interrupts():
+            yield
+    except KeyboardInterrupt as exc:
         raise Interrupted(
-            f"interrupted by {name}; checkpoints are kept: continue with "
+            f"interrupted by {stops.name_of(exc)}; checkpoints are kept: continue with "
             f"ddplab train --out {config.output.out} --resume"
         ) from None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def launch_workers(plan: RunPlan, *, command: bool = True):
@@ -169,6 +160,8 @@ def launch_workers(plan: RunPlan, *, command: bool = True):
             raise worker_failure(exc, d.max_restarts) from None
         except SignalException as exc:  # Ctrl-C / SIGTERM: the agent has already stopped every worker
             raise Interrupted(interrupted_line("SIGINT" if interrupted else exc.sigval.name)) from None
+        except KeyboardInterrupt as exc:  # a stop signal before the agent took the signals (its rendezvous)
+            raise Interrupted(interrupted_line("SIGINT" if interrupted else stops.name_of(exc))) from None
         except RendezvousError as exc:
             raise rendezvous_failure(exc, d.rdzv_endpoint, d.nnodes, timeout) from None
     return next((r for r in results.values() if r is not None), None)
@@ -339,7 +332,7 @@ def held_stop_signals():
         yield
         return
     held: list[int] = []
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    handlers = {s: signal.getsignal(s) for s in stops.STOP_SIGNALS}
     for s in handlers:
         signal.signal(s, lambda signum, frame: held.append(signum))
     try:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddplab import warm
+from ddplab import stops, warm
 
 POLL_S = 1.0  # how often `on_poll` is called while the child runs
 STOP_GRACE_S = 30  # after SIGINT/SIGTERM, how long a tree may take to stop before SIGKILL
@@ -184,7 +184,7 @@ def stop_all(children: Sequence[Child], sig: int = signal.SIGINT, grace_s: float
     of one grace before SIGKILL); each comes back INTERRUPTED, unless it had exited on its own before (its
     own code, a failure included). A second Ctrl-C or SIGTERM meanwhile is ignored: the trees are being
     stopped, and what became of each is still recorded."""
-    with signals_ignored():
+    with stops.ignored():
         exited = {id(child): child.proc.poll() for child in children}
         for child in children:
             if exited[id(child)] is None:
@@ -194,22 +194,6 @@ def stop_all(children: Sequence[Child], sig: int = signal.SIGINT, grace_s: float
         for child in children:
             stop_tree(child.proc, sig, grace_s=max(deadline - time.monotonic(), 0.0), signalled=True)
         return [child.finished(INTERRUPTED if (code := exited[id(child)]) is None else code) for child in children]
-
-
-@contextlib.contextmanager
-def signals_ignored():
-    """SIGINT and SIGTERM ignored for the block (in the main thread; elsewhere nothing changes)."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def wait_any(children: Sequence[Child], timeout_s: float) -> None:

@@ -99,20 +99,13 @@ def check_run_dir(config: RunConfig, saved: RunConfig | None = None) -> Resume |
             f"{', '.join(sorted(RESUMABLE_DIFFERENCES))} may change)"
         )
     state = load_checkpoint(run_dir / runfiles.CHECKPOINTS / runfiles.LAST_CHECKPOINT)
-    if isinstance(state.get("config"), dict):  # what the checkpoint was trained with (checkpoints since 2026-11-25)
-        edited = config_differences(build_config(state["config"]), saved) - RESUMABLE_DIFFERENCES
-        if edited:
-            trained, now = build_config(state["config"]).to_dict(), saved.to_dict()
-            changes = "; ".join(
-                f"{k}: {trained[k.split('.')[0]][k.split('.')[1]]!r} in the checkpoint, "
-                f"{now[k.split('.')[0]][k.split('.')[1]]!r} in the file"
-                for k in sorted(edited)
-            )
-            raise ConfigError(
-                f"{run_dir / runfiles.CONFIG} was edited after the run's last checkpoint ({changes}): "
-                "resuming would train on with settings the checkpoint was not trained with; put the "
-                "file back, or start a new run from it with --config"
-            )
+    refuse_edited_since(
+        state,
+        saved,
+        run_dir,
+        "resuming would train on with settings the checkpoint was not trained with; put the file back, or start "
+        "a new run from it with --config",
+    )
     done = state["train_state"]["epoch"]
     if config.train.epochs < done:
         raise ConfigError(
@@ -124,6 +117,28 @@ def check_run_dir(config: RunConfig, saved: RunConfig | None = None) -> Resume |
         planned_epochs=saved.train.epochs,
         checkpoint=state,
     )
+
+
+def refuse_edited_since(state: dict, saved: RunConfig | None, run_dir: Path, consequence: str) -> None:
+    """One line naming each setting of config.toml (`saved`, read here where None) edited since the checkpoint
+    `state` was written (checkpoints hold the config they were trained with since 2026-11-25; older ones are not
+    checked), and what using it now would do (`consequence`): a resume, or an eval that would build another
+    model than the weights."""
+    if not isinstance(state.get("config"), dict):
+        return
+    saved = saved if saved is not None else saved_config(run_dir)
+    trained = build_config(state["config"])
+    edited = config_differences(trained, saved) - RESUMABLE_DIFFERENCES
+    if edited:
+        then, now = trained.to_dict(), saved.to_dict()
+        changes = "; ".join(
+            f"{k}: {then[k.split('.')[0]][k.split('.')[1]]!r} in the checkpoint, "
+            f"{now[k.split('.')[0]][k.split('.')[1]]!r} in the file"
+            for k in sorted(edited)
+        )
+        raise ConfigError(
+            f"{run_dir / runfiles.CONFIG} was edited after the run's last checkpoint ({changes}): {consequence}"
+        )
 
 
 def saved_config(run_dir: Path) -> RunConfig:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddplab import runfiles
+from ddplab import files, runfiles
 from ddplab.config import RunConfig, check_environment
 from ddplab.errors import ConfigError
 from ddplab.runfolder import Resume, check_run_dir, refuse_by_state
@@ -108,6 +108,8 @@ def _folder_checked(
     refuse_by_state(config)  # a refused run leaves no lock file behind in a folder that is not its own
     assert config.output.out is not None
     with run_lock(Path(config.output.out)):
+        out = Path(config.output.out)
+        files.remove_dead_writers_files(out, out / runfiles.CHECKPOINTS)  # a writer killed before its rename
         yield RunPlan(config, place, True, check_run_dir(config, saved))
 
 

@@ -18,7 +18,7 @@ from ddplab.config import flatten
 from ddplab.errors import ConfigError, DataError
 from ddplab.metrics.records import EpochRecord, read_epochs
 from ddplab.metrics.summary import Summary, read_summary
-from ddplab.runfiles import read_json, read_jsonl
+from ddplab.runfiles import read_json
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -94,8 +94,8 @@ def read_run(run_dir: Path, status: str | None = None) -> Run:
         return run
     run.summary, run.history = read_summary(run_dir), read_epochs(run_dir / runfiles.METRICS, run_dir)
     run.status = str(run.summary.get("status", "finished"))
-    run.steps = numeric_records(read_optional(run_dir / runfiles.STEPS, run_dir), run_dir / runfiles.STEPS, run.skipped)
-    run.gpu = numeric_records(read_optional(run_dir / runfiles.GPU, run_dir), run_dir / runfiles.GPU, run.skipped)
+    run.steps = side_records(run_dir / runfiles.STEPS, run.skipped)
+    run.gpu = side_records(run_dir / runfiles.GPU, run.skipped)
     if (run_dir / runfiles.ENV).is_file():
         run.env, skipped = kept(read_json(run_dir / runfiles.ENV, run_dir), ENV, str(run_dir / runfiles.ENV))
         run.skipped += skipped
@@ -117,19 +117,11 @@ def unfinished_reason(run_dir: Path) -> str:
     return f"{reason}; log: {errors[-1][:300]}" if errors else reason
 
 
-def read_optional(path: Path, run_dir: Path) -> list[dict[str, Any]]:
-    """Records of an optional JSONL file (steps.jsonl, gpu.jsonl); none when it is absent."""
-    if not path.is_file():
-        return []
-    records = read_jsonl(path, run_dir)
-    if not all(isinstance(r, dict) for r in records):
-        raise DataError(f"{path} does not hold JSON objects, one per line")
-    return records
-
-
-def numeric_records(records: list[dict[str, Any]], path: Path, skipped: list[str]) -> list[dict[str, Any]]:
-    """The records of a per-step or per-sample file whose values are numbers (or lists of them, or None), the
-    others left out and counted in `skipped`: one edited line must not cost the whole report."""
+def side_records(path: Path, skipped: list[str]) -> list[dict[str, Any]]:
+    """The records of a per-step or per-sample file (steps.jsonl, gpu.jsonl), none where it is absent. They only
+    add to what a report shows, so each line stands alone: one that is not UTF-8, not JSON, not an object or
+    holds values that are not numbers (or lists of them, or null) is left out and counted in `skipped`; the
+    run is still drawn (README "Borders"). An unreadable file is left out whole, said the same way."""
 
     def number(v: Any) -> bool:
         return (
@@ -138,11 +130,28 @@ def numeric_records(records: list[dict[str, Any]], path: Path, skipped: list[str
             or (isinstance(v, list) and all(number(x) for x in v))
         )
 
-    kept = [r for r in records if all(number(v) for v in r.values())]
-    if len(kept) < len(records):
+    try:
+        lines = path.read_bytes().splitlines()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        skipped.append(f"{path.name} left out: it cannot be read ({type(exc).__name__})")
+        return []
+    kept, total = [], 0
+    for line in lines:
+        if not line.strip():
+            continue
+        total += 1
+        try:
+            record = runfiles.json_line(line.decode())
+        except ValueError:  # UnicodeDecodeError is one too
+            continue
+        if isinstance(record, dict) and all(number(v) for v in record.values()):
+            kept.append(record)
+    if len(kept) < total:
         skipped.append(
-            f"{len(records) - len(kept)} of {len(records)} records of {path.name} left out (values that "
-            "are not numbers)"
+            f"{total - len(kept)} of {total} records of {path.name} left out (lines that are not UTF-8 JSON "
+            "objects of numbers: truncated or edited?)"
         )
     return kept
 

@@ -6,7 +6,8 @@ even when the variable is set. A SQLite store's relative path is made absolute o
 a sweep writes to one database whatever its working directory, and its artifacts go beside the database.
 
 `Tracker` is the client every caller goes through: its first failed call (a server down, gone away, a
-store it cannot open) is warned about once, and it goes quiet, remembering why (summary.json's
+store it cannot open; a SQLite store's after a few tries: processes starting at once race it) is warned about
+once, and it goes quiet, remembering why (summary.json's
 `tracking` says it). HTTP retries and timeouts are cut from MLflow's defaults (7 retries with backoff,
 120 s) to one try of at most `HTTP_TIMEOUT_S`, so a dead server costs seconds, not minutes.
 
@@ -93,8 +94,16 @@ def shown(uri: str) -> str:
     return f"{scheme}://{user}:***@{host}" if ":" in credentials else uri
 
 
+# A SQLite store is shared by processes that start at once (two sweeps, a sweep's points): its creation and its
+# writes race ("database is locked", a table made twice, an experiment created by the other). Such an error is
+# transient: the call is tried again after each of these waits before the store is given up on. A server's error
+# is not (a dead server must cost seconds): one try.
+LOCAL_STORE_WAITS_S = (0.2, 0.5, 1.0, 2.0)
+
+
 class Tracker:
-    """An MLflow client that fails once: after its first error every call is skipped and returns None."""
+    """An MLflow client that fails once: after its first error (a SQLite store's, after a few tries) every call
+    is skipped and returns None."""
 
     def __init__(self, uri: str, what: str = "this run"):
         self.uri = uri
@@ -109,18 +118,26 @@ class Tracker:
     def call(self, doing: str, action: Callable[[Any], T]) -> T | None:
         if self.error is not None:
             return None
-        try:
-            if self._client is None:
-                self._client = connect(self.uri)
-            return action(self._client)
-        except Exception as exc:  # the tracker never costs a run: whatever it raises is reported, once
-            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-            self.error = f"{doing}: {type(exc).__name__}" + (f": {first}" if first else "")
-            log.warning(
-                f"MLflow at {shown(self.uri)} failed ({self.error}); {self.what} goes on untracked, "
-                "and its summary says so"
-            )
-            return None
+        waits = LOCAL_STORE_WAITS_S if self.uri.startswith("sqlite:") else ()
+        for wait_s in (*waits, None):
+            try:
+                if self._client is None:
+                    self._client = connect(self.uri)
+                return action(self._client)
+            except Exception as exc:  # the tracker never costs a run: whatever it raises is reported, once
+                if wait_s is None:
+                    self.failed(doing, exc)
+                    return None
+                self._client = None  # a store met half-made: connect again
+                time.sleep(wait_s)
+        return None
+
+    def failed(self, doing: str, exc: Exception) -> None:
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        self.error = f"{doing}: {type(exc).__name__}" + (f": {first}" if first else "")
+        log.warning(
+            f"MLflow at {shown(self.uri)} failed ({self.error}); {self.what} goes on untracked, and its summary says so"
+        )
 
     def experiment_id(self) -> str | None:
         name = os.environ.get(EXPERIMENT_ENV) or EXPERIMENT

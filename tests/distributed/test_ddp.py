@@ -498,9 +498,12 @@ def test_a_stuck_rank_becomes_an_error_naming_it(tmp_path):
     ], proc.stderr[-3000:]
 
 
-def test_a_stopped_rank_is_named_and_ended_without_the_launchers_long_wait(tmp_path):
+@pytest.mark.parametrize("rank", [1, 0])
+def test_a_stopped_rank_is_named_and_ended_without_the_launchers_long_wait(tmp_path, rank):
     """SIGSTOP leaves a rank deaf to the launcher's SIGTERM; it is woken so that SIGTERM ends it at once,
-    instead of torch's 30 s wait and SIGKILL (its log, shown under --debug, would say 'forcefully exiting')."""
+    instead of torch's 30 s wait and SIGKILL (its log, shown under --debug, would say 'forcefully exiting').
+    Rank 0 too, which collects the barrier that names the missing: its silence names it (the line blamed
+    healthy rank 1 with Gloo's raw "Timed out waiting 5000ms for recv")."""
     proc = run(
         "train",
         *TINY,
@@ -517,11 +520,12 @@ def test_a_stopped_rank_is_named_and_ended_without_the_launchers_long_wait(tmp_p
         "5",
         "--out",
         str(tmp_path / "r"),
-        env={"DDPLAB_FAULT": "stop:rank=1:epoch=1:step=2"},
+        env={"DDPLAB_FAULT": f"stop:rank={rank}:epoch=1:step=2"},
     )
     assert proc.returncode == 4, proc.stderr[-3000:]
-    assert "rank 1 did not reach the collective within dist.timeout_s=5 s" in proc.stderr.strip().splitlines()[-1]
-    assert "forcefully exiting" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert f"rank {rank} did not reach the collective within dist.timeout_s=5 s" in last, proc.stderr[-3000:]
+    assert "forcefully exiting" not in proc.stderr and "Timed out" not in last, proc.stderr[-3000:]
 
 
 def test_ddp_knobs_run(ddp_run, tmp_path):

@@ -670,6 +670,14 @@ CASES = [
         r"'vgg_small' in the file\)",
         setup=other_model_in_config,
     ),
+    Case(
+        "eval-of-a-config-edited-to-another-model",
+        ["eval", "{tmp}/run", "--device", "cpu"],
+        2,
+        r"run/config\.toml was edited after the run's last checkpoint \(model\.name: 'simple_cnn' in the checkpoint, "
+        r"'vgg_small' in the file\): eval would build another model",
+        setup=other_model_in_config,
+    ),
     Case("eval-not-a-run", ["eval", "{tmp}"], 2, r"not a ddplab run folder"),
     Case(
         "eval-unknown-tta",

@@ -268,10 +268,11 @@ def test_two_threads_cannot_train_into_one_folder(tmp_path, monkeypatch):
     )  # once the first call ended, the folder is free again
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_stopped_single_process_run_says_so_and_resumes(tmp_path, sig):
-    """SIGTERM (a scheduler's time limit, a sweep) stops a single process as Ctrl-C does, and as a DDP
-    run's launcher says it: exit 130, one line with the way to continue; it used to be 143 and silence."""
+    """SIGTERM (a scheduler's time limit, a sweep) and SIGHUP (a closed terminal or SSH session) stop a single
+    process as Ctrl-C does, and as a DDP run's launcher says it: exit 130, one line with the way to continue;
+    they used to be 143 or 129 and silence."""
     out = tmp_path / "r"
     proc = subprocess.Popen(
         [

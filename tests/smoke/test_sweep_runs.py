@@ -197,12 +197,13 @@ def wait_for_epochs(proc, metrics_file, count=1):
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP", "SIGKILL"])
 def test_a_killed_sweep_leaves_no_run_training_and_a_rerun_finishes_it(tmp_path, how):
-    """SIGTERM at the sweep stops it as Ctrl-C does (130, one line); SIGKILL leaves the kernel to stop its run
-    (PR_SET_PDEATHSIG). Either way no process trains on unsupervised, the run stays resumable, and a re-run
-    finishes it without truncating its log or marking it failed. The SIGTERM'd sweep starts with SIGINT ignored
-    (as a script's `cmd &` does) and still stops its run as Ctrl-C does: the run's own line says so."""
+    """SIGTERM or SIGHUP (a closed terminal) at the sweep stops it as Ctrl-C does (130, one line naming the
+    signal, the manifest saying "interrupted"); SIGKILL leaves the kernel to stop its run (PR_SET_PDEATHSIG).
+    Either way no process trains on unsupervised, the run stays resumable, and a re-run finishes it without
+    truncating its log or marking it failed. The stopped sweep starts with SIGINT ignored (as a script's
+    `cmd &` does) and still stops its run as Ctrl-C does: the run's own line says so."""
     import signal
     import time
     import uuid
@@ -210,13 +211,13 @@ def test_a_killed_sweep_leaves_no_run_training_and_a_rerun_finishes_it(tmp_path,
     from conftest import leftover_processes
 
     path, out, marker = long_sweep(tmp_path, epochs=3), tmp_path / "s", f"DDPLAB_TEST_{uuid.uuid4().hex}"
-    proc = start_sweep(path, out, marker, sigint=signal.SIG_IGN if how == "SIGTERM" else None)
+    proc = start_sweep(path, out, marker, sigint=signal.SIG_IGN if how != "SIGKILL" else None)
     wait_for_epochs(proc, out / "runs" / "single" / "metrics.jsonl")
     os.kill(proc.pid, getattr(signal, how))
     _, err = proc.communicate(timeout=120)
-    if how == "SIGTERM":
+    if how != "SIGKILL":
         assert "interrupted by SIGINT" in (out / "logs" / "single.log").read_text()
-        assert proc.returncode == 130 and err.strip().splitlines()[-1] == "ddplab: interrupted", err[-3000:]
+        assert proc.returncode == 130 and err.strip().splitlines()[-1] == f"ddplab: interrupted by {how}", err[-3000:]
         assert manifest(out)["single"]["status"] == "interrupted"
     else:
         assert proc.returncode == -signal.SIGKILL
@@ -333,7 +334,7 @@ def test_sigterm_stops_every_running_point_of_a_parallel_sweep_and_a_rerun_finis
         wait_for_epochs(proc, out / "runs" / name / "metrics.jsonl")
     os.kill(proc.pid, signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "ddplab: interrupted", err[-3000:]
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "ddplab: interrupted by SIGTERM", err[-3000:]
     runs = manifest(out)
     assert [(runs[n]["status"], runs[n]["exit_code"]) for n in ("a", "b")] == [("interrupted", 130)] * 2
     assert runs["ddp"]["status"] == "pending"

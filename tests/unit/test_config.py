@@ -122,6 +122,69 @@ def test_bad_values_name_the_field(values, field):
         build_config(values)
 
 
+TWO_NODES = {"strategy": "ddp", "nnodes": 2}
+
+
+@pytest.mark.parametrize(
+    "endpoint, nnodes, why",
+    [
+        ("10.0.0.1:65536", 1, "a port is 1 to 65535"),
+        ("10.0.0.1:" + "9" * 400, 2, "a port is 1 to 65535"),
+        ("10.0.0.1:0", 2, "port 0 picks a free port on each node by itself"),
+        ("10.0.0.1", 1, "expected host:port"),
+        (":29500", 1, "expected host:port"),
+        ("10.0.0.1:-1", 1, "expected host:port"),
+        ("fd00::1:29500", 1, "an IPv6 address in brackets"),
+    ],
+)
+def test_a_rendezvous_endpoint_past_its_border_is_refused_naming_why(endpoint, nnodes, why):
+    dist = {**TWO_NODES, "nnodes": nnodes} if nnodes > 1 else {}
+    with pytest.raises(ConfigError, match=rf"dist\.rdzv_endpoint=.* is not valid: .*{re.escape(why)}") as exc:
+        build_config({"dist": {**dist, "rdzv_endpoint": endpoint}})
+    assert len(str(exc.value).splitlines()) == 1 and len(str(exc.value)) < 300
+
+
+@pytest.mark.parametrize(
+    "endpoint, nnodes, parts",
+    [
+        ("10.0.0.1:29500", 2, ("10.0.0.1", 29500)),
+        ("node-0.cluster:65535", 2, ("node-0.cluster", 65535)),
+        ("[fd00::1]:29500", 2, ("fd00::1", 29500)),
+        ("localhost:0", 1, ("localhost", 0)),  # one node: a free port of the store's choosing
+    ],
+)
+def test_a_rendezvous_endpoint_within_its_border_is_read(endpoint, nnodes, parts):
+    from ddplab.arguments import endpoint_parts
+
+    dist = {**TWO_NODES, "nnodes": nnodes} if nnodes > 1 else {}
+    assert build_config({"dist": {**dist, "rdzv_endpoint": endpoint}}).dist.rdzv_endpoint == endpoint
+    assert endpoint_parts(endpoint, nodes=nnodes) == parts
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["plan", "--measure", "--nnodes", "2", "--rdzv-endpoint", "10.0.0.1:70000"], "a port is 1 to 65535"),
+        (["plan", "run", "--gpus", "9" * 400], "is not a comma-separated list of whole numbers from 1 to"),
+        (["plan", "run", "--gpus", "4294967296"], "from 1 to 2147483647"),
+        (["plan", "--measure", "--max-mib", "9" * 400], "is not a whole number from 1 to"),
+    ],
+)
+def test_a_count_or_port_past_its_border_is_argparses_one_line(capsys, argv, said):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and said in err[-1] and len(err[-1]) < 300
+
+
+def test_port_0_for_two_nodes_is_refused_by_plan_measure_before_any_process(tmp_path):
+    from ddplab import cli
+
+    args = build_parser().parse_args(["plan", "--measure", "--nnodes", "2", "--rdzv-endpoint", "10.0.0.1:0"])
+    with pytest.raises(ConfigError, match="port 0 picks a free port on each node by itself"):
+        cli.refuse_unmeasurable(args)
+
+
 def test_error_names_value_and_allowed():
     with pytest.raises(ConfigError) as exc:
         build_config({"optim": {"name": "lion"}})

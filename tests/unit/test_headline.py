@@ -93,3 +93,24 @@ def test_a_comparison_where_no_point_beats_the_baseline_names_the_closest(tmp_pa
         "none faster than workers=2 (closest workers=1: 1.71x slower, beyond noise); "
         "most accurate workers=1: +2.0 points of test accuracy vs workers=2, within noise"
     )
+
+
+def test_a_comparison_whose_baseline_did_not_finish_says_so_first(tmp_path):
+    """A compare section whose baseline run failed answered with the other point's figures alone, as if they
+    were the comparison, and never said the baseline was missing."""
+    sweep = tmp_path / "study"
+    write_run(sweep / "runs" / "new", test_acc=0.75, test_loss=(1.0, 0.8, 0.7))
+    runs = [
+        {"name": "base", "point": {"config": "base"}, "seed": 0, "status": "failed", "error": "diverged"},
+        {"name": "new", "point": {"config": "new"}, "seed": 0},
+    ]
+    sections = [
+        {"title": "Q", "kind": "compare", "runs": ["base", "new"], "baseline_runs": ["base"], "not_measured": []}
+    ]
+    result = build_report([write_manifest(sweep, runs, sections=sections)], tmp_path / "out")
+    (section,) = result["sections"]
+    assert section["headline"] == (
+        "no comparison: the baseline (base) did not finish; new: 75.00% test accuracy at 111 training images/s"
+    )
+    assert any("the baseline (base) did not finish: no point is compared with it" in f for f in result["findings"])
+    assert_findings_restate_tables(result)

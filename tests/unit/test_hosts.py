@@ -1,6 +1,9 @@
 """The test cluster's arithmetic and refusals, without making a host (ddplab.hosts; the hosts themselves are
 made for real in tests/distributed/test_network.py)."""
 
+import os
+import subprocess
+
 import pytest
 
 from ddplab import hosts
@@ -36,6 +39,8 @@ def test_no_rate_is_an_unshaped_link(text):
         ("1kbit", "between 8kbit and 100gbit"),
         ("200gbit", "between 8kbit and 100gbit"),
         ("-5mbit", "expected e.g."),
+        ("", "expected e.g."),  # an unset shell variable: refused, not read as "none" (every link unshaped)
+        ("  ", "expected e.g."),
     ],
 )
 def test_bad_rates_are_refused_in_one_line(text, why):
@@ -82,3 +87,29 @@ def test_without_iproute2_it_says_which_package(monkeypatch):
 def test_cluster_names_fit_interface_and_namespace_names(name):
     with pytest.raises(HostsError, match="1 to 12 lower-case letters and digits"):
         hosts.up(1, name=name)
+
+
+def test_sigterm_while_hosts_come_up_takes_down_what_was_made(monkeypatch, tmp_path):
+    """SIGTERM during `hosts up` left namespaces behind (Ctrl-C cleaned up): every stop signal is a stop, and
+    `up` takes down what it made on any way out."""
+    import signal
+
+    from ddplab import cli
+
+    monkeypatch.setattr(hosts, "check_can_make", lambda: None)
+    monkeypatch.setattr(hosts, "STATE_DIR", tmp_path)
+    made = []
+
+    def ip(args, *, check=True, namespace=None):
+        if args[:2] == ["netns", "add"]:
+            made.append(args[2])
+            if len(made) == 2:  # the switch and one host made: a scheduler's SIGTERM arrives
+                os.kill(os.getpid(), signal.SIGTERM)
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    monkeypatch.setattr(hosts, "_ip", ip)
+    monkeypatch.setattr(hosts, "_namespaces", lambda: set())
+    taken_down = []
+    monkeypatch.setattr(hosts, "down", lambda name, missing_ok=False: taken_down.append(name) or [])
+    assert cli.main(["hosts", "up", "3", "--name", "drill"]) == 130
+    assert made == ["drill-sw", "drill-h0"] and taken_down == ["drill"]

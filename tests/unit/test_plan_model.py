@@ -356,3 +356,23 @@ def test_a_profiled_gpu_run_grows_only_the_gpus_own_share_of_its_step_with_the_b
         assert model.predict_alone(costs, batch) == pytest.approx(1000 / (steps * (0.405 * paid / 50 + per_step)))
     assert model.device_share({"profile": None}, 0.45) == model.device_share({}, 0.45) == 1.0
     assert model.device_share({"profile": {"step_ms": 900.0, "device_busy_share": 0.9}}, 0.45) == 1.0  # at most all
+
+
+def test_a_cpu_prediction_above_its_ideal_says_why_and_one_below_says_nothing():
+    """A CPU run planned at local batch 1 was predicted at 102-106% of the ideal with no cause: its step is
+    mostly per-step work (optimizer, host) that one process does on one core, which N processes do at once."""
+    costs = dataclasses.replace(
+        queued_costs(1), on_cuda=False, compute_per_image_s=0.001, optimizer_s=0.004, rest_s=0.001, grad_bytes=1024
+    )
+    free = Link("free", busbw_gbps=1e6, alpha_s=0.0, source="test")
+    small = model.predict_one(costs, 2, 1, 1, free)
+    assert small.efficiency > 1
+    assert model.above_ideal(costs, small) == (
+        f"{small.efficiency:.0%} of the ideal at local batch 1: on a CPU the ideal counts nodes (a node's processes "
+        "share its cores), but 83% of one process's step there is per-step work (optimizer, host) that runs on one "
+        "core; 2 processes a node do theirs at once on cores one process left idle. A larger local batch, or fewer "
+        "threads for the one process, is the fairer baseline"
+    )
+    large = model.predict_one(costs, 2, 1, 512, free)
+    assert f"{large.efficiency:.0%}" == "100%" and model.above_ideal(costs, large) is None
+    assert "report it as a bug" in model.above_ideal(dataclasses.replace(costs, on_cuda=True), small)

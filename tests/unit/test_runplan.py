@@ -96,6 +96,24 @@ def test_a_plan_holds_its_folder_and_hands_its_workers_facts_not_the_checkpoint(
     assert not (tmp_path / "r" / ".lock").exists()
 
 
+def test_a_resume_removes_the_temporary_files_a_killed_writer_left_and_no_live_ones(tmp_path):
+    """A checkpoint write killed between its temporary file and its rename left the file for good."""
+    import os
+    import subprocess
+
+    ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 1}))
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a process id that was a writer's and is no process now
+    checkpoints = tmp_path / "r" / "checkpoints"
+    dead = [checkpoints / f"last.pt.{gone.pid}.tmp", tmp_path / "r" / f"metrics.jsonl.{gone.pid}.tmp"]
+    live = checkpoints / f"last.pt.{os.getpid()}.tmp"  # a live process's write in progress: not ours to remove
+    for path in (*dead, live):
+        path.write_bytes(b"half")
+    with prepared(tiny_config(tmp_path / "r", train={"epochs": 2}, output={"resume": True})):
+        assert not any(path.exists() for path in dead) and live.exists()
+    assert (checkpoints / "last.pt").stat().st_size > 4
+
+
 def test_what_a_resume_has_left_to_do():
     r = Resume(epoch=3, stopped_early=False, planned_epochs=3)
     assert (
@@ -137,9 +155,70 @@ def test_a_largest_message_between_the_sizes_timed_is_said(capsys):
 
     from ddplab.cli import refuse_unmeasurable
 
-    refuse_unmeasurable(argparse.Namespace(max_mib=300, nproc=[2], backend="gloo"))
+    refuse_unmeasurable(argparse.Namespace(max_mib=300, nproc=[2], backend="gloo", nnodes=1, rdzv_endpoint=None))
     assert capsys.readouterr().err == (
         "ddplab: note: --max-mib 300: messages are timed from 4 KiB up by 4x, so the largest is 256 MiB\n"
     )
-    refuse_unmeasurable(argparse.Namespace(max_mib=256, nproc=[2], backend="gloo"))
+    refuse_unmeasurable(argparse.Namespace(max_mib=256, nproc=[2], backend="gloo", nnodes=1, rdzv_endpoint=None))
     assert capsys.readouterr().err == ""
+
+
+@pytest.fixture(scope="module")
+def one_epoch_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("one_epoch") / "r"
+    ddplab.train(tiny_config(out, train={"epochs": 1}))
+    return out
+
+
+@pytest.mark.parametrize(
+    "edit, said",
+    [
+        (lambda s: s.update(epoch="3"), r"train_state\.epoch is '3', not a whole number >= 0"),
+        (lambda s: s.pop("step"), r"lacks train_state\.step, which ddplab always writes"),
+        (lambda s: s.update(stopped_early="no"), r"train_state\.stopped_early is 'no', not true or false"),
+        (lambda s: s.update(history=[1, 2]), r"train_state\.history is \[1, 2\], not a list, each item a JSON object"),
+    ],
+)
+def test_a_checkpoint_whose_counters_are_missing_or_of_another_kind_is_one_line_naming_it(
+    one_epoch_run, tmp_path, edit, said
+):
+    """A hand-edited or foreign last.pt was a KeyError or TypeError traceback (exit 1): now exit 3 naming the
+    file and the field, before anything is built."""
+    import shutil
+
+    from ddplab.errors import DataError
+
+    run = shutil.copytree(one_epoch_run, tmp_path / "r")
+    path = run / "checkpoints" / "last.pt"
+    state = torch.load(path, weights_only=True)
+    edit(state["train_state"])
+    torch.save(state, path)
+    with pytest.raises(DataError, match=rf"^checkpoint {path}:? .*{said}") as refused:
+        with prepared(tiny_config(run, train={"epochs": 2}, output={"resume": True})):
+            pass
+    assert refused.value.exit_code == 3
+
+
+def test_a_run_folder_moved_while_it_trains_stops_the_run_and_resumes_where_it_went(tmp_path, monkeypatch):
+    """The folder moved (mv) during epoch 2: the run used to make the old path again, half (checkpoints and
+    records, no config.toml), and the moved copy resumed into a second finished run. Now the run stops before
+    writing (exit 5, naming both ways on), nothing appears at the old path, and the moved folder resumes to the
+    end as the one run it is."""
+    from ddplab.engine.trainer import Trainer
+    from ddplab.errors import FileSystemError
+
+    run_epoch = Trainer.run_epoch
+
+    def moved_during_epoch_2(self, epoch):
+        result = run_epoch(self, epoch)
+        if epoch == 2:
+            (tmp_path / "r").rename(tmp_path / "moved")
+        return result
+
+    monkeypatch.setattr(Trainer, "run_epoch", moved_during_epoch_2)
+    with pytest.raises(FileSystemError, match=r"the run folder .*/r was moved or removed while the run trained"):
+        ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 3}))
+    assert not (tmp_path / "r").exists()
+    monkeypatch.setattr(Trainer, "run_epoch", run_epoch)
+    done = ddplab.train(tiny_config(tmp_path / "moved", train={"epochs": 3}, output={"resume": True}))
+    assert [r.epoch for r in done.history] == [1, 2, 3]

@@ -1,7 +1,6 @@
 """A run folder read back (runread.py): an unfinished run comes back with what it left, a bad record costs one line."""
 
-import json
-
+import pytest
 import tomli_w
 
 from ddplab.report.build import build_report
@@ -28,16 +27,26 @@ def test_unfinished_run_is_listed_not_fatal(tmp_path):
     )
 
 
-def test_records_that_are_not_numbers_are_left_out_and_said(tmp_path):
-    """An edited steps.jsonl line (a string step) costs that line, not the report; the findings say so."""
+@pytest.mark.parametrize(
+    "bad_line",
+    [
+        b'{"step": "x", "loss": 1.0}',  # an edited value
+        b'{"step": 3, "lo',  # a truncated write
+        b"\xff\xfe not UTF-8",  # bytes from elsewhere
+        b"[1, 2]",  # JSON, not an object
+    ],
+)
+def test_a_side_record_that_cannot_be_used_is_left_out_and_said_and_the_run_drawn(tmp_path, bad_line):
+    """One bad line of steps.jsonl or gpu.jsonl costs that line, not the run: the report drew every finished
+    run, and its findings say what was left out (it was an "unreadable" run for a truncated or non-UTF-8 line)."""
     run = write_run(tmp_path / "runs" / "edited", steps=True)
-    lines = (run / "steps.jsonl").read_text().splitlines()
-    record = json.loads(lines[0])
-    record["step"] = "x"
-    (run / "steps.jsonl").write_text("\n".join([json.dumps(record), *lines[1:]]) + "\n")
+    lines = (run / "steps.jsonl").read_bytes().splitlines()
+    (run / "steps.jsonl").write_bytes(b"\n".join([bad_line, *lines[1:]]) + b"\n")
+    (run / "gpu.jsonl").write_bytes(b"\x80\x81\n")
     result = build_report([tmp_path / "runs"], tmp_path / "out")
     assert result["num_finished"] == 1
     assert (
-        f"run edited: 1 of {len(lines)} records of steps.jsonl left out (values that are not numbers)"
-        in result["findings"]
+        f"run edited: 1 of {len(lines)} records of steps.jsonl left out (lines that are not UTF-8 JSON objects of "
+        "numbers: truncated or edited?)" in result["findings"]
     )
+    assert any("1 of 1 records of gpu.jsonl left out" in line for line in result["findings"])

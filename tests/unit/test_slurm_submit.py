@@ -174,6 +174,20 @@ def test_squeue_s_answer_is_read_line_by_line_and_one_that_is_not_a_queue_is_ref
             queued_jobs(ninth)
 
 
+def test_a_slurm_tool_answering_bytes_that_are_not_utf8_is_one_line(monkeypatch, tmp_path):
+    """squeue answering bytes that are not UTF-8 (a site's wrapper, a locale) was a UnicodeDecodeError traceback."""
+    from ddplab.sweep.slurm import queued_jobs
+
+    tool = tmp_path / "squeue"
+    tool.write_text("#!/bin/sh\nprintf '9_0|RUNNING\\n\\377\\376 maintenance\\n'\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert queued_jobs(Manifest(name="s", runs=[], jobs=["9"])) == {"9_0": "RUNNING"}  # the lines it can read
+    tool.write_text("#!/bin/sh\nprintf '\\377\\376 maintenance\\n'\n")
+    with pytest.raises(ConfigError, match="squeue answered .*, not lines of JOB_TASK|STATE"):
+        queued_jobs(Manifest(name="s", runs=[], jobs=["9"]))
+
+
 @pytest.mark.parametrize(
     "outcome",
     [
@@ -234,3 +248,14 @@ def test_a_slurm_dry_run_into_a_run_folder_is_refused_as_a_submission_is(tmp_pat
     write_run(tmp_path / "run")
     with pytest.raises(ConfigError, match=r"is a run folder, not a sweep folder"):
         SlurmExecutor().dry_run(load_sweep(sweep_file("assignment")), SweepFolder(tmp_path / "run"))
+
+
+def test_waiting_for_a_sweep_whose_submission_was_refused_says_nothing_was_submitted(tmp_path):
+    """`sweep --wait` after a refused sbatch said "2 of 2 runs did not finish ... run the sweep again": nothing
+    was ever submitted, and nothing is waited for."""
+    manifest = Manifest.from_json(
+        {"name": "s", "executor": "slurm", "runs": [{"name": n, "dir": f"runs/{n}", "status": "pending"} for n in "ab"]}
+    )
+    SweepFolder(tmp_path).write(manifest)
+    with pytest.raises(ConfigError, match=r"^no point of .* was submitted to Slurm \(its submission was refused"):
+        SlurmExecutor().wait(SweepFolder(tmp_path))

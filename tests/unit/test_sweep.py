@@ -500,14 +500,23 @@ def test_an_adaptation_that_would_break_a_promise_is_refused(tmp_path, monkeypat
         load_sweep(write(tmp_path, SECTIONED + table))
 
 
-def test_set_cannot_replace_what_an_adaptation_sets(tmp_path):
-    """The manifest and the report would say the adaptation while the runs trained --set's value."""
-    with pytest.raises(
-        ConfigError,
-        match=r"--set train.epochs would replace what \[adapt.cpu_without_native_bf16\] "
-        r"sets for bf16",
-    ):
-        load_sweep(write(tmp_path, ADAPTED), overrides=["train.epochs=4"])
+@pytest.mark.parametrize("native", [False, True])
+def test_set_cannot_replace_what_an_adaptation_sets_where_it_holds(tmp_path, monkeypatch, native):
+    """The manifest and the report would say the adaptation while the runs trained --set's value. Where its
+    condition does not hold (a CPU with native bf16), the adaptation sets nothing: --set has the key alone."""
+    from ddplab.metrics import system
+
+    monkeypatch.setattr(system, "cpu_bf16", lambda: {"native": native, "text": "?"})
+    if native:
+        sweep = load_sweep(write(tmp_path, ADAPTED), overrides=["train.epochs=4"])
+        assert {run.config.train.epochs for run in sweep.runs} == {4}
+    else:
+        with pytest.raises(
+            ConfigError,
+            match=r"--set train.epochs would replace what \[adapt.cpu_without_native_bf16\] "
+            r"sets for bf16",
+        ):
+            load_sweep(write(tmp_path, ADAPTED), overrides=["train.epochs=4"])
     assert load_sweep(write(tmp_path, ADAPTED), overrides=["train.batch_size=8"]).runs[0].config.train.batch_size == 8
 
 

@@ -118,6 +118,36 @@ def test_a_tracker_fails_once_then_goes_quiet(caplog):
     }
 
 
+def test_a_sqlite_stores_transient_error_is_tried_again_and_a_lasting_one_given_up_once(monkeypatch, caplog):
+    """Two sweeps started together on a new SQLite store raced its creation: one went untracked for its whole
+    run after one transient error. A store on this machine is tried again (after short waits); a server is not."""
+    waits, calls = [], []
+    monkeypatch.setattr(tracking.time, "sleep", waits.append)
+    monkeypatch.setattr(tracking, "connect", lambda uri: object())
+
+    def locked_twice(client):
+        calls.append(1)
+        if len(calls) <= 2:
+            raise RuntimeError("(sqlite3.OperationalError) database is locked")
+        return "experiment 1"
+
+    tracker = tracking.Tracker("sqlite:////tmp/store/mlflow.db")
+    assert tracker.call("opening experiment", locked_twice) == "experiment 1" and tracker.ok
+    assert waits == list(tracking.LOCAL_STORE_WAITS_S[:2])
+
+    def always_locked(client):
+        raise RuntimeError("(sqlite3.OperationalError) database is locked")
+
+    waits.clear()
+    with caplog.at_level(logging.WARNING, logger="ddplab"):
+        assert tracker.call("logging", always_locked) is None
+    assert waits == list(tracking.LOCAL_STORE_WAITS_S) and not tracker.ok
+    assert len(caplog.records) == 1 and "database is locked" in tracker.error
+    waits.clear()
+    server = tracking.Tracker("http://127.0.0.1:9")
+    assert server.call("logging", always_locked) is None and waits == []  # a server: one try
+
+
 def test_an_epoch_becomes_metrics_and_its_contention_system_metrics():
     record = epoch_record(3, test_acc=0.5, other_cpu_share=0.25, load_avg_1m=1.5)
     metrics = {name: (value, step) for name, value, step in epoch_metrics(record)}

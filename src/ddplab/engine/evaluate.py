@@ -17,6 +17,7 @@ from ddplab.distributed import DistContext, resolve_device
 from ddplab.engine.precision import Precision
 from ddplab.engine.tta import evaluate
 from ddplab.errors import ConfigError
+from ddplab.runfolder import refuse_edited_since
 
 
 def evaluate_run(
@@ -46,6 +47,12 @@ def evaluate_run(
     ctx = DistContext(device=resolve_device(device))
     path = run_dir / runfiles.CHECKPOINTS / (checkpoint.LAST if weights == "final" else checkpoint.BEST)
     state = checkpoint.load(path, ctx.device)
+    refuse_edited_since(
+        state,
+        None,
+        run_dir,
+        "eval would build another model or data than the weights were trained with; put the file back",
+    )
     epoch = state["train_state"]["epoch"] if "train_state" in state else state.get("epoch")
     _, eval_set, split = build_datasets(config, ctx)
     model = build_model(config, eval_set)

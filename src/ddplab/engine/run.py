@@ -167,6 +167,8 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
     )
     try:
         if ctx.is_main:
+            if trainer.run_folder is not None:
+                trainer.run_folder.check()
             files.write_json(run_dir / runfiles.SUMMARY, summary)
             print(format_summary(summary, run_dir), flush=True)
         sinks.run_end(summary)

@@ -4,13 +4,45 @@ the run was prepared (runfolder.py)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from ddplab import files, runfiles
 from ddplab.config import RunConfig, build_config, save_config
 from ddplab.distributed import DistContext
+from ddplab.errors import FileSystemError
+
+
+@dataclass(frozen=True)
+class FolderIdentity:
+    """The run folder as the run found it (device and inode): a folder moved or removed while the run trains
+    must stop it, not be made again at the old path, half, by its next write (no config.toml, no log), while
+    the moved copy, resumed, became a second run of the same one."""
+
+    path: Path
+    device: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: Path) -> FolderIdentity:
+        found = os.stat(path)
+        return cls(Path(path), found.st_dev, found.st_ino)
+
+    def check(self) -> None:
+        """Before the run writes into its folder: still there, still the same folder."""
+        try:
+            found = os.stat(self.path)
+        except OSError:
+            found = None
+        if found is None or (found.st_dev, found.st_ino) != (self.device, self.inode):
+            raise FileSystemError(
+                f"the run folder {self.path} was moved or removed while the run trained: stopped before writing "
+                "there again; where the folder went, its last checkpoint resumes the run "
+                "(ddplab train --out NEW_PLACE --resume)"
+            )
 
 
 def prepare_run_dir(config: RunConfig, ctx: DistContext) -> Path:
@@ -54,7 +86,12 @@ def environment(ctx: DistContext) -> dict:
 def git_sha() -> str | None:
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=5,
         )
         return out.stdout.strip() or None
     except (OSError, subprocess.SubprocessError):

@@ -33,6 +33,7 @@ from ddplab.engine.graphed import WARMUP_STEPS, WARMUP_STEPS_DDP, GraphedStep
 from ddplab.engine.lookahead import Lookahead
 from ddplab.engine.phases import PhaseTimer
 from ddplab.engine.precision import Precision
+from ddplab.engine.rundir import FolderIdentity
 from ddplab.engine.tta import evaluate
 from ddplab.errors import TrainingError
 from ddplab.metrics import contention
@@ -125,6 +126,8 @@ class Trainer:
         self.early_stopping = early_stopping
         self.sinks: MetricSink = NullSink()  # the observers of a fit: fit(sinks, profiler)
         self.checkpoint_dir = checkpoint_dir  # None on ranks that do not write
+        # The folder it writes into, as found now: checked before each epoch's writes.
+        self.run_folder = FolderIdentity.of(checkpoint_dir.parent) if checkpoint_dir is not None else None
         self.state = TrainState()
         self.accumulate = config.train.accumulate
         self.last_lr = optimizer.param_groups[0]["lr"]
@@ -157,6 +160,8 @@ class Trainer:
             stop = self.early_stopping.update(
                 epoch, record.metric(self.early_stopping.metric) if self.early_stopping.metric else None
             )
+            if self.run_folder is not None:
+                self.run_folder.check()  # moved or removed meanwhile: stop, never write a half folder at the old path
             if record.test_acc > self.state.best_test_acc:
                 self.state.best_test_acc, self.state.best_epoch = record.test_acc, epoch
                 self.maybe_save_best()

@@ -140,6 +140,7 @@ def one_run_report(run_dir: Path, out: Path) -> bool:
             ddplab_command("report", str(run_dir), "--out", str(out)),
             capture_output=True,
             text=True,
+            errors="replace",
             timeout=REPORT_TIMEOUT_S,
         )
     except (OSError, subprocess.SubprocessError) as exc:

@@ -156,7 +156,9 @@ def network_link(address: str | None) -> dict | None:
         speed = -1
     shaped = None
     try:
-        qdisc = subprocess.run(["tc", "qdisc", "show", "dev", name], capture_output=True, text=True, timeout=5).stdout
+        qdisc = subprocess.run(
+            ["tc", "qdisc", "show", "dev", name], capture_output=True, text=True, errors="replace", timeout=5
+        ).stdout
         found = re.search(r"\brate (\S+)", qdisc)
         rate = parse_rate(found.group(1)) if found else None  # tc's spelling, as `ddplab hosts` reads it
         shaped = rate / 1e6 if rate is not None else None

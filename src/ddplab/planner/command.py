@@ -73,6 +73,8 @@ def predict_run(
             f"{f'{lo_hi[0]:,.0f}-{lo_hi[1]:,.0f}' if lo_hi else '':>15} "
             f"{r['speedup']:>7.2f}x {r['ideal']:>5.0f}x {r['efficiency']:>10.0%}"
         )
+    for cause in dict.fromkeys(r["above_ideal"] for r in result["rows"] if r["above_ideal"]):
+        print(f"  above the ideal: {cause}")
     print(f"  band: {band.text()}; planner/band.py")
     if across != band:
         print(f"  band across nodes: {across.text()}")

@@ -352,6 +352,28 @@ def predict_alone(costs: StepCosts, local_batch: int) -> float:
     return costs.train_images / (math.ceil(costs.train_images / (local_batch * costs.accumulate)) * step)
 
 
+def above_ideal(costs: StepCosts, p: Prediction) -> str | None:
+    """Why a prediction beats its ideal, where it does (None elsewhere): a figure over 100% is never printed
+    without its cause.
+
+    On a CPU the ideal counts nodes (SHARED_CORES: a node's processes share its cores), but a step's per-step
+    work (optimizer, the host's share) runs on one core however many a process has: at a small local batch it
+    is most of the step, and N processes do theirs at once on the cores one process left idle, so N processes
+    can beat one node's ideal. On CUDA no term gives more than the GPUs added: a figure over it is a defect."""
+    if p.efficiency < 1.005:  # printed as 100% or less
+        return None
+    if costs.on_cuda:
+        return f"{p.efficiency:.0%} of the ideal on CUDA, which no assumption allows: report it as a bug"
+    alone = costs.data_s(p.local_batch, 1) + costs.compute_s(p.local_batch, 1) + costs.optimizer_s + costs.rest_s
+    fixed = (costs.optimizer_s + costs.rest_s) / alone if alone > 0 else 0.0
+    return (
+        f"{p.efficiency:.0%} of the ideal at local batch {p.local_batch}: on a CPU the ideal counts nodes (a node's "
+        f"processes share its cores), but {fixed:.0%} of one process's step there is per-step work (optimizer, "
+        f"host) that runs on one core; {p.per_node} processes a node do theirs at once on cores one process left "
+        "idle. A larger local batch, or fewer threads for the one process, is the fairer baseline"
+    )
+
+
 def smallest_batch(
     costs: StepCosts,
     per_node: int,
@@ -398,6 +420,6 @@ def predict_grid(
         "costs": {k: v for k, v in asdict(costs).items() if k != "measured"},
         "link": asdict(link),
         "inter_node": asdict(inter_node) if inter_node else None,
-        "rows": [{**asdict(r), "workers": r.workers} for r in rows],
+        "rows": [{**asdict(r), "workers": r.workers, "above_ideal": above_ideal(costs, r)} for r in rows],
         "pays_from": pays,
     }

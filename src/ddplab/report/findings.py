@@ -307,7 +307,16 @@ def overfitting_findings(rows: list[Row], brief: bool = False) -> list[Finding]:
 
 # ---- what is missing ---------------------------------------------------------------------------------
 def not_measured(section: Section) -> list[Finding]:
-    return [Finding(f"not measured here: {point}: {why}", "missing") for point, why in section.not_measured]
+    out = [Finding(f"not measured here: {point}: {why}", "missing") for point, why in section.not_measured]
+    if missing := section.missing_baseline():
+        out.append(
+            Finding(
+                f"the baseline ({', '.join(missing)}) did not finish: no point is compared with it, and the "
+                "figures above are each point's own (see the runs that did not finish)",
+                "missing",
+            )
+        )
+    return out
 
 
 def run_notes(section: Section) -> list[Finding]:

@@ -28,6 +28,8 @@ def headline(section: Section) -> str:
     if not section.rows:
         return f"not measured on this machine: {absent}" if absent else "no run finished: nothing to answer"
     answer = from_the_runs(section)
+    if missing := section.missing_baseline():
+        answer = f"no comparison: the baseline ({', '.join(missing)}) did not finish; {most_accurate(section)}"
     return f"{answer}; not measured here: {absent}" if absent else answer
 
 

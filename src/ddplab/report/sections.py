@@ -89,6 +89,14 @@ class Section:
         default_factory=list
     )  # files of its sweep the report could not use, said in its findings
 
+    def missing_baseline(self) -> list[str]:
+        """The declared baseline's runs, where none of them finished: nothing can be compared against it, and
+        the answer must say so rather than give the other points' figures as if they were the comparison."""
+        if not self.baseline_runs or kind_of(self).pairs != "baseline":
+            return []
+        finished = {r.name for r in self.runs if r.finished}
+        return [] if self.baseline_runs & finished else sorted(self.baseline_runs)
+
     def cpus(self) -> int | None:
         """The CPUs of the machine its runs trained on (env.json), when they all say the same."""
         found = {r.env.get("cpus") for p in self.points for r in p.runs}

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from ddplab import files, runfiles
+from ddplab import files, runfiles, stops
 from ddplab.config import check_environment
 from ddplab.errors import ConfigError, DataError
 from ddplab.metrics.records import read_epochs
@@ -104,14 +103,11 @@ class LocalExecutor:
             + (f", {skipped} not runnable here (see the report)" if skipped else "")
             + (f"; {slots.describe()}" if slots.requested != 1 else "")
         )
-        previous = signal.signal(signal.SIGTERM, raise_terminated)
-        try:  # SIGTERM during the probe too: Ctrl-C's way out (the probe ends with the sweep), exit 130
+        with stops.as_interrupts():  # SIGTERM, SIGHUP during the probe too: Ctrl-C's way out (exit 130)
             points = [run for run, _ in todo]
             expected = expect(sweep, folder, manifest, points, slots, echo) if todo and self.estimate else None
             scheduler = Scheduler(folder, manifest, slots, self.timeout_s, echo, expected)
             scheduler.run(todo)
-        finally:
-            signal.signal(signal.SIGTERM, previous)
         if expected is not None and expected.said_s:
             took = time.perf_counter() - scheduler.started
             echo(
@@ -182,14 +178,6 @@ def dry_run_text(sweep: Sweep, folder: SweepFolder) -> str:
     if refused:
         lines.append(f"the sweep would stop before running anything: {refused}")
     return "\n".join(lines)
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM at the sweep: handled as Ctrl-C is (the point stops resumable, the sweep exits 130)."""
-
-
-def raise_terminated(signum: int, frame: Any) -> None:
-    raise Terminated()
 
 
 def measure_sweep_link(sweep: Sweep, folder: SweepFolder, echo) -> None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ddplab import files, runfiles
+from ddplab import files, runfiles, stops
 from ddplab.arguments import positive_whole
 from ddplab.borders import INTEGER, SECONDS, TEXT, check, shown
 from ddplab.config import RunConfig, build_config, load_toml
@@ -45,7 +45,6 @@ from ddplab.process import INTERRUPTED
 from ddplab.runlock import run_lock
 from ddplab.sweep.estimate import duration
 from ddplab.sweep.folder import Manifest, Status, SweepFolder, ended_as
-from ddplab.sweep.local import raise_terminated
 from ddplab.sweep.point import Point
 from ddplab.sweep.spec import Sweep, SweepRun, slug
 
@@ -291,7 +290,16 @@ class SlurmExecutor:
                 )
 
     def wait(self, folder: SweepFolder, echo=print, poll_s: float | None = None) -> Manifest:
-        """Wait until none of the sweep's tasks is queued or running; the manifest with each point's outcome."""
+        """Wait until none of the sweep's tasks is queued or running; the manifest with each point's outcome. A
+        sweep none of whose points was ever submitted (its submission refused) is one line saying so: there is
+        nothing to wait for, and "did not finish, run it again" would send the user to the wrong fix."""
+        earlier = folder.load()
+        if not earlier.jobs and any(e.status is Status.PENDING for e in earlier.runs):
+            raise ConfigError(
+                f"no point of {folder.root} was submitted to Slurm (its submission was refused, or never made): "
+                "nothing to wait for; submit it with ddplab sweep FILE --executor slurm "
+                f"--out {folder.root}, then --wait"
+            )
         start, said = time.perf_counter(), None
         while queued := queued_jobs(folder.load()):  # read again: a submission meanwhile adds jobs
             waiting = sum(state in QUEUED for state in queued.values())
@@ -323,7 +331,7 @@ def arrays(runs: list[SweepRun], sweep: Sweep) -> dict[tuple[str, int, int], lis
 def slurm_tool(args: list[str], what: str) -> str:
     """A Slurm command's output; a missing tool or its refusal is one line (ConfigError)."""
     try:
-        proc = subprocess.run(args, capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(args, capture_output=True, text=True, errors="replace", timeout=60)  # any bytes
     except FileNotFoundError:
         raise ConfigError(
             f"{args[0]} is not installed here (or not on PATH): --executor slurm needs Slurm's "
@@ -430,7 +438,7 @@ def task(out: Path, name: str) -> int:
 
     def on_sigterm(signum, frame) -> None:  # scancel, the time limit: stop resumable
         terminated.append(True)
-        raise_terminated(signum, frame)
+        stops.raise_stopped(signum, frame)
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:

@@ -310,7 +310,9 @@ def expand(
         raise ConfigError(f"sweep file {path} expands to {count:,} runs (more than {MAX_RUNS:,}): shorten the grid")
     base = spec.get("base", {})
     adaptations = read_adaptations(spec.get("adapt", {}), axes, path, base)
-    for a in adaptations:
+    for a in adaptations:  # where its condition holds: elsewhere it sets nothing, and --set has the key alone
+        if not a.holds:
+            continue
         for key in sorted({k for settings in a.points.values() for k in settings}):
             section, _, name = key.partition(".")
             if name in (overrides or {}).get(section, {}):
