@@ -849,7 +849,7 @@ CASES = [
         "sweep-slurm-zero-gpus",
         ["sweep", "{tmp}/s.toml", "--executor", "slurm", "--slurm.gpus-per-node", "0"],
         2,
-        r"argument --slurm\.gpus-per-node: '0' is not a whole number >= 1",
+        r"argument --slurm\.gpus-per-node: '0' is not a whole number from 1 to 2147483647",
         alone=True,
     ),
     Case(
@@ -943,7 +943,7 @@ CASES = [
         "plan-zero-mib",
         ["plan", "--measure", "--max-mib", "0"],
         2,
-        r"argument --max-mib: '0' is not a whole number >= 1",
+        r"argument --max-mib: '0' is not a whole number from 1 to 2147483647",
         alone=True,
     ),
     Case(
@@ -966,7 +966,7 @@ CASES = [
         "plan-bad-gpu-list",
         ["plan", "{tmp}/run", "--gpus", "1,two"],
         2,
-        r"argument --gpus: '1,two' is not a comma-separated list of whole numbers >= 1",
+        r"argument --gpus: '1,two' is not a comma-separated list of whole numbers from 1 to 2147483647",
         alone=True,
     ),
     Case("plan-not-a-run", ["plan", "{tmp}"], 2, r"is not a finished ddplab run", alone=True),
