@@ -114,3 +114,15 @@ def test_a_comparison_whose_baseline_did_not_finish_says_so_first(tmp_path):
     )
     assert any("the baseline (base) did not finish: no point is compared with it" in f for f in result["findings"])
     assert_findings_restate_tables(result)
+
+
+def test_a_ratio_that_rounds_to_one_is_as_fast_never_one_times_slower():
+    from ddplab.report.tables import faster
+
+    assert [faster(r) for r in (1.25, 1 / 4.71, 1.004, 0.996, None)] == [
+        "1.25x faster",
+        "4.71x slower",
+        "as fast",
+        "as fast",
+        "-",
+    ]

@@ -37,7 +37,9 @@ def from_the_runs(section: Section) -> str:
     kind = kind_of(section).name
     if kind == "scaling":  # no pair at all: only the baseline ran
         return scaling(section) or ("not timed; " if section.pairs else "") + most_accurate(section)
-    if kind in ("compare", "regularization"):
+    if kind == "regularization":  # the question is overfitting: its answer first, speed after
+        return regularization(section) or comparison(section.pairs) or most_accurate(section)
+    if kind == "compare":
         return comparison(section.pairs) or most_accurate(section)
     if kind == "overfitting":
         return overfitting(section)
@@ -73,7 +75,12 @@ def comparison(pairs: list[Comparison]) -> str:
     parts = []
     if timed:
         c = max(timed, key=lambda p: p.speedup or 0.0)
-        if (c.speedup or 0.0) >= 1:
+        if c.timing_verdict.word == "within noise":  # no ratio read as an effect
+            parts.append(
+                f"none faster or slower than {c.baseline} beyond noise (fastest {c.point}: {times(c.speedup)} "
+                "its training throughput)"
+            )
+        elif (c.speedup or 0.0) >= 1:
             best = "fastest" if one_baseline else "largest speedup"
             parts.append(f"{best} {c.point}: {faster(c.speedup)} than {c.baseline}, {short(c.timing_verdict)}")
         else:
@@ -94,6 +101,30 @@ def comparison(pairs: list[Comparison]) -> str:
                 f"{c.acc_verdict.word})"
             )
     return "; ".join(parts)
+
+
+def regularization(section: Section) -> str:
+    """What a remedy is for, first: the point with the smallest train-test gap against its baseline's, and whether
+    its test loss still rises at the end; then the accuracy it bought, with its verdict."""
+    pairs = [c for c in section.pairs if c.row.get("acc_gap") is not None and c.base.get("acc_gap") is not None]
+    if not pairs:
+        return ""
+    c = min(pairs, key=lambda p: p.row["acc_gap"])
+    text = (
+        f"least overfitting {c.point}: train-test gap {points_value(c.row['acc_gap'])} vs "
+        f"{points_value(c.base['acc_gap'])} points of {c.baseline}"
+    )
+    o, ob = c.row.get("overfit"), c.base.get("overfit")
+    if o is not None and ob is not None:
+        if o.overfits:
+            text += f", its test loss still rising ({o.rise:+.0%} past its lowest; {c.baseline}: {ob.rise:+.0%})"
+        elif ob.overfits:
+            text += f", its test loss no longer rising ({c.baseline}'s: {ob.rise:+.0%} past its lowest)"
+        else:
+            text += ", neither's test loss rising"
+    if c.acc_diff is not None:
+        text += f"; {points_value(c.acc_diff)} points of test accuracy, {c.acc_verdict.word}"
+    return text
 
 
 def most_accurate(section: Section) -> str:

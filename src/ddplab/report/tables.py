@@ -55,9 +55,12 @@ def times(v: float | None) -> str:
 
 
 def faster(ratio: float | None) -> str:
-    """A throughput ratio as people say it: 1.25x faster, 4.71x slower."""
+    """A throughput ratio as people say it: 1.25x faster, 4.71x slower; "as fast" where it rounds to 1.00x (a
+    "1.00x slower" reads as an effect that is not there)."""
     if ratio is None:
         return "-"
+    if f"{ratio:.2f}" == "1.00" and f"{1 / ratio:.2f}" == "1.00":
+        return "as fast"
     return f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
 
 
