@@ -164,8 +164,10 @@ PROBED_POINT = {
 def run_probe(configs: list[RunConfig], timeout_s: float = PROBE_TIMEOUT_S) -> dict[str, Any]:
     """The probe subprocess's measurements: {"torch_s", "import_s", "data_s", "exit_s", "points": [{step_s,
     eval_image_s, ...}, ...]}: torch_s and import_s run from this process starting it to its having imported
-    torch, then all a run imports; exit_s from its last line to its end (a Python with torch loaded takes a
-    while to tear down)."""
+    torch, then all a run imports; exit_s from its last line to its end. The probe starts as the points do
+    (warm, from this process's server: torch already imported, so torch_s and import_s are what a warm point
+    pays, a fraction of a second; cold with DDPLAB_WARM=0, seconds each, and a Python with torch loaded then
+    takes a while to tear down)."""
     payload = json.dumps([c.to_dict() for c in configs])  # (the probe never downloads: the first run does, said)
     from ddplab import warm
 
