@@ -81,16 +81,19 @@ def compare_headline(tmp_path, baseline: str) -> str:
     }
     runs = [{k: r[k] for k in ("name", "point", "seed", "status")} for r in manifest["runs"]]
     result = build_report([write_manifest(sweep, runs, axes=("workers",), sections=[section])], tmp_path / "out")
+    assert_findings_restate_tables(result)  # the memory beside the speed too
     return result["sections"][0]["headline"]
 
 
 def test_a_comparison_where_no_point_beats_the_baseline_names_the_closest(tmp_path):
+    """With the fastest point's peak memory where it differs by 5% or more (a precision question asks speed and
+    memory first): write_sweep's DDP ranks peak at 450 MiB, the one worker at 400."""
     assert compare_headline(tmp_path / "a", "w1") == (
-        "fastest workers=2: 1.71x faster than workers=1, beyond noise; "
+        "fastest workers=2: 1.71x faster than workers=1, beyond noise, 450 vs 400 peak RSS MiB/rank; "
         "none more accurate than workers=1 (closest workers=2: -2.0 points, within noise)"
     )
     assert compare_headline(tmp_path / "b", "w2") == (
-        "none faster than workers=2 (closest workers=1: 1.71x slower, beyond noise); "
+        "none faster than workers=2 (closest workers=1: 1.71x slower, beyond noise, 400 vs 450 peak RSS MiB/rank); "
         "most accurate workers=1: +2.0 points of test accuracy vs workers=2, within noise"
     )
 

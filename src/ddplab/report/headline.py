@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ddplab.report.findings import accuracy_lead, pct
+from ddplab.report.findings import MEMORY_CHANGE, accuracy_lead, pct
 from ddplab.report.kinds import kind_of
 from ddplab.report.noise import Verdict
-from ddplab.report.tables import faster, points_value, rate, times
+from ddplab.report.tables import faster, memory_title, mib, points_value, rate, times
 
 if TYPE_CHECKING:
     from ddplab.report.sections import Comparison, Section
@@ -68,7 +68,8 @@ def scaling(section: Section) -> str:
 def comparison(pairs: list[Comparison]) -> str:
     """The fastest point and the most accurate one against their baseline, each with its verdict ("largest
     speedup" and "largest accuracy gain" where the pairs have different baselines); where none beats its
-    baseline, the closest."""
+    baseline, the closest. The fastest's peak memory beside its speed, where it differs by MEMORY_CHANGE or more
+    (a precision question asks speed and memory first)."""
     timed = [c for c in pairs if c.speedup is not None]
     scored = [c for c in pairs if c.acc_diff is not None]
     one_baseline = len({c.baseline for c in pairs}) == 1
@@ -82,10 +83,13 @@ def comparison(pairs: list[Comparison]) -> str:
             )
         elif (c.speedup or 0.0) >= 1:
             best = "fastest" if one_baseline else "largest speedup"
-            parts.append(f"{best} {c.point}: {faster(c.speedup)} than {c.baseline}, {short(c.timing_verdict)}")
+            parts.append(
+                f"{best} {c.point}: {faster(c.speedup)} than {c.baseline}, {short(c.timing_verdict)}{memory(c)}"
+            )
         else:
             parts.append(
-                f"none faster than {c.baseline} (closest {c.point}: {faster(c.speedup)}, {short(c.timing_verdict)})"
+                f"none faster than {c.baseline} (closest {c.point}: {faster(c.speedup)}, "
+                f"{short(c.timing_verdict)}{memory(c)})"
             )
     if scored:
         c = max(scored, key=lambda p: p.acc_diff or 0.0)
@@ -101,6 +105,15 @@ def comparison(pairs: list[Comparison]) -> str:
                 f"{c.acc_verdict.word})"
             )
     return "; ".join(parts)
+
+
+def memory(c: Comparison) -> str:
+    """ ", 812 vs 1,024 peak RSS MiB/rank" where the pair's peaks differ enough to say (the table's cells, as every
+    figure of an answer is)."""
+    m, mb = c.row.get("peak_mib"), c.base.get("peak_mib")
+    if not m or not mb or c.row.get("memory_label") != c.base.get("memory_label") or abs(m / mb - 1) < MEMORY_CHANGE:
+        return ""
+    return f", {mib(m)} vs {mib(mb)} {memory_title([c.row])}"
 
 
 def regularization(section: Section) -> str:
