@@ -28,6 +28,11 @@ TENSORBOARD = "tensorboard"
 LOCK = ".lock"  # who holds the folder (runlock.py)
 
 
+def checkpoint_path(run_dir: Path | str, which: str = LAST_CHECKPOINT) -> Path:
+    """RUN/checkpoints/last.pt, or best.pt: the one place a checkpoint's path is built."""
+    return Path(run_dir) / CHECKPOINTS / which
+
+
 def run_state(run_dir: Path) -> str:
     """'new', 'finished', 'unfinished' or 'foreign' (a non-empty folder that is not a run)."""
     if not run_dir.exists() or (run_dir.is_dir() and not any(p.name != LOCK for p in run_dir.iterdir())):
@@ -36,7 +41,7 @@ def run_state(run_dir: Path) -> str:
         return "foreign"
     if (run_dir / SUMMARY).exists():
         return "finished"
-    if (run_dir / CHECKPOINTS / LAST_CHECKPOINT).exists():
+    if checkpoint_path(run_dir).exists():
         return "unfinished"
     if (run_dir / CONFIG).exists():
         return "new"  # created, but no epoch finished: nothing to lose

@@ -98,7 +98,7 @@ def check_run_dir(config: RunConfig, saved: RunConfig | None = None) -> Resume |
             f"{', '.join(sorted(differing))}; resume with the same settings (only "
             f"{', '.join(sorted(RESUMABLE_DIFFERENCES))} may change)"
         )
-    state = load_checkpoint(run_dir / runfiles.CHECKPOINTS / runfiles.LAST_CHECKPOINT)
+    state = load_checkpoint(runfiles.checkpoint_path(run_dir))
     refuse_edited_since(
         state,
         saved,

@@ -120,6 +120,6 @@ def resumed_after_restart(config: RunConfig) -> RunConfig:
         return config
     config = config.with_out_folder()
     out = config.output.out
-    if out is not None and (Path(out) / runfiles.CHECKPOINTS / runfiles.LAST_CHECKPOINT).exists():
+    if out is not None and runfiles.checkpoint_path(out).exists():
         return dataclasses.replace(config, output=dataclasses.replace(config.output, resume=True))
     return config

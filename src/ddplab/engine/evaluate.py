@@ -45,7 +45,7 @@ def evaluate_run(
     config = build_config(values)
     check_environment(config)  # e.g. --device cuda on a machine without CUDA: one line, not a traceback
     ctx = DistContext(device=resolve_device(device))
-    path = run_dir / runfiles.CHECKPOINTS / (checkpoint.LAST if weights == "final" else checkpoint.BEST)
+    path = runfiles.checkpoint_path(run_dir, checkpoint.LAST if weights == "final" else checkpoint.BEST)
     state = checkpoint.load(path, ctx.device)
     refuse_edited_since(
         state,

@@ -118,7 +118,7 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
     trainer, info = build_trainer(config, ctx, run_dir, session_start=start)
     if config.output.resume:
         assert plan.resume is not None  # check_run_dir read the folder of every resumed run
-        path = run_dir / runfiles.CHECKPOINTS / checkpoint.LAST
+        path = runfiles.checkpoint_path(run_dir)
         checkpoint.restore(path, trainer.load_state_dict, plan.resume.take_checkpoint(path))
         log.info("resumed from epoch %d (step %d)", trainer.state.epoch, trainer.state.step)
         planned_epochs = plan.resume.planned_epochs

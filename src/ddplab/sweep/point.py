@@ -57,7 +57,7 @@ class Point:
 
     def resumes(self) -> bool:
         """Whether it continues from a checkpoint (an interrupted, preempted or timed-out attempt's)."""
-        return (self.run_dir / runfiles.CHECKPOINTS / runfiles.LAST_CHECKPOINT).is_file()
+        return runfiles.checkpoint_path(self.run_dir).is_file()
 
     def command(self) -> list[str]:
         args = [
