@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ddplab import runfiles
+from ddplab import borders, runfiles
 from ddplab.errors import ConfigError, file_error
 
 LOCK = runfiles.LOCK
@@ -44,12 +44,17 @@ def should_hold(rank: int | None, *, launching_nodes: int = 1, launcher_holds: b
     return rank == 0 and not launcher_holds
 
 
+OWNER = {"pid": borders.COUNT, "host": borders.TEXT, "argv": borders.list_of(borders.TEXT), "started": borders.SECONDS}
+
+
 def owner_of(run_dir: Path) -> dict | None:
-    """Who wrote the lock file last (the live owner while the folder is locked), or None."""
+    """Who wrote the lock file last (the live owner while the folder is locked), or None; a field of another kind
+    (an edited or foreign lock file) is left out, so that whom a refusal names is never a traceback."""
     try:
-        return json.loads((Path(run_dir) / LOCK).read_text())
-    except (OSError, ValueError):
+        data = json.loads((Path(run_dir) / LOCK).read_text())
+    except (OSError, ValueError):  # UnicodeDecodeError is one too
         return None
+    return borders.kept(data, OWNER, str(Path(run_dir) / LOCK))[0] if isinstance(data, dict) else None
 
 
 def live_owner(run_dir: Path) -> dict | None:
@@ -75,7 +80,10 @@ def describe(owner: dict | None) -> str:
     if not owner:
         return "another process"
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(owner.get("started", 0)))
-    return f"pid {owner.get('pid')} on {owner.get('host')} ({' '.join(owner.get('argv', []))[:120]}, started {started})"
+    return (
+        f"pid {owner.get('pid', '?')} on {owner.get('host', '?')} ({' '.join(owner.get('argv', []))[:120]}, "
+        f"started {started})"
+    )
 
 
 @contextlib.contextmanager

@@ -253,9 +253,10 @@ class RunIds:
     def read(cls, folder: Path) -> RunIds | None:
         try:
             data = json.loads((folder / FILE).read_text())
-            return cls(data["uri"], data["run_id"], data["experiment_id"])
+            ids = cls(data["uri"], data["run_id"], data["experiment_id"])
         except (OSError, ValueError, KeyError, TypeError):
             return None  # none yet, or unreadable: a new run is made
+        return ids if all(isinstance(v, str) for v in (ids.uri, ids.run_id, ids.experiment_id)) else None
 
     def write(self, folder: Path) -> None:
         files.write_json(folder / FILE, {"uri": self.uri, "run_id": self.run_id, "experiment_id": self.experiment_id})

@@ -83,3 +83,21 @@ def test_a_live_owner_is_seen_waited_for_and_named_after_the_grace(tmp_path):
     tmp_path.mkdir(exist_ok=True)  # the holder removed the folder it had made nothing in
     (tmp_path / ".lock").write_text('{"pid": 999999}')  # a lock file nobody holds: stale, free
     assert live_owner(tmp_path) is None
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        (b"[1]", "another process"),
+        (b'{"pid": "x", "host": 3, "argv": "ddplab", "started": "yesterday"}', "another process"),
+        (b'{"pid": 12, "host": "h", "argv": ["ddplab", 7], "started": 0}', "pid 12 on h (, started"),
+        (b"\xff\xfe", "another process"),
+    ],
+)
+def test_a_lock_file_of_another_shape_names_whom_it_can_never_a_traceback(tmp_path, text, said):
+    """The lock file is read back to name who holds a folder: an edited or foreign one was an AttributeError or
+    TypeError traceback in the refusal's own line."""
+    from ddplab.runlock import describe, owner_of
+
+    (tmp_path / ".lock").write_bytes(text)
+    assert describe(owner_of(tmp_path)).startswith(said)

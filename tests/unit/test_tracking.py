@@ -79,6 +79,9 @@ def test_run_ids_round_trip_and_an_unreadable_file_means_a_new_run(tmp_path):
     (tmp_path / tracking.FILE).write_text('{"uri": "x"')  # torn
     assert tracking.RunIds.read(tmp_path) is None
     assert tracking.RunIds.read(tmp_path / "missing") is None
+    for edited in ('{"uri": 3, "run_id": "a", "experiment_id": "7"}', "[1, 2, 3]", '{"uri": "x"}'):
+        (tmp_path / tracking.FILE).write_text(edited)  # another kind: a new run, never a traceback later
+        assert tracking.RunIds.read(tmp_path) is None
 
 
 def test_a_point_learns_its_parent_label_and_axes_from_its_environment(tmp_path, caplog):
