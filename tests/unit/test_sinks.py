@@ -93,3 +93,14 @@ def test_the_main_rank_gets_every_registered_sink_the_run_asks_for_in_order(tmp_
 
     monkeypatch.setattr(sinks, "SINKS", (*sinks.SINKS, lambda config, run_dir, history: Extra()))
     assert type(sinks.run_sinks(off, tmp_path, []).sinks[-1]) is Extra
+
+
+def test_a_resume_keeps_the_samples_of_its_epochs_and_drops_torn_or_edited_lines(tmp_path):
+    """steps.jsonl's rows of epochs after the checkpoint go; a torn line or an epoch that is not a number (an edit)
+    goes too, where it was a TypeError that stopped the resume."""
+    from ddplab.metrics.sinks import SamplesSink
+
+    rows = ['{"epoch": 1, "loss": 1.0}', '{"epoch": "2", "loss": 0.9}', '{"epoch": 2, "lo', '{"epoch": 3, "loss": 0.8}']
+    (tmp_path / "steps.jsonl").write_text("\n".join(rows) + "\n")
+    SamplesSink(tmp_path, keep_through_epoch=2)
+    assert (tmp_path / "steps.jsonl").read_text() == '{"epoch": 1, "loss": 1.0}\n'

@@ -64,6 +64,8 @@ class MlflowSink:
             env = json.loads((self.run_dir / runfiles.ENV).read_text())
         except (OSError, ValueError):
             env = {}
+        if not isinstance(env, dict):  # an edited env.json: tags are a copy, never worth the run
+            env = {}
         tags = {
             "ddplab.version": env.get("ddplab"),
             "ddplab.torch": env.get("torch"),

@@ -102,9 +102,11 @@ class SamplesSink(NullSink):
 
 def _epoch_of(line: str) -> float:
     try:
-        return json.loads(line)["epoch"]
+        epoch = json.loads(line)["epoch"]
     except (ValueError, KeyError, TypeError):
         return math.inf  # a torn line from a crash: dropped
+    # An edited one (an epoch that is not a number): dropped too, never a TypeError in a resume.
+    return epoch if isinstance(epoch, (int, float)) and not isinstance(epoch, bool) else math.inf
 
 
 class LogSink(NullSink):
