@@ -167,7 +167,12 @@ def up(hosts: int, rate: str | float | None = None, *, name: str = DEFAULT_NAME)
         raise HostsError(f"hosts: {hosts}: must be between 1 and {MAX_HOSTS}")
     rate_bit_s = as_rate(rate)
     check_can_make()
-    cluster = Cluster(name, hosts, rate_bit_s)
+    with changing(name):
+        return _up(Cluster(name, hosts, rate_bit_s))
+
+
+def _up(cluster: Cluster) -> Cluster:
+    name, hosts, rate_bit_s = cluster.name, cluster.hosts, cluster.rate_bit_s
     taken = _namespaces() & {cluster.switch, *(f"{name}-h{i}" for i in range(hosts))}
     if taken or _state_file(name).exists():
         raise HostsError(f"a test cluster named {name!r} exists already: `ddplab hosts down --name {name}` first")
@@ -189,12 +194,32 @@ def up(hosts: int, rate: str | float | None = None, *, name: str = DEFAULT_NAME)
             _ip(["link", "set", f"port{i}", "master", "br0"], namespace=cluster.switch)
             _ip(["link", "set", f"port{i}", "up"], namespace=cluster.switch)
             shape(cluster, i, rate_bit_s)
-        STATE_DIR.mkdir(parents=True, exist_ok=True)
         _state_file(name).write_text(json.dumps(asdict(cluster)))
     except BaseException:
-        down(name, missing_ok=True)
+        _down(name, missing_ok=True)
         raise
     return cluster
+
+
+@contextlib.contextmanager
+def changing(name: str) -> Iterator[None]:
+    """One `ddplab hosts` command at a time makes or removes a cluster of one name: two `up`s of a name raced,
+    and the loser's clean-up took down the winner's hosts. The lock dies with its holder."""
+    import fcntl
+
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    fd = os.open(STATE_DIR / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise HostsError(
+                f"another `ddplab hosts` command is making or removing cluster {name!r} right now: let it finish, "
+                "then try again"
+            ) from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def shape(cluster: Cluster, i: int, rate_bit_s: float | None) -> None:
@@ -280,6 +305,11 @@ def down(name: str = DEFAULT_NAME, *, missing_ok: bool = False) -> list[int]:
     Returns the process ids that were still running."""
     _check_name(name)
     check_can_make()
+    with changing(name):
+        return _down(name, missing_ok=missing_ok)
+
+
+def _down(name: str, *, missing_ok: bool = False) -> list[int]:
     try:
         recorded = json.loads(_state_file(name).read_text())["hosts"]
     except (OSError, ValueError, KeyError, TypeError):

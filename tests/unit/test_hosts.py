@@ -110,6 +110,26 @@ def test_sigterm_while_hosts_come_up_takes_down_what_was_made(monkeypatch, tmp_p
     monkeypatch.setattr(hosts, "_ip", ip)
     monkeypatch.setattr(hosts, "_namespaces", lambda: set())
     taken_down = []
-    monkeypatch.setattr(hosts, "down", lambda name, missing_ok=False: taken_down.append(name) or [])
+    monkeypatch.setattr(hosts, "_down", lambda name, missing_ok=False: taken_down.append(name) or [])
     assert cli.main(["hosts", "up", "3", "--name", "drill"]) == 130
     assert made == ["drill-sw", "drill-h0"] and taken_down == ["drill"]
+
+
+def test_a_second_command_on_a_cluster_being_made_is_refused_and_takes_nothing_down(monkeypatch, tmp_path):
+    """Two `hosts up` of one name raced: the loser's clean-up took down the winner's hosts. Now one command at a
+    time makes or removes a cluster: the other is refused at once, touching nothing."""
+    import fcntl
+
+    monkeypatch.setattr(hosts, "check_can_make", lambda: None)
+    monkeypatch.setattr(hosts, "STATE_DIR", tmp_path)
+    touched = []
+    monkeypatch.setattr(hosts, "_ip", lambda args, **kw: touched.append(args))
+    monkeypatch.setattr(hosts, "_down", lambda name, missing_ok=False: touched.append(["down", name]) or [])
+    with open(tmp_path / "drill.lock", "w") as held:  # the first command, still making its hosts
+        fcntl.flock(held, fcntl.LOCK_EX)
+        for command in (lambda: hosts.up(2, name="drill"), lambda: hosts.down("drill")):
+            with pytest.raises(
+                HostsError, match="another `ddplab hosts` command is making or removing cluster 'drill'"
+            ):
+                command()
+    assert touched == []
