@@ -111,11 +111,20 @@ ELASTIC_SIGNALS_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"  # where the agent export
 
 def agent_signals_without_sigint() -> str:
     """The elastic agent's own signals (LaunchConfig.signals_to_handle's default) less SIGINT, which the
-    launcher keeps."""
+    launcher keeps, and less any this process was started ignoring: under `nohup` SIGHUP is ignored, and a
+    closed terminal must not stop the run the agent would otherwise stop on it (ddplab.stops keeps the same
+    promise for every other command)."""
+    import signal
+
     from torch.distributed.launcher.api import LaunchConfig
 
     default: Any = next(f.default for f in dataclasses.fields(LaunchConfig) if f.name == "signals_to_handle")
-    return ",".join(s for s in default.split(",") if s.strip() != "SIGINT")
+
+    def ignored(name: str) -> bool:
+        sig = getattr(signal, name, None)
+        return sig is not None and signal.getsignal(sig) is signal.SIG_IGN
+
+    return ",".join(s for s in default.split(",") if s.strip() != "SIGINT" and not ignored(s.strip()))
 
 
 def launch_config(**kwargs: Any):

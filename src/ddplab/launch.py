@@ -332,7 +332,8 @@ def held_stop_signals():
         yield
         return
     held: list[int] = []
-    handlers = {s: signal.getsignal(s) for s in stops.STOP_SIGNALS}
+    # One ignored stays ignored (nohup's SIGHUP): a worker spawned inside inherits it so, as from the launcher.
+    handlers = {s: h for s in stops.STOP_SIGNALS if (h := signal.getsignal(s)) is not signal.SIG_IGN}
     for s in handlers:
         signal.signal(s, lambda signum, frame: held.append(signum))
     try:

@@ -176,6 +176,17 @@ def test_the_elastic_agent_is_told_to_leave_sigint_to_the_launcher(monkeypatch, 
     assert seen["config"].signals_to_handle == compat.agent_signals_without_sigint() == "SIGTERM,SIGHUP,SIGQUIT"
 
 
+@pytest.mark.skipif(
+    not compat.elastic_signals_configurable(), reason="this torch's LaunchConfig has no signals_to_handle"
+)
+def test_a_launcher_started_under_nohup_keeps_sighup_ignored(monkeypatch):
+    """`nohup ddplab train --nproc 2 &`: the agent would stop the run on SIGHUP when the terminal closed."""
+    import signal
+
+    monkeypatch.setattr(signal, "getsignal", lambda sig: signal.SIG_IGN if sig == signal.SIGHUP else signal.SIG_DFL)
+    assert compat.agent_signals_without_sigint() == "SIGTERM,SIGQUIT"
+
+
 def test_every_newer_api_says_what_is_lost():
     for name, what in compat.NEWER_APIS.items():
         assert "torch 2." in what and ("older" in what or "without" in what), name

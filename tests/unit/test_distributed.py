@@ -243,3 +243,20 @@ def test_a_failed_run_frees_its_ddp_model_before_the_group_is_destroyed(monkeypa
         train_and_fail()
     assert alive_at_destroy == [False]
     assert "train_and_fail" in "".join(traceback.format_tb(failed.value.__traceback__))
+
+
+def test_a_stop_signal_started_ignored_stays_ignored_while_workers_spawn():
+    """Under `nohup` SIGHUP is ignored: the workers spawned while stop signals are held must inherit it ignored,
+    or a closed terminal kills them (the launcher itself keeps it ignored)."""
+    import signal
+
+    from ddplab.launch import held_stop_signals
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with held_stop_signals():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert callable(signal.getsignal(signal.SIGTERM))  # held, to be raised once the spawn is whole
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
