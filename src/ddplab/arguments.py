@@ -5,13 +5,9 @@ import argparse
 import math
 import re
 
+from ddplab.borders import shown
+
 MOST = 2**31 - 1  # the largest count an option takes (GPUs, nodes, batch, processes): a 400-digit one is a typo
-
-
-def shown(text: str) -> str:
-    """A value as an error line quotes it: a 400-digit one shortened, so the line stays one line."""
-    quoted = repr(text)
-    return quoted if len(quoted) <= 40 else f"{quoted[:20]}... ({len(text)} characters)"
 
 
 def whole_list(text: str) -> list[int]:

@@ -19,6 +19,7 @@ config errors); `--debug` shows the traceback instead.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import difflib
 import json
@@ -873,25 +874,38 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # here, where a closed pipe is handled, not at exit
         return code
     except BrokenPipeError:  # the reader went away (ddplab models | head): stop quietly, as shell tools do
-        quiet_stdout()
+        quiet(sys.stdout)
         return 141
     except (DdplabError, OSError) as exc:
         error = exc if isinstance(exc, DdplabError) else file_error(exc, "use")  # a read-only or full disk, ...
         if debug:
             traceback.print_exc()  # and still the one line and the documented exit code
-        stops.say_last(f"ddplab: error: {error}")
+        say_last(f"ddplab: error: {error}")
         return error.exit_code
     except KeyboardInterrupt as exc:
-        stops.say_last(stops.interrupted_line(exc))
+        say_last(stops.interrupted_line(exc))
         return stops.EXIT_CODE
 
 
-def quiet_stdout() -> None:
-    """Point stdout at /dev/null, so that Python's flush at exit does not hit the closed pipe again."""
+def quiet(stream) -> None:
+    """Point `stream` at /dev/null, so that Python's flush at exit does not hit its closed pipe or gone terminal
+    again (a traceback, or exit code 120)."""
     try:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (OSError, ValueError):  # stdout is no file (captured, closed): nothing to flush there
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+    except (OSError, ValueError):  # no file (captured, closed): nothing to flush there
         pass
+
+
+def say_last(line: str) -> None:
+    """The command's last line on stderr, where it can still be written: after SIGHUP the terminal may be gone
+    (EIO); a stream that can no longer be flushed is quieted for the exit's flush."""
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=sys.stderr, flush=True)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            quiet(stream)
 
 
 if __name__ == "__main__":  # pragma: no cover

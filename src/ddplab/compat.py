@@ -118,11 +118,12 @@ def agent_signals_without_sigint() -> str:
 
     from torch.distributed.launcher.api import LaunchConfig
 
+    from ddplab.stops import started_ignored
+
     default: Any = next(f.default for f in dataclasses.fields(LaunchConfig) if f.name == "signals_to_handle")
 
     def ignored(name: str) -> bool:
-        sig = getattr(signal, name, None)
-        return sig is not None and signal.getsignal(sig) is signal.SIG_IGN
+        return hasattr(signal, name) and started_ignored(getattr(signal, name))
 
     return ",".join(s for s in default.split(",") if s.strip() != "SIGINT" and not ignored(s.strip()))
 

@@ -202,11 +202,6 @@ def rendezvous_store(place: ProcessPlace, timeout: timedelta) -> dist.Store:
     return dist.PrefixStore(f"ddplab/attempt_{group_attempt()}", store)
 
 
-def split_endpoint(endpoint: str) -> tuple[str, int]:
-    """'host:port' (an IPv6 host in brackets) -> (host, port), of an endpoint the config already checked."""
-    return endpoint_parts(endpoint)
-
-
 def route_address(endpoint: str | None) -> str | None:
     """This node's address on the interface that reaches the rendezvous endpoint.
 
@@ -216,7 +211,7 @@ def route_address(endpoint: str | None) -> str | None:
     """
     if endpoint is None:
         return None
-    host, port = split_endpoint(endpoint)
+    host, port = endpoint_parts(endpoint)
     try:
         with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_DGRAM) as probe:
             probe.connect((host, port))

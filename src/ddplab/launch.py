@@ -101,7 +101,8 @@ def launch_workers(plan: RunPlan, *, command: bool = True):
     from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.launcher.api import elastic_launch
 
-    from ddplab.distributed import route_address, split_endpoint
+    from ddplab.arguments import endpoint_parts
+    from ddplab.distributed import route_address
 
     config = plan.config
     d = config.dist
@@ -141,7 +142,7 @@ def launch_workers(plan: RunPlan, *, command: bool = True):
     guard = watchdog.Watchdog(
         grace_s=SHUTDOWN_TIMEOUT_S + 5,
         interrupted_line=interrupted_line,
-        endpoint=split_endpoint(d.rdzv_endpoint) if d.nnodes > 1 and d.rdzv_endpoint else None,
+        endpoint=endpoint_parts(d.rdzv_endpoint) if d.nnodes > 1 and d.rdzv_endpoint else None,
         timeout_s=patience_s(d),
         lost_line=lambda endpoint: lost_host_line(config, endpoint),
         unreached_line=lambda endpoint: unreached_line(endpoint, waited_text(d)),
@@ -324,23 +325,16 @@ class CountedRendezvous:
 
 @contextlib.contextmanager
 def held_stop_signals():
-    """SIGTERM and SIGINT that land inside the block are held, and raised again (in order, once each) when it ends.
+    """Stop signals that land inside the block are held, and raised again (in order, once each) when it ends.
 
-    Held in Python, not by a signal mask, which a worker spawned inside would inherit. Only the main thread can
-    set handlers; elsewhere this holds nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    Held in Python, not by a signal mask, which a worker spawned inside would inherit. One ignored stays ignored
+    (nohup's SIGHUP): a worker spawned inside inherits it so, as from the launcher. Only the main thread can set
+    handlers; elsewhere this holds nothing."""
     held: list[int] = []
-    # One ignored stays ignored (nohup's SIGHUP): a worker spawned inside inherits it so, as from the launcher.
-    handlers = {s: h for s in stops.STOP_SIGNALS if (h := signal.getsignal(s)) is not signal.SIG_IGN}
-    for s in handlers:
-        signal.signal(s, lambda signum, frame: held.append(signum))
     try:
-        yield
+        with stops.handled(stops.STOP_SIGNALS, lambda signum, frame: held.append(signum)):
+            yield
     finally:
-        for s, handler in handlers.items():
-            signal.signal(s, handler)
         for s in dict.fromkeys(held):
             os.kill(os.getpid(), s)
 
@@ -447,9 +441,9 @@ def c10d_configs(endpoint: str | None, timeout_s: int, store_timeout_s: int | No
     waits = {"join_timeout": timeout_s, "read_timeout": store_timeout_s or timeout_s}
     if endpoint is None:
         return waits
-    from ddplab.distributed import split_endpoint
+    from ddplab.arguments import endpoint_parts
 
-    host = split_endpoint(endpoint)[0]
+    host = endpoint_parts(endpoint)[0]
     try:  # where PyTorch already recognizes the host, keep its fallback for shared machines
         from torch.distributed.elastic.rendezvous.utils import _matches_machine_hostname
 

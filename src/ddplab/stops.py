@@ -40,56 +40,33 @@ def interrupted_line(interrupt: BaseException) -> str:
     return "ddplab: interrupted" if name == "SIGINT" else f"ddplab: interrupted by {name}"
 
 
-def say_last(line: str) -> None:
-    """The last line on stderr, where it can still be written: after SIGHUP the terminal may be gone (EIO),
-    and Python's own flush at exit must not turn that into a traceback or exit code 120."""
-    import os
-    import sys
-
-    try:
-        print(line, file=sys.stderr, flush=True)
-    except (OSError, ValueError):
-        pass
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # nothing can reach it any more: point it at /dev/null for the exit's flush
-            try:
-                os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
-            except (OSError, ValueError):
-                pass
+def started_ignored(sig: int) -> bool:
+    """Ignored in this process (as `nohup` starts a command with SIGHUP): a promise every stop rule keeps."""
+    return signal.getsignal(sig) is signal.SIG_IGN
 
 
 @contextlib.contextmanager
-def as_interrupts() -> Iterator[None]:
-    """For the block, SIGTERM and SIGHUP raise Stopped (a KeyboardInterrupt) as SIGINT raises KeyboardInterrupt.
-    One this process was started with ignored stays ignored (`nohup` promises a closed terminal stops nothing).
-    Signal handlers belong to the main thread: elsewhere nothing changes."""
+def handled(signals: tuple[int, ...], handler) -> Iterator[None]:
+    """`handler` for each of `signals` for the block, the previous ones back after it; one ignored is left
+    ignored. Signal handlers belong to the main thread: elsewhere nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {
-        sig: signal.signal(sig, raise_stopped)
-        for sig in STOP_SIGNALS
-        if sig != signal.SIGINT and signal.getsignal(sig) is not signal.SIG_IGN
-    }
+    previous = {sig: signal.signal(sig, handler) for sig in signals if not started_ignored(sig)}
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
-@contextlib.contextmanager
-def ignored() -> Iterator[None]:
-    """Every stop signal ignored for the block (in the main thread; elsewhere nothing changes): what is being
-    stopped is not interrupted half-way by a second one."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in STOP_SIGNALS}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+def as_interrupts():
+    """For the block, SIGTERM and SIGHUP raise Stopped (a KeyboardInterrupt) as SIGINT raises KeyboardInterrupt
+    (main thread only); one this process was started with ignored stays ignored (`nohup`)."""
+    return handled(tuple(s for s in STOP_SIGNALS if s != signal.SIGINT), raise_stopped)
+
+
+def ignored():
+    """Every stop signal ignored for the block (main thread only): what is being stopped is not interrupted
+    half-way by a second one."""
+    return handled(STOP_SIGNALS, signal.SIG_IGN)

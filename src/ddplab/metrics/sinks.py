@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ddplab import files, runfiles, tracking
+from ddplab import borders, files, runfiles, tracking
 from ddplab.metrics.records import EpochRecord
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ def _epoch_of(line: str) -> float:
     except (ValueError, KeyError, TypeError):
         return math.inf  # a torn line from a crash: dropped
     # An edited one (an epoch that is not a number): dropped too, never a TypeError in a resume.
-    return epoch if isinstance(epoch, (int, float)) and not isinstance(epoch, bool) else math.inf
+    return epoch if borders.number(0).accepts(epoch) else math.inf
 
 
 class LogSink(NullSink):

@@ -27,9 +27,12 @@ def headline(section: Section) -> str:
     absent = ", ".join(dict.fromkeys(point for point, _ in section.not_measured))
     if not section.rows:
         return f"not measured on this machine: {absent}" if absent else "no run finished: nothing to answer"
-    answer = from_the_runs(section)
-    if missing := section.missing_baseline():
-        answer = f"no comparison: the baseline ({', '.join(missing)}) did not finish; {most_accurate(section)}"
+    missing = section.missing_baseline()
+    answer = (
+        f"no comparison: the baseline ({', '.join(missing)}) did not finish; {most_accurate(section)}"
+        if missing
+        else from_the_runs(section)
+    )
     return f"{answer}; not measured here: {absent}" if absent else answer
 
 
