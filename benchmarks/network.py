@@ -31,7 +31,7 @@ from typing import Any
 
 import _common as common
 
-from ddplab import hosts  # torch-free; _common puts src on the path
+from ddplab import hosts, warm  # torch-free; _common puts src on the path
 from ddplab.planner import model
 from ddplab.planner.band import band_for
 from ddplab.planner.links import load_links
@@ -116,14 +116,12 @@ def run_on_hosts(cluster: hosts.Cluster, command: list[str], logs: Path) -> None
     procs = []
     for i in range(cluster.hosts):
         log = open(logs.with_name(f"{logs.name}-host{i}.log"), "w")
-        procs.append(
-            (
-                subprocess.Popen(
-                    [*cluster.exec_prefix(i), *command], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=common.REPO
-                ),
-                log,
-            )
+        argv = [*cluster.exec_prefix(i), *command]
+        # Forked warm into the host where this process may (ddplab.warm): the runs' figures are their epochs'.
+        proc = warm.popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=common.REPO) or subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=common.REPO
         )
+        procs.append((proc, log))
     failed = []
     for i, (proc, log) in enumerate(procs):
         code = proc.wait(timeout=3600)

@@ -68,6 +68,76 @@ def ddplab_cli(
         look.cancel()
 
 
+class Started:
+    """A command started in the background, warm where it can be: subprocess.Popen's interface as the tests use
+    it (pid, returncode, stdout and stderr pipes, poll, wait, send_signal, terminate, kill, communicate)."""
+
+    def __init__(self, proc: warm.WarmProcess, pipes: dict[int, int], text: bool):
+        self._proc, self.pid = proc, proc.pid
+        mode = "r" if text else "rb"
+        self.stdout = os.fdopen(pipes[1], mode) if 1 in pipes else None
+        self.stderr = os.fdopen(pipes[2], mode) if 2 in pipes else None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode
+
+    def poll(self) -> int | None:
+        return self._proc.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self._proc.wait(timeout)
+
+    def send_signal(self, sig: int) -> None:
+        self._proc.send_signal(sig)
+
+    def terminate(self) -> None:
+        self._proc.terminate()
+
+    def kill(self) -> None:
+        self._proc.kill()
+
+    def communicate(self, timeout: float | None = None):
+        """(stdout, stderr) once the command has ended and closed them; TimeoutExpired as Popen's (the pipes
+        are still read: a later call gets what is left)."""
+        streams = [s for s in (self.stdout, self.stderr) if s is not None and not s.closed]
+        read: dict = {}
+        readers = [threading.Thread(target=lambda s=s: read.__setitem__(id(s), s.read()), daemon=True) for s in streams]
+        for t in readers:
+            t.start()
+        self._proc.wait(timeout)
+        for t in readers:
+            t.join()
+        out = [read.get(id(s)) if s is not None else None for s in (self.stdout, self.stderr)]
+        for s in streams:
+            s.close()
+        return out[0], out[1]
+
+
+def popen(argv, *, stdout=None, stderr=None, text: bool = False, env=None, cwd=None, session: bool = False):
+    """subprocess.Popen(argv, ...) for the tests' background commands (`python -m ...`, also inside a host's
+    `ip netns exec`): forked warm where it can be, cold otherwise. stdout/stderr: None, PIPE, STDOUT or a file."""
+    pipes: dict[int, tuple[int, int]] = {}
+    for n, stream in ((1, stdout), (2, stderr)):
+        if stream is subprocess.PIPE:
+            pipes[n] = os.pipe()
+    child = {n: w for n, (_, w) in pipes.items()}
+    out = child.get(1, stdout)
+    err = (1 if out is None else out) if stderr is subprocess.STDOUT else child.get(2, stderr)
+    try:
+        proc = warm.popen(argv, stdout=out, stderr=err, env=env, cwd=cwd, session=session)
+    finally:
+        for w in child.values():
+            os.close(w)
+    if proc is None:
+        for r, _ in pipes.values():
+            os.close(r)
+        return subprocess.Popen(
+            argv, stdout=stdout, stderr=stderr, text=text, env=env, cwd=cwd, start_new_session=session
+        )
+    return Started(proc, {n: r for n, (r, _) in pipes.items()}, text)
+
+
 def processes_marked(mark: str) -> list[int]:
     """Processes whose environment carries MARK=mark (a warm child shows its own environment there too)."""
     needle = f"{MARK}={mark}\0".encode()

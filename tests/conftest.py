@@ -10,9 +10,9 @@ SHARED_CIFAR = REPO.parent / "shared" / "data" / "cifar10-jpeg"
 # Whole folders that spawn processes or train real runs: slow by nature (`pytest -m "not slow"` skips them).
 SLOW_PLACES = ("tests/distributed/", "tests/smoke/", "tests/test_benchmarks.py")
 # Files whose tests measure this machine's speed or load (the benchmark scripts time cold starts against warm
-# ones), or bound a cold start's time across hosts (each host's process starts cold: `ip netns exec`): `alone`
-# (scripts/test.sh runs them after the rest, one at a time). A test elsewhere that measures is marked itself.
-MEASURING = ("tests/test_benchmarks.py", "tests/smoke/test_report_browser.py", "tests/distributed/test_network.py")
+# ones): `alone` (scripts/test.sh runs them after the rest, one at a time). A test elsewhere that measures is
+# marked itself (a link's rate between hosts, say).
+MEASURING = ("tests/test_benchmarks.py", "tests/smoke/test_report_browser.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -183,11 +183,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def quiet_native_logs(debug: bool) -> None:
-    """Before torch loads, which reads it once: c10d's socket logs across nodes (a reverse lookup that fails,
-    each retry of a connect to a host not up yet) would bury the one line ddplab says for each network fault.
-    --debug keeps them."""
+    """Before torch loads, which reads it once (a warm child's torch has: then at once): c10d's socket logs
+    across nodes (a reverse lookup that fails, each retry of a connect to a host not up yet) would bury the
+    one line ddplab says for each network fault. --debug keeps them."""
     if not debug:
         os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+        if "torch" in sys.modules:  # a warm child: its torch loaded in the server, before this was said
+            from ddplab import compat
+
+            compat.set_cpp_log_level(os.environ["TORCH_CPP_LOG_LEVEL"])
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

@@ -10,9 +10,11 @@ its own session (where asked), signal dispositions and mask as exec leaves them,
 descriptors, environment, working directory, resource limits, CPU set and thread count; Python's own
 state as a fresh interpreter has it (argv, `__main__`, sys.path[0], stdio, RNGs). What a fresh
 interpreter would read from the environment at start-up or import (PYTHON*, LD_*, TORCH*, locale,
-thread libraries other than OMP_NUM_THREADS) cannot be given to a fork: a command whose environment
-differs there from the server's starts cold, as does every command that is not `python -m MODULE`
-or `python -c CODE` with this interpreter.
+thread libraries; not OMP_NUM_THREADS and TORCH_CPP_LOG_LEVEL, which a child applies) cannot be given
+to a fork: a command whose environment differs there from the server's starts cold, as does every
+command that is not `python -m MODULE` or `python -c CODE` with this interpreter. Such a command
+after `ip netns exec NAME` (a host of ddplab.hosts) starts warm too where this process is root: the
+child enters the namespace as ip would.
 
 The server serves the process that started it alone, over a socketpair (nothing on the file system,
 nothing another user could reach), and ends with it. Children report their exit code over a channel
@@ -60,7 +62,7 @@ IMPORTS = (
 # take another value of these. OMP_NUM_THREADS is applied to the child (torch.set_num_threads).
 READ_AT_START = ("PYTHON", "LD_", "TORCH", "PYTORCH", "CUDA", "NVIDIA", "OMP_", "GOMP_", "KMP_", "MKL_",
                  "OPENBLAS_", "LC_", "LANG", "LOGLEVEL", "TRITON", "MALLOC_", "GLIBC_")  # fmt: skip
-READ_LATER = ("TORCHELASTIC_", "TORCH_NCCL_", "OMP_NUM_THREADS")  # read when used, not at start
+READ_LATER = ("TORCHELASTIC_", "TORCH_NCCL_", "OMP_NUM_THREADS", "TORCH_CPP_LOG_LEVEL")  # read when used, or applied
 REPLY = struct.Struct("q")  # a child's pid, then its exit code (negative: killed by that signal)
 START_TIMEOUT_S = 120.0  # how long a request waits for a server still importing before starting cold
 
@@ -147,8 +149,10 @@ class Factory:
         here}, stdin/stdout/stderr among them); None where it must start cold (then nothing was started)."""
         if not (emulated(argv) and self.fits(env)):
             return None
+        namespace, command = split_namespace(argv)
         request = {
-            "argv": [os.fsdecode(a) for a in argv],
+            "argv": command,
+            "namespace": namespace,
             "env": dict(env),
             "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
             "targets": list(fds),
@@ -321,8 +325,60 @@ def prestart() -> None:
 
 def emulated(argv: Sequence[str]) -> bool:
     """The commands a fork can run as exec would: this interpreter's `-m MODULE ...` and `-c CODE ...`, with
-    no interpreter flags or this one's (spawn repeats them: -B where PYTHONDONTWRITEBYTECODE is set)."""
+    no interpreter flags or this one's (spawn repeats them: -B where PYTHONDONTWRITEBYTECODE is set), alone or
+    after `ip netns exec NAME` (a host of ddplab.hosts) where this process may enter that namespace."""
+    namespace, argv = split_namespace(argv)
+    if namespace is not None and not can_enter(namespace):
+        return False
     return len(argv) >= 3 and same_file(os.fsdecode(argv[0]), sys.executable) and command_of(argv) is not None
+
+
+NAMESPACES = "/var/run/netns"  # where `ip netns` keeps a namespace of each name (iproute2's NETNS_RUN_DIR)
+
+
+def split_namespace(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """`ip netns exec NAME CMD...` as (NAME, CMD); any other command as (None, itself)."""
+    args = [os.fsdecode(a) for a in argv]
+    if len(args) > 4 and os.path.basename(args[0]) == "ip" and args[1:3] == ["netns", "exec"]:
+        return args[3], args[4:]
+    return None, args
+
+
+def can_enter(namespace: str) -> bool:
+    """Whether a child can do what `ip netns exec` does for it: root, the namespace there, and no per-namespace
+    /etc files to bind over /etc (that, ip alone does)."""
+    return (
+        os.geteuid() == 0
+        and "/" not in namespace
+        and os.path.exists(os.path.join(NAMESPACES, namespace))
+        and not os.path.exists(os.path.join("/etc/netns", namespace))
+    )
+
+
+def enter_namespace(namespace: str) -> None:
+    """In a warm child, what `ip netns exec NAME` does before it execs (iproute2's netns_switch): join the
+    network namespace, then a mount namespace of its own with a /sys that shows this network's interfaces."""
+    import ctypes
+
+    clone_newnet, clone_newns, ms_rec, ms_slave, ms_rdonly, mnt_detach = 0x40000000, 0x20000, 0x4000, 1 << 19, 1, 2
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def check(result: int, what: str) -> None:
+        if result != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"{what} for network namespace {namespace!r}: {os.strerror(err)}")
+
+    fd = os.open(os.path.join(NAMESPACES, namespace), os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        check(libc.setns(fd, clone_newnet), "setns")
+    finally:
+        os.close(fd)
+    check(libc.unshare(clone_newns), "unshare")
+    check(libc.mount(b"", b"/", b"none", ms_slave | ms_rec, None), "mount --make-rslave /")
+    flags = 0
+    if libc.umount2(b"/sys", mnt_detach) != 0 and os.statvfs("/sys").f_flag & os.ST_RDONLY:
+        flags = ms_rdonly  # as ip: a read-only /sys it could not detach stays read-only
+    check(libc.mount(os.fsencode(namespace), b"/sys", b"sysfs", flags, None), "mount sysfs")
 
 
 def command_of(argv: Sequence[str]) -> list[str] | None:
@@ -339,6 +395,24 @@ def same_file(a: str, b: str) -> bool:
         return os.path.samefile(a, b)
     except OSError:
         return False
+
+
+def inherited_environment() -> dict[str, str]:
+    """What an exec'd child inherits where no environment is given: the C library's, which a library's setenv
+    changes without os.environ knowing (readline, once loaded, sets LINES and COLUMNS)."""
+    import ctypes
+
+    try:
+        entries = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
+    except (OSError, ValueError):
+        return dict(os.environ)
+    found: dict[str, str] = {}
+    i = 0
+    while entries[i] is not None:
+        name, _, value = os.fsdecode(entries[i]).partition("=")
+        found.setdefault(name, value)
+        i += 1
+    return found
 
 
 def current_umask() -> int:
@@ -387,7 +461,7 @@ def popen(
     """`argv` started warm where it can be, with stdin, stdout and stderr given as files or descriptors
     (None: this process's); `reset`: signals this process ignores that the child must not. None: start it
     cold (as subprocess.Popen, with the same arguments)."""
-    env = os.environ if env is None else env
+    env = inherited_environment() if env is None else env
     f = factory(env) if emulated(argv) else None
     if f is None:
         return None
@@ -436,7 +510,8 @@ def run(
             **({} if capture_output else {"stdout": stdout, "stderr": stderr}),
         )
 
-    f = factory(os.environ if env is None else env) if emulated(argv) else None
+    env = inherited_environment() if env is None else env
+    f = factory(env) if emulated(argv) else None
     if f is None:
         return cold()
     pipes: dict[int, tuple[int, int]] = {}
@@ -642,6 +717,8 @@ def become(request: dict, fds: list[int]) -> None:
     signal.set_wakeup_fd(-1)
     if request["session"]:
         os.setsid()
+    if request["namespace"] is not None:
+        enter_namespace(request["namespace"])
     set_parent_death_signal(signal.SIGTERM)  # dies with the server, which dies with its client
     install_fds(dict(zip(request["targets"], fds, strict=True)))
     os.umask(request["umask"])
@@ -794,6 +871,9 @@ def fresh_interpreter_state() -> None:
         threads = os.environ.get("OMP_NUM_THREADS", "")
         n = int(threads) if threads.strip().isdigit() and int(threads) > 0 else len(os.sched_getaffinity(0))
         torch.set_num_threads(n)
+        from ddplab import compat
+
+        compat.set_cpp_log_level(os.environ.get("TORCH_CPP_LOG_LEVEL", "WARNING"))  # c10's default where unset
 
 
 def run_command(argv: Sequence[str]) -> int:

@@ -22,6 +22,8 @@ import torch
 from ddplab import checkpoint, hosts
 from ddplab.metrics.records import read_epochs, reproducible
 
+import cli_process
+
 pytestmark = pytest.mark.dist
 
 TINY = [
@@ -94,26 +96,8 @@ def reference(tmp_path_factory):
     def make(nproc, epochs):
         if (nproc, epochs) not in _references:
             out = tmp_path_factory.mktemp("loopback") / f"ref{nproc}x{epochs}"
-            proc = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "ddplab",
-                    "train",
-                    *TINY,
-                    "--strategy",
-                    "ddp",
-                    "--nproc",
-                    str(nproc),
-                    "--epochs",
-                    str(epochs),
-                    "--out",
-                    str(out),
-                ],
-                capture_output=True,
-                text=True,
-                env=ENV,
-                timeout=300,
+            proc = cli_process.ddplab_cli(
+                "train", *TINY, "--strategy", "ddp", "--nproc", nproc, "--epochs", epochs, "--out", out, base_env=ENV
             )
             assert proc.returncode == 0, proc.stderr[-3000:]
             _references[(nproc, epochs)] = out
@@ -152,7 +136,7 @@ class Nodes:
         ]
         full_env = {**ENV, **(env or {}), self.marker: "1"}
         self.procs = {
-            i: subprocess.Popen(
+            i: cli_process.popen(
                 [*cluster.exec_prefix(i), *args],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -232,7 +216,7 @@ print(received, time.perf_counter() - start)
 
 def transfer_s(cluster, mib):
     """Seconds to send `mib` MiB from host 1 to host 0 over TCP (until host 0 has counted them)."""
-    sink = subprocess.Popen([*cluster.exec_prefix(0), sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True)
+    sink = cli_process.popen([*cluster.exec_prefix(0), sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True)
     try:
         assert sink.stdout.readline().strip() == "ready"
         out = subprocess.run(
@@ -249,6 +233,7 @@ def transfer_s(cluster, mib):
         sink.wait()
 
 
+@pytest.mark.alone  # measures a link's rate: another test beside it takes its cores
 def test_hosts_reach_each_other_at_the_rate_their_links_were_given(make_cluster):
     cluster = make_cluster(2, "50mbit")
     # 8 MiB at 50 Mbit/s is 1.34 s (the first 10 ms of the burst aside); TCP's own headers make it a little slower.
@@ -293,6 +278,7 @@ def test_a_host_whose_link_is_down_is_unreachable_and_down_stops_what_runs_in_th
     assert cluster.switch not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
+@pytest.mark.alone  # measures a link's rate: another test beside it takes its cores
 def test_plan_measures_the_link_between_hosts_at_the_rate_it_was_given(make_cluster, tmp_path):
     """ddplab plan --measure across two hosts: the bus bandwidth it fits is the link's rate (a 2-rank ring sends
     each byte once each way), and the links file says it was measured across nodes."""
@@ -317,7 +303,7 @@ def test_plan_measures_the_link_between_hosts_at_the_rate_it_was_given(make_clus
         "60",
     ]
     procs = [
-        subprocess.Popen(
+        cli_process.popen(
             [*cluster.exec_prefix(i), *args, "--out", str(tmp_path / f"links{i}.json")],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -371,7 +357,7 @@ def test_a_link_cut_mid_epoch_ends_every_host_in_one_line_and_the_run_resumes_ex
     assert last_line(results[1][1]).startswith(
         f"ddplab: error: lost the rendezvous host {cluster.endpoint()}: no answer for dist.timeout_s={TIMEOUT_S} s"
     ), results[1][1][-2000:]
-    assert all("Traceback" not in err and "[c10d]" not in err for _, err in results.values())
+    assert all("Traceback" not in err and "[c10d]" not in err for _, err in results.values()), results
     assert nodes.left_running() == {0: [], 1: []}
     assert checkpoint.load(tmp_path / "run" / "checkpoints" / checkpoint.LAST)["train_state"]["epoch"] == 1
     hosts.set_link(cluster, 1, "up")

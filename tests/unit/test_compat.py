@@ -286,3 +286,25 @@ def test_ddps_own_timings_are_read_where_this_torch_keeps_them():
     ddp = Ddp(names)
     assert compat.sample_ddp_every(ddp, 20) == 20 and ddp.rate == 20
     assert compat.sample_ddp_every(object(), 1) == compat.DDP_DEFAULT_SAMPLE_EVERY
+
+
+def test_torchs_native_log_level_can_be_set_after_it_loaded():
+    """A warm child's torch loaded in its server: TORCH_CPP_LOG_LEVEL is applied through c10's flag, which every
+    torch this project supports exports (else the child's c10d logs stay at the server's level)."""
+    import ctypes
+    import os
+
+    import torch
+
+    from ddplab import compat
+
+    flag = ctypes.c_int.in_dll(
+        ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so")), "FLAGS_caffe2_log_level"
+    )
+    before = flag.value
+    try:
+        assert compat.set_cpp_log_level("FATAL") and flag.value == 3
+        assert compat.set_cpp_log_level("error") and flag.value == 2
+        assert not compat.set_cpp_log_level("LOUD") and flag.value == 2
+    finally:
+        flag.value = before

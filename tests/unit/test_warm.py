@@ -54,6 +54,10 @@ print(json.dumps({
               for s in (sys.stdin, sys.stdout, sys.stderr)],
     "main": [__name__, __spec__ is None, sorted(k for k in globals() if k.startswith("__"))],
     "cuda_initialized": torch.cuda.is_initialized(),
+    "cpp_log_level": __import__("ctypes").c_int.in_dll(
+        __import__("ctypes").CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so")),
+        "FLAGS_caffe2_log_level").value,
+    "network": [os.readlink("/proc/self/ns/net"), sorted(os.listdir("/sys/class/net"))],
 }))
 sys.stdout.flush()
 sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
@@ -82,8 +86,8 @@ def warmed(argv, *, env=None, cwd=None, cpus=(), session=True):
     return subprocess.CompletedProcess(argv, proc.wait(), stdout, stderr)
 
 
-def fingerprints(tmp_path, *args, env=None, cpus=()):
-    argv = [sys.executable, "-c", FINGERPRINT, *args]
+def fingerprints(tmp_path, *args, env=None, cpus=(), prefix=()):
+    argv = [*prefix, sys.executable, "-c", FINGERPRINT, *args]
     a, b = cold(argv, env=env, cwd=tmp_path, cpus=cpus), warmed(argv, env=env, cwd=tmp_path, cpus=cpus)
     assert a.returncode == b.returncode, (a.stderr, b.stderr)
     one, other = json.loads(a.stdout), json.loads(b.stdout)
@@ -118,6 +122,32 @@ def test_a_warm_child_sees_itself_as_a_cold_one_does(tmp_path):
     assert one["fds"] == other["fds"] and not one["cuda_initialized"]
     again = fingerprints(tmp_path)[1]
     assert all(x != y for x, y in zip(again["seeds"], other["seeds"], strict=True))  # RNGs as fresh as a cold start's
+
+
+def test_torchs_native_log_level_is_the_childs_own(tmp_path):
+    """TORCH_CPP_LOG_LEVEL is read once, when torch loads (in the server, for a warm child): the child applies
+    its own, so a multi-node launcher's quieted c10d logs stay quiet, and the workers it forks stay warm."""
+    for level, value in (("FATAL", 3), ("ERROR", 2), (None, 1)):
+        env = {k: v for k, v in os.environ.items() if k != "TORCH_CPP_LOG_LEVEL"}
+        if level is not None:
+            env["TORCH_CPP_LOG_LEVEL"] = level
+        one, other = fingerprints(tmp_path, env=env)
+        assert one["cpp_log_level"] == other["cpp_log_level"] == value, level
+
+
+def test_a_command_in_a_host_starts_warm_inside_that_host(tmp_path):
+    """`ip netns exec HOST python ...` (a host of ddplab.hosts) forks warm and enters the host's network and a
+    /sys of its own as ip does: the child sees the host's interfaces, not this machine's."""
+    from ddplab import hosts
+
+    reason = hosts.why_not_available()
+    if reason:
+        pytest.skip(reason)
+    with hosts.cluster(1) as cluster:
+        one, other = fingerprints(tmp_path, prefix=cluster.exec_prefix(0))
+    assert_same(one, other)
+    assert other["network"][1] == ["eth0", "lo"] and other["network"][0] != os.readlink("/proc/self/ns/net")
+    assert not warm.emulated(["ip", "netns", "exec", "no-such-host", sys.executable, "-c", "pass"])  # ip says why
 
 
 def test_stdio_is_buffered_as_a_fresh_interpreter_buffers_it(tmp_path):
