@@ -7,7 +7,7 @@
     ddplab sweep FILE.toml [--out DIR] [--profile cpu|gpu] [--parallel N|auto] [--dry-run] [--status]
                            [--executor slurm [--slurm.partition P ...] [--wait]]
     ddplab report RUN_OR_SWEEP_DIR ... [--out DIR]
-    ddplab plan [RUN [--gpus 1,2,4,8] [--nodes 1,2] [--batch 16,32] [--link NAME|measured]] [--published]
+    ddplab plan [RUN [--gpus 1,2,4,8] [--nodes 1,2] [--batch 16,32] [--link NAME|measured]] [--published|--corpus]
                 [--measure [--backend gloo|nccl] [--nproc N] [--nnodes M --rdzv-endpoint HOST:PORT]]
     ddplab models [--image-size N] [--num-classes K]
     ddplab hosts up N [--link RATE] | down | status | link I up|down | shape RATE | exec I -- CMD
@@ -504,7 +504,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
     """A run's prediction, the published cases, the published links, or (--measure) this machine's all-reduce:
     the options checked against the mode here, the work in planner/command.py."""
     one_mode(
-        "plan", [("a run folder", args.run is not None), ("--measure", args.measure), ("--published", args.published)]
+        "plan",
+        [
+            ("a run folder", args.run is not None),
+            ("--measure", args.measure),
+            ("--published", args.published),
+            ("--corpus", args.corpus),
+        ],
     )
     if args.run is not None:
         used_by("plan", "for a run folder's prediction (those options are --measure's)", args, PLAN_PREDICTS)
@@ -514,11 +520,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         used_by(
             "plan",
-            "with --published"
-            if args.published
+            "with --published or --corpus"
+            if args.published or args.corpus
             else "without a run folder or --measure (it lists the published links)",
             args,
-            ("--published",),
+            ("--published", "--corpus"),
         )
     from ddplab.planner import command
 
@@ -535,6 +541,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         )
     if args.published:
         return command.show_published()
+    if args.corpus:
+        return command.show_corpus()
     if not args.measure:
         return command.list_links()
     if args.nnodes > 1:
@@ -729,6 +737,11 @@ def build_parser(with_kernels: bool = True) -> argparse.ArgumentParser:
         "--published",
         action="store_true",
         help="published scaling figures (PyTorch's DDP benchmark, DAWNBench) against the model's predictions",
+    )
+    p.add_argument(
+        "--corpus",
+        action="store_true",
+        help="the model against every published scaling figure in planner/figures (errors by source and by kind)",
     )
     p.add_argument(
         "--measure",

@@ -128,6 +128,22 @@ def test_a_measured_speedup_is_said_to_lie_inside_or_outside_the_models_band():
     biased = PairPrediction(2.0, band.from_ratios([0.9, 0.95], "test"), None)
     assert "2.00x is OUTSIDE its error band, +0% of the prediction: above it" in prediction_text(biased, 2.0, "w=1")
     assert prediction_text(PairPrediction(1.0, None, None), 1.0, "w=1").endswith("; measured 1.00x")
+    # A corpus band: outside it is beyond 90% of the published points of its kind; one said in words gives no range.
+    corpus_band = band.Band(0.8, 1.1, 100, "c", held=90, held_of=100)
+    assert "above it by more than 90% of the published points of its kind" in prediction_text(
+        PairPrediction(2.0, corpus_band, None), 2.5, "w=1"
+    )
+    wide = PairPrediction(2.0, band.Band(0.4, 1.1, 100, "c", held=70, held_of=100, untrusted="too wide"), None)
+    assert prediction_text(wide, 1.5, "w=1").endswith("; measured 1.50x (no band (too wide): measured from 60% below "
+                                                      "to 10% above the prediction over 100 points (c); held 70 of "
+                                                      "100 points out of sample (each source against the band of "
+                                                      "the others))")  # fmt: skip
+    from ddplab.report.tables import predicted_cell
+
+    assert (
+        predicted_cell(wide) == "2.00x"
+        and predicted_cell(PairPrediction(2.0, corpus_band, None)) == "2.00x (1.60-2.20x)"
+    )
 
 
 def test_a_gpu_pair_at_half_the_local_batch_is_predicted_against_the_baselines_own_rate(tmp_path):

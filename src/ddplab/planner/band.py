@@ -5,8 +5,11 @@ prediction's kind, least to most; a prediction P is shown with [P x lo, P x hi],
 checked cases' errors would make of it. With a dozen cases it is a record of how wrong the
 model has been, not a confidence interval, and a measured point outside it is news.
 
-- GPU predictions: the published cases that measure DDP (planner/published.py marks the rest
-  and says why), recomputed with today's model each time.
+- GPU predictions: the published figures of planner/figures (planner/corpus.py), one band per kind
+  (one node; across nodes; across nodes over a link under 50 Gbit/s a node), each the central 90%
+  of measured / predicted over that kind's points, recomputed with today's model each time, with
+  its coverage out of sample: each source's points against the band drawn from the other sources.
+  A kind with fewer than 10 points or 3 sources, or a band past -30% or +30%, is said in words.
 - CPU predictions on one node: this machine's 2- and 4-worker runs against the model
   (`benchmarks/plan_validation.py`, recorded below with the date and the model they met).
 - GPU predictions at a local batch other than the measured one carry, besides, the band of one H100's runs
@@ -19,16 +22,20 @@ model has been, not a confidence interval, and a measured point outside it is ne
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass
 from typing import Any
 
 
 @dataclass(frozen=True)
 class Band:
-    lo: float  # the least measured / predicted throughput over the cases
-    hi: float  # the most
+    lo: float  # the least measured / predicted throughput over the cases (a corpus kind's: its 5th percentile)
+    hi: float  # the most (its 95th)
     cases: int
     source: str
+    held: int = 0  # held-out points inside the band drawn without their own source (0 of 0: not checked so)
+    held_of: int = 0
+    untrusted: str = ""  # why it is said in words, not as a range (too few points or sources, too wide); "": trusted
 
     def around(self, predicted: float) -> tuple[float, float]:
         return predicted * self.lo, predicted * self.hi
@@ -38,17 +45,40 @@ class Band:
         return self.lo <= measured / predicted <= self.hi
 
     def text(self) -> str:
-        return (
-            f"measured {self.lo - 1:+.0%} to {self.hi - 1:+.0%} of the prediction over {self.cases} checked "
-            f"cases ({self.source})"
+        held = (
+            f"; held {self.held} of {self.held_of} points out of sample (each source against the band of the others)"
+            if self.held_of
+            else ""
         )
+        if self.untrusted:
+            return (
+                f"no band ({self.untrusted}): measured from {_side(self.lo)} to {_side(self.hi)} the prediction "
+                f"over {self.cases} points ({self.source}){held}"
+            )
+        return f"measured {self.lo - 1:+.0%} to {self.hi - 1:+.0%} of the prediction over {self.cases} " + (
+            f"points ({self.source}){held}" if self.held_of else f"checked cases ({self.source})"
+        )
+
+    def beyond(self) -> str:
+        """What a figure outside this band lies beyond."""
+        return "90% of the published points of its kind" if self.held_of else "any checked case"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     def and_(self, other: Band) -> Band:
         """A prediction that carries both kinds' errors (a GPU count and a local batch not measured)."""
-        return Band(self.lo * other.lo, self.hi * other.hi, self.cases + other.cases, f"{self.source}; {other.source}")
+        return Band(
+            self.lo * other.lo,
+            self.hi * other.hi,
+            self.cases + other.cases,
+            f"{self.source}; {other.source}",
+            untrusted="; ".join(filter(None, (self.untrusted, other.untrusted))),
+        )
+
+
+def _side(ratio: float) -> str:
+    return f"{1 - ratio:.0%} below" if ratio < 1 else f"{ratio - 1:.0%} above"
 
 
 def from_ratios(ratios: list[float], source: str) -> Band:
@@ -192,17 +222,37 @@ def cpu_band() -> Band:
     )
 
 
-def gpu_band() -> Band:
-    from ddplab.planner.published import CASES, predict
+@functools.lru_cache(maxsize=1)
+def gpu_bands() -> dict[str, Band]:
+    """The corpus's bands by kind (planner/figures; the model recomputed on every point each time it is asked)."""
+    from ddplab.planner import corpus
 
-    # A case's figures are times (a step's or a run's): measured / predicted throughput = predicted / stated time.
-    ratios = [r["predicted"] / r["stated"] for case in CASES if not case.not_comparable for r in predict(case)]
-    return from_ratios(ratios, "published GPU clusters, planner/published.py")
+    _, series = corpus.load()
+    return {
+        kind: Band(
+            b.lo,
+            b.hi,
+            b.points,
+            f"published runs {corpus.KIND_WORDS[kind]}, {b.sources} sources, planner/figures",
+            held=b.held,
+            held_of=b.held_of,
+            untrusted=b.untrusted,
+        )
+        for kind, b in corpus.kind_bands(corpus.points(series)).items()
+    }
 
 
-def band_for(on_cuda: bool, nodes: int = 1, other_batch: bool = False) -> Band:
-    """The band of a prediction of this kind: GPU (the published cases, one node and many; times the batch checks'
-    band at a local batch other than the measured one), CPU on one node, CPU across nodes."""
+def gpu_band(nodes: int = 1, slow_link: bool = False) -> Band:
+    """A GPU prediction's band: one node, across nodes, or across nodes over a link under 50 Gbit/s a node."""
+    from ddplab.planner import corpus
+
+    return gpu_bands()[corpus.KINDS[3] if nodes <= 1 else corpus.KINDS[1] if slow_link else corpus.KINDS[2]]
+
+
+def band_for(on_cuda: bool, nodes: int = 1, other_batch: bool = False, slow_link: bool = False) -> Band:
+    """The band of a prediction of this kind: GPU (the corpus's kind: one node, across nodes, over a slow link;
+    times the batch checks' band at a local batch other than the measured one), CPU on one node, CPU across
+    nodes."""
     if on_cuda:
-        return gpu_band().and_(batch_band()) if other_batch else gpu_band()
+        return gpu_band(nodes, slow_link).and_(batch_band()) if other_batch else gpu_band(nodes, slow_link)
     return hosts_band() if nodes > 1 else cpu_band()

@@ -12,7 +12,8 @@ from pathlib import Path
 from ddplab import files
 from ddplab.errors import ConfigError
 from ddplab.planner import links
-from ddplab.planner.band import band_for, batch_band
+from ddplab.planner.band import Band, band_for, batch_band
+from ddplab.planner.corpus import SLOW_LINK_GBIT
 from ddplab.topology import resolve_backend
 
 
@@ -40,7 +41,8 @@ def predict_run(
     between = measured_or_published(inter_link, links_file) if max(nodes) > 1 else None
     per_node = gpus or ([1, 2, 4, 8] if costs.on_cuda else [1, 2])
     result = model.predict_grid(costs, per_node, nodes, batches or [run.summary["batch"]["local"]], within, between)
-    band, across = band_for(costs.on_cuda), band_for(costs.on_cuda, max(nodes))  # each built once
+    slow = isinstance(between, links.Link) and between.busbw_gbps * 8 < SLOW_LINK_GBIT  # a node's, in Gbit/s
+    band, across = band_for(costs.on_cuda), band_for(costs.on_cuda, max(nodes), slow_link=slow)  # each built once
     result["band"] = band.to_json()
     if across != band:
         result["band_across_nodes"] = across.to_json()
@@ -49,12 +51,13 @@ def predict_run(
         result["band_at_another_batch"] = other_batch.to_json()
     for r in result["rows"]:
         kind = across if r["nodes"] > 1 else band  # of multi-worker predictions: a 1-worker row has none
+        used: Band | None
         if other_batch and r["local_batch"] != costs.measured_batch:
-            r["images_per_s_band"] = list(
-                (kind.and_(other_batch) if r["workers"] > 1 else other_batch).around(r["images_per_s"])
-            )
+            used = kind.and_(other_batch) if r["workers"] > 1 else other_batch
         else:
-            r["images_per_s_band"] = list(kind.around(r["images_per_s"])) if r["workers"] > 1 else None
+            used = kind if r["workers"] > 1 else None
+        # A band said in words (too wide, too few points) gives no range: the band line says why.
+        r["images_per_s_band"] = list(used.around(r["images_per_s"])) if used and not used.untrusted else None
     m = costs.measured
     print(
         f"plan for {run_dir}: measured {m['world_size']} worker(s) at local batch {m['local_batch']} on "
@@ -106,6 +109,16 @@ def predict_run(
         )
     files.write_json(out, {"run": str(run_dir), **result})
     print(f"plan: {out} (assumptions: ddplab/planner/model.py)")
+    return 0
+
+
+def show_corpus() -> int:
+    """The model against the published scaling figures of planner/figures, by source and by kind."""
+    from ddplab.planner import corpus
+
+    sources, series = corpus.load()
+    print(f"published scaling figures: {len(sources)} sources, {len(series)} series (ddplab/planner/figures)")
+    print(corpus.table(corpus.points(series)))
     return 0
 
 

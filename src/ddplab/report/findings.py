@@ -175,13 +175,15 @@ def prediction_text(p: PairPrediction, measured: float, baseline: str) -> str:
     )
     if p.band is None:
         return said + f"; measured {times(measured)}"
+    if p.band.untrusted:
+        return said + f"; measured {times(measured)} ({p.band.text()})"
     band = f"({band_range(p)}: {p.band.text()})"
     if p.band.holds(p.speedup, measured):
         return said + f"; the measured {times(measured)} is inside its error band {band}"
     ratio = measured / p.speedup
     return said + (
         f"; the measured {times(measured)} is OUTSIDE its error band, {ratio - 1:+.0%} of the prediction: "
-        f"{'above' if ratio > p.band.hi else 'below'} it by more than any checked case {band}"
+        f"{'above' if ratio > p.band.hi else 'below'} it by more than {p.band.beyond()} {band}"
     )
 
 

@@ -185,7 +185,7 @@ def predicted_cell(p: PairPrediction | None) -> str:
     """The model's speedup and the band its errors on checked cases give it."""
     if p is None:
         return "-"
-    return times(p.speedup) if p.band is None else f"{times(p.speedup)} ({band_range(p)})"
+    return times(p.speedup) if p.band is None or p.band.untrusted else f"{times(p.speedup)} ({band_range(p)})"
 
 
 def comparison_table(pairs: list[Comparison], scaling: bool) -> tuple[list[str], list[list[str]]]:

@@ -1,0 +1,450 @@
+"""Published data-parallel scaling figures, and how far the scaling model is from each of them.
+
+planner/figures/ holds one TOML file per source (a benchmark page, a paper, a project's result
+files), each figure transcribed as printed with its provenance: which table, the hardware and links
+the source states, the precision, the per-GPU or global batch kept. A series is one model on one
+kind of machine: its first row is the base the others scale from, and every later row is a point.
+
+The model predicts a point from its base row alone, as `ddplab plan` predicts a run from one
+measured step: the base's rate gives a GPU's compute per sample, the series' links and the model's
+size give the all-reduce, and the prediction is the model's rate for the point's GPUs, scaled by
+what the model gets wrong at the base (nothing, where the base is one GPU). The error is
+predicted / published - 1: positive is the model promising more than the source measured.
+
+Points fall in one kind each, the first that applies: strong scaling (the global batch kept),
+a link under 50 Gbit/s a node between nodes, across nodes, one node. Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from ddplab.borders import TABLE, TEXT, WHOLE, Kind, check, list_of, number, one_of
+from ddplab.errors import DataError
+from ddplab.planner.links import Link
+from ddplab.planner.model import DDP_HOST_PER_LAYER_S, StepCosts, predict_one
+
+GBIT = 1e9 / 8 / 1e9  # GB/s per Gbit/s
+# Links a source can name: per-direction bandwidth a GPU (inside a node) or a port (between nodes), from the
+# specifications; alpha assumed. "unknown": the source does not say (its points are not predicted).
+LINKS: dict[str, Link] = {
+    link.name: link
+    for link in (
+        Link("pcie3", 15.75, 10e-6, "PCIe 3.0 x16: 8 GT/s a lane, ~15.75 GB/s a direction (PCI-SIG)"),
+        Link("pcie4", 31.5, 10e-6, "PCIe 4.0 x16: ~31.5 GB/s a direction (PCI-SIG)"),
+        Link("pcie5", 63.0, 10e-6, "PCIe 5.0 x16: ~63 GB/s a direction (PCI-SIG)"),
+        Link("nvlink1", 80.0, 10e-6, "NVLink 1 on P100 SXM2: 4 links x 20 GB/s a direction (NVIDIA P100 datasheet)"),
+        Link("nvlink2", 150.0, 10e-6, "NVLink 2 on V100 SXM2: 6 links x 25 GB/s a direction (NVIDIA V100 datasheet)"),
+        Link("nvlink3", 300.0, 10e-6, "NVLink 3 on A100 SXM4: 12 links x 25 GB/s a direction (NVIDIA A100 datasheet)"),
+        Link("nvlink4", 450.0, 10e-6, "NVLink 4 on H100 SXM5: 18 links, 900 GB/s both directions (H100 datasheet)"),
+        Link("nvlink5", 900.0, 10e-6, "NVLink 5 on B200: 1.8 TB/s both directions (NVIDIA B200 datasheet)"),
+        Link("nvlink-bridge", 56.25, 10e-6, "NVLink bridge on RTX 3090: 112.5 GB/s both directions (NVIDIA)"),
+        Link("eth-1g", 1 * GBIT, 50e-6, "1 Gigabit Ethernet line rate (IEEE 802.3)"),
+        Link("eth-10g", 10 * GBIT, 50e-6, "10 Gigabit Ethernet line rate (IEEE 802.3ae)"),
+        Link("eth-25g", 25 * GBIT, 50e-6, "25 Gigabit Ethernet line rate (IEEE 802.3by)"),
+        Link("eth-40g", 40 * GBIT, 50e-6, "40 Gigabit Ethernet line rate (IEEE 802.3ba)"),
+        Link("eth-50g", 50 * GBIT, 50e-6, "50 Gigabit Ethernet line rate (IEEE 802.3cd)"),
+        Link("eth-100g", 100 * GBIT, 50e-6, "100 Gigabit Ethernet line rate (IEEE 802.3ba)"),
+        Link("roce-25g", 25 * GBIT, 10e-6, "25 Gbit/s RoCE line rate"),
+        Link("roce-100g", 100 * GBIT, 10e-6, "100 Gbit/s RoCE line rate"),
+        Link("ib-fdr", 56 * GBIT, 5e-6, "FDR InfiniBand: 56 Gbit/s a port (InfiniBand Trade Association)"),
+        Link("ib-edr", 100 * GBIT, 5e-6, "EDR InfiniBand: 100 Gbit/s a port (InfiniBand Trade Association)"),
+        Link("ib-hdr", 200 * GBIT, 5e-6, "HDR InfiniBand: 200 Gbit/s a port (InfiniBand Trade Association)"),
+        Link("ib-ndr", 400 * GBIT, 5e-6, "NDR InfiniBand: 400 Gbit/s a port (InfiniBand Trade Association)"),
+        Link("opa-100", 100 * GBIT, 5e-6, "Omni-Path 100: 100 Gbit/s a port (Intel)"),
+        Link("aries", 10.0, 5e-6, "Cray Aries: ~10 GB/s a node's injection bandwidth (Cray XC series)"),
+        Link("slingshot", 200 * GBIT, 5e-6, "HPE Slingshot 11: 200 Gbit/s a NIC (HPE Cray EX)"),
+    )
+}
+RATES = ("images/s", "sequences/s", "tokens/s", "samples/s")  # throughput as printed
+TIMES = {"s/step": 1.0, "ms/step": 1e-3, "s/epoch": 1.0}  # a time as printed, in seconds
+SLOW_LINK_GBIT = 50.0  # a node's network under this (ports x rate) is the slow-link kind
+KINDS = ("strong scaling", "link under 50 Gbit/s", "across nodes", "one node")
+KIND_WORDS = {
+    "strong scaling": "with the global batch kept",
+    "link under 50 Gbit/s": "across nodes over links under 50 Gbit/s a node",
+    "across nodes": "across nodes",
+    "one node": "on one node",
+}
+PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "fp16", "bf16")
+HALF_GRADIENTS = ("fp16", "bf16")  # the whole model in half precision: 2-byte gradients (autocast keeps fp32's)
+FIGURES = "figures"  # planner/figures/*.toml, package data
+
+SOURCE = {"id": TEXT, "title": TEXT, "where": TEXT, "date": TEXT, "publisher": TEXT, "framework": TEXT, "notes": TEXT}
+LINK_NAME = Kind("a link named in planner/corpus.LINKS, or unknown", lambda v: v in LINKS or v in ("unknown", ""))
+SERIES = {
+    "name": TEXT,
+    "where": TEXT,
+    "model": TEXT,
+    "params": number(0),  # 0: not stated (the series' points are not predicted)
+    "params_from": TEXT,
+    "layers": WHOLE,
+    "gpu": TEXT,
+    "hardware": TEXT,
+    "intra": LINK_NAME,
+    "inter": LINK_NAME,
+    "nics": WHOLE,
+    "data": one_of("synthetic", "real"),
+    "precision": one_of(*PRECISIONS),
+    "allreduce": TEXT,
+    "unit": one_of(*RATES, *TIMES),
+    "per": one_of("job", "gpu"),
+    "keep": one_of("local", "global"),
+    "local_batch": WHOLE,
+    "global_batch": WHOLE,
+    "rows": list_of(list_of(number(above=0))),
+    "note": TEXT,
+    "tokens_per_sample": WHOLE,  # tokens/s: a sample's tokens (its sequence length), where the source states it
+}
+REQUIRED = tuple(
+    k for k in SERIES if k not in ("note", "global_batch", "params_from", "hardware", "where", "tokens_per_sample")
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    per_node: int
+    nodes: int
+    value: float  # as printed, in the series' unit
+    accumulate: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.per_node * self.nodes
+
+
+@dataclass(frozen=True)
+class Series:
+    source: str  # the source's id
+    name: str
+    model: str
+    params: float
+    layers: int
+    intra: str
+    inter: str
+    nics: int
+    precision: str
+    unit: str
+    per: str
+    keep: str
+    local_batch: int
+    global_batch: int
+    rows: tuple[Row, ...]
+    fields: dict[str, Any]  # everything the file says of it (provenance included)
+
+    def samples_per_s(self, row: Row) -> float:
+        """The job's throughput at `row`, in samples per second (an epoch's time: in epochs, as a ratio)."""
+        if self.unit in RATES:
+            tokens = self.fields.get("tokens_per_sample") or 1 if self.unit == "tokens/s" else 1
+            return row.value * (row.gpus if self.per == "gpu" else 1) / tokens
+        seconds = row.value * TIMES[self.unit]
+        if self.unit == "s/epoch":
+            return 1.0 / seconds
+        return self.batch_per_step(row) / seconds
+
+    def local(self, row: Row) -> float:
+        """A GPU's micro-batch at `row`."""
+        return self.global_batch / (row.gpus * row.accumulate) if self.keep == "global" else self.local_batch
+
+    def batch_per_step(self, row: Row) -> float:
+        return self.local(row) * row.gpus * row.accumulate
+
+    def kind(self, row: Row) -> str:
+        if self.keep == "global":
+            return KINDS[0]
+        if row.nodes > 1 or self.rows[0].nodes > 1:
+            link = LINKS.get(self.inter)
+            if link is not None and link.busbw_gbps * max(1, self.nics) / GBIT < SLOW_LINK_GBIT:
+                return KINDS[1]
+            return KINDS[2]
+        return KINDS[3]
+
+    def unpredictable(self) -> str | None:
+        """Why the model cannot predict this series' points (a link it does not name), or None."""
+        if self.intra in ("unknown", "") and any(r.per_node > 1 for r in self.rows):
+            return "the source does not say how a node's GPUs connect"
+        if self.inter in ("unknown", "") and any(r.nodes > 1 for r in self.rows):
+            return "the source does not say what links its nodes"
+        if not self.params or (self.keep == "local" and not self.local_batch):
+            return "the source does not state the model's size or its batch"
+        if self.unit == "s/epoch":
+            return "an epoch's time says nothing of a step's without the epoch's samples"
+        if self.unit == "tokens/s" and not self.fields.get("tokens_per_sample"):
+            return "tokens a second say nothing of a step's samples without the sequence length"
+        return None
+
+
+@dataclass(frozen=True)
+class Point:
+    series: Series
+    row: Row
+    published: float  # samples per second (or epochs per second), the job's
+    predicted: float | None  # None: not predictable (why in `why_not`)
+    why_not: str | None
+
+    @property
+    def error(self) -> float | None:
+        return None if self.predicted is None else self.predicted / self.published - 1
+
+    @property
+    def kind(self) -> str:
+        return self.series.kind(self.row)
+
+    @property
+    def speedup(self) -> float:
+        """Published throughput over the base row's."""
+        return self.published / self.series.samples_per_s(self.series.rows[0])
+
+
+def read_file(path: Path) -> tuple[dict[str, Any], list[Series]]:
+    """One source's file: its [source] table and its series, checked (a DataError names the file and field)."""
+    import tomllib
+
+    where = str(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise DataError(f"{where}: cannot read it ({exc})") from None
+    source = _checked(data.get("source"), SOURCE, tuple(SOURCE), f"{where}, [source]")
+    if source["id"] != path.stem:
+        raise DataError(f"{where}: source.id is {source['id']!r}, not the file's name {path.stem!r}")
+    series = []
+    for i, raw in enumerate(data.get("series") or []):
+        at = f"{where}, series {i + 1}"
+        series.append(_series(source["id"], _checked(raw, SERIES, REQUIRED, at), at))
+    if not series:
+        raise DataError(f"{where}: no [[series]]")
+    return source, series
+
+
+def _checked(data: Any, schema: dict[str, Kind], required: tuple[str, ...], at: str) -> dict[str, Any]:
+    TABLE.check(data, at, "it")
+    missing = [name for name in required if name not in data]
+    if missing:
+        raise DataError(f"{at} lacks {', '.join(missing)} (planner/figures/README.md says what each field holds)")
+    return check(data, schema, at)
+
+
+def _series(source: str, s: dict[str, Any], at: str) -> Series:
+    rows = []
+    for r in s["rows"]:
+        if len(r) not in (3, 4) or not all(float(x).is_integer() and x >= 1 for x in (r[:2] + r[3:])):
+            raise DataError(f"{at}: a row is {r}, not [GPUs per node, nodes, figure] (and accumulation steps)")
+        rows.append(Row(int(r[0]), int(r[1]), float(r[2]), int(r[3]) if len(r) == 4 else 1))
+    if len(rows) < 2:
+        raise DataError(f"{at}: a series needs its base row and at least one more")
+    if any(r.gpus <= rows[0].gpus for r in rows[1:]):
+        raise DataError(f"{at}: every row after the base must have more GPUs than the base ({rows[0].gpus})")
+    keep = s["keep"]
+    if keep == "global" and not s.get("global_batch"):
+        raise DataError(f"{at}: keep = 'global' needs global_batch")
+    if keep == "local" and any(r.accumulate != 1 for r in rows):
+        raise DataError(f"{at}: accumulation steps only where the global batch is kept")
+    return Series(
+        source=source,
+        name=s["name"],
+        model=s["model"],
+        params=float(s["params"]),
+        layers=int(s["layers"]),
+        intra=s["intra"],
+        inter=s["inter"],
+        nics=int(s["nics"]),
+        precision=s["precision"],
+        unit=s["unit"],
+        per=s["per"],
+        keep=keep,
+        local_batch=int(s["local_batch"]),
+        global_batch=int(s.get("global_batch") or 0),
+        rows=tuple(rows),
+        fields=dict(s),
+    )
+
+
+def figures_dir() -> Path:
+    return Path(str(resources.files("ddplab.planner").joinpath(FIGURES)))
+
+
+def load(folder: Path | None = None) -> tuple[dict[str, dict[str, Any]], list[Series]]:
+    """Every source in `folder` (planner/figures by default): {id: source table}, and all their series."""
+    sources, series = {}, []
+    for path in sorted((folder or figures_dir()).glob("*.toml")):
+        source, found = read_file(path)
+        sources[source["id"]] = source
+        series.extend(found)
+    return sources, series
+
+
+def _rate(s: Series, row: Row, per_sample_s: float) -> float:
+    """The model's throughput (samples a second) for `row`, a GPU computing a sample in `per_sample_s`."""
+    local = s.local(row)
+    inter = LINKS.get(s.inter)
+    if inter is not None:
+        inter = Link(inter.name, inter.busbw_gbps * max(1, s.nics), inter.alpha_s, inter.source)  # a node's ports
+    costs = StepCosts(
+        data_per_image_s=0.0,
+        compute_per_image_s=per_sample_s,
+        optimizer_s=0.0,
+        rest_s=0.0,
+        accumulate=row.accumulate,
+        train_images=math.ceil(s.batch_per_step(row)),
+        grad_bytes=s.params * (2 if s.precision in HALF_GRADIENTS else 4),
+        bucket_cap_mb=25.0,
+        on_cuda=True,
+        measured={},
+        ddp_host_s=s.layers * DDP_HOST_PER_LAYER_S,
+    )
+    intra = LINKS.get(s.intra) or LINKS["pcie3"]  # one GPU a node: never used
+    p = predict_one(costs, row.per_node, row.nodes, max(1, round(local)), intra, inter)
+    return row.gpus * local * row.accumulate / p.step_s
+
+
+def points(series: list[Series]) -> list[Point]:
+    """Every point of every series, predicted from its base row (or not, with why)."""
+    out = []
+    for s in series:
+        base = s.rows[0]
+        base_rate = s.samples_per_s(base)
+        why = s.unpredictable()
+        # A GPU's compute per sample, as the base row's rate says it (ideal scaling within the base, which the
+        # correction below takes back out: the prediction is the model's ratio to the base times the base's rate).
+        per_sample = base.gpus / base_rate
+        model_base = _rate(s, base, per_sample) if why is None else 0.0
+        for row in s.rows[1:]:
+            published = s.samples_per_s(row)
+            if why is not None:
+                out.append(Point(s, row, published, None, why))
+                continue
+            predicted = _rate(s, row, per_sample) / model_base * base_rate
+            out.append(Point(s, row, published, predicted, None))
+    return out
+
+
+def summary(found: list[Point], key) -> list[dict[str, Any]]:
+    """Per group of `key(point)`: points, sources, median and worst |error|, the share below the published
+    figure, and the central 90% of errors (5th to 95th percentile)."""
+    groups: dict[str, list[Point]] = {}
+    for p in found:
+        if p.error is not None:
+            groups.setdefault(key(p), []).append(p)
+    rows = []
+    for name, ps in sorted(groups.items()):
+        errors = sorted(p.error for p in ps if p.error is not None)
+        rows.append(
+            {
+                "group": name,
+                "points": len(errors),
+                "sources": len({p.series.source for p in ps}),
+                "median_abs": statistics.median(abs(e) for e in errors),
+                "worst": max(errors, key=abs),
+                "below": sum(e < 0 for e in errors) / len(errors),
+                "p5": _quantile(errors, 0.05),
+                "p95": _quantile(errors, 0.95),
+            }
+        )
+    return rows
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    if len(sorted_values) == 1:
+        return sorted_values[0]
+    at = q * (len(sorted_values) - 1)
+    lo = math.floor(at)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (at - lo)
+
+
+def table(found: list[Point]) -> str:
+    """The errors by source and by kind, as `ddplab plan --corpus` prints them."""
+    lines = []
+    predicted = [p for p in found if p.error is not None]
+    skipped = len(found) - len(predicted)
+    lines.append(
+        f"{len(predicted)} points predicted from their series' base rows ({skipped} not: their source does not "
+        f"state a link, the model's size, its batch or a step's time); error = predicted / published - 1"
+    )
+    for title, key in (("by source", lambda p: p.series.source), ("by kind", lambda p: p.kind)):
+        lines.append(f"\n{title}:")
+        lines.append(f"  {'':38} {'points':>6} {'median |err|':>12} {'below':>6} {'5%..95%':>15} {'worst':>7}")
+        for r in summary(predicted, key) + summary(predicted, lambda p: "all"):
+            if r["group"] == "all" and title == "by kind":
+                continue
+            lines.append(
+                f"  {r['group'][:38]:38} {r['points']:>6} {r['median_abs']:>12.1%} {r['below']:>6.0%} "
+                f"{r['p5']:>+7.0%}..{r['p95']:<+7.0%} {r['worst']:>+7.0%}"
+            )
+    why_not: dict[tuple[str, str], int] = {}
+    for p in found:
+        if p.why_not is not None:
+            why_not[p.series.source, p.why_not] = why_not.get((p.series.source, p.why_not), 0) + 1
+    if why_not:
+        lines.append("\nnot predicted:")
+        lines.extend(f"  {source}: {n} points ({why})" for (source, why), n in sorted(why_not.items()))
+    return "\n".join(lines)
+
+
+FEWEST_POINTS, FEWEST_SOURCES = 10, 3  # a kind with fewer has no band worth printing
+TRUST_WITHIN = 0.30  # a band reaching past -30% or +30% is said in words, not as a range
+CENTRAL = (0.05, 0.95)  # a band: the central 90% of measured / predicted
+
+
+@dataclass(frozen=True)
+class KindBand:
+    """The band of one kind of prediction: the central 90% of measured / predicted over the corpus's points
+    of that kind, and how well the same rule held out of sample (each source's points against the band
+    drawn from the other sources alone)."""
+
+    kind: str
+    lo: float  # measured / predicted, 5th percentile
+    hi: float  # 95th
+    points: int
+    sources: int
+    held: int  # held-out points inside the band drawn without their source
+    held_of: int
+
+    @property
+    def untrusted(self) -> str:
+        """Why this band is not one to print as a range ("" where it is)."""
+        if self.points < FEWEST_POINTS or self.sources < FEWEST_SOURCES:
+            return f"{self.points} points from {self.sources} sources, fewer than {FEWEST_POINTS} from {FEWEST_SOURCES}"
+        if self.lo < 1 - TRUST_WITHIN or self.hi > 1 + TRUST_WITHIN:
+            return f"reaching past {-TRUST_WITHIN:+.0%} or {TRUST_WITHIN:+.0%}"
+        return ""
+
+
+def _ratios(ps: list[Point]) -> list[float]:
+    return sorted(1 / (1 + p.error) for p in ps if p.error is not None)
+
+
+def kind_bands(found: list[Point]) -> dict[str, KindBand]:
+    """One band per kind of the predicted points, with its leave-one-source-out coverage."""
+    by_kind: dict[str, list[Point]] = {}
+    for p in found:
+        if p.error is not None:
+            by_kind.setdefault(p.kind, []).append(p)
+    bands = {}
+    for kind, ps in by_kind.items():
+        ratios = _ratios(ps)
+        held = held_of = 0
+        for source in {p.series.source for p in ps}:
+            others = _ratios([p for p in ps if p.series.source != source])
+            if not others:
+                continue
+            lo, hi = _quantile(others, CENTRAL[0]), _quantile(others, CENTRAL[1])
+            own = _ratios([p for p in ps if p.series.source == source])
+            held += sum(lo <= r <= hi for r in own)
+            held_of += len(own)
+        bands[kind] = KindBand(
+            kind,
+            _quantile(ratios, CENTRAL[0]),
+            _quantile(ratios, CENTRAL[1]),
+            len(ratios),
+            len({p.series.source for p in ps}),
+            held,
+            held_of,
+        )
+    return bands

@@ -1,0 +1,162 @@
+"""The corpus of published scaling figures (planner/figures, planner/corpus.py): what it holds, each point's
+arithmetic, the reader's refusals, and the predictions it sets against the figures."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from ddplab.errors import DataError
+from ddplab.planner import corpus
+from ddplab.planner.links import Link
+
+SOURCES, SERIES = corpus.load()
+POINTS = corpus.points(SERIES)
+TRANSFORMERS = ("bert", "gpt", "vit", "transformer", "llama")
+
+
+def test_the_corpus_spans_what_the_band_must_hold():
+    """At least 150 points from 8 independent sources (one file a publisher): CNNs and transformers, one node
+    and many (8 to 512+ GPUs), fp32 and mixed precision, the per-GPU and the global batch kept."""
+    assert len(POINTS) >= 150
+    assert len({s["publisher"] for s in SOURCES.values()}) == len(SOURCES) >= 8
+    models = {s.model for s in SERIES}
+    assert any(m.startswith(TRANSFORMERS) for m in models) and {"resnet50", "vgg16"} <= models
+    assert {p.kind for p in POINTS} == set(corpus.KINDS)
+    assert max(p.row.gpus for p in POINTS) >= 512 and any(p.row.nodes >= 8 for p in POINTS)
+    assert {"fp32", "amp-fp16"} <= {s.precision for s in SERIES}
+    assert {"pcie3", "pcie4", "nvlink2", "nvlink3"} <= {s.intra for s in SERIES}
+    assert {"ib-edr", "ib-hdr", "eth-10g", "aries"} <= {s.inter for s in SERIES}
+
+
+@pytest.mark.parametrize("series", SERIES, ids=lambda s: f"{s.source}: {s.name[:60]}")
+def test_each_series_arithmetic(series):
+    """Units, the base rate, what was scaled: a point's throughput is the row's figure in samples a second (per
+    GPU figures times the GPUs, times converted to rates), scaling at most a little past linear (more is a
+    transcription error), and a kept global batch splits into whole micro-batches."""
+    base = series.rows[0]
+    for row in series.rows:
+        rate = series.samples_per_s(row)
+        assert rate > 0 and math.isfinite(rate)
+        if series.unit in corpus.RATES and series.unit != "tokens/s":
+            assert rate == row.value * (row.gpus if series.per == "gpu" else 1)
+        if series.keep == "global":
+            assert series.local(row) == int(series.local(row)) >= 1, row
+            assert series.batch_per_step(row) == series.global_batch
+        else:
+            assert row.accumulate == 1 and series.local(row) == series.local_batch
+    for row in series.rows[1:]:
+        ideal = row.gpus / base.gpus
+        assert 0 < series.samples_per_s(row) / series.samples_per_s(base) <= 1.3 * ideal, row
+    assert series.fields["where"] and SOURCES[series.source]["where"] and SOURCES[series.source]["date"]
+
+
+def test_a_point_is_predicted_from_its_base_row_alone(monkeypatch):
+    """One GPU as the base: the model's rate for the row (on an ideal link, with no DDP work: N times the base);
+    a base of several GPUs: the model's ratio to the base times the base's figure."""
+    monkeypatch.setitem(corpus.LINKS, "ideal", Link("ideal", 1e12, 0.0, "test"))
+    fields = {**SERIES[0].fields, "params": 1e6, "layers": 0, "intra": "ideal", "inter": "ideal", "nics": 1,
+              "unit": "images/s", "per": "job", "keep": "local", "local_batch": 32}  # fmt: skip
+    series = corpus._series("test", {**fields, "rows": [[1, 1, 100.0], [2, 1, 190.0], [8, 4, 3000.0]]}, "test")
+    found = corpus.points([series])
+    assert [round(p.predicted, 9) for p in found] == [200.0, 3200.0]
+    assert [round(p.error, 9) for p in found] == [round(200 / 190 - 1, 9), round(3200 / 3000 - 1, 9)]
+    # Between nodes over 1 Gbit/s: 4 MB of gradients cost about 60 ms a step against 0.32 s of compute; a base
+    # of one node of 8 (on the ideal link) is predicted as published, the two nodes below twice its rate.
+    slow = corpus._series("test", {**fields, "inter": "eth-1g", "rows": [[8, 1, 800.0], [8, 2, 1400.0]]}, "test")
+    (p,) = corpus.points([slow])
+    assert p.kind == "link under 50 Gbit/s"
+    comm = corpus.LINKS["eth-1g"].allreduce_s(4e6, 16)
+    assert 1600 * 0.32 / (0.32 + comm) <= p.predicted < 1600 * 0.99
+
+
+def test_kinds_and_why_a_point_is_not_predicted():
+    by_kind = {p.kind for p in POINTS if p.series.keep == "global"}
+    assert by_kind == {"strong scaling"}
+    assert all(p.kind == "one node" for p in POINTS if p.row.nodes == 1 and p.series.rows[0].nodes == 1
+               and p.series.keep == "local")  # fmt: skip
+    unpredicted = [p for p in POINTS if p.predicted is None]
+    assert unpredicted and all(p.why_not for p in unpredicted)
+    assert len(unpredicted) < len(POINTS) / 5
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "src-x.toml"
+    path.write_text(text)
+    return path
+
+
+SOURCE_TABLE = """[source]
+id = "src-x"
+title = "t"
+where = "w"
+date = "2020-01"
+publisher = "p"
+framework = "f"
+notes = ""
+"""
+SERIES_TABLE = """[[series]]
+name = "n"
+where = "table 1"
+model = "resnet50"
+params = 25.56e6
+layers = 107
+gpu = "V100"
+intra = "nvlink2"
+inter = "ib-edr"
+nics = 1
+data = "synthetic"
+precision = "fp32"
+allreduce = "nccl"
+unit = "images/s"
+per = "job"
+keep = "local"
+local_batch = 64
+"""
+
+
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        ("rows = [[1, 1, 100.0], [8, 1, 700.0]]", None),
+        ("rows = [[1, 1, 100.0]]", "needs its base row and at least one more"),
+        ("rows = [[1, 1, 100.0], [1, 1, 90.0]]", "more GPUs than the base"),
+        ("rows = [[1, 1, 100.0], [1.5, 1, 90.0]]", "not [GPUs per node, nodes, figure]"),
+        ("rows = [[1, 1, 100.0], [0, 1, 90.0]]", "rows is"),
+        ("rows = [[1, 1, 100.0], [2, 1, -5.0]]", "rows is"),
+        ("rows = [[1, 1, 100.0], [2, 1, 190.0, 2]]", "accumulation steps only where the global batch is kept"),
+        ('keep = "global"\nrows = [[1, 1, 100.0], [2, 1, 190.0]]', "needs global_batch"),
+        ('rows = [[1, 1, 100.0], [2, 1, 190.0]]\nintra = "nvlink9"', "intra is"),
+    ],
+)
+def test_the_reader_names_the_file_and_what_is_wrong(tmp_path, edit, says):
+    text = SOURCE_TABLE + SERIES_TABLE + edit + "\n"
+    if 'keep = "global"' in edit:
+        text = text.replace('keep = "local"\n', "")
+    if "intra = " in edit:
+        text = text.replace('intra = "nvlink2"\n', "")
+    path = write(tmp_path, text)
+    if says is None:
+        source, series = corpus.read_file(path)
+        assert source["id"] == "src-x" and series[0].rows[1].gpus == 8
+        return
+    with pytest.raises(DataError, match=str(path).replace(".", r"\.")) as exc:
+        corpus.read_file(path)
+    assert says in str(exc.value)
+
+
+def test_a_file_named_otherwise_than_its_source_or_without_fields_is_refused(tmp_path):
+    path = tmp_path / "other.toml"
+    path.write_text(SOURCE_TABLE + SERIES_TABLE + "rows = [[1, 1, 1.0], [2, 1, 2.0]]\n")
+    with pytest.raises(DataError, match="not the file's name"):
+        corpus.read_file(path)
+    path = write(tmp_path, SOURCE_TABLE + SERIES_TABLE.replace('unit = "images/s"\n', "") + "rows = [[1, 1, 1.0]]\n")
+    with pytest.raises(DataError, match="lacks unit"):
+        corpus.read_file(path)
+
+
+def test_the_table_prints_every_source_and_kind():
+    text = corpus.table(POINTS)
+    assert all(source in text for source in SOURCES) and all(kind in text for kind in corpus.KINDS)
