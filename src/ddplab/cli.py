@@ -520,8 +520,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         used_by(
             "plan",
-            "with --published or --corpus"
-            if args.published or args.corpus
+            "with --published"
+            if args.published
+            else "with --corpus"
+            if args.corpus
             else "without a run folder or --measure (it lists the published links)",
             args,
             ("--published", "--corpus"),

@@ -460,6 +460,13 @@ CASES = [
         alone=True,
     ),
     Case(
+        "plan-corpus-with-a-batch",
+        ["plan", "--corpus", "--batch", "32"],
+        2,
+        r"--batch does nothing with --corpus: leave it out$",
+        alone=True,
+    ),
+    Case(
         "sweep-status-with-parallel",
         ["sweep", "assignment", "--status", "--parallel", "2", "--no-report"],
         2,

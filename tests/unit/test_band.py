@@ -29,8 +29,9 @@ def test_the_published_ddp_benchmark_cases_are_predicted_within_three_percent():
 
 def test_a_gpu_band_is_its_kinds_central_90_percent_over_the_corpus():
     """One node, across nodes, across nodes over a slow link: the 5th to 95th percentile of measured / predicted
-    over the corpus's points of that kind, recomputed with today's model."""
-    points = corpus.points(corpus.load()[1])
+    over the corpus's points of that kind, recomputed with today's model, each point predicted out of sample
+    (STRAGGLER's GPU spread fitted without its source)."""
+    points, _ = corpus.held_out([p for p in corpus.points(corpus.load()[1]) if p.steps is not None])
     for nodes, slow, kind in ((1, False, "one node"), (2, False, "across nodes"), (4, True, "link under 50 Gbit/s")):
         b = band.band_for(True, nodes, slow_link=slow)
         ratios = sorted(1 / (1 + p.error) for p in points if p.kind == kind and p.error is not None)

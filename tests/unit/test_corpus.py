@@ -157,6 +157,48 @@ def test_a_file_named_otherwise_than_its_source_or_without_fields_is_refused(tmp
         corpus.read_file(path)
 
 
-def test_the_table_prints_every_source_and_kind():
-    text = corpus.table(POINTS)
+def test_the_table_prints_every_source_and_kind_with_and_without_the_term():
+    held, spreads = corpus.held_out([p for p in POINTS if p.steps is not None])
+    text = corpus.table(POINTS, held, spreads)
     assert all(source in text for source in SOURCES) and all(kind in text for kind in corpus.KINDS)
+    assert "fitted leave-one-source-out" in text and "not predicted:" in text
+
+
+def series_of(source, rows, local_batch=32):
+    fields = {"name": source, "model": "m", "params": 1e6, "layers": 0, "intra": "nvlink2", "inter": "ib-edr",
+              "nics": 1, "precision": "fp32", "unit": "images/s", "per": "job", "keep": "local",
+              "local_batch": local_batch, "rows": rows}  # fmt: skip
+    return corpus._series(source, fields, source)
+
+
+def published_at(cv, source, gpus=(2, 4, 8)):
+    """A series whose published figures are exactly what the model predicts with STRAGGLER's spread `cv`."""
+    draft = series_of(source, [[1, 1, 100.0]] + [[g, 1, 100.0 * g] for g in gpus])
+    rows = [[1, 1, 100.0]] + [[p.row.per_node, 1, p.predicted] for p in corpus.points([draft], cv)]
+    return series_of(source, rows)
+
+
+def test_straggler_slows_a_step_by_the_most_of_n_normals_times_the_spread():
+    step = corpus.Step(own_s=0.3, exposed_s=0.01, workers=8, samples=256)
+    assert step.rate(0.0) == pytest.approx(256 / 0.31)
+    assert step.rate(0.04) == pytest.approx(256 / (0.3 * (1 + 1.4236 * 0.04) + 0.01), rel=1e-4)
+    assert corpus.Step(0.3, 0.0, 1, 32).rate(0.5) == pytest.approx(32 / 0.3)  # one GPU waits for nobody
+
+
+def test_the_spread_is_fitted_out_of_sample_one_source_at_a_time():
+    """Figures made with a spread of 3% are fitted back to 3%; a source is predicted with the spread the others
+    give (leave-one-source-out), never its own."""
+    assert corpus.fit_spread(corpus.points([published_at(0.03, "a")])) == 0.03
+    found = corpus.points([published_at(0.02, "a"), published_at(0.02, "b"), published_at(0.05, "c", gpus=(8,))])
+    held, spreads = corpus.held_out(found)
+    assert spreads == {"a": 0.02, "b": 0.02, "c": 0.02}  # c's 5% is never its own fit, and outvoted in a's and b's
+    assert all(p.cv == spreads[p.series.source] for p in held)
+    assert all(abs(p.error) < 1e-9 for p in held if p.series.source != "c")
+    assert all(p.error > 0.01 for p in held if p.series.source == "c")  # predicted faster than its stragglers let it
+
+
+def test_the_gpu_spread_the_model_uses_is_the_corpus_fit():
+    """planner/model.GPU_STEP_CV is recorded, not recomputed at each plan: it must be what the corpus fits."""
+    from ddplab.planner.model import GPU_STEP_CV
+
+    assert corpus.fit_spread([p for p in POINTS if p.steps is not None]) == GPU_STEP_CV

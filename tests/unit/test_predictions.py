@@ -168,7 +168,8 @@ def test_a_gpu_pair_at_half_the_local_batch_is_predicted_against_the_baselines_o
     predicted = predict_pair(section, 1, 0)
     costs = model.step_costs(run.summary, run.history, run.config)
     two, base = model.predict_one(costs, 2, 1, 32, free), model.predict_one(costs, 1, 1, 64, free)
-    assert two.step_s == pytest.approx(base.step_s + costs.ddp_host_s)  # flat at 32, DDP's own work added
+    # flat at 32, DDP's own work added, the slower of 2 GPUs waited for (STRAGGLER)
+    assert two.step_s == pytest.approx((base.step_s + costs.ddp_host_s) * (1 + 0.5642 * model.GPU_STEP_CV), rel=1e-4)
     assert predicted.speedup == pytest.approx(two.images_per_s / base.images_per_s) and predicted.speedup < 1.0
     assert two.speedup == pytest.approx(2 * predicted.speedup)  # over one GPU alone at 32: what it said before
     assert predicted.band == band.gpu_band().and_(band.batch_band())

@@ -127,12 +127,13 @@ def test_a_warm_child_sees_itself_as_a_cold_one_does(tmp_path):
 def test_torchs_native_log_level_is_the_childs_own(tmp_path):
     """TORCH_CPP_LOG_LEVEL is read once, when torch loads (in the server, for a warm child): the child applies
     its own, so a multi-node launcher's quieted c10d logs stay quiet, and the workers it forks stay warm."""
-    for level, value in (("FATAL", 3), ("ERROR", 2), (None, 1)):
-        env = {k: v for k, v in os.environ.items() if k != "TORCH_CPP_LOG_LEVEL"}
-        if level is not None:
-            env["TORCH_CPP_LOG_LEVEL"] = level
-        one, other = fingerprints(tmp_path, env=env)
-        assert one["cpp_log_level"] == other["cpp_log_level"] == value, level
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_CPP_LOG_LEVEL"}
+    one, other = fingerprints(tmp_path, env={**env, "TORCH_CPP_LOG_LEVEL": "FATAL"})
+    assert one["cpp_log_level"] == other["cpp_log_level"] == 3
+    argv = [sys.executable, "-c", FINGERPRINT]
+    for level, value in (("ERROR", 2), (None, 1)):  # as a cold start reads them (c10's levels; 1: its default)
+        warm_env = env if level is None else {**env, "TORCH_CPP_LOG_LEVEL": level}
+        assert json.loads(warmed(argv, env=warm_env, cwd=tmp_path).stdout)["cpp_log_level"] == value, level
 
 
 def test_a_command_in_a_host_starts_warm_inside_that_host(tmp_path):

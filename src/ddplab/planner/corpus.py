@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from typing import Any
 from ddplab.borders import TABLE, TEXT, WHOLE, Kind, check, list_of, number, one_of
 from ddplab.errors import DataError
 from ddplab.planner.links import Link
-from ddplab.planner.model import DDP_HOST_PER_LAYER_S, StepCosts, predict_one
+from ddplab.planner.model import DDP_HOST_PER_LAYER_S, StepCosts, predict_one, slowest_of
 
 GBIT = 1e9 / 8 / 1e9  # GB/s per Gbit/s
 # Links a source can name: per-direction bandwidth a GPU (inside a node) or a port (between nodes), from the
@@ -180,12 +180,36 @@ class Series:
 
 
 @dataclass(frozen=True)
+class Step:
+    """The model's step for a row, apart from STRAGGLER: what a worker does, and the all-reduce left exposed."""
+
+    own_s: float
+    exposed_s: float
+    workers: int
+    samples: float  # the job's samples a step
+
+    def rate(self, cv: float) -> float:
+        """Samples a second with a GPU step spread of `cv` (STRAGGLER: the slowest of the workers sets the step)."""
+        return self.samples / (self.own_s * (1 + slowest_of(self.workers) * cv) + self.exposed_s)
+
+
+@dataclass(frozen=True)
 class Point:
     series: Series
     row: Row
     published: float  # samples per second (or epochs per second), the job's
     predicted: float | None  # None: not predictable (why in `why_not`)
     why_not: str | None
+    steps: tuple[Step, Step] | None = None  # the model's step at the base row and at this row
+    cv: float = 0.0  # the GPU step spread `predicted` was made with
+
+    def at(self, cv: float) -> Point:
+        """This point predicted with STRAGGLER's spread `cv`: the model's ratio to the base times the base's rate."""
+        if self.steps is None:
+            return self
+        base, row = self.steps
+        predicted = row.rate(cv) / base.rate(cv) * self.series.samples_per_s(self.series.rows[0])
+        return replace(self, predicted=predicted, cv=cv)
 
     @property
     def error(self) -> float | None:
@@ -279,8 +303,8 @@ def load(folder: Path | None = None) -> tuple[dict[str, dict[str, Any]], list[Se
     return sources, series
 
 
-def _rate(s: Series, row: Row, per_sample_s: float) -> float:
-    """The model's throughput (samples a second) for `row`, a GPU computing a sample in `per_sample_s`."""
+def _step(s: Series, row: Row, per_sample_s: float) -> Step:
+    """The model's step for `row`, a GPU computing a sample in `per_sample_s` (no STRAGGLER: Step.rate adds it)."""
     local = s.local(row)
     inter = LINKS.get(s.inter)
     if inter is not None:
@@ -300,28 +324,65 @@ def _rate(s: Series, row: Row, per_sample_s: float) -> float:
     )
     intra = LINKS.get(s.intra) or LINKS["pcie3"]  # one GPU a node: never used
     p = predict_one(costs, row.per_node, row.nodes, max(1, round(local)), intra, inter)
-    return row.gpus * local * row.accumulate / p.step_s
+    return Step(p.step_s - p.exposed_comm_s, p.exposed_comm_s, row.gpus, row.gpus * local * row.accumulate)
 
 
-def points(series: list[Series]) -> list[Point]:
-    """Every point of every series, predicted from its base row (or not, with why)."""
+def points(series: list[Series], cv: float = 0.0) -> list[Point]:
+    """Every point of every series, predicted from its base row with STRAGGLER's GPU step spread `cv` (or not
+    predicted, with why). The base's rate gives a GPU's compute per sample, taking the base's own GPUs as ideal;
+    the prediction is the model's ratio to the base times the base's rate, which takes that back out."""
     out = []
     for s in series:
         base = s.rows[0]
-        base_rate = s.samples_per_s(base)
         why = s.unpredictable()
-        # A GPU's compute per sample, as the base row's rate says it (ideal scaling within the base, which the
-        # correction below takes back out: the prediction is the model's ratio to the base times the base's rate).
-        per_sample = base.gpus / base_rate
-        model_base = _rate(s, base, per_sample) if why is None else 0.0
+        per_sample = base.gpus / s.samples_per_s(base)
+        base_step = _step(s, base, per_sample) if why is None else None
         for row in s.rows[1:]:
             published = s.samples_per_s(row)
-            if why is not None:
+            if base_step is None:
                 out.append(Point(s, row, published, None, why))
                 continue
-            predicted = _rate(s, row, per_sample) / model_base * base_rate
-            out.append(Point(s, row, published, predicted, None))
+            out.append(Point(s, row, published, None, None, (base_step, _step(s, row, per_sample))).at(cv))
     return out
+
+
+CV_GRID = tuple(i / 400 for i in range(81))  # STRAGGLER's GPU spread: 0 to 20% by 0.25%
+
+
+def fit_spread(found: list[Point]) -> float:
+    """The GPU step spread whose predictions of `found` have the least median |error| (the first such on CV_GRID)."""
+    terms = []  # what an error at any cv is made of, computed once: base and row steps, published figures
+    for p in found:
+        if p.steps is not None:
+            base, row = p.steps
+            ratio = p.series.samples_per_s(p.series.rows[0]) / p.published
+            terms.append((base, slowest_of(base.workers), row, slowest_of(row.workers), ratio))
+    if not terms:
+        return 0.0
+
+    def median_abs_error(cv: float) -> float:
+        return statistics.median(
+            abs(
+                r.samples
+                / (r.own_s * (1 + sr * cv) + r.exposed_s)
+                / (b.samples / (b.own_s * (1 + sb * cv) + b.exposed_s))
+                * ratio
+                - 1
+            )
+            for b, sb, r, sr, ratio in terms
+        )
+
+    return min(CV_GRID, key=median_abs_error)
+
+
+def held_out(found: list[Point]) -> tuple[list[Point], dict[str, float]]:
+    """Every point predicted out of sample: with the spread fitted on the other sources' points alone
+    (leave-one-source-out), and that spread by source."""
+    spreads, out = {}, []
+    for source in sorted({p.series.source for p in found}):
+        spreads[source] = fit_spread([p for p in found if p.series.source != source])
+        out += [p.at(spreads[source]) for p in found if p.series.source == source]
+    return out, spreads
 
 
 def summary(found: list[Point], key) -> list[dict[str, Any]]:
@@ -358,27 +419,33 @@ def _quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (at - lo)
 
 
-def table(found: list[Point]) -> str:
-    """The errors by source and by kind, as `ddplab plan --corpus` prints them."""
+def table(plain: list[Point], held: list[Point], spreads: dict[str, float]) -> str:
+    """The errors by source and by kind, as `ddplab plan --corpus` prints them: without STRAGGLER's GPU term
+    (`plain`) and with it, its spread fitted without each point's source (`held`)."""
     lines = []
-    predicted = [p for p in found if p.error is not None]
-    skipped = len(found) - len(predicted)
+    predicted = [p for p in plain if p.error is not None]
     lines.append(
-        f"{len(predicted)} points predicted from their series' base rows ({skipped} not: their source does not "
-        f"state a link, the model's size, its batch or a step's time); error = predicted / published - 1"
+        f"{len(predicted)} points predicted from their series' base rows ({len(plain) - len(predicted)} not: their "
+        f"source does not state a link, the model's size, its batch or a step's time); error = predicted / "
+        f"published - 1. Without STRAGGLER's GPU term, and with it (its step spread fitted leave-one-source-out: "
+        f"{min(spreads.values()):.2%} to {max(spreads.values()):.2%} by the source left out)"
+    )
+    head = (
+        f"  {'':38} {'points':>6}   {'without: median |err|':>21} {'below':>5}   {'held out: median |err|':>22} "
+        f"{'below':>5} {'5%..95%':>13} {'worst':>6}"
     )
     for title, key in (("by source", lambda p: p.series.source), ("by kind", lambda p: p.kind)):
-        lines.append(f"\n{title}:")
-        lines.append(f"  {'':38} {'points':>6} {'median |err|':>12} {'below':>6} {'5%..95%':>15} {'worst':>7}")
-        for r in summary(predicted, key) + summary(predicted, lambda p: "all"):
-            if r["group"] == "all" and title == "by kind":
-                continue
+        lines += [f"\n{title}:", head]
+        rows = list(zip(summary(predicted, key), summary(held, key), strict=True))
+        if title == "by source":
+            rows = [*rows, *zip(summary(predicted, lambda p: "all"), summary(held, lambda p: "all"), strict=True)]
+        for a, b in rows:
             lines.append(
-                f"  {r['group'][:38]:38} {r['points']:>6} {r['median_abs']:>12.1%} {r['below']:>6.0%} "
-                f"{r['p5']:>+7.0%}..{r['p95']:<+7.0%} {r['worst']:>+7.0%}"
+                f"  {a['group'][:38]:38} {a['points']:>6}   {a['median_abs']:>21.1%} {a['below']:>5.0%}   "
+                f"{b['median_abs']:>22.1%} {b['below']:>5.0%} {b['p5']:>+6.0%}..{b['p95']:<+6.0%} {b['worst']:>+6.0%}"
             )
     why_not: dict[tuple[str, str], int] = {}
-    for p in found:
+    for p in plain:
         if p.why_not is not None:
             why_not[p.series.source, p.why_not] = why_not.get((p.series.source, p.why_not), 0) + 1
     if why_not:
