@@ -9,26 +9,37 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from ddplab import warm
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+# `python SCRIPT ARGS` as `python -c RUN_SCRIPT SCRIPT ARGS`, which a warm server can fork (ddplab.warm): the
+# script runs as __main__ with its own folder first on sys.path, as the interpreter would run it.
+RUN_SCRIPT = (
+    "import os, runpy, sys; sys.argv = sys.argv[1:]; sys.path.insert(0, os.path.dirname(sys.argv[0])); "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
 
 
 def run_bench(name, tmp_path, *args):
     out = tmp_path / f"{name}.json"
-    # One thread per process: quick runs, and no waiting on a second core that other work holds.
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / f"{name}.py"), "--device", "cpu", "--quick", "--out", str(out), *args],
+    # One thread per process: quick runs, and no waiting on a second core that other work holds. Started warm
+    # (torch imported once for the file, not once a script): what a script measures is its own children.
+    proc = warm.run(
+        [sys.executable, "-c", RUN_SCRIPT, str(BENCH / f"{name}.py"), "--device", "cpu", "--quick", "--out", str(out),
+         *args],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=tmp_path,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     payload = json.loads(out.read_text())
     assert payload["benchmark"] == name and payload["args"]["device"] == "cpu" and payload["args"]["quick"] is True
@@ -155,8 +166,8 @@ def test_plan_validation_sets_the_model_against_measured_runs(tmp_path):
     would fail on noise. 50% still catches a model wrong in kind (a missing factor of two in the shared
     cores, a bandwidth in bits for bytes, a communication term a thousand times off)."""
     out = tmp_path / "plan.json"
-    proc = subprocess.run(
-        [sys.executable, str(BENCH / "plan_validation.py"), "--quick", "--out", str(out)],
+    proc = warm.run(
+        [sys.executable, "-c", RUN_SCRIPT, str(BENCH / "plan_validation.py"), "--quick", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=300,
