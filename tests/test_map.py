@@ -22,7 +22,7 @@ WHERE = {
     "data/formats.py": ("tests/unit/test_data_formats.py", "ddplab.data.formats", "the files each format holds"),
     "data/options.py": ("tests/unit/test_config.py", '"dataset": "mnist"', "the data settings' choices"),
     "engine/data_init.py": ("tests/unit/test_speedrun.py", "ddplab.engine.data_init", "whitening from the data"),
-    "engine/early_stop.py": ("tests/unit/test_optim.py", "ddplab.engine.early_stop", "the early-stop rule"),
+    "metrics/early_stop.py": ("tests/unit/test_optim.py", "ddplab.metrics.early_stop", "the early-stop rule"),
     "engine/evaluate.py": ("tests/distributed/test_ddp.py", "ddplab.engine.evaluate", "eval equals the run's"),
     "engine/graphed.py": ("tests/unit/test_graphed_step.py", "static_step", "the captured step"),
     "engine/lookahead.py": ("tests/unit/test_speedrun.py", "ddplab.engine.lookahead", "the speedrun's EMA"),

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from ddplab.config import OptimConfig
-from ddplab.engine.early_stop import EarlyStopping
+from ddplab.metrics.early_stop import EarlyStopping
 from ddplab.engine.optim import build_optimizer, build_scheduler
 
 

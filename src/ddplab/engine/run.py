@@ -25,7 +25,7 @@ from ddplab.data.augment import AugmentSpec
 from ddplab.data.datasets import load_dataset, make_splits
 from ddplab.data.loader import DeviceLoader
 from ddplab.distributed import DistContext, distributed_context, dp_device_ids, wrap_model
-from ddplab.engine.early_stop import EarlyStopping
+from ddplab.metrics.early_stop import EarlyStopping
 from ddplab.engine.optim import build_optimizer, build_scheduler
 from ddplab.engine.precision import Precision
 from ddplab.engine.rundir import prepare_run_dir

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from ddplab import checkpoint, compat, faults
 from ddplab.config import RunConfig
 from ddplab.distributed import DistContext, ddp_module, no_sync, unwrap
-from ddplab.engine.early_stop import EarlyStopping
+from ddplab.metrics.early_stop import EarlyStopping
 from ddplab.engine.graphed import WARMUP_STEPS, WARMUP_STEPS_DDP, GraphedStep
 from ddplab.engine.lookahead import Lookahead
 from ddplab.engine.phases import PhaseTimer

@@ -590,7 +590,7 @@ def overfitting(curve: list[dict[str, Any]], patience: int = EARLY_STOP_PATIENCE
 
 def early_stop_epoch(curve: list[dict[str, Any]], patience: int) -> int | None:
     """The epoch after which training's own early stopping (on test loss, `patience`) would have stopped."""
-    from ddplab.engine.early_stop import EarlyStopping  # torch-free: the rule has one owner
+    from ddplab.metrics.early_stop import EarlyStopping  # torch-free: the rule has one owner, below engine and report
 
     rule = EarlyStopping("test_loss", patience)
     return next((r["epoch"] for r in curve if rule.update(r["epoch"], r["test_loss"])), None)
