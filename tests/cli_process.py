@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -77,6 +78,8 @@ class Started:
         mode = "r" if text else "rb"
         self.stdout = os.fdopen(pipes[1], mode) if 1 in pipes else None
         self.stderr = os.fdopen(pipes[2], mode) if 2 in pipes else None
+        self._readers: list[threading.Thread] | None = None  # started by the first communicate
+        self._read: dict[int, str | bytes] = {}
 
     @property
     def returncode(self) -> int | None:
@@ -98,20 +101,24 @@ class Started:
         self._proc.kill()
 
     def communicate(self, timeout: float | None = None):
-        """(stdout, stderr) once the command has ended and closed them; TimeoutExpired as Popen's (the pipes
-        are still read: a later call gets what is left)."""
-        streams = [s for s in (self.stdout, self.stderr) if s is not None and not s.closed]
-        read: dict = {}
-        readers = [threading.Thread(target=lambda s=s: read.__setitem__(id(s), s.read()), daemon=True) for s in streams]
-        for t in readers:
-            t.start()
+        """(stdout, stderr) once the command has ended and every writer closed them; TimeoutExpired as Popen's,
+        past `timeout` (the pipes are still being read: a later call gets all of it)."""
+        if self._readers is None:
+            streams = [s for s in (self.stdout, self.stderr) if s is not None]
+            self._readers = [threading.Thread(target=self._drain, args=(s,), daemon=True) for s in streams]
+            for t in self._readers:
+                t.start()
+        deadline = None if timeout is None else time.monotonic() + timeout
         self._proc.wait(timeout)
-        for t in readers:
-            t.join()
-        out = [read.get(id(s)) if s is not None else None for s in (self.stdout, self.stderr)]
-        for s in streams:
-            s.close()
-        return out[0], out[1]
+        for t in self._readers:
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if t.is_alive():  # a process it left behind still holds the pipe open
+                raise subprocess.TimeoutExpired(self._proc.args, timeout or 0.0)
+        return self._read.get(1), self._read.get(2)
+
+    def _drain(self, stream) -> None:
+        with stream:
+            self._read[1 if stream is self.stdout else 2] = stream.read()
 
 
 def popen(argv, *, stdout=None, stderr=None, text: bool = False, env=None, cwd=None, session: bool = False):
