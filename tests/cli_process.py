@@ -114,6 +114,7 @@ class Started:
             t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
             if t.is_alive():  # a process it left behind still holds the pipe open
                 raise subprocess.TimeoutExpired(self._proc.args, timeout or 0.0)
+        self._proc.close()  # its exit code is read: the channel it came on is done
         return self._read.get(1), self._read.get(2)
 
     def _drain(self, stream) -> None:
@@ -133,6 +134,10 @@ def popen(argv, *, stdout=None, stderr=None, text: bool = False, env=None, cwd=N
     err = (1 if out is None else out) if stderr is subprocess.STDOUT else child.get(2, stderr)
     try:
         proc = warm.popen(argv, stdout=out, stderr=err, env=env, cwd=cwd, session=session)
+    except BaseException:
+        for r, _ in pipes.values():
+            os.close(r)
+        raise
     finally:
         for w in child.values():
             os.close(w)

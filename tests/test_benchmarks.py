@@ -22,7 +22,7 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 # `python SCRIPT ARGS` as `python -c RUN_SCRIPT SCRIPT ARGS`, which a warm server can fork (ddplab.warm): the
 # script runs as __main__ with its own folder first on sys.path, as the interpreter would run it.
 RUN_SCRIPT = (
-    "import os, runpy, sys; sys.argv = sys.argv[1:]; sys.path.insert(0, os.path.dirname(sys.argv[0])); "
+    "import os, runpy, sys; sys.argv = sys.argv[1:]; sys.path[0] = os.path.dirname(sys.argv[0]); "
     "runpy.run_path(sys.argv[0], run_name='__main__')"
 )
 

@@ -198,24 +198,26 @@ def ddp_epoch_means(before: dict[str, float] | None, after: dict[str, float] | N
     return {k: (after[k] - before[k]) / n for k in DDP_TIMINGS}
 
 
-CPP_LOG_LEVELS = {"INFO": 0, "WARNING": 1, "ERROR": 2, "FATAL": 3}
+CPP_LOG_LEVELS = {"INFO": 0, "WARNING": 1, "ERROR": 2, "FATAL": 3, "0": 0, "1": 1, "2": 2, "3": 3}
+CPP_LOG_DEFAULT = 1  # c10's FLAGS_caffe2_log_level where TORCH_CPP_LOG_LEVEL is unset, empty or not a level
 
 
 def set_cpp_log_level(level: str) -> bool:
     """What TORCH_CPP_LOG_LEVEL=level would have done, for a process whose torch is already loaded (a warm
     child: torch reads the variable once, when it loads): c10's FLAGS_caffe2_log_level, which c10d's logs
-    consult. False where this torch does not export it (then its native logs stay as they were)."""
+    consult; a name or a digit as c10 takes them, anything else its default. False where this torch does not
+    export the flag (then its native logs stay as they were)."""
     import ctypes
     import os
 
     import torch
 
-    value = CPP_LOG_LEVELS.get(level.upper())
     lib = os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so")
-    if value is None or not os.path.exists(lib):
+    if not os.path.exists(lib):
         return False
     try:
-        ctypes.c_int.in_dll(ctypes.CDLL(lib), "FLAGS_caffe2_log_level").value = value
+        flag = ctypes.c_int.in_dll(ctypes.CDLL(lib), "FLAGS_caffe2_log_level")
     except (OSError, ValueError):
         return False
+    flag.value = CPP_LOG_LEVELS.get(level.strip().upper(), CPP_LOG_DEFAULT)
     return True

@@ -717,10 +717,14 @@ def become(request: dict, fds: list[int]) -> None:
     signal.set_wakeup_fd(-1)
     if request["session"]:
         os.setsid()
-    if request["namespace"] is not None:
-        enter_namespace(request["namespace"])
     set_parent_death_signal(signal.SIGTERM)  # dies with the server, which dies with its client
     install_fds(dict(zip(request["targets"], fds, strict=True)))
+    if request["namespace"] is not None:
+        try:
+            enter_namespace(request["namespace"])
+        except OSError as exc:  # said on the command's own stderr, and ended, as `ip netns exec` would
+            os.write(2, f'setting the network namespace "{request["namespace"]}" failed: {exc.strerror}\n'.encode())
+            os._exit(255)
     os.umask(request["umask"])
     apply_limits(request["limits"])
     os.chdir(request["cwd"])
@@ -730,7 +734,8 @@ def become(request: dict, fds: list[int]) -> None:
     if request["cpus"]:
         os.sched_setaffinity(0, request["cpus"])
     reset_signals(request["ignored"], request["mask"])
-    fresh_interpreter_state()
+    if not fresh_interpreter_state():  # a fork cannot be made what exec would make: exec it, then
+        os.execv(request["argv"][0], request["argv"])
     if launches_workers(request["argv"]):
         fork_own_server()
     code = run_command(request["argv"])
@@ -838,9 +843,10 @@ def reset_signals(ignored: Sequence[int], mask: Sequence[int]) -> None:
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
-def fresh_interpreter_state() -> None:
+def fresh_interpreter_state() -> bool:
     """What a fresh interpreter would have and the server's does not: its own stdio objects on 0-2 (buffered
-    as Python buffers them), RNGs seeded from the OS, torch's thread count from this environment."""
+    as Python buffers them), RNGs seeded from the OS, torch's thread count and native log level from this
+    environment. False where this torch cannot take the log level once loaded (the command must start cold)."""
     import io
 
     def stream(fd: int, mode: str, old):
@@ -873,7 +879,8 @@ def fresh_interpreter_state() -> None:
         torch.set_num_threads(n)
         from ddplab import compat
 
-        compat.set_cpp_log_level(os.environ.get("TORCH_CPP_LOG_LEVEL", "WARNING"))  # c10's default where unset
+        return compat.set_cpp_log_level(os.environ.get("TORCH_CPP_LOG_LEVEL", ""))
+    return True
 
 
 def run_command(argv: Sequence[str]) -> int:

@@ -32,14 +32,26 @@ def test_a_gpu_band_is_its_kinds_central_90_percent_over_the_corpus():
     over the corpus's points of that kind, recomputed with today's model, each point predicted out of sample
     (STRAGGLER's GPU spread fitted without its source)."""
     points, _ = corpus.held_out([p for p in corpus.points(corpus.load()[1]) if p.steps is not None])
-    for nodes, slow, kind in ((1, False, "one node"), (2, False, "across nodes"), (4, True, "link under 50 Gbit/s")):
-        b = band.band_for(True, nodes, slow_link=slow)
+    for nodes, gbit, kind in ((1, None, "one node"), (2, 400.0, "across nodes")):
+        b = band.band_for(True, nodes, node_gbit=gbit)
         ratios = sorted(1 / (1 + p.error) for p in points if p.kind == kind and p.error is not None)
-        assert b.cases == len(ratios) >= 20 and kind_words(kind) in b.source
+        assert b.cases == len(ratios) >= 10 and kind_words(kind) in b.source
         assert b.lo == pytest.approx(corpus._quantile(ratios, 0.05))
         assert b.hi == pytest.approx(corpus._quantile(ratios, 0.95)) and ratios[0] <= b.lo < b.hi <= ratios[-1]
         assert 0 < b.held <= b.held_of == b.cases
-    assert band.band_for(True) == band.gpu_band(1)
+    assert band.band_for(True) == band.gpu_band(1) and band.band_for(True, 2) == band.gpu_band(2, 400.0)
+    # Every published point over links under 50 Gbit/s a node went through parameter servers: not predicted, so
+    # that kind has no band, and says so.
+    slow = band.band_for(True, 4, node_gbit=10.0)
+    assert (
+        slow.cases == 0
+        and slow.untrusted
+        and slow.text()
+        == (
+            "no band: the model was never checked on published runs across nodes over links under 50 Gbit/s a node, "
+            "planner/figures"
+        )
+    )
     assert band.band_for(True, 1, other_batch=True).cases == band.gpu_band(1).cases + len(band.BATCH_CHECKS)
 
 

@@ -78,8 +78,8 @@ def test_kinds_and_why_a_point_is_not_predicted():
     assert all(p.kind == "one node" for p in POINTS if p.row.nodes == 1 and p.series.rows[0].nodes == 1
                and p.series.keep == "local")  # fmt: skip
     unpredicted = [p for p in POINTS if p.predicted is None]
-    assert unpredicted and all(p.why_not for p in unpredicted)
-    assert len(unpredicted) < len(POINTS) / 5
+    assert unpredicted and all(p.why_not for p in unpredicted) and len(unpredicted) < len(POINTS) / 3
+    assert all(p.predicted is None for p in POINTS if p.series.fields["allreduce"] in corpus.NOT_ALL_REDUCE)
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -160,7 +160,7 @@ def test_a_file_named_otherwise_than_its_source_or_without_fields_is_refused(tmp
 def test_the_table_prints_every_source_and_kind_with_and_without_the_term():
     held, spreads = corpus.held_out([p for p in POINTS if p.steps is not None])
     text = corpus.table(POINTS, held, spreads)
-    assert all(source in text for source in SOURCES) and all(kind in text for kind in corpus.KINDS)
+    assert all(source in text for source in SOURCES) and all(p.kind in text for p in held)
     assert "fitted leave-one-source-out" in text and "not predicted:" in text
 
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from ddplab.config import OptimConfig
-from ddplab.metrics.early_stop import EarlyStopping
 from ddplab.engine.optim import build_optimizer, build_scheduler
+from ddplab.metrics.early_stop import EarlyStopping
 
 
 def lrs(cfg: OptimConfig, epochs=4, steps_per_epoch=10):

@@ -40,7 +40,7 @@ def test_gpus_with_a_free_link_scale_but_for_ddps_own_work_and_a_slow_link_costs
     assert model.predict_one(costs, 1, 1, 50, FREE).step_s == pytest.approx(0.45)  # one worker runs no DDP
     four = model.predict_one(costs, 4, 1, 50, FREE)
     wait = 1 + 1.0294 * model.GPU_STEP_CV  # STRAGGLER: 4 GPUs wait for the slowest at the published spread
-    assert costs.step_cv == model.GPU_STEP_CV == 0.0375
+    assert costs.step_cv == model.GPU_STEP_CV == 0.0525
     assert four.step_s == pytest.approx((0.45 + ddp) * wait, rel=1e-4) and four.ideal == 4.0
     assert four.speedup == pytest.approx(4 * 0.45 / ((0.45 + ddp) * wait), rel=1e-4)
     slow = Link("slow", busbw_gbps=1.0, alpha_s=0.01, source="test")
@@ -195,8 +195,11 @@ def test_plan_command_prints_the_table_and_writes_plan_json(tmp_path, capsys):
             kind = None if measured else batch
         else:
             kind = gpu if measured else gpu.and_(batch)
-        expected = pytest.approx([r["images_per_s"] * kind.lo, r["images_per_s"] * kind.hi]) if kind else None
+        # A band said in words (too wide, too few points: gpu.untrusted) gives the rows no range.
+        ranged = kind is not None and not kind.untrusted
+        expected = pytest.approx([r["images_per_s"] * kind.lo, r["images_per_s"] * kind.hi]) if ranged else None
         assert r["images_per_s_band"] == expected, r
+    assert any(r["images_per_s_band"] for r in saved["rows"])  # the batch checks' band alone is a range
     both = gpu.and_(batch)
     assert both.lo == pytest.approx(gpu.lo * batch.lo) and both.cases == gpu.cases + len(band.BATCH_CHECKS)
     assert main(["plan", str(run), "--link", "measured", "--links-file", str(tmp_path / "none.json")]) == 2

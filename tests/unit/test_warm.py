@@ -131,9 +131,11 @@ def test_torchs_native_log_level_is_the_childs_own(tmp_path):
     one, other = fingerprints(tmp_path, env={**env, "TORCH_CPP_LOG_LEVEL": "FATAL"})
     assert one["cpp_log_level"] == other["cpp_log_level"] == 3
     argv = [sys.executable, "-c", FINGERPRINT]
-    for level, value in (("ERROR", 2), (None, 1)):  # as a cold start reads them (c10's levels; 1: its default)
-        warm_env = env if level is None else {**env, "TORCH_CPP_LOG_LEVEL": level}
-        assert json.loads(warmed(argv, env=warm_env, cwd=tmp_path).stdout)["cpp_log_level"] == value, level
+    # From a server whose own torch loaded at FATAL, as a cold start reads each (c10's levels; 1: its default).
+    with warm.Factory(env={**env, "TORCH_CPP_LOG_LEVEL": "FATAL"}) as f, warm.using(f):
+        for level, value in (("ERROR", 2), ("1", 1), (None, 1), ("", 1)):
+            warm_env = env if level is None else {**env, "TORCH_CPP_LOG_LEVEL": level}
+            assert json.loads(warmed(argv, env=warm_env, cwd=tmp_path).stdout)["cpp_log_level"] == value, level
 
 
 def test_a_command_in_a_host_starts_warm_inside_that_host(tmp_path):

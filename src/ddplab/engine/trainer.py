@@ -28,7 +28,6 @@ import torch.nn.functional as F
 from ddplab import checkpoint, compat, faults
 from ddplab.config import RunConfig
 from ddplab.distributed import DistContext, ddp_module, no_sync, unwrap
-from ddplab.metrics.early_stop import EarlyStopping
 from ddplab.engine.graphed import WARMUP_STEPS, WARMUP_STEPS_DDP, GraphedStep
 from ddplab.engine.lookahead import Lookahead
 from ddplab.engine.phases import PhaseTimer
@@ -37,6 +36,7 @@ from ddplab.engine.rundir import FolderIdentity
 from ddplab.engine.tta import evaluate
 from ddplab.errors import TrainingError
 from ddplab.metrics import contention
+from ddplab.metrics.early_stop import EarlyStopping
 from ddplab.metrics.gpu import GpuSampler
 from ddplab.metrics.gpu import summarize as summarize_gpu
 from ddplab.metrics.meters import ClassificationMeter

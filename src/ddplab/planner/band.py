@@ -50,6 +50,8 @@ class Band:
             if self.held_of
             else ""
         )
+        if not self.cases:
+            return f"no band: the model was never checked on {self.source}"
         if self.untrusted:
             return (
                 f"no band ({self.untrusted}): measured from {_side(self.lo)} to {_side(self.hi)} the prediction "
@@ -229,7 +231,7 @@ def gpu_bands() -> dict[str, Band]:
     from ddplab.planner import corpus
 
     _, series = corpus.load()
-    held, _ = corpus.held_out([p for p in corpus.points(series) if p.steps is not None])  # STRAGGLER fitted LOSO
+    held, spreads = corpus.held_out([p for p in corpus.points(series) if p.steps is not None])  # STRAGGLER, LOSO
     return {
         kind: Band(
             b.lo,
@@ -240,21 +242,23 @@ def gpu_bands() -> dict[str, Band]:
             held_of=b.held_of,
             untrusted=b.untrusted,
         )
-        for kind, b in corpus.kind_bands(held).items()
+        for kind, b in corpus.kind_bands(held, spreads).items()
     }
 
 
-def gpu_band(nodes: int = 1, slow_link: bool = False) -> Band:
-    """A GPU prediction's band: one node, across nodes, or across nodes over a link under 50 Gbit/s a node."""
+def gpu_band(nodes: int = 1, node_gbit: float | None = None) -> Band:
+    """A GPU prediction's band: its kind's (corpus.kind_for: one node, across nodes, across nodes over a slow link)."""
     from ddplab.planner import corpus
 
-    return gpu_bands()[corpus.KINDS[3] if nodes <= 1 else corpus.KINDS[1] if slow_link else corpus.KINDS[2]]
+    kind = corpus.kind_for(nodes, node_gbit)
+    none = Band(1.0, 1.0, 0, f"published runs {corpus.KIND_WORDS[kind]}, planner/figures", untrusted="no points")
+    return gpu_bands().get(kind, none)
 
 
-def band_for(on_cuda: bool, nodes: int = 1, other_batch: bool = False, slow_link: bool = False) -> Band:
-    """The band of a prediction of this kind: GPU (the corpus's kind: one node, across nodes, over a slow link;
-    times the batch checks' band at a local batch other than the measured one), CPU on one node, CPU across
-    nodes."""
+def band_for(on_cuda: bool, nodes: int = 1, other_batch: bool = False, node_gbit: float | None = None) -> Band:
+    """The band of a prediction of this kind: GPU (the corpus's kind, from the nodes and a node's network in
+    Gbit/s where known; times the batch checks' band at a local batch other than the measured one), CPU on one
+    node, CPU across nodes."""
     if on_cuda:
-        return gpu_band(nodes, slow_link).and_(batch_band()) if other_batch else gpu_band(nodes, slow_link)
+        return gpu_band(nodes, node_gbit).and_(batch_band()) if other_batch else gpu_band(nodes, node_gbit)
     return hosts_band() if nodes > 1 else cpu_band()

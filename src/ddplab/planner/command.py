@@ -13,7 +13,6 @@ from ddplab import files
 from ddplab.errors import ConfigError
 from ddplab.planner import links
 from ddplab.planner.band import Band, band_for, batch_band
-from ddplab.planner.corpus import SLOW_LINK_GBIT
 from ddplab.topology import resolve_backend
 
 
@@ -41,8 +40,8 @@ def predict_run(
     between = measured_or_published(inter_link, links_file) if max(nodes) > 1 else None
     per_node = gpus or ([1, 2, 4, 8] if costs.on_cuda else [1, 2])
     result = model.predict_grid(costs, per_node, nodes, batches or [run.summary["batch"]["local"]], within, between)
-    slow = isinstance(between, links.Link) and between.busbw_gbps * 8 < SLOW_LINK_GBIT  # a node's, in Gbit/s
-    band, across = band_for(costs.on_cuda), band_for(costs.on_cuda, max(nodes), slow_link=slow)  # each built once
+    node_gbit = between.busbw_gbps * 8 if isinstance(between, links.Link) else None  # a published link's
+    band, across = band_for(costs.on_cuda), band_for(costs.on_cuda, max(nodes), node_gbit=node_gbit)  # built once
     result["band"] = band.to_json()
     if across != band:
         result["band_across_nodes"] = across.to_json()

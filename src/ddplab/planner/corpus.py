@@ -54,7 +54,9 @@ LINKS: dict[str, Link] = {
         Link("roce-100g", 100 * GBIT, 10e-6, "100 Gbit/s RoCE line rate"),
         Link("ib-fdr", 56 * GBIT, 5e-6, "FDR InfiniBand: 56 Gbit/s a port (InfiniBand Trade Association)"),
         Link("ib-edr", 100 * GBIT, 5e-6, "EDR InfiniBand: 100 Gbit/s a port (InfiniBand Trade Association)"),
+        Link("ib-hdr100", 100 * GBIT, 5e-6, "HDR100 InfiniBand: 100 Gbit/s a port (InfiniBand Trade Association)"),
         Link("ib-hdr", 200 * GBIT, 5e-6, "HDR InfiniBand: 200 Gbit/s a port (InfiniBand Trade Association)"),
+        Link("ib-ndr200", 200 * GBIT, 5e-6, "NDR200 InfiniBand: 200 Gbit/s a port (InfiniBand Trade Association)"),
         Link("ib-ndr", 400 * GBIT, 5e-6, "NDR InfiniBand: 400 Gbit/s a port (InfiniBand Trade Association)"),
         Link("opa-100", 100 * GBIT, 5e-6, "Omni-Path 100: 100 Gbit/s a port (Intel)"),
         Link("aries", 10.0, 5e-6, "Cray Aries: ~10 GB/s a node's injection bandwidth (Cray XC series)"),
@@ -62,6 +64,10 @@ LINKS: dict[str, Link] = {
     )
 }
 RATES = ("images/s", "sequences/s", "tokens/s", "samples/s")  # throughput as printed
+NOT_ALL_REDUCE = {  # gradients exchanged otherwise than DDP's all-reduce: another model than this one
+    "parameter-server": "gradients through parameter servers, not an all-reduce",
+    "torch-dataparallel": "nn.DataParallel: one process scattering and gathering, not DDP",
+}
 TIMES = {"s/step": 1.0, "ms/step": 1e-3, "s/epoch": 1.0}  # a time as printed, in seconds
 SLOW_LINK_GBIT = 50.0  # a node's network under this (ports x rate) is the slow-link kind
 KINDS = ("strong scaling", "link under 50 Gbit/s", "across nodes", "one node")
@@ -104,6 +110,16 @@ SERIES = {
 REQUIRED = tuple(
     k for k in SERIES if k not in ("note", "global_batch", "params_from", "hardware", "where", "tokens_per_sample")
 )
+
+
+def kind_for(nodes: int, node_gbit: float | None = None, strong: bool = False) -> str:
+    """The kind of a prediction, the first that applies: strong scaling (the global batch kept), across nodes over
+    a node's network under SLOW_LINK_GBIT, across nodes, one node (node_gbit None: not known, not slow)."""
+    if strong:
+        return KINDS[0]
+    if nodes > 1:
+        return KINDS[1] if node_gbit is not None and node_gbit < SLOW_LINK_GBIT else KINDS[2]
+    return KINDS[3]
 
 
 @dataclass(frozen=True)
@@ -155,17 +171,14 @@ class Series:
         return self.local(row) * row.gpus * row.accumulate
 
     def kind(self, row: Row) -> str:
-        if self.keep == "global":
-            return KINDS[0]
-        if row.nodes > 1 or self.rows[0].nodes > 1:
-            link = LINKS.get(self.inter)
-            if link is not None and link.busbw_gbps * max(1, self.nics) / GBIT < SLOW_LINK_GBIT:
-                return KINDS[1]
-            return KINDS[2]
-        return KINDS[3]
+        link = LINKS.get(self.inter)
+        node_gbit = link.busbw_gbps * max(1, self.nics) / GBIT if link is not None else None
+        return kind_for(max(row.nodes, self.rows[0].nodes), node_gbit, strong=self.keep == "global")
 
     def unpredictable(self) -> str | None:
         """Why the model cannot predict this series' points (a link it does not name), or None."""
+        if self.fields.get("allreduce") in NOT_ALL_REDUCE:
+            return NOT_ALL_REDUCE[self.fields["allreduce"]]
         if self.intra in ("unknown", "") and any(r.per_node > 1 for r in self.rows):
             return "the source does not say how a node's GPUs connect"
         if self.inter in ("unknown", "") and any(r.nodes > 1 for r in self.rows):
@@ -333,16 +346,15 @@ def points(series: list[Series], cv: float = 0.0) -> list[Point]:
     the prediction is the model's ratio to the base times the base's rate, which takes that back out."""
     out = []
     for s in series:
-        base = s.rows[0]
-        why = s.unpredictable()
+        base, why = s.rows[0], s.unpredictable()
+        if why is not None:
+            out += [Point(s, row, s.samples_per_s(row), None, why) for row in s.rows[1:]]
+            continue
         per_sample = base.gpus / s.samples_per_s(base)
-        base_step = _step(s, base, per_sample) if why is None else None
+        base_step = _step(s, base, per_sample)
         for row in s.rows[1:]:
-            published = s.samples_per_s(row)
-            if base_step is None:
-                out.append(Point(s, row, published, None, why))
-                continue
-            out.append(Point(s, row, published, None, None, (base_step, _step(s, row, per_sample))).at(cv))
+            steps = (base_step, _step(s, row, per_sample))
+            out.append(Point(s, row, s.samples_per_s(row), None, None, steps).at(cv))
     return out
 
 
@@ -351,26 +363,15 @@ CV_GRID = tuple(i / 400 for i in range(81))  # STRAGGLER's GPU spread: 0 to 20% 
 
 def fit_spread(found: list[Point]) -> float:
     """The GPU step spread whose predictions of `found` have the least median |error| (the first such on CV_GRID)."""
-    terms = []  # what an error at any cv is made of, computed once: base and row steps, published figures
+    terms = []  # what an error at any cv is made of, read once: the two steps and base figure / published one
     for p in found:
         if p.steps is not None:
-            base, row = p.steps
-            ratio = p.series.samples_per_s(p.series.rows[0]) / p.published
-            terms.append((base, slowest_of(base.workers), row, slowest_of(row.workers), ratio))
+            terms.append((*p.steps, p.series.samples_per_s(p.series.rows[0]) / p.published))
     if not terms:
         return 0.0
 
     def median_abs_error(cv: float) -> float:
-        return statistics.median(
-            abs(
-                r.samples
-                / (r.own_s * (1 + sr * cv) + r.exposed_s)
-                / (b.samples / (b.own_s * (1 + sb * cv) + b.exposed_s))
-                * ratio
-                - 1
-            )
-            for b, sb, r, sr, ratio in terms
-        )
+        return statistics.median(abs(row.rate(cv) / base.rate(cv) * ratio - 1) for base, row, ratio in terms)
 
     return min(CV_GRID, key=median_abs_error)
 
@@ -424,11 +425,11 @@ def table(plain: list[Point], held: list[Point], spreads: dict[str, float]) -> s
     (`plain`) and with it, its spread fitted without each point's source (`held`)."""
     lines = []
     predicted = [p for p in plain if p.error is not None]
+    fitted = f": {min(spreads.values()):.2%} to {max(spreads.values()):.2%} by the source left out" if spreads else ""
     lines.append(
-        f"{len(predicted)} points predicted from their series' base rows ({len(plain) - len(predicted)} not: their "
-        f"source does not state a link, the model's size, its batch or a step's time); error = predicted / "
-        f"published - 1. Without STRAGGLER's GPU term, and with it (its step spread fitted leave-one-source-out: "
-        f"{min(spreads.values()):.2%} to {max(spreads.values()):.2%} by the source left out)"
+        f"{len(predicted)} points predicted from their series' base rows ({len(plain) - len(predicted)} not: why at "
+        f"the end); error = predicted / published - 1. Without STRAGGLER's GPU term, and with it (its step spread "
+        f"fitted leave-one-source-out{fitted})"
     )
     head = (
         f"  {'':38} {'points':>6}   {'without: median |err|':>21} {'below':>5}   {'held out: median |err|':>22} "
@@ -487,24 +488,27 @@ def _ratios(ps: list[Point]) -> list[float]:
     return sorted(1 / (1 + p.error) for p in ps if p.error is not None)
 
 
-def kind_bands(found: list[Point]) -> dict[str, KindBand]:
-    """One band per kind of the predicted points, with its leave-one-source-out coverage."""
+def kind_bands(found: list[Point], spreads: dict[str, float] | None = None) -> dict[str, KindBand]:
+    """One band per kind of the predicted points (each as `held_out` predicted it), with its coverage out of
+    sample: a source's points against the band of the other sources' points, those predicted with the spread
+    fitted without that source (`spreads`; None: as they are), so that nothing of a source is in its test."""
     by_kind: dict[str, list[Point]] = {}
     for p in found:
         if p.error is not None:
             by_kind.setdefault(p.kind, []).append(p)
     bands = {}
     for kind, ps in by_kind.items():
-        ratios = _ratios(ps)
         held = held_of = 0
         for source in {p.series.source for p in ps}:
-            others = _ratios([p for p in ps if p.series.source != source])
+            cv = None if spreads is None else spreads[source]
+            others = _ratios([p if cv is None else p.at(cv) for p in ps if p.series.source != source])
             if not others:
                 continue
             lo, hi = _quantile(others, CENTRAL[0]), _quantile(others, CENTRAL[1])
             own = _ratios([p for p in ps if p.series.source == source])
             held += sum(lo <= r <= hi for r in own)
             held_of += len(own)
+        ratios = _ratios(ps)
         bands[kind] = KindBand(
             kind,
             _quantile(ratios, CENTRAL[0]),
