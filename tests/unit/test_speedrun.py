@@ -415,3 +415,29 @@ def test_speednet_weights_start_as_partial_identities():
     n = conv.in_channels
     centre = conv.weight[:n, :n, 1, 1]
     assert torch.equal(centre, torch.eye(n)) and not conv.weight[:n, :n, 0, 0].any()
+
+
+def test_filter_banks_of_one_shape_are_orthogonalized_together_as_one_at_a_time():
+    """Batched Newton-Schulz: a stack of matrices gives each what it alone gives (bfloat16, so within its
+    rounding), wide and tall alike; a Muon step over banks of shared shapes equals the per-bank loop."""
+    from ddplab.engine.muon import Muon, orthogonalize
+
+    torch.manual_seed(0)
+    for shape in ((16, 27), (64, 32)):
+        stack = torch.randn(5, *shape)
+        together = orthogonalize(stack, 3).float()
+        for i in range(5):
+            torch.testing.assert_close(together[i], orthogonalize(stack[i], 3).float(), atol=2e-2, rtol=2e-2)
+    banks = [torch.nn.Parameter(torch.randn(s)) for s in ((8, 3, 3, 3), (8, 3, 3, 3), (16, 8, 3, 3), (8, 3, 3, 3))]
+    copies = [torch.nn.Parameter(b.detach().clone()) for b in banks]
+    for b, c in zip(banks, copies, strict=True):
+        b.grad = torch.randn_like(b)
+        c.grad = b.grad.clone()
+    Muon([{"params": banks, "orthogonalize": True}], lr=0.1, other_lr=0.1, ns_steps=3).step()
+    for c in copies:  # the loop it replaced: one bank at a time
+        rows, cols = c.shape[0], c[0].numel()
+        update = c.grad.add(c.grad * 0.9, alpha=0.9)  # Nesterov on a fresh buffer: g + 0.9 g
+        ortho = orthogonalize(update.reshape(rows, cols), 3).view_as(c).float() * max(1.0, rows / cols) ** 0.5
+        c.data.sub_(ortho * 0.1)
+    for b, c in zip(banks, copies, strict=True):
+        torch.testing.assert_close(b.detach(), c.detach(), atol=5e-3, rtol=5e-3)

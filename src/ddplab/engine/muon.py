@@ -26,17 +26,18 @@ NEWTON_SCHULZ = (3.4445, -4.7750, 2.0315)
 
 
 def orthogonalize(m: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
-    """Approximately U V^T of the 2-D `m` = U S V^T, in bfloat16."""
+    """Approximately U V^T of `m` = U S V^T, in bfloat16: one matrix (2-D), or a stack of matrices of one shape
+    (3-D), each orthogonalized on its own in the same batched products."""
     a, b, c = NEWTON_SCHULZ
     x = m.bfloat16()
-    tall = x.shape[0] > x.shape[1]
+    tall = x.shape[-2] > x.shape[-1]
     if tall:  # iterate on the smaller Gram matrix
-        x = x.T
-    x = x / x.norm().clamp(min=eps)
+        x = x.mT
+    x = x / (x.norm() if x.dim() == 2 else x.norm(dim=(-2, -1), keepdim=True)).clamp(min=eps)
     for _ in range(steps):
-        gram = x @ x.T
+        gram = x @ x.mT
         x = a * x + (b * gram + c * gram @ gram) @ x
-    return x.T if tall else x
+    return x.mT if tall else x
 
 
 def split_params(params) -> list[dict]:
@@ -112,6 +113,7 @@ class Muon(torch.optim.Optimizer):
                 loss = closure()
         for group in self.param_groups:
             lr, momentum, decay, ortho = group["lr"], group["momentum"], group["weight_decay"], group["orthogonalize"]
+            updates = {}
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -120,15 +122,31 @@ class Muon(torch.optim.Optimizer):
                 if "momentum_buffer" not in state:
                     state["momentum_buffer"] = torch.zeros_like(p)
                 buf = state["momentum_buffer"].mul_(momentum).add_(grad)
-                update = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
+                updates[p] = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
+            if ortho:
+                updates = self._orthogonalized(updates, group["ns_steps"])
+            for p, update in updates.items():
                 if ortho:
-                    rows = p.shape[0]
-                    cols = p[0].numel()
-                    update = orthogonalize(update.reshape(rows, cols), group["ns_steps"]).view_as(p).to(p.dtype)
-                    update = update * math.sqrt(max(1.0, rows / cols))
                     if group["normalize"]:
-                        p.mul_(math.sqrt(rows) / p.norm().clamp(min=1e-12))
+                        p.mul_(math.sqrt(p.shape[0]) / p.norm().clamp(min=1e-12))
                     elif decay:
                         p.mul_(1 - lr * decay)
                 p.sub_(update * lr)  # works for a float and a device-tensor rate alike
         return loss
+
+    @staticmethod
+    def _orthogonalized(updates: dict, steps: int) -> dict:
+        """Each filter bank's update orthogonalized as a (out channels x in*k*k) matrix, scaled by
+        sqrt(max(1, rows / cols)); the banks of one shape together, in one batched Newton-Schulz (a per-bank
+        loop was 37% of the speedrun's eager step on an H100)."""
+        by_shape: dict[tuple[int, int], list] = {}
+        for p in updates:
+            by_shape.setdefault((p.shape[0], p[0].numel()), []).append(p)
+        out = {}
+        for (rows, cols), params in by_shape.items():
+            stacked = torch.stack([updates[p].reshape(rows, cols) for p in params])
+            done = orthogonalize(stacked if len(params) > 1 else stacked[0], steps)
+            scale = math.sqrt(max(1.0, rows / cols))
+            for p, u in zip(params, done if len(params) > 1 else [done], strict=True):
+                out[p] = u.view_as(p).to(p.dtype) * scale
+        return {p: out[p] for p in updates}  # the parameters' own order
