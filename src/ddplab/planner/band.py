@@ -231,7 +231,7 @@ def gpu_bands() -> dict[str, Band]:
     from ddplab.planner import corpus
 
     _, series = corpus.load()
-    held, spreads = corpus.held_out([p for p in corpus.points(series) if p.steps is not None])  # STRAGGLER, LOSO
+    held, spreads = corpus.held_out(corpus.points(series))  # STRAGGLER's spread fitted leave-one-source-out
     return {
         kind: Band(
             b.lo,

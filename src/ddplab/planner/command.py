@@ -118,7 +118,7 @@ def show_corpus() -> int:
     sources, series = corpus.load()
     print(f"published scaling figures: {len(sources)} sources, {len(series)} series (ddplab/planner/figures)")
     plain = corpus.points(series)
-    held, spreads = corpus.held_out([p for p in plain if p.steps is not None])
+    held, spreads = corpus.held_out(plain)
     print(corpus.table(plain, held, spreads))
     return 0
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -27,7 +28,7 @@ from typing import Any
 from ddplab.borders import TABLE, TEXT, WHOLE, Kind, check, list_of, number, one_of
 from ddplab.errors import DataError
 from ddplab.planner.links import Link
-from ddplab.planner.model import DDP_HOST_PER_LAYER_S, StepCosts, predict_one, slowest_of
+from ddplab.planner.model import DDP_HOST_PER_LAYER_S, StepCosts, predict_one, straggler_wait_s
 
 GBIT = 1e9 / 8 / 1e9  # GB/s per Gbit/s
 # Links a source can name: per-direction bandwidth a GPU (inside a node) or a port (between nodes), from the
@@ -170,9 +171,16 @@ class Series:
     def batch_per_step(self, row: Row) -> float:
         return self.local(row) * row.gpus * row.accumulate
 
-    def kind(self, row: Row) -> str:
+    def node_link(self) -> Link | None:
+        """The link between nodes as a node has it: its ports together (one where the source does not say)."""
         link = LINKS.get(self.inter)
-        node_gbit = link.busbw_gbps * max(1, self.nics) / GBIT if link is not None else None
+        if link is None:
+            return None
+        return Link(link.name, link.busbw_gbps * max(1, self.nics), link.alpha_s, link.source)
+
+    def kind(self, row: Row) -> str:
+        link = self.node_link()
+        node_gbit = link.busbw_gbps / GBIT if link is not None else None
         return kind_for(max(row.nodes, self.rows[0].nodes), node_gbit, strong=self.keep == "global")
 
     def unpredictable(self) -> str | None:
@@ -203,7 +211,7 @@ class Step:
 
     def rate(self, cv: float) -> float:
         """Samples a second with a GPU step spread of `cv` (STRAGGLER: the slowest of the workers sets the step)."""
-        return self.samples / (self.own_s * (1 + slowest_of(self.workers) * cv) + self.exposed_s)
+        return self.samples / (self.own_s + straggler_wait_s(self.own_s, self.workers, cv) + self.exposed_s)
 
 
 @dataclass(frozen=True)
@@ -319,9 +327,6 @@ def load(folder: Path | None = None) -> tuple[dict[str, dict[str, Any]], list[Se
 def _step(s: Series, row: Row, per_sample_s: float) -> Step:
     """The model's step for `row`, a GPU computing a sample in `per_sample_s` (no STRAGGLER: Step.rate adds it)."""
     local = s.local(row)
-    inter = LINKS.get(s.inter)
-    if inter is not None:
-        inter = Link(inter.name, inter.busbw_gbps * max(1, s.nics), inter.alpha_s, inter.source)  # a node's ports
     costs = StepCosts(
         data_per_image_s=0.0,
         compute_per_image_s=per_sample_s,
@@ -336,7 +341,7 @@ def _step(s: Series, row: Row, per_sample_s: float) -> Step:
         ddp_host_s=s.layers * DDP_HOST_PER_LAYER_S,
     )
     intra = LINKS.get(s.intra) or LINKS["pcie3"]  # one GPU a node: never used
-    p = predict_one(costs, row.per_node, row.nodes, max(1, round(local)), intra, inter)
+    p = predict_one(costs, row.per_node, row.nodes, max(1, round(local)), intra, s.node_link())
     return Step(p.step_s - p.exposed_comm_s, p.exposed_comm_s, row.gpus, row.gpus * local * row.accumulate)
 
 
@@ -377,8 +382,9 @@ def fit_spread(found: list[Point]) -> float:
 
 
 def held_out(found: list[Point]) -> tuple[list[Point], dict[str, float]]:
-    """Every point predicted out of sample: with the spread fitted on the other sources' points alone
+    """Every predicted point predicted out of sample: with the spread fitted on the other sources' points alone
     (leave-one-source-out), and that spread by source."""
+    found = [p for p in found if p.steps is not None]
     spreads, out = {}, []
     for source in sorted({p.series.source for p in found}):
         spreads[source] = fit_spread([p for p in found if p.series.source != source])
@@ -404,20 +410,18 @@ def summary(found: list[Point], key) -> list[dict[str, Any]]:
                 "median_abs": statistics.median(abs(e) for e in errors),
                 "worst": max(errors, key=abs),
                 "below": sum(e < 0 for e in errors) / len(errors),
-                "p5": _quantile(errors, 0.05),
-                "p95": _quantile(errors, 0.95),
+                **dict(zip(("p5", "p95"), central(errors), strict=True)),
             }
         )
     return rows
 
 
-def _quantile(sorted_values: list[float], q: float) -> float:
-    if len(sorted_values) == 1:
-        return sorted_values[0]
-    at = q * (len(sorted_values) - 1)
-    lo = math.floor(at)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (at - lo)
+def central(values: list[float]) -> tuple[float, float]:
+    """The 5th and 95th percentiles of `values`, a band's central 90% (linear between order statistics)."""
+    if len(values) == 1:
+        return values[0], values[0]
+    cuts = statistics.quantiles(values, n=20, method="inclusive")
+    return cuts[0], cuts[-1]
 
 
 def table(plain: list[Point], held: list[Point], spreads: dict[str, float]) -> str:
@@ -445,10 +449,7 @@ def table(plain: list[Point], held: list[Point], spreads: dict[str, float]) -> s
                 f"  {a['group'][:38]:38} {a['points']:>6}   {a['median_abs']:>21.1%} {a['below']:>5.0%}   "
                 f"{b['median_abs']:>22.1%} {b['below']:>5.0%} {b['p5']:>+6.0%}..{b['p95']:<+6.0%} {b['worst']:>+6.0%}"
             )
-    why_not: dict[tuple[str, str], int] = {}
-    for p in plain:
-        if p.why_not is not None:
-            why_not[p.series.source, p.why_not] = why_not.get((p.series.source, p.why_not), 0) + 1
+    why_not = Counter((p.series.source, p.why_not) for p in plain if p.why_not is not None)
     if why_not:
         lines.append("\nnot predicted:")
         lines.extend(f"  {source}: {n} points ({why})" for (source, why), n in sorted(why_not.items()))
@@ -457,7 +458,6 @@ def table(plain: list[Point], held: list[Point], spreads: dict[str, float]) -> s
 
 FEWEST_POINTS, FEWEST_SOURCES = 10, 3  # a kind with fewer has no band worth printing
 TRUST_WITHIN = 0.30  # a band reaching past -30% or +30% is said in words, not as a range
-CENTRAL = (0.05, 0.95)  # a band: the central 90% of measured / predicted
 
 
 @dataclass(frozen=True)
@@ -504,15 +504,14 @@ def kind_bands(found: list[Point], spreads: dict[str, float] | None = None) -> d
             others = _ratios([p if cv is None else p.at(cv) for p in ps if p.series.source != source])
             if not others:
                 continue
-            lo, hi = _quantile(others, CENTRAL[0]), _quantile(others, CENTRAL[1])
+            lo, hi = central(others)
             own = _ratios([p for p in ps if p.series.source == source])
             held += sum(lo <= r <= hi for r in own)
             held_of += len(own)
         ratios = _ratios(ps)
         bands[kind] = KindBand(
             kind,
-            _quantile(ratios, CENTRAL[0]),
-            _quantile(ratios, CENTRAL[1]),
+            *central(ratios),
             len(ratios),
             len({p.series.source for p in ps}),
             held,

@@ -274,6 +274,11 @@ def slowest_of(n: int) -> float:
     return total * h
 
 
+def straggler_wait_s(own_s: float, waiting_for: int, cv: float) -> float:
+    """STRAGGLER: what a step of `own_s` waits for the slowest of `waiting_for` steppers at spread `cv`."""
+    return slowest_of(waiting_for) * cv * own_s if cv else 0.0
+
+
 def parameter_layers(layers: str) -> int:
     """Layers with parameters in a summary's layer list ("Conv3x3(3->32) > ReLU > ... > Linear(256->10)")."""
     return sum(1 for layer in layers.split(" > ") if layer.startswith(PARAMETER_LAYERS))
@@ -329,7 +334,7 @@ def predict_one(
     ddp = costs.ddp_host_s if workers > 1 else 0.0  # DDP_HOST
     own = data + compute + costs.optimizer_s * costs.slowdown(per_node) + costs.rest_s + ddp
     # STRAGGLER: on a CPU across nodes (a node's processes share its cores: one's wait is another's core)
-    waiting = slowest_of(workers if costs.on_cuda else nodes) * costs.step_cv * own if costs.step_cv else 0.0
+    waiting = straggler_wait_s(own, workers if costs.on_cuda else nodes, costs.step_cv)
     step = own + exposed + waiting
     steps = math.ceil(costs.train_images / (local_batch * costs.accumulate * workers))
     rate = costs.train_images / (steps * step)
