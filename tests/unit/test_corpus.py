@@ -78,8 +78,27 @@ def test_kinds_and_why_a_point_is_not_predicted():
     assert all(p.kind == "one node" for p in POINTS if p.row.nodes == 1 and p.series.rows[0].nodes == 1
                and p.series.keep == "local")  # fmt: skip
     unpredicted = [p for p in POINTS if p.predicted is None]
-    assert unpredicted and all(p.why_not for p in unpredicted) and len(unpredicted) < len(POINTS) / 3
+    assert unpredicted and all(p.why_not for p in unpredicted) and len(unpredicted) < len(POINTS) / 2
     assert all(p.predicted is None for p in POINTS if p.series.fields["allreduce"] in corpus.NOT_ALL_REDUCE)
+    one_process = [p for p in POINTS if p.series.fields.get("processes") == "node"]
+    assert one_process and all(p.why_not == corpus.ONE_PROCESS_A_NODE for p in one_process)
+
+
+def test_one_process_a_node_is_predicted_only_where_it_drives_one_gpu():
+    """The model is DDP's, one process a GPU: a source whose one process drives a node's GPUs is another model
+    wherever a node has more than one GPU, and the same model where it has one."""
+    fields = {**SERIES[0].fields, "params": 1e6, "layers": 0, "intra": "nvlink2", "inter": "ib-edr", "nics": 1,
+              "unit": "images/s", "per": "job", "keep": "local", "local_batch": 32, "processes": "node"}  # fmt: skip
+    node = corpus._series("t", {**fields, "rows": [[1, 1, 100.0], [8, 1, 700.0]]}, "t")
+    alone = corpus._series("t", {**fields, "rows": [[1, 1, 100.0], [1, 4, 390.0]]}, "t")
+    (p,) = corpus.points([node])
+    (q,) = corpus.points([alone])
+    assert (p.predicted, p.why_not) == (None, corpus.ONE_PROCESS_A_NODE)
+    assert q.predicted is not None and q.why_not is None
+    unknown = corpus._series(
+        "t", {**fields, "processes": "gpu", "allreduce": "unknown", "rows": node.fields["rows"]}, "t"
+    )
+    assert corpus.points([unknown])[0].why_not == corpus.NOT_ALL_REDUCE["unknown"]
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -40,7 +40,7 @@ def test_gpus_with_a_free_link_scale_but_for_ddps_own_work_and_a_slow_link_costs
     assert model.predict_one(costs, 1, 1, 50, FREE).step_s == pytest.approx(0.45)  # one worker runs no DDP
     four = model.predict_one(costs, 4, 1, 50, FREE)
     wait = 1 + 1.0294 * model.GPU_STEP_CV  # STRAGGLER: 4 GPUs wait for the slowest at the published spread
-    assert costs.step_cv == model.GPU_STEP_CV == 0.035
+    assert costs.step_cv == model.GPU_STEP_CV == 0.015
     assert four.step_s == pytest.approx((0.45 + ddp) * wait, rel=1e-4) and four.ideal == 4.0
     assert four.speedup == pytest.approx(4 * 0.45 / ((0.45 + ddp) * wait), rel=1e-4)
     slow = Link("slow", busbw_gbps=1.0, alpha_s=0.01, source="test")

@@ -68,7 +68,11 @@ RATES = ("images/s", "sequences/s", "tokens/s", "samples/s")  # throughput as pr
 NOT_ALL_REDUCE = {  # gradients exchanged otherwise than DDP's all-reduce: another model than this one
     "parameter-server": "gradients through parameter servers, not an all-reduce",
     "torch-dataparallel": "nn.DataParallel: one process scattering and gathering, not DDP",
+    "unknown": "the source does not say how gradients were exchanged",
 }
+# The model is DDP's: one process a GPU, each with its own host thread launching its GPU's work. One process
+# driving all of a node's GPUs (tf.distribute's mirrored strategies, tf_cnn_benchmarks) shares one host among them.
+ONE_PROCESS_A_NODE = "one process drives all of a node's GPUs, not one process a GPU as in DDP"
 TIMES = {"s/step": 1.0, "ms/step": 1e-3, "s/epoch": 1.0}  # a time as printed, in seconds
 SLOW_LINK_GBIT = 50.0  # a node's network under this (ports x rate) is the slow-link kind
 KINDS = ("strong scaling", "link under 50 Gbit/s", "across nodes", "one node")
@@ -107,10 +111,10 @@ SERIES = {
     "rows": list_of(list_of(number(above=0))),
     "note": TEXT,
     "tokens_per_sample": WHOLE,  # tokens/s: a sample's tokens (its sequence length), where the source states it
+    "processes": one_of("gpu", "node"),  # one process a GPU (as DDP; the default), or one driving a node's GPUs
 }
-REQUIRED = tuple(
-    k for k in SERIES if k not in ("note", "global_batch", "params_from", "hardware", "where", "tokens_per_sample")
-)
+OPTIONAL = ("note", "global_batch", "params_from", "hardware", "where", "tokens_per_sample", "processes")
+REQUIRED = tuple(k for k in SERIES if k not in OPTIONAL)
 
 
 def kind_for(nodes: int, node_gbit: float | None = None, strong: bool = False) -> str:
@@ -187,6 +191,8 @@ class Series:
         """Why the model cannot predict this series' points (a link it does not name), or None."""
         if self.fields.get("allreduce") in NOT_ALL_REDUCE:
             return NOT_ALL_REDUCE[self.fields["allreduce"]]
+        if self.fields.get("processes") == "node" and any(r.per_node > 1 for r in self.rows):
+            return ONE_PROCESS_A_NODE
         if self.intra in ("unknown", "") and any(r.per_node > 1 for r in self.rows):
             return "the source does not say how a node's GPUs connect"
         if self.inter in ("unknown", "") and any(r.nodes > 1 for r in self.rows):

@@ -71,11 +71,11 @@ Assumptions, each with the name it goes by in the code:
                so). On CUDA a run's own clock cannot say it (each window ends in a device sync, and one H100's
                runs gave cv 0.01-0.44, the most where the host bounds the step): there cv is GPU_STEP_CV, the
                spread at which the model best predicts the published all-reduce figures of planner/figures
-               (least median |error| over 613 points of 11 sources, `ddplab plan --corpus`). Fitted without
-               each source in turn it was 1.25%-5.75% (not well pinned down: a measurement is owed), and
+               (least median |error| over 460 points of 8 sources, `ddplab plan --corpus`). Fitted without
+               each source in turn it was 1.5%-5.25% (not well pinned down: a measurement is owed), and
                those out-of-sample predictions are the GPU bands' errors (planner/band.py): without the term
-               the model was above 81% of the published figures (median |error| 7.7%); with it, held out,
-               65% (7.3%).
+               the model was above 77% of the published figures (median |error| 6.2%); with it, held out,
+               62% (6.1%).
   GRAD_BYTES   4 bytes a parameter (fp32 gradients), 2 with an fp16 or bf16 comm hook; with
                accumulation, one all-reduce per optimizer step, which only the last
                micro-batch's backward can hide (the others run under no_sync).
@@ -107,7 +107,7 @@ AnyLink = Link | MeasuredLinks  # a published link, or this machine's measured p
 EFFICIENCY_BARS = (0.5, 0.8)
 MIN_WINDOWS = 5  # STRAGGLER: fewer refresh windows than this give no spread
 DDP_HOST_PER_LAYER_S = 75e-6  # DDP_HOST: the median of 6 host-bound steps (73-102 us a layer), one H100
-GPU_STEP_CV = 0.035  # STRAGGLER on CUDA: fitted on planner/figures (corpus.fit_spread; a test recomputes it)
+GPU_STEP_CV = 0.015  # STRAGGLER on CUDA: fitted on planner/figures (corpus.fit_spread; a test recomputes it)
 # the layers that hold parameters, as models.registry.describe_layers names them
 PARAMETER_LAYERS = ("Conv", "Linear", "BatchNorm", "GroupNorm", "LayerNorm", "FusedConv")
 
