@@ -89,6 +89,40 @@ def tiny_config(out: Path | None = None, **sections):
 
 
 @pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """tiny_run(**sections): ddplab.train's result for tiny_config(**sections), trained once a test session (and
+    xdist worker) for every test that asks for the same settings; its folder is result.run_dir.
+
+    Read it only: a test that changes a run (resumes, edits, corrupts it) copies the folder first
+    (shutil.copytree). At the session's end each folder must be as it was trained, file for file, or the
+    session errors naming what changed, so no test can lean on another's edits."""
+    import ddplab
+
+    made: dict[str, object] = {}
+    trained: dict[Path, dict[str, tuple[int, int]]] = {}
+
+    def run(**sections):
+        key = repr(tiny_config(**sections))  # the whole config: two spellings of one run are one run
+        if key not in made:
+            result = ddplab.train(tiny_config(tmp_path_factory.mktemp("tiny_run") / "r", **sections))
+            made[key] = result
+            trained[result.run_dir] = files_of(result.run_dir)
+        return made[key]
+
+    yield run
+    changed = [f"{folder}: {sorted(set(before.items()) ^ set(files_of(folder).items()))}"
+               for folder, before in trained.items() if files_of(folder) != before]  # fmt: skip
+    assert not changed, "a shared tiny_run was changed by a test (copy it first):\n" + "\n".join(changed)
+
+
+def files_of(folder: Path) -> dict[str, tuple[int, int]]:
+    """Each file under `folder`: its size and modification time."""
+    return {
+        str(f.relative_to(folder)): (f.stat().st_size, f.stat().st_mtime_ns) for f in folder.rglob("*") if f.is_file()
+    }
+
+
+@pytest.fixture(scope="session")
 def sweep_report(tmp_path_factory):
     """A report over a small sweep, built once for every test that reads it (tests/report_folders.py)."""
     from ddplab.report.build import build_report

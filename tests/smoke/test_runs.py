@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,8 +37,8 @@ def assert_same_weights(a, b):
         assert torch.equal(a[key], b[key]), key
 
 
-def test_same_seed_same_run_bit_for_bit(tmp_path):
-    a = ddplab.train(tiny_config(tmp_path / "a"))
+def test_same_seed_same_run_bit_for_bit(tmp_path, tiny_run):
+    a = tiny_run()  # trained once for every test that reads it: b is trained here, the same way
     b = ddplab.train(tiny_config(tmp_path / "b"))
     assert metrics(a.run_dir) == metrics(b.run_dir) and len(metrics(a.run_dir)) == 2
     assert_same_weights(final_weights(a.run_dir), final_weights(b.run_dir))
@@ -77,8 +78,8 @@ def test_interrupted_then_resumed_run_is_bit_identical(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("schedule, warned", [("onecycle", True), ("none", False)])
-def test_extending_a_run_says_when_it_replans_the_schedule(tmp_path, schedule, warned):
-    ddplab.train(tiny_config(tmp_path / "r", optim={"schedule": schedule}))
+def test_extending_a_run_says_when_it_replans_the_schedule(tmp_path, schedule, warned, tiny_run):
+    shutil.copytree(tiny_run(optim={"schedule": schedule}).run_dir, tmp_path / "r")
     extended = ddplab.train(
         tiny_config(tmp_path / "r", optim={"schedule": schedule}, train={"epochs": 3}, output={"resume": True})
     )
@@ -94,13 +95,13 @@ def test_extending_a_run_says_when_it_replans_the_schedule(tmp_path, schedule, w
     else:
         assert "WARNING" not in log
     assert "epochs = 3" in (tmp_path / "r" / "config.toml").read_text()
-    planned = ddplab.train(tiny_config(tmp_path / "planned", optim={"schedule": schedule}, train={"epochs": 3}))
+    planned = tiny_run(optim={"schedule": schedule}, train={"epochs": 3})
     # Without a re-plan, the extension is the run that was planned that long; with one, it is not.
     assert (metrics(tmp_path / "r") == metrics(planned.run_dir)) is not warned
 
 
-def test_run_folder_holds_config_metrics_summary_and_reproduces(tmp_path):
-    result = ddplab.train(tiny_config(tmp_path / "run", train={"epochs": 3}))
+def test_run_folder_holds_config_metrics_summary_and_reproduces(tmp_path, tiny_run):
+    result = tiny_run(train={"epochs": 3})
     run = result.run_dir
     for name in (
         "config.toml",
@@ -136,8 +137,8 @@ def test_run_folder_holds_config_metrics_summary_and_reproduces(tmp_path):
     assert metrics(tmp_path / "again") == metrics(run)
 
 
-def test_eval_command_matches_the_run(tmp_path, capsys):
-    result = ddplab.train(tiny_config(tmp_path / "run", train={"epochs": 3}))
+def test_eval_command_matches_the_run(capsys, tiny_run):
+    result = tiny_run(train={"epochs": 3})
     from ddplab.engine.evaluate import evaluate_run
 
     final = evaluate_run(result.run_dir, device="cpu")
@@ -155,8 +156,8 @@ def test_eval_command_matches_the_run(tmp_path, capsys):
     assert "tta flip" in capsys.readouterr().out
 
 
-def test_a_finished_run_is_never_overwritten(tmp_path, capsys):
-    ddplab.train(tiny_config(tmp_path / "run", train={"epochs": 1}))
+def test_a_finished_run_is_never_overwritten(tmp_path, capsys, tiny_run):
+    shutil.copytree(tiny_run(train={"epochs": 1}).run_dir, tmp_path / "run")
     before = (tmp_path / "run" / "metrics.jsonl").read_text()
     args = ["train", "--config", str(tmp_path / "run" / "config.toml"), "--out", str(tmp_path / "run")]
     assert main(args) == 2

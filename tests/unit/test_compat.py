@@ -63,17 +63,13 @@ def test_old_torch_gets_one_line_from_every_command_that_needs_torch(monkeypatch
 
 
 @pytest.mark.slow
-def test_reading_run_folders_needs_no_torch(tmp_path):
+def test_reading_run_folders_needs_no_torch(tmp_path, tiny_run):
     """`ddplab report` and `ddplab compare` in an interpreter where `import torch` fails (a laptop reading a
     cluster's run folders); the commands that need torch say so in one line, and a usage error is answered too."""
     import subprocess
     import sys
 
-    import ddplab
-
-    from conftest import tiny_config
-
-    run = ddplab.train(tiny_config(tmp_path / "run")).run_dir
+    run = tiny_run().run_dir
 
     def without_torch(*argv):
         code = (

@@ -125,12 +125,10 @@ def test_a_sampled_run_writes_gpu_and_step_samples_and_summarizes_them(tmp_path,
     assert steps[-1]["epoch"] == 2 and steps[-1]["train_loss"] > 0 and steps[-1]["lr"] >= 0
 
 
-def test_a_cpu_run_says_gpu_not_measured(tmp_path):
-    import ddplab
-
-    result = ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 1}))
+def test_a_cpu_run_says_gpu_not_measured(tiny_run):
+    result = tiny_run(train={"epochs": 1})
     assert result.summary["gpu"] == {"measured": False, "reason": "no GPU (training on the CPU)"}
-    assert not (tmp_path / "r" / "gpu.jsonl").exists() and (tmp_path / "r" / "steps.jsonl").is_file()
+    assert not (result.run_dir / "gpu.jsonl").exists() and (result.run_dir / "steps.jsonl").is_file()
 
 
 def test_resume_drops_samples_of_epochs_after_the_checkpoint(tmp_path):

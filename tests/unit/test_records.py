@@ -187,13 +187,9 @@ def test_a_checkpoint_written_before_the_records_were_typed_resumes(tmp_path):
     assert again == state and isinstance(state.state_dict()["history"][0], dict)
 
 
-def test_a_run_writes_the_schema_it_was_written_with(tmp_path):
-    import ddplab
-
-    from conftest import tiny_config
-
-    result = ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 1}))
-    line = json.loads((tmp_path / "r" / "metrics.jsonl").read_text())
+def test_a_run_writes_the_schema_it_was_written_with(tiny_run):
+    result = tiny_run(train={"epochs": 1})
+    line = json.loads((result.run_dir / "metrics.jsonl").read_text())
     assert line["schema"] == result.summary["schema"] == SCHEMA_VERSION
-    assert read_epochs(tmp_path / "r" / "metrics.jsonl") == result.history
+    assert read_epochs(result.run_dir / "metrics.jsonl") == result.history
     assert result.history[0].per_rank["samples"] == [256.0] and result.history[0].per_rank["cpu_s"][0] > 0

@@ -1,5 +1,6 @@
 """A run is prepared once (runplan.py): a resume reads its folder's config.toml and last.pt once each."""
 
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -72,8 +73,13 @@ def test_a_resume_reads_config_and_last_checkpoint_once_each(tmp_path, reads):
     assert len(ddplab.engine.run.finished_result(out).history) == 2
 
 
-def test_the_python_api_prepares_once_and_a_finished_resume_reads_nothing_twice(tmp_path, reads):
-    ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 1}))
+def copied(tiny_run, tmp_path: Path) -> Path:
+    """A one-epoch run of its own, copied from the shared one (tests here resume or edit it)."""
+    return shutil.copytree(tiny_run(train={"epochs": 1}).run_dir, tmp_path / "r")
+
+
+def test_the_python_api_prepares_once_and_a_finished_resume_reads_nothing_twice(tmp_path, reads, tiny_run):
+    copied(tiny_run, tmp_path)
     reads.clear()
     result = ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 2}, output={"resume": True}))
     assert reads == Counter({"config.toml": 1, "last.pt": 1})
@@ -84,8 +90,8 @@ def test_the_python_api_prepares_once_and_a_finished_resume_reads_nothing_twice(
     assert again.summary == result.summary
 
 
-def test_a_plan_holds_its_folder_and_hands_its_workers_facts_not_the_checkpoint(tmp_path):
-    ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 1}))
+def test_a_plan_holds_its_folder_and_hands_its_workers_facts_not_the_checkpoint(tmp_path, tiny_run):
+    copied(tiny_run, tmp_path)
     with prepared(tiny_config(tmp_path / "r", train={"epochs": 3}, output={"resume": True})) as plan:
         assert isinstance(plan, RunPlan) and plan.holds_lock and plan.place is None
         assert plan.run_dir == (tmp_path / "r") and (tmp_path / "r" / ".lock").exists()
@@ -96,12 +102,12 @@ def test_a_plan_holds_its_folder_and_hands_its_workers_facts_not_the_checkpoint(
     assert not (tmp_path / "r" / ".lock").exists()
 
 
-def test_a_resume_removes_the_temporary_files_a_killed_writer_left_and_no_live_ones(tmp_path):
+def test_a_resume_removes_the_temporary_files_a_killed_writer_left_and_no_live_ones(tmp_path, tiny_run):
     """A checkpoint write killed between its temporary file and its rename left the file for good."""
     import os
     import subprocess
 
-    ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 1}))
+    copied(tiny_run, tmp_path)
     gone = subprocess.Popen(["true"])
     gone.wait()  # a process id that was a writer's and is no process now
     checkpoints = tmp_path / "r" / "checkpoints"
@@ -124,8 +130,8 @@ def test_what_a_resume_has_left_to_do():
     assert "stopped early at epoch 2" in stopped.nothing_left(Path("run"), 9)
 
 
-def test_the_checkpoint_read_for_the_checks_is_handed_over_once(tmp_path, reads):
-    ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 1}))
+def test_the_checkpoint_read_for_the_checks_is_handed_over_once(tmp_path, reads, tiny_run):
+    copied(tiny_run, tmp_path)
     reads.clear()
     with prepared(tiny_config(tmp_path / "r", train={"epochs": 2}, output={"resume": True})) as plan:
         path = plan.run_dir / "checkpoints" / "last.pt"
@@ -164,10 +170,8 @@ def test_a_largest_message_between_the_sizes_timed_is_said(capsys):
 
 
 @pytest.fixture(scope="module")
-def one_epoch_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("one_epoch") / "r"
-    ddplab.train(tiny_config(out, train={"epochs": 1}))
-    return out
+def one_epoch_run(tiny_run):
+    return tiny_run(train={"epochs": 1}).run_dir
 
 
 @pytest.mark.parametrize(

@@ -53,7 +53,7 @@ def test_whitening_stem_outputs_unit_variance_uncorrelated_patches():
     assert not model.whitening.weight.requires_grad and model.whitening.bias.requires_grad
 
 
-def test_a_speednet_run_initializes_its_stem_from_the_data_and_times_it(tmp_path):
+def test_a_speednet_run_initializes_its_stem_from_the_data_and_times_it(tmp_path, tiny_run):
     import ddplab
 
     result = ddplab.train(tiny_config(tmp_path / "r", model=SPEEDNET, train={"epochs": 1}))
@@ -62,7 +62,7 @@ def test_a_speednet_run_initializes_its_stem_from_the_data_and_times_it(tmp_path
     assert result.summary["time"]["record_s"] == pytest.approx(
         result.summary["time"]["data_init_s"] + history[0].train_s + history[0].eval_s, abs=2e-3
     )
-    plain = ddplab.train(tiny_config(tmp_path / "p", train={"epochs": 1}))
+    plain = tiny_run(train={"epochs": 1})
     assert plain.summary["time"]["data_init_s"] is None
 
 

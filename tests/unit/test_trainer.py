@@ -212,13 +212,13 @@ def test_each_warm_up_shape_starts_from_no_gradient(monkeypatch):
     assert seen == [True, True]
 
 
-def test_only_compiling_runs_warm_up_and_the_summary_says_so(tmp_path, monkeypatch):
+def test_only_compiling_runs_warm_up_and_the_summary_says_so(tmp_path, monkeypatch, tiny_run):
     import ddplab
     from ddplab.engine.trainer import Trainer
 
     assert not trainer_for(tiny_config()).should_warm_up()
     assert not trainer_for(tiny_config(model={"fuse_conv_relu": True})).should_warm_up()  # no autotuning on a CPU
-    result = ddplab.train(tiny_config(tmp_path / "plain", train={"epochs": 1}))
+    result = tiny_run(train={"epochs": 1})
     assert result.summary["time"]["warmup"] is None
     monkeypatch.setattr(Trainer, "should_warm_up_shapes", lambda self: True)  # as a compiled run would
     warmed = ddplab.train(tiny_config(tmp_path / "warm", train={"epochs": 1}))
@@ -239,10 +239,8 @@ def test_cpu_runs_stay_bit_exact_by_default_and_cuda_runs_fast():
     assert resolve_deterministic(tiny_config(train={"deterministic": False}), cpu) is False
 
 
-def test_the_summary_says_how_the_numbers_were_taken(tmp_path):
-    import ddplab
-
-    result = ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 1}))
+def test_the_summary_says_how_the_numbers_were_taken(tiny_run):
+    result = tiny_run(train={"epochs": 1})
     assert result.summary["engine"] == {
         "deterministic": True,
         "cudnn_benchmark": False,
@@ -284,6 +282,28 @@ def test_train_threads_sets_the_cpu_threads_and_the_summary_says_so(tmp_path):
         assert torch.get_num_threads() == 2  # the caller's setting is back when train() returns
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_run_gives_the_caller_its_logger_back(tmp_path):
+    """ddplab's logger kept the run's train.log after train() returned: what a notebook logged next, and every
+    later test's warnings, went into the last run's folder."""
+    import io
+    import logging
+
+    import ddplab
+
+    logger = logging.getLogger("ddplab")
+    mine = logging.StreamHandler(io.StringIO())
+    logger.addHandler(mine)
+    try:
+        result = ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 1}))
+        kept = (result.run_dir / "train.log").read_text()
+        assert "epoch 1/1" in kept and "epoch 1/1" not in mine.stream.getvalue()  # the run had its own handlers
+        logger.warning("after the run")
+        assert (result.run_dir / "train.log").read_text() == kept
+        assert logger.handlers == [mine] and mine.stream.getvalue() == "after the run\n"
+    finally:
+        logger.removeHandler(mine)
 
 
 def test_train_gives_the_caller_its_torch_settings_back(tmp_path):

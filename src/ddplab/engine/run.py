@@ -59,6 +59,7 @@ def run(plan: RunPlan) -> RunResult:
     start = time.perf_counter()
     with (
         torch_settings_restored(),
+        logsetup.restored(),
         distributed_context(plan.config, plan.place) as ctx,
         memory_errors(plan.config, ctx),
     ):
