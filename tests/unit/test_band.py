@@ -40,6 +40,14 @@ def test_a_gpu_band_is_its_kinds_central_90_percent_over_the_corpus():
         assert b.hi == pytest.approx(percentile(ratios, 0.95)) and ratios[0] <= b.lo < b.hi <= ratios[-1]
         assert 0 < b.held <= b.held_of == b.cases
     assert band.band_for(True) == band.gpu_band(1) and band.band_for(True, 2) == band.gpu_band(2, 400.0)
+    # Planned from a measured node of as many GPUs: the points predicted again from their series' node, a kind of
+    # their own, its coverage each source against the band of the others.
+    _, held, spreads = corpus.predicted(corpus.load()[1])
+    node = band.band_for(True, 2, node_gbit=400.0, from_node=True)
+    ratios = sorted(1 / (1 + p.error) for p in held if p.series.from_node)
+    assert node.cases == len(ratios) >= 10 and node != band.band_for(True, 2, node_gbit=400.0)
+    assert node.lo == pytest.approx(percentile(ratios, 0.05)) and node.hi == pytest.approx(percentile(ratios, 0.95))
+    assert node.held == corpus.kind_bands(held, spreads)["across nodes, from a measured node"].held
     # Every published point over links under 50 Gbit/s a node went through parameter servers: not predicted, so
     # that kind has no band, and says so.
     slow = band.band_for(True, 4, node_gbit=10.0)

@@ -24,7 +24,7 @@ def test_the_corpus_spans_what_the_band_must_hold():
     assert len({s["publisher"] for s in SOURCES.values()}) == len(SOURCES) >= 8
     models = {s.model for s in SERIES}
     assert any(m.startswith(TRANSFORMERS) for m in models) and {"resnet50", "vgg16"} <= models
-    assert {p.kind for p in POINTS} == set(corpus.KINDS)
+    assert {p.kind for p in POINTS + corpus.points(corpus.from_nodes(SERIES))} == set(corpus.KINDS)
     assert max(p.row.gpus for p in POINTS) >= 512 and any(p.row.nodes >= 8 for p in POINTS)
     assert {"fp32", "amp-fp16"} <= {s.precision for s in SERIES}
     assert {"pcie3", "pcie4", "nvlink2", "nvlink3"} <= {s.intra for s in SERIES}
@@ -99,6 +99,28 @@ def test_one_process_a_node_is_predicted_only_where_it_drives_one_gpu():
         "t", {**fields, "processes": "gpu", "allreduce": "unknown", "rows": node.fields["rows"]}, "t"
     )
     assert corpus.points([unknown])[0].why_not == corpus.NOT_ALL_REDUCE["unknown"]
+
+
+def test_a_series_is_predicted_again_from_its_measured_node():
+    """Across nodes from a node of as many GPUs (a plan from a measured node): the base is that node's row, whose
+    own shortfall (an input pipeline, a host) the prediction then carries; rows of another count a node, one-node
+    rows and strong scaling are not predicted so."""
+    fields = {**SERIES[0].fields, "params": 1e6, "layers": 0, "intra": "nvlink2", "inter": "ib-edr", "nics": 1,
+              "unit": "images/s", "per": "job", "keep": "local", "local_batch": 32}  # fmt: skip
+    rows = [[1, 1, 100.0], [4, 1, 300.0], [8, 1, 400.0], [8, 2, 780.0], [8, 4, 1500.0], [4, 2, 590.0]]
+    s = corpus._series("t", {**fields, "rows": rows}, "t")
+    again = corpus.from_nodes([s])
+    assert [(a.rows[0].per_node, [r.gpus for r in a.rows[1:]]) for a in again] == [(4, [8]), (8, [16, 32])]
+    by_gpus = {p.row.gpus: p for p in corpus.points([again[1]])}
+    # From the node's 400 images/s (half the ideal of 800): 2 and 4 such nodes at about 800 and 1600, not the
+    # 1600 and 3200 the first row (100 images/s on one GPU) promises.
+    assert by_gpus[16].kind == "across nodes, from a measured node" and 700 < by_gpus[16].predicted <= 800
+    assert 1400 < by_gpus[32].predicted <= 1600
+    assert {p.kind for p in corpus.points([s]) if p.row.nodes > 1} == {"across nodes"}
+    strong = corpus._series("t", {**fields, "keep": "global", "global_batch": 256, "rows": rows}, "t")
+    assert corpus.from_nodes([strong]) == []
+    plain, held, _ = corpus.predicted([s])
+    assert len(plain) == 5 and len(held) == 5 + 3 and sum(p.series.from_node for p in held) == 3
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -206,6 +206,27 @@ def test_plan_command_prints_the_table_and_writes_plan_json(tmp_path, capsys):
     assert "--link measured reads" in capsys.readouterr().err
 
 
+def test_a_plan_from_a_measured_node_gives_its_rows_across_nodes_that_kinds_band(tmp_path, capsys):
+    """A 4-GPU DDP run: the rows of 4 GPUs a node across nodes are planned from the node (its band: the corpus's
+    points predicted from a measured node); other counts a node across nodes, from one GPU's kind."""
+    from ddplab.cli import main
+
+    run = write_run(tmp_path / "r", strategy="ddp", nproc=4, batch=50, device="cuda")
+    argv = ["plan", str(run), "--gpus", "2,4", "--nodes", "1,2", "--inter-link", "ib"]
+    assert main([*argv, "--out", str(tmp_path / "plan.json")]) == 0
+    out = capsys.readouterr().out
+    saved = json.loads((tmp_path / "plan.json").read_text())
+    node, across = band.band_for(True, 2, node_gbit=400.0, from_node=True), band.band_for(True, 2, node_gbit=400.0)
+    assert saved["band_across_nodes_from_the_node"] == node.to_json() and saved["band_across_nodes"] == across.to_json()
+    assert f"band across nodes of 4 GPUs each, planned from this node: {node.text()}" in out
+    rows = {(r["per_node"], r["nodes"]): r for r in saved["rows"]}
+    assert rows[4, 2]["images_per_s_band"] == pytest.approx(
+        [rows[4, 2]["images_per_s"] * b for b in (node.lo, node.hi)]
+    )
+    assert rows[2, 2]["images_per_s_band"] is None  # across nodes from one GPU's kind: said in words
+    assert not node.untrusted and across.untrusted
+
+
 def test_a_plan_over_a_measured_link_says_which_worker_counts_it_did_not_measure(tmp_path, capsys):
     """A links file measured with 2 ranks: the 4-worker rows use the 2-rank fit, and the plan says so with the
     command that measures 4; measured with 2 and 4, each row uses its own fit and nothing is said."""

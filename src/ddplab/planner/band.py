@@ -6,7 +6,8 @@ checked cases' errors would make of it. With a dozen cases it is a record of how
 model has been, not a confidence interval, and a measured point outside it is news.
 
 - GPU predictions: the published figures of planner/figures (planner/corpus.py), one band per kind
-  (one node; across nodes; across nodes over a link under 50 Gbit/s a node), each the central 90%
+  (one node; across nodes, planned from one GPU or from a measured node of as many GPUs; across nodes
+  over a link under 50 Gbit/s a node), each the central 90%
   of measured / predicted over that kind's points, recomputed with today's model each time, with
   its coverage out of sample: each source's points against the band drawn from the other sources.
   A kind with fewer than 10 points or 3 sources, or a band past -30% or +30%, is said in words.
@@ -231,7 +232,7 @@ def gpu_bands() -> dict[str, Band]:
     from ddplab.planner import corpus
 
     _, series = corpus.load()
-    held, spreads = corpus.held_out(corpus.points(series))  # STRAGGLER's spread fitted leave-one-source-out
+    _, held, spreads = corpus.predicted(series)  # STRAGGLER's spread fitted leave-one-source-out
     return {
         kind: Band(
             b.lo,
@@ -246,19 +247,23 @@ def gpu_bands() -> dict[str, Band]:
     }
 
 
-def gpu_band(nodes: int = 1, node_gbit: float | None = None) -> Band:
-    """A GPU prediction's band: its kind's (corpus.kind_for: one node, across nodes, across nodes over a slow link)."""
+def gpu_band(nodes: int = 1, node_gbit: float | None = None, from_node: bool = False) -> Band:
+    """A GPU prediction's band: its kind's (corpus.kind_for: one node, across nodes from one GPU or from a measured
+    node of as many GPUs, across nodes over a slow link)."""
     from ddplab.planner import corpus
 
-    kind = corpus.kind_for(nodes, node_gbit)
+    kind = corpus.kind_for(nodes, node_gbit, from_node=from_node)
     none = Band(1.0, 1.0, 0, f"published runs {corpus.KIND_WORDS[kind]}, planner/figures", untrusted="no points")
     return gpu_bands().get(kind, none)
 
 
-def band_for(on_cuda: bool, nodes: int = 1, other_batch: bool = False, node_gbit: float | None = None) -> Band:
-    """The band of a prediction of this kind: GPU (the corpus's kind, from the nodes and a node's network in
-    Gbit/s where known; times the batch checks' band at a local batch other than the measured one), CPU on one
-    node, CPU across nodes."""
+def band_for(
+    on_cuda: bool, nodes: int = 1, other_batch: bool = False, node_gbit: float | None = None, from_node: bool = False
+) -> Band:
+    """The band of a prediction of this kind: GPU (the corpus's kind, from the nodes, a node's network in Gbit/s
+    where known and whether the measured run was a node of as many GPUs; times the batch checks' band at a local
+    batch other than the measured one), CPU on one node, CPU across nodes."""
     if on_cuda:
-        return gpu_band(nodes, node_gbit).and_(batch_band()) if other_batch else gpu_band(nodes, node_gbit)
+        kind = gpu_band(nodes, node_gbit, from_node)
+        return kind.and_(batch_band()) if other_batch else kind
     return hosts_band() if nodes > 1 else cpu_band()

@@ -42,14 +42,19 @@ def predict_run(
     result = model.predict_grid(costs, per_node, nodes, batches or [run.summary["batch"]["local"]], within, between)
     node_gbit = between.busbw_gbps * 8 if isinstance(between, links.Link) else None  # a published link's
     band, across = band_for(costs.on_cuda), band_for(costs.on_cuda, max(nodes), node_gbit=node_gbit)  # built once
+    # A measured node of several GPUs: its rows across nodes of as many GPUs a node are planned from a node.
+    node = costs.measured["per_node"] if costs.measured["nodes"] == 1 and costs.measured["per_node"] > 1 else None
+    from_node = band_for(costs.on_cuda, max(nodes), node_gbit=node_gbit, from_node=True) if node else across
     result["band"] = band.to_json()
     if across != band:
         result["band_across_nodes"] = across.to_json()
+    if from_node != across and any(r["nodes"] > 1 and r["per_node"] == node for r in result["rows"]):
+        result["band_across_nodes_from_the_node"] = from_node.to_json()
     other_batch = batch_band() if costs.on_cuda else None  # BATCH_BOUND's checks, for the rows at another batch
     if other_batch and any(r["local_batch"] != costs.measured_batch for r in result["rows"]):
         result["band_at_another_batch"] = other_batch.to_json()
     for r in result["rows"]:
-        kind = across if r["nodes"] > 1 else band  # of multi-worker predictions: a 1-worker row has none
+        kind = (from_node if r["per_node"] == node else across) if r["nodes"] > 1 else band  # 1 worker: none
         used: Band | None
         if other_batch and r["local_batch"] != costs.measured_batch:
             used = kind.and_(other_batch) if r["workers"] > 1 else other_batch
@@ -80,6 +85,8 @@ def predict_run(
     print(f"  band: {band.text()}; planner/band.py")
     if across != band:
         print(f"  band across nodes: {across.text()}")
+    if "band_across_nodes_from_the_node" in result:
+        print(f"  band across nodes of {node} GPUs each, planned from this node: {from_node.text()}")
     if "band_at_another_batch" in result:
         print(
             f"  at a local batch other than {costs.measured_batch} (a GPU's step, BATCH_BOUND), besides: "
@@ -117,9 +124,7 @@ def show_corpus() -> int:
 
     sources, series = corpus.load()
     print(f"published scaling figures: {len(sources)} sources, {len(series)} series (ddplab/planner/figures)")
-    plain = corpus.points(series)
-    held, spreads = corpus.held_out(plain)
-    print(corpus.table(plain, held, spreads))
+    print(corpus.table(*corpus.predicted(series)))
     return 0
 
 

@@ -12,7 +12,11 @@ what the model gets wrong at the base (nothing, where the base is one GPU). The 
 predicted / published - 1: positive is the model promising more than the source measured.
 
 Points fall in one kind each, the first that applies: strong scaling (the global batch kept),
-a link under 50 Gbit/s a node between nodes, across nodes, one node. Torch-free.
+a link under 50 Gbit/s a node between nodes, across nodes, one node. A series with a one-node row
+of several GPUs and rows across nodes of as many GPUs a node is predicted a second time from that
+node (`from_nodes`), as a run is planned from a measured node: the kind "across nodes, from a
+measured node", whose base carries what the node itself loses (its input pipeline, its host).
+Torch-free.
 """
 
 from __future__ import annotations
@@ -75,10 +79,11 @@ NOT_ALL_REDUCE = {  # gradients exchanged otherwise than DDP's all-reduce: anoth
 ONE_PROCESS_A_NODE = "one process drives all of a node's GPUs, not one process a GPU as in DDP"
 TIMES = {"s/step": 1.0, "ms/step": 1e-3, "s/epoch": 1.0}  # a time as printed, in seconds
 SLOW_LINK_GBIT = 50.0  # a node's network under this (ports x rate) is the slow-link kind
-KINDS = ("strong scaling", "link under 50 Gbit/s", "across nodes", "one node")
+KINDS = ("strong scaling", "link under 50 Gbit/s", "across nodes, from a measured node", "across nodes", "one node")
 KIND_WORDS = {
     "strong scaling": "with the global batch kept",
     "link under 50 Gbit/s": "across nodes over links under 50 Gbit/s a node",
+    "across nodes, from a measured node": "across nodes, planned from a measured node of as many GPUs",
     "across nodes": "across nodes",
     "one node": "on one node",
 }
@@ -117,14 +122,17 @@ OPTIONAL = ("note", "global_batch", "params_from", "hardware", "where", "tokens_
 REQUIRED = tuple(k for k in SERIES if k not in OPTIONAL)
 
 
-def kind_for(nodes: int, node_gbit: float | None = None, strong: bool = False) -> str:
+def kind_for(nodes: int, node_gbit: float | None = None, strong: bool = False, from_node: bool = False) -> str:
     """The kind of a prediction, the first that applies: strong scaling (the global batch kept), across nodes over
-    a node's network under SLOW_LINK_GBIT, across nodes, one node (node_gbit None: not known, not slow)."""
+    a node's network under SLOW_LINK_GBIT, across nodes from a measured node of as many GPUs (`from_node`), across
+    nodes, one node (node_gbit None: not known, not slow)."""
     if strong:
         return KINDS[0]
     if nodes > 1:
-        return KINDS[1] if node_gbit is not None and node_gbit < SLOW_LINK_GBIT else KINDS[2]
-    return KINDS[3]
+        if node_gbit is not None and node_gbit < SLOW_LINK_GBIT:
+            return KINDS[1]
+        return KINDS[2] if from_node else KINDS[3]
+    return KINDS[4]
 
 
 @dataclass(frozen=True)
@@ -157,6 +165,7 @@ class Series:
     global_batch: int
     rows: tuple[Row, ...]
     fields: dict[str, Any]  # everything the file says of it (provenance included)
+    from_node: bool = False  # its base is a node of several GPUs (from_nodes), not the series' first row
 
     def samples_per_s(self, row: Row) -> float:
         """The job's throughput at `row`, in samples per second (an epoch's time: in epochs, as a ratio)."""
@@ -185,7 +194,7 @@ class Series:
     def kind(self, row: Row) -> str:
         link = self.node_link()
         node_gbit = link.busbw_gbps / GBIT if link is not None else None
-        return kind_for(max(row.nodes, self.rows[0].nodes), node_gbit, strong=self.keep == "global")
+        return kind_for(max(row.nodes, self.rows[0].nodes), node_gbit, self.keep == "global", self.from_node)
 
     def unpredictable(self) -> str | None:
         """Why the model cannot predict this series' points (a link it does not name), or None."""
@@ -369,6 +378,30 @@ def points(series: list[Series], cv: float = 0.0) -> list[Point]:
     return out
 
 
+def from_nodes(series: list[Series]) -> list[Series]:
+    """Each series again, based on its measured node: for each count of GPUs a node with rows across nodes, the
+    one-node row of that many GPUs as the base and those rows as the points (weak scaling, predictable series)."""
+    out = []
+    for s in series:
+        if s.keep != "local" or s.rows[0].nodes != 1 or s.unpredictable() is not None:
+            continue
+        for base in s.rows:
+            across = tuple(r for r in s.rows if r.nodes > 1 and r.per_node == base.per_node)
+            if base.nodes == 1 and base.per_node > 1 and across:
+                out.append(replace(s, rows=(base, *across), from_node=True))
+    return out
+
+
+def predicted(series: list[Series]) -> tuple[list[Point], list[Point], dict[str, float]]:
+    """Every point as the corpus checks it: predicted from its series' first row without STRAGGLER (`plain`), and
+    out of sample (`held`: STRAGGLER's spread fitted without the point's source, on the first-row predictions
+    alone), the latter with the points predicted again from a measured node (from_nodes); and the spreads."""
+    plain = points(series)
+    held, spreads = held_out(plain)
+    again = [p.at(spreads[p.series.source]) for p in points(from_nodes(series)) if p.steps is not None]
+    return plain, held + again, spreads
+
+
 CV_GRID = tuple(i / 400 for i in range(81))  # STRAGGLER's GPU spread: 0 to 20% by 0.25%
 
 
@@ -432,9 +465,11 @@ def central(values: list[float]) -> tuple[float, float]:
 
 def table(plain: list[Point], held: list[Point], spreads: dict[str, float]) -> str:
     """The errors by source and by kind, as `ddplab plan --corpus` prints them: without STRAGGLER's GPU term
-    (`plain`) and with it, its spread fitted without each point's source (`held`)."""
+    (`plain`) and with it, its spread fitted without each point's source (`held`, which holds the predictions from
+    a measured node too: a kind of their own, left out of the errors by source)."""
     lines = []
     predicted = [p for p in plain if p.error is not None]
+    again = [p.at(0.0) for p in held if p.series.from_node]
     fitted = f": {min(spreads.values()):.2%} to {max(spreads.values()):.2%} by the source left out" if spreads else ""
     lines.append(
         f"{len(predicted)} points predicted from their series' base rows ({len(plain) - len(predicted)} not: why at "
@@ -445,11 +480,14 @@ def table(plain: list[Point], held: list[Point], spreads: dict[str, float]) -> s
         f"  {'':38} {'points':>6}   {'without: median |err|':>21} {'below':>5}   {'held out: median |err|':>22} "
         f"{'below':>5} {'5%..95%':>13} {'worst':>6}"
     )
+    first = [p for p in held if not p.series.from_node]
     for title, key in (("by source", lambda p: p.series.source), ("by kind", lambda p: p.kind)):
         lines += [f"\n{title}:", head]
-        rows = list(zip(summary(predicted, key), summary(held, key), strict=True))
         if title == "by source":
-            rows = [*rows, *zip(summary(predicted, lambda p: "all"), summary(held, lambda p: "all"), strict=True)]
+            rows = list(zip(summary(predicted, key), summary(first, key), strict=True))
+            rows += zip(summary(predicted, lambda p: "all"), summary(first, lambda p: "all"), strict=True)
+        else:
+            rows = list(zip(summary(predicted + again, key), summary(held, key), strict=True))
         for a, b in rows:
             lines.append(
                 f"  {a['group'][:38]:38} {a['points']:>6}   {a['median_abs']:>21.1%} {a['below']:>5.0%}   "

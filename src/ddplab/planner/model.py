@@ -228,6 +228,8 @@ def step_costs(
         on_cuda=on_cuda,
         measured={
             "world_size": run["world_size"],
+            "per_node": per_node,  # a node of several (on CUDA): its rows across nodes of as many are planned from it
+            "nodes": run["world_size"] // per_node,
             "local_batch": batch["local"],
             "device": run["device"],
             "epochs_timed": len(timed),
