@@ -1,14 +1,142 @@
-"""Imports run one way: no module of ddplab imports, at any depth or inside a function, one that imports it back.
+"""Imports run one way, and only along the edges written down here.
 
-A cycle is where a layer reaches up (the public train() once lived in the worker body and called up into the
-launcher; the planner read runs through the report). The package's root (`ddplab/__init__.py`, the lazy public
-facade) and imports for type checkers only (`if TYPE_CHECKING:`) are left out.
+No module of ddplab imports, at any depth, inside a function or for type checkers only, one that imports it back;
+no package imports one that imports it back; and each package (engine, sweep, report, planner, ...) and each
+top-level module imports only what ALLOWED names for it: a new edge is a decision, made here, where a reviewer
+sees it (in the spirit of torchtitan's frozen-API tests). A cycle is where a layer reaches up (the public
+train() once lived in the worker body and called up into the launcher; the planner read runs through the
+report). The package's root (`ddplab/__init__.py`, the lazy public facade) is left out.
 """
 
 import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+
+# Each layer (a subpackage, or a module at the top level) -> the layers it may import. Read bottom up: errors,
+# the file formats and the torch-free readers; then data, models, metrics, kernels and the engine (torch); the
+# launcher and its harnesses; the planner (arithmetic and file formats: torch-free), the sweep (torch-free:
+# it starts processes), the report; the CLI on top.
+ALLOWED: dict[str, set[str]] = {
+    "errors": set(),
+    "log": set(),
+    "seeding": set(),
+    "stops": set(),
+    "borders": {"errors"},
+    "files": {"errors"},
+    "hosts": {"errors"},
+    "models": {"errors"},
+    "runfiles": {"errors"},
+    "topology": {"errors"},
+    "arguments": {"borders"},
+    "compat": {"errors", "stops"},
+    "faults": {"errors", "topology"},
+    "tracking": {"errors", "files"},
+    "warm": {"compat"},
+    "process": {"stops", "warm"},
+    "watchdog": {"errors", "process", "warm"},
+    "data": {"errors", "seeding"},
+    "config": {"arguments", "data", "errors", "files", "topology", "tracking"},
+    "runlock": {"borders", "errors", "runfiles"},
+    "checkpoint": {"borders", "errors", "faults", "files", "runfiles"},
+    "runfolder": {"checkpoint", "config", "errors", "runfiles"},
+    "runplan": {"config", "errors", "files", "runfiles", "runfolder", "runlock", "topology"},
+    "distributed": {"arguments", "compat", "config", "errors", "topology"},
+    "metrics": {
+        "borders",
+        "config",
+        "distributed",
+        "errors",
+        "files",
+        "hosts",
+        "process",
+        "runfiles",
+        "topology",
+        "tracking",
+    },  # fmt: skip
+    "runread": {"borders", "config", "errors", "metrics", "runfiles"},
+    "kernels": {"files", "metrics", "models"},
+    "engine": {
+        "checkpoint",
+        "compat",
+        "config",
+        "data",
+        "distributed",
+        "errors",
+        "faults",
+        "files",
+        "kernels",
+        "log",
+        "metrics",
+        "models",
+        "runfiles",
+        "runfolder",
+        "runplan",
+        "seeding",
+    },  # fmt: skip
+    "launch": {
+        "arguments",
+        "compat",
+        "config",
+        "distributed",
+        "engine",
+        "errors",
+        "faults",
+        "runplan",
+        "stops",
+        "topology",
+        "warm",
+        "watchdog",
+    },  # fmt: skip
+    "planner": {"borders", "errors", "files", "metrics", "runfiles", "runread", "topology"},
+    "allreduce": {"compat", "distributed", "errors", "files", "launch", "metrics", "planner", "topology"},
+    "sweep": {
+        "allreduce",
+        "arguments",
+        "borders",
+        "config",
+        "errors",
+        "files",
+        "launch",
+        "metrics",
+        "planner",
+        "process",
+        "runfiles",
+        "runfolder",
+        "runlock",
+        "runread",
+        "stops",
+        "topology",
+        "tracking",
+        "warm",
+    },  # fmt: skip
+    "report": {"config", "errors", "files", "metrics", "planner", "runfiles", "runread", "sweep", "topology"},
+    "cli": {
+        "allreduce",
+        "arguments",
+        "compat",
+        "config",
+        "data",
+        "engine",
+        "errors",
+        "faults",
+        "files",
+        "hosts",
+        "kernels",
+        "launch",
+        "models",
+        "planner",
+        "report",
+        "runfiles",
+        "runfolder",
+        "runread",
+        "stops",
+        "sweep",
+        "topology",
+        "tracking",
+    },  # fmt: skip
+    "__main__": {"cli"},
+}
 
 
 def module_names() -> dict[str, Path]:
@@ -19,29 +147,17 @@ def module_names() -> dict[str, Path]:
     return found
 
 
-def runtime_imports(tree: ast.AST) -> list[ast.AST]:
-    """Import statements, those under `if TYPE_CHECKING:` left out."""
-    found: list[ast.AST] = []
-
-    def walk(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            for child in node.orelse:
-                walk(child)
-            return
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            found.append(node)
-        for child in ast.iter_child_nodes(node):
-            walk(child)
-
-    walk(tree)
-    return found
+def imports(tree: ast.AST) -> list[ast.AST]:
+    """Every import statement: at the top, inside functions, and under `if TYPE_CHECKING:` (a type-only cycle is
+    a cycle of meaning: two modules that each need the other's names to be read)."""
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
 
 
 def import_graph() -> dict[str, set[str]]:
     modules = module_names()
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
-        for node in runtime_imports(ast.parse(path.read_text())):
+        for node in imports(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ddplab"):
                 subs = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules]
                 targets = subs if len(subs) == len(node.names) else [node.module, *subs]
@@ -89,15 +205,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_check_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
-    tree = ast.parse(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\nelse:\n    import y\n"
-        "def f():\n    import z\n"
-    )
-    assert [ast.unparse(n) for n in runtime_imports(tree)] == [
-        "from typing import TYPE_CHECKING",
-        "import y",
-        "import z",
-    ]
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\ndef f():\n    import z\n")
+    assert [ast.unparse(n) for n in imports(tree)] == ["from typing import TYPE_CHECKING", "import x", "import z"]
 
 
 def test_no_module_imports_one_that_imports_it_back():
@@ -129,3 +238,25 @@ def test_no_layer_imports_one_that_imports_it_back():
     assert not found, "\n".join(
         " <-> ".join(c) + ": " + "; ".join(f"{m} imports {sorted(layers[m] & set(c))}" for m in c) for c in found
     )
+
+
+def test_each_layer_imports_only_what_the_table_allows():
+    """A new edge between layers (or a new top-level module) is written into ALLOWED, with the review that goes
+    with it; an edge the code no longer has is taken out, so the table stays what the code does."""
+    layers = {name.removeprefix("ddplab."): {t.removeprefix("ddplab.") for t in targets}
+              for name, targets in package_graph(import_graph()).items()}  # fmt: skip
+    unplaced = sorted(set(layers) - set(ALLOWED))
+    assert not unplaced, f"give each a line in ALLOWED (what it may import): {unplaced}"
+    breaches = {name: sorted(targets - ALLOWED[name]) for name, targets in layers.items() if targets - ALLOWED[name]}
+    assert not breaches, f"imports ALLOWED does not name (a layer reaching where it should not?): {breaches}"
+    stale = {name: sorted(ALLOWED[name] - layers.get(name, set())) for name in ALLOWED
+             if ALLOWED[name] - layers.get(name, set())}  # fmt: skip
+    assert not stale, f"ALLOWED names edges the code no longer has (take them out): {stale}"
+
+
+def test_the_planner_and_the_sweep_stay_torch_free_and_below_the_launcher():
+    """The planner is arithmetic and file formats (the all-reduce harness that starts ranks is allreduce.py,
+    beside the launcher); the sweep starts processes and never imports the engine it times (engine/probe.py)."""
+    assert not ALLOWED["planner"] & {"launch", "engine", "distributed", "compat", "allreduce"}
+    assert not ALLOWED["sweep"] & {"engine", "kernels", "models", "data"}
+    assert not ALLOWED["report"] & {"engine", "launch", "allreduce"}

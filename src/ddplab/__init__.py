@@ -4,13 +4,18 @@ from ddplab import RunConfig, train
 result = train(RunConfig())          # -> RunResult(run_dir, summary, history)
 """
 
-__version__ = "0.1.0"
-
 __all__ = ["RunConfig", "RunResult", "train", "__version__"]
 
 
 def __getattr__(name: str):
     # Lazy, so `import ddplab` (and `ddplab --help`) does not pay for importing torch.
+    if name == "__version__":  # pyproject.toml's, as installed; a source tree run without installing has none
+        from importlib import metadata
+
+        try:
+            return metadata.version("ddplab")
+        except metadata.PackageNotFoundError:
+            return "0+unknown"
     if name == "RunConfig":
         from ddplab.config import RunConfig
 

@@ -550,7 +550,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.nnodes > 1:
         quiet_native_logs(args.debug)
     compat.check_torch()
-    return command.measure_links(
+    from ddplab.allreduce import measure_links
+
+    return measure_links(
         args.backend,
         args.nproc,
         nnodes=args.nnodes,

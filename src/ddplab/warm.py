@@ -56,7 +56,7 @@ IMPORTS = (
     "ddplab.cli",
     "ddplab.launch",
     "ddplab.engine.run",
-    "ddplab.sweep.estimate",
+    "ddplab.engine.probe",
 )
 # Environment read when an interpreter starts or torch, numpy and their libraries load: a fork cannot
 # take another value of these. OMP_NUM_THREADS is applied to the child (torch.set_num_threads).

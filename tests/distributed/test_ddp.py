@@ -15,6 +15,7 @@ import torch
 from ddplab import checkpoint, compat
 from ddplab.config import load_toml
 from ddplab.metrics.records import PHASES, read_epochs, reproducible
+from ddplab.report.records import Load
 
 from cli_process import ddplab_cli
 from conftest import leftover_processes
@@ -197,7 +198,7 @@ def test_workers_sharing_one_device_train_the_same_run_and_are_marked(ddp_run, t
     result = build_report([ddp_run, tmp_path / "shared"], tmp_path / "report")
     speed = next(t for t in result["sections"][0]["tables"] if t[0] == "Speed")
     assert "workers on one GPU: a check, not a speed (contended)" in str(speed)
-    from ddplab.report.noise import Load, timing_verdict
+    from ddplab.report.noise import timing_verdict
 
     verdict = timing_verdict(1.5, None, None, {"shared": Load(0.0, 0.0, None, shared_device=True)})
     assert verdict.text() == (

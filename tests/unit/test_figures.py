@@ -4,6 +4,7 @@ import pytest
 
 from ddplab.report.build import build_report
 from ddplab.report.figures import early_stop_epoch, overfitting
+from ddplab.report.records import Row
 
 from report_folders import assert_findings_restate_tables, read_csv, write_sweep
 from run_folders import write_manifest, write_run
@@ -126,8 +127,8 @@ def test_an_all_reduce_wait_across_nodes_names_the_link_it_crosses():
 
 
 def test_every_name_a_row_is_given_is_one_row_declares(tmp_path):
-    """figures.Row is what mypy checks the report's reads against: the names the code writes must all be in it."""
-    from ddplab.report.figures import MEASURED, SETTINGS, TEXT, Row, run_row
+    """Row is what mypy checks the report's reads against: the names the code writes must all be in it."""
+    from ddplab.report.figures import MEASURED, SETTINGS, TEXT, run_row
     from ddplab.report.runs import load_runs
     from ddplab.report.sections import build_sections
 

@@ -13,8 +13,6 @@ from ddplab.planner.links import (
     fit,
     link_named,
     load_links,
-    measure,
-    measured_link,
     read_links,
     save_links,
 )
@@ -66,28 +64,6 @@ def test_every_published_link_says_where_its_figures_come_from():
     assert link_named("ib").busbw_gbps == 50.0
     with pytest.raises(ConfigError, match="no link named 'infiniband': the links are nvlink, pcie5"):
         link_named("infiniband")
-
-
-def test_measure_refuses_what_cannot_measure_a_link():
-    with pytest.raises(ConfigError, match="needs 2 or more ranks"):
-        measure("gloo", 1)
-    with pytest.raises(ConfigError, match="--backend nccl needs CUDA devices"):
-        measure("nccl", 2, device="cpu")
-    with pytest.raises(ConfigError, match="leaves 2 message size"):
-        measure("gloo", 2, max_bytes=16 * 1024)
-
-
-@pytest.mark.slow
-def test_gloo_on_this_machine_fits_the_model():
-    """A real measurement: 2 Gloo processes, 4 KiB to 16 MiB (below ~1 MiB Gloo's fixed cost, about 2 ms
-    here, hides the size). The fit's bound is loose (a shared 2-core machine), but a model that could not
-    describe Gloo at all would miss it."""
-    result = measure("gloo", 2, max_bytes=16 * 2**20)
-    assert result["sizes"] == list(SIZES[:7]) and len(result["times_s"]) == 7
-    assert all(t > 0 for t in result["times_s"]) and result["times_s"][-1] > result["times_s"][0]
-    link = measured_link(json.loads(json.dumps(result)))
-    assert link.measured and link.busbw_gbps > 0.01 and link.alpha_s < 0.01
-    assert link.fit_error["median"] < 0.5
 
 
 def test_plan_lists_the_published_links_with_their_sources(capsys):

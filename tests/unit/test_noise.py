@@ -7,6 +7,7 @@ import pytest
 
 from ddplab.report import noise
 from ddplab.report.build import build_report
+from ddplab.report.records import Load, Timing
 
 from report_folders import assert_findings_restate_tables
 from run_folders import write_run
@@ -100,13 +101,13 @@ def test_timing_noise_of_one_run_is_its_windows_standard_error():
     assert (one.noise, one.basis) == (0.02, "within-run")
     two = noise.point_timing([100.0, 110.0], [0.01, 0.01])
     assert two.basis == "seeds" and two.noise == pytest.approx(7.0711 / 105, rel=1e-4)
-    quiet = {"a": noise.Load(0.0, 0.0, None)}
+    quiet = {"a": Load(0.0, 0.0, None)}
     # One run per side: a run's own spread says nothing of the next run's, however large the ratio.
     for ratio in (1.05, 3.0):
         assert noise.timing_verdict(ratio, one, one, quiet).text() == (
             "single run (one run per side cannot tell an effect from run-to-run noise: set sweep.repeats)"
         )
     assert noise.timing_verdict(3.0, two, one, quiet).word == "single run"
-    steady = noise.Timing(100.0, 0.005, "seeds")  # 2 x hypot(0.5%, 0.5%) = 1.4%: the 3% floor applies
+    steady = Timing(100.0, 0.005, "seeds")  # 2 x hypot(0.5%, 0.5%) = 1.4%: the 3% floor applies
     assert noise.timing_verdict(1.02, steady, steady, quiet).text() == "within noise (±3%, over seeds)"
     assert noise.timing_verdict(1.04, steady, steady, quiet).word == "beyond noise"

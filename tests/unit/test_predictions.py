@@ -8,6 +8,7 @@ import pytest
 from ddplab.planner import band
 from ddplab.report.build import build_report
 from ddplab.report.html import md_text
+from ddplab.report.records import PairPrediction
 from ddplab.report.runs import load_runs
 
 from report_folders import write_sweep
@@ -115,7 +116,6 @@ def test_the_models_curves_run_through_the_measured_points(tmp_path):
 
 def test_a_measured_speedup_is_said_to_lie_inside_or_outside_the_models_band():
     from ddplab.report.findings import prediction_text
-    from ddplab.report.predictions import PairPrediction
 
     p = PairPrediction(2.0, band.from_ratios([0.9, 1.1], "test"), 3.0)
     assert prediction_text(p, 2.1, "w=1").endswith(

@@ -379,6 +379,7 @@ def test_the_sweep_measures_each_worker_count_once_and_keeps_what_it_has(tmp_pat
     """A sweep with 2- and 4-worker points measures the all-reduce with 2 and with 4 ranks (on a CPU, 4 ranks
     on 2 cores as its runs are); a links file already there keeps its counts and gains the missing ones; a
     count that fails to measure costs only that count."""
+    from ddplab import allreduce
     from ddplab.planner import links
     from ddplab.sweep.local import measure_sweep_link
 
@@ -399,7 +400,7 @@ def test_the_sweep_measures_each_worker_count_once_and_keeps_what_it_has(tmp_pat
             "wall_s": 0.1,
         }
 
-    monkeypatch.setattr(links, "measure", fake_measure)
+    monkeypatch.setattr(allreduce, "measure", fake_measure)
     text = SWEEP.replace('"dist.nproc" = 2', '"dist.nproc" = 4')
     said = []
     sweep = load_sweep(write(tmp_path, text))

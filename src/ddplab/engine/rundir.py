@@ -69,12 +69,17 @@ def reproducible(config: RunConfig) -> RunConfig:
 
 
 def environment(ctx: DistContext) -> dict:
-    from ddplab import __version__
+    from importlib import metadata
+
     from ddplab.metrics.system import machine, network_link
 
     spread = len(set(ctx.hosts)) > 1  # several nodes: the link between them, as rank 0's side sees it
+    try:
+        version: str | None = metadata.version("ddplab")  # the installed distribution's (pyproject.toml)
+    except metadata.PackageNotFoundError:
+        version = None  # a source tree run without installing it (PYTHONPATH=src): git_sha says which
     return {
-        "ddplab": __version__,
+        "ddplab": version,
         "git_sha": git_sha(),
         **machine(ctx.device),
         "world_size": ctx.world_size,

@@ -13,7 +13,6 @@ from ddplab import files
 from ddplab.errors import ConfigError
 from ddplab.planner import links
 from ddplab.planner.band import Band, band_for, batch_band
-from ddplab.topology import resolve_backend
 
 
 def predict_run(
@@ -167,64 +166,6 @@ def list_links() -> int:
     for link in links.PUBLISHED.values():
         print(f"{link.name:<8} {link.busbw_gbps:>9,.1f} {link.alpha_s * 1e6:>9,.0f}  {link.source}")
     print("measure this machine's: ddplab plan --measure [--backend gloo|nccl] [--nproc N]")
-    return 0
-
-
-def measure_links(
-    backend: str,
-    nproc: list[int],
-    *,
-    nnodes: int,
-    max_mib: int,
-    rdzv_endpoint: str | None,
-    timeout_s: int,
-    out: Path | None,
-) -> int:
-    """All-reduce timed from 4 KiB to `max_mib` with each count of ranks in `nproc` (per node), fitted, printed
-    and written to `out` (links.json)."""
-    import torch
-
-    on_cuda = torch.cuda.is_available()
-    backend = resolve_backend(backend, on_cuda=on_cuda)
-    device = "cuda" if backend == "nccl" else "cpu"
-    if device == "cuda" and max(nproc) > torch.cuda.device_count():
-        raise ConfigError(
-            f"--nproc {max(nproc)}: NCCL needs a GPU per rank and this machine has {torch.cuda.device_count()}"
-        )
-    out = out or Path(links.LINKS_FILE)
-    files.ready_to_write(out)  # before the measurement, which a read-only --out would throw away
-    results = []
-    for per_node in nproc:
-        ranks = per_node * nnodes
-        where = f" across {nnodes} nodes" if nnodes > 1 else ""
-        print(f"measuring all-reduce: {backend} x{ranks} on {device}{where}, 4 KiB to {max_mib} MiB ...", flush=True)
-        result = links.measure(
-            backend,
-            per_node,
-            device=device,
-            max_bytes=max_mib * links.MIB,
-            nnodes=nnodes,
-            rdzv_endpoint=rdzv_endpoint,
-            timeout_s=timeout_s,
-        )
-        link = links.measured_link(result)
-        print(f"{'size':>10} {'time us':>10} {'algbw GB/s':>11} {'busbw GB/s':>11} {'model us':>10}")
-        factor = 2 * (ranks - 1) / ranks
-        for size, t in zip(result["sizes"], result["times_s"], strict=False):
-            print(
-                f"{size / links.KIB:>8,.0f} K {t * 1e6:>10,.1f} {size / t / links.GB:>11,.3f} "
-                f"{size * factor / t / links.GB:>11,.3f} {link.allreduce_s(size, ranks) * 1e6:>10,.1f}"
-            )
-        print(
-            f"fit ({ranks} ranks): alpha {link.alpha_s * 1e6:,.1f} us, bus bandwidth {link.busbw_gbps:,.3f} GB/s; "
-            f"model error median {link.fit_error['median']:.1%}, worst {link.fit_error['max']:.1%} "
-            f"({result['wall_s']} s)"
-        )
-        results.append(result)
-    from ddplab.metrics.system import machine
-
-    links.save_links(out, results, machine=machine(device))
-    print(f"links: {out}")
     return 0
 
 

@@ -10,7 +10,7 @@ defines it (NVIDIA/nccl-tests, doc/PERFORMANCE.md): the algorithm bandwidth S/t 
 2(N-1)/N, the share of S a ring all-reduce sends through each rank's link, so that one
 figure describes a link whatever N is. It is the figure to compare with a link's speed.
 
-`measure` times all-reduce over message sizes on this machine with a real backend (Gloo or
+ddplab/allreduce.py times all-reduce over message sizes on this machine with a real backend (Gloo or
 NCCL), in N processes started by PyTorch's elastic launcher, as training's workers are; each
 size's time is the slowest rank's. A links file holds one such measurement per number of
 ranks (`MeasuredLinks`): on a machine with fewer cores than ranks, alpha grows with N. `fit`
@@ -26,10 +26,7 @@ measured: a run gets at most that.
 from __future__ import annotations
 
 import math
-import os
 import statistics
-import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,8 +39,6 @@ GB = 1e9  # bandwidths are in GB/s (10^9 bytes per second), as nccl-tests and th
 KIB, MIB = 2**10, 2**20
 SIZES = tuple(4 * KIB * 4**i for i in range(10))  # 4 KiB .. 1 GiB by 4x; `measure` stops at its max_bytes
 MAX_BYTES = 256 * MIB
-TARGET_S_PER_SIZE = 0.2  # each size is repeated for about this long (at least MIN_REPEATS times)
-MIN_REPEATS, MAX_REPEATS, WARMUP = 3, 200, 2
 
 
 @dataclass(frozen=True)
@@ -177,123 +172,6 @@ def measured_link(result: dict[str, Any]) -> Link:
         fit_error=error,
         ranks=result["ranks"],
     )
-
-
-def measure(
-    backend: str = "gloo",
-    ranks: int = 2,
-    *,
-    device: str = "cpu",
-    max_bytes: int = MAX_BYTES,
-    nnodes: int = 1,
-    rdzv_endpoint: str | None = None,
-    timeout_s: int = 600,
-) -> dict[str, Any]:
-    """Time all-reduce over SIZES up to `max_bytes` with `ranks` processes of the elastic launcher on each of
-    `nnodes` nodes (each runs this, with the same `rdzv_endpoint`: node 0's address)."""
-    from torch.distributed.launcher.api import elastic_launch
-
-    from ddplab import compat
-    from ddplab.distributed import route_address
-    from ddplab.launch import c10d_configs, whole_spawns
-
-    if ranks * nnodes < 2:
-        raise ConfigError(f"--nproc {ranks}: an all-reduce needs 2 or more ranks to measure a link")
-    if backend == "nccl" and device != "cuda":
-        raise ConfigError("--backend nccl needs CUDA devices; use --backend gloo on a CPU")
-    if nnodes > 1 and rdzv_endpoint is None:
-        raise ConfigError(
-            f"--nnodes {nnodes}: every node needs --rdzv-endpoint host:port, the same on each (node 0's address)"
-        )
-    sizes = [s for s in SIZES if s <= max_bytes]
-    if len(sizes) < 3:
-        raise ConfigError(
-            f"--max-mib {max_bytes / MIB:g} leaves {len(sizes)} message size(s) from 4 KiB; the fit needs 3"
-        )
-    config = compat.launch_config(
-        min_nodes=nnodes,
-        max_nodes=nnodes,
-        nproc_per_node=ranks,
-        run_id=f"ddplab-links-{rdzv_endpoint}" if nnodes > 1 else str(uuid.uuid4()),
-        rdzv_backend="c10d",
-        rdzv_endpoint=rdzv_endpoint or "localhost:0",
-        rdzv_configs=c10d_configs(rdzv_endpoint, timeout_s),
-        max_restarts=0,
-        local_addr=route_address(rdzv_endpoint) if nnodes > 1 else None,
-        monitor_interval=0.1,
-        start_method="spawn",
-    )
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.rendezvous.api import RendezvousError
-
-    start = time.perf_counter()
-    try:
-        with whole_spawns():
-            results = elastic_launch(config, time_allreduce)(backend, sizes, device, nnodes > 1)
-    except RendezvousError as exc:
-        from ddplab.launch import rendezvous_failure
-
-        raise rendezvous_failure(exc, rdzv_endpoint, nnodes, f"--timeout-s {timeout_s}") from None
-    except SignalException as exc:  # Ctrl-C or SIGTERM: the agent has stopped the ranks; nothing was written
-        from ddplab.launch import Interrupted
-
-        raise Interrupted(
-            f"interrupted by {exc.sigval.name} while timing the all-reduce: nothing was written; "
-            "run the command again to measure"
-        ) from None
-    return {
-        "backend": backend,
-        "ranks": ranks * nnodes,
-        "nodes": nnodes,
-        "device": device,
-        "sizes": sizes,
-        "times_s": next(iter(results.values())),
-        "wall_s": round(time.perf_counter() - start, 1),
-    }  # keyed by global rank
-
-
-def time_allreduce(backend: str, sizes: list[int], device: str, across_nodes: bool = False) -> list[float]:
-    """In each worker: seconds per all-reduce of each size, the slowest rank's."""
-    import torch
-    import torch.distributed as dist
-
-    if across_nodes and backend == "gloo":
-        from ddplab.distributed import maybe_set_gloo_interface
-
-        maybe_set_gloo_interface()
-    dist.init_process_group(backend)
-    try:
-        on = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if device == "cuda" else torch.device("cpu")
-        if on.type == "cuda":
-            torch.cuda.set_device(on)
-
-        def sync() -> None:
-            if on.type == "cuda":
-                torch.cuda.synchronize(on)
-
-        times = []
-        for size in sizes:
-            buffer = torch.ones(size // 4, dtype=torch.float32, device=on)
-            for _ in range(WARMUP):
-                dist.all_reduce(buffer)
-            sync()
-            first = time.perf_counter()
-            dist.all_reduce(buffer)
-            sync()
-            once = torch.tensor([time.perf_counter() - first])
-            dist.all_reduce(once, op=dist.ReduceOp.MAX)  # every rank repeats the same number of times
-            repeats = max(MIN_REPEATS, min(MAX_REPEATS, int(TARGET_S_PER_SIZE / max(once.item(), 1e-6))))
-            dist.barrier()
-            start = time.perf_counter()
-            for _ in range(repeats):
-                dist.all_reduce(buffer)
-            sync()
-            times.append((time.perf_counter() - start) / repeats)
-        slowest = torch.tensor(times, dtype=torch.float64)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        return slowest.tolist()
-    finally:
-        dist.destroy_process_group()
 
 
 def link_record(link: Link) -> dict[str, Any]:

@@ -12,11 +12,11 @@ from typing import Any
 
 from ddplab import files
 from ddplab.report import figures, html, plots, tables
-from ddplab.report.figures import Row
 from ddplab.report.headline import headline
 from ddplab.report.kinds import kind_of, section_findings
+from ddplab.report.records import Row, Section
 from ddplab.report.runs import load_runs
-from ddplab.report.sections import Section, architecture, build_sections, setup_text
+from ddplab.report.sections import architecture, build_sections, setup_text
 from ddplab.runread import shown
 
 RESULTS_NOTE = (

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ddplab.report import figures, tables
 from ddplab.report import runs as run_folders
-from ddplab.report.figures import Row
+from ddplab.report.records import Row
 from ddplab.runread import Run
 
 

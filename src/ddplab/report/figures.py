@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ddplab.errors import DataError
 from ddplab.metrics.records import (
@@ -27,6 +27,7 @@ from ddplab.metrics.records import (
     training_rate,
 )
 from ddplab.report import noise
+from ddplab.report.records import Gap, Row
 from ddplab.report.runs import Point
 from ddplab.runread import Run, shown
 from ddplab.topology import devices_brought, resolve_backend  # torch-free
@@ -65,111 +66,6 @@ MEASURED = (
     *COMM_MS,
 )
 MEMORY_LABELS = ("peak_alloc_mib", "peak_rss_mib", "peak_reserved_mib")  # first found is reported
-Number = Any  # a figure, or None where not measured (Any: read after checks mypy does not follow across keys)
-
-
-class Row(TypedDict, total=False):
-    """A run's figures (`run_row`) or a point's (`point_rows`: each MEASURED figure its mean over seeds and its
-    `_std`; a TEXT or SETTINGS value its runs' own, or "mixed"), and what the sections add. A dict, as tables,
-    CSV columns and plots read it by name; typed so that a name read wrong is a type error, not a silent None
-    (a test keeps it and TEXT, SETTINGS and MEASURED to the same names)."""
-
-    # a run's
-    run: str
-    seed: int
-    status: str
-    error: str
-    dir: str
-    link: str | None
-    within_noise: Number
-    # a point's
-    point: str
-    axes: dict[str, Any]
-    seeds: int
-    runs: str
-    timing: Any  # noise.Timing | None
-    images_per_s_noise: Number
-    loads: dict[str, noise.Load]
-    # both
-    load: noise.Load
-    other_cpu: Number
-    strategy: Any  # TEXT, SETTINGS: str and int, or "mixed" on a point whose runs differ
-    device: Any
-    device_name: Any
-    precision: Any
-    backend: Any
-    memory_label: Any
-    gap_basis: Any
-    torch: Any
-    world_size: Any
-    nodes: Any
-    local_batch: Any
-    global_batch: Any
-    accumulate: Any
-    train_images: Any
-    test_images: Any
-    epochs: Number
-    final_test_acc: Number
-    best_test_acc: Number
-    final_train_acc: Number
-    train_eval_acc: Number
-    acc_gap: Number
-    final_test_loss: Number
-    min_test_loss: Number
-    min_test_loss_epoch: Number
-    total_s: Number
-    train_s: Number
-    eval_s: Number
-    epoch_s: Number
-    images_per_s: Number
-    cores_busy: Number
-    peak_mib: Number
-    data_share: Number
-    forward_backward_share: Number
-    optimizer_share: Number
-    comm_wait_share: Number
-    straggler_share: Number
-    allreduce_share: Number
-    probe_comm_ms: Number
-    ddp_exposed_ms: Number
-    ddp_comm_ms: Number
-    straggler_ms: Number
-    epochs_std: Number
-    final_test_acc_std: Number
-    best_test_acc_std: Number
-    final_train_acc_std: Number
-    train_eval_acc_std: Number
-    acc_gap_std: Number
-    final_test_loss_std: Number
-    min_test_loss_std: Number
-    min_test_loss_epoch_std: Number
-    total_s_std: Number
-    train_s_std: Number
-    eval_s_std: Number
-    epoch_s_std: Number
-    images_per_s_std: Number
-    cores_busy_std: Number
-    peak_mib_std: Number
-    data_share_std: Number
-    forward_backward_share_std: Number
-    optimizer_share_std: Number
-    comm_wait_share_std: Number
-    straggler_share_std: Number
-    allreduce_share_std: Number
-    probe_comm_ms_std: Number
-    ddp_exposed_ms_std: Number
-    ddp_comm_ms_std: Number
-    straggler_ms_std: Number
-    # added by `scale` (against a baseline) and by the sections
-    speedup: Number
-    ideal: Number
-    efficiency: Number
-    baseline: Any
-    is_baseline: bool
-    overfit: Any  # Overfit | None
-    acc_noise: Number
-    cut_from: str  # a baseline cut to a point's epochs: the point it was cut from
-    section: str  # in the CSV files: the section a run or point is in
 
 
 def figure(row: Row, name: str) -> Any:
@@ -443,17 +339,6 @@ def scale(rows: list[Row], base: Row | None, name: str) -> None:
 def train_epoch_s(row: Row) -> float | None:
     """A row's training epoch (epochs after the first): its training images over its throughput."""
     return row["train_images"] / row["images_per_s"] if row.get("images_per_s") and row.get("train_images") else None
-
-
-@dataclass(frozen=True)
-class Gap:
-    """Where a scaling point's training epoch loses to the ideal one (`scaling_gap`)."""
-
-    epoch_s: float
-    ideal_epoch_s: float
-    parts: dict[str, float | None]  # seconds an epoch over the ideal's, by cause; None where not measured
-    biggest: str  # the part that loses the most
-    why: str  # what that part usually means
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,9 @@ noise or as measured under load (`report.noise`); every figure is formatted by
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ddplab.report import figures, noise
-from ddplab.report.figures import Row
+from ddplab.report.records import Comparison, PairPrediction, Row, Section, Verdict
 from ddplab.report.tables import (
     band_range,
     faster,
@@ -28,10 +27,6 @@ from ddplab.report.tables import (
     seconds_signed,
     times,
 )
-
-if TYPE_CHECKING:
-    from ddplab.report.predictions import PairPrediction
-    from ddplab.report.sections import Comparison, Section
 
 DATA_BOUND_SHARE = 0.25  # a data share this large is worth saying: the input pipeline limits the step
 GAP_WORTH_SAYING = 0.10  # train accuracy this far above test is said even without a rising test loss
@@ -246,7 +241,7 @@ def comparison_findings(pairs: list[Comparison], overfit: bool = False) -> list[
     return out
 
 
-def accuracy_lead(rows: list[Row]) -> tuple[list[Row], noise.Verdict | None]:
+def accuracy_lead(rows: list[Row]) -> tuple[list[Row], Verdict | None]:
     """The rows with a test accuracy, most accurate first, and whether the first leads the second beyond noise
     (None below two)."""
     scored = sorted((r for r in rows if r.get("final_test_acc") is not None), key=lambda r: -r["final_test_acc"])
@@ -310,7 +305,7 @@ def overfitting_findings(rows: list[Row], brief: bool = False) -> list[Finding]:
 # ---- what is missing ---------------------------------------------------------------------------------
 def not_measured(section: Section) -> list[Finding]:
     out = [Finding(f"not measured here: {point}: {why}", "missing") for point, why in section.not_measured]
-    if missing := section.missing_baseline():
+    if missing := section.missing_baseline:
         out.append(
             Finding(
                 f"the baseline ({', '.join(missing)}) did not finish: no point is compared with it, and the "

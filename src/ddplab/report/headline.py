@@ -4,15 +4,10 @@ findings (the detail stays there)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ddplab.report.findings import MEMORY_CHANGE, accuracy_lead, pct
 from ddplab.report.kinds import kind_of
-from ddplab.report.noise import Verdict
+from ddplab.report.records import Comparison, Section, Verdict
 from ddplab.report.tables import faster, memory_title, mib, points_value, rate, times
-
-if TYPE_CHECKING:
-    from ddplab.report.sections import Comparison, Section
 
 
 def short(verdict: Verdict) -> str:
@@ -27,7 +22,7 @@ def headline(section: Section) -> str:
     absent = ", ".join(dict.fromkeys(point for point, _ in section.not_measured))
     if not section.rows:
         return f"not measured on this machine: {absent}" if absent else "no run finished: nothing to answer"
-    missing = section.missing_baseline()
+    missing = section.missing_baseline
     answer = (
         f"no comparison: the baseline ({', '.join(missing)}) did not finish; {most_accurate(section)}"
         if missing

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ddplab.errors import file_error
-from ddplab.report.figures import Row
 from ddplab.report.plots import Plot
+from ddplab.report.records import Row
 
 Table = tuple[str, str, tuple[list[str], list[list[str]]]]  # (heading, note, (headers, cells))
 TEXT_COLUMNS = {

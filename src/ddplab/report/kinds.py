@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ddplab.report import findings as say
+from ddplab.report.records import Section
 
 if TYPE_CHECKING:
     from ddplab.report.findings import Finding
-    from ddplab.report.sections import Section
 
 
 @dataclass(frozen=True)

@@ -25,56 +25,18 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ddplab.metrics.records import EpochRecord, refresh_windows, timed_epochs, worst_reading
-
-if TYPE_CHECKING:
-    from ddplab.report.figures import Row
+from ddplab.report.records import Load, Row, Timing, Verdict
 
 NOISE_SIGMAS = 2.0  # a difference beyond this many standard deviations is an effect
 MIN_TIMING_EFFECT = 0.03  # timing ratios closer to 1 than 3% are never called an effect (run-to-run drift)
-CONTENDED_OTHER_CPU = 0.10  # other processes used at least 10% of the machine's CPU time while it trained
-CONTENDED_STEAL = 0.05  # the hypervisor took at least 5% of the CPU time
 MIN_WINDOWS = 5  # fewer timing windows than this give no within-run noise
 WARMUP_FRACTION = 0.2  # a one-epoch run's first 20% of windows still warm up: left out
 
 
 # ---- what a run competed with -----------------------------------------------------------------
-@dataclass(frozen=True)
-class Load:
-    """The worst contention a run's timed epochs saw; None fields were not measured."""
-
-    other_cpu: float | None
-    steal: float | None
-    gpu_others: int | None
-    shared_device: bool = False  # its workers shared one GPU on purpose (--dist.share_device)
-
-    @property
-    def measured(self) -> bool:
-        return self.other_cpu is not None or self.gpu_others is not None
-
-    @property
-    def contended(self) -> bool:
-        return (
-            (self.other_cpu or 0.0) >= CONTENDED_OTHER_CPU
-            or (self.steal or 0.0) >= CONTENDED_STEAL
-            or (self.gpu_others or 0) > 0
-            or self.shared_device
-        )
-
-    def why(self) -> str:
-        parts = []
-        if (self.other_cpu or 0.0) >= CONTENDED_OTHER_CPU:
-            parts.append(f"other processes used up to {self.other_cpu:.0%} of the CPUs")
-        if (self.steal or 0.0) >= CONTENDED_STEAL:
-            parts.append(f"the hypervisor took {self.steal:.0%} of the CPU time")
-        if self.shared_device:
-            parts.append("its workers shared one GPU (--dist.share_device: a correctness check, never a speed figure)")
-        elif self.gpu_others:
-            parts.append(f"{self.gpu_others} other process(es) shared its GPU")
-        return " and ".join(parts)
 
 
 def run_load(history: list[EpochRecord], *, shared_device: bool = False) -> Load:
@@ -121,15 +83,6 @@ def within_run_noise(rates: list[float]) -> float | None:
     return statistics.stdev(rates) / mean / math.sqrt(len(rates)) if mean > 0 else None
 
 
-@dataclass(frozen=True)
-class Timing:
-    """A point's training throughput with its relative noise and where the noise comes from."""
-
-    images_per_s: float
-    noise: float | None  # relative (0.02 = ±2%); None: not measured
-    basis: str  # "seeds" (run-to-run) | "within-run" | "none"
-
-
 def point_timing(rates: list[float | None], within: list[float | None]) -> Timing | None:
     """From each run's throughput and within-run noise: over seeds the run-to-run spread (never less
     than the runs' own noise), for one run its within-run noise."""
@@ -142,15 +95,6 @@ def point_timing(rates: list[float | None], within: list[float | None]) -> Timin
         spread = statistics.stdev(known) / mean
         return Timing(mean, max([spread, *inner]), "seeds")
     return Timing(mean, inner[0] if inner else None, "within-run" if inner else "none")
-
-
-@dataclass(frozen=True)
-class Verdict:
-    word: str  # "beyond noise" | "within noise" | "unreliable" | "single run" (timing) | "single seed" (accuracy)
-    why: str = ""  # what the word rests on, said after it
-
-    def text(self) -> str:
-        return f"{self.word} ({self.why})" if self.why else self.word
 
 
 def timing_verdict(ratio: float, a: Timing | None, b: Timing | None, loads: dict[str, Load]) -> Verdict:

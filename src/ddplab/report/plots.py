@@ -24,8 +24,9 @@ import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from ddplab import files  # noqa: E402
-from ddplab.report.figures import Row, figure  # noqa: E402
+from ddplab.report.figures import figure  # noqa: E402
 from ddplab.report.kinds import kind_of  # noqa: E402
+from ddplab.report.records import Row  # noqa: E402
 from ddplab.report.runs import Point, groups_without  # noqa: E402
 
 DPI = 100

@@ -9,36 +9,18 @@ DataParallel), nothing is predicted and the report claims nothing. Torch-free.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from ddplab.errors import DataError
 from ddplab.planner import model
-from ddplab.planner.band import Band, band_for
-from ddplab.report.figures import Row, train_epoch_s
+from ddplab.planner.band import band_for
+from ddplab.report.figures import train_epoch_s
+from ddplab.report.records import Curve, Curves, PairPrediction, Row
 from ddplab.report.runs import Point, groups_without
 from ddplab.topology import devices_brought
 
 CURVE_FIELDS = ("dist.nproc", "dist.nnodes", "dist.strategy", "train.batch_size")  # what a curve's points may differ in
 CURVE_WORKERS = (1, 2, 4, 8)  # the model's speedup curve reaches at least this far, and twice the most measured
-
-
-@dataclass
-class Curve:
-    """One line of the model's and the points measured on it (x, y)."""
-
-    label: str
-    x: list[float]
-    predicted: list[float]
-    measured: list[tuple[float, float]] = field(default_factory=list)
-    ideal: list[float] | None = None
-
-
-@dataclass
-class Curves:
-    source: str  # the point the model planned from
-    workers: list[Curve]  # speedup against workers, one per baseline
-    batch: list[Curve]  # training epoch time against the local batch, one per worker count
 
 
 def plan_costs(point: Point) -> model.StepCosts | None:
@@ -60,13 +42,6 @@ def shape(row: Row) -> tuple[int, int] | None:
         return None
     nodes = row["nodes"] if isinstance(row.get("nodes"), int) else 1
     return row["world_size"] // nodes, nodes
-
-
-@dataclass(frozen=True)
-class PairPrediction:
-    speedup: float
-    band: Band | None  # how far the model has been off on checked cases of this kind (multi-worker targets)
-    link_ms: float | None  # the all-reduce of the gradients over the link, a step
 
 
 def predict_pair(section: Any, i: int, j: int) -> PairPrediction | None:

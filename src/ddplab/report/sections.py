@@ -12,14 +12,13 @@ apart); one without (a plain sweep, loose runs) compares multi-worker points wit
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from ddplab.config import SCHEDULES_OVER_THE_RUN
-from ddplab.planner.links import MeasuredLinks, read_links
+from ddplab.planner.links import read_links
 from ddplab.report import figures, noise, predictions
-from ddplab.report.figures import Row
 from ddplab.report.kinds import kind_of
+from ddplab.report.records import Comparison, Row, Section, Verdict
 from ddplab.report.runs import (
     Point,
     axis_text,
@@ -36,77 +35,6 @@ SCALING_FIELDS = ("dist.nproc", "dist.nnodes", "dist.strategy")  # what a scalin
 GAP_BELOW = 0.9  # a scaling point below this efficiency gets its epoch taken apart against the ideal
 
 
-@dataclass(frozen=True)
-class Comparison:
-    """Point `at` against point `base_at`, its baseline (`row`, `base`: their figures; `base` may be the baseline
-    cut to the point's epochs): the speed ratio and the accuracy difference, each with its verdict, and for a
-    scaling pair its ideal, the model's prediction and where it falls short of the ideal."""
-
-    point: str
-    baseline: str
-    row: Row
-    base: Row
-    at: int
-    base_at: int
-    equal_epochs: bool  # `base` is the baseline cut to the point's epochs
-    changed: str | None  # the axis that differs, for pairs along an axis
-    scaling: bool
-    speedup: float | None  # training throughput over the baseline's; None: not timed
-    ideal: float | None  # what perfect scaling would give (scaling pairs)
-    predicted: predictions.PairPrediction | None  # the scaling model's, over the sweep's measured link
-    gap: figures.Gap | None  # where the epoch loses to the ideal (scaling pairs short of it)
-    efficiency: float | None  # speedup over ideal
-    timing_verdict: noise.Verdict
-    acc_diff: float | None
-    acc_verdict: noise.Verdict
-    superlinear: bool
-
-
-@dataclass
-class Section:
-    title: str
-    kind: str  # run | scaling | overfitting | regularization | compare | all
-    source: str  # the sweep folder, or "runs given on their own"
-    runs: list[Run]
-    question: str = ""
-    note: str = ""
-    baseline_runs: set[str] = field(default_factory=set)
-    not_measured: list[tuple[str, str]] = field(default_factory=list)  # (point, why)
-    adapted: list[str] = field(
-        default_factory=list
-    )  # what the sweep changed for this machine, and why (spec.Adaptation)
-    adapted_points: list[str] = field(default_factory=list)  # the points it changed
-    points: list[Point] = field(default_factory=list)
-    rows: list[Row] = field(default_factory=list)
-    curves: list[list[dict[str, Any]]] = field(default_factory=list)
-    pairs: list[Comparison] = field(default_factory=list)
-    problems: list[Row] = field(default_factory=list)  # run rows of runs that did not finish
-    link: MeasuredLinks | None = (
-        None  # the sweep's measured links (links.json): scaling pairs get the model's prediction
-    )
-    model_curves: predictions.Curves | None = None  # the model's curves beside the measured scaling points
-    skipped: list[str] = field(
-        default_factory=list
-    )  # files of its sweep the report could not use, said in its findings
-
-    def missing_baseline(self) -> list[str]:
-        """The declared baseline's runs, where none of them finished: nothing can be compared against it, and
-        the answer must say so rather than give the other points' figures as if they were the comparison."""
-        if not self.baseline_runs or kind_of(self).pairs != "baseline":
-            return []
-        finished = {r.name for r in self.runs if r.finished}
-        return [] if self.baseline_runs & finished else sorted(self.baseline_runs)
-
-    def cpus(self) -> int | None:
-        """The CPUs of the machine its runs trained on (env.json), when they all say the same."""
-        found = {r.env.get("cpus") for p in self.points for r in p.runs}
-        return found.pop() if len(found) == 1 and None not in found else None
-
-    @property
-    def slug(self) -> str:
-        return re.sub(r"[^a-z0-9]+", "-", self.title.lower()).strip("-")[:40] or "section"
-
-
 def build_sections(runs: list[Run], run_rows: dict[str, Row]) -> list[Section]:
     """Sections in the order their runs were given, each analysed."""
     sections: list[Section] = []
@@ -120,6 +48,15 @@ def build_sections(runs: list[Run], run_rows: dict[str, Row]) -> list[Section]:
     for section in sections:
         analyse(section, run_rows)
     return sections
+
+
+def missing_baseline(section: Section, pairs: str) -> list[str]:
+    """The declared baseline's runs, where none of them finished: nothing can be compared against it, and
+    the answer must say so rather than give the other points' figures as if they were the comparison."""
+    if not section.baseline_runs or pairs != "baseline":
+        return []
+    finished = {r.name for r in section.runs if r.finished}
+    return [] if section.baseline_runs & finished else sorted(section.baseline_runs)
 
 
 def sweep_sections(runs: list[Run]) -> list[Section]:
@@ -168,6 +105,7 @@ def analyse(section: Section, run_rows: dict[str, Row]) -> None:
         row["acc_noise"] = noise.accuracy_noise(row)[0]
     section.problems = [run_rows[r.name] for r in section.runs if not r.finished]
     kind = kind_of(section)
+    section.missing_baseline = missing_baseline(section, kind.pairs)
     if kind.pairs == "own":
         section.pairs = []  # these answer from each point's own figures
     elif section.baseline_runs and kind.pairs == "baseline":
@@ -281,9 +219,7 @@ def pair(
     loads = {**row["loads"], **base["loads"]}
     acc_diff = figures.difference(row.get("final_test_acc"), base.get("final_test_acc"))
     timing = (
-        noise.timing_verdict(ratio, row["timing"], base["timing"], loads)
-        if ratio is not None
-        else noise.Verdict("not timed")
+        noise.timing_verdict(ratio, row["timing"], base["timing"], loads) if ratio is not None else Verdict("not timed")
     )
     predicted = predictions.predict_pair(section, i, j) if scaling else None
     return Comparison(
@@ -307,7 +243,7 @@ def pair(
         efficiency=ratio / ideal if ratio is not None and ideal else None,
         timing_verdict=timing,
         acc_diff=acc_diff,
-        acc_verdict=noise.accuracy_verdict(acc_diff, row, base) if acc_diff is not None else noise.Verdict("-"),
+        acc_verdict=noise.accuracy_verdict(acc_diff, row, base) if acc_diff is not None else Verdict("-"),
         superlinear=bool(
             scaling
             and ratio is not None

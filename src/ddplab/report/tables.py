@@ -10,14 +10,11 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from ddplab.report.figures import MEASURED, SETTINGS, SHARES, TEXT, Gap, Row, figure
+from ddplab.report.figures import MEASURED, SETTINGS, SHARES, TEXT, figure
+from ddplab.report.records import Comparison, Gap, PairPrediction, Row
 from ddplab.sweep.spec import point_text
-
-if TYPE_CHECKING:
-    from ddplab.report.predictions import PairPrediction
-    from ddplab.report.sections import Comparison
 
 T = TypeVar("T")  # a point's figures (a Row) or a Comparison
 Column = tuple[str, Callable[[T], str]]  # a header, and the cell of a row

@@ -184,6 +184,7 @@ def measure_sweep_link(sweep: Sweep, folder: SweepFolder, echo) -> None:
     """out/links.json for the report's predictions: this machine's all-reduce measured with each number of DDP
     workers the sweep runs (on CUDA, up to its GPUs), keeping what a links file there already holds. Each
     count measured on its own: a failure costs that count's predictions, never the sweep."""
+    from ddplab.allreduce import measure
     from ddplab.launch import Interrupted
     from ddplab.planner import links
 
@@ -208,7 +209,7 @@ def measure_sweep_link(sweep: Sweep, folder: SweepFolder, echo) -> None:
     new = []
     for n in ranks:
         try:
-            result = links.measure(backend, n, device="cuda" if on_cuda else "cpu", max_bytes=64 * links.MIB)
+            result = measure(backend, n, device="cuda" if on_cuda else "cpu", max_bytes=64 * links.MIB)
             link = links.measured_link(result)
         except Interrupted:  # a stop signal stops the sweep, before any run starts (exit 130)
             raise
