@@ -20,6 +20,14 @@ def whole_list(text: str) -> list[int]:
     return sorted({int(part) for part in parts})
 
 
+def given(text: str) -> str:
+    """A name or a value that must be there (a link's name): an empty one (an unset shell variable) is refused,
+    never read as the default."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty value (an unset shell variable?): give one, or leave it out")
+    return text
+
+
 def positive_whole(text: str) -> int:
     if not text.isdigit() or not 1 <= int(text) <= MOST:
         raise argparse.ArgumentTypeError(f"{shown(text)} is not a whole number from 1 to {MOST}")

@@ -34,6 +34,7 @@ from typing import Any
 from ddplab import compat, faults, files, runfiles, stops, tracking
 from ddplab.arguments import (
     endpoint_parts,
+    given,
     parallel_points,
     positive_seconds,
     positive_whole,
@@ -197,7 +198,8 @@ def quiet_native_logs(debug: bool) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     from ddplab.engine.evaluate import evaluate_run
 
-    result = evaluate_run(args.run_dir, weights=args.weights, device=args.device, data_dir=args.data_dir, tta=args.tta)
+    data_dir = str(args.data_dir) if args.data_dir is not None else None
+    result = evaluate_run(args.run_dir, weights=args.weights, device=args.device, data_dir=data_dir, tta=args.tta)
     views = "" if result["tta"] == "none" else f", tta {result['tta']}"
     print(
         f"{result['run_dir']} ({result['weights']} weights, epoch {result['epoch']}{views}): "
@@ -656,8 +658,19 @@ class Parser(argparse.ArgumentParser):
         owners = self.all_flags()
         if unknown in owners:  # a flag of another command: the typo is the command's, not the flag's
             return f"; {unknown} is an option of {' and '.join(owners[unknown])}"
-        close = difflib.get_close_matches(unknown, list(owners), n=1)
-        return f"; did you mean {close[0]}?" if close else ""
+        named = next((w for w in self.given if not w.startswith("-")), None)  # the command, as main() finds it
+        own = [f for f, progs in owners.items() if any(p.split()[1:2] == [named] for p in progs)] or list(owners)
+        close = difflib.get_close_matches(unknown, own, n=1)
+        if close:
+            return f"; did you mean {close[0]}?"
+        other = difflib.get_close_matches(unknown, list(owners), n=1)  # another command's, said as such
+        return f"; did you mean {other[0]} (an option of {' and '.join(owners[other[0]])})?" if other else ""
+
+    given: tuple[str, ...] = ()  # the words of the command line being parsed (which command it names)
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        Parser.given = tuple(sys.argv[1:] if args is None else args)
+        return super().parse_args(args, namespace)
 
     def all_flags(self) -> dict[str, list[str]]:
         """Each long flag of this parser and its subcommands' (argparse reports a subcommand's unknown
@@ -684,7 +697,7 @@ def build_parser(with_kernels: bool = True) -> argparse.ArgumentParser:
     p.add_argument("run_dir", type=files.user_path)
     p.add_argument("--weights", choices=("final", "best"), default="final")
     p.add_argument("--device", default="auto")
-    p.add_argument("--data-dir", default=None, help="data root, if it moved since training")
+    p.add_argument("--data-dir", type=files.user_path, default=None, help="data root, if it moved since training")
     p.add_argument(
         "--tta", default=None, help="test-time augmentation: none | flip | flip_translate (default: the run's own)"
     )
@@ -692,7 +705,9 @@ def build_parser(with_kernels: bool = True) -> argparse.ArgumentParser:
     p = sub.add_parser("data", help="dataset info, verification and download")
     p.add_argument("action", choices=("info", "verify", "download"))
     p.add_argument("dataset")
-    p.add_argument("--data-dir", default=None, help="data root (default: $DDPLAB_DATA, else ./data)")
+    p.add_argument(
+        "--data-dir", type=files.user_path, default=None, help="data root (default: $DDPLAB_DATA, else ./data)"
+    )
     p.set_defaults(func=cmd_data)
     p = sub.add_parser("compare", help="runs side by side: accuracy, throughput, scaling, where the time went")
     p.add_argument("run_dirs", nargs="+", type=files.user_path)
@@ -729,11 +744,12 @@ def build_parser(with_kernels: bool = True) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--link",
+        type=given,
         default=None,
         help="the link within a node: a published one (ddplab plan lists them) or "
         "measured (--links-file); default nvlink on CUDA, measured on a CPU",
     )
-    p.add_argument("--inter-link", default="ib", help="the link between nodes (default ib)")
+    p.add_argument("--inter-link", type=given, default="ib", help="the link between nodes (default ib)")
     p.add_argument(
         "--links-file", type=files.user_path, default=Path("links.json"), help="ddplab plan --measure's output"
     )

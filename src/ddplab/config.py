@@ -577,7 +577,10 @@ def coerce(key: str, raw: Any, hint: Any) -> Any:
     text = raw if isinstance(raw, str) else None
     optional = typing.get_origin(hint) in (typing.Union, types.UnionType)
     base = next(a for a in typing.get_args(hint) if a is not type(None)) if optional else hint
-    if optional and (raw is None or text is not None and text.lower() in ("none", "null", "")):
+    if text is not None and not text.strip():  # `--out "$OUT"` with OUT unset: never read as "use the default"
+        raise _bad(key, raw, "an empty value (an unset shell variable?): leave the option out for its default"
+                   + (", or say none" if optional else ""))  # fmt: skip
+    if optional and (raw is None or text is not None and text.lower() in ("none", "null")):
         return None
     origin = typing.get_origin(base)
     too_large = None
@@ -643,6 +646,8 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     try:
         with path.open("rb") as f:
+            if f.read(3) != b"\xef\xbb\xbf":  # a byte-order mark, as Windows editors save UTF-8, is not TOML's
+                f.seek(0)
             return tomllib.load(f)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
@@ -719,6 +724,9 @@ def check_environment(config: RunConfig) -> None:
             config.dist.nproc,
             f"this node has {torch.cuda.device_count()} CUDA device(s), one per process",
         )
+    if config.dist.strategy == "ddp" and (not on_cuda or config.dist.share_device):
+        if why := too_many_processes(config.dist.nproc):
+            raise _bad("dist.nproc", config.dist.nproc, why)
     backend = config.dist.backend
     if backend == "nccl" and not on_cuda:
         raise _bad("dist.backend", "nccl", "NCCL needs CUDA devices; use --backend gloo on CPU")
@@ -754,6 +762,31 @@ def check_environment(config: RunConfig) -> None:
         raise _bad("data.data_dir", data.data_dir, "the folder does not exist")
     if data.dataset == "imagefolder" and data.data_dir is None:
         raise _bad("data.data_dir", None, "--dataset imagefolder needs --data-dir pointing at the image folder")
+
+
+WORKER_MIB = 200  # what a worker process holds once it has imported torch (218 MiB resident, a 2-core EPYC, torch 2.13)
+
+
+def too_many_processes(nproc: int) -> str:
+    """Why this node cannot hold `nproc` worker processes ("" where it can): more than the processes this user
+    may start (RLIMIT_NPROC), or than this machine's memory holds at WORKER_MIB each. On a CPU the processes share
+    the cores, so any count is allowed that the machine can start at all: a typo's 10^11 is not."""
+    import resource
+
+    limit = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    if limit != resource.RLIM_INFINITY and nproc > limit:
+        return f"this user may start at most {limit} processes (ulimit -u)"
+    try:
+        with open("/proc/meminfo") as f:
+            available_kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return ""
+    if nproc * WORKER_MIB * 1024 > available_kib:
+        return (
+            f"each worker process holds about {WORKER_MIB} MiB once it has imported torch, and this machine has "
+            f"{available_kib / 2**20:.1f} GiB available: at most {available_kib // (WORKER_MIB * 1024)} workers"
+        )
+    return ""
 
 
 def _mpi_available() -> bool:

@@ -21,7 +21,12 @@ from ddplab.errors import FileSystemError, file_error
 
 def user_path(text: str | Path) -> Path:
     """A path as a user gave it (a flag, a positional argument, a sweep file's name): `~` and `~user` expanded
-    here, once, as a shell would have (a quoted `~/runs` otherwise became a folder named `~`)."""
+    here, once, as a shell would have (a quoted `~/runs` otherwise became a folder named `~`). An empty one
+    (`--out "$OUT"` with OUT unset) is refused: Path("") is the working directory, never what was meant."""
+    if isinstance(text, str) and not text.strip():
+        import argparse
+
+        raise argparse.ArgumentTypeError("an empty path (an unset shell variable?): give a path, or leave it out")
     return Path(text).expanduser()
 
 

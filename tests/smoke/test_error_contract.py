@@ -1534,6 +1534,73 @@ CASES = [
         setup=resume_edited_setup,
         after=resume_edited_after,
     ),
+    # an empty value (`--out "$OUT"` with OUT unset) is refused wherever it is given, never read as the default
+    Case(
+        "empty-out-train",
+        [*S, "--out", ""],
+        2,
+        r"output\.out='' is not valid: an empty value \(an unset shell variable\?\): leave the option out for its "
+        r"default, or say none",
+        alone=True,
+    ),
+    Case(
+        "empty-out-sweep",
+        ["sweep", "assignment", "--out", " ", "--dry-run"],
+        2,
+        r"argument --out: an empty path \(an unset shell variable\?\)",
+        alone=True,
+    ),  # fmt: skip
+    Case("empty-out-report", ["report", "{tmp}", "--out", ""], 2, r"argument --out: an empty path", alone=True),
+    Case("empty-link-plan", ["plan", "{tmp}", "--link", ""], 2, r"argument --link: an empty value", alone=True),
+    Case(
+        "empty-data-dir-eval", ["eval", "{tmp}", "--data-dir", ""], 2, r"argument --data-dir: an empty path", alone=True
+    ),  # fmt: skip
+    Case(
+        "empty-setting-in-a-sweeps-set",
+        ["sweep", "assignment", "--set", "output.mlflow=", "--dry-run"],
+        2,
+        r"output\.mlflow='' is not valid: an empty value",
+        alone=True,
+    ),
+    # a worker count no machine can start (a typo's 10^11) is refused before anything is spawned
+    Case(
+        "ddp-workers-past-the-machine",
+        [*S, "--strategy", "ddp", "--nproc", "99999999999", "--out", "{tmp}/r"],
+        2,
+        r"dist\.nproc=99999999999 is not valid: (this user may start at most \d+ processes \(ulimit -u\)|each "
+        r"worker process holds about 200 MiB)",
+        alone=True,
+        after=no_folder("r"),
+    ),
+    Case(
+        "kernels-device-not-a-device",
+        ["kernels", "check", "--device", "nope"],
+        2,
+        r"argument --device: invalid choice: 'nope'",
+        alone=True,
+    ),  # fmt: skip
+    Case(
+        "plan-links-file-is-a-folder",
+        ["plan", "{tmp}/run", "--link", "measured", "--links-file", "{tmp}"],
+        2,
+        r"--link measured reads .*, a folder, not a links file",
+        alone=True,
+        setup=finished_run,
+    ),
+    Case(
+        "another-commands-flag-suggested-as-such",
+        ["models", "--lnk", "2"],
+        2,
+        r"did you mean --link \(an option of ddplab plan and ddplab hosts up\)\?",
+        alone=True,
+    ),
+    Case(
+        "config-with-a-byte-order-mark",
+        ["train", "--config", "{tmp}/bom.toml", *S[1:], "--out", "{tmp}/r"],
+        0,
+        setup=lambda tmp: (tmp / "bom.toml").write_bytes(b"\xef\xbb\xbf[optim]\nlr = 0.02\n"),
+        after=lambda tmp: None if "lr = 0.02" in (tmp / "r" / "config.toml").read_text() else pytest.fail("lr"),
+    ),
 ]
 
 

@@ -23,14 +23,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("kernels", help="custom GPU kernels: benchmark and self-test")
     sub = parser.add_subparsers(dest="kernels_command", required=True)
     p = sub.add_parser("bench", help="time grayscale and Conv+ReLU implementations (the seed's comparisons)")
-    p.add_argument("--device", default="auto", help="auto (cuda if available) | cpu | cuda")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto (cuda if available)")
     p.add_argument("--repeats", type=int, default=10, help="timed runs per row; the median is shown")
     p.add_argument("--quick", action="store_true", help="fewer images and repeats; on CPU, no torch.compile")
     p.add_argument("--dtype", choices=_DTYPES, default="float32", help="Conv+ReLU dtype")
     p.add_argument("--json", type=Path, default=None, help="also write the rows and context as JSON")
     p.set_defaults(func=cmd_bench)
     p = sub.add_parser("check", help="run every available kernel once against the reference")
-    p.add_argument("--device", default="auto", help="auto (cuda if available) | cpu | cuda")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="auto (cuda if available)")
     p.add_argument(
         "--interpret",
         action="store_true",

@@ -35,8 +35,8 @@ def predict_run(
     out = out or Path("plan.json")
     files.ready_to_write(out)
     costs = model.step_costs(run.summary, run.history, run.config, run.steps)
-    within = measured_or_published(link or ("nvlink" if costs.on_cuda else "measured"), links_file)
-    between = measured_or_published(inter_link, links_file) if max(nodes) > 1 else None
+    between = measured_or_published(inter_link, links_file) if max(nodes) > 1 else None  # a name given: first
+    within = measured_or_published(link or ("nvlink" if costs.on_cuda else "measured"), links_file, given=bool(link))
     per_node = gpus or ([1, 2, 4, 8] if costs.on_cuda else [1, 2])
     result = model.predict_grid(costs, per_node, nodes, batches or [run.summary["batch"]["local"]], within, between)
     node_gbit = between.busbw_gbps * 8 if isinstance(between, links.Link) else None  # a published link's
@@ -181,12 +181,16 @@ def link_text(link) -> str:
     return f"{link.name} ({link.busbw_gbps:,.3g} GB/s, {link.alpha_s * 1e6:,.0f} us, published)"
 
 
-def measured_or_published(name: str, links_file: Path):
+def measured_or_published(name: str, links_file: Path, given: bool = True):
+    """A published link by name, or this machine's measured one from `links_file` (`given`: the user named it,
+    rather than the CPU's default, which the error says)."""
     if name != "measured":
         return links.link_named(name)
     if not links_file.is_file():
+        what = "a folder, not a links file" if links_file.is_dir() else "which does not exist"
+        default = "" if given else " (the link within a node on a CPU, unless --link names one)"
         raise ConfigError(
-            f"--link measured reads {links_file}, which does not exist: measure this machine's link "
-            "first (ddplab plan --measure), or name a published link"
+            f"--link measured{default} reads {links_file}, {what}: measure this machine's link first (ddplab plan "
+            "--measure, which writes links.json), give --links-file the file it wrote, or name a published link"
         )
     return links.load_links(links_file)
