@@ -110,7 +110,18 @@ ALLOWED: dict[str, set[str]] = {
         "tracking",
         "warm",
     },  # fmt: skip
-    "report": {"config", "errors", "files", "metrics", "planner", "runfiles", "runread", "sweep", "topology"},
+    "report": {
+        "config",
+        "errors",
+        "files",
+        "metrics",
+        "planner",
+        "runfiles",
+        "runlock",
+        "runread",
+        "sweep",
+        "topology",
+    },  # fmt: skip
     "cli": {
         "allreduce",
         "arguments",

@@ -631,7 +631,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from ddplab.report.compare import format_rows, scaling_rows
     from ddplab.runread import finished_run
 
-    rows = scaling_rows([finished_run(d) for d in args.run_dirs])
+    given: dict[Path, Path] = {}  # each folder once: a run set against itself is no comparison
+    for d in args.run_dirs:
+        if d.resolve() in given:
+            again = f"{d} given twice" if d == given[d.resolve()] else f"{d} is {given[d.resolve()]}, given again"
+            print(f"ddplab: note: {again}: compared once", file=sys.stderr)
+        given.setdefault(d.resolve(), d)
+    rows = scaling_rows([finished_run(d) for d in given.values()])
     print(json.dumps(rows, indent=2, default=str) if args.json else format_rows(rows))
     return 0
 

@@ -92,9 +92,9 @@ def run_lock(run_dir: Path, what: str = "run") -> Iterator[None]:
     if a live process holds it."""
     key = Path(run_dir).resolve()
     if key in _held:
-        whom = "another thread of" if _held[key][1] != threading.get_ident() else "a run already started in"
+        whom = "another thread of" if _held[key][1] != threading.get_ident() else f"a {what} already started in"
         raise ConfigError(
-            f"output.out={str(run_dir)!r} is in use by {whom} this process (pid {os.getpid()}); "
+            f"{_named(run_dir, what)} is in use by {whom} this process (pid {os.getpid()}); "
             f"wait for that {what} to end, or choose another --out"
         )
     fd = _acquire(Path(run_dir), what)
@@ -123,7 +123,7 @@ def _acquire(run_dir: Path, what: str) -> int:
         except BlockingIOError:
             os.close(fd)
             raise ConfigError(
-                f"output.out={str(run_dir)!r} is in use by {describe(owner_of(run_dir))}; wait for that "
+                f"{_named(run_dir, what)} is in use by {describe(owner_of(run_dir))}; wait for that "
                 f"{what} to end, or choose another --out"
             ) from None
         # The previous owner may have removed the file between our open and our flock: then
@@ -143,4 +143,9 @@ def _acquire(run_dir: Path, what: str) -> int:
             os.close(fd)
             raise file_error(exc) from None
         return fd
-    raise ConfigError(f"output.out={str(run_dir)!r}: could not take the run folder's lock; try again")
+    raise ConfigError(f"{_named(run_dir, what)}: could not take the folder's lock; try again")
+
+
+def _named(folder: Path, what: str) -> str:
+    """The folder as its command's option gave it: a run's is its setting, a sweep's or a report's its --out."""
+    return f"output.out={str(folder)!r}" if what == "run" else f"the {what} folder {str(folder)!r} (--out)"

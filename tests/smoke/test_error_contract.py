@@ -695,6 +695,14 @@ CASES = [
     ),
     Case("compare-a-file", ["compare", "{tmp}/file"], 2, r"is not a folder", setup=a_file),
     Case("compare-not-a-run", ["compare", "{tmp}"], 2, r"is not a finished ddplab run"),
+    Case(
+        "compare-a-run-with-itself",
+        ["compare", "{tmp}/run", "{tmp}/run/"],
+        0,
+        setup=finished_run,
+        note=r"ddplab: note: .*run given twice: compared once",
+        says=r"\A(?![\s\S]*#2)[\s\S]*baseline",  # one row, the baseline: no second copy of it at 1.00x
+    ),
     Case("sweep-missing-file", ["sweep", "{tmp}/nope.toml"], 2, r"sweep file .*nope\.toml does not exist"),
     Case(
         "sweep-bad-value",
@@ -1708,6 +1716,25 @@ def test_two_sweeps_cannot_share_a_folder(tmp_path):
             f"is in use by pid {os.getpid()}" in line and "wait for that sweep to end, or choose another --out" in line
         )
         assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".lock"]
+
+
+def test_two_reports_cannot_write_one_folder_at_once(tmp_path, tmp_path_factory):
+    """Two reports into one --out at once left one's page over the other's plots: the second is refused, naming
+    the first, and writes nothing there."""
+    from ddplab.runlock import run_lock
+
+    SHARED.setdefault("factory", tmp_path_factory)
+    run = finished_run(tmp_path)
+    (tmp_path / "rep").mkdir()
+    (tmp_path / "rep" / "index.html").write_text("the first report's")
+    with run_lock(tmp_path / "rep", "report"):
+        proc = ddplab("report", str(run), "--out", str(tmp_path / "rep"))
+        assert proc.returncode == 2, proc.stderr
+        line = proc.stderr.strip().splitlines()[-1]
+        assert line.startswith(f"ddplab: error: the report folder '{tmp_path / 'rep'}' (--out) is in use by pid ")
+        assert "wait for that report to end, or choose another --out" in line
+        assert sorted(p.name for p in (tmp_path / "rep").iterdir()) == [".lock", "index.html"]
+    assert (tmp_path / "rep" / "index.html").read_text() == "the first report's"
 
 
 def test_a_killed_owner_leaves_a_stale_lock_that_is_taken_over(tmp_path):

@@ -53,8 +53,15 @@ SCALING_NOTE = (
 
 
 def build_report(paths: list[Path], out: Path, title: str | None = None) -> dict[str, Any]:
-    """Write the report under `out`; return its files, counts, and findings (as text, by section)."""
-    paths, out = [Path(p) for p in paths], Path(out)
+    """Write the report under `out`; return its files, counts, and findings (as text, by section). One report
+    writes a folder at a time (two at once left one's page over the other's plots): the second is refused."""
+    from ddplab.runlock import run_lock
+
+    with run_lock(Path(out), "report"):
+        return _build_report([Path(p) for p in paths], Path(out), title)
+
+
+def _build_report(paths: list[Path], out: Path, title: str | None) -> dict[str, Any]:
     runs = load_runs(paths)
     run_rows = {r.name: figures.run_row(r) for r in runs}
     sections = build_sections(runs, run_rows)
