@@ -97,7 +97,12 @@ def read_run(run_dir: Path, status: str | None = None) -> Run:
     run.steps = side_records(run_dir / runfiles.STEPS, run.skipped)
     run.gpu = side_records(run_dir / runfiles.GPU, run.skipped)
     if (run_dir / runfiles.ENV).is_file():
-        run.env, skipped = kept(read_json(run_dir / runfiles.ENV, run_dir), ENV, str(run_dir / runfiles.ENV))
+        try:  # a side record too: not JSON, not UTF-8, or unreadable, it is left out and said, the run drawn
+            env = read_json(run_dir / runfiles.ENV, run_dir)
+        except (ConfigError, DataError) as exc:
+            run.skipped.append(f"{exc}: left out")
+            env = {}
+        run.env, skipped = kept(env, ENV, str(run_dir / runfiles.ENV))
         run.skipped += skipped
     return run
 

@@ -195,6 +195,21 @@ def report_lists_the_unreadable_run(tmp):
     assert "- bad (unreadable): " in md and "summary.json line" in md and "good" in md
 
 
+def run_with_a_binary_env_json(tmp):
+    (finished_run(tmp) / "env.json").write_bytes(b"\x00\x01\xff")
+
+
+def report_draws_the_run_and_says_env_json_was_left_out(tmp):
+    md = (tmp / "rep" / "report.md").read_text()
+    assert "run (unreadable)" not in md and "1 runs (1 finished)" in md, md  # the run is drawn
+    assert re.search(r"run/env\.json (cannot be read|line 1 is not JSON).*: left out", md), md
+
+
+def sweep_folder_whose_manifest_is_a_folder(tmp):
+    finished_run(tmp / "sw" / "runs", "a")
+    (tmp / "sw" / "manifest.json").mkdir()
+
+
 def sweep_file(tmp, grid):
     if not torch.cuda.is_available() or "nccl" not in grid:
         (tmp / "s.toml").write_text(
@@ -1513,6 +1528,21 @@ CASES = [
         0,
         setup=one_good_one_truncated,
         after=report_lists_the_unreadable_run,
+    ),
+    Case(
+        "report-leaves-out-an-unreadable-env-json",
+        ["report", "{tmp}", "--out", "{tmp}/rep"],
+        0,
+        setup=run_with_a_binary_env_json,
+        after=report_draws_the_run_and_says_env_json_was_left_out,
+    ),
+    Case(
+        "report-of-a-sweep-whose-manifest-is-a-folder",
+        ["report", "{tmp}/sw", "--out", "{tmp}/rep"],
+        3,
+        r"sw/manifest\.json cannot be read \(IsADirectoryError\)",
+        alone=True,
+        setup=sweep_folder_whose_manifest_is_a_folder,
     ),
     Case(
         "resume-finished-run",

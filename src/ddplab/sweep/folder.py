@@ -282,14 +282,16 @@ class SweepFolder:
         return self.root / LINKS_FILE
 
     def has_manifest(self) -> bool:
-        return self.manifest_path.is_file()
+        """Whether this is a sweep's folder: anything named manifest.json says so (one that is not a readable
+        file is then load()'s to refuse, naming it, never a folder of loose runs said to be nothing else)."""
+        return self.manifest_path.exists() or self.manifest_path.is_symlink()
 
     def load(self) -> Manifest:
         """The manifest, checked: each point's entry (its folder under runs/), each section. None there is a
         ConfigError; one ddplab did not write (edited, truncated, of a newer version) is a DataError naming the
         file and the field."""
         path = self.manifest_path
-        if not path.is_file():
+        if not self.has_manifest():
             raise ConfigError(f"{self.root} holds no sweep manifest: run or submit the sweep first")
         data = check(runfiles.read_json(path, self.root), TOP, str(path), required=("runs",))
         if data.get("version", 1) not in VERSIONS:
