@@ -34,7 +34,6 @@ WHERE = {
     "engine/rundir.py": ("tests/unit/test_runplan.py", "was moved or removed", "the folder as a run starts"),
     "engine/tta.py": ("tests/unit/test_speedrun.py", "ddplab.engine.tta", "evaluation with TTA"),
     "errors.py": ("tests/smoke/test_error_contract.py", "Case(", "each error's line and exit code"),
-    "files.py": ("tests/smoke/test_error_contract.py", "small_disk", "atomic writes on a full disk"),
     "kernels/_cuda.py": ("tests/kernels/test_rgb_to_gray.py", "from ddplab.kernels import", "the CUDA C++ kernel"),
     "kernels/_runtime.py": ("tests/kernels/test_rgb_to_gray.py", "from ddplab.kernels import", "backend choice"),
     "kernels/_triton.py": ("tests/kernels/test_conv_relu.py", "from ddplab.kernels import", "the Triton kernels"),

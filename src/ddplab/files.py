@@ -31,12 +31,27 @@ def user_path(text: str | Path) -> Path:
 
 
 def write_atomic(path: Path, write: Callable[[Path], object]) -> None:
-    """Call `write(tmp)` and rename tmp to `path`; on any failure remove tmp and re-raise."""
+    """Call `write(tmp)`, flush it to the disk and rename tmp to `path`; on any failure remove tmp and re-raise.
+
+    The flush (fsync) comes before the rename: a disk that reports being full only when the data is written
+    out (delayed allocation, NFS, a quota) fails here, with nothing under the real name, and a power cut after
+    the rename never leaves a short or empty file where a whole one was (a checkpoint, a report's PNG)."""
     path = Path(path)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # two writers of one file never share a temp file
     try:
         write(tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
+        with contextlib.suppress(OSError):  # the rename itself made durable, where the file system can say so
+            folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(folder)
+            finally:
+                os.close(folder)
     except BaseException as exc:
         tmp.unlink(missing_ok=True)
         if isinstance(exc, OSError):
