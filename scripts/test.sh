@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test suite, from scratch: installs what it needs, then runs pytest. Extra arguments go to pytest.
-# It installs MLflow (the mlflow extra) for the tracking tests and, as root on Debian, headless Chromium for the
+# It installs MLflow (the mlflow extra) for the tracking tests, Ray (the ray extra) for --executor ray, and, as
+# root on Debian, headless Chromium for the
 # browser test and Slurm for the Slurm tests (each skipped, with the reason, without them). `--fast`: the fast tier
 # (-m "not slow"), which needs none of them: it installs nothing (bootstrap only makes .venv when there is none).
 #
@@ -49,6 +50,10 @@ if ! .venv/bin/python -c "import mlflow" 2>/dev/null; then
   else
     echo "test: could not install MLflow; its tests will be skipped" >&2
   fi
+fi
+if ! .venv/bin/python -c "import ray" 2>/dev/null; then
+  echo "test: installing Ray for the --executor ray tests (the ray extra; pinned to the version they were written on)" >&2
+  .venv/bin/python -m pip install -q --no-compile "ray==2.60.0" || echo "test: could not install Ray; its tests will be skipped" >&2
 fi
 [ -z "$APT_PID" ] || wait "$APT_PID"
 rm -f "$APT_LOG"

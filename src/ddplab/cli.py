@@ -431,10 +431,11 @@ def add_sweep_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--parallel",
         type=parallel_points,
-        default=1,
+        default=None,
         metavar="N|auto",
         help="run up to N points at once, each on its own CPU cores and GPUs (auto: one per GPU, "
-        "1 on a CPU); their timings are measured under each other's load",
+        "1 on a CPU; default 1 here, on Ray as many as the cluster fits); their timings are measured under each "
+        "other's load",
     )
     p.add_argument("--no-report", action="store_true", help="skip the report at the end")
     p.add_argument(
@@ -674,7 +675,7 @@ class Parser(argparse.ArgumentParser):
 
     given: tuple[str, ...] = ()  # the words of the command line being parsed (which command it names)
 
-    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+    def parse_args(self, args=None, namespace=None):
         Parser.given = tuple(sys.argv[1:] if args is None else args)
         return super().parse_args(args, namespace)
 

@@ -64,9 +64,10 @@ class Executor(Protocol):
 def registered() -> dict[str, type[Executor]]:
     """Every executor, by name; the first is the default."""
     from ddplab.sweep.local import LocalExecutor
+    from ddplab.sweep.ray_executor import RayExecutor
     from ddplab.sweep.slurm import SlurmExecutor
 
-    return {e.name: e for e in (LocalExecutor, SlurmExecutor)}
+    return {e.name: e for e in (LocalExecutor, SlurmExecutor, RayExecutor)}
 
 
 def named(name: str) -> type[Executor]:

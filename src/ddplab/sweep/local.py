@@ -64,7 +64,7 @@ class LocalExecutor:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> LocalExecutor:
         return cls(
-            parallel=args.parallel,
+            parallel=args.parallel if args.parallel is not None else 1,
             timeout_s=args.timeout,
             measure_link=not args.no_report,
             estimate=not args.no_estimate,

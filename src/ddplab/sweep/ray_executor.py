@@ -1,0 +1,312 @@
+"""A sweep on a Ray cluster: each point a Ray task asking for what its workers need, placed where it fits.
+
+`ddplab sweep FILE --executor ray` connects to the cluster at `--ray.address`, else `$RAY_ADDRESS`, else a
+local Ray it starts and stops itself (said in one line); `--ray.address auto` joins the cluster this node is
+part of. A cluster that cannot be reached, or Ray not installed, is one line before anything is written.
+Every unfinished point becomes a task that asks for its CPUs (its workers x their threads) and its GPUs
+(one a worker on CUDA), so the cluster runs as many at once as fit (`--parallel N` caps them): the task
+runs the point's `ddplab train` through point.py on the node Ray picks, the command the local executor runs,
+its output appended to the point's log. The sweep folder must be one every node sees (a shared file system,
+as for Slurm). This process stays connected while the points run: their epochs are shown as they land, each
+outcome recorded in the manifest as its task ends; Ctrl-C or SIGTERM cancels every task (each point stopped
+resumable, as a local one is) and leaves no process behind. A point across several nodes is not run yet: it
+is refused before anything starts (issue 49 builds it as a placement group). Torch-free; Ray only when used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from ddplab import runfiles, stops
+from ddplab.config import RunConfig
+from ddplab.errors import ConfigError
+from ddplab.process import INTERRUPTED
+from ddplab.runlock import run_lock
+from ddplab.sweep.estimate import duration
+from ddplab.sweep.folder import Entry, Manifest, Status, SweepFolder
+from ddplab.sweep.point import Point
+from ddplab.sweep.spec import Sweep, SweepRun
+
+ADDRESS_ENV = "RAY_ADDRESS"
+CONNECT_TIMEOUT_S = 5.0  # an address that does not answer a TCP connect in this long is not a cluster (Ray waits 60 s+)
+POLL_S = 1.0
+CANCEL_GRACE_S = 30.0  # how long cancelled tasks have to stop their runs resumable before Ray is shut down
+INSTALL = "pip install 'ddplab[ray]'"
+
+
+def resources(config: RunConfig) -> dict[str, float]:
+    """What one point's task asks the cluster for: a CPU for each thread of each worker (one thread a worker
+    unless train.threads says), a GPU for each worker on CUDA."""
+    workers = config.dist.nproc if config.dist.strategy == "ddp" else 1
+    gpus = config.dist.dp_gpus if config.dist.strategy == "dp" else workers
+    on_cuda = config.train.device != "cpu"
+    return {"num_cpus": float(workers * (config.train.threads or 1)), "num_gpus": float(gpus if on_cuda else 0)}
+
+
+def run_point(
+    root: str, name: str, config: dict[str, Any], launch: str, env: Mapping[str, str], cwd: str
+) -> dict[str, Any]:
+    """In the task, on whichever node Ray placed it: the point's `ddplab train`, from the sweep's working directory
+    (a relative data root means there what it meant to the sweep), and its outcome. A cancel (Ray raises
+    KeyboardInterrupt here) stops the run as Ctrl-C does, resumable."""
+    from ddplab.config import build_config
+
+    if os.path.isdir(cwd):
+        os.chdir(cwd)
+    point = Point(SweepFolder(Path(root)), name, build_config(config), launch)
+    # Ray cancels a running task with SIGINT. A worker of a Ray started from a sweep with SIGINT ignored (nohup, a
+    # script's background job) inherits it ignored, and its thread blocks it: the cancel would never arrive, nor
+    # the Ctrl-C that stops the run resumable (a child inherits both). For the run, SIGINT is Ctrl-C's again.
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, stops.STOP_SIGNALS)
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        done = point.run(env)  # cold, as a Slurm task's: the task starts this one command
+    finally:
+        signal.signal(signal.SIGINT, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    outcome = point.ended(done)
+    return {
+        "status": outcome.status.value,
+        "exit_code": outcome.exit_code,
+        "error": outcome.error,
+        "wall_s": outcome.wall_s,
+        "node": socket.gethostname(),
+    }
+
+
+@dataclass
+class Started:
+    run: SweepRun
+    entry: Entry
+    tag: str
+    ref: Any  # the task's ObjectRef
+    watch: Any  # local.EpochWatch: its epochs, read from the shared folder
+
+
+class RayExecutor:
+    """Submits the points as Ray tasks and stays until they end; submit returns with the final manifest."""
+
+    name: ClassVar[str] = "ray"
+    waits: ClassVar[bool] = False  # this process drives the tasks: they end with it
+
+    def __init__(self, *, address: str | None = None, parallel: int | str | None = None):
+        self.address, self.parallel = address, parallel  # None or auto: as many as the cluster fits
+
+    @classmethod
+    def add_options(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--ray.address",
+            dest="ray_address",
+            default=None,
+            help=f"--executor ray: the cluster (host:port of its head, ray://..., or auto); default ${ADDRESS_ENV}, "
+            "else a local Ray started for the sweep",
+        )
+
+    @classmethod
+    def options_given(cls, args: argparse.Namespace) -> list[str]:
+        return ["--ray.address"] if getattr(args, "ray_address", None) is not None else []
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> RayExecutor:
+        if args.timeout is not None:
+            raise ConfigError("--timeout is the local executor's: a Ray cluster bounds its tasks itself")
+        return cls(address=args.ray_address, parallel=args.parallel)
+
+    @classmethod
+    def reading(cls) -> RayExecutor:
+        return cls()
+
+    def runs_on_gpus(self) -> bool | None:
+        return None  # the cluster decides per point: the profile follows this machine, --profile picks another
+
+    def dry_run(self, sweep: Sweep, folder: SweepFolder) -> str:
+        from ddplab.sweep.local import dry_run_text
+
+        asks = {run.name: resources(run.config) for run in sweep.runs}
+        lines = [dry_run_text(sweep, folder), f"on Ray at {self.where()}, each point a task asking for:"]
+        lines += [f"  {name:<40} {r['num_cpus']:g} CPU(s), {r['num_gpus']:g} GPU(s)" for name, r in asks.items()]
+        return "\n".join(lines)
+
+    def where(self) -> str:
+        address = self.address or os.environ.get(ADDRESS_ENV)
+        return address or "a local Ray started for the sweep"
+
+    def submit(self, sweep: Sweep, folder: SweepFolder, echo=print) -> Manifest:
+        folder.refuse_run_folder()
+        across = [run.name for run in sweep.runs if run.config.dist.nnodes > 1]
+        if across:
+            raise ConfigError(
+                f"sweep run {across[0]} spans {sweep.runs[0].config.dist.nnodes} nodes: --executor ray runs points "
+                "of one node so far (run it with --executor slurm, or by hand on each node)"
+            )
+        ray = connect(self.address, echo)
+        try:
+            self.refuse_what_fits_no_node(ray, sweep)
+            with run_lock(folder.root, "sweep"):
+                manifest, todo = folder.prepare(sweep, unavailable={}, executor=self.name, echo=echo)
+                echo(f"sweep {sweep.name}: {len(sweep.runs)} runs, {len(sweep.runs) - len(todo)} already finished, "
+                     f"{len(todo)} to run on Ray ({cluster_text(ray)})")  # fmt: skip
+                received: list[int] = []  # Ray's blocking calls turn our Stopped into a bare KeyboardInterrupt
+
+                def stopped(signum: int, frame: Any) -> None:
+                    received.append(signum)
+                    raise stops.Stopped(signum)
+
+                with stops.handled(tuple(s for s in stops.STOP_SIGNALS if s != signal.SIGINT), stopped):
+                    try:
+                        self.run_tasks(ray, folder, manifest, todo, echo)
+                    except KeyboardInterrupt as exc:
+                        if received and not isinstance(exc, stops.Stopped):  # the last line names the signal
+                            raise stops.Stopped(received[0]) from None
+                        raise
+                return manifest
+        finally:
+            ray.shutdown()  # a local Ray stops with it; a cluster's stays, its tasks of this sweep ended
+
+    def refuse_what_fits_no_node(self, ray: Any, sweep: Sweep) -> None:
+        """A point asking more than any node has would wait forever: one line before anything starts."""
+        nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+        for run in sweep.runs:
+            ask = resources(run.config)
+            if not any(n.get("CPU", 0) >= ask["num_cpus"] and n.get("GPU", 0) >= ask["num_gpus"] for n in nodes):
+                most = max(((n.get("CPU", 0), n.get("GPU", 0)) for n in nodes), default=(0, 0))
+                raise ConfigError(
+                    f"sweep run {run.name} asks for {ask['num_cpus']:g} CPU(s) and {ask['num_gpus']:g} GPU(s) on one "
+                    f"node, and the cluster's largest node has {most[0]:g} and {most[1]:g}"
+                )
+
+    def run_tasks(
+        self, ray: Any, folder: SweepFolder, manifest: Manifest, todo: list[tuple[SweepRun, Entry]], echo
+    ) -> None:
+        from ddplab import files
+        from ddplab.sweep.local import EpochWatch
+
+        task = ray.remote(run_point)
+        env = {k: v for k, v in os.environ.items() if k != ADDRESS_ENV}  # the points' own, as a local sweep's
+        pending = [(f"[{i}/{len(todo)}] {run.name}", run, entry) for i, (run, entry) in enumerate(todo, 1)]
+        at_once = self.parallel if isinstance(self.parallel, int) else len(pending)
+        started: list[Started] = []
+        begun = time.perf_counter()
+        try:
+            while pending or started:
+                while pending and len(started) < at_once:
+                    tag, run, entry = pending.pop(0)
+                    point = Point(folder, run.name, run.config, run.launch)
+                    files.write_text(point.config_file, run.config.to_toml())
+                    ref = task.options(**resources(run.config)).remote(
+                        str(folder.root.resolve()),
+                        run.name,
+                        run.config.to_dict(),
+                        run.launch,
+                        point.env(env),
+                        os.getcwd(),
+                    )
+                    entry.status, entry.exit_code, entry.error = Status.RUNNING, None, None
+                    folder.write(manifest)
+                    echo(f"{tag}: submitted to Ray ({'resuming' if point.resumes() else 'new'}; log: {point.log})")
+                    watch = EpochWatch(point.run_dir / runfiles.METRICS, run.config.train.epochs)
+                    started.append(Started(run, entry, tag, ref, watch))
+                ready, _ = ray.wait([s.ref for s in started], num_returns=1, timeout=POLL_S)
+                for s in list(started):
+                    for line in s.watch.new_lines():
+                        echo(f"{s.tag}: {line}")
+                    if s.ref in ready:
+                        started.remove(s)
+                        self.record(ray, folder, manifest, s, echo)
+                        echo(f"  sweep: {len(todo) - len(pending) - len(started)} of {len(todo)} done, "
+                             f"{duration(time.perf_counter() - begun)} so far")  # fmt: skip
+        except KeyboardInterrupt:
+            for s in started:
+                ray.cancel(s.ref)  # KeyboardInterrupt in the task: its run stopped as Ctrl-C stops one
+            deadline = time.monotonic() + CANCEL_GRACE_S
+            while started and time.monotonic() < deadline:
+                ready, _ = ray.wait([s.ref for s in started], num_returns=len(started), timeout=1.0)
+                for s in [s for s in started if s.ref in ready]:
+                    started.remove(s)
+                    self.record(ray, folder, manifest, s, echo)
+            for s in started:  # still running past the grace: Ray's shutdown ends them
+                s.entry.ended(Status.INTERRUPTED, INTERRUPTED, "the sweep was stopped", None)
+            folder.write(manifest)
+            raise
+
+    def record(self, ray: Any, folder: SweepFolder, manifest: Manifest, s: Started, echo) -> None:
+        try:
+            outcome = ray.get(s.ref)
+        except ray.exceptions.TaskCancelledError:
+            outcome = {"status": Status.INTERRUPTED.value, "exit_code": INTERRUPTED, "error": None, "wall_s": None,
+                       "node": None}  # fmt: skip
+        except ray.exceptions.RayError as exc:  # its worker or node died: resumable by running the sweep again
+            why = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            outcome = {"status": Status.INTERRUPTED.value, "exit_code": None, "error": f"Ray: {why}", "wall_s": None,
+                       "node": None}  # fmt: skip
+        epochs = s.watch.count() - s.watch.started
+        s.entry.ended(Status(outcome["status"]), outcome["exit_code"], outcome["error"], outcome["wall_s"], epochs)
+        folder.write(manifest)
+        where = f" on {outcome['node']}" if outcome["node"] else ""
+        status = Status(outcome["status"])
+        echo(
+            f"{s.tag}: "
+            + (
+                f"finished in {duration(outcome['wall_s'] or 0.0)}{where}"
+                if status is Status.FINISHED
+                else f"interrupted (resumable){where}" + (f": {outcome['error']}" if outcome["node"] is None else "")
+                if status is Status.INTERRUPTED
+                else f"FAILED (exit {outcome['exit_code']}){where}: {outcome['error']}"
+            )
+        )
+
+    def refresh(self, folder: SweepFolder, manifest: Manifest) -> list[str]:
+        from ddplab.runlock import live_owner
+
+        for entry in manifest.runs:  # the sweep that drove it is gone (killed outright): nothing trains it any more
+            if entry.status is Status.RUNNING and live_owner(folder.root) is None:
+                entry.status = Status.STOPPED
+        return []
+
+    def wait(self, folder: SweepFolder, echo=print) -> Manifest:
+        return folder.load()  # submit drove them to the end
+
+
+def connect(address: str | None, echo) -> Any:
+    """Ray, connected: to `address` (else $RAY_ADDRESS), else to a local Ray started here. One line, before
+    anything is written, where Ray is not installed or the cluster does not answer."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(f"--executor ray needs Ray, which this Python lacks: {INSTALL}") from None
+    address = address or os.environ.get(ADDRESS_ENV) or None
+    if address is not None and address != "auto" and not address.startswith("ray://"):
+        host, _, port = address.rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+        except (OSError, ValueError) as exc:
+            raise ConfigError(
+                f"cannot reach the Ray cluster at {address} ({exc.__class__.__name__}: {exc}): is its head running "
+                "(ray start --head), and is that its GCS address (host:6379 by default)?"
+            ) from None
+    try:
+        if address is None:
+            ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+            echo(f"Ray: no cluster given (--ray.address, ${ADDRESS_ENV}): started a local one for this sweep, "
+                 f"{cluster_text(ray)}; it stops when the sweep ends")  # fmt: skip
+        else:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise ConfigError(f"cannot join the Ray cluster at {address}: {str(exc).splitlines()[0]}") from None
+    return ray
+
+
+def cluster_text(ray: Any) -> str:
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    total = ray.cluster_resources()
+    return f"{len(nodes)} node{'s' * (len(nodes) != 1)}, {total.get('CPU', 0):g} CPUs" + (
+        f", {total.get('GPU', 0):g} GPUs" if total.get("GPU") else ""
+    )
