@@ -104,16 +104,19 @@ class Point:
         wrap: Sequence[str] = (),
         stop_signal: int = signal.SIGINT,
         grace_s: float = STOP_GRACE_S,
+        warm: bool = False,
     ) -> Finished:
         """Run to its end here (a remote task): `wrap` goes before the command (srun for several workers); a
-        KeyboardInterrupt (SIGTERM made one) stops it with `stop_signal`, resumable."""
+        KeyboardInterrupt (SIGTERM made one) stops it with `stop_signal`, resumable. `warm`: forked from this
+        process's warm server (a process that runs many points, as a Ray worker does); else cold, as one command
+        a Slurm task starts."""
         return supervise(
             [*wrap, *self.command()],
             self.log,
             env=self.env(env),
             stop_signal=stop_signal,
             grace_s=grace_s,
-            warm_start=False,  # a remote task starts this one command: cold, as srun's workers
+            warm_start=warm,
         )
 
     def env(self, env: Mapping[str, str]) -> dict[str, str]:

@@ -68,7 +68,7 @@ def run_point(
     mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, stops.STOP_SIGNALS)
     handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        done = point.run(env)  # cold, as a Slurm task's: the task starts this one command
+        done = point.run(env, warm=True)  # a Ray worker runs many tasks: its server's torch serves each
     finally:
         signal.signal(signal.SIGINT, handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
