@@ -42,7 +42,8 @@ def predict_run(
     node_gbit = between.busbw_gbps * 8 if isinstance(between, links.Link) else None  # a published link's
     band, across = band_for(costs.on_cuda), band_for(costs.on_cuda, max(nodes), node_gbit=node_gbit)  # built once
     # A measured node of several GPUs: its rows across nodes of as many GPUs a node are planned from a node.
-    node = costs.measured["per_node"] if costs.measured["nodes"] == 1 and costs.measured["per_node"] > 1 else None
+    one_node = costs.measured["nodes"] == 1 and not run.config.get("dist.share_device")  # a GPU a worker
+    node = costs.measured["per_node"] if one_node and costs.measured["per_node"] > 1 else None
     from_node = band_for(costs.on_cuda, max(nodes), node_gbit=node_gbit, from_node=True) if node else across
     result["band"] = band.to_json()
     if across != band:

@@ -139,11 +139,11 @@ def unavailable_runs(sweep: Sweep) -> dict[str, str]:
     return found
 
 
-def dry_run_rows(sweep: Sweep, folder: SweepFolder) -> list[tuple[SweepRun, str, str | None]]:
+def dry_run_rows(sweep: Sweep, folder: SweepFolder, here: bool = True) -> list[tuple[SweepRun, str, str | None]]:
     """Each point with what a local sweep would do with it now, and why the sweep would refuse its folder
     (None: it would not; `SweepFolder.stale_reason`)."""
     states = folder.run_states(sweep)
-    unavailable = unavailable_runs(sweep)
+    unavailable = unavailable_runs(sweep) if here else {}  # here: checked against this machine (the local runner)
     action = {"new": "run", "unfinished": "resume", "finished": "skip (finished)", "foreign": "refuse (not a run)"}
     rows = []
     for run in sweep.runs:
@@ -158,13 +158,13 @@ def dry_run_rows(sweep: Sweep, folder: SweepFolder) -> list[tuple[SweepRun, str,
     return rows
 
 
-def dry_run_text(sweep: Sweep, folder: SweepFolder) -> str:
+def dry_run_text(sweep: Sweep, folder: SweepFolder, here: bool = True) -> str:
     lines = [
         f"sweep {sweep.name}: {len(sweep.runs)} runs in {folder.root}"
         + (f" (profile {sweep.profile})" if sweep.profile else "")
         + (", interleaved" if sweep.order == "interleaved" else "")
     ]
-    rows = dry_run_rows(sweep, folder)
+    rows = dry_run_rows(sweep, folder, here)
     for run, action, _ in rows:
         point = ", ".join(f"{k}={v}" for k, v in run.point.items())
         lines.append(

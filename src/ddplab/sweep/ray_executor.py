@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 from ddplab import runfiles, stops
 from ddplab.config import RunConfig
 from ddplab.errors import ConfigError
-from ddplab.process import INTERRUPTED
+from ddplab.process import INTERRUPTED, STOP_GRACE_S
 from ddplab.runlock import run_lock
 from ddplab.sweep.estimate import duration
 from ddplab.sweep.folder import Entry, Manifest, Status, SweepFolder
@@ -38,17 +38,26 @@ from ddplab.sweep.spec import Sweep, SweepRun
 ADDRESS_ENV = "RAY_ADDRESS"
 CONNECT_TIMEOUT_S = 5.0  # an address that does not answer a TCP connect in this long is not a cluster (Ray waits 60 s+)
 POLL_S = 1.0
-CANCEL_GRACE_S = 30.0  # how long cancelled tasks have to stop their runs resumable before Ray is shut down
+CANCEL_GRACE_S = STOP_GRACE_S + 15.0  # cancelled tasks' runs stop resumable (or are killed) before Ray shuts down
 INSTALL = "pip install 'ddplab[ray]'"
 
 
-def resources(config: RunConfig) -> dict[str, float]:
+def resources(config: RunConfig, node_gpus: int) -> dict[str, float]:
     """What one point's task asks the cluster for: a CPU for each thread of each worker (one thread a worker
-    unless train.threads says), a GPU for each worker on CUDA."""
+    unless train.threads says; Ray gives the task OMP_NUM_THREADS to match, so the run uses what it asked for and
+    points side by side never share cores), and the GPUs the local executor would give it on a node of
+    `node_gpus` (slots.gpus_needed: none on a cluster without GPUs, whatever the device says)."""
+    from ddplab.sweep.slots import gpus_needed
+
     workers = config.dist.nproc if config.dist.strategy == "ddp" else 1
-    gpus = config.dist.dp_gpus if config.dist.strategy == "dp" else workers
-    on_cuda = config.train.device != "cpu"
-    return {"num_cpus": float(workers * (config.train.threads or 1)), "num_gpus": float(gpus if on_cuda else 0)}
+    return {
+        "num_cpus": float(workers * (config.train.threads or 1)),
+        "num_gpus": float(gpus_needed(config, node_gpus)),
+        "max_retries": 0,  # a task whose worker died is the sweep's to record, resumable: never re-run behind it
+    }
+
+
+RAY_SETS = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")  # what Ray sets in a task's worker for the task's resources
 
 
 def run_point(
@@ -61,6 +70,7 @@ def run_point(
 
     if os.path.isdir(cwd):
         os.chdir(cwd)
+    env = {**env, **{k: os.environ[k] for k in RAY_SETS if k in os.environ}}  # the GPUs and threads Ray gave it
     point = Point(SweepFolder(Path(root)), name, build_config(config), launch)
     # Ray cancels a running task with SIGINT. A worker of a Ray started from a sweep with SIGINT ignored (nohup, a
     # script's background job) inherits it ignored, and its thread blocks it: the cancel would never arrive, nor
@@ -99,6 +109,7 @@ class RayExecutor:
 
     def __init__(self, *, address: str | None = None, parallel: int | str | None = None):
         self.address, self.parallel = address, parallel  # None or auto: as many as the cluster fits
+        self.node_gpus = 0  # the most GPUs a node of the cluster has (known once connected)
 
     @classmethod
     def add_options(cls, parser: argparse.ArgumentParser) -> None:
@@ -116,9 +127,14 @@ class RayExecutor:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> RayExecutor:
+        """Checked before the sweep writes anything or starts tracking it: Ray importable, its cluster answering."""
         if args.timeout is not None:
             raise ConfigError("--timeout is the local executor's: a Ray cluster bounds its tasks itself")
-        return cls(address=args.ray_address, parallel=args.parallel)
+        executor = cls(address=args.ray_address, parallel=args.parallel)
+        if not (args.dry_run or args.status or args.wait):
+            require_ray()
+            reachable(executor.address or os.environ.get(ADDRESS_ENV) or None)
+        return executor
 
     @classmethod
     def reading(cls) -> RayExecutor:
@@ -130,8 +146,9 @@ class RayExecutor:
     def dry_run(self, sweep: Sweep, folder: SweepFolder) -> str:
         from ddplab.sweep.local import dry_run_text
 
-        asks = {run.name: resources(run.config) for run in sweep.runs}
-        lines = [dry_run_text(sweep, folder), f"on Ray at {self.where()}, each point a task asking for:"]
+        asks = {run.name: resources(run.config, node_gpus=1) for run in sweep.runs}
+        lines = [dry_run_text(sweep, folder, here=False), f"on Ray at {self.where()}, each point a task asking for "
+                 "(on a cluster with GPUs):"]  # fmt: skip
         lines += [f"  {name:<40} {r['num_cpus']:g} CPU(s), {r['num_gpus']:g} GPU(s)" for name, r in asks.items()]
         return "\n".join(lines)
 
@@ -141,41 +158,48 @@ class RayExecutor:
 
     def submit(self, sweep: Sweep, folder: SweepFolder, echo=print) -> Manifest:
         folder.refuse_run_folder()
-        across = [run.name for run in sweep.runs if run.config.dist.nnodes > 1]
-        if across:
+        across = next((run for run in sweep.runs if run.config.dist.nnodes > 1), None)
+        if across is not None:
             raise ConfigError(
-                f"sweep run {across[0]} spans {sweep.runs[0].config.dist.nnodes} nodes: --executor ray runs points "
+                f"sweep run {across.name} spans {across.config.dist.nnodes} nodes: --executor ray runs points "
                 "of one node so far (run it with --executor slurm, or by hand on each node)"
             )
         ray = connect(self.address, echo)
         try:
-            self.refuse_what_fits_no_node(ray, sweep)
-            with run_lock(folder.root, "sweep"):
-                manifest, todo = folder.prepare(sweep, unavailable={}, executor=self.name, echo=echo)
-                echo(f"sweep {sweep.name}: {len(sweep.runs)} runs, {len(sweep.runs) - len(todo)} already finished, "
-                     f"{len(todo)} to run on Ray ({cluster_text(ray)})")  # fmt: skip
-                received: list[int] = []  # Ray's blocking calls turn our Stopped into a bare KeyboardInterrupt
-
-                def stopped(signum: int, frame: Any) -> None:
-                    received.append(signum)
-                    raise stops.Stopped(signum)
-
-                with stops.handled(tuple(s for s in stops.STOP_SIGNALS if s != signal.SIGINT), stopped):
-                    try:
-                        self.run_tasks(ray, folder, manifest, todo, echo)
-                    except KeyboardInterrupt as exc:
-                        if received and not isinstance(exc, stops.Stopped):  # the last line names the signal
-                            raise stops.Stopped(received[0]) from None
-                        raise
-                return manifest
+            return self.submit_connected(ray, sweep, folder, echo)
+        except ray.exceptions.RayError as exc:  # the cluster went away under the sweep: one line, resumable
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise ConfigError(f"the Ray cluster failed the sweep: {why}; run the sweep again to resume") from None
         finally:
             ray.shutdown()  # a local Ray stops with it; a cluster's stays, its tasks of this sweep ended
+
+    def submit_connected(self, ray: Any, sweep: Sweep, folder: SweepFolder, echo) -> Manifest:
+        self.refuse_what_fits_no_node(ray, sweep)
+        with run_lock(folder.root, "sweep"):
+            manifest, todo = folder.prepare(sweep, unavailable={}, executor=self.name, echo=echo)
+            echo(f"sweep {sweep.name}: {len(sweep.runs)} runs, {len(sweep.runs) - len(todo)} already finished, "
+                 f"{len(todo)} to run on Ray ({cluster_text(ray)})")  # fmt: skip
+            received: list[int] = []  # Ray's blocking calls turn our Stopped into a bare KeyboardInterrupt
+
+            def stopped(signum: int, frame: Any) -> None:
+                received.append(signum)
+                raise stops.Stopped(signum)
+
+            with stops.handled(tuple(s for s in stops.STOP_SIGNALS if s != signal.SIGINT), stopped):
+                try:
+                    self.run_tasks(ray, folder, manifest, todo, echo)
+                except KeyboardInterrupt as exc:
+                    if received and not isinstance(exc, stops.Stopped):  # the last line names the signal
+                        raise stops.Stopped(received[0]) from None
+                    raise
+            return manifest
 
     def refuse_what_fits_no_node(self, ray: Any, sweep: Sweep) -> None:
         """A point asking more than any node has would wait forever: one line before anything starts."""
         nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+        self.node_gpus = int(max((n.get("GPU", 0) for n in nodes), default=0))
         for run in sweep.runs:
-            ask = resources(run.config)
+            ask = resources(run.config, self.node_gpus)
             if not any(n.get("CPU", 0) >= ask["num_cpus"] and n.get("GPU", 0) >= ask["num_gpus"] for n in nodes):
                 most = max(((n.get("CPU", 0), n.get("GPU", 0)) for n in nodes), default=(0, 0))
                 raise ConfigError(
@@ -201,7 +225,7 @@ class RayExecutor:
                     tag, run, entry = pending.pop(0)
                     point = Point(folder, run.name, run.config, run.launch)
                     files.write_text(point.config_file, run.config.to_toml())
-                    ref = task.options(**resources(run.config)).remote(
+                    ref = task.options(**resources(run.config, self.node_gpus)).remote(
                         str(folder.root.resolve()),
                         run.name,
                         run.config.to_dict(),
@@ -209,7 +233,7 @@ class RayExecutor:
                         point.env(env),
                         os.getcwd(),
                     )
-                    entry.status, entry.exit_code, entry.error = Status.RUNNING, None, None
+                    entry.status, entry.exit_code, entry.error = Status.SUBMITTED, None, None  # Ray places it
                     folder.write(manifest)
                     echo(f"{tag}: submitted to Ray ({'resuming' if point.resumes() else 'new'}; log: {point.log})")
                     watch = EpochWatch(point.run_dir / runfiles.METRICS, run.config.train.epochs)
@@ -240,34 +264,35 @@ class RayExecutor:
     def record(self, ray: Any, folder: SweepFolder, manifest: Manifest, s: Started, echo) -> None:
         try:
             outcome = ray.get(s.ref)
-        except ray.exceptions.TaskCancelledError:
-            outcome = {"status": Status.INTERRUPTED.value, "exit_code": INTERRUPTED, "error": None, "wall_s": None,
+        except ray.exceptions.TaskCancelledError:  # cancelled before it started: nothing ran
+            outcome = {"status": Status.INTERRUPTED.value, "exit_code": None, "error": None, "wall_s": None,
                        "node": None}  # fmt: skip
+        except ray.exceptions.RayTaskError as exc:  # the task's own error (the folder not seen there, say): failed
+            lines = str(exc.cause if exc.cause is not None else exc).strip().splitlines() or [type(exc).__name__]
+            outcome = {"status": Status.FAILED.value, "exit_code": None, "error": f"Ray task: {lines[-1][:300]}",
+                       "wall_s": None, "node": None}  # fmt: skip
         except ray.exceptions.RayError as exc:  # its worker or node died: resumable by running the sweep again
-            why = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-            outcome = {"status": Status.INTERRUPTED.value, "exit_code": None, "error": f"Ray: {why}", "wall_s": None,
-                       "node": None}  # fmt: skip
+            lines = str(exc).strip().splitlines() or [type(exc).__name__]
+            outcome = {"status": Status.INTERRUPTED.value, "exit_code": None, "error": f"Ray: {lines[0][:300]}",
+                       "wall_s": None, "node": None}  # fmt: skip
         epochs = s.watch.count() - s.watch.started
         s.entry.ended(Status(outcome["status"]), outcome["exit_code"], outcome["error"], outcome["wall_s"], epochs)
         folder.write(manifest)
         where = f" on {outcome['node']}" if outcome["node"] else ""
-        status = Status(outcome["status"])
-        echo(
-            f"{s.tag}: "
-            + (
-                f"finished in {duration(outcome['wall_s'] or 0.0)}{where}"
-                if status is Status.FINISHED
-                else f"interrupted (resumable){where}" + (f": {outcome['error']}" if outcome["node"] is None else "")
-                if status is Status.INTERRUPTED
-                else f"FAILED (exit {outcome['exit_code']}){where}: {outcome['error']}"
-            )
-        )
+        status, error, code = Status(outcome["status"]), outcome["error"], outcome["exit_code"]
+        if status is Status.FINISHED:
+            said = f"finished in {duration(outcome['wall_s'] or 0.0)}{where}"
+        elif status is Status.INTERRUPTED:
+            said = f"interrupted (resumable){where}" + (f": {error}" if error else "")
+        else:
+            said = "FAILED" + (f" (exit {code})" if code is not None else "") + f"{where}: {error}"
+        echo(f"{s.tag}: {said}")
 
     def refresh(self, folder: SweepFolder, manifest: Manifest) -> list[str]:
         from ddplab.runlock import live_owner
 
         for entry in manifest.runs:  # the sweep that drove it is gone (killed outright): nothing trains it any more
-            if entry.status is Status.RUNNING and live_owner(folder.root) is None:
+            if entry.status in (Status.SUBMITTED, Status.RUNNING) and live_owner(folder.root) is None:
                 entry.status = Status.STOPPED
         return []
 
@@ -275,32 +300,49 @@ class RayExecutor:
         return folder.load()  # submit drove them to the end
 
 
-def connect(address: str | None, echo) -> Any:
-    """Ray, connected: to `address` (else $RAY_ADDRESS), else to a local Ray started here. One line, before
-    anything is written, where Ray is not installed or the cluster does not answer."""
+def require_ray() -> Any:
     try:
         import ray
     except ImportError:
         raise ConfigError(f"--executor ray needs Ray, which this Python lacks: {INSTALL}") from None
-    address = address or os.environ.get(ADDRESS_ENV) or None
-    if address is not None and address != "auto" and not address.startswith("ray://"):
-        host, _, port = address.rpartition(":")
-        try:
-            socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
-        except (OSError, ValueError) as exc:
-            raise ConfigError(
-                f"cannot reach the Ray cluster at {address} ({exc.__class__.__name__}: {exc}): is its head running "
-                "(ray start --head), and is that its GCS address (host:6379 by default)?"
-            ) from None
+    return ray
+
+
+def reachable(address: str | None) -> None:
+    """A cluster's address that does not answer a TCP connect within CONNECT_TIMEOUT_S: one line (Ray itself retries
+    for minutes). `auto` and None need no network; `ray://` (Ray Client) is host:port too."""
+    if address is None or address == "auto":
+        return
+    host, _, port = address.removeprefix("ray://").rpartition(":")
     try:
-        if address is None:
-            ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            f"cannot reach the Ray cluster at {address} ({exc.__class__.__name__}: {exc}): is its head running "
+            "(ray start --head), and is that its GCS address (host:6379 by default)?"
+        ) from None
+
+
+def connect(address: str | None, echo) -> Any:
+    """Ray, connected: to `address` (else $RAY_ADDRESS), else to a local Ray started here. One line, before
+    anything is written, where Ray is not installed or the cluster does not answer."""
+    ray = require_ray()
+    address = address or os.environ.get(ADDRESS_ENV) or None
+    reachable(address)
+    sigterm = signal.getsignal(signal.SIGTERM)  # ray.init puts its own (sys.exit): ddplab's stop rule is ours
+    try:
+        if address is None:  # "local": a Ray of its own, never a `ray start` one found on this machine
+            ray.init(address="local", include_dashboard=False, log_to_driver=False, configure_logging=False)
             echo(f"Ray: no cluster given (--ray.address, ${ADDRESS_ENV}): started a local one for this sweep, "
                  f"{cluster_text(ray)}; it stops when the sweep ends")  # fmt: skip
         else:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise ConfigError(f"cannot join the Ray cluster at {address}: {str(exc).splitlines()[0]}") from None
+    except (ConnectionError, RuntimeError, ValueError, TimeoutError, ray.exceptions.RayError) as exc:
+        raise ConfigError(
+            f"cannot join the Ray cluster at {address or 'local'}: {(str(exc).strip().splitlines() or [''])[0]}"
+        ) from None
+    finally:
+        signal.signal(signal.SIGTERM, sigterm)
     return ray
 
 
