@@ -33,7 +33,11 @@ def test_a_stopped_sweep_on_ray_leaves_nothing_running_and_resumes_to_the_local_
     cancels a task with SIGINT) cancels its tasks, each run stopped resumable (130), no Ray or run process left;
     run again it resumes both, and they end as the same sweep run by the local executor ends."""
     pytest.importorskip("ray", reason="Ray comes with the ray extra (pip install 'ddplab[ray]')")
-    path = tiny_sweep(tmp_path / "s.toml", TWO_POINTS, epochs=3)
+    # One thread a run on both executors (a run's float sums follow its threads): Ray asks for, and gives, one CPU.
+    one_thread = TWO_POINTS.replace('"optim.lr" = 0.01', '"optim.lr" = 0.01\n"train.threads" = 1').replace(
+        '"train.batch_size" = 32', '"train.batch_size" = 32\n"train.threads" = 1'
+    )
+    path = tiny_sweep(tmp_path / "s.toml", one_thread, epochs=3)
     local = ddplab_cli("sweep", str(path), "--out", str(tmp_path / "local"), "--no-report", "--no-estimate")
     assert local.returncode == 0, local.stderr[-3000:]
     out, marker = tmp_path / "ray", f"DDPLAB_TEST_{uuid.uuid4().hex}"
