@@ -37,7 +37,7 @@ ALLOWED: dict[str, set[str]] = {
     "watchdog": {"errors", "process", "warm"},
     "data": {"errors", "seeding"},
     "config": {"arguments", "data", "errors", "files", "topology", "tracking"},
-    "runlock": {"borders", "errors", "runfiles"},
+    "runlock": {"borders", "errors", "files", "runfiles"},
     "checkpoint": {"borders", "errors", "faults", "files", "runfiles"},
     "runfolder": {"checkpoint", "config", "errors", "runfiles"},
     "runplan": {"config", "errors", "files", "runfiles", "runfolder", "runlock", "topology"},

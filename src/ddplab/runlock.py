@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ddplab import borders, runfiles
+from ddplab import borders, files, runfiles
 from ddplab.errors import ConfigError, file_error
 
 LOCK = runfiles.LOCK
@@ -113,11 +113,11 @@ def run_lock(run_dir: Path, what: str = "run") -> Iterator[None]:
 def _acquire(run_dir: Path, what: str) -> int:
     path = run_dir / LOCK
     for _ in range(10):
+        files.make_dir(run_dir)  # "cannot create the folder X", as any folder ddplab makes
         try:
-            run_dir.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise file_error(exc, "create the run folder's lock") from None
+            raise file_error(exc, f"create the {what} folder's lock") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -903,7 +903,7 @@ CASES = [
         "sweep-unknown-executor",
         ["sweep", "assignment", "--executor", "k8s"],
         2,
-        r"argument --executor: invalid choice: 'k8s' \(choose from '?local'?, '?slurm'?\)",
+        r"argument --executor: invalid choice: 'k8s' \(choose from '?local'?, '?slurm'?, '?ray'?\)",
         alone=True,
     ),
     Case(
