@@ -30,7 +30,7 @@ class Outcome:
     status: Status
     exit_code: int | None
     error: str | None
-    wall_s: float
+    wall_s: float | None  # None: it never ran (an executor cancelled it before it started)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from ddplab.process import INTERRUPTED, STOP_GRACE_S
 from ddplab.runlock import run_lock
 from ddplab.sweep.estimate import duration
 from ddplab.sweep.folder import Entry, Manifest, Status, SweepFolder
-from ddplab.sweep.point import Point
+from ddplab.sweep.point import Outcome, Point
 from ddplab.sweep.spec import Sweep, SweepRun
 
 ADDRESS_ENV = "RAY_ADDRESS"
@@ -62,7 +62,7 @@ RAY_SETS = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")  # what Ray sets in a tas
 
 def run_point(
     root: str, name: str, config: dict[str, Any], launch: str, env: Mapping[str, str], cwd: str
-) -> dict[str, Any]:
+) -> tuple[Outcome, str]:
     """In the task, on whichever node Ray placed it: the point's `ddplab train`, from the sweep's working directory
     (a relative data root means there what it meant to the sweep), and its outcome. A cancel (Ray raises
     KeyboardInterrupt here) stops the run as Ctrl-C does, resumable."""
@@ -82,14 +82,7 @@ def run_point(
     finally:
         signal.signal(signal.SIGINT, handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    outcome = point.ended(done)
-    return {
-        "status": outcome.status.value,
-        "exit_code": outcome.exit_code,
-        "error": outcome.error,
-        "wall_s": outcome.wall_s,
-        "node": socket.gethostname(),
-    }
+    return point.ended(done), socket.gethostname()
 
 
 @dataclass
@@ -133,7 +126,7 @@ class RayExecutor:
         executor = cls(address=args.ray_address, parallel=args.parallel)
         if not (args.dry_run or args.status or args.wait):
             require_ray()
-            reachable(executor.address or os.environ.get(ADDRESS_ENV) or None)
+            reachable(cluster_address(executor.address))
         return executor
 
     @classmethod
@@ -153,8 +146,7 @@ class RayExecutor:
         return "\n".join(lines)
 
     def where(self) -> str:
-        address = self.address or os.environ.get(ADDRESS_ENV)
-        return address or "a local Ray started for the sweep"
+        return cluster_address(self.address) or "a local Ray started for the sweep"
 
     def submit(self, sweep: Sweep, folder: SweepFolder, echo=print) -> Manifest:
         folder.refuse_run_folder()
@@ -262,27 +254,25 @@ class RayExecutor:
             raise
 
     def record(self, ray: Any, folder: SweepFolder, manifest: Manifest, s: Started, echo) -> None:
+        node = None
         try:
-            outcome = ray.get(s.ref)
+            outcome, node = ray.get(s.ref)
         except ray.exceptions.TaskCancelledError:  # cancelled before it started: nothing ran
-            outcome = {"status": Status.INTERRUPTED.value, "exit_code": None, "error": None, "wall_s": None,
-                       "node": None}  # fmt: skip
+            outcome = Outcome(Status.INTERRUPTED, None, None, None)
         except ray.exceptions.RayTaskError as exc:  # the task's own error (the folder not seen there, say): failed
             lines = str(exc.cause if exc.cause is not None else exc).strip().splitlines() or [type(exc).__name__]
-            outcome = {"status": Status.FAILED.value, "exit_code": None, "error": f"Ray task: {lines[-1][:300]}",
-                       "wall_s": None, "node": None}  # fmt: skip
+            outcome = Outcome(Status.FAILED, None, f"Ray task: {lines[-1][:300]}", None)
         except ray.exceptions.RayError as exc:  # its worker or node died: resumable by running the sweep again
             lines = str(exc).strip().splitlines() or [type(exc).__name__]
-            outcome = {"status": Status.INTERRUPTED.value, "exit_code": None, "error": f"Ray: {lines[0][:300]}",
-                       "wall_s": None, "node": None}  # fmt: skip
-        epochs = s.watch.count() - s.watch.started
-        s.entry.ended(Status(outcome["status"]), outcome["exit_code"], outcome["error"], outcome["wall_s"], epochs)
+            outcome = Outcome(Status.INTERRUPTED, None, f"Ray: {lines[0][:300]}", None)
+        s.entry.ended(
+            outcome.status, outcome.exit_code, outcome.error, outcome.wall_s, s.watch.count() - s.watch.started
+        )
         folder.write(manifest)
-        where = f" on {outcome['node']}" if outcome["node"] else ""
-        status, error, code = Status(outcome["status"]), outcome["error"], outcome["exit_code"]
-        if status is Status.FINISHED:
-            said = f"finished in {duration(outcome['wall_s'] or 0.0)}{where}"
-        elif status is Status.INTERRUPTED:
+        where, error, code = f" on {node}" if node else "", outcome.error, outcome.exit_code
+        if outcome.status is Status.FINISHED:
+            said = f"finished in {duration(outcome.wall_s or 0.0)}{where}"
+        elif outcome.status is Status.INTERRUPTED:
             said = f"interrupted (resumable){where}" + (f": {error}" if error else "")
         else:
             said = "FAILED" + (f" (exit {code})" if code is not None else "") + f"{where}: {error}"
@@ -298,6 +288,11 @@ class RayExecutor:
 
     def wait(self, folder: SweepFolder, echo=print) -> Manifest:
         return folder.load()  # submit drove them to the end
+
+
+def cluster_address(given: str | None) -> str | None:
+    """The cluster a sweep runs on: --ray.address, else $RAY_ADDRESS; None: a local Ray of the sweep's own."""
+    return given or os.environ.get(ADDRESS_ENV) or None
 
 
 def require_ray() -> Any:
@@ -327,7 +322,7 @@ def connect(address: str | None, echo) -> Any:
     """Ray, connected: to `address` (else $RAY_ADDRESS), else to a local Ray started here. One line, before
     anything is written, where Ray is not installed or the cluster does not answer."""
     ray = require_ray()
-    address = address or os.environ.get(ADDRESS_ENV) or None
+    address = cluster_address(address)
     reachable(address)
     sigterm = signal.getsignal(signal.SIGTERM)  # ray.init puts its own (sys.exit): ddplab's stop rule is ours
     try:
