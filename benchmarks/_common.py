@@ -231,10 +231,11 @@ def run_ddplab(
         poll_s=poll_s,
         on_poll=None if poll is None else lambda: poll(time.perf_counter() - start),
     )
+    wall_s = time.perf_counter() - start  # the clock `poll` read, so no poll's time exceeds it
     if done.code != 0:
         tail = log_path.read_text()[-3000:]
         raise RuntimeError(f"ddplab train failed (exit {done.code}): {' '.join(cmd)}\n{tail}")
-    return {"wall_s": done.wall_s, "returncode": done.code, "command": cmd, "log": str(log_path)}
+    return {"wall_s": wall_s, "returncode": done.code, "command": cmd, "log": str(log_path)}
 
 
 def read_metrics(run_dir: Path) -> list[EpochRecord]:
