@@ -19,15 +19,9 @@ from ddplab.errors import ConfigError
 # What a resume may change: the length, an observer, and where and how patiently the nodes meet (a run cut
 # short by a network fault resumes on other hosts, or with a longer timeout): none changes a number.
 OBSERVERS = {"train.profile_steps"}  # settings that change no number of the run (a sweep's re-run may change them)
-RESUMABLE_DIFFERENCES = {
-    "train.epochs",
-    *OBSERVERS,
-    "dist.timeout_s",
-    "dist.max_restarts",
-    "dist.rdzv_endpoint",
-    "dist.rdzv_id",
-    "dist.node_rank",
-}
+# Where a run's nodes meet: an executor that starts each node's part (Ray) picks them for each attempt.
+MEETING = {"dist.rdzv_endpoint", "dist.rdzv_id", "dist.node_rank"}
+RESUMABLE_DIFFERENCES = {"train.epochs", *OBSERVERS, "dist.timeout_s", "dist.max_restarts", *MEETING}
 
 
 @dataclass

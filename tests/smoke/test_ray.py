@@ -1,6 +1,6 @@
 """`ddplab sweep --executor ray` (sweep/ray_executor.py) on a local Ray that the sweep starts itself: its points are
 the local executor's runs, a stopped sweep leaves nothing running and resumes exactly, and what cannot run is one
-line before anything starts. A cluster of several hosts is issue 49's next step (its tests are owed)."""
+line before anything starts. A cluster of several hosts: tests/distributed/test_ray_cluster.py."""
 
 import json
 import os
@@ -75,7 +75,8 @@ def test_a_stopped_sweep_on_ray_leaves_nothing_running_and_resumes_to_the_local_
 
 def test_what_ray_cannot_run_is_one_line_before_anything_starts(tmp_path):
     """Ray not installed names the extra; a cluster that does not answer is said within seconds (Ray itself
-    retries for minutes); a point across nodes is refused (not built yet), nothing written for any of them."""
+    retries for minutes); a point across more nodes than the cluster has, or across nodes with torchrun, is refused;
+    nothing written for any of them."""
     path = tiny_sweep(tmp_path / "s.toml", TWO_POINTS, epochs=1)
     (tmp_path / "noray" / "ray").mkdir(parents=True)
     (tmp_path / "noray" / "ray" / "__init__.py").write_text("raise ImportError('no module named ray')\n")
@@ -99,7 +100,17 @@ def test_what_ray_cannot_run_is_one_line_before_anything_starts(tmp_path):
     across = tiny_sweep(tmp_path / "n.toml", '[[variants]]\nlabel = "two nodes"\n"dist.strategy" = "ddp"\n'
                         '"dist.nnodes" = 2\n', epochs=1)  # fmt: skip
     two = ddplab_cli("sweep", str(across), "--out", str(tmp_path / "c"), "--executor", "ray")
-    assert two.returncode == 2 and "spans 2 nodes: --executor ray runs points of one node so far" in two.stderr
+    assert two.returncode == 2, two.stderr[-3000:]
+    assert two.stderr.strip().splitlines()[-1] == (
+        "ddplab: error: sweep run two-nodes spans 2 nodes, each asking for 1 CPU(s) and 0 GPU(s), and the cluster "
+        "has 1 such node(s) of 1"
+    )
+    (tmp_path / "r.toml").write_text(across.read_text() + 'launch = "torchrun"\n')
+    torchrun = ddplab_cli("sweep", str(tmp_path / "r.toml"), "--out", str(tmp_path / "c"), "--executor", "ray")
+    assert torchrun.returncode == 2 and torchrun.stderr.strip().splitlines()[-1] == (
+        'ddplab: error: sweep run two-nodes spans 2 nodes with launch = "torchrun": on Ray each node runs '
+        "ddplab's launcher (leave launch out, or run it with --executor slurm)"
+    )
     big = tiny_sweep(tmp_path / "t.toml", '[[variants]]\nlabel = "wide"\n"train.threads" = 4096\n', epochs=1)
     wide = ddplab_cli("sweep", str(big), "--out", str(tmp_path / "d"), "--executor", "ray")
     assert wide.returncode == 2, wide.stderr[-3000:]

@@ -266,6 +266,24 @@ def test_dry_run_plan_says_what_would_happen(tmp_path):
     assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
 
 
+def test_where_a_runs_nodes_met_never_makes_its_folder_stale(tmp_path):
+    """An executor that starts each node's part (Ray) picks the rendezvous for each attempt and the run folder records
+    it: a finished or unfinished point whose folder says where its nodes met is kept; any other setting is not."""
+    import dataclasses
+
+    sweep = load_sweep(write(tmp_path, SWEEP), profile="small")
+    folder = SweepFolder(tmp_path / "out")
+    for run, state in zip(sweep.runs[:2], ("finished", "unfinished"), strict=True):
+        met = dataclasses.replace(run.config.dist, rdzv_endpoint="10.0.0.1:41234", rdzv_id="attempt-2", node_rank=0)
+        run_dir = folder.run_dir(run.name)
+        run_dir.mkdir(parents=True)
+        (run_dir / "config.toml").write_text(dataclasses.replace(run.config, dist=met).to_toml())
+        assert folder.stale_reason(run, state) is None
+        lr = dataclasses.replace(run.config.optim, lr=run.config.optim.lr * 2)
+        (run_dir / "config.toml").write_text(dataclasses.replace(run.config, dist=met, optim=lr).to_toml())
+        assert "(optim.lr differ)" in (folder.stale_reason(run, state) or "")
+
+
 def test_settings_from_the_command_line_apply_to_every_run(tmp_path):
     """--set wins over the base; over a sweep's own axis it is refused (the names would lie)."""
     sweep = load_sweep(write(tmp_path, SWEEP), profile="small", overrides=["train.epochs=5", "optim.lr=0.01"])

@@ -345,13 +345,13 @@ class SweepFolder:
     def stale_reason(self, run: SweepRun, state: str) -> str | None:
         """Why a run folder cannot be kept or continued for this point, or None: not a run folder, or trained
         with other settings than the file asks for now (its results would be reported under a wrong name)."""
-        from ddplab.runfolder import OBSERVERS, config_differences, saved_config
+        from ddplab.runfolder import MEETING, OBSERVERS, config_differences, saved_config
 
         run_dir = self.run_dir(run.name)
         if state == "foreign":
             return f"{run_dir} exists and is not a ddplab run folder: move it, or use another --out"
         if state in ("finished", "unfinished"):
-            differing = config_differences(saved_config(run_dir), run.config)
+            differing = config_differences(saved_config(run_dir), run.config) - MEETING
             if state == "unfinished":
                 differing -= OBSERVERS  # as --resume allows; the rest of what it allows would change the point
             if differing:

@@ -34,6 +34,19 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class Node:
+    """One node's part of a point across nodes started by an executor (not by srun, whose variables say it): the
+    rendezvous every node is given, this node's rank, and whether the run resumes, decided once for all nodes."""
+
+    rank: int
+    endpoint: str  # host:port of the rendezvous store, on the first node
+    resume: bool
+
+    def arguments(self) -> list[str]:
+        return ["--node-rank", str(self.rank), "--rdzv-endpoint", self.endpoint]
+
+
+@dataclass(frozen=True)
 class Point:
     folder: SweepFolder
     name: str
@@ -59,7 +72,9 @@ class Point:
         """Whether it continues from a checkpoint (an interrupted, preempted or timed-out attempt's)."""
         return runfiles.checkpoint_path(self.run_dir).is_file()
 
-    def command(self) -> list[str]:
+    def command(self, node: Node | None = None) -> list[str]:
+        """Its `ddplab train`; `node`: one node's of a point across nodes, every node given the same resume."""
+        resume = self.resumes() if node is None else node.resume
         args = [
             "train",
             "--config",
@@ -68,7 +83,8 @@ class Point:
             str(self.run_dir),
             "--output.progress",
             "false",
-            *(["--resume"] if self.resumes() else []),
+            *(["--resume"] if resume else []),
+            *([] if node is None else node.arguments()),
         ]
         if self.launch == "torchrun":
             return [
@@ -105,13 +121,14 @@ class Point:
         stop_signal: int = signal.SIGINT,
         grace_s: float = STOP_GRACE_S,
         warm: bool = False,
+        node: Node | None = None,
     ) -> Finished:
         """Run to its end here (a remote task): `wrap` goes before the command (srun for several workers); a
         KeyboardInterrupt (SIGTERM made one) stops it with `stop_signal`, resumable. `warm`: forked from this
         process's warm server (a process that runs many points, as a Ray worker does); else cold, as one command
-        a Slurm task starts."""
+        a Slurm task starts. `node`: this node's part of a point across nodes."""
         return supervise(
-            [*wrap, *self.command()],
+            [*wrap, *self.command(node)],
             self.log,
             env=self.env(env),
             stop_signal=stop_signal,

@@ -9,8 +9,12 @@ runs the point's `ddplab train` through point.py on the node Ray picks, the comm
 its output appended to the point's log. The sweep folder must be one every node sees (a shared file system,
 as for Slurm). This process stays connected while the points run: their epochs are shown as they land, each
 outcome recorded in the manifest as its task ends; Ctrl-C or SIGTERM cancels every task (each point stopped
-resumable, as a local one is) and leaves no process behind. A point across several nodes is not run yet: it
-is refused before anything starts (issue 49 builds it as a placement group). Torch-free; Ray only when used.
+resumable, as a local one is) and leaves no process behind. A point across N nodes is a placement group of N
+bundles on N distinct nodes (STRICT_SPREAD), each bundle what one node's workers ask: the first bundle's task picks
+the rendezvous (its node's address, a free port) and starts one task in each other bundle, and every node runs the
+command a user would run there by hand (`ddplab train ... --node-rank R --rdzv-endpoint HOST:PORT`), not a port to
+Ray Train. A node lost under a point (its raylet or link gone) ends the point resumable, naming the node, within the
+run's dist.timeout_s and Ray's own health checks. Torch-free; Ray only when used.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from ddplab.process import INTERRUPTED, STOP_GRACE_S
 from ddplab.runlock import run_lock
 from ddplab.sweep.estimate import duration
 from ddplab.sweep.folder import Entry, Manifest, Status, SweepFolder
-from ddplab.sweep.point import Outcome, Point
+from ddplab.sweep.point import Node, Outcome, Point
 from ddplab.sweep.spec import Sweep, SweepRun
 
 ADDRESS_ENV = "RAY_ADDRESS"
@@ -60,29 +64,115 @@ def resources(config: RunConfig, node_gpus: int) -> dict[str, float]:
 RAY_SETS = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS")  # what Ray sets in a task's worker for the task's resources
 
 
-def run_point(
-    root: str, name: str, config: dict[str, Any], launch: str, env: Mapping[str, str], cwd: str
-) -> tuple[Outcome, str]:
-    """In the task, on whichever node Ray placed it: the point's `ddplab train`, from the sweep's working directory
-    (a relative data root means there what it meant to the sweep), and its outcome. A cancel (Ray raises
-    KeyboardInterrupt here) stops the run as Ctrl-C does, resumable."""
-    from ddplab.config import build_config
+def node_name() -> str:
+    """How a line names the node a task runs on: its host name and the address Ray knows it by."""
+    import ray
 
-    if os.path.isdir(cwd):
-        os.chdir(cwd)
-    env = {**env, **{k: os.environ[k] for k in RAY_SETS if k in os.environ}}  # the GPUs and threads Ray gave it
-    point = Point(SweepFolder(Path(root)), name, build_config(config), launch)
+    return f"{socket.gethostname()} ({ray.util.get_node_ip_address()})"
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a point's task carries to its node: plain values (Ray pickles them), the point rebuilt there."""
+
+    root: str  # the sweep folder, as every node sees it
+    name: str
+    config: dict[str, Any]  # RunConfig.to_dict()
+    launch: str
+    env: dict[str, str]
+    cwd: str  # the sweep's working directory: a relative data root means there what it meant to the sweep
+
+    def point(self) -> Point:
+        from ddplab.config import build_config
+
+        return Point(SweepFolder(Path(self.root)), self.name, build_config(self.config), self.launch)
+
+
+def run_point(task: Task, node: Node | None = None) -> tuple[Outcome, str]:
+    """In the task, on whichever node Ray placed it: the point's `ddplab train` (`node`: this node's part of a point
+    across nodes), from the sweep's working directory, and its outcome. A cancel (Ray raises KeyboardInterrupt
+    here) stops the run as Ctrl-C does, resumable."""
+    if os.path.isdir(task.cwd):
+        os.chdir(task.cwd)
+    env = {**task.env, **{k: os.environ[k] for k in RAY_SETS if k in os.environ}}  # the GPUs and threads Ray gave
+    point = task.point()
+    where = node_name()
     # Ray cancels a running task with SIGINT. A worker of a Ray started from a sweep with SIGINT ignored (nohup, a
     # script's background job) inherits it ignored, and its thread blocks it: the cancel would never arrive, nor
     # the Ctrl-C that stops the run resumable (a child inherits both). For the run, SIGINT is Ctrl-C's again.
     mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, stops.STOP_SIGNALS)
     handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        done = point.run(env, warm=True)  # a Ray worker runs many tasks: its server's torch serves each
+        done = point.run(env, warm=True, node=node)  # a Ray worker runs many tasks: its server's torch serves each
     finally:
         signal.signal(signal.SIGINT, handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-    return point.ended(done), socket.gethostname()
+    return point.ended(done), where
+
+
+def run_across_nodes(task: Task, group: Any, ask: dict[str, float]) -> tuple[Outcome, str]:
+    """In the first bundle's task of a point across nodes: the rendezvous on this node (its address, a free port),
+    one task in each other bundle running that node's part, this node's own part, then every node's outcome.
+    The point's outcome is this node's (rank 0's node writes the summary); a node Ray lost under it makes it
+    resumable, named. A cancel reaches every node's task (Ray cancels a task's own tasks with it)."""
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    point = task.point()
+    host = ray.util.get_node_ip_address()
+    endpoint = f"{'[' + host + ']' if ':' in host else host}:{free_port(host)}"
+    resume = point.resumes()  # every node resumes, or none does
+    remote = ray.remote(run_point)
+    others = [
+        remote.options(
+            **ask, scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=rank)
+        ).remote(task, Node(rank, endpoint, resume))
+        for rank in range(1, point.config.dist.nnodes)
+    ]
+    outcome, first = run_point(task, Node(0, endpoint, resume))
+    where, lost = [first], []
+    for rank, ref in enumerate(others, 1):
+        try:
+            where.append(ray.get(ref)[1])
+        except ray.exceptions.TaskCancelledError:  # cancelled before it started: nothing ran there
+            pass
+        except ray.exceptions.RayTaskError as exc:  # the task's own error: the node is fine
+            where.append(f"node {rank}: {(str(exc.cause or exc).strip().splitlines() or ['?'])[-1][:200]}")
+        except ray.exceptions.RayError as exc:  # its worker or node died under it
+            lost.append(f"node {rank} ({bundle_node(ray, group, rank)}) lost: {first_line(exc)}")
+    if lost and outcome.status is not Status.FINISHED:
+        outcome = Outcome(Status.INTERRUPTED, outcome.exit_code, "; ".join(lost), outcome.wall_s)
+    return outcome, ", ".join(where)
+
+
+def release(started: Started) -> None:
+    """A point across nodes gives its placement group back (its nodes' CPUs and GPUs) as it ends."""
+    if started.group is not None:
+        from ray.util.placement_group import remove_placement_group
+
+        remove_placement_group(started.group)
+
+
+def free_port(host: str) -> int:
+    """A port free on this node now, for the rendezvous store its first worker opens."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def bundle_node(ray: Any, group: Any, bundle: int) -> str:
+    """The address of the node a placement group's bundle was placed on, as Ray knows it (or its id)."""
+    try:
+        node_id = ray.util.placement_group_table(group)["bundles_to_node_id"][bundle]
+        found: dict[str, Any] = next((n for n in ray.nodes() if n.get("NodeID") == node_id), {})
+        return str(found.get("NodeManagerAddress") or node_id)
+    except Exception:  # noqa: BLE001  (a cluster that cannot say: the bundle's number is all there is)
+        return f"bundle {bundle}'s node"
+
+
+def first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
 @dataclass
@@ -92,6 +182,7 @@ class Started:
     tag: str
     ref: Any  # the task's ObjectRef
     watch: Any  # local.EpochWatch: its epochs, read from the shared folder
+    group: Any = None  # a point across nodes: its placement group, removed when the point ends
 
 
 class RayExecutor:
@@ -150,18 +241,19 @@ class RayExecutor:
 
     def submit(self, sweep: Sweep, folder: SweepFolder, echo=print) -> Manifest:
         folder.refuse_run_folder()
-        across = next((run for run in sweep.runs if run.config.dist.nnodes > 1), None)
-        if across is not None:
+        torchrun = next((r for r in sweep.runs if r.config.dist.nnodes > 1 and r.launch == "torchrun"), None)
+        if torchrun is not None:
             raise ConfigError(
-                f"sweep run {across.name} spans {across.config.dist.nnodes} nodes: --executor ray runs points "
-                "of one node so far (run it with --executor slurm, or by hand on each node)"
+                f'sweep run {torchrun.name} spans {torchrun.config.dist.nnodes} nodes with launch = "torchrun": on '
+                "Ray each node runs ddplab's launcher (leave launch out, or run it with --executor slurm)"
             )
         ray = connect(self.address, echo)
         try:
             return self.submit_connected(ray, sweep, folder, echo)
         except ray.exceptions.RayError as exc:  # the cluster went away under the sweep: one line, resumable
-            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-            raise ConfigError(f"the Ray cluster failed the sweep: {why}; run the sweep again to resume") from None
+            raise ConfigError(
+                f"the Ray cluster failed the sweep: {first_line(exc)}; run the sweep again to resume"
+            ) from None
         finally:
             ray.shutdown()  # a local Ray stops with it; a cluster's stays, its tasks of this sweep ended
 
@@ -191,13 +283,21 @@ class RayExecutor:
         nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
         self.node_gpus = int(max((n.get("GPU", 0) for n in nodes), default=0))
         for run in sweep.runs:
-            ask = resources(run.config, self.node_gpus)
-            if not any(n.get("CPU", 0) >= ask["num_cpus"] and n.get("GPU", 0) >= ask["num_gpus"] for n in nodes):
-                most = max(((n.get("CPU", 0), n.get("GPU", 0)) for n in nodes), default=(0, 0))
+            ask, wanted = resources(run.config, self.node_gpus), run.config.dist.nnodes
+            fit = sum(n.get("CPU", 0) >= ask["num_cpus"] and n.get("GPU", 0) >= ask["num_gpus"] for n in nodes)
+            if fit >= wanted:
+                continue
+            asks = f"{ask['num_cpus']:g} CPU(s) and {ask['num_gpus']:g} GPU(s)"
+            if wanted > 1:
                 raise ConfigError(
-                    f"sweep run {run.name} asks for {ask['num_cpus']:g} CPU(s) and {ask['num_gpus']:g} GPU(s) on one "
-                    f"node, and the cluster's largest node has {most[0]:g} and {most[1]:g}"
+                    f"sweep run {run.name} spans {wanted} nodes, each asking for {asks}, and the cluster has "
+                    f"{fit} such node(s) of {len(nodes)}"
                 )
+            most = max(((n.get("CPU", 0), n.get("GPU", 0)) for n in nodes), default=(0, 0))
+            raise ConfigError(
+                f"sweep run {run.name} asks for {asks} on one node, and the cluster's largest node has "
+                f"{most[0]:g} and {most[1]:g}"
+            )
 
     def run_tasks(
         self, ray: Any, folder: SweepFolder, manifest: Manifest, todo: list[tuple[SweepRun, Entry]], echo
@@ -205,7 +305,6 @@ class RayExecutor:
         from ddplab import files
         from ddplab.sweep.local import EpochWatch
 
-        task = ray.remote(run_point)
         env = {k: v for k, v in os.environ.items() if k != ADDRESS_ENV}  # the points' own, as a local sweep's
         pending = [(f"[{i}/{len(todo)}] {run.name}", run, entry) for i, (run, entry) in enumerate(todo, 1)]
         at_once = self.parallel if isinstance(self.parallel, int) else len(pending)
@@ -217,19 +316,12 @@ class RayExecutor:
                     tag, run, entry = pending.pop(0)
                     point = Point(folder, run.name, run.config, run.launch)
                     files.write_text(point.config_file, run.config.to_toml())
-                    ref = task.options(**resources(run.config, self.node_gpus)).remote(
-                        str(folder.root.resolve()),
-                        run.name,
-                        run.config.to_dict(),
-                        run.launch,
-                        point.env(env),
-                        os.getcwd(),
-                    )
+                    ref, group = self.start(ray, point, point.env(env))
                     entry.status, entry.exit_code, entry.error = Status.SUBMITTED, None, None  # Ray places it
                     folder.write(manifest)
                     echo(f"{tag}: submitted to Ray ({'resuming' if point.resumes() else 'new'}; log: {point.log})")
                     watch = EpochWatch(point.run_dir / runfiles.METRICS, run.config.train.epochs)
-                    started.append(Started(run, entry, tag, ref, watch))
+                    started.append(Started(run, entry, tag, ref, watch, group))
                 ready, _ = ray.wait([s.ref for s in started], num_returns=1, timeout=POLL_S)
                 for s in list(started):
                     for line in s.watch.new_lines():
@@ -249,9 +341,28 @@ class RayExecutor:
                     started.remove(s)
                     self.record(ray, folder, manifest, s, echo)
             for s in started:  # still running past the grace: Ray's shutdown ends them
+                release(s)
                 s.entry.ended(Status.INTERRUPTED, INTERRUPTED, "the sweep was stopped", None)
             folder.write(manifest)
             raise
+
+    def start(self, ray: Any, point: Point, env: Mapping[str, str]) -> tuple[Any, Any]:
+        """The point's task, and for a point across nodes the placement group its nodes' tasks run in: one bundle a
+        node, each on a node of its own, the first bundle's task starting the others (run_across_nodes)."""
+        ask = resources(point.config, self.node_gpus)
+        task = Task(str(point.folder.root.resolve()), point.name, point.config.to_dict(), point.launch, dict(env),
+                    os.getcwd())  # fmt: skip
+        nodes = point.config.dist.nnodes
+        if nodes == 1:
+            return ray.remote(run_point).options(**ask).remote(task), None
+        from ray.util.placement_group import placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        bundle = {"CPU": ask["num_cpus"], **({"GPU": ask["num_gpus"]} if ask["num_gpus"] else {})}
+        group = placement_group([bundle] * nodes, strategy="STRICT_SPREAD", name=f"ddplab {point.name}")
+        first = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=0)
+        ref = ray.remote(run_across_nodes).options(**ask, scheduling_strategy=first).remote(task, group, ask)
+        return ref, group
 
     def record(self, ray: Any, folder: SweepFolder, manifest: Manifest, s: Started, echo) -> None:
         node = None
@@ -263,8 +374,9 @@ class RayExecutor:
             lines = str(exc.cause if exc.cause is not None else exc).strip().splitlines() or [type(exc).__name__]
             outcome = Outcome(Status.FAILED, None, f"Ray task: {lines[-1][:300]}", None)
         except ray.exceptions.RayError as exc:  # its worker or node died: resumable by running the sweep again
-            lines = str(exc).strip().splitlines() or [type(exc).__name__]
-            outcome = Outcome(Status.INTERRUPTED, None, f"Ray: {lines[0][:300]}", None)
+            lost = "" if s.group is None else f"node 0 ({bundle_node(ray, s.group, 0)}) lost: "
+            outcome = Outcome(Status.INTERRUPTED, None, f"{lost}Ray: {first_line(exc)}", None)
+        release(s)
         s.entry.ended(
             outcome.status, outcome.exit_code, outcome.error, outcome.wall_s, s.watch.count() - s.watch.started
         )
