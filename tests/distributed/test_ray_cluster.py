@@ -8,7 +8,9 @@ Needs root, iproute2 and Ray (the ray extra); skipped with the reason elsewhere.
 """
 
 import os
+import shlex
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -54,19 +56,27 @@ class RayHosts:
         self.cluster = cluster
         self.temp = Path(tempfile.mkdtemp(prefix="ddr", dir="/tmp"))  # short: Ray's socket paths live below it
         self.address = f"{cluster.address(0)}:6379"
+        self.hidden = self.temp / "hidden"
+        self.hidden.mkdir()
 
     def start(self, i: int) -> None:
+        """Ray on host i. Host 1 sees an empty folder at `hidden` (a tmpfs over it in its own mount namespace): a node
+        that does not see a sweep folder the others see."""
         where = ["--head", "--port", "6379", "--include-dashboard", "false"] if i == 0 else ["--address", self.address]
-        ray = str(Path(sys.executable).parent / "ray")
+        ray = [str(Path(sys.executable).parent / "ray"), "start", *where, "--node-ip-address", self.cluster.address(i),
+               "--num-cpus", "1", "--num-gpus", "0", "--temp-dir", str(self.temp / f"h{i}"),
+               "--disable-usage-stats"]  # fmt: skip
+        if i == 1:
+            ray = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                   f"mount -t tmpfs none {self.hidden} && exec {shlex.join(ray)}"]  # fmt: skip
         subprocess.run(
-            [*self.cluster.exec_prefix(i), ray, "start", *where, "--node-ip-address", self.cluster.address(i),
-             "--num-cpus", "1", "--num-gpus", "0", "--temp-dir", str(self.temp / f"h{i}"), "--disable-usage-stats"],
+            [*self.cluster.exec_prefix(i), *ray],
             env={**os.environ, **RAY_ENV},
             capture_output=True,
             text=True,
             timeout=120,
             check=True,
-        )  # fmt: skip
+        )
 
     def raylet(self, i: int) -> int:
         for pid in hosts.processes_in(self.cluster.host(i)):
@@ -181,3 +191,15 @@ def test_a_node_lost_under_a_point_ends_it_resumable_naming_the_node_and_a_rerun
     assert "two-nodes: submitted to Ray (resuming" in stdout, stdout
     assert_same_run(out / "runs" / "two-nodes", one_host(out / "configs" / "two-nodes.toml"))
     gone(marker)
+
+
+def test_a_node_that_does_not_see_the_sweep_folder_is_one_line_before_anything_is_written(ray_hosts):
+    marker, out = f"DDPLAB_TEST_{uuid.uuid4().hex}", ray_hosts.hidden / "out"
+    sweep = ray_hosts.sweep(sweep_file(ray_hosts.temp / "s.toml", TWO_POINTS), out, marker)
+    stdout, stderr = sweep.communicate(timeout=300)
+    assert sweep.returncode == 2, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1] == (
+        f"ddplab: error: the Ray node {socket.gethostname()} ({ray_hosts.cluster.address(1)}) does not see "
+        f"{ray_hosts.hidden} as this machine does: every node must see the sweep folder {out} (a shared file system)"
+    )
+    assert not out.exists()

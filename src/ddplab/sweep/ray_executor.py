@@ -1,20 +1,20 @@
 """A sweep on a Ray cluster: each point a Ray task asking for what its workers need, placed where it fits.
 
-`ddplab sweep FILE --executor ray` connects to the cluster at `--ray.address`, else `$RAY_ADDRESS`, else a
-local Ray it starts and stops itself (said in one line); `--ray.address auto` joins the cluster this node is
-part of. A cluster that cannot be reached, or Ray not installed, is one line before anything is written.
-Every unfinished point becomes a task that asks for its CPUs (its workers x their threads) and its GPUs
-(one a worker on CUDA), so the cluster runs as many at once as fit (`--parallel N` caps them): the task
-runs the point's `ddplab train` through point.py on the node Ray picks, the command the local executor runs,
-its output appended to the point's log. The sweep folder must be one every node sees (a shared file system,
-as for Slurm). This process stays connected while the points run: their epochs are shown as they land, each
-outcome recorded in the manifest as its task ends; Ctrl-C or SIGTERM cancels every task (each point stopped
-resumable, as a local one is) and leaves no process behind. A point across N nodes is a placement group of N
-bundles on N distinct nodes (STRICT_SPREAD), each bundle what one node's workers ask: the first bundle's task picks
-the rendezvous (its node's address, a free port) and starts one task in each other bundle, and every node runs the
-command a user would run there by hand (`ddplab train ... --node-rank R --rdzv-endpoint HOST:PORT`), not a port to
-Ray Train. A node lost under a point (its raylet or link gone) ends the point resumable, naming the node, within the
-run's dist.timeout_s and Ray's own health checks. Torch-free; Ray only when used.
+`ddplab sweep FILE --executor ray` connects to the cluster at `--ray.address`, else `$RAY_ADDRESS`, else a local Ray
+it starts and stops itself (said in one line); `--ray.address auto` joins the cluster this node is part of. A
+cluster that cannot be reached, or Ray not installed, is one line before anything is written. Every unfinished point
+becomes a task that asks for its CPUs (its workers x their threads) and its GPUs (one a worker on CUDA), so the
+cluster runs as many at once as fit (`--parallel N` caps them): the task runs the point's `ddplab train` through
+point.py on the node Ray picks, the command the local executor runs, its output appended to the point's log. The
+sweep folder must be one every node sees (a shared file system, as for Slurm): each node is asked before anything is
+written. This process stays connected while the points run: their epochs are shown as they land, each outcome
+recorded in the manifest as its task ends; Ctrl-C or SIGTERM cancels every task (each point stopped resumable, as a
+local one is) and leaves no process behind. A point across N nodes is a placement group of N bundles on N distinct
+nodes (STRICT_SPREAD), each bundle what one node's workers ask: the first bundle's task picks the rendezvous (its
+node's address, a free port) and starts one task in each other bundle, and every node runs the command a user would
+run there by hand (`ddplab train ... --node-rank R --rdzv-endpoint HOST:PORT`), not a port to Ray Train. A node lost
+under a point (its raylet or link gone) ends the point resumable, naming the node, within the run's dist.timeout_s
+and Ray's own health checks. Torch-free; Ray only when used.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from ddplab.sweep.spec import Sweep, SweepRun
 ADDRESS_ENV = "RAY_ADDRESS"
 CONNECT_TIMEOUT_S = 5.0  # an address that does not answer a TCP connect in this long is not a cluster (Ray waits 60 s+)
 POLL_S = 1.0
+SEE_TIMEOUT_S = 120.0  # each node's answer whether it sees the sweep folder (a cold node starts a worker first)
 CANCEL_GRACE_S = STOP_GRACE_S + 15.0  # cancelled tasks' runs stop resumable (or are killed) before Ray shuts down
 INSTALL = "pip install 'ddplab[ray]'"
 
@@ -143,6 +144,48 @@ def run_across_nodes(task: Task, group: Any, ask: dict[str, float]) -> tuple[Out
     if lost and outcome.status is not Status.FINISHED:
         outcome = Outcome(Status.INTERRUPTED, outcome.exit_code, "; ".join(lost), outcome.wall_s)
     return outcome, ", ".join(where)
+
+
+def folder_identity(path: str) -> int | None:
+    """On a node: the inode of `path` as this node sees it (a shared file system shows every node the same one), or
+    None where it is not a folder here."""
+    return os.stat(path).st_ino if os.path.isdir(path) else None
+
+
+def refuse_nodes_that_cannot_see(ray: Any, root: Path) -> None:
+    """Every node must see the sweep folder (its points' run folders, logs and the manifest are there): a node that
+    does not, or sees another folder at its path, is one line before anything is written. The folder may not exist
+    yet: its nearest existing parent is what every node must see as this machine does."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    seen = root.resolve()
+    while not seen.is_dir() and seen != seen.parent:
+        seen = seen.parent
+    here = folder_identity(str(seen))
+    ask = ray.remote(folder_identity)
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    answers = [
+        ask.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+            str(seen)
+        )
+        for n in nodes
+    ]
+    ray.wait(answers, num_returns=len(answers), timeout=SEE_TIMEOUT_S)
+    for node, ref in zip(nodes, answers, strict=True):
+        try:
+            answer = ray.get(ref, timeout=0)
+        except ray.exceptions.TaskUnschedulableError:  # the node left the cluster since it was listed: no work for it
+            continue
+        except ray.exceptions.GetTimeoutError:
+            raise ConfigError(
+                f"the Ray node {node.get('NodeManagerHostname')} ({node.get('NodeManagerAddress')}) did not say within "
+                f"{SEE_TIMEOUT_S:g} s whether it sees the sweep folder {root}: is it overloaded, or leaving?"
+            ) from None
+        if answer != here:
+            raise ConfigError(
+                f"the Ray node {node.get('NodeManagerHostname')} ({node.get('NodeManagerAddress')}) does not see "
+                f"{seen} as this machine does: every node must see the sweep folder {root} (a shared file system)"
+            )
 
 
 def release(started: Started) -> None:
@@ -259,6 +302,7 @@ class RayExecutor:
 
     def submit_connected(self, ray: Any, sweep: Sweep, folder: SweepFolder, echo) -> Manifest:
         self.refuse_what_fits_no_node(ray, sweep)
+        refuse_nodes_that_cannot_see(ray, folder.root)
         with run_lock(folder.root, "sweep"):
             manifest, todo = folder.prepare(sweep, unavailable={}, executor=self.name, echo=echo)
             echo(f"sweep {sweep.name}: {len(sweep.runs)} runs, {len(sweep.runs) - len(todo)} already finished, "
