@@ -2,14 +2,16 @@
 --head` in host 0, `ray start --address` in host 1, the sweep started in host 0. Its points spread over both hosts, a
 point across both nodes trains the run one host trains with as many workers, and a node lost under a point (its
 raylet killed) ends that point resumable within the run's timeout plus seconds, naming the node; the re-run resumes it
-bit-identically.
+bit-identically. SIGTERM of the sweep leaves no run on any node; what the cluster cannot run is one line.
 
 Needs root, iproute2 and Ray (the ray extra); skipped with the reason elsewhere.
 """
 
+import json
 import os
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -150,18 +152,49 @@ def gone(marker: str, within_s: float = 30) -> None:
         time.sleep(0.2)
 
 
-def test_points_spread_over_both_hosts_and_a_point_across_them_trains_the_one_host_run(ray_hosts, one_host, tmp_path):
-    marker = f"DDPLAB_TEST_{uuid.uuid4().hex}"
-    sweep = ray_hosts.sweep(sweep_file(tmp_path / "s.toml", TWO_POINTS + ACROSS), tmp_path / "out", marker)
-    stdout, stderr = sweep.communicate(timeout=300)
-    assert sweep.returncode == 0, stderr[-3000:]
+def wait_for_checkpoint(sweep, run_dir: Path) -> None:
+    deadline = time.monotonic() + 120
+    while not (run_dir / "checkpoints" / "last.pt").is_file():  # its first epoch kept
+        assert sweep.poll() is None and time.monotonic() < deadline, sweep.communicate()[1][-3000:]
+        time.sleep(0.1)
+
+
+def manifest(out: Path) -> dict:
+    return {r["name"]: r for r in json.loads((out / "manifest.json").read_text())["runs"]}
+
+
+def test_a_stopped_sweep_leaves_nothing_on_any_node_and_its_rerun_spreads_resumes_and_ends_as_one_host_does(
+    ray_hosts, one_host, tmp_path
+):
+    """SIGTERM while the point across both nodes trains: every task cancelled, the point stopped resumable, no run
+    process left on either host. Run again: that point resumes to the run one host trains with two workers; the two
+    one-node points (one CPU a node) run at once, one on each host, and end as the local executor's runs."""
+    marker, out = f"DDPLAB_TEST_{uuid.uuid4().hex}", tmp_path / "out"
+    local = cli_process.ddplab_cli("sweep", sweep_file(tmp_path / "l.toml", TWO_POINTS), "--out", tmp_path / "local",
+                                   "--no-report", "--no-estimate")  # fmt: skip
+    assert local.returncode == 0, local.stderr[-3000:]
+    path = sweep_file(tmp_path / "s.toml", ACROSS + TWO_POINTS)  # the point across nodes first: it takes both
+    sweep = ray_hosts.sweep(path, out, marker, env={"DDPLAB_FAULT": "slow:epoch=2:ms=3000"})  # epoch 2: 24 s
+    wait_for_checkpoint(sweep, out / "runs" / "two-nodes")
+    sweep.send_signal(signal.SIGTERM)
+    stdout, stderr = sweep.communicate(timeout=120)
+    assert sweep.returncode == 130 and stderr.strip().splitlines()[-1] == "ddplab: interrupted by SIGTERM", stderr
     assert "3 to run on Ray (2 nodes, 2 CPUs)" in stdout, stdout
+    runs = manifest(out)
+    assert (runs["two-nodes"]["status"], runs["two-nodes"]["exit_code"]) == ("interrupted", 130), runs
+    assert {r["status"] for r in runs.values()} == {"interrupted"}, runs
+    gone(marker)
+    rerun = ray_hosts.sweep(path, out, marker)
+    stdout, stderr = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, stderr[-3000:]
+    assert "two-nodes: submitted to Ray (resuming" in stdout, stdout
     ends = {line.split(":")[0].split()[-1]: line for line in stdout.splitlines() if ": finished in" in line}
     a, b = (ray_hosts.cluster.address(i) for i in (0, 1))
-    # One CPU a node: the two one-node points run at once, one on each host; the point across both, on both.
     assert {f"({a})" in ends["a"], f"({a})" in ends["b"]} == {True, False}, stdout
     assert f"({a})" in ends["two-nodes"] and f"({b})" in ends["two-nodes"], stdout
-    assert_same_run(tmp_path / "out" / "runs" / "two-nodes", one_host(tmp_path / "out" / "configs" / "two-nodes.toml"))
+    assert_same_run(out / "runs" / "two-nodes", one_host(out / "configs" / "two-nodes.toml"))
+    for name in ("a", "b"):
+        assert_same_run(out / "runs" / name, tmp_path / "local" / "runs" / name)
     gone(marker)
 
 
@@ -171,10 +204,7 @@ def test_a_node_lost_under_a_point_ends_it_resumable_naming_the_node_and_a_rerun
     marker, out = f"DDPLAB_TEST_{uuid.uuid4().hex}", tmp_path / "out"
     path = sweep_file(tmp_path / "s.toml", ACROSS)
     sweep = ray_hosts.sweep(path, out, marker, env={"DDPLAB_FAULT": "slow:rank=1:epoch=2:ms=400"})  # epoch 2: 3 s
-    deadline = time.monotonic() + 120
-    while not (out / "runs" / "two-nodes" / "checkpoints" / "last.pt").is_file():  # epoch 1 kept
-        assert sweep.poll() is None and time.monotonic() < deadline, sweep.communicate()[1][-3000:]
-        time.sleep(0.1)
+    wait_for_checkpoint(sweep, out / "runs" / "two-nodes")
     os.kill(ray_hosts.raylet(1), 9)
     cut = time.monotonic()
     stdout, stderr = sweep.communicate(timeout=TIMEOUT_S + MARGIN_S + 60)
@@ -203,3 +233,31 @@ def test_a_node_that_does_not_see_the_sweep_folder_is_one_line_before_anything_i
         f"{ray_hosts.hidden} as this machine does: every node must see the sweep folder {out} (a shared file system)"
     )
     assert not out.exists()
+
+
+def test_what_the_cluster_cannot_run_is_one_line_before_anything_is_written(ray_hosts, tmp_path):
+    """A point across more nodes than the cluster has, one asking more than any node has, one across nodes with
+    torchrun: each refused in one line, nothing written."""
+    marker = f"DDPLAB_TEST_{uuid.uuid4().hex}"
+    three = ACROSS.replace('"dist.nnodes" = 2', '"dist.nnodes" = 3')
+    wide = '[[variants]]\nlabel = "wide"\n"train.threads" = 4096\n'
+    torchrun = ACROSS + 'launch = "torchrun"\n'
+    said = {}
+    for name, variants in (("three", three), ("wide", wide), ("torchrun", torchrun)):
+        sweep = ray_hosts.sweep(sweep_file(tmp_path / f"{name}.toml", variants), tmp_path / name, marker)
+        _, stderr = sweep.communicate(timeout=120)
+        assert sweep.returncode == 2, stderr[-3000:]
+        said[name] = stderr.strip().splitlines()[-1]
+    assert said["three"] == (
+        "ddplab: error: sweep run two-nodes spans 3 nodes, each asking for 1 CPU(s) and 0 GPU(s), and the cluster "
+        "has 2 such node(s) of 2"
+    )
+    assert said["wide"] == (
+        "ddplab: error: sweep run wide asks for 4096 CPU(s) and 0 GPU(s) on one node, and the cluster's largest node "
+        "has 1 and 0"
+    )
+    assert said["torchrun"] == (
+        'ddplab: error: sweep run two-nodes spans 2 nodes with launch = "torchrun": on Ray each node runs '
+        "ddplab's launcher (leave launch out, or run it with --executor slurm)"
+    )
+    assert not any((tmp_path / name).exists() for name in said)

@@ -10,11 +10,12 @@ sweep folder must be one every node sees (a shared file system, as for Slurm): e
 written. This process stays connected while the points run: their epochs are shown as they land, each outcome
 recorded in the manifest as its task ends; Ctrl-C or SIGTERM cancels every task (each point stopped resumable, as a
 local one is) and leaves no process behind. A point across N nodes is a placement group of N bundles on N distinct
-nodes (STRICT_SPREAD), each bundle what one node's workers ask: the first bundle's task picks the rendezvous (its
-node's address, a free port) and starts one task in each other bundle, and every node runs the command a user would
-run there by hand (`ddplab train ... --node-rank R --rdzv-endpoint HOST:PORT`), not a port to Ray Train. A node lost
-under a point (its raylet or link gone) ends the point resumable, naming the node, within the run's dist.timeout_s
-and Ray's own health checks. Torch-free; Ray only when used.
+nodes (STRICT_SPREAD), each bundle what one node's workers ask: a task in the first bundle picks the rendezvous (its
+node's address, a free port), then one task a bundle runs, all owned by this process, and every node runs the
+command a user would run there by hand (`ddplab train ... --node-rank R --rdzv-endpoint HOST:PORT`), not a port to
+Ray Train. A node lost under a point ends the point resumable, naming the node: as Ray reports its task's end (a
+raylet gone), as its task stays silent past dist.timeout_s after another node's run ended (a link cut), or as Ray
+marks the node dead. Torch-free; Ray only when used.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import signal
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -44,6 +45,7 @@ CONNECT_TIMEOUT_S = 5.0  # an address that does not answer a TCP connect in this
 POLL_S = 1.0
 SEE_TIMEOUT_S = 120.0  # each node's answer whether it sees the sweep folder (a cold node starts a worker first)
 CANCEL_GRACE_S = STOP_GRACE_S + 15.0  # cancelled tasks' runs stop resumable (or are killed) before Ray shuts down
+NODE_GRACE_S = 15.0  # past dist.timeout_s after the first node's run ended, a node whose run has not is cut off
 INSTALL = "pip install 'ddplab[ray]'"
 
 
@@ -111,39 +113,28 @@ def run_point(task: Task, node: Node | None = None) -> tuple[Outcome, str]:
     return point.ended(done), where
 
 
-def run_across_nodes(task: Task, group: Any, ask: dict[str, float]) -> tuple[Outcome, str]:
-    """In the first bundle's task of a point across nodes: the rendezvous on this node (its address, a free port),
-    one task in each other bundle running that node's part, this node's own part, then every node's outcome.
-    The point's outcome is this node's (rank 0's node writes the summary); a node Ray lost under it makes it
-    resumable, named. A cancel reaches every node's task (Ray cancels a task's own tasks with it)."""
+def rendezvous_address() -> str:
+    """In the first bundle of a point across nodes, before its nodes start: where they meet (this node's address as
+    Ray knows it, a port free here now)."""
     import ray
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    point = task.point()
     host = ray.util.get_node_ip_address()
-    endpoint = f"{'[' + host + ']' if ':' in host else host}:{free_port(host)}"
-    resume = point.resumes()  # every node resumes, or none does
-    remote = ray.remote(run_point)
-    others = [
-        remote.options(
-            **ask, scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=rank)
-        ).remote(task, Node(rank, endpoint, resume))
-        for rank in range(1, point.config.dist.nnodes)
-    ]
-    outcome, first = run_point(task, Node(0, endpoint, resume))
-    where, lost = [first], []
-    for rank, ref in enumerate(others, 1):
-        try:
-            where.append(ray.get(ref)[1])
-        except ray.exceptions.TaskCancelledError:  # cancelled before it started: nothing ran there
-            pass
-        except ray.exceptions.RayTaskError as exc:  # the task's own error: the node is fine
-            where.append(f"node {rank}: {(str(exc.cause or exc).strip().splitlines() or ['?'])[-1][:200]}")
-        except ray.exceptions.RayError as exc:  # its worker or node died under it
-            lost.append(f"node {rank} ({bundle_node(ray, group, rank)}) lost: {first_line(exc)}")
-    if lost and outcome.status is not Status.FINISHED:
-        outcome = Outcome(Status.INTERRUPTED, outcome.exit_code, "; ".join(lost), outcome.wall_s)
-    return outcome, ", ".join(where)
+    return f"{'[' + host + ']' if ':' in host else host}:{free_port(host)}"
+
+
+def outcome_of(ray: Any, ref: Any) -> tuple[Outcome, str | None, bool]:
+    """What became of a task that ended: its point's outcome, the node it ran on (None: Ray cannot say), and whether
+    Ray lost it (its worker or node died under it: resumable by running the sweep again)."""
+    try:
+        outcome, node = ray.get(ref)
+        return outcome, node, False
+    except ray.exceptions.TaskCancelledError:  # cancelled before it started: nothing ran
+        return Outcome(Status.INTERRUPTED, None, None, None), None, False
+    except ray.exceptions.RayTaskError as exc:  # the task's own error (the folder not seen there, say): failed
+        lines = str(exc.cause if exc.cause is not None else exc).strip().splitlines() or [type(exc).__name__]
+        return Outcome(Status.FAILED, None, f"Ray task: {lines[-1][:300]}", None), None, False
+    except ray.exceptions.RayError as exc:
+        return Outcome(Status.INTERRUPTED, None, f"Ray: {first_line(exc)}", None), None, True
 
 
 def folder_identity(path: str) -> int | None:
@@ -220,12 +211,107 @@ def first_line(exc: BaseException) -> str:
 
 @dataclass
 class Started:
+    """A point handed to Ray, until it ends: one task, or, across nodes, its placement group, the task that finds
+    where its nodes meet, then one task a node, every one owned by this process (so a node cut off from the others
+    is the one silent task, never a task that holds the others' outcomes)."""
+
     run: SweepRun
     entry: Entry
     tag: str
-    ref: Any  # the task's ObjectRef
     watch: Any  # local.EpochWatch: its epochs, read from the shared folder
+    task: Task
+    ask: dict[str, float]
+    refs: list[Any] = field(default_factory=list)  # each node's task, by node rank
     group: Any = None  # a point across nodes: its placement group, removed when the point ends
+    address: Any = None  # ... and the task that picks its rendezvous, until its nodes' tasks start
+    nodes: dict[int, str] | None = None  # its bundles' nodes (bundle -> node id), once the group is placed
+    first_end: float | None = None  # when the first of its nodes' tasks ended
+    stopping: bool = False  # the sweep is stopping: its nodes' tasks are not started any more
+
+    def waiting_on(self) -> list[Any]:
+        return self.refs or [self.address]
+
+    def start_nodes(self, ray: Any, endpoint: str) -> None:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        resume = self.task.point().resumes()  # every node resumes, or none does
+        self.refs = [
+            ray.remote(run_point)
+            .options(**self.ask, scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, rank))
+            .remote(self.task, Node(rank, endpoint, resume))
+            for rank in self.bundles()
+        ]
+
+    def bundles(self) -> range:
+        return range(int(self.task.config["dist"]["nnodes"]))
+
+    def ended(self, ray: Any) -> tuple[Outcome, str | None] | None:
+        """Its outcome and where it ran once it ended, else None (called each poll)."""
+        if self.group is None:
+            done, _ = ray.wait(self.refs, timeout=0)
+            return outcome_of(ray, self.refs[0])[:2] if done else None
+        if not self.refs:  # placed yet? then its nodes start, meeting where its first node says
+            if self.stopping:
+                return Outcome(Status.INTERRUPTED, None, None, None), None
+            done, _ = ray.wait([self.address], timeout=0)
+            if not done:
+                lost = self.lost(ray)
+                return None if lost is None else (Outcome(Status.INTERRUPTED, None, lost, None), None)
+            try:
+                self.start_nodes(ray, ray.get(self.address))
+            except ray.exceptions.RayError:
+                return outcome_of(ray, self.address)[:2]
+            return None
+        done, _ = ray.wait(self.refs, num_returns=len(self.refs), timeout=0)
+        if len(done) == len(self.refs):
+            return self.outcome(ray, silent=[])
+        if done and self.first_end is None:
+            self.first_end = time.monotonic()
+        # With one node's run ended, every other node's ends within dist.timeout_s (its collective or its store
+        # gone): one still silent past that is cut off from the cluster, as is one Ray marked dead.
+        late = self.first_end is not None and time.monotonic() - self.first_end > self.timeout_s() + NODE_GRACE_S
+        lost = self.lost(ray)
+        if not (late or lost):
+            return None
+        silent = [rank for rank, ref in enumerate(self.refs) if ref not in done]
+        for rank in silent:
+            ray.cancel(self.refs[rank])  # what still runs of it stops, resumable, where the cancel reaches it
+        return self.outcome(ray, silent, lost)
+
+    def timeout_s(self) -> float:
+        return float(self.task.config["dist"]["timeout_s"])
+
+    def outcome(self, ray: Any, silent: list[int], lost: str | None = None) -> tuple[Outcome, str | None]:
+        """The point's outcome is its first node's (global rank 0 writes the summary); a node Ray lost, or one
+        silent past the timeout, makes it resumable, named."""
+        said, where = [lost] if lost else [], []
+        first = Outcome(Status.INTERRUPTED, None, None, None)
+        for rank, ref in enumerate(self.refs):
+            node = f"node {rank} ({bundle_node(ray, self.group, rank)})"
+            if rank in silent:
+                said.append(f"{node} lost: no answer within dist.timeout_s + {NODE_GRACE_S:g} s of another's end")
+                continue
+            outcome, ran_on, died = outcome_of(ray, ref)
+            where += [ran_on] if ran_on else []
+            first = outcome if rank == 0 else first
+            said += [f"{node} lost: {outcome.error}"] if died else []
+        if said and first.status is not Status.FINISHED:
+            first = Outcome(Status.INTERRUPTED, first.exit_code, "; ".join(dict.fromkeys(said)), first.wall_s)
+        return first, ", ".join(where) or None
+
+    def lost(self, ray: Any) -> str | None:
+        """Which of its nodes Ray has marked dead, or None: a task on a node cut off from the cluster (its link down)
+        never answers, and Ray's own verdict on the node decides."""
+        if self.group is None:
+            return None
+        if self.nodes is None:
+            table = ray.util.placement_group_table(self.group)
+            if table.get("state") != "CREATED":
+                return None
+            self.nodes = dict(table.get("bundles_to_node_id") or {})
+        dead = {n.get("NodeID"): n.get("NodeManagerAddress") for n in ray.nodes() if not n.get("Alive")}
+        gone = [f"node {bundle} ({dead[node]})" for bundle, node in sorted(self.nodes.items()) if node in dead]
+        return f"{', '.join(gone)} lost: Ray marked it dead (its raylet or link down)" if gone else None
 
 
 class RayExecutor:
@@ -360,66 +446,66 @@ class RayExecutor:
                     tag, run, entry = pending.pop(0)
                     point = Point(folder, run.name, run.config, run.launch)
                     files.write_text(point.config_file, run.config.to_toml())
-                    ref, group = self.start(ray, point, point.env(env))
+                    watch = EpochWatch(point.run_dir / runfiles.METRICS, run.config.train.epochs)
+                    started.append(self.start(ray, Started(run, entry, tag, watch, *self.task(point, env))))
                     entry.status, entry.exit_code, entry.error = Status.SUBMITTED, None, None  # Ray places it
                     folder.write(manifest)
                     echo(f"{tag}: submitted to Ray ({'resuming' if point.resumes() else 'new'}; log: {point.log})")
-                    watch = EpochWatch(point.run_dir / runfiles.METRICS, run.config.train.epochs)
-                    started.append(Started(run, entry, tag, ref, watch, group))
-                ready, _ = ray.wait([s.ref for s in started], num_returns=1, timeout=POLL_S)
+                ray.wait([ref for s in started for ref in s.waiting_on()], num_returns=1, timeout=POLL_S)
                 for s in list(started):
                     for line in s.watch.new_lines():
                         echo(f"{s.tag}: {line}")
-                    if s.ref in ready:
+                    if (ended := s.ended(ray)) is not None:
                         started.remove(s)
-                        self.record(ray, folder, manifest, s, echo)
+                        self.record(folder, manifest, s, *ended, echo)
                         echo(f"  sweep: {len(todo) - len(pending) - len(started)} of {len(todo)} done, "
                              f"{duration(time.perf_counter() - begun)} so far")  # fmt: skip
         except KeyboardInterrupt:
-            for s in started:
-                ray.cancel(s.ref)  # KeyboardInterrupt in the task: its run stopped as Ctrl-C stops one
-            deadline = time.monotonic() + CANCEL_GRACE_S
-            while started and time.monotonic() < deadline:
-                ready, _ = ray.wait([s.ref for s in started], num_returns=len(started), timeout=1.0)
-                for s in [s for s in started if s.ref in ready]:
-                    started.remove(s)
-                    self.record(ray, folder, manifest, s, echo)
-            for s in started:  # still running past the grace: Ray's shutdown ends them
-                release(s)
-                s.entry.ended(Status.INTERRUPTED, INTERRUPTED, "the sweep was stopped", None)
-            folder.write(manifest)
+            self.stop(ray, folder, manifest, started, echo)
             raise
 
-    def start(self, ray: Any, point: Point, env: Mapping[str, str]) -> tuple[Any, Any]:
-        """The point's task, and for a point across nodes the placement group its nodes' tasks run in: one bundle a
-        node, each on a node of its own, the first bundle's task starting the others (run_across_nodes)."""
-        ask = resources(point.config, self.node_gpus)
-        task = Task(str(point.folder.root.resolve()), point.name, point.config.to_dict(), point.launch, dict(env),
-                    os.getcwd())  # fmt: skip
-        nodes = point.config.dist.nnodes
-        if nodes == 1:
-            return ray.remote(run_point).options(**ask).remote(task), None
+    def stop(self, ray: Any, folder: SweepFolder, manifest: Manifest, started: list[Started], echo) -> None:
+        """Every task cancelled (KeyboardInterrupt in the task: its run stopped as Ctrl-C stops one), each point
+        recorded as it ends, within CANCEL_GRACE_S."""
+        for s in started:
+            s.stopping = True
+            for ref in s.waiting_on():
+                ray.cancel(ref)
+        deadline = time.monotonic() + CANCEL_GRACE_S
+        while started and time.monotonic() < deadline:
+            ray.wait([ref for s in started for ref in s.waiting_on()], num_returns=1, timeout=1.0)
+            for s in list(started):
+                if (ended := s.ended(ray)) is not None:
+                    started.remove(s)
+                    self.record(folder, manifest, s, *ended, echo)
+        for s in started:  # still running past the grace: Ray's shutdown ends them
+            release(s)
+            s.entry.ended(Status.INTERRUPTED, INTERRUPTED, "the sweep was stopped", None)
+        folder.write(manifest)
+
+    def task(self, point: Point, env: Mapping[str, str]) -> tuple[Task, dict[str, float]]:
+        task = Task(str(point.folder.root.resolve()), point.name, point.config.to_dict(), point.launch,
+                    point.env(env), os.getcwd())  # fmt: skip
+        return task, resources(point.config, self.node_gpus)
+
+    def start(self, ray: Any, s: Started) -> Started:
+        """A point of one node: its task. Across nodes: a placement group of one bundle a node, each on a node of its
+        own, and the task in the first bundle that says where they meet; their tasks start once it answers."""
+        if s.task.config["dist"]["nnodes"] == 1:
+            s.refs = [ray.remote(run_point).options(**s.ask).remote(s.task)]
+            return s
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        bundle = {"CPU": ask["num_cpus"], **({"GPU": ask["num_gpus"]} if ask["num_gpus"] else {})}
-        group = placement_group([bundle] * nodes, strategy="STRICT_SPREAD", name=f"ddplab {point.name}")
-        first = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=0)
-        ref = ray.remote(run_across_nodes).options(**ask, scheduling_strategy=first).remote(task, group, ask)
-        return ref, group
+        bundle = {"CPU": s.ask["num_cpus"], **({"GPU": s.ask["num_gpus"]} if s.ask["num_gpus"] else {})}
+        s.group = placement_group([bundle] * len(s.bundles()), strategy="STRICT_SPREAD", name=f"ddplab {s.run.name}")
+        first = PlacementGroupSchedulingStrategy(s.group, placement_group_bundle_index=0)
+        s.address = ray.remote(rendezvous_address).options(num_cpus=0, scheduling_strategy=first).remote()
+        return s
 
-    def record(self, ray: Any, folder: SweepFolder, manifest: Manifest, s: Started, echo) -> None:
-        node = None
-        try:
-            outcome, node = ray.get(s.ref)
-        except ray.exceptions.TaskCancelledError:  # cancelled before it started: nothing ran
-            outcome = Outcome(Status.INTERRUPTED, None, None, None)
-        except ray.exceptions.RayTaskError as exc:  # the task's own error (the folder not seen there, say): failed
-            lines = str(exc.cause if exc.cause is not None else exc).strip().splitlines() or [type(exc).__name__]
-            outcome = Outcome(Status.FAILED, None, f"Ray task: {lines[-1][:300]}", None)
-        except ray.exceptions.RayError as exc:  # its worker or node died: resumable by running the sweep again
-            lost = "" if s.group is None else f"node 0 ({bundle_node(ray, s.group, 0)}) lost: "
-            outcome = Outcome(Status.INTERRUPTED, None, f"{lost}Ray: {first_line(exc)}", None)
+    def record(
+        self, folder: SweepFolder, manifest: Manifest, s: Started, outcome: Outcome, node: str | None, echo
+    ) -> None:
         release(s)
         s.entry.ended(
             outcome.status, outcome.exit_code, outcome.error, outcome.wall_s, s.watch.count() - s.watch.started
