@@ -12,8 +12,10 @@ command does with a bad one. Torch-free.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from dataclasses import dataclass
+import typing
+from dataclasses import MISSING, dataclass
 from typing import Any, Callable
 
 from ddplab.errors import DataError
@@ -125,6 +127,64 @@ def check_each(data: Any, kind: Kind | dict[str, Any], where: str, name: str) ->
         else:
             kind.check(value, where, f"{name}.{key}")
     return data
+
+
+@dataclass(frozen=True)
+class Each:
+    """In a declaration: a JSON object of names whose every value is `kind` (a Kind, or a TypedDict declaring one)."""
+
+    kind: Any
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What a file's TypedDict declares, for its reader: each field's kind (a nested schema for a part), the dotted
+    fields every writer wrote, and the objects of names checked value by value (`check_each`)."""
+
+    schema: dict[str, Any]
+    required: tuple[str, ...]
+    each: dict[str, Kind | dict[str, Any]]
+
+    def check(self, data: Any, where: str, prefix: str = "") -> Any:
+        check(data, self.schema, where, required=self.required, prefix=prefix)
+        for name, kind in self.each.items():
+            if isinstance(data, dict) and data.get(name) is not None:
+                check_each(data[name], kind, where, prefix + name)
+        return data
+
+
+def declared(typed: type, *, unwritten: tuple[str, ...] = ()) -> Declared:
+    """A file format declared once, as the TypedDict its readers are typed with (or the dataclass it is read into):
+    each field `Annotated[type, KIND]` (`Each(...)` after it for an object of names), a part its own TypedDict;
+    required are a TypedDict's required keys, a dataclass's fields without a default (`unwritten`: a dataclass's
+    fields the file does not hold). The reader's schema, its required fields and the static type cannot disagree."""
+    hints = {k: v for k, v in typing.get_type_hints(typed, include_extras=True).items() if k not in unwritten}
+    if dataclasses.is_dataclass(typed):
+        defaulted = {
+            f.name for f in dataclasses.fields(typed) if f.default is not MISSING or f.default_factory is not MISSING
+        }
+        must = set(hints) - defaulted
+    else:
+        must = set(typed.__required_keys__)  # type: ignore[attr-defined]
+    schema: dict[str, Any] = {}
+    required: list[str] = []
+    each: dict[str, Kind | dict[str, Any]] = {}
+    for name, hint in hints.items():
+        if typing.is_typeddict(hint):
+            part = declared(hint)
+            schema[name] = part.schema
+            required += ([f"{name}.{r}" for r in part.required] or [name]) if name in must else []
+            continue
+        extras = getattr(hint, "__metadata__", ())
+        kinds = [x for x in extras if isinstance(x, Kind)]
+        if len(kinds) != 1:
+            raise TypeError(f"{typed.__name__}.{name}: declare its kind, Annotated[type, KIND]")
+        schema[name] = kinds[0]
+        required += [name] if name in must else []
+        for x in extras:
+            if isinstance(x, Each):
+                each[name] = declared(x.kind).schema if typing.is_typeddict(x.kind) else x.kind
+    return Declared(schema, tuple(required), each)
 
 
 def kept(data: Any, schema: dict[str, Kind], where: str) -> tuple[dict[str, Any], list[str]]:

@@ -55,3 +55,34 @@ def test_a_file_read_leniently_keeps_what_is_good_and_says_what_it_left_out():
     assert data == {"torch": "2.13", "other": 1}
     assert skipped == ["env.json: cpus is 'two', not a whole number >= 1: left out"]
     assert kept([1], {"cpus": COUNT}, "env.json") == ({}, ["env.json is [1], not a JSON object: left out"])
+
+
+def test_a_format_declared_once_gives_its_reader_the_kinds_the_required_fields_and_the_objects_of_names():
+    from typing import Annotated, TypedDict
+
+    from ddplab.borders import COUNT, TABLE, TEXT, Each, declared, number
+
+    class Part(TypedDict, total=False):
+        rate: Annotated[float, number(0)]
+
+    class _Written(TypedDict):
+        name: Annotated[str, TEXT]
+        part: Part  # no field of it required: the part itself is
+
+    class Format(_Written, total=False):
+        count: Annotated[int, COUNT]
+        ranks: Annotated[dict[str, float], TABLE, Each(number(0))]
+
+    found = declared(Format)
+    assert found.required == ("name", "part") and set(found.schema) == {"name", "part", "count", "ranks"}
+    assert found.schema["part"]["rate"].what == "a number >= 0" and found.each["ranks"].what == "a number >= 0"
+    with pytest.raises(DataError, match=r"f.json: part.rate is -1, not a number >= 0"):
+        found.check({"name": "x", "part": {"rate": -1}}, "f.json")
+    with pytest.raises(DataError, match=r"f.json: ranks.r1 is 'a', not a number >= 0"):
+        found.check({"name": "x", "part": {}, "ranks": {"r1": "a"}}, "f.json")
+
+    class Undeclared(TypedDict):
+        name: str
+
+    with pytest.raises(TypeError, match=r"Undeclared.name: declare its kind"):
+        declared(Undeclared)

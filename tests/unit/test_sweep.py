@@ -608,3 +608,20 @@ def test_the_manifest_names_the_executor_that_prepared_the_folder_and_keeps_a_ne
     again = json.loads(folder.manifest_path.read_text())
     assert again["queue_hint"] == {"cluster": "a"} and again["runs"][0]["retries"] == 2
     assert again == data
+
+
+def test_every_field_the_manifest_is_written_with_is_declared_with_its_kind(tmp_path):
+    """manifest.json is declared once (sweep.folder's Entry, Manifest and SectionRecord, each field's type and kind):
+    what a manifest is written with has no field the declarations lack, and passes their checks."""
+    from ddplab.sweep.folder import ENTRY, SECTION, TOP, Manifest
+
+    sweep = load_sweep(write(tmp_path, SECTIONED), profile=None)
+    data = Manifest.of(sweep, {}, {}, {sweep.runs[0].name: "needs 2 GPUs"}, executor="slurm").to_json()
+    assert set(data) <= set(TOP.schema) and data["sections"], data
+    TOP.check(data, "manifest.json")
+    for entry in data["runs"]:
+        assert set(entry) <= set(ENTRY.schema), entry
+        ENTRY.check(entry, "manifest.json")
+    for section in data["sections"]:
+        assert set(section) <= set(SECTION.schema), section
+        SECTION.check(section, "manifest.json")

@@ -3,7 +3,7 @@
 Built from the per-epoch records only, so the same function serves a finished run, a
 resumed one and (later) the report. Times split start-up from training (contract 7);
 batch sizes are given local and global (contract 2). `read_summary` is the one reader of
-summary.json, checked against `SUMMARY`, which says what each field holds.
+summary.json, checked against its declaration (`Summary`: each field's type and kind, once).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import Annotated, Any, TypedDict, cast
 
 from ddplab import runfiles
 from ddplab.borders import (
@@ -25,9 +25,8 @@ from ddplab.borders import (
     TABLE,
     TEXT,
     WHOLE,
-    Kind,
-    check,
-    check_each,
+    Each,
+    declared,
     list_of,
     number,
     one_of,
@@ -44,115 +43,130 @@ from ddplab.metrics.records import (
     worst_reading,
 )
 
-# summary.json's shape for the type checker (a typo in a reader's key is an error, not a silent None). Each part's
-# fields that every ddplab has written are required (its _Written base); the rest an older summary may lack.
-# `SUMMARY` below checks what a file holds when it is read.
+# summary.json, declared once: its shape for the type checker (a typo in a reader's key is an error, not a silent None)
+# and, in each field's Annotated kind, what `read_summary` checks a file against (borders.declared). Each part's fields
+# that every ddplab has written are required (its _Written base); the rest an older summary may lack. A field added
+# to `build_summary` gets its line here, with its kind.
+LOSS, ACC, GAP = number(0) | None, SHARE | None, number(-1, 1) | None
 
 
 class _RunPartWritten(TypedDict):
-    dataset: str
-    model: str
-    strategy: str
-    world_size: int
-    device: str
-    precision: str
+    dataset: Annotated[str, TEXT]
+    model: Annotated[str, TEXT]
+    strategy: Annotated[str, TEXT]
+    world_size: Annotated[int, COUNT]
+    device: Annotated[str, TEXT]
+    precision: Annotated[str, TEXT]
 
 
 class RunPart(_RunPartWritten, total=False):
-    backend: str
-    shared_device: bool
-    optimizer: str
-    lr: float
-    schedule: str
-    seed: int
-    epochs_planned: int
-    epochs_done: int
+    backend: Annotated[str, TEXT]
+    shared_device: Annotated[bool, FLAG]
+    optimizer: Annotated[str, TEXT]
+    lr: Annotated[float, number(0)]
+    schedule: Annotated[str, TEXT]
+    seed: Annotated[int, WHOLE]
+    epochs_planned: Annotated[int, COUNT]
+    epochs_done: Annotated[int, WHOLE]
 
 
 # "global" is a keyword: the functional syntax declares it.
-_BatchWritten = TypedDict("_BatchWritten", {"local": int, "global": int})
+_BatchWritten = TypedDict("_BatchWritten", {"local": Annotated[int, COUNT], "global": Annotated[int, COUNT]})
 
 
 class BatchPart(_BatchWritten, total=False):
-    accumulate: int
-    steps_per_epoch: int
-    optimizer_steps: int
+    accumulate: Annotated[int, COUNT]
+    steps_per_epoch: Annotated[int, WHOLE]
+    optimizer_steps: Annotated[int, WHOLE]
 
 
 class _ModelPartWritten(TypedDict):
-    params: int
-    flops_per_image: float
+    params: Annotated[int, COUNT]
+    flops_per_image: Annotated[float, number(above=0)]
 
 
 class ModelPart(_ModelPartWritten, total=False):
-    layers: str | None
+    layers: Annotated[str | None, TEXT | None]
 
 
 class _DataPartWritten(TypedDict):
-    train_images: int
-    eval_images: int
+    train_images: Annotated[int, COUNT]
+    eval_images: Annotated[int, COUNT]
 
 
 class DataPart(_DataPartWritten, total=False):
-    eval_split: str
-    num_classes: int
-    train_eval_images: int | None
+    eval_split: Annotated[str, TEXT]
+    num_classes: Annotated[int, COUNT]
+    train_eval_images: Annotated[int | None, WHOLE | None]
 
 
 class _FinalPartWritten(TypedDict):
-    train_acc: float
-    test_loss: float
-    test_acc: float
+    train_acc: Annotated[float, ACC]
+    test_loss: Annotated[float, LOSS]
+    test_acc: Annotated[float, ACC]
 
 
 class FinalPart(_FinalPartWritten, total=False):
-    epoch: int | None
-    train_loss: float | None
-    train_eval_loss: float | None
-    train_eval_acc: float | None
+    epoch: Annotated[int | None, WHOLE | None]
+    train_loss: Annotated[float | None, LOSS]
+    train_eval_loss: Annotated[float | None, LOSS]
+    train_eval_acc: Annotated[float | None, ACC]
 
 
 class _BestPartWritten(TypedDict):
-    test_acc: float
+    test_acc: Annotated[float, ACC]
 
 
 class BestPart(_BestPartWritten, total=False):
-    epoch: int | None
+    epoch: Annotated[int | None, WHOLE | None]
 
 
 class OverfittingPart(TypedDict, total=False):
-    train_test_acc_gap: float | None
-    gap_from: str
-    min_test_loss: float | None
-    min_test_loss_epoch: int | None
-    test_loss_rise: float | None
-    best_minus_final_acc: float | None
+    train_test_acc_gap: Annotated[float | None, GAP]
+    gap_from: Annotated[str, TEXT]
+    min_test_loss: Annotated[float | None, LOSS]
+    min_test_loss_epoch: Annotated[int | None, WHOLE | None]
+    test_loss_rise: Annotated[float | None, number() | None]
+    best_minus_final_acc: Annotated[float | None, GAP]
 
 
 class _TimePartWritten(TypedDict):
-    train_s: float
-    total_s: float
+    train_s: Annotated[float, SECONDS]
+    total_s: Annotated[float, SECONDS]
 
 
 class TimePart(_TimePartWritten, total=False):
-    startup_s: float | None
-    warmup: dict[str, Any] | None
-    data_init_s: float | None
-    eval_s: float
-    mean_epoch_s: float | None
-    mean_epoch_s_after_first: float | None
-    images_per_s: float | None
-    record_s: float | None
+    startup_s: Annotated[float | None, SECONDS | None]
+    warmup: Annotated[dict[str, Any] | None, ANY]
+    data_init_s: Annotated[float | None, SECONDS | None]
+    eval_s: Annotated[float, SECONDS]
+    mean_epoch_s: Annotated[float | None, SECONDS | None]
+    mean_epoch_s_after_first: Annotated[float | None, SECONDS | None]
+    images_per_s: Annotated[float | None, number(0) | None]
+    record_s: Annotated[float | None, SECONDS | None]
 
 
 class GpuPart(TypedDict, total=False):
-    measured: bool
-    reason: str | None
-    per_rank: list[Any]
+    measured: Annotated[bool, FLAG]
+    reason: Annotated[str | None, TEXT | None]
+    per_rank: Annotated[list[Any], LIST]
+
+
+class RankFigures(TypedDict, total=False):
+    per_rank: Annotated[list[float | None], list_of(number() | None)]
+    max: Annotated[float, number()]
+    mean: Annotated[float, number()]
+
+
+class TrackerPart(TypedDict, total=False):
+    uri: Annotated[str, TEXT]
+    run_id: Annotated[str | None, TEXT | None]
+    logged: Annotated[bool, FLAG]
+    error: Annotated[str | None, TEXT | None]
 
 
 class _SummaryWritten(TypedDict):
-    status: str  # finished | stopped_early
+    status: Annotated[str, one_of("finished", "stopped_early")]
     run: RunPart
     batch: BatchPart
     model: ModelPart
@@ -163,17 +177,17 @@ class _SummaryWritten(TypedDict):
 
 
 class Summary(_SummaryWritten, total=False):
-    schema: int
+    schema: Annotated[int, WHOLE]
     overfitting: OverfittingPart
-    memory: dict[str, float]
-    gpu_peak_alloc_mib: list[float] | None
-    phases_s: dict[str, float]
-    contention: dict[str, Any]
-    ranks: dict[str, Any]
+    memory: Annotated[dict[str, float], TABLE, Each(number(0))]
+    gpu_peak_alloc_mib: Annotated[list[float] | None, list_of(number(0)) | None]
+    phases_s: Annotated[dict[str, float], TABLE, Each(SECONDS)]
+    contention: Annotated[dict[str, Any], TABLE, Each(number(0) | None)]
+    ranks: Annotated[dict[str, Any], TABLE, Each(RankFigures)]
     gpu: GpuPart
-    engine: dict[str, Any] | None
-    profile: dict[str, Any] | None
-    tracking: dict[str, Any]
+    engine: Annotated[dict[str, Any] | None, TABLE | None]
+    profile: Annotated[dict[str, Any] | None, TABLE | None]
+    tracking: Annotated[dict[str, Any], TABLE, Each(TrackerPart)]
 
 
 @dataclass(frozen=True)
@@ -305,106 +319,7 @@ def build_summary(
     }
 
 
-# What each field of summary.json holds, as `build_summary` writes it (None where it writes null): the
-# reader checks every field it finds against this, so a field added there gets its kind here.
-LOSS, ACC, GAP = number(0) | None, SHARE | None, number(-1, 1) | None
-SUMMARY = {
-    "schema": WHOLE,
-    "status": one_of("finished", "stopped_early"),
-    "run": {
-        "dataset": TEXT,
-        "model": TEXT,
-        "strategy": TEXT,
-        "world_size": COUNT,
-        "backend": TEXT,
-        "shared_device": FLAG,
-        "device": TEXT,
-        "precision": TEXT,
-        "optimizer": TEXT,
-        "lr": number(0),
-        "schedule": TEXT,
-        "seed": WHOLE,
-        "epochs_planned": COUNT,
-        "epochs_done": WHOLE,
-    },
-    "batch": {"local": COUNT, "accumulate": COUNT, "global": COUNT, "steps_per_epoch": WHOLE, "optimizer_steps": WHOLE},
-    "model": {"params": COUNT, "flops_per_image": number(above=0), "layers": TEXT | None},
-    "data": {
-        "train_images": COUNT,
-        "eval_images": COUNT,
-        "eval_split": TEXT,
-        "num_classes": COUNT,
-        "train_eval_images": WHOLE | None,
-    },
-    "final": {
-        "epoch": WHOLE | None,
-        "train_loss": LOSS,
-        "train_acc": ACC,
-        "train_eval_loss": LOSS,
-        "train_eval_acc": ACC,
-        "test_loss": LOSS,
-        "test_acc": ACC,
-    },
-    "best": {"epoch": WHOLE | None, "test_acc": ACC},
-    "overfitting": {
-        "train_test_acc_gap": GAP,
-        "gap_from": TEXT,
-        "min_test_loss": LOSS,
-        "min_test_loss_epoch": WHOLE | None,
-        "test_loss_rise": number() | None,
-        "best_minus_final_acc": GAP,
-    },
-    "time": {
-        "startup_s": SECONDS | None,
-        "warmup": ANY,
-        "data_init_s": SECONDS | None,
-        "train_s": SECONDS,
-        "eval_s": SECONDS,
-        "total_s": SECONDS,
-        "mean_epoch_s": SECONDS | None,
-        "mean_epoch_s_after_first": SECONDS | None,
-        "images_per_s": number(0) | None,
-        "record_s": SECONDS | None,
-    },
-    "memory": TABLE,
-    "gpu_peak_alloc_mib": list_of(number(0)) | None,
-    "phases_s": TABLE,
-    "contention": TABLE,
-    "ranks": TABLE,
-    "gpu": {"measured": FLAG, "reason": TEXT | None, "per_rank": LIST},
-    "engine": TABLE | None,
-    "profile": TABLE | None,
-    "tracking": TABLE,
-}
-SUMMARY_EACH: dict[str, Kind | dict[str, Any]] = {
-    "memory": number(0),
-    "phases_s": SECONDS,
-    "contention": number(0) | None,
-    "ranks": {"per_rank": list_of(number() | None), "max": number(), "mean": number()},
-    "tracking": {"uri": TEXT, "run_id": TEXT | None, "logged": FLAG, "error": TEXT | None},
-}
-# What every ddplab has written, and the commands that read a summary use without a default.
-SUMMARY_REQUIRED = (
-    "status",
-    "run.dataset",
-    "run.model",
-    "run.strategy",
-    "run.world_size",
-    "run.device",
-    "run.precision",
-    "batch.local",
-    "batch.global",
-    "model.params",
-    "model.flops_per_image",
-    "data.train_images",
-    "data.eval_images",
-    "final.test_acc",
-    "final.train_acc",
-    "final.test_loss",
-    "best.test_acc",
-    "time.train_s",
-    "time.total_s",
-)
+SUMMARY = declared(Summary)  # what read_summary checks a file against, from the declaration above
 
 
 def read_summary(run_dir: Path) -> Summary:
@@ -415,11 +330,8 @@ def read_summary(run_dir: Path) -> Summary:
     if not isinstance(summary, dict):
         raise DataError(f"{path} does not hold a ddplab summary (not a JSON object)")
     check_schema(summary, str(path))
-    check(summary, SUMMARY, str(path), required=SUMMARY_REQUIRED)
-    for name, kind in SUMMARY_EACH.items():
-        if summary.get(name) is not None:
-            check_each(summary[name], kind, str(path), name)
-    return cast(Summary, summary)  # checked against SUMMARY above
+    SUMMARY.check(summary, str(path))
+    return cast(Summary, summary)  # checked against its declaration above
 
 
 CONTENTION_KEYS = ("other_cpu_share", "steal_share", "cpu_pressure_share", "load_avg_1m", "gpu_other_processes")

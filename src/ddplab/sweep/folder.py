@@ -21,10 +21,24 @@ import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 from ddplab import files, runfiles
-from ddplab.borders import INTEGER, LIST, SCALAR, SECONDS, TABLE, TEXT, WHOLE, check, check_each, list_of, one_of, whole
+from ddplab.borders import (
+    INTEGER,
+    LIST,
+    SCALAR,
+    SECONDS,
+    TABLE,
+    TEXT,
+    WHOLE,
+    Declared,
+    Each,
+    declared,
+    list_of,
+    one_of,
+    whole,
+)
 from ddplab.errors import ConfigError, DataError
 from ddplab.planner.links import LINKS_FILE
 from ddplab.process import INTERRUPTED
@@ -68,66 +82,38 @@ def ended_as(exit_code: int | None, summary_written: bool) -> Status:
 
 WRITTEN = tuple(s.value for s in Status if s is not Status.STOPPED)
 TEXTS = list_of(TEXT)
-ENTRY = {
-    "name": TEXT,
-    "dir": TEXT,
-    "point": TABLE,
-    "seed": WHOLE,
-    "launch": TEXT,
-    "config": TEXT,
-    "status": one_of(*WRITTEN),
-    "exit_code": INTEGER | None,
-    "error": TEXT | None,
-    "wall_s": SECONDS | None,
-    "wall_epochs": WHOLE | None,
-    "job": TEXT | None,
-}
-SECTION = {
-    "title": TEXT,
-    "question": TEXT,
-    "kind": TEXT,
-    "note": TEXT,
-    "runs": TEXTS,
-    "adapted": TEXTS,
-    "adapted_points": TEXTS,
-    "baseline_runs": TEXTS,
-    "not_measured": list_of(TABLE),
-}
-TOP = {
-    "version": whole(1),
-    "name": TEXT,
-    "description": TEXT,
-    "sweep_file": TEXT,
-    "profile": TEXT | None,
-    "overrides": TEXTS,
-    "axes": TEXTS,
-    "repeats": WHOLE,
-    "order": TEXT,
-    "adapted": TEXTS,
-    "sections": LIST,
-    "runs": LIST,
-    "executor": TEXT,
-    "jobs": TEXTS,
-    "slurm_jobs": TEXTS,
-}
+
+
+class SectionRecord(TypedDict, total=False):
+    """A report section as the manifest holds it (spec.Sweep.section_records writes it, resolved to run names)."""
+
+    title: Annotated[str, TEXT]
+    question: Annotated[str, TEXT]
+    kind: Annotated[str, TEXT]
+    note: Annotated[str, TEXT]
+    runs: Annotated[list[str], TEXTS]
+    adapted: Annotated[list[str], TEXTS]
+    adapted_points: Annotated[list[str], TEXTS]
+    baseline_runs: Annotated[list[str], TEXTS]
+    not_measured: Annotated[list[dict[str, Any]], list_of(TABLE)]
 
 
 @dataclass
 class Entry:
     """One point in the manifest: where its folder is, and what became of it."""
 
-    name: str
-    dir: str  # its run folder, relative to the sweep folder (always under runs/)
-    point: dict[str, Any] = field(default_factory=dict)  # axis -> value
-    seed: int = 0
-    launch: str = "ddplab"
-    config: str = ""  # its config file, relative to the sweep folder
-    status: Status = Status.PENDING
-    exit_code: int | None = None
-    error: str | None = None
-    wall_s: float | None = None
-    wall_epochs: int | None = None  # epochs trained in wall_s (a resumed run trains fewer)
-    job: str | None = None  # its handle in a remote executor (Slurm: JOB_TASK)
+    name: Annotated[str, TEXT]
+    dir: Annotated[str, TEXT]  # its run folder, relative to the sweep folder (always under runs/)
+    point: Annotated[dict[str, Any], TABLE, Each(SCALAR)] = field(default_factory=dict)  # axis -> value
+    seed: Annotated[int, WHOLE] = 0
+    launch: Annotated[str, TEXT] = "ddplab"
+    config: Annotated[str, TEXT] = ""  # its config file, relative to the sweep folder
+    status: Annotated[Status, one_of(*WRITTEN)] = Status.PENDING
+    exit_code: Annotated[int | None, INTEGER | None] = None
+    error: Annotated[str | None, TEXT | None] = None
+    wall_s: Annotated[float | None, SECONDS | None] = None
+    wall_epochs: Annotated[int | None, WHOLE | None] = None  # epochs trained in wall_s (a resumed run trains fewer)
+    job: Annotated[str | None, TEXT | None] = None  # its handle in a remote executor (Slurm: JOB_TASK)
     others: dict[str, Any] = field(default_factory=dict, repr=False)  # a newer writer's fields: written back as read
 
     KEPT = ("status", "exit_code", "error", "wall_s", "wall_epochs", "job")  # what a re-run keeps of an earlier entry
@@ -161,20 +147,21 @@ class Entry:
 class Manifest:
     """manifest.json, typed: the sweep as run, its points in order, the executor that runs them."""
 
-    runs: list[Entry]
-    name: str = ""
-    version: int = VERSION
-    description: str = ""
-    sweep_file: str = ""
-    profile: str | None = None
-    overrides: list[str] = field(default_factory=list)
-    axes: list[str] = field(default_factory=list)
-    repeats: int = 1
-    order: str = "listed"
-    adapted: list[str] = field(default_factory=list)
-    sections: list[dict[str, Any]] = field(default_factory=list)
-    executor: str = "local"
-    jobs: list[str] = field(default_factory=list)  # the executor's handles of what it submitted (Slurm: array jobs)
+    runs: Annotated[list[Entry], LIST]  # each checked against ENTRY
+    name: Annotated[str, TEXT] = ""
+    version: Annotated[int, whole(1)] = VERSION
+    description: Annotated[str, TEXT] = ""
+    sweep_file: Annotated[str, TEXT] = ""
+    profile: Annotated[str | None, TEXT | None] = None
+    overrides: Annotated[list[str], TEXTS] = field(default_factory=list)
+    axes: Annotated[list[str], TEXTS] = field(default_factory=list)
+    repeats: Annotated[int, WHOLE] = 1
+    order: Annotated[str, TEXT] = "listed"
+    adapted: Annotated[list[str], TEXTS] = field(default_factory=list)
+    sections: Annotated[list[dict[str, Any]], LIST] = field(default_factory=list)  # each checked against SECTION
+    executor: Annotated[str, TEXT] = "local"
+    # The executor's handles of what it submitted (Slurm: array jobs).
+    jobs: Annotated[list[str], TEXTS] = field(default_factory=list)
     others: dict[str, Any] = field(default_factory=dict, repr=False)  # a newer writer's fields: written back as read
 
     @classmethod
@@ -253,6 +240,13 @@ class Manifest:
         return [e for e in self.runs if e.status is Status.SKIPPED]
 
 
+# What the manifest's reader checks, from the declarations above (borders.declared): each field once, with its kind.
+ENTRY = declared(Entry, unwritten=("others",))
+SECTION = declared(SectionRecord)
+_MANIFEST = declared(Manifest, unwritten=("others",))
+TOP = Declared({**_MANIFEST.schema, "slurm_jobs": TEXTS}, _MANIFEST.required, {})  # slurm_jobs: `jobs` before 11-26
+
+
 @dataclass(frozen=True)
 class SweepFolder:
     """Where a sweep's files are, and the checks before anything is written there."""
@@ -293,7 +287,7 @@ class SweepFolder:
         path = self.manifest_path
         if not self.has_manifest():
             raise ConfigError(f"{self.root} holds no sweep manifest: run or submit the sweep first")
-        data = check(runfiles.read_json(path, self.root), TOP, str(path), required=("runs",))
+        data = TOP.check(runfiles.read_json(path, self.root), str(path))
         if data.get("version", 1) not in VERSIONS:
             raise DataError(
                 f"{path} has version {data['version']}; this ddplab reads versions "
@@ -302,8 +296,7 @@ class SweepFolder:
         names = set()
         runs_root = (self.root / "runs").resolve()
         for i, entry in enumerate(data["runs"]):
-            check(entry, ENTRY, str(path), prefix=f"runs[{i}].", required=("name", "dir"))
-            check_each(entry.get("point") or {}, SCALAR, str(path), f"runs[{i}].point")
+            ENTRY.check(entry, str(path), prefix=f"runs[{i}].")
             if Path(entry["dir"]).is_absolute() or not (self.root / entry["dir"]).resolve().is_relative_to(runs_root):
                 raise DataError(
                     f"{path}: runs[{i}].dir is {entry['dir']!r}, outside the sweep's runs/ (a manifest is "
@@ -313,7 +306,7 @@ class SweepFolder:
                 raise DataError(f"{path}: runs[{i}].name {entry['name']!r} is listed twice")
             names.add(entry["name"])
         for i, section in enumerate(data.get("sections") or []):
-            check(section, SECTION, str(path), prefix=f"sections[{i}].")
+            SECTION.check(section, str(path), prefix=f"sections[{i}].")
         return Manifest.from_json(data)
 
     def earlier_entries(self, echo=None) -> dict[str, Entry]:
