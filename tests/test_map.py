@@ -27,7 +27,6 @@ WHERE = {
     "engine/graphed.py": ("tests/unit/test_graphed_step.py", "static_step", "the captured step"),
     "engine/lookahead.py": ("tests/unit/test_speedrun.py", "ddplab.engine.lookahead", "the speedrun's EMA"),
     "engine/muon.py": ("tests/unit/test_speedrun.py", "ddplab.engine.muon", "Muon"),
-    "sweep/ray_executor.py": ("tests/smoke/test_ray.py", "--executor", "sweeps on a local Ray, its refusals"),
     "engine/probe.py": ("tests/smoke/test_sweep_runs.py", "each point probed", "the probe a sweep's estimate starts"),
     "engine/phases.py": ("tests/unit/test_trainer.py", "PhaseTimer", "where a step's time goes"),
     "engine/precision.py": ("tests/unit/test_speedrun.py", "ddplab.engine.precision", "autocast and scaler"),

@@ -212,6 +212,9 @@ def test_a_node_lost_under_a_point_ends_it_resumable_naming_the_node_and_a_rerun
     assert sweep.returncode == 1 and took < TIMEOUT_S + MARGIN_S, (took, stderr[-3000:])
     lost = next(line for line in stdout.splitlines() if "two-nodes: interrupted (resumable)" in line)
     assert f"({ray_hosts.cluster.address(1)}) lost: " in lost, stdout
+    assert f"({ray_hosts.cluster.address(0)}) lost" not in lost, stdout  # the node left is stopped, not lost
+    (run,) = manifest(out).values()
+    assert (run["status"], run["exit_code"]) == ("interrupted", 130) and "lost" in run["error"], run
     assert len(read_epochs(out / "runs" / "two-nodes" / "metrics.jsonl")) < 3
     gone(marker)  # every node's run ended: the lost node's with its Ray worker, the other at the timeout
     ray_hosts.start(1)  # the node back

@@ -25,6 +25,7 @@ import os
 import signal
 import socket
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,46 +138,61 @@ def outcome_of(ray: Any, ref: Any) -> tuple[Outcome, str | None, bool]:
         return Outcome(Status.INTERRUPTED, None, f"Ray: {first_line(exc)}", None), None, True
 
 
-def folder_identity(path: str) -> int | None:
-    """On a node: the inode of `path` as this node sees it (a shared file system shows every node the same one), or
-    None where it is not a folder here."""
-    return os.stat(path).st_ino if os.path.isdir(path) else None
+def sees(path: str) -> bool:
+    """On a node: whether the file the sweep just made is there."""
+    return os.path.exists(path)
 
 
 def refuse_nodes_that_cannot_see(ray: Any, root: Path) -> None:
     """Every node must see the sweep folder (its points' run folders, logs and the manifest are there): a node that
     does not, or sees another folder at its path, is one line before anything is written. The folder may not exist
-    yet: its nearest existing parent is what every node must see as this machine does."""
+    yet: a file of a random name, made in its nearest existing parent for the question and removed after it, is
+    what every node must see (a folder's inode alone is no identity: node-local roots share theirs)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     seen = root.resolve()
     while not seen.is_dir() and seen != seen.parent:
         seen = seen.parent
-    here = folder_identity(str(seen))
-    ask = ray.remote(folder_identity)
-    nodes = [n for n in ray.nodes() if n.get("Alive")]
-    answers = [
-        ask.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
-            str(seen)
-        )
-        for n in nodes
-    ]
-    ray.wait(answers, num_returns=len(answers), timeout=SEE_TIMEOUT_S)
-    for node, ref in zip(nodes, answers, strict=True):
-        try:
-            answer = ray.get(ref, timeout=0)
-        except ray.exceptions.TaskUnschedulableError:  # the node left the cluster since it was listed: no work for it
-            continue
-        except ray.exceptions.GetTimeoutError:
-            raise ConfigError(
-                f"the Ray node {node.get('NodeManagerHostname')} ({node.get('NodeManagerAddress')}) did not say within "
-                f"{SEE_TIMEOUT_S:g} s whether it sees the sweep folder {root}: is it overloaded, or leaving?"
-            ) from None
-        if answer != here:
-            raise ConfigError(
-                f"the Ray node {node.get('NodeManagerHostname')} ({node.get('NodeManagerAddress')}) does not see "
-                f"{seen} as this machine does: every node must see the sweep folder {root} (a shared file system)"
-            )
+    mark = seen / f".ddplab-sees-{uuid.uuid4().hex}"
+    try:
+        os.close(os.open(mark, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except OSError:  # a parent this process cannot write to: the sweep's own first write says so
+        return
+    try:
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        answers = [
+            ray.remote(sees)
+            .options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+            .remote(str(mark))
+            for n in nodes
+        ]
+        ray.wait(answers, num_returns=len(answers), timeout=SEE_TIMEOUT_S)
+        for node, ref in zip(nodes, answers, strict=True):
+            name = f"the Ray node {node.get('NodeManagerHostname')} ({node.get('NodeManagerAddress')})"
+            try:
+                if not ray.get(ref, timeout=0):
+                    raise ConfigError(
+                        f"{name} does not see {seen} as this machine does: every node must see the sweep folder "
+                        f"{root} (a shared file system)"
+                    )
+            except ray.exceptions.TaskUnschedulableError:  # the node left the cluster since it was listed
+                continue
+            except ray.exceptions.GetTimeoutError:
+                raise ConfigError(
+                    f"{name} did not say within {SEE_TIMEOUT_S:g} s whether it sees the sweep folder {root}: is it "
+                    "overloaded, or leaving?"
+                ) from None
+    finally:
+        mark.unlink(missing_ok=True)
+
+
+def pause(ray: Any, started: list[Started], timeout_s: float) -> None:
+    """Until one of the tasks still running ends, or `timeout_s` (each point is then asked whether it ended)."""
+    running = [ref for s in started for ref in s.waiting_on()]
+    if running:
+        ray.wait(running, num_returns=1, timeout=timeout_s)
+    else:
+        time.sleep(timeout_s)
 
 
 def release(started: Started) -> None:
@@ -193,16 +209,6 @@ def free_port(host: str) -> int:
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
-
-
-def bundle_node(ray: Any, group: Any, bundle: int) -> str:
-    """The address of the node a placement group's bundle was placed on, as Ray knows it (or its id)."""
-    try:
-        node_id = ray.util.placement_group_table(group)["bundles_to_node_id"][bundle]
-        found: dict[str, Any] = next((n for n in ray.nodes() if n.get("NodeID") == node_id), {})
-        return str(found.get("NodeManagerAddress") or node_id)
-    except Exception:  # noqa: BLE001  (a cluster that cannot say: the bundle's number is all there is)
-        return f"bundle {bundle}'s node"
 
 
 def first_line(exc: BaseException) -> str:
@@ -222,14 +228,75 @@ class Started:
     task: Task
     ask: dict[str, float]
     refs: list[Any] = field(default_factory=list)  # each node's task, by node rank
+    done: set[int] = field(default_factory=set)  # the node ranks whose task ended
     group: Any = None  # a point across nodes: its placement group, removed when the point ends
     address: Any = None  # ... and the task that picks its rendezvous, until its nodes' tasks start
-    nodes: dict[int, str] | None = None  # its bundles' nodes (bundle -> node id), once the group is placed
+    nodes: dict[int, tuple[str, str]] | None = None  # bundle -> (node id, address), once the group is placed
+    placed_at: float | None = None
     first_end: float | None = None  # when the first of its nodes' tasks ended
+    lost: dict[int, str] = field(default_factory=dict)  # node rank -> why it is lost; the rest are being stopped
+    stop_by: float | None = None  # ... until then
     stopping: bool = False  # the sweep is stopping: its nodes' tasks are not started any more
 
     def waiting_on(self) -> list[Any]:
-        return self.refs or [self.address]
+        if not self.refs:
+            return [self.address]
+        return [ref for rank, ref in enumerate(self.refs) if rank not in self.done and rank not in self.lost]
+
+    def bundles(self) -> range:
+        return range(int(self.task.config["dist"]["nnodes"]))
+
+    def where(self, rank: int) -> str:
+        return f"node {rank} ({self.nodes[rank][1] if self.nodes else f'bundle {rank}'})"
+
+    def ended(self, ray: Any) -> tuple[Outcome, str | None] | None:
+        """Its outcome and where it ran once it ended, else None (called each poll)."""
+        if self.group is None:
+            done, _ = ray.wait(self.refs, timeout=0)
+            return outcome_of(ray, self.refs[0])[:2] if done else None
+        self.placed(ray)
+        if not self.refs:
+            return self.meet(ray)
+        ready, _ = ray.wait(self.waiting_on(), num_returns=len(self.waiting_on()), timeout=0)
+        self.done |= {rank for rank, ref in enumerate(self.refs) if ref in ready}
+        if self.done and self.first_end is None:
+            self.first_end = time.monotonic()
+        if not self.lost:
+            self.lost = self.cut_off(ray)
+            for rank, ref in enumerate(self.refs):
+                if self.lost and rank not in self.done and rank not in self.lost:
+                    ray.cancel(ref)  # the nodes left stop their part, resumable, before the point is recorded
+            self.stop_by = time.monotonic() + CANCEL_GRACE_S if self.lost else None
+        if self.waiting_on() and not (self.stop_by is not None and time.monotonic() > self.stop_by):
+            return None
+        return self.outcome(ray)
+
+    def placed(self, ray: Any) -> None:
+        table = {} if self.nodes is not None else ray.util.placement_group_table(self.group)
+        if table.get("state") == "CREATED":
+            ids = table.get("bundles_to_node_id") or {}
+            address = {n.get("NodeID"): n.get("NodeManagerAddress") for n in ray.nodes()}
+            self.nodes = {int(b): (node, str(address.get(node, node))) for b, node in ids.items()}
+            self.placed_at = time.monotonic()
+
+    def meet(self, ray: Any) -> tuple[Outcome, str | None] | None:
+        """Before its nodes start: once the first bundle's task says where they meet, start them."""
+        if self.stopping:
+            return Outcome(Status.INTERRUPTED, None, None, None), None
+        done, _ = ray.wait([self.address], timeout=0)
+        if done:
+            try:
+                self.start_nodes(ray, ray.get(self.address))
+                return None
+            except ray.exceptions.RayError:
+                return outcome_of(ray, self.address)[:2]
+        dead = self.dead(ray)
+        silent = self.placed_at is not None and time.monotonic() - self.placed_at > SEE_TIMEOUT_S
+        if 0 in dead or silent:
+            ray.cancel(self.address)
+            why = "Ray marked it dead" if 0 in dead else f"no answer within {SEE_TIMEOUT_S:g} s of its placement"
+            return Outcome(Status.INTERRUPTED, None, f"{self.where(0)} lost: {why}", None), None
+        return None
 
     def start_nodes(self, ray: Any, endpoint: str) -> None:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -242,76 +309,57 @@ class Started:
             for rank in self.bundles()
         ]
 
-    def bundles(self) -> range:
-        return range(int(self.task.config["dist"]["nnodes"]))
+    def dead(self, ray: Any) -> set[int]:
+        """The bundles whose node Ray has marked dead (its raylet or link down)."""
+        if not self.nodes:
+            return set()
+        gone = {n.get("NodeID") for n in ray.nodes() if not n.get("Alive")}
+        return {bundle for bundle, (node, _) in self.nodes.items() if node in gone}
 
-    def ended(self, ray: Any) -> tuple[Outcome, str | None] | None:
-        """Its outcome and where it ran once it ended, else None (called each poll)."""
-        if self.group is None:
-            done, _ = ray.wait(self.refs, timeout=0)
-            return outcome_of(ray, self.refs[0])[:2] if done else None
-        if not self.refs:  # placed yet? then its nodes start, meeting where its first node says
-            if self.stopping:
-                return Outcome(Status.INTERRUPTED, None, None, None), None
-            done, _ = ray.wait([self.address], timeout=0)
-            if not done:
-                lost = self.lost(ray)
-                return None if lost is None else (Outcome(Status.INTERRUPTED, None, lost, None), None)
-            try:
-                self.start_nodes(ray, ray.get(self.address))
-            except ray.exceptions.RayError:
-                return outcome_of(ray, self.address)[:2]
-            return None
-        done, _ = ray.wait(self.refs, num_returns=len(self.refs), timeout=0)
-        if len(done) == len(self.refs):
-            return self.outcome(ray, silent=[])
-        if done and self.first_end is None:
-            self.first_end = time.monotonic()
-        # With one node's run ended, every other node's ends within dist.timeout_s (its collective or its store
-        # gone): one still silent past that is cut off from the cluster, as is one Ray marked dead.
-        late = self.first_end is not None and time.monotonic() - self.first_end > self.timeout_s() + NODE_GRACE_S
-        lost = self.lost(ray)
-        if not (late or lost):
-            return None
-        silent = [rank for rank, ref in enumerate(self.refs) if ref not in done]
-        for rank in silent:
-            ray.cancel(self.refs[rank])  # what still runs of it stops, resumable, where the cancel reaches it
-        return self.outcome(ray, silent, lost)
+    def cut_off(self, ray: Any) -> dict[int, str]:
+        """Its nodes lost, each with why: marked dead by Ray, or still silent past the longest a node's run outlives
+        another's (dist.timeout_s for each attempt left, the store's and the agent's own waits, a margin). A task on a
+        node cut off from the cluster never answers its owner, so the sweep does not wait for it."""
+        lost = {rank: "Ray marked it dead" for rank in self.dead(ray) if rank not in self.done}
+        if self.first_end is not None and time.monotonic() - self.first_end > self.patience_s():
+            lost.update(
+                {rank: f"no answer {self.patience_s():g} s after another node's run ended" for rank in self.silent()}
+            )
+        return lost
 
-    def timeout_s(self) -> float:
-        return float(self.task.config["dist"]["timeout_s"])
+    def silent(self) -> list[int]:
+        return [rank for rank in self.bundles() if rank not in self.done]
 
-    def outcome(self, ray: Any, silent: list[int], lost: str | None = None) -> tuple[Outcome, str | None]:
-        """The point's outcome is its first node's (global rank 0 writes the summary); a node Ray lost, or one
-        silent past the timeout, makes it resumable, named."""
-        said, where = [lost] if lost else [], []
-        first = Outcome(Status.INTERRUPTED, None, None, None)
-        for rank, ref in enumerate(self.refs):
-            node = f"node {rank} ({bundle_node(ray, self.group, rank)})"
-            if rank in silent:
-                said.append(f"{node} lost: no answer within dist.timeout_s + {NODE_GRACE_S:g} s of another's end")
-                continue
-            outcome, ran_on, died = outcome_of(ray, ref)
+    def patience_s(self) -> float:
+        from ddplab.config import DistConfig
+        from ddplab.launch import SHUTDOWN_TIMEOUT_S, STORE_SLACK_S, patience_s
+
+        d = DistConfig(**self.task.config["dist"])
+        return patience_s(d) + STORE_SLACK_S + SHUTDOWN_TIMEOUT_S + NODE_GRACE_S
+
+    def outcome(self, ray: Any) -> tuple[Outcome, str | None]:
+        """One outcome for all its nodes, decided here once every node's task ended or was given up: finished when
+        every node exited 0 and the run wrote its summary (global rank 0 may be on any node); stopped (resumable)
+        when a node was lost or stopped and none failed otherwise; else failed, each failing node's error named."""
+        said = [f"{self.where(rank)} lost: {why}" for rank, why in sorted(self.lost.items())]
+        ran: list[tuple[int, Outcome]] = []
+        where, walls = [], []
+        for rank in sorted(self.done):
+            outcome, ran_on, died = outcome_of(ray, self.refs[rank])
             where += [ran_on] if ran_on else []
-            first = outcome if rank == 0 else first
-            said += [f"{node} lost: {outcome.error}"] if died else []
-        if said and first.status is not Status.FINISHED:
-            first = Outcome(Status.INTERRUPTED, first.exit_code, "; ".join(dict.fromkeys(said)), first.wall_s)
-        return first, ", ".join(where) or None
-
-    def lost(self, ray: Any) -> str | None:
-        """Which of its nodes Ray has marked dead, or None: a task on a node cut off from the cluster (its link down)
-        never answers, and Ray's own verdict on the node decides."""
-        if self.group is None:
-            return None
-        if self.nodes is None:
-            table = ray.util.placement_group_table(self.group)
-            if table.get("state") != "CREATED":
-                return None
-            self.nodes = dict(table.get("bundles_to_node_id") or {})
-        dead = {n.get("NodeID"): n.get("NodeManagerAddress") for n in ray.nodes() if not n.get("Alive")}
-        gone = [f"node {bundle} ({dead[node]})" for bundle, node in sorted(self.nodes.items()) if node in dead]
-        return f"{', '.join(gone)} lost: Ray marked it dead (its raylet or link down)" if gone else None
+            walls += [outcome.wall_s] if outcome.wall_s is not None else []
+            if died:
+                said.append(f"{self.where(rank)} lost: {outcome.error}")
+            else:
+                ran.append((rank, outcome))
+        wall, nodes = max(walls, default=None), ", ".join(where) or None
+        if not said and len(ran) == len(self.refs) and all(o.exit_code == 0 for _, o in ran):
+            return self.task.point().outcome(0, None, wall or 0.0), nodes
+        failed = [(rank, o) for rank, o in ran if o.status is Status.FAILED and o.exit_code != 0]
+        if failed and not said:
+            error = "; ".join(f"node {rank}: {o.error}" for rank, o in failed if o.error) or None
+            return Outcome(Status.FAILED, failed[0][1].exit_code, error, wall), nodes
+        return Outcome(Status.INTERRUPTED, INTERRUPTED, "; ".join(said) or None, wall), nodes
 
 
 class RayExecutor:
@@ -451,7 +499,7 @@ class RayExecutor:
                     entry.status, entry.exit_code, entry.error = Status.SUBMITTED, None, None  # Ray places it
                     folder.write(manifest)
                     echo(f"{tag}: submitted to Ray ({'resuming' if point.resumes() else 'new'}; log: {point.log})")
-                ray.wait([ref for s in started for ref in s.waiting_on()], num_returns=1, timeout=POLL_S)
+                pause(ray, started, POLL_S)
                 for s in list(started):
                     for line in s.watch.new_lines():
                         echo(f"{s.tag}: {line}")
@@ -473,7 +521,7 @@ class RayExecutor:
                 ray.cancel(ref)
         deadline = time.monotonic() + CANCEL_GRACE_S
         while started and time.monotonic() < deadline:
-            ray.wait([ref for s in started for ref in s.waiting_on()], num_returns=1, timeout=1.0)
+            pause(ray, started, 1.0)
             for s in list(started):
                 if (ended := s.ended(ray)) is not None:
                     started.remove(s)

@@ -1,0 +1,108 @@
+"""A point across nodes on Ray (sweep/ray_executor.py's Started): one outcome from every node's, decided by the
+sweep, and which nodes it names lost. Ray itself is faked here (its tasks' outcomes given); the executor on a real
+Ray: tests/smoke/test_ray.py (a local one) and tests/distributed/test_ray_cluster.py (two hosts)."""
+
+import dataclasses
+from types import SimpleNamespace
+
+import pytest
+
+from ddplab.config import RunConfig
+from ddplab.process import INTERRUPTED
+from ddplab.sweep.folder import Status
+from ddplab.sweep.point import Outcome
+from ddplab.sweep.ray_executor import Started, Task
+
+
+class RayError(Exception):
+    pass
+
+
+class TaskCancelledError(RayError):
+    pass
+
+
+class RayTaskError(RayError):
+    cause = None
+
+
+class FakeRay:
+    """Each task's result as the test gives it: (Outcome, node) or a Ray error to raise."""
+
+    exceptions = SimpleNamespace(RayError=RayError, TaskCancelledError=TaskCancelledError, RayTaskError=RayTaskError)
+
+    def __init__(self, results):
+        self.results = results
+
+    def get(self, ref, timeout=None):
+        result = self.results[ref]
+        if isinstance(result, Exception):
+            raise result
+        return result
+
+
+def across(tmp_path, results, lost=None, summary=True):
+    config = RunConfig()
+    config = dataclasses.replace(config, dist=dataclasses.replace(config.dist, strategy="ddp", nnodes=len(results)))
+    run_dir = tmp_path / "runs" / "p"
+    run_dir.mkdir(parents=True)
+    if summary:
+        (run_dir / "summary.json").write_text("{}")
+    task = Task(str(tmp_path), "p", config.to_dict(), "ddplab", {}, str(tmp_path))
+    s = Started(None, None, "[1/1] p", None, task, {}, refs=list(range(len(results))), group=object())
+    s.done = {rank for rank, r in enumerate(results) if r is not None}
+    s.nodes = {rank: (f"id{rank}", f"10.0.0.{rank + 1}") for rank in range(len(results))}
+    s.lost = lost or {}
+    return s.outcome(FakeRay(dict(enumerate(results))))
+
+
+def ran(code, error=None, wall=3.0, node="h"):
+    status = {0: Status.FINISHED, INTERRUPTED: Status.INTERRUPTED}.get(code, Status.FAILED)
+    return Outcome(status, code, error, wall), node
+
+
+def test_every_node_exiting_0_with_the_runs_summary_finishes_it_whichever_node_wrote_the_summary(tmp_path):
+    # Global rank 0 (the summary's writer) was on node 1: node 0 saw no summary when it exited, and that is no failure.
+    outcome, where = across(
+        tmp_path, [ran(0, "the run exited 0 but left no summary.json", 3.0, "a"), ran(0, None, 4.0, "b")]
+    )
+    assert (outcome.status, outcome.exit_code, outcome.error, outcome.wall_s, where) == (
+        Status.FINISHED, 0, None, 4.0, "a, b"
+    )  # fmt: skip
+    outcome, _ = across(tmp_path / "none", [ran(0), ran(0)], summary=False)
+    assert outcome.status is Status.FAILED and outcome.error == "the run exited 0 but left no summary.json"
+
+
+def test_a_node_that_failed_is_named_and_one_that_was_stopped_leaves_the_point_resumable(tmp_path):
+    outcome, _ = across(tmp_path / "a", [ran(1, "worker rank 1 failed: boom"), ran(INTERRUPTED, "interrupted")])
+    assert (outcome.status, outcome.exit_code, outcome.error) == (
+        Status.FAILED,
+        1,
+        "node 0: worker rank 1 failed: boom",
+    )
+    outcome, _ = across(tmp_path / "b", [ran(0), ran(INTERRUPTED, "interrupted by SIGINT")])
+    assert (outcome.status, outcome.exit_code) == (Status.INTERRUPTED, INTERRUPTED)
+    outcome, _ = across(tmp_path / "c", [TaskCancelledError(), TaskCancelledError()])  # stopped before either ran
+    assert outcome.status is Status.INTERRUPTED
+
+
+def test_a_lost_node_leaves_the_point_resumable_naming_it_and_only_it(tmp_path):
+    """A node Ray lost under its task, or one given up on (silent, or marked dead): the point is resumable whatever the
+    others' runs said of it (a timeout naming the lost peer), and only the lost node is named."""
+    outcome, _ = across(
+        tmp_path / "a", [ran(1, "rank 1 on 10.0.0.2 did not reach the collective"), RayError("node died")]
+    )
+    assert (outcome.status, outcome.exit_code) == (Status.INTERRUPTED, INTERRUPTED)
+    assert outcome.error == "node 1 (10.0.0.2) lost: Ray: node died"
+    outcome, where = across(
+        tmp_path / "b", [None, ran(INTERRUPTED, "stopped", node="b")], lost={0: "Ray marked it dead"}
+    )
+    assert outcome.error == "node 0 (10.0.0.1) lost: Ray marked it dead" and where == "b"
+    assert outcome.status is Status.INTERRUPTED
+
+
+@pytest.mark.parametrize("nodes", [2, 3])
+def test_a_point_across_nodes_waits_only_on_the_tasks_still_running(nodes):
+    s = Started(None, None, "t", None, None, {}, refs=[f"r{i}" for i in range(nodes)], group=object())
+    s.done, s.lost = {0}, {nodes - 1: "silent"}
+    assert s.waiting_on() == [f"r{i}" for i in range(1, nodes - 1)]
