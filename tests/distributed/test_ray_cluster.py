@@ -186,7 +186,7 @@ def test_a_stopped_sweep_leaves_nothing_on_any_node_and_its_rerun_spreads_resume
     gone(marker)
     rerun = ray_hosts.sweep(path, out, marker)
     stdout, stderr = rerun.communicate(timeout=300)
-    assert rerun.returncode == 0, stderr[-3000:]
+    assert rerun.returncode == 0, stdout[-3000:] + stderr[-3000:]
     assert "two-nodes: submitted to Ray (resuming" in stdout, stdout
     ends = {line.split(":")[0].split()[-1]: line for line in stdout.splitlines() if ": finished in" in line}
     a, b = (ray_hosts.cluster.address(i) for i in (0, 1))

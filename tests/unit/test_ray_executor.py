@@ -106,3 +106,22 @@ def test_a_point_across_nodes_waits_only_on_the_tasks_still_running(nodes):
     s = Started(None, None, "t", None, None, {}, refs=[f"r{i}" for i in range(nodes)], group=object())
     s.done, s.lost = {0}, {nodes - 1: "silent"}
     assert s.waiting_on() == [f"r{i}" for i in range(1, nodes - 1)]
+
+
+def test_a_tracked_sweeps_points_carry_their_parent_run_to_whichever_node_runs_them(tmp_path):
+    """MLflow on Ray as on the local executor: each point's task carries the sweep's parent run, its label and axis
+    values (point.py's env, the one rule), so its run logs as the parent's child on any node."""
+    import json
+
+    from ddplab import tracking
+    from ddplab.sweep.folder import Entry, Manifest, SweepFolder
+    from ddplab.sweep.point import Point
+    from ddplab.sweep.ray_executor import RayExecutor
+
+    folder = SweepFolder(tmp_path)
+    tracking.RunIds("sqlite:///m.db", "parent1", "0").write(tmp_path)
+    folder.write(Manifest([Entry("lr-0.1", "runs/lr-0.1", point={"optim.lr": 0.1})], name="s"))
+    task, ask = RayExecutor().task(Point(folder, "lr-0.1", RunConfig()), {"KEEP": "1"})
+    link = json.loads(task.env[tracking.POINT_ENV])
+    assert task.env["KEEP"] == "1" and task.cwd and ask["num_cpus"] == 1.0
+    assert (link["parent_run_id"], link["label"], link["axes"]) == ("parent1", "lr-0.1", {"optim.lr": "0.1"})
