@@ -149,17 +149,21 @@ def test_where_ddp_starts_paying(tmp_path):
     # PER_IMAGE alone (a step measured at batch 1): below its measured batch BATCH_BOUND holds a GPU's step flat
     costs = replace(costs_of(write_run(tmp_path / "r", batch=50, device="cuda")), measured_batch=1)
     slow = Link("slow", busbw_gbps=0.0001, alpha_s=0.05, source="test")  # 90 ms an all-reduce
-    result = model.predict_grid(costs, [1, 2], [1], [8, 64], slow)
-    (pays,) = result["pays_from"]
-    at_50, at_80 = pays["batch_for_50pct"], pays["batch_for_80pct"]
+    grid = model.predict_grid(costs, [1, 2], [1], [8, 64], slow)
+    (pays,) = grid.pays_from
+    at_50, at_80 = pays.batch_for[50], pays.batch_for[80]
     assert (at_50, at_80) == (8, 64)  # 8.1 ms an image and 45 ms a step against 90 ms: b >= 5.6 and b >= 39
     for batch, bar in ((at_50, 0.5), (at_80, 0.8)):
         assert model.predict_one(costs, 2, 1, batch, slow).efficiency >= bar
         assert model.predict_one(costs, 2, 1, batch // 2, slow).efficiency < bar  # the smallest of the powers of 2
-    assert len(result["rows"]) == 4 and json.loads(json.dumps(result))["link"]["name"] == "slow"
+    saved = json.loads(json.dumps(grid.to_json()))  # plan.json's body
+    assert len(saved["rows"]) == 4 and saved["link"]["name"] == "slow"
+    assert saved["pays_from"] == [{"per_node": 2, "nodes": 1, "batch_for_50pct": 8, "batch_for_80pct": 64}]
+    assert [r["workers"] for r in saved["rows"]] == [1, 1, 2, 2]
+    assert all(r["images_per_s_band"] is None for r in saved["rows"])  # predict_grid gives no band: the plan does
     # Measured at 50, a GPU's step is not known below it (BATCH_BOUND): the search starts there.
-    measured = model.predict_grid(replace(costs, measured_batch=50), [1, 2], [1], [8, 64], slow)["pays_from"][0]
-    assert (measured["batch_for_50pct"], measured["batch_for_80pct"]) == (50, 50)  # 0.45 s against 90 ms: 83%
+    measured = model.predict_grid(replace(costs, measured_batch=50), [1, 2], [1], [8, 64], slow).pays_from[0]
+    assert (measured.batch_for[50], measured.batch_for[80]) == (50, 50)  # 0.45 s against 90 ms: 83%
 
 
 def test_what_cannot_be_planned_from_is_one_line(tmp_path):

@@ -7,12 +7,17 @@ links links.py, the published cases published.py.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddplab import files
 from ddplab.errors import ConfigError
 from ddplab.planner import links
 from ddplab.planner.band import Band, band_for, batch_band
+
+if TYPE_CHECKING:
+    from ddplab.planner import model
 
 
 def predict_run(
@@ -38,30 +43,26 @@ def predict_run(
     between = measured_or_published(inter_link, links_file) if max(nodes) > 1 else None  # a name given: first
     within = measured_or_published(link or ("nvlink" if costs.on_cuda else "measured"), links_file, given=bool(link))
     per_node = gpus or ([1, 2, 4, 8] if costs.on_cuda else [1, 2])
-    result = model.predict_grid(costs, per_node, nodes, batches or [run.summary["batch"]["local"]], within, between)
+    grid = model.predict_grid(costs, per_node, nodes, batches or [run.summary["batch"]["local"]], within, between)
     node_gbit = between.busbw_gbps * 8 if isinstance(between, links.Link) else None  # a published link's
     band, across = band_for(costs.on_cuda), band_for(costs.on_cuda, max(nodes), node_gbit=node_gbit)  # built once
     # A measured node of several GPUs: its rows across nodes of as many GPUs a node are planned from a node.
     one_node = costs.measured["nodes"] == 1 and not run.config.get("dist.share_device")  # a GPU a worker
     node = costs.measured["per_node"] if one_node and costs.measured["per_node"] > 1 else None
     from_node = band_for(costs.on_cuda, max(nodes), node_gbit=node_gbit, from_node=True) if node else across
+    other_batch = batch_band() if costs.on_cuda else None  # BATCH_BOUND's checks, for the rows at another batch
+    rows = [
+        replace(r, band=row_band(r.prediction, band, across, from_node, node, other_batch, costs)) for r in grid.rows
+    ]
+    grid = replace(grid, rows=rows)
+    result = grid.to_json()
     result["band"] = band.to_json()
     if across != band:
         result["band_across_nodes"] = across.to_json()
-    if from_node != across and any(r["nodes"] > 1 and r["per_node"] == node for r in result["rows"]):
+    if from_node != across and any(r.prediction.nodes > 1 and r.prediction.per_node == node for r in rows):
         result["band_across_nodes_from_the_node"] = from_node.to_json()
-    other_batch = batch_band() if costs.on_cuda else None  # BATCH_BOUND's checks, for the rows at another batch
-    if other_batch and any(r["local_batch"] != costs.measured_batch for r in result["rows"]):
+    if other_batch and any(r.prediction.local_batch != costs.measured_batch for r in rows):
         result["band_at_another_batch"] = other_batch.to_json()
-    for r in result["rows"]:
-        kind = (from_node if r["per_node"] == node else across) if r["nodes"] > 1 else band  # 1 worker: none
-        used: Band | None
-        if other_batch and r["local_batch"] != costs.measured_batch:
-            used = kind.and_(other_batch) if r["workers"] > 1 else other_batch
-        else:
-            used = kind if r["workers"] > 1 else None
-        # A band said in words (too wide, too few points) gives no range: the band line says why.
-        r["images_per_s_band"] = list(used.around(r["images_per_s"])) if used and not used.untrusted else None
     m = costs.measured
     print(
         f"plan for {run_dir}: measured {m['world_size']} worker(s) at local batch {m['local_batch']} on "
@@ -72,15 +73,15 @@ def predict_run(
         f"  {'workers':>9} {'batch':>6} {'step ms':>9} {'comm ms':>8} {'exposed':>8} {'images/s':>10} "
         f"{'band':>15} {'speedup':>8} {'ideal':>6} {'efficiency':>10}"
     )
-    for r in result["rows"]:
-        lo_hi = r["images_per_s_band"]
+    for row in rows:
+        r, lo_hi = row.prediction, row.band
         print(
-            f"  {r['per_node']:>3} x {r['nodes']:<3} {r['local_batch']:>6} {r['step_s'] * 1e3:>9,.2f} "
-            f"{r['comm_s'] * 1e3:>8,.2f} {r['exposed_comm_s'] * 1e3:>8,.2f} {r['images_per_s']:>10,.0f} "
+            f"  {r.per_node:>3} x {r.nodes:<3} {r.local_batch:>6} {r.step_s * 1e3:>9,.2f} "
+            f"{r.comm_s * 1e3:>8,.2f} {r.exposed_comm_s * 1e3:>8,.2f} {r.images_per_s:>10,.0f} "
             f"{f'{lo_hi[0]:,.0f}-{lo_hi[1]:,.0f}' if lo_hi else '':>15} "
-            f"{r['speedup']:>7.2f}x {r['ideal']:>5.0f}x {r['efficiency']:>10.0%}"
+            f"{r.speedup:>7.2f}x {r.ideal:>5.0f}x {r.efficiency:>10.0%}"
         )
-    for cause in dict.fromkeys(r["above_ideal"] for r in result["rows"] if r["above_ideal"]):
+    for cause in dict.fromkeys(r.above_ideal for r in rows if r.above_ideal):
         print(f"  above the ideal: {cause}")
     print(f"  band: {band.text()}; planner/band.py")
     if across != band:
@@ -92,18 +93,17 @@ def predict_run(
             f"  at a local batch other than {costs.measured_batch} (a GPU's step, BATCH_BOUND), besides: "
             f"{other_batch.text() if other_batch else ''}"
         )
-    for p in result["pays_from"]:
+    for p in grid.pays_from:
         below = " or less (a GPU's step below the measured batch is not known)"
         said = ", ".join(
-            f"{pct}% efficiency from local batch {p[f'batch_for_{pct}pct']}"
-            + (below if costs.on_cuda and p[f"batch_for_{pct}pct"] == costs.measured_batch else "")
-            if p[f"batch_for_{pct}pct"]
+            f"{pct}% efficiency from local batch {b}" + (below if costs.on_cuda and b == costs.measured_batch else "")
+            if b
             else f"never {pct}% efficient up to local batch 8192"
-            for pct in (50, 80)
+            for pct, b in p.batch_for.items()
         )
-        print(f"  {p['per_node']} x {p['nodes']}: {said}")
+        print(f"  {p.per_node} x {p.nodes}: {said}")
     unmeasured = sorted(
-        {r["workers"] for r in result["rows"] if r["workers"] > max(within.ranks)}
+        {r.prediction.workers for r in rows if r.prediction.workers > max(within.ranks)}
         if isinstance(within, links.MeasuredLinks)
         else set()
     )
@@ -180,6 +180,26 @@ def link_text(link) -> str:
             + ", measured)"
         )
     return f"{link.name} ({link.busbw_gbps:,.3g} GB/s, {link.alpha_s * 1e6:,.0f} us, published)"
+
+
+def row_band(
+    p: model.Prediction,
+    band: Band,
+    across: Band,
+    from_node: Band,
+    node: int | None,
+    other_batch: Band | None,
+    costs: model.StepCosts,
+) -> tuple[float, float] | None:
+    """The band a row carries: its kind's (one node; across nodes, or from the measured node), with the batch checks
+    where it is planned at another local batch than measured; None for one worker, or for a band said in words."""
+    kind = (from_node if p.per_node == node else across) if p.nodes > 1 else band
+    used: Band | None
+    if other_batch and p.local_batch != costs.measured_batch:
+        used = kind.and_(other_batch) if p.workers > 1 else other_batch
+    else:
+        used = kind if p.workers > 1 else None
+    return used.around(p.images_per_s) if used and not used.untrusted else None
 
 
 def measured_or_published(name: str, links_file: Path, given: bool = True):

@@ -402,6 +402,59 @@ def smallest_batch(
     )
 
 
+@dataclass(frozen=True)
+class PlannedRow:
+    """A row of a plan: its prediction, why it beats its ideal where it does, and the band of its kind around its
+    rate (None: one worker, or a band said in words)."""
+
+    prediction: Prediction
+    above_ideal: str | None
+    band: tuple[float, float] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        p = self.prediction
+        band = list(self.band) if self.band else None
+        return {**asdict(p), "workers": p.workers, "above_ideal": self.above_ideal, "images_per_s_band": band}
+
+
+@dataclass(frozen=True)
+class PaysFrom:
+    """For one shape (workers a node x nodes): the smallest local batch at which each efficiency bar is reached
+    (None: never, up to 8192)."""
+
+    per_node: int
+    nodes: int
+    batch_for: dict[int, int | None]  # bar in percent -> local batch
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "per_node": self.per_node,
+            "nodes": self.nodes,
+            **{f"batch_for_{k}pct": b for k, b in self.batch_for.items()},
+        }
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Every shape and batch a plan asks for, predicted, and where DDP starts paying (plan.json's body)."""
+
+    costs: StepCosts
+    link: AnyLink
+    inter_node: AnyLink | None
+    rows: list[PlannedRow]
+    pays_from: list[PaysFrom]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "measured": self.costs.measured,
+            "costs": {k: v for k, v in asdict(self.costs).items() if k != "measured"},
+            "link": asdict(self.link),
+            "inter_node": asdict(self.inter_node) if self.inter_node else None,
+            "rows": [r.to_json() for r in self.rows],
+            "pays_from": [p.to_json() for p in self.pays_from],
+        }
+
+
 def predict_grid(
     costs: StepCosts,
     per_node: list[int],
@@ -409,30 +462,20 @@ def predict_grid(
     batches: list[int],
     link: AnyLink,
     inter_node: AnyLink | None = None,
-) -> dict[str, Any]:
+) -> Grid:
     """Every (workers per node, nodes, local batch) predicted, and where DDP starts paying."""
     rows = [predict_one(costs, p, m, b, link, inter_node) for m in nodes for p in per_node for b in batches]
     # BATCH_BOUND: below a GPU's measured batch the model cannot tell a step's time, so it searches from there up
     floor = costs.measured_batch if costs.on_cuda else 1
     search = sorted(b for b in {*batches, floor, *(2**k for k in range(0, 14))} if b >= floor)
     pays = [
-        {
-            "per_node": p,
-            "nodes": m,
-            **{
-                f"batch_for_{round(bar * 100)}pct": smallest_batch(costs, p, m, link, inter_node, bar, search)
-                for bar in EFFICIENCY_BARS
-            },
-        }
+        PaysFrom(
+            p,
+            m,
+            {round(bar * 100): smallest_batch(costs, p, m, link, inter_node, bar, search) for bar in EFFICIENCY_BARS},
+        )
         for m in nodes
         for p in per_node
         if p * m > 1
     ]
-    return {
-        "measured": costs.measured,
-        "costs": {k: v for k, v in asdict(costs).items() if k != "measured"},
-        "link": asdict(link),
-        "inter_node": asdict(inter_node) if inter_node else None,
-        "rows": [{**asdict(r), "workers": r.workers, "above_ideal": above_ideal(costs, r)} for r in rows],
-        "pays_from": pays,
-    }
+    return Grid(costs, link, inter_node, [PlannedRow(r, above_ideal(costs, r)) for r in rows], pays)
