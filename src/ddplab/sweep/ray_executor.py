@@ -504,8 +504,8 @@ class RayExecutor:
                     for line in s.watch.new_lines():
                         echo(f"{s.tag}: {line}")
                     if (ended := s.ended(ray)) is not None:
-                        started.remove(s)
-                        self.record(folder, manifest, s, *ended, echo)
+                        self.record(folder, manifest, s, *ended, echo)  # then removed: a stop between the two
+                        started.remove(s)  # finds it recorded (no longer submitted), not lost
                         echo(f"  sweep: {len(todo) - len(pending) - len(started)} of {len(todo)} done, "
                              f"{duration(time.perf_counter() - begun)} so far")  # fmt: skip
         except KeyboardInterrupt:
@@ -515,6 +515,7 @@ class RayExecutor:
     def stop(self, ray: Any, folder: SweepFolder, manifest: Manifest, started: list[Started], echo) -> None:
         """Every task cancelled (KeyboardInterrupt in the task: its run stopped as Ctrl-C stops one), each point
         recorded as it ends, within CANCEL_GRACE_S."""
+        started[:] = [s for s in started if s.entry.status is Status.SUBMITTED]  # not yet recorded
         for s in started:
             s.stopping = True
             for ref in s.waiting_on():
