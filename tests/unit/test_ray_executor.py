@@ -9,8 +9,8 @@ import pytest
 
 from ddplab.config import RunConfig
 from ddplab.process import INTERRUPTED
-from ddplab.sweep.folder import Status
-from ddplab.sweep.point import Outcome
+from ddplab.sweep.folder import Status, SweepFolder
+from ddplab.sweep.point import Outcome, Point
 from ddplab.sweep.ray_executor import Started, Task
 
 
@@ -48,8 +48,9 @@ def across(tmp_path, results, lost=None, summary=True):
     run_dir.mkdir(parents=True)
     if summary:
         (run_dir / "summary.json").write_text("{}")
+    point = Point(SweepFolder(tmp_path), "p", config)
     task = Task(str(tmp_path), "p", config.to_dict(), "ddplab", {}, str(tmp_path))
-    s = Started(None, None, "[1/1] p", None, task, {}, refs=list(range(len(results))), group=object())
+    s = Started(point, None, "[1/1] p", None, task, {}, refs=list(range(len(results))), group=object())
     s.done = {rank for rank, r in enumerate(results) if r is not None}
     s.nodes = {rank: (f"id{rank}", f"10.0.0.{rank + 1}") for rank in range(len(results))}
     s.lost = lost or {}
@@ -114,8 +115,7 @@ def test_a_tracked_sweeps_points_carry_their_parent_run_to_whichever_node_runs_t
     import json
 
     from ddplab import tracking
-    from ddplab.sweep.folder import Entry, Manifest, SweepFolder
-    from ddplab.sweep.point import Point
+    from ddplab.sweep.folder import Entry, Manifest
     from ddplab.sweep.ray_executor import RayExecutor
 
     folder = SweepFolder(tmp_path)

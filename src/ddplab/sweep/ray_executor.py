@@ -221,11 +221,11 @@ class Started:
     where its nodes meet, then one task a node, every one owned by this process (so a node cut off from the others
     is the one silent task, never a task that holds the others' outcomes)."""
 
-    run: SweepRun
+    point: Point  # as this process built it: its config, run folder and outcome rule
     entry: Entry
     tag: str
     watch: Any  # local.EpochWatch: its epochs, read from the shared folder
-    task: Task
+    task: Task  # what its tasks carry to their nodes
     ask: dict[str, float]
     refs: list[Any] = field(default_factory=list)  # each node's task, by node rank
     done: set[int] = field(default_factory=set)  # the node ranks whose task ended
@@ -244,7 +244,7 @@ class Started:
         return [ref for rank, ref in enumerate(self.refs) if rank not in self.done and rank not in self.lost]
 
     def bundles(self) -> range:
-        return range(int(self.task.config["dist"]["nnodes"]))
+        return range(self.point.config.dist.nnodes)
 
     def where(self, rank: int) -> str:
         return f"node {rank} ({self.nodes[rank][1] if self.nodes else f'bundle {rank}'})"
@@ -257,7 +257,8 @@ class Started:
         self.placed(ray)
         if not self.refs:
             return self.meet(ray)
-        ready, _ = ray.wait(self.waiting_on(), num_returns=len(self.waiting_on()), timeout=0)
+        waiting = self.waiting_on()
+        ready = ray.wait(waiting, num_returns=len(waiting), timeout=0)[0] if waiting else []
         self.done |= {rank for rank, ref in enumerate(self.refs) if ref in ready}
         if self.done and self.first_end is None:
             self.first_end = time.monotonic()
@@ -301,7 +302,7 @@ class Started:
     def start_nodes(self, ray: Any, endpoint: str) -> None:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        resume = self.task.point().resumes()  # every node resumes, or none does
+        resume = self.point.resumes()  # every node resumes, or none does
         self.refs = [
             ray.remote(run_point)
             .options(**self.ask, scheduling_strategy=PlacementGroupSchedulingStrategy(self.group, rank))
@@ -331,11 +332,9 @@ class Started:
         return [rank for rank in self.bundles() if rank not in self.done]
 
     def patience_s(self) -> float:
-        from ddplab.config import DistConfig
         from ddplab.launch import SHUTDOWN_TIMEOUT_S, STORE_SLACK_S, patience_s
 
-        d = DistConfig(**self.task.config["dist"])
-        return patience_s(d) + STORE_SLACK_S + SHUTDOWN_TIMEOUT_S + NODE_GRACE_S
+        return patience_s(self.point.config.dist) + STORE_SLACK_S + SHUTDOWN_TIMEOUT_S + NODE_GRACE_S
 
     def outcome(self, ray: Any) -> tuple[Outcome, str | None]:
         """One outcome for all its nodes, decided here once every node's task ended or was given up: finished when
@@ -354,7 +353,7 @@ class Started:
                 ran.append((rank, outcome))
         wall, nodes = max(walls, default=None), ", ".join(where) or None
         if not said and len(ran) == len(self.refs) and all(o.exit_code == 0 for _, o in ran):
-            return self.task.point().outcome(0, None, wall or 0.0), nodes
+            return self.point.outcome(0, None, wall or 0.0), nodes
         failed = [(rank, o) for rank, o in ran if o.status is Status.FAILED and o.exit_code != 0]
         if failed and not said:
             error = "; ".join(f"node {rank}: {o.error}" for rank, o in failed if o.error) or None
@@ -495,7 +494,7 @@ class RayExecutor:
                     point = Point(folder, run.name, run.config, run.launch)
                     files.write_text(point.config_file, run.config.to_toml())
                     watch = EpochWatch(point.run_dir / runfiles.METRICS, run.config.train.epochs)
-                    started.append(self.start(ray, Started(run, entry, tag, watch, *self.task(point, env))))
+                    started.append(self.start(ray, Started(point, entry, tag, watch, *self.task(point, env))))
                     entry.status, entry.exit_code, entry.error = Status.SUBMITTED, None, None  # Ray places it
                     folder.write(manifest)
                     echo(f"{tag}: submitted to Ray ({'resuming' if point.resumes() else 'new'}; log: {point.log})")
@@ -540,14 +539,14 @@ class RayExecutor:
     def start(self, ray: Any, s: Started) -> Started:
         """A point of one node: its task. Across nodes: a placement group of one bundle a node, each on a node of its
         own, and the task in the first bundle that says where they meet; their tasks start once it answers."""
-        if s.task.config["dist"]["nnodes"] == 1:
+        if s.point.config.dist.nnodes == 1:
             s.refs = [ray.remote(run_point).options(**s.ask).remote(s.task)]
             return s
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         bundle = {"CPU": s.ask["num_cpus"], **({"GPU": s.ask["num_gpus"]} if s.ask["num_gpus"] else {})}
-        s.group = placement_group([bundle] * len(s.bundles()), strategy="STRICT_SPREAD", name=f"ddplab {s.run.name}")
+        s.group = placement_group([bundle] * len(s.bundles()), strategy="STRICT_SPREAD", name=f"ddplab {s.point.name}")
         first = PlacementGroupSchedulingStrategy(s.group, placement_group_bundle_index=0)
         s.address = ray.remote(rendezvous_address).options(num_cpus=0, scheduling_strategy=first).remote()
         return s
@@ -624,9 +623,7 @@ def connect(address: str | None, echo) -> Any:
         else:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError, TimeoutError, ray.exceptions.RayError) as exc:
-        raise ConfigError(
-            f"cannot join the Ray cluster at {address or 'local'}: {(str(exc).strip().splitlines() or [''])[0]}"
-        ) from None
+        raise ConfigError(f"cannot join the Ray cluster at {address or 'local'}: {first_line(exc)}") from None
     finally:
         signal.signal(signal.SIGTERM, sigterm)
     return ray
