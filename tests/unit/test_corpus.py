@@ -11,6 +11,7 @@ import pytest
 from ddplab.errors import DataError
 from ddplab.planner import corpus
 from ddplab.planner.links import Link
+from ddplab.planner.model import Spread
 
 SOURCES, SERIES = corpus.load()
 POINTS = corpus.points(SERIES)
@@ -212,34 +213,49 @@ def series_of(source, rows, local_batch=32):
     return corpus._series(source, fields, source)
 
 
-def published_at(cv, source, gpus=(2, 4, 8)):
-    """A series whose published figures are exactly what the model predicts with STRAGGLER's spread `cv`."""
-    draft = series_of(source, [[1, 1, 100.0]] + [[g, 1, 100.0 * g] for g in gpus])
-    rows = [[1, 1, 100.0]] + [[p.row.per_node, 1, p.predicted] for p in corpus.points([draft], cv)]
+def published_at(spread, source, gpus=(2, 4, 8), nodes=1):
+    """A series whose published figures are exactly what the model predicts at STRAGGLER's `spread`: rows of
+    `gpus` GPUs on one node each, or across `nodes` of that many GPUs."""
+    draft = series_of(source, [[1, 1, 100.0]] + [[g, nodes, 100.0 * g * nodes] for g in gpus])
+    rows = [[1, 1, 100.0]] + [[p.row.per_node, nodes, p.predicted] for p in corpus.points([draft], spread)]
     return series_of(source, rows)
 
 
-def test_straggler_slows_a_step_by_the_most_of_n_normals_times_the_spread():
+def test_straggler_slows_a_step_by_the_most_of_n_normals_times_each_spread():
     step = corpus.Step(own_s=0.3, exposed_s=0.01, workers=8, samples=256)
-    assert step.rate(0.0) == pytest.approx(256 / 0.31)
-    assert step.rate(0.04) == pytest.approx(256 / (0.3 * (1 + 1.4236 * 0.04) + 0.01), rel=1e-4)
-    assert corpus.Step(0.3, 0.0, 1, 32).rate(0.5) == pytest.approx(32 / 0.3)  # one GPU waits for nobody
+    assert step.rate(Spread()) == pytest.approx(256 / 0.31)
+    assert step.rate(Spread(0.04, 0.5)) == pytest.approx(256 / (0.3 * (1 + 1.4236 * 0.04) + 0.01), rel=1e-4)
+    across = corpus.Step(own_s=0.3, exposed_s=0.01, workers=8, samples=256, nodes=4)  # a node's spread, of 4
+    assert across.rate(Spread(0.04, 0.02)) == pytest.approx(
+        256 / (0.3 * (1 + 1.4236 * 0.04 + 1.0294 * 0.02) + 0.01), rel=1e-4
+    )
+    assert corpus.Step(0.3, 0.0, 1, 32).rate(Spread(0.5, 0.5)) == pytest.approx(32 / 0.3)  # one GPU waits for nobody
 
 
-def test_the_spread_is_fitted_out_of_sample_one_source_at_a_time():
-    """Figures made with a spread of 3% are fitted back to 3%; a source is predicted with the spread the others
-    give (leave-one-source-out), never its own."""
-    assert corpus.fit_spread(corpus.points([published_at(0.03, "a")])) == 0.03
-    found = corpus.points([published_at(0.02, "a"), published_at(0.02, "b"), published_at(0.05, "c", gpus=(8,))])
+def test_the_spreads_are_fitted_out_of_sample_one_source_at_a_time():
+    """Figures made with spreads of 3% (a GPU's) and 2% (a node's) are fitted back to them; a source is predicted
+    with the spreads the others give (leave-one-source-out), never its own."""
+    made = Spread(0.03, 0.02)
+    assert corpus.fit_spread(corpus.points([published_at(made, "a"), published_at(made, "a", nodes=4)])) == made
+    found = corpus.points([published_at(Spread(0.05), "c", gpus=(8,))] + [published_at(Spread(0.02), s) for s in "abd"])
     held, spreads = corpus.held_out(found)
-    assert spreads == {"a": 0.02, "b": 0.02, "c": 0.02}  # c's 5% is never its own fit, and outvoted in a's and b's
-    assert all(p.cv == spreads[p.series.source] for p in held)
+    assert spreads == {s: Spread(0.02) for s in "abcd"}  # c's 5% is never its own fit, and outvoted in the others'
+    assert all(p.spread == spreads[p.series.source] for p in held)
     assert all(abs(p.error) < 1e-9 for p in held if p.series.source != "c")
     assert all(p.error > 0.01 for p in held if p.series.source == "c")  # predicted faster than its stragglers let it
 
 
-def test_the_gpu_spread_the_model_uses_is_the_corpus_fit():
-    """planner/model.GPU_STEP_CV is recorded, not recomputed at each plan: it must be what the corpus fits."""
-    from ddplab.planner.model import GPU_STEP_CV
+def test_sources_weigh_alike_in_the_fit_however_many_points_each_has():
+    """One source of many rows (a benchmark run over many settings on one cluster) does not set the spread every
+    other machine is planned with: seven points at 2% against two sources of one point each at 3%."""
+    many = published_at(Spread(0.02), "many", gpus=(2, 3, 4, 5, 6, 7, 8))
+    one = [published_at(Spread(0.03), source, gpus=(8,)) for source in "bc"]
+    assert corpus.fit_spread(corpus.points([many, *one])) == Spread(0.03)
 
-    assert corpus.fit_spread([p for p in POINTS if p.steps is not None]) == GPU_STEP_CV
+
+def test_the_spreads_the_model_uses_are_the_corpus_fit():
+    """planner/model's GPU_STEP_CV and NODE_STEP_CV are recorded, not recomputed at each plan: they must be what
+    the corpus fits."""
+    from ddplab.planner.model import GPU_STEP_CV, NODE_STEP_CV
+
+    assert corpus.fit_spread([p for p in POINTS if p.steps is not None]) == Spread(GPU_STEP_CV, NODE_STEP_CV)

@@ -37,10 +37,11 @@ def test_gpus_with_a_free_link_scale_but_for_ddps_own_work_and_a_slow_link_costs
     costs = costs_of(write_run(tmp_path / "r", batch=50, device="cuda"))
     ddp = 2 * 75e-6  # DDP_HOST: the run's layers Conv3x3 > ReLU > Linear hold parameters in two
     assert costs.ddp_host_s == pytest.approx(ddp) and model.DDP_HOST_PER_LAYER_S == 75e-6
+    assert costs.host_s == pytest.approx(1.28e-3 + 2 * 141e-6)
     assert model.predict_one(costs, 1, 1, 50, FREE).step_s == pytest.approx(0.45)  # one worker runs no DDP
     four = model.predict_one(costs, 4, 1, 50, FREE)
     wait = 1 + 1.0294 * model.GPU_STEP_CV  # STRAGGLER: 4 GPUs wait for the slowest at the published spread
-    assert costs.step_cv == model.GPU_STEP_CV == 0.015
+    assert costs.step_cv == model.GPU_STEP_CV == 0.0175 and costs.node_cv == model.NODE_STEP_CV == 0.0525
     assert four.step_s == pytest.approx((0.45 + ddp) * wait, rel=1e-4) and four.ideal == 4.0
     assert four.speedup == pytest.approx(4 * 0.45 / ((0.45 + ddp) * wait), rel=1e-4)
     slow = Link("slow", busbw_gbps=1.0, alpha_s=0.01, source="test")
@@ -49,6 +50,19 @@ def test_gpus_with_a_free_link_scale_but_for_ddps_own_work_and_a_slow_link_costs
     assert four.exposed_comm_s == pytest.approx(comm)
     assert four.step_s == pytest.approx((0.45 + ddp) * wait + comm, rel=1e-4)
     assert four.speedup == pytest.approx(4 * 0.45 / ((0.45 + ddp) * wait + comm), rel=1e-4)
+    across = model.predict_one(costs, 2, 2, 50, FREE, FREE)  # 2 nodes of 2: each node's spread besides a GPU's
+    assert across.step_s == pytest.approx((0.45 + ddp) * (1 + 1.0294 * 0.0175 + 0.5642 * 0.0525), rel=1e-4)
+
+
+def test_no_cuda_step_is_shorter_than_its_hosts_own_work_as_one_h100_measured_it(tmp_path):
+    """HOST_FLOOR: host_s is the host-bound step at local batch 32 of BENCHMARKS.md "The planner's GPU side"
+    (benchmarks/ddp_step.py, one H100: simple_cnn, vgg_small and resnet18, by layers with parameters), and a
+    step planned at a batch too small to keep the GPU busy takes at least that long."""
+    for layers, plain_ms in ((5, 2.04), (9, 2.55), (41, 7.07)):
+        assert model.host_s(layers) * 1e3 == pytest.approx(plain_ms, abs=0.06)
+    costs = costs_of(write_run(tmp_path / "r", batch=50, device="cuda"))
+    tiny = replace(costs, compute_per_image_s=1e-7, data_per_image_s=0.0, optimizer_s=0.0, measured_batch=0)
+    assert model.predict_one(tiny, 1, 1, 8, FREE).step_s == pytest.approx(costs.host_s)
 
 
 def test_ddps_own_work_is_counted_once_for_a_single_gpu_run_and_never_on_a_cpu(tmp_path):

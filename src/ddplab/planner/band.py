@@ -228,11 +228,11 @@ def cpu_band() -> Band:
 @functools.lru_cache(maxsize=1)
 def gpu_bands() -> dict[str, Band]:
     """The corpus's bands by kind (planner/figures; the model recomputed on every point each time it is asked, its
-    GPU step spread fitted without each point's source)."""
+    step spreads (a GPU's, a node's) fitted without each point's source)."""
     from ddplab.planner import corpus
 
     _, series = corpus.load()
-    _, held, spreads = corpus.predicted(series)  # STRAGGLER's spread fitted leave-one-source-out
+    _, held, spreads = corpus.predicted(series)  # STRAGGLER's spreads fitted leave-one-source-out
     return {
         kind: Band(
             b.lo,

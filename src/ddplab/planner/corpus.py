@@ -32,9 +32,10 @@ from typing import Any
 from ddplab.borders import TABLE, TEXT, WHOLE, Kind, check, list_of, number, one_of
 from ddplab.errors import DataError
 from ddplab.planner.links import Link
-from ddplab.planner.model import DDP_HOST_PER_LAYER_S, StepCosts, predict_one, straggler_wait_s
+from ddplab.planner.model import DDP_HOST_PER_LAYER_S, Spread, StepCosts, host_s, predict_one, straggler_wait_s
 
 GBIT = 1e9 / 8 / 1e9  # GB/s per Gbit/s
+NO_SPREAD = Spread()  # STRAGGLER left out
 # Links a source can name: per-direction bandwidth a GPU (inside a node) or a port (between nodes), from the
 # specifications; alpha assumed. "unknown": the source does not say (its points are not predicted).
 LINKS: dict[str, Link] = {
@@ -223,10 +224,14 @@ class Step:
     exposed_s: float
     workers: int
     samples: float  # the job's samples a step
+    nodes: int = 1
 
-    def rate(self, cv: float) -> float:
-        """Samples a second with a GPU step spread of `cv` (STRAGGLER: the slowest of the workers sets the step)."""
-        return self.samples / (self.own_s + straggler_wait_s(self.own_s, self.workers, cv) + self.exposed_s)
+    def rate(self, spread: Spread) -> float:
+        """Samples a second at STRAGGLER's `spread` (the slowest of the workers, and of the nodes, sets the step)."""
+        wait = straggler_wait_s(self.own_s, self.workers, spread.gpu) + straggler_wait_s(
+            self.own_s, self.nodes, spread.node
+        )
+        return self.samples / (self.own_s + wait + self.exposed_s)
 
 
 @dataclass(frozen=True)
@@ -237,15 +242,15 @@ class Point:
     predicted: float | None  # None: not predictable (why in `why_not`)
     why_not: str | None
     steps: tuple[Step, Step] | None = None  # the model's step at the base row and at this row
-    cv: float = 0.0  # the GPU step spread `predicted` was made with
+    spread: Spread = NO_SPREAD  # STRAGGLER's spreads `predicted` was made with
 
-    def at(self, cv: float) -> Point:
-        """This point predicted with STRAGGLER's spread `cv`: the model's ratio to the base times the base's rate."""
+    def at(self, spread: Spread) -> Point:
+        """This point predicted at STRAGGLER's `spread`: the model's ratio to the base times the base's rate."""
         if self.steps is None:
             return self
         base, row = self.steps
-        predicted = row.rate(cv) / base.rate(cv) * self.series.samples_per_s(self.series.rows[0])
-        return replace(self, predicted=predicted, cv=cv)
+        predicted = row.rate(spread) / base.rate(spread) * self.series.samples_per_s(self.series.rows[0])
+        return replace(self, predicted=predicted, spread=spread)
 
     @property
     def error(self) -> float | None:
@@ -354,16 +359,17 @@ def _step(s: Series, row: Row, per_sample_s: float) -> Step:
         on_cuda=True,
         measured={},
         ddp_host_s=s.layers * DDP_HOST_PER_LAYER_S,
+        host_s=host_s(s.layers),
     )
     intra = LINKS.get(s.intra) or LINKS["pcie3"]  # one GPU a node: never used
     p = predict_one(costs, row.per_node, row.nodes, max(1, round(local)), intra, s.node_link())
-    return Step(p.step_s - p.exposed_comm_s, p.exposed_comm_s, row.gpus, row.gpus * local * row.accumulate)
+    return Step(p.step_s - p.exposed_comm_s, p.exposed_comm_s, row.gpus, row.gpus * local * row.accumulate, row.nodes)
 
 
-def points(series: list[Series], cv: float = 0.0) -> list[Point]:
-    """Every point of every series, predicted from its base row with STRAGGLER's GPU step spread `cv` (or not
-    predicted, with why). The base's rate gives a GPU's compute per sample, taking the base's own GPUs as ideal;
-    the prediction is the model's ratio to the base times the base's rate, which takes that back out."""
+def points(series: list[Series], spread: Spread = NO_SPREAD) -> list[Point]:
+    """Every point of every series, predicted from its base row at STRAGGLER's `spread` (or not predicted, with
+    why). The base's rate gives a GPU's compute per sample, taking the base's own GPUs as ideal; the prediction
+    is the model's ratio to the base times the base's rate, which takes that back out."""
     out = []
     for s in series:
         base, why = s.rows[0], s.unpredictable()
@@ -374,7 +380,7 @@ def points(series: list[Series], cv: float = 0.0) -> list[Point]:
         base_step = _step(s, base, per_sample)
         for row in s.rows[1:]:
             steps = (base_step, _step(s, row, per_sample))
-            out.append(Point(s, row, s.samples_per_s(row), None, None, steps).at(cv))
+            out.append(Point(s, row, s.samples_per_s(row), None, None, steps).at(spread))
     return out
 
 
@@ -392,9 +398,9 @@ def from_nodes(series: list[Series]) -> list[Series]:
     return out
 
 
-def predicted(series: list[Series]) -> tuple[list[Point], list[Point], dict[str, float]]:
+def predicted(series: list[Series]) -> tuple[list[Point], list[Point], dict[str, Spread]]:
     """Every point as the corpus checks it: predicted from its series' first row without STRAGGLER (`plain`), and
-    out of sample (`held`: STRAGGLER's spread fitted without the point's source, on the first-row predictions
+    out of sample (`held`: STRAGGLER's spreads fitted without the point's source, on the first-row predictions
     alone), the latter with the points predicted again from a measured node (from_nodes); and the spreads."""
     plain = points(series)
     held, spreads = held_out(plain)
@@ -402,27 +408,34 @@ def predicted(series: list[Series]) -> tuple[list[Point], list[Point], dict[str,
     return plain, held + again, spreads
 
 
-CV_GRID = tuple(i / 400 for i in range(81))  # STRAGGLER's GPU spread: 0 to 20% by 0.25%
+CV_GRID = tuple(i / 400 for i in range(81))  # STRAGGLER's spreads: 0 to 20% by 0.25%
 
 
-def fit_spread(found: list[Point]) -> float:
-    """The GPU step spread whose predictions of `found` have the least median |error| (the first such on CV_GRID)."""
-    terms = []  # what an error at any cv is made of, read once: the two steps and base figure / published one
-    for p in found:
+def fit_spread(found: list[Point]) -> Spread:
+    """STRAGGLER's spreads that predict `found` best: the GPU's from the points on one node (a node's spread
+    does not reach them), then the node's from the points across nodes, each the first on CV_GRID with the least
+    mean over sources of a source's median |error|. Sources weigh alike: one benchmark of many rows on one
+    cluster (dlperf: 220 of 460 points) would otherwise set the constants every other machine is planned with."""
+    terms: dict[bool, dict[str, list[tuple[Step, Step, float]]]] = {False: {}, True: {}}  # across nodes -> source
+    for p in found:  # what an error at any spread is made of, read once: the two steps, base figure / published
         if p.steps is not None:
-            terms.append((*p.steps, p.series.samples_per_s(p.series.rows[0]) / p.published))
-    if not terms:
-        return 0.0
+            ratio = p.series.samples_per_s(p.series.rows[0]) / p.published
+            terms[p.steps[1].nodes > 1].setdefault(p.series.source, []).append((*p.steps, ratio))
 
-    def median_abs_error(cv: float) -> float:
-        return statistics.median(abs(row.rate(cv) / base.rate(cv) * ratio - 1) for base, row, ratio in terms)
+    def error(by_source: dict[str, list[tuple[Step, Step, float]]], spread: Spread) -> float:
+        return statistics.fmean(
+            statistics.median(abs(row.rate(spread) / base.rate(spread) * ratio - 1) for base, row, ratio in ts)
+            for ts in by_source.values()
+        )
 
-    return min(CV_GRID, key=median_abs_error)
+    gpu = min(CV_GRID, key=lambda cv: error(terms[False], Spread(cv))) if terms[False] else 0.0
+    node = min(CV_GRID, key=lambda cv: error(terms[True], Spread(gpu, cv))) if terms[True] else 0.0
+    return Spread(gpu, node)
 
 
-def held_out(found: list[Point]) -> tuple[list[Point], dict[str, float]]:
-    """Every predicted point predicted out of sample: with the spread fitted on the other sources' points alone
-    (leave-one-source-out), and that spread by source."""
+def held_out(found: list[Point]) -> tuple[list[Point], dict[str, Spread]]:
+    """Every predicted point predicted out of sample: with the spreads fitted on the other sources' points alone
+    (leave-one-source-out), and those spreads by source."""
     found = [p for p in found if p.steps is not None]
     spreads, out = {}, []
     for source in sorted({p.series.source for p in found}):
@@ -463,18 +476,21 @@ def central(values: list[float]) -> tuple[float, float]:
     return cuts[0], cuts[-1]
 
 
-def table(plain: list[Point], held: list[Point], spreads: dict[str, float]) -> str:
+def table(plain: list[Point], held: list[Point], spreads: dict[str, Spread]) -> str:
     """The errors by source and by kind, as `ddplab plan --corpus` prints them: without STRAGGLER's GPU term
     (`plain`) and with it, its spread fitted without each point's source (`held`, which holds the predictions from
     a measured node too: a kind of their own, left out of the errors by source)."""
     lines = []
     predicted = [p for p in plain if p.error is not None]
-    again = [p.at(0.0) for p in held if p.series.from_node]
-    fitted = f": {min(spreads.values()):.2%} to {max(spreads.values()):.2%} by the source left out" if spreads else ""
+    again = [p.at(NO_SPREAD) for p in held if p.series.from_node]
+    fitted = ""
+    if spreads:
+        gpu, node = [sorted(getattr(s, side) for s in spreads.values()) for side in ("gpu", "node")]
+        fitted = f": a GPU's {gpu[0]:.2%} to {gpu[-1]:.2%}, a node's {node[0]:.2%} to {node[-1]:.2%}"
     lines.append(
         f"{len(predicted)} points predicted from their series' base rows ({len(plain) - len(predicted)} not: why at "
-        f"the end); error = predicted / published - 1. Without STRAGGLER's GPU term, and with it (its step spread "
-        f"fitted leave-one-source-out{fitted})"
+        f"the end); error = predicted / published - 1. Without STRAGGLER, and with it (its step spreads fitted "
+        f"leave-one-source-out{fitted}, by the source left out)"
     )
     head = (
         f"  {'':38} {'points':>6}   {'without: median |err|':>21} {'below':>5}   {'held out: median |err|':>22} "
@@ -532,7 +548,7 @@ def _ratios(ps: list[Point]) -> list[float]:
     return sorted(1 / (1 + p.error) for p in ps if p.error is not None)
 
 
-def kind_bands(found: list[Point], spreads: dict[str, float] | None = None) -> dict[str, KindBand]:
+def kind_bands(found: list[Point], spreads: dict[str, Spread] | None = None) -> dict[str, KindBand]:
     """One band per kind of the predicted points (each as `held_out` predicted it), with its coverage out of
     sample: a source's points against the band of the other sources' points, those predicted with the spread
     fitted without that source (`spreads`; None: as they are), so that nothing of a source is in its test."""
@@ -544,8 +560,8 @@ def kind_bands(found: list[Point], spreads: dict[str, float] | None = None) -> d
     for kind, ps in by_kind.items():
         held = held_of = 0
         for source in {p.series.source for p in ps}:
-            cv = None if spreads is None else spreads[source]
-            others = _ratios([p if cv is None else p.at(cv) for p in ps if p.series.source != source])
+            spread = None if spreads is None else spreads[source]
+            others = _ratios([p if spread is None else p.at(spread) for p in ps if p.series.source != source])
             if not others:
                 continue
             lo, hi = central(others)

@@ -69,13 +69,22 @@ Assumptions, each with the name it goes by in the code:
                cores, so one's wait in the all-reduce is another's core, not lost time (on one node of this
                VM the term made benchmarks/plan_validation.py's checks, already pessimistic, 5-25 points more
                so). On CUDA a run's own clock cannot say it (each window ends in a device sync, and one H100's
-               runs gave cv 0.01-0.44, the most where the host bounds the step): there cv is GPU_STEP_CV, the
-               spread at which the model best predicts the published all-reduce figures of planner/figures
-               (least median |error| over 460 points of 8 sources, `ddplab plan --corpus`). Fitted without
-               each source in turn it was 1.5%-5.25% (not well pinned down: a measurement is owed), and
-               those out-of-sample predictions are the GPU bands' errors (planner/band.py): without the term
-               the model was above 77% of the published figures (median |error| 6.2%); with it, held out,
-               62% (6.1%).
+               runs gave cv 0.01-0.44, the most where the host bounds the step): there two spreads apply, a
+               GPU's (GPU_STEP_CV, over the N workers) and, across M nodes, a node's besides (NODE_STEP_CV, over
+               the M nodes: what a node's workers share, its host and its network port, makes them late
+               together), each the spread at which the model best predicts the published all-reduce figures of
+               planner/figures (460 points of 8 sources, `ddplab plan --corpus`): the GPU's on the points of one
+               node, then the node's on those across nodes, sources weighing alike (a source's median |error|,
+               averaged over sources: one benchmark's 220 rows on one cluster would otherwise set them for every
+               machine). Fitted without each source in turn: a GPU's 1.0-2.25%, a node's 4.75-7% (a measurement
+               is owed), and those out-of-sample predictions are the GPU bands' errors (planner/band.py). With one
+               spread for both, fitted on points, the model was above 62% of the published figures held out
+               (median |error| 6.1%); with the two, 62% (5.2%; across nodes 11.4% -> 8.5%).
+  HOST_FLOOR   on CUDA no step is shorter than its host's own work (the launches, at any batch): host_s, 1.28 ms +
+               141 us a layer with parameters, the host-bound steps of one H100 (benchmarks/ddp_step.py at batch
+               32: simple_cnn, vgg_small, resnet18 within 0.06 ms). PER_IMAGE alone would shrink a step with its
+               batch without end (the corpus's strong scaling, a global batch of 64 over 8 GPUs: its band's
+               low end -54% -> -40%).
   GRAD_BYTES   4 bytes a parameter (fp32 gradients), 2 with an fp16 or bf16 comm hook; with
                accumulation, one all-reduce per optimizer step, which only the last
                micro-batch's backward can hide (the others run under no_sync).
@@ -107,9 +116,21 @@ AnyLink = Link | MeasuredLinks  # a published link, or this machine's measured p
 EFFICIENCY_BARS = (0.5, 0.8)
 MIN_WINDOWS = 5  # STRAGGLER: fewer refresh windows than this give no spread
 DDP_HOST_PER_LAYER_S = 75e-6  # DDP_HOST: the median of 6 host-bound steps (73-102 us a layer), one H100
-GPU_STEP_CV = 0.015  # STRAGGLER on CUDA: fitted on planner/figures (corpus.fit_spread; a test recomputes it)
+# HOST_FLOOR: a plain step's own host work on CUDA (launches), one H100: 1.28 ms + 141 us a layer with parameters
+HOST_FIXED_S, HOST_PER_LAYER_S = 1.28e-3, 141e-6
+# STRAGGLER on CUDA, fitted on planner/figures (corpus.fit_spread; a test recomputes them): a GPU's step spread,
+# and a node's (what the workers of one node share: its host, its network), which only a run across nodes waits on
+GPU_STEP_CV, NODE_STEP_CV = 0.0175, 0.0525
 # the layers that hold parameters, as models.registry.describe_layers names them
 PARAMETER_LAYERS = ("Conv", "Linear", "BatchNorm", "GroupNorm", "LayerNorm", "FusedConv")
+
+
+@dataclass(frozen=True)
+class Spread:
+    """STRAGGLER's coefficients of variation on CUDA: a GPU's step, and a node's (what its workers share)."""
+
+    gpu: float = 0.0
+    node: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -128,9 +149,11 @@ class StepCosts:
     measured: dict[str, Any]  # what it was derived from, for plan.json
     params: float = 0.0  # the model's parameters (0: unknown; `for_config` then keeps grad_bytes)
     ddp_host_s: float = 0.0  # DDP_HOST: what DDP adds to a step of this run on 2+ workers (0: in its step already)
+    host_s: float = 0.0  # HOST_FLOOR: the step's own host work on CUDA, which no batch makes shorter (0: not known)
     measured_batch: int = 0  # BATCH_BOUND: the local batch the step was measured at (0: PER_IMAGE alone)
     device_share: float = 1.0  # BATCH_BOUND: of the measured step, the GPU's busy time (a profiled run's; 1: unknown)
     step_cv: float = 0.0  # STRAGGLER: the measured step's coefficient of variation (0: not known)
+    node_cv: float = 0.0  # STRAGGLER: a node's spread, across nodes (on CUDA; on a CPU step_cv is the nodes')
 
     def for_config(self, config: dict[str, Any]) -> StepCosts:
         """These costs for a target run whose flattened config may all-reduce differently (GRAD_BYTES: its comm
@@ -221,9 +244,11 @@ def step_costs(
         grad_bytes=summary["model"]["params"] * grad_bytes_per_param(config),
         params=summary["model"]["params"],
         ddp_host_s=ddp_host_s(summary, on_cuda),
+        host_s=host_s(parameter_layers(str(summary["model"].get("layers", "")))) if on_cuda else 0.0,
         measured_batch=int(batch["local"]),
         device_share=device_share(summary, train / steps) if on_cuda else 1.0,
         step_cv=GPU_STEP_CV if on_cuda else step_spread(clock or [], len(epochs)),
+        node_cv=NODE_STEP_CV if on_cuda else 0.0,
         bucket_cap_mb=float(config.get("dist.bucket_cap_mb", 25.0)),
         on_cuda=on_cuda,
         measured={
@@ -293,6 +318,11 @@ def ddp_host_s(summary: Summary, on_cuda: bool) -> float:
     return DDP_HOST_PER_LAYER_S * parameter_layers(str(summary["model"].get("layers", "")))
 
 
+def host_s(layers: int) -> float:
+    """HOST_FLOOR: a plain CUDA step's own host work for a model of `layers` layers with parameters."""
+    return HOST_FIXED_S + HOST_PER_LAYER_S * layers
+
+
 def grad_bytes_per_param(config: dict[str, Any]) -> int:
     """GRAD_BYTES: what DDP all-reduces per parameter under a flattened config's comm hook."""
     return 2 if config.get("dist.comm_hook", "none") in ("fp16", "bf16") else 4
@@ -333,10 +363,12 @@ def predict_one(
     compute = costs.compute_s(local_batch, per_node)
     data = costs.data_s(local_batch, per_node)
     comm, exposed = exposed_comm(costs, used, workers, local_batch, per_node)
-    ddp = costs.ddp_host_s if workers > 1 else 0.0  # DDP_HOST
-    own = data + compute + costs.optimizer_s * costs.slowdown(per_node) + costs.rest_s + ddp
-    # STRAGGLER: on a CPU across nodes (a node's processes share its cores: one's wait is another's core)
+    plain = max(data + compute + costs.optimizer_s * costs.slowdown(per_node) + costs.rest_s, costs.host_s)
+    own = plain + (costs.ddp_host_s if workers > 1 else 0.0)  # HOST_FLOOR, DDP_HOST
+    # STRAGGLER: on a CPU across nodes (a node's processes share its cores: one's wait is another's core); on
+    # CUDA each GPU's spread, and across nodes each node's besides
     waiting = straggler_wait_s(own, workers if costs.on_cuda else nodes, costs.step_cv)
+    waiting += straggler_wait_s(own, nodes, costs.node_cv)
     step = own + exposed + waiting
     steps = math.ceil(costs.train_images / (local_batch * costs.accumulate * workers))
     rate = costs.train_images / (steps * step)
