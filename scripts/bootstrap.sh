@@ -13,9 +13,11 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   echo "bootstrap: installing torch==2.13.0" >&2
-  .venv/bin/python -m pip install -q --no-compile "torch==2.13.0"
+  .venv/bin/python -m pip install -q --no-compile "torch==2.13.0"  # pip: its CPU build is on this machine's disk
 fi
-.venv/bin/python -m pip install -q --no-compile -e ".[test,kernels]"
+# shellcheck source=scripts/install.sh
+source scripts/install.sh
+install -e ".[test,kernels]"
 # pip compiled nothing (most of an install's time): compile what ddplab's processes import, once a .venv.
 [ -f .venv/.compiled ] || .venv/bin/python scripts/compile_imports.py torch torch._dynamo torch.distributed.run torch.nn.parallel \
   torch.utils.tensorboard torch.profiler PIL.Image matplotlib.pyplot tensorboard.backend.event_processing.event_accumulator \

@@ -40,20 +40,22 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   APT_PID=$!
 fi
 bash scripts/bootstrap.sh
-if ! .venv/bin/python -c "import mlflow" 2>/dev/null; then
-  echo "test: installing MLflow for the tracking tests (the mlflow extra; pinned to the version they were written on)" >&2
-  # pip's byte-compiling of all 800 MB of it takes a minute: compile what MLflow's client and server import.
-  if .venv/bin/python -m pip install -q --no-compile "mlflow==3.17.2"; then
-    .venv/bin/python scripts/compile_imports.py mlflow mlflow.tracking mlflow.entities \
-      mlflow.store.tracking.sqlalchemy_store mlflow.server mlflow.server.handlers mlflow.server.fastapi_app \
-      mlflow.cli 2>/dev/null || true
-  else
-    echo "test: could not install MLflow; its tests will be skipped" >&2
-  fi
+# MLflow (the mlflow extra) for the tracking tests, Ray (the ray extra) for --executor ray: pinned to the versions
+# the tests were written on, installed together (one resolution, in parallel where uv installs them).
+# shellcheck source=scripts/install.sh
+source scripts/install.sh
+extras=()
+.venv/bin/python -c "import mlflow" 2>/dev/null || extras+=("mlflow==3.17.2")
+.venv/bin/python -c "import ray" 2>/dev/null || extras+=("ray==2.60.0")
+if [ ${#extras[@]} -gt 0 ]; then
+  echo "test: installing ${extras[*]} for the tracking and --executor ray tests" >&2
+  install "${extras[@]}" || echo "test: could not install ${extras[*]}; their tests will be skipped" >&2
 fi
-if ! .venv/bin/python -c "import ray" 2>/dev/null; then
-  echo "test: installing Ray for the --executor ray tests (the ray extra; pinned to the version they were written on)" >&2
-  .venv/bin/python -m pip install -q --no-compile "ray==2.60.0" || echo "test: could not install Ray; its tests will be skipped" >&2
+# What MLflow's client and server import, compiled once (PYTHONDONTWRITEBYTECODE would have every process do it).
+if .venv/bin/python -c "import mlflow" 2>/dev/null && [ ! -f .venv/.compiled-mlflow ]; then
+  .venv/bin/python scripts/compile_imports.py mlflow mlflow.tracking mlflow.entities \
+    mlflow.store.tracking.sqlalchemy_store mlflow.server mlflow.server.handlers mlflow.server.fastapi_app \
+    mlflow.cli 2>/dev/null && touch .venv/.compiled-mlflow || true
 fi
 [ -z "$APT_PID" ] || wait "$APT_PID"
 rm -f "$APT_LOG"
