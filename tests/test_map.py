@@ -60,6 +60,7 @@ WHERE = {
     "sweep/folder.py": ("tests/unit/test_sweep.py", "ddplab.sweep.folder", "the manifest"),
     "sweep/local.py": ("tests/smoke/test_sweep_runs.py", "start_sweep", "local sweeps, for real"),
     "sweep/point.py": ("tests/smoke/test_sweep_runs.py", "resuming", "one point as every executor runs it"),
+    "sweep/run.py": ("tests/smoke/test_sweep_runs.py", "run_sweep", "a sweep from Python, as the command runs it"),
     "sweep/spec.py": ("tests/unit/test_sweep.py", "load_sweep", "sweep files"),
     "topology.py": ("tests/unit/test_config.py", "TORCHRUN", "which launcher started this process"),
 }

@@ -1,10 +1,11 @@
 """ddplab: train image classifiers on one device or many, with numbers you can trust.
 
-from ddplab import RunConfig, train
+from ddplab import RunConfig, train, run_sweep
 result = train(RunConfig())          # -> RunResult(run_dir, summary, history)
+swept = run_sweep("optimizers")      # -> SweepResult(folder, manifest, report): as `ddplab sweep optimizers`
 """
 
-__all__ = ["RunConfig", "RunResult", "train", "__version__"]
+__all__ = ["RunConfig", "RunResult", "train", "run_sweep", "__version__"]
 
 
 def __getattr__(name: str):
@@ -24,6 +25,10 @@ def __getattr__(name: str):
         from ddplab.launch import train
 
         return train
+    if name == "run_sweep":
+        from ddplab.sweep.run import run_sweep
+
+        return run_sweep
     if name == "RunResult":
         from ddplab.engine.run import RunResult
 

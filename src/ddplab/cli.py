@@ -24,14 +24,13 @@ import dataclasses
 import difflib
 import json
 import os
-import shlex
 import sys
 import traceback
 import typing
 from pathlib import Path
 from typing import Any
 
-from ddplab import compat, faults, files, runfiles, stops, tracking
+from ddplab import compat, faults, files, runfiles, stops
 from ddplab.arguments import (
     endpoint_parts,
     given,
@@ -269,7 +268,8 @@ def one_mode(command: str, modes: list[tuple[str, bool]]) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from ddplab.sweep import SweepFolder, bundled_sweeps, default_out, executor, load_sweep, sweep_file
+    from ddplab.sweep import bundled_sweeps, executor
+    from ddplab.sweep.run import load, run_sweep
 
     one_mode(
         "sweep", [("--list", args.list), ("--status", args.status), ("--dry-run", args.dry_run), ("--wait", args.wait)]
@@ -277,65 +277,46 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     one_mode("sweep", [("--list", args.list), ("a sweep file", args.file is not None)])
     if args.list:
         used_by("sweep", "with --list", args, ("--list",))
-    elif args.status:
+        for name, description in bundled_sweeps().items():
+            print(f"{name:<16} {description}")
+        return 0
+    if args.status:
         used_by(
             "sweep",
             "with --status (it reads the sweep folder, runs nothing)",
             args,
             ("--status", "--out", "--profile", "--set"),
         )
-    if args.list:
-        for name, description in bundled_sweeps().items():
-            print(f"{name:<16} {description}")
-        return 0
     if args.file is None:
         raise ConfigError("ddplab sweep: give a sweep file or a bundled sweep's name (ddplab sweep --list)")
     runner = executor.from_args(args)
-    # Where the points run picks the default profile: under Slurm, the nodes the tasks ask for, not this login node.
-    on_gpus = runner.runs_on_gpus()
-    tracking.check_available(args.mlflow)
-    overrides = [*args.set, *([f"output.mlflow={tracking.absolute(args.mlflow)}"] if args.mlflow else [])]
-    sweep = load_sweep(sweep_file(args.file), profile=args.profile, overrides=overrides, on_gpus=on_gpus)
-    if on_gpus is not None and args.profile is None and sweep.profile is not None:
-        print(
-            f"sweep {sweep.name}: profile {sweep.profile}, as its points ask {runner.name} for "
-            + ("GPUs" if on_gpus else f"no GPU (its --{runner.name}.* options)")
-            + "; --profile picks another",
-            flush=True,
+    given = dict(out=args.out, profile=args.profile, overrides=args.set, mlflow=args.mlflow)
+    if args.status or args.dry_run:
+        sweep, folder = load(args.file, runner, **given)
+        print("\n".join(executor.status(folder)) if args.status else runner.dry_run(sweep, folder))
+        return 0
+    earlier = waited_for(args, runner, given)
+    if earlier is not None:  # --wait alone: what an earlier command queued
+        runner = earlier.reading()
+    result = run_sweep(
+        args.file, executor=runner, report=not args.no_report, wait=args.wait, submit=earlier is None, **given
+    )
+    if result.unfinished:
+        raise SweepError(
+            f"{len(result.unfinished)} of {len(result.manifest.runs)} runs did not finish (see "
+            f"{result.folder / 'manifest.json'}); run the sweep again to retry them"
         )
-    folder = SweepFolder(args.out or default_out(sweep))
-    echo = lambda line: print(line, flush=True)  # noqa: E731
-    if args.status:
-        print("\n".join(executor.status(folder)))
-        return 0
-    if args.dry_run:
-        print(runner.dry_run(sweep, folder))
-        return 0
-    earlier = waited_for(args, runner, folder)
-    folder.refuse_run_folder()  # before the sweep's MLflow file is written into it
-    tracked = track_sweep(sweep, folder)
-    try:
-        if earlier is not None:
-            manifest = earlier.reading().wait(folder, echo)
-        else:
-            manifest = runner.submit(sweep, folder, echo)
-            if runner.waits:
-                if not args.wait:
-                    return 0  # in the executor's queue: `--wait` (now or later) reports once it ran
-                manifest = runner.wait(folder, echo)
-    except BaseException as exc:
-        if tracked is not None:
-            tracked.stopped(exc)
-        raise
-    return after_the_runs(args, sweep, folder, manifest, tracked, echo)
+    return 0
 
 
-def waited_for(args: argparse.Namespace, runner: Any, folder: Any) -> Any:
+def waited_for(args: argparse.Namespace, runner: Any, given: dict[str, Any]) -> Any:
     """With --wait and an executor that does not wait itself: the one an earlier command submitted with."""
     from ddplab.sweep import executor
+    from ddplab.sweep.run import load
 
     if not args.wait or runner.waits:
         return None
+    _, folder = load(args.file, runner, **given)
     waiting = [name for name, each in executor.registered().items() if each.waits]
     earlier = executor.named(folder.load().executor) if folder.has_manifest() else None
     if earlier is None or not earlier.waits:
@@ -343,56 +324,6 @@ def waited_for(args: argparse.Namespace, runner: Any, folder: Any) -> Any:
             f"--wait waits for a sweep submitted with --executor {' or '.join(waiting)}, and {folder.root} holds none"
         )
     return earlier
-
-
-def after_the_runs(
-    args: argparse.Namespace, sweep: Any, folder: Any, manifest: Any, tracked: tracking.SweepTracking | None, echo
-) -> int:
-    """The finished runs in TensorBoard's HParams view, the report, the MLflow parent's end; an error when a
-    point did not finish."""
-    from ddplab.sweep import hparams
-
-    try:
-        board = hparams.write(folder, manifest)
-    except (OSError, TypeError, ValueError) as exc:  # an optional view: it never keeps the report from being made
-        board = None
-        echo(f"warning: the TensorBoard HParams view was not written: {exc}")
-    if board is not None:
-        echo(f"TensorBoard HParams view of the finished runs: tensorboard --logdir {shlex.quote(str(board))}")
-    if not args.no_report:
-        report(
-            folder.root / "report",
-            [folder.root],
-            title=f"ddplab sweep {sweep.name}: {sweep.description}" if sweep.description else None,
-        )
-    unfinished = manifest.unfinished()
-    skipped = len(manifest.skipped())
-    if skipped:
-        echo(f"{skipped} of {len(manifest.runs)} runs not run on this machine (the report lists them as not measured)")
-    if tracked is not None:
-        tracked.end([folder.root / "report", folder.manifest_path], finished=not unfinished)
-    if unfinished:
-        raise SweepError(
-            f"{len(unfinished)} of {len(manifest.runs)} runs did not finish (see {folder.manifest_path}); "
-            "run the sweep again to retry them"
-        )
-    return 0
-
-
-def track_sweep(sweep: Any, folder: Any) -> tracking.SweepTracking | None:
-    """The sweep as a parent run in MLflow when its points log there (--output.mlflow, --set output.mlflow,
-    $MLFLOW_TRACKING_URI); each point's run becomes its child (sweep/point.py)."""
-    uri = tracking.tracking_uri(sweep.runs[0].config.output.mlflow) if sweep.runs else None
-    if uri is None or not tracking.installed():
-        return None
-    if sweep.runs[0].config.output.mlflow is None:  # from the variable: the points read it, as an absolute path
-        os.environ[tracking.URI_ENV] = uri
-    tracked = tracking.SweepTracking(uri, folder.root)
-    params = {"sweep": sweep.name, "profile": str(sweep.profile), "points": str(len(sweep.runs))}
-    tracked.start(
-        f"sweep {sweep.name}", {**params, "axes": ", ".join(sweep.axes), "overrides": " ".join(sweep.overrides)}
-    )
-    return tracked
 
 
 def add_sweep_options(p: argparse.ArgumentParser) -> None:
@@ -612,20 +543,10 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     only = args.paths[0] if len(args.paths) == 1 else None
     out = args.out or (only / "report" if only is not None and SweepFolder(only).has_manifest() else Path("report"))
-    report(out, args.paths, title=args.title)
+    from ddplab.report.build import build_and_say
+
+    build_and_say(out, args.paths, title=args.title)
     return 0
-
-
-def report(out: Path, paths: list[Path], title: str | None = None) -> None:
-    from ddplab.report.build import build_report
-
-    result = build_report(paths, out, title=title)
-    print(f"{result['num_runs']} runs ({result['num_finished']} finished), {len(result['sections'])} section(s):")
-    for number, section in enumerate(result["sections"], 1):
-        print(f"{number}. {section['title']}")
-        for line in section["findings"]:
-            print(f"  - {line}")
-    print(f"report: {result['index_html']} (tables: {result['report_md']}, {result['points_csv']})")
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

@@ -350,3 +350,28 @@ def test_sigterm_stops_every_running_point_of_a_parallel_sweep_and_a_rerun_finis
     assert rerun.stdout.count("resuming") == 2
     assert all(len(metrics(out / "runs" / n)) == 3 for n in ("a", "b", "ddp"))
     assert leftover_processes(marker) == []
+
+
+def test_a_sweep_runs_from_python_as_the_command_runs_it(tmp_path):
+    """`ddplab.run_sweep`: the points run in processes of their own, the report is written, the result says where
+    and how each point ended; called again it resumes (nothing finished is run twice); a bad setting is one error
+    before anything is written."""
+    from ddplab import run_sweep
+    from ddplab.errors import ConfigError
+    from ddplab.sweep import LocalExecutor
+
+    path, out, said = tiny_sweep(tmp_path / "tiny.toml", variants=""), tmp_path / "s", []
+    path.write_text(path.read_text() + '[grid]\n"optim.lr" = [0.01, 0.02]\n')
+    result = run_sweep(path, out=out, overrides=["train.epochs=1"], executor=LocalExecutor(), echo=said.append)
+    assert result.folder == out and result.unfinished == [] and not result.queued
+    assert [e.status.value for e in result.manifest.runs] == ["finished", "finished"]
+    assert result.report == out / "report" and (out / "report" / "index.html").is_file()
+    assert any(line.startswith("report: ") for line in said) and "2 runs (2 finished), 1 section(s):" in said
+    assert [len(metrics(out / e.dir)) for e in result.manifest.runs] == [1, 1]  # train.epochs=1 reached each point
+    before = (out / result.manifest.runs[0].dir / "summary.json").stat().st_mtime_ns
+    again = run_sweep(path, out=out, overrides=["train.epochs=1"], executor="local", report=False, echo=said.append)
+    assert again.unfinished == [] and again.report is None and any("2 already finished" in s for s in said)
+    assert (out / result.manifest.runs[0].dir / "summary.json").stat().st_mtime_ns == before
+    with pytest.raises(ConfigError, match="train.epochz"):
+        run_sweep(path, out=tmp_path / "other", overrides=["train.epochz=1"])
+    assert not (tmp_path / "other").exists()

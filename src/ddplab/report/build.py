@@ -52,6 +52,18 @@ SCALING_NOTE = (
 )
 
 
+def build_and_say(out: Path, paths: list[Path], title: str | None = None, echo=print) -> dict[str, Any]:
+    """The report of `paths` written under `out`, and said: each section's findings, then where its files are."""
+    result = build_report(paths, out, title=title)
+    echo(f"{result['num_runs']} runs ({result['num_finished']} finished), {len(result['sections'])} section(s):")
+    for number, section in enumerate(result["sections"], 1):
+        echo(f"{number}. {section['title']}")
+        for line in section["findings"]:
+            echo(f"  - {line}")
+    echo(f"report: {result['index_html']} (tables: {result['report_md']}, {result['points_csv']})")
+    return result
+
+
 def build_report(paths: list[Path], out: Path, title: str | None = None) -> dict[str, Any]:
     """Write the report under `out`; return its files, counts, and findings (as text, by section). One report
     writes a folder at a time (two at once left one's page over the other's plots): the second is refused."""

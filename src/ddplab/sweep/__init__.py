@@ -1,7 +1,9 @@
 """Sweeps: a sweep file -> validated runs (spec) -> a sweep folder (folder) -> each point run by an executor
-(executor: local, slurm) through point.py -> manifest.json.
+(executor: local, slurm, ray) through point.py -> manifest.json; run.py (`run_sweep`) does it all and writes the
+report, as `ddplab sweep` does.
 
-The report reads the run folders and the manifest; nothing here draws or summarizes.
+The report reads the run folders and the manifest (spec.py and folder.py: the file formats, below it); nothing
+else here draws or summarizes.
 """
 
 from ddplab.sweep.folder import MANIFEST, Entry, Manifest, Status, SweepFolder
@@ -26,4 +28,16 @@ __all__ = [
     "run_name_for",
     "sweep_file",
     "unavailable_runs",
+    "run_sweep",
+    "SweepResult",
 ]
+
+
+def __getattr__(name: str):
+    # Lazy: run.py writes the report, which reads this package's file formats (importing it here would import
+    # the report into everything that reads a sweep folder).
+    if name in ("run_sweep", "SweepResult"):
+        from ddplab.sweep import run
+
+        return getattr(run, name)
+    raise AttributeError(f"module 'ddplab.sweep' has no attribute {name!r}")
