@@ -62,6 +62,7 @@ WHERE = {
     "sweep/point.py": ("tests/smoke/test_sweep_runs.py", "resuming", "one point as every executor runs it"),
     "sweep/run.py": ("tests/smoke/test_sweep_runs.py", "run_sweep", "a sweep from Python, as the command runs it"),
     "sweep/spec.py": ("tests/unit/test_sweep.py", "load_sweep", "sweep files"),
+    "sweep/trackers.py": ("tests/smoke/test_sweep_runs.py", "TRACKERS", "a sweep tracker told its start and end"),
     "topology.py": ("tests/unit/test_config.py", "TORCHRUN", "which launcher started this process"),
 }
 

@@ -352,17 +352,37 @@ def test_sigterm_stops_every_running_point_of_a_parallel_sweep_and_a_rerun_finis
     assert leftover_processes(marker) == []
 
 
-def test_a_sweep_runs_from_python_as_the_command_runs_it(tmp_path):
+class Recording:
+    """A sweep tracker (sweep/trackers.py) that records what it is told."""
+
+    def __init__(self, sweep, folder, told):
+        self.told = told
+
+    def start(self, name, params):
+        self.told.append(("start", name, params["points"], params["axes"]))
+
+    def end(self, paths, finished):
+        self.told.append(("end", [p.name for p in paths], finished))
+
+    def stopped(self, error):
+        self.told.append(("stopped", type(error).__name__))
+
+
+def test_a_sweep_runs_from_python_as_the_command_runs_it(tmp_path, monkeypatch):
     """`ddplab.run_sweep`: the points run in processes of their own, the report is written, the result says where
-    and how each point ended; called again it resumes (nothing finished is run twice); a bad setting is one error
-    before anything is written."""
+    and how each point ended, a sweep tracker (a line in sweep/trackers.TRACKERS) is told its start and end;
+    called again it resumes (nothing finished is run twice); a bad setting is one error before anything is
+    written."""
     from ddplab import run_sweep
     from ddplab.errors import ConfigError
-    from ddplab.sweep import LocalExecutor
+    from ddplab.sweep import LocalExecutor, trackers
 
+    told: list = []
+    monkeypatch.setattr(trackers, "TRACKERS", (*trackers.TRACKERS, lambda s, f: Recording(s, f, told)))
     path, out, said = tiny_sweep(tmp_path / "tiny.toml", variants=""), tmp_path / "s", []
     path.write_text(path.read_text() + '[grid]\n"optim.lr" = [0.01, 0.02]\n')
     result = run_sweep(path, out=out, overrides=["train.epochs=1"], executor=LocalExecutor(), echo=said.append)
+    assert told == [("start", "sweep tiny", "2", "optim.lr"), ("end", ["report", "manifest.json"], True)]
     assert result.folder == out and result.unfinished == [] and not result.queued
     assert [e.status.value for e in result.manifest.runs] == ["finished", "finished"]
     assert result.report == out / "report" and (out / "report" / "index.html").is_file()

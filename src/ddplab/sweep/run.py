@@ -14,7 +14,6 @@ one) and below the CLI; the report reads only the sweep's file formats (spec.py,
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ from ddplab import tracking
 from ddplab.errors import ConfigError
 from ddplab.report.build import build_and_say
 from ddplab.sweep import executor as executors
-from ddplab.sweep import hparams
+from ddplab.sweep import hparams, trackers
 from ddplab.sweep.executor import Echo, Executor
 from ddplab.sweep.folder import Entry, Manifest, SweepFolder
 from ddplab.sweep.local import LocalExecutor, default_out
@@ -109,7 +108,7 @@ def run_sweep(
     runner = executor_named(executor, report) if isinstance(executor, str) else executor
     loaded, folder = load(sweep, runner, out=out, profile=profile, overrides=overrides, mlflow=mlflow, echo=echo)
     folder.refuse_run_folder()  # before the sweep's MLflow file is written into it
-    tracked = track_sweep(loaded, folder)
+    tracked = trackers.track(loaded, folder)
     try:
         if not submit:
             manifest = runner.wait(folder, echo)
@@ -120,8 +119,7 @@ def run_sweep(
                     return SweepResult(folder.root, manifest, queued=True)
                 manifest = runner.wait(folder, echo)
     except BaseException as exc:
-        if tracked is not None:
-            tracked.stopped(exc)
+        tracked.stopped(exc)
         raise
     return after_the_runs(loaded, folder, manifest, tracked, report, echo)
 
@@ -130,11 +128,11 @@ def after_the_runs(
     sweep: Sweep,
     folder: SweepFolder,
     manifest: Manifest,
-    tracked: tracking.SweepTracking | None,
+    tracked: trackers.Tracked,
     report: bool,
     echo: Echo,
 ) -> SweepResult:
-    """The finished runs in TensorBoard's HParams view, the report, the MLflow parent's end."""
+    """The finished runs in TensorBoard's HParams view, the report, the sweep trackers' end (sweep/trackers.py)."""
     try:
         board = hparams.write(folder, manifest)
     except (OSError, TypeError, ValueError) as exc:  # an optional view: it never keeps the report from being made
@@ -150,22 +148,5 @@ def after_the_runs(
     skipped = len(manifest.skipped())
     if skipped:
         echo(f"{skipped} of {len(manifest.runs)} runs not run on this machine (the report lists them as not measured)")
-    if tracked is not None:
-        tracked.end([folder.root / "report", folder.manifest_path], finished=not manifest.unfinished())
+    tracked.end([folder.root / "report", folder.manifest_path], finished=not manifest.unfinished())
     return SweepResult(folder.root, manifest, written, hparams=board)
-
-
-def track_sweep(sweep: Sweep, folder: SweepFolder) -> tracking.SweepTracking | None:
-    """The sweep as a parent run in MLflow when its points log there (output.mlflow, $MLFLOW_TRACKING_URI); each
-    point's run becomes its child (sweep/point.py)."""
-    uri = tracking.tracking_uri(sweep.runs[0].config.output.mlflow) if sweep.runs else None
-    if uri is None or not tracking.installed():
-        return None
-    if sweep.runs[0].config.output.mlflow is None:  # from the variable: the points read it, as an absolute path
-        os.environ[tracking.URI_ENV] = uri
-    tracked = tracking.SweepTracking(uri, folder.root)
-    params = {"sweep": sweep.name, "profile": str(sweep.profile), "points": str(len(sweep.runs))}
-    tracked.start(
-        f"sweep {sweep.name}", {**params, "axes": ", ".join(sweep.axes), "overrides": " ".join(sweep.overrides)}
-    )
-    return tracked
