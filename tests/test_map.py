@@ -16,6 +16,10 @@ SRC = REPO / "src" / "ddplab"
 WHERE = {
     "__main__.py": ("tests/smoke/test_runs.py", "ddplab_cli", "`python -m ddplab`: every command test starts it"),
     "arguments.py": ("tests/unit/test_config.py", "endpoint_parts", "option kinds at their borders"),
+    "cli/common.py": ("tests/smoke/test_error_contract.py", "abbreviated-flag", "usage errors, modes, unused options"),
+    "cli/data.py": ("tests/smoke/test_runs.py", "data_commands", "ddplab data and ddplab models, for real"),
+    "cli/plan.py": ("tests/unit/test_config.py", "refuse_unmeasurable", "plan's options checked before it runs"),
+    "cli/train.py": ("tests/unit/test_config.py", "config_from_args", "flags, presets and files to a config"),
     "checkpoint.py": ("tests/unit/test_runplan.py", "train_state", "what a resume reads, checked"),
     "data/dataset.py": ("tests/unit/test_loader.py", "ddplab.data.dataset", "in-memory datasets"),
     "data/datasets.py": ("tests/unit/test_data_formats.py", "ddplab.data.datasets", "CIFAR, STL-10, folders"),

@@ -1,7 +1,7 @@
 """What `ddplab plan` prints and writes: a run's prediction (plan.json), the published cases against the
 model, the published links, and this machine's all-reduce measured (links.json).
 
-cli.py checks the options against the mode and calls one of these; the model is model.py, the
+cli/plan.py checks the options against the mode and calls one of these; the model is model.py, the
 links links.py, the published cases published.py.
 """
 
