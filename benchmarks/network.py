@@ -36,7 +36,7 @@ from ddplab.planner import model
 from ddplab.planner.band import band_for
 from ddplab.planner.links import load_links
 from ddplab.report.figures import communication
-from ddplab.runread import read_run
+from ddplab.rundir.runread import read_run
 
 NAME = "network"
 

@@ -29,7 +29,7 @@ from _common import REPO, child_env, describe_machine, machine_info, read_metric
 from ddplab import process
 from ddplab.planner import model
 from ddplab.planner.links import load_links
-from ddplab.runread import read_run
+from ddplab.rundir.runread import read_run
 
 CASES = {
     "cifar": [

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import _common as common
 
-from ddplab import runfiles  # torch-free; _common puts src on the path
+from ddplab.rundir import runfiles  # torch-free; _common puts src on the path
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -36,7 +36,8 @@ from pathlib import Path
 
 import _common as common
 
-from ddplab import process, runfiles, warm
+from ddplab import process, warm
+from ddplab.rundir import runfiles
 
 NAME = "warm_start"
 SIDES = ("cold", "warm")

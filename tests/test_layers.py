@@ -19,6 +19,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # it starts processes), the report; the CLI on top.
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
+    "rundir": set(),  # the package's docstring: its modules are layers of their own (OWN_LAYER)
     "log": set(),
     "seeding": set(),
     "stops": set(),
@@ -237,7 +238,16 @@ def test_no_module_imports_one_that_imports_it_back():
 
 # Modules that are a layer of their own inside their package: the sweep's file formats (the sweep file, the sweep
 # folder and its manifest), which the report reads, below the rest of the sweep (run.py writes the report).
-OWN_LAYER = {"ddplab.sweep.spec": "ddplab.sweep.spec", "ddplab.sweep.folder": "ddplab.sweep.folder"}
+# And the run folder's modules (rundir/): the metrics read file names from runfiles, runread reads the metrics'
+# records, so each keeps the layer it had at the top level.
+OWN_LAYER = {
+    "ddplab.sweep.spec": "ddplab.sweep.spec",
+    "ddplab.sweep.folder": "ddplab.sweep.folder",
+    **{
+        f"ddplab.rundir.{m}": f"ddplab.{m}"
+        for m in ("runfiles", "runfolder", "runlock", "runread", "runplan", "checkpoint")
+    },
+}
 
 
 def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddplab import compat, errors, faults, stops, topology, warm, watchdog
 from ddplab.config import DistConfig, RunConfig
-from ddplab.runplan import RunPlan, as_worker, prepared
+from ddplab.rundir.runplan import RunPlan, as_worker, prepared
 
 if TYPE_CHECKING:
     from ddplab.engine.run import RunResult

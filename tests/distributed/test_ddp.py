@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddplab import checkpoint, compat
+from ddplab import compat
 from ddplab.config import load_toml
 from ddplab.metrics.records import PHASES, read_epochs, reproducible
 from ddplab.report.records import Load
+from ddplab.rundir import checkpoint
 
 from cli_process import ddplab_cli
 from conftest import leftover_processes

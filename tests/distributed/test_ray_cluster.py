@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddplab import checkpoint, hosts
+from ddplab import hosts
 from ddplab.metrics.records import read_epochs, reproducible
+from ddplab.rundir import checkpoint
 
 import cli_process
 from conftest import leftover_processes

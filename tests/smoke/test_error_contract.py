@@ -1721,7 +1721,7 @@ def test_a_reader_that_goes_away_stops_the_command_quietly():
 
 def test_two_runs_cannot_share_a_folder(tmp_path):
     """While one process tree holds a run folder, a second run there is refused with the owner named."""
-    from ddplab.runlock import run_lock
+    from ddplab.rundir.runlock import run_lock
 
     with run_lock(tmp_path / "r"):
         proc = ddplab(*S, "--out", str(tmp_path / "r"))
@@ -1735,7 +1735,7 @@ def test_two_runs_cannot_share_a_folder(tmp_path):
 
 def test_two_sweeps_cannot_share_a_folder(tmp_path):
     """A sweep holds its folder for as long as it runs: a second sweep there is refused, and runs nothing."""
-    from ddplab.runlock import run_lock
+    from ddplab.rundir.runlock import run_lock
 
     sweep_file(tmp_path, '"train.batch_size" = [8]')
     with run_lock(tmp_path / "out", "sweep"):
@@ -1751,7 +1751,7 @@ def test_two_sweeps_cannot_share_a_folder(tmp_path):
 def test_two_reports_cannot_write_one_folder_at_once(tmp_path, tmp_path_factory):
     """Two reports into one --out at once left one's page over the other's plots: the second is refused, naming
     the first, and writes nothing there."""
-    from ddplab.runlock import run_lock
+    from ddplab.rundir.runlock import run_lock
 
     SHARED.setdefault("factory", tmp_path_factory)
     run = finished_run(tmp_path)
@@ -1773,7 +1773,7 @@ def test_a_killed_owner_leaves_a_stale_lock_that_is_taken_over(tmp_path):
             sys.executable,
             "-c",
             "import sys, time; from pathlib import Path; "
-            "from ddplab.runlock import run_lock\nwith run_lock(Path(sys.argv[1])):\n"
+            "from ddplab.rundir.runlock import run_lock\nwith run_lock(Path(sys.argv[1])):\n"
             "    print('held', flush=True); time.sleep(600)",
             str(tmp_path / "r"),
         ],
@@ -1791,8 +1791,8 @@ def test_a_killed_owner_leaves_a_stale_lock_that_is_taken_over(tmp_path):
 
 def test_a_full_disk_keeps_the_last_good_checkpoint_and_no_temp_file(tmp_path, monkeypatch, capsys):
     """torch.save reports ENOSPC as a RuntimeError mid-write: one line, exit 5, nothing half-written left."""
-    from ddplab import checkpoint
     from ddplab.cli import main
+    from ddplab.rundir import checkpoint
 
     real_save = torch.save
     calls = []

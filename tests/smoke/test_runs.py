@@ -13,11 +13,11 @@ import pytest
 import torch
 
 import ddplab
-from ddplab import checkpoint
 from ddplab.cli import main
 from ddplab.config import load_toml
 from ddplab.engine.trainer import Trainer
 from ddplab.metrics.records import read_epochs, reproducible
+from ddplab.rundir import checkpoint
 
 from cli_process import ddplab_cli
 from conftest import tiny_config

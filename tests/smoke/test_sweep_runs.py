@@ -247,7 +247,7 @@ def test_a_rerun_waits_for_a_live_owner_of_a_run_folder(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys; from ddplab.runlock import run_lock\n"
+            "import sys; from ddplab.rundir.runlock import run_lock\n"
             f"with run_lock(__import__('pathlib').Path({str(out / 'runs' / 'single')!r})):\n"
             "    print('held', flush=True); sys.stdin.read()",
         ],

@@ -7,7 +7,7 @@ import pytest
 from ddplab.cli import main
 from ddplab.report.build import build_report
 from ddplab.report.compare import format_rows, scaling_rows
-from ddplab.runread import finished_run
+from ddplab.rundir.runread import finished_run
 
 from run_folders import epoch_line, write_run
 

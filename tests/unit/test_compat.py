@@ -9,7 +9,7 @@ import torch
 from ddplab import compat, launch
 from ddplab.cli import main
 from ddplab.errors import ConfigError
-from ddplab.runplan import RunPlan
+from ddplab.rundir.runplan import RunPlan
 
 from conftest import tiny_config
 from old_torch import OLDEST, old_launch_config_class

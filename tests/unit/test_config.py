@@ -513,7 +513,7 @@ def test_a_run_folder_that_processes_cannot_agree_on_is_refused_and_a_given_one_
 )
 def test_a_run_config_not_as_ddplab_wrote_it_is_refused_naming_the_file(tmp_path, text, error):
     """What a resume reads a run's settings from (runfolder.saved_config): never filled in with defaults."""
-    from ddplab.runfolder import saved_config
+    from ddplab.rundir.runfolder import saved_config
 
     save_config(build_config({"data": {"dataset": "synthetic"}}), tmp_path / "config.toml")
     assert saved_config(tmp_path).data.dataset == "synthetic"

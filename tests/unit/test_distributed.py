@@ -92,9 +92,9 @@ def test_the_rank_that_raised_is_the_root_cause_not_a_peer_that_died_with_it(tmp
 
 
 def test_a_restarted_worker_group_resumes_only_where_a_checkpoint_exists(tmp_path, monkeypatch):
-    from ddplab import checkpoint
     from ddplab.config import build_config
-    from ddplab.runplan import resumed_after_restart
+    from ddplab.rundir import checkpoint
+    from ddplab.rundir.runplan import resumed_after_restart
     from ddplab.topology import RESTART_COUNT
 
     config = build_config({"output": {"out": str(tmp_path)}})
@@ -111,9 +111,9 @@ def test_a_restarted_worker_group_resumes_only_where_a_checkpoint_exists(tmp_pat
 def test_a_restarted_torchrun_group_without_out_resumes_in_the_folder_named_after_its_job(tmp_path, monkeypatch):
     """torchrun --max-restarts without --out: the first start named runs/DATASET-MODEL-JOB; a restart must find it
     (it reached Path(None) once, and then would have been refused as "holds an unfinished run")."""
-    from ddplab import checkpoint
     from ddplab.config import build_config
-    from ddplab.runplan import resumed_after_restart
+    from ddplab.rundir import checkpoint
+    from ddplab.rundir.runplan import resumed_after_restart
     from ddplab.topology import RESTART_COUNT
 
     monkeypatch.chdir(tmp_path)

@@ -10,7 +10,7 @@ import pytest
 from ddplab.errors import DataError
 from ddplab.planner import band, model
 from ddplab.planner.links import Link
-from ddplab.runread import read_run
+from ddplab.rundir.runread import read_run
 
 from run_folders import write_run
 

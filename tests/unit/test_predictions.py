@@ -155,7 +155,7 @@ def test_a_gpu_pair_at_half_the_local_batch_is_predicted_against_the_baselines_o
     from ddplab.planner import model
     from ddplab.planner.links import Link
     from ddplab.report.predictions import predict_pair
-    from ddplab.runread import read_run
+    from ddplab.rundir.runread import read_run
 
     run = read_run(write_run(tmp_path / "one", batch=64, device="cuda"))
     one = SimpleNamespace(finished=True, summary=run.summary, history=run.history, config=run.config, steps=[])

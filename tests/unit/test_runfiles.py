@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from ddplab import runfiles
+from ddplab.rundir import runfiles
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -5,7 +5,7 @@ import threading
 import pytest
 
 from ddplab.errors import ConfigError
-from ddplab.runlock import run_lock, should_hold
+from ddplab.rundir.runlock import run_lock, should_hold
 
 
 @pytest.mark.parametrize(
@@ -51,14 +51,14 @@ def test_a_live_owner_is_seen_waited_for_and_named_after_the_grace(tmp_path):
     import sys
 
     from ddplab.errors import ConfigError
-    from ddplab.runlock import live_owner
+    from ddplab.rundir.runlock import live_owner
     from ddplab.sweep.local import wait_for_owner
 
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import sys, pathlib; from ddplab.runlock import run_lock\n"
+            "import sys, pathlib; from ddplab.rundir.runlock import run_lock\n"
             f"with run_lock(pathlib.Path({str(tmp_path)!r})):\n    print('held', flush=True); sys.stdin.read()",
         ],
         stdin=subprocess.PIPE,
@@ -97,7 +97,7 @@ def test_a_live_owner_is_seen_waited_for_and_named_after_the_grace(tmp_path):
 def test_a_lock_file_of_another_shape_names_whom_it_can_never_a_traceback(tmp_path, text, said):
     """The lock file is read back to name who holds a folder: an edited or foreign one was an AttributeError or
     TypeError traceback in the refusal's own line."""
-    from ddplab.runlock import describe, owner_of
+    from ddplab.rundir.runlock import describe, owner_of
 
     (tmp_path / ".lock").write_bytes(text)
     assert describe(owner_of(tmp_path)).startswith(said)

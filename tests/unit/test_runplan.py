@@ -10,8 +10,8 @@ import torch
 import ddplab
 from ddplab import config as config_module
 from ddplab.cli import main
-from ddplab.runfolder import Resume
-from ddplab.runplan import RunPlan, prepared
+from ddplab.rundir.runfolder import Resume
+from ddplab.rundir.runplan import RunPlan, prepared
 
 from conftest import tiny_config
 

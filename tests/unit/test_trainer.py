@@ -5,12 +5,12 @@ import math
 import pytest
 import torch
 
-from ddplab import checkpoint
 from ddplab.distributed import DistContext, unwrap
 from ddplab.engine.run import build_trainer
 from ddplab.engine.tta import evaluate
 from ddplab.errors import TrainingError
 from ddplab.metrics.records import reproducible
+from ddplab.rundir import checkpoint
 
 from conftest import tiny_config
 

@@ -16,8 +16,9 @@ import sys
 import pytest
 import torch
 
-from ddplab import checkpoint, warm
+from ddplab import warm
 from ddplab.metrics.records import read_epochs, reproducible
+from ddplab.rundir import checkpoint
 
 pytestmark = [
     pytest.mark.slow,  # each case starts a cold Python too (3-5 s)

@@ -23,7 +23,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from ddplab.report.compare import format_rows, scaling_rows
-    from ddplab.runread import finished_run
+    from ddplab.rundir.runread import finished_run
 
     given: dict[Path, Path] = {}  # each folder once: a run set against itself is no comparison
     for d in args.run_dirs:

@@ -8,10 +8,11 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from ddplab import files, runfiles
+from ddplab import files
 from ddplab.cli.common import quiet_native_logs
 from ddplab.config import SECTIONS, RunConfig, build_config, coerce, field_types, load_toml, merge, parse_dotted
 from ddplab.errors import ConfigError
+from ddplab.rundir import runfiles
 
 # Short flags for the settings people change most; every setting also has --section.field.
 SHORTCUTS: dict[str, str] = {
@@ -115,7 +116,7 @@ def config_and_saved(args: argparse.Namespace) -> tuple[RunConfig, RunConfig | N
     elif hasattr(args, "config"):
         base = load_toml(args.config)
     elif resume and "out" in output:  # resume with the run's own settings
-        from ddplab.runfolder import saved_config
+        from ddplab.rundir.runfolder import saved_config
 
         path = Path(output["out"]) / runfiles.CONFIG
         if not path.is_file():

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import torch
 
-from ddplab import checkpoint, runfiles
 from ddplab.config import build_config, check_environment, load_toml
 from ddplab.data.loader import DeviceLoader
 from ddplab.distributed import DistContext, resolve_device
 from ddplab.engine.precision import Precision
 from ddplab.engine.tta import evaluate
 from ddplab.errors import ConfigError
-from ddplab.runfolder import refuse_edited_since
+from ddplab.rundir import checkpoint, runfiles
+from ddplab.rundir.runfolder import refuse_edited_since
 
 
 def evaluate_run(

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import torch
 
-from ddplab import checkpoint, files, runfiles
+from ddplab import files
 from ddplab import log as logsetup
 from ddplab.config import SCHEDULES_OVER_THE_RUN, RunConfig
 from ddplab.data.augment import AugmentSpec
@@ -38,7 +38,8 @@ from ddplab.metrics.sinks import MetricSink, NullSink, run_sinks
 from ddplab.metrics.summary import RunInfo, Summary, build_summary, format_summary, read_summary
 from ddplab.metrics.system import Stopwatch, synchronize
 from ddplab.models import count_flops, count_params, create_model, describe_layers
-from ddplab.runplan import RunPlan
+from ddplab.rundir import checkpoint, runfiles
+from ddplab.rundir.runplan import RunPlan
 
 log = logging.getLogger("ddplab")
 

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ddplab import checkpoint, compat, faults
+from ddplab import compat, faults
 from ddplab.config import RunConfig
 from ddplab.distributed import DistContext, ddp_module, no_sync, unwrap
 from ddplab.engine.graphed import WARMUP_STEPS, WARMUP_STEPS_DDP, GraphedStep
@@ -44,6 +44,7 @@ from ddplab.metrics.profiler import StepProfiler
 from ddplab.metrics.records import EpochRecord
 from ddplab.metrics.sinks import MetricSink, NullSink
 from ddplab.metrics.system import Stopwatch, peak_alloc_per_gpu_mib, peak_memory_mib, reset_peak_memory
+from ddplab.rundir import checkpoint
 from ddplab.seeding import derive_seed
 
 log = logging.getLogger(__name__)

@@ -20,10 +20,10 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ddplab import runfiles
 from ddplab.config import RunConfig, flatten
 from ddplab.metrics.records import EpochRecord
 from ddplab.metrics.summary import CONTENTION_KEYS
+from ddplab.rundir import runfiles
 from ddplab.tracking import PARENT_TAG, PointLink, RunIds, Tracker, shown
 
 if TYPE_CHECKING:

@@ -23,8 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ddplab import borders, files, runfiles, tracking
+from ddplab import borders, files, tracking
 from ddplab.metrics.records import EpochRecord
+from ddplab.rundir import runfiles
 
 if TYPE_CHECKING:
     from ddplab.config import RunConfig

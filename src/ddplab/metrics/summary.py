@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypedDict, cast
 
-from ddplab import runfiles
 from ddplab.borders import (
     ANY,
     COUNT,
@@ -42,6 +41,7 @@ from ddplab.metrics.records import (
     gap_train_acc,
     worst_reading,
 )
+from ddplab.rundir import runfiles
 
 # summary.json, declared once: its shape for the type checker (a typo in a reader's key is an error, not a silent None)
 # and, in each field's Annotated kind, what `read_summary` checks a file against (borders.declared). Each part's fields

@@ -33,7 +33,7 @@ def predict_run(
 ) -> int:
     """A finished run predicted on `gpus` x `nodes` at `batches` over `link`: the table, and plan.json."""
     from ddplab.planner import model
-    from ddplab.runread import finished_run
+    from ddplab.rundir.runread import finished_run
 
     run = finished_run(run_dir)
     assert run.summary is not None  # a finished run's

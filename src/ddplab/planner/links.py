@@ -31,9 +31,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddplab import runfiles
 from ddplab.borders import COUNT, SECONDS, TABLE, TEXT, check, list_of, number, whole
 from ddplab.errors import ConfigError, DataError
+from ddplab.rundir import runfiles
 
 GB = 1e9  # bandwidths are in GB/s (10^9 bytes per second), as nccl-tests and the specifications give them
 KIB, MIB = 2**10, 2**20

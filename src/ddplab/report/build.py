@@ -17,7 +17,7 @@ from ddplab.report.kinds import kind_of, section_findings
 from ddplab.report.records import Row, Section
 from ddplab.report.runs import load_runs
 from ddplab.report.sections import architecture, build_sections, setup_text
-from ddplab.runread import shown
+from ddplab.rundir.runread import shown
 
 RESULTS_NOTE = (
     "Mean ± std over seeds. Train accuracy is measured on training images as the test set is (eval mode, "
@@ -67,7 +67,7 @@ def build_and_say(out: Path, paths: list[Path], title: str | None = None, echo=p
 def build_report(paths: list[Path], out: Path, title: str | None = None) -> dict[str, Any]:
     """Write the report under `out`; return its files, counts, and findings (as text, by section). One report
     writes a folder at a time (two at once left one's page over the other's plots): the second is refused."""
-    from ddplab.runlock import run_lock
+    from ddplab.rundir.runlock import run_lock
 
     with run_lock(Path(out), "report"):
         return _build_report([Path(p) for p in paths], Path(out), title)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ddplab.report import figures, tables
 from ddplab.report import runs as run_folders
 from ddplab.report.records import Row
-from ddplab.runread import Run
+from ddplab.rundir.runread import Run
 
 
 def scaling_rows(runs: list[Run]) -> list[Row]:

@@ -29,7 +29,7 @@ from ddplab.metrics.records import (
 from ddplab.report import noise
 from ddplab.report.records import Gap, Row
 from ddplab.report.runs import Point
-from ddplab.runread import Run, shown
+from ddplab.rundir.runread import Run, shown
 from ddplab.topology import devices_brought, resolve_backend  # torch-free
 
 if TYPE_CHECKING:

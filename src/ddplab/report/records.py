@@ -14,7 +14,7 @@ from typing import Any, TypedDict
 from ddplab.planner.band import Band
 from ddplab.planner.links import MeasuredLinks
 from ddplab.report.runs import Point
-from ddplab.runread import Run
+from ddplab.rundir.runread import Run
 
 Number = Any  # a figure, or None where not measured (Any: read after checks mypy does not follow across keys)
 

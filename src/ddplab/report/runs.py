@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddplab import runfiles
 from ddplab.errors import ConfigError, DataError
 from ddplab.metrics.summary import final_part
-from ddplab.runread import Run, SweepShown, is_run_dir, read_config, readable_run, shown
+from ddplab.rundir import runfiles
+from ddplab.rundir.runread import Run, SweepShown, is_run_dir, read_config, readable_run, shown
 from ddplab.sweep.folder import Entry, SweepFolder
 from ddplab.sweep.spec import point_text
 

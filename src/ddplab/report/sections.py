@@ -27,7 +27,7 @@ from ddplab.report.runs import (
     group_points,
     groups_without,
 )
-from ddplab.runread import Run, shown
+from ddplab.rundir.runread import Run, shown
 from ddplab.sweep.folder import SweepFolder
 from ddplab.sweep.spec import point_text
 

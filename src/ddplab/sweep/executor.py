@@ -15,9 +15,9 @@ import argparse
 from collections.abc import Callable
 from typing import ClassVar, Protocol
 
-from ddplab import runfiles
 from ddplab.errors import ConfigError
 from ddplab.metrics.records import read_epochs
+from ddplab.rundir import runfiles
 from ddplab.sweep.folder import Manifest, Status, SweepFolder
 from ddplab.sweep.spec import Sweep
 

@@ -23,7 +23,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
-from ddplab import files, runfiles
+from ddplab import files
 from ddplab.borders import (
     INTEGER,
     LIST,
@@ -42,6 +42,7 @@ from ddplab.borders import (
 from ddplab.errors import ConfigError, DataError
 from ddplab.planner.links import LINKS_FILE
 from ddplab.process import INTERRUPTED
+from ddplab.rundir import runfiles
 from ddplab.sweep.spec import Sweep, SweepRun
 
 MANIFEST = "manifest.json"
@@ -338,7 +339,7 @@ class SweepFolder:
     def stale_reason(self, run: SweepRun, state: str) -> str | None:
         """Why a run folder cannot be kept or continued for this point, or None: not a run folder, or trained
         with other settings than the file asks for now (its results would be reported under a wrong name)."""
-        from ddplab.runfolder import MEETING, OBSERVERS, config_differences, saved_config
+        from ddplab.rundir.runfolder import MEETING, OBSERVERS, config_differences, saved_config
 
         run_dir = self.run_dir(run.name)
         if state == "foreign":

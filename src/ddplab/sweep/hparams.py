@@ -14,7 +14,7 @@ from typing import Any
 
 from ddplab.errors import DataError
 from ddplab.metrics.records import training_rate
-from ddplab.runread import read_run
+from ddplab.rundir.runread import read_run
 from ddplab.sweep.folder import Manifest, Status, SweepFolder
 
 FOLDER = "tensorboard"

@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from ddplab import files, runfiles, stops
+from ddplab import files, stops
 from ddplab.config import check_environment
 from ddplab.errors import ConfigError, DataError
 from ddplab.metrics.records import read_epochs
 from ddplab.process import INTERRUPTED, POLL_S, STOP_GRACE_S, Child, Finished, stop_all, wait_any
-from ddplab.runlock import describe, live_owner, run_lock
+from ddplab.rundir import runfiles
+from ddplab.rundir.runlock import describe, live_owner, run_lock
 from ddplab.sweep.estimate import duration
 from ddplab.sweep.folder import Entry, Manifest, Status, SweepFolder
 from ddplab.sweep.point import Point

@@ -31,11 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ddplab import runfiles, stops
+from ddplab import stops
 from ddplab.config import RunConfig
 from ddplab.errors import ConfigError
 from ddplab.process import INTERRUPTED, STOP_GRACE_S
-from ddplab.runlock import run_lock
+from ddplab.rundir import runfiles
+from ddplab.rundir.runlock import run_lock
 from ddplab.sweep.estimate import duration
 from ddplab.sweep.folder import Entry, Manifest, Status, SweepFolder
 from ddplab.sweep.point import Node, Outcome, Point
@@ -569,7 +570,7 @@ class RayExecutor:
         echo(f"{s.tag}: {said}")
 
     def refresh(self, folder: SweepFolder, manifest: Manifest) -> list[str]:
-        from ddplab.runlock import live_owner
+        from ddplab.rundir.runlock import live_owner
 
         for entry in manifest.runs:  # the sweep that drove it is gone (killed outright): nothing trains it any more
             if entry.status in (Status.SUBMITTED, Status.RUNNING) and live_owner(folder.root) is None:

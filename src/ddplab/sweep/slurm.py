@@ -36,13 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ddplab import files, runfiles, stops
+from ddplab import files, stops
 from ddplab.arguments import positive_whole
 from ddplab.borders import INTEGER, SECONDS, TEXT, check, shown
 from ddplab.config import RunConfig, build_config, load_toml
 from ddplab.errors import ConfigError, DataError
 from ddplab.process import INTERRUPTED
-from ddplab.runlock import run_lock
+from ddplab.rundir import runfiles
+from ddplab.rundir.runlock import run_lock
 from ddplab.sweep.estimate import duration
 from ddplab.sweep.folder import Manifest, Status, SweepFolder, ended_as
 from ddplab.sweep.point import Point

@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddplab import runfiles
 from ddplab.borders import COUNT, TABLE, TEXT, kept
 from ddplab.config import flatten
 from ddplab.errors import ConfigError, DataError
 from ddplab.metrics.records import EpochRecord, read_epochs
 from ddplab.metrics.summary import Summary, read_summary
-from ddplab.runfiles import read_json
+from ddplab.rundir import runfiles
+from ddplab.rundir.runfiles import read_json
 
 if sys.version_info >= (3, 11):
     import tomllib

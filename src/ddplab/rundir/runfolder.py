@@ -12,9 +12,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddplab import runfiles
 from ddplab.config import SECTIONS, RunConfig, build_config, load_toml
 from ddplab.errors import ConfigError
+from ddplab.rundir import runfiles
 
 # What a resume may change: the length, an observer, and where and how patiently the nodes meet (a run cut
 # short by a network fault resumes on other hosts, or with a longer timeout): none changes a number.
@@ -171,6 +171,6 @@ def config_differences(saved: RunConfig, config: RunConfig) -> set[str]:
 
 
 def load_checkpoint(path: Path) -> dict:
-    from ddplab import checkpoint  # torch: only a resumed run reads one
+    from ddplab.rundir import checkpoint  # torch: only a resumed run reads one
 
     return checkpoint.load(path)

@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
-from ddplab import borders, faults, files, runfiles
+from ddplab import borders, faults, files
 from ddplab.errors import ConfigError, DataError, FileSystemError
+from ddplab.rundir import runfiles
 
 LAST, BEST = runfiles.LAST_CHECKPOINT, runfiles.BEST_CHECKPOINT
 

@@ -21,8 +21,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ddplab import borders, files, runfiles
+from ddplab import borders, files
 from ddplab.errors import ConfigError, file_error
+from ddplab.rundir import runfiles
 
 LOCK = runfiles.LOCK
 # Run folders this process holds: (lock fd, holding thread). A second hold in this process, by another
