@@ -23,9 +23,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO / "src") not in sys.path:  # run from a checkout without installing the package
     sys.path.insert(0, str(REPO / "src"))
 
-from ddplab import runfiles  # noqa: E402 (torch-free)
 from ddplab.compat import check_torch  # noqa: E402 (torch-free)
 from ddplab.errors import ConfigError  # noqa: E402
+from ddplab.rundir import runfiles  # noqa: E402 (torch-free)
 
 try:  # no torch, or one below the floor: one line, as from every ddplab command
     check_torch()

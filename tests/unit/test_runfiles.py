@@ -1,4 +1,4 @@
-"""A run folder's file names are a file format: written once, in ddplab/runfiles.py."""
+"""A run folder's file names are a file format: written once, in ddplab/rundir/runfiles.py."""
 
 import re
 from pathlib import Path
