@@ -1,5 +1,6 @@
 """The loop itself: accumulation math, every CPU precision and optimizer, NaN stop, early stop."""
 
+import dataclasses
 import math
 
 import pytest
@@ -93,10 +94,10 @@ def test_gradient_clipping_bounds_the_norm(monkeypatch):
 
 def test_non_finite_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
     trainer = trainer_for(tiny_config(train={"epochs": 3}), run_dir=tmp_path)
-    trainer.config.train.epochs = 1
+    trainer.config = dataclasses.replace(trainer.config, epochs=1)
     trainer.fit()
     good = checkpoint.load(tmp_path / "checkpoints" / checkpoint.LAST)
-    trainer.config.train.epochs = 3
+    trainer.config = dataclasses.replace(trainer.config, epochs=3)
     with torch.no_grad():
         next(unwrap(trainer.model).parameters()).fill_(float("nan"))
     with pytest.raises(TrainingError, match="epoch 2.*last good checkpoint: epoch 1"):
@@ -334,3 +335,23 @@ def test_training_images_are_measured_as_the_test_set_is():
     assert off.train_eval_acc is None and "train_eval_acc" not in off.to_json()
     # More than the training set holds: all of it.
     assert len(trainer_for(tiny_config(train={"eval_train_images": 10**6})).train_eval_loader.labels) == 256
+
+
+def test_the_trainer_reads_its_own_config_not_the_runs():
+    """engine/run.trainer_config hands the loop what it reads; trainer.py never names the run's whole config."""
+    from pathlib import Path
+
+    from ddplab.engine.run import trainer_config
+
+    config = tiny_config(
+        train={"epochs": 4, "seed": 9, "accumulate": 2, "tta": "flip"},
+        optim={"grad_clip": 0.5, "label_smoothing": 0.1, "lookahead_steps": 5},
+        output={"save_best": False},
+    )
+    own = trainer_config(config)
+    assert (own.epochs, own.seed, own.accumulate, own.tta) == (4, 9, 2, "flip")
+    assert (own.grad_clip, own.label_smoothing, own.lookahead_steps, own.save_best) == (0.5, 0.1, 5, False)
+    assert own.recorded == config.with_data_root().to_dict()  # what each checkpoint says it was trained with
+    assert trainer_for(config).config == own
+    source = (Path(__file__).parents[2] / "src/ddplab/engine/trainer.py").read_text()
+    assert "RunConfig" not in source and "config.train" not in source

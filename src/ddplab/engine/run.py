@@ -28,7 +28,7 @@ from ddplab.distributed import DistContext, distributed_context, dp_device_ids, 
 from ddplab.engine.optim import build_optimizer, build_scheduler
 from ddplab.engine.precision import Precision
 from ddplab.engine.rundir import prepare_run_dir
-from ddplab.engine.trainer import PROGRESS_UPDATES_PER_EPOCH, Trainer, steps_per_epoch
+from ddplab.engine.trainer import PROGRESS_UPDATES_PER_EPOCH, Trainer, TrainerConfig, steps_per_epoch
 from ddplab.errors import ConfigError, TrainingError
 from ddplab.metrics.early_stop import EarlyStopping
 from ddplab.metrics.gpu import GpuSampler
@@ -219,6 +219,27 @@ def collective_failure(exc: Exception, config: RunConfig, ctx: DistContext) -> E
     return exc
 
 
+def trainer_config(config: RunConfig) -> TrainerConfig:
+    """What of a run's config the loop reads."""
+    t, o, m = config.train, config.optim, config.model
+    return TrainerConfig(
+        epochs=t.epochs,
+        seed=t.seed,
+        accumulate=t.accumulate,
+        time_breakdown=t.time_breakdown,
+        cuda_graphs=t.cuda_graphs,
+        tta=t.tta,
+        grad_clip=o.grad_clip,
+        label_smoothing=o.label_smoothing,
+        lookahead_steps=o.lookahead_steps,
+        lookahead_alpha=o.lookahead_alpha,
+        save_best=config.output.save_best,
+        compile=m.compile,
+        fuse_conv_relu=m.fuse_conv_relu,
+        recorded=config.with_data_root().to_dict(),
+    )
+
+
 def build_trainer(
     config: RunConfig, ctx: DistContext, run_dir: Path | None, session_start: float | None = None
 ) -> tuple[Trainer, RunInfo]:
@@ -240,7 +261,7 @@ def build_trainer(
     num_steps = steps_per_epoch(len(train_loader), config.train.accumulate)
     optimizer = build_optimizer(wrapped.parameters(), config.optim, ctx.device, capturable=config.train.cuda_graphs)
     trainer = Trainer(
-        config=config,
+        config=trainer_config(config),
         ctx=ctx,
         model=wrapped,
         optimizer=optimizer,

@@ -26,7 +26,6 @@ import torch
 import torch.nn.functional as F
 
 from ddplab import compat, faults
-from ddplab.config import RunConfig
 from ddplab.distributed import DistContext, ddp_module, no_sync, unwrap
 from ddplab.engine.graphed import WARMUP_STEPS, WARMUP_STEPS_DDP, GraphedStep
 from ddplab.engine.lookahead import Lookahead
@@ -102,11 +101,34 @@ class EpochTraining:
     ddp_start: dict[str, float] | None = None  # DDP's timing totals once its first step had run (see ddp_timings)
 
 
+@dataclass(frozen=True)
+class TrainerConfig:
+    """The settings the loop reads, and nothing else (engine/run.py's `trainer_config` takes them from a run's
+    config): what a Trainer can be built with, and tested with, without the whole of a run's config."""
+
+    epochs: int
+    seed: int
+    accumulate: int
+    time_breakdown: bool
+    cuda_graphs: bool
+    tta: str
+    grad_clip: float | None
+    label_smoothing: float
+    lookahead_steps: int
+    lookahead_alpha: float
+    save_best: bool
+    compile: bool  # model.compile: every batch shape compiled before the clocks start
+    fuse_conv_relu: bool  # model.fuse_conv_relu: on CUDA, Triton's autotuning per shape likewise
+    # What the weights were trained with, as config.toml records it (the data root absolute): each checkpoint
+    # holds it, and a resume refuses a config.toml edited since.
+    recorded: dict[str, Any] = field(default_factory=dict)
+
+
 class Trainer:
     def __init__(
         self,
         *,
-        config: RunConfig,
+        config: TrainerConfig,
         ctx: DistContext,
         model: torch.nn.Module,
         optimizer,
@@ -130,17 +152,16 @@ class Trainer:
         # The folder it writes into, as found now: checked before each epoch's writes.
         self.run_folder = FolderIdentity.of(checkpoint_dir.parent) if checkpoint_dir is not None else None
         self.state = TrainState()
-        self.accumulate = config.train.accumulate
+        self.accumulate = config.accumulate
         self.last_lr = optimizer.param_groups[0]["lr"]
         self.gpu_sampler = gpu_sampler  # None: not sampled (no GPU); the same on every rank
         self.graphed: GraphedStep | None = None  # the captured step, with --train.cuda_graphs
         self.profiler: StepProfiler | None = None  # --train.profile_steps: told of every optimizer step
         ddp = ddp_module(model)  # DDP times the steps the time breakdown times: each on a CPU, 1 in 20 on CUDA
         self.ddp_sample_every = compat.sample_ddp_every(ddp, self.timed_step_every()) if ddp is not None else 0
-        o = config.optim
         self.lookahead = (
-            Lookahead(unwrap(model).parameters(), every=o.lookahead_steps, alpha=o.lookahead_alpha)
-            if o.lookahead_steps
+            Lookahead(unwrap(model).parameters(), every=config.lookahead_steps, alpha=config.lookahead_alpha)
+            if config.lookahead_steps
             else None
         )
         self.clock_zero = time.perf_counter()  # t_s of step and GPU samples counts from here
@@ -166,7 +187,7 @@ class Trainer:
             if record.test_acc > self.state.best_test_acc:
                 self.state.best_test_acc, self.state.best_epoch = record.test_acc, epoch
                 self.maybe_save_best()
-            self.state.stopped_early = stop and epoch < self.config.train.epochs
+            self.state.stopped_early = stop and epoch < self.config.epochs
             self.maybe_save_checkpoint()
             self.sinks.epoch_end(record)
             for name, rows in samples.items():
@@ -177,14 +198,14 @@ class Trainer:
         return CUDA_TIMED_STEP_EVERY if self.ctx.device.type == "cuda" else 1
 
     def should_continue(self) -> bool:
-        return self.state.epoch < self.config.train.epochs and not self.state.stopped_early
+        return self.state.epoch < self.config.epochs and not self.state.stopped_early
 
     def steps_per_epoch(self) -> int:
         return steps_per_epoch(len(self.train_loader), self.accumulate)
 
     def run_epoch(self, epoch: int) -> tuple[EpochRecord, dict[str, list[dict[str, Any]]]]:
         """The epoch's record (metrics.jsonl) and its samples: training loss at each refresh, GPU readings."""
-        torch.manual_seed(derive_seed(self.config.train.seed, epoch, self.ctx.rank, "dropout"))
+        torch.manual_seed(derive_seed(self.config.seed, epoch, self.ctx.rank, "dropout"))
         sampler = self.gpu_sampler.start() if self.gpu_sampler is not None else None
         dp_gpus = self.model.device_ids if isinstance(self.model, torch.nn.DataParallel) else None
         reset_peak_memory(self.ctx.device, dp_gpus)
@@ -278,18 +299,17 @@ class Trainer:
     def should_warm_up(self) -> bool:
         """Compilation (torch.compile) and Triton autotuning (fused Conv+ReLU on CUDA) happen per shape;
         a CUDA graph is captured once."""
-        return self.should_warm_up_shapes() or self.config.train.cuda_graphs
+        return self.should_warm_up_shapes() or self.config.cuda_graphs
 
     def should_warm_up_shapes(self) -> bool:
-        m = self.config.model
-        return m.compile or (m.fuse_conv_relu and self.ctx.device.type == "cuda")
+        return self.config.compile or (self.config.fuse_conv_relu and self.ctx.device.type == "cuda")
 
     def warm_up(self) -> dict[str, Any]:
         """Everything compiled, tuned or captured before the clocks start; what was done."""
         done: dict[str, Any] = {}
         if self.should_warm_up_shapes():
             done["batch_sizes"] = self.warm_up_shapes()
-        if self.config.train.cuda_graphs:
+        if self.config.cuda_graphs:
             done["cuda_graph"] = self.capture_step()
         return done
 
@@ -370,7 +390,7 @@ class Trainer:
         nonfinite = torch.zeros((), dtype=torch.bool, device=self.ctx.device)
         num_steps = self.steps_per_epoch()
         refresh = max(1, num_steps // PROGRESS_UPDATES_PER_EPOCH)
-        timer = PhaseTimer(self.ctx.device, enabled=self.config.train.time_breakdown, every=self.timed_step_every())
+        timer = PhaseTimer(self.ctx.device, enabled=self.config.time_breakdown, every=self.timed_step_every())
         self.sinks.epoch_start(epoch, num_steps)
         if self.lookahead is not None:
             self.lookahead.reset()
@@ -456,7 +476,7 @@ class Trainer:
                 with self.precision.autocast():
                     logits = self.model(x)
                 loss_sum = F.cross_entropy(
-                    logits.float(), y, reduction="sum", label_smoothing=self.config.optim.label_smoothing
+                    logits.float(), y, reduction="sum", label_smoothing=self.config.label_smoothing
                 )
                 self.precision.backward(loss_sum / step_samples)
             if meter is not None:
@@ -465,9 +485,9 @@ class Trainer:
         return total / step_samples
 
     def update_weights(self) -> None:
-        if self.config.optim.grad_clip is not None:
+        if self.config.grad_clip is not None:
             self.precision.unscale(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optim.grad_clip)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.precision.step(self.optimizer)
         self.zero_grad()
 
@@ -519,7 +539,7 @@ class Trainer:
 
     # ---- evaluation --------------------------------------------------------------------
     def evaluate(self) -> dict[str, Any]:
-        return evaluate(self.model, self.eval_loader, self.precision, self.ctx, tta=self.config.train.tta)
+        return evaluate(self.model, self.eval_loader, self.precision, self.ctx, tta=self.config.tta)
 
     def evaluate_training_images(self) -> dict[str, Any] | None:
         """Loss and accuracy on training images measured as the test set is (eval mode, no augmentation):
@@ -527,7 +547,7 @@ class Trainer:
         with dropout on and weights that changed during the epoch, so it is not comparable."""
         if self.train_eval_loader is None:
             return None
-        return evaluate(self.model, self.train_eval_loader, self.precision, self.ctx, tta=self.config.train.tta)
+        return evaluate(self.model, self.train_eval_loader, self.precision, self.ctx, tta=self.config.tta)
 
     # ---- state -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -540,7 +560,7 @@ class Trainer:
             "train_state": {**self.state.state_dict(), "earlier_sessions_s": self.elapsed_s()},
             # What these weights were trained with, as config.toml records it (the data root absolute): a resume
             # refuses a config.toml edited since.
-            "config": self.config.with_data_root().to_dict(),
+            "config": self.config.recorded,
         }
 
     def elapsed_s(self) -> float:
@@ -572,7 +592,7 @@ class Trainer:
             checkpoint.save_atomic(self.state_dict(), self.checkpoint_dir / checkpoint.LAST, epoch=self.state.epoch)
 
     def maybe_save_best(self) -> None:
-        if self.checkpoint_dir is not None and self.config.output.save_best:
+        if self.checkpoint_dir is not None and self.config.save_best:
             best = {
                 "model": unwrap(self.model).state_dict(),
                 "epoch": self.state.best_epoch,
