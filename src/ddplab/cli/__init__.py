@@ -135,7 +135,3 @@ def say_last(line: str) -> None:
             stream.flush()
         except (OSError, ValueError):
             quiet(stream)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -16,7 +16,7 @@ from ddplab.errors import ConfigError, SweepError
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from ddplab.sweep import bundled_sweeps, executor
+    from ddplab.sweep import MANIFEST, bundled_sweeps, executor
     from ddplab.sweep.run import load, run_sweep
 
     one_mode(
@@ -52,7 +52,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if result.unfinished:
         raise SweepError(
             f"{len(result.unfinished)} of {len(result.manifest.runs)} runs did not finish (see "
-            f"{result.folder / 'manifest.json'}); run the sweep again to retry them"
+            f"{result.folder / MANIFEST}); run the sweep again to retry them"
         )
     return 0
 
@@ -64,7 +64,7 @@ def waited_for(args: argparse.Namespace, runner: Any, given: dict[str, Any]) -> 
 
     if not args.wait or runner.waits:
         return None
-    _, folder = load(args.file, runner, **given)
+    _, folder = load(args.file, runner, **given, echo=lambda line: None)  # run_sweep says the profile, once
     waiting = [name for name, each in executor.registered().items() if each.waits]
     earlier = executor.named(folder.load().executor) if folder.has_manifest() else None
     if earlier is None or not earlier.waits:

@@ -32,7 +32,7 @@ from typing import Any
 from ddplab.borders import TABLE, TEXT, WHOLE, Kind, check, list_of, number, one_of
 from ddplab.errors import DataError
 from ddplab.planner.links import Link
-from ddplab.planner.model import DDP_HOST_PER_LAYER_S, Spread, StepCosts, host_s, predict_one, straggler_wait_s
+from ddplab.planner.model import DDP_HOST_PER_LAYER_S, Spread, StepCosts, host_s, predict_one, straggler_waits_s
 
 GBIT = 1e9 / 8 / 1e9  # GB/s per Gbit/s
 NO_SPREAD = Spread()  # STRAGGLER left out
@@ -228,9 +228,7 @@ class Step:
 
     def rate(self, spread: Spread) -> float:
         """Samples a second at STRAGGLER's `spread` (the slowest of the workers, and of the nodes, sets the step)."""
-        wait = straggler_wait_s(self.own_s, self.workers, spread.gpu) + straggler_wait_s(
-            self.own_s, self.nodes, spread.node
-        )
+        wait = straggler_waits_s(self.own_s, self.workers, self.nodes, spread)
         return self.samples / (self.own_s + wait + self.exposed_s)
 
 
@@ -477,8 +475,8 @@ def central(values: list[float]) -> tuple[float, float]:
 
 
 def table(plain: list[Point], held: list[Point], spreads: dict[str, Spread]) -> str:
-    """The errors by source and by kind, as `ddplab plan --corpus` prints them: without STRAGGLER's GPU term
-    (`plain`) and with it, its spread fitted without each point's source (`held`, which holds the predictions from
+    """The errors by source and by kind, as `ddplab plan --corpus` prints them: without STRAGGLER (`plain`) and
+    with it, its spreads fitted without each point's source (`held`, which holds the predictions from
     a measured node too: a kind of their own, left out of the errors by source)."""
     lines = []
     predicted = [p for p in plain if p.error is not None]
@@ -550,7 +548,7 @@ def _ratios(ps: list[Point]) -> list[float]:
 
 def kind_bands(found: list[Point], spreads: dict[str, Spread] | None = None) -> dict[str, KindBand]:
     """One band per kind of the predicted points (each as `held_out` predicted it), with its coverage out of
-    sample: a source's points against the band of the other sources' points, those predicted with the spread
+    sample: a source's points against the band of the other sources' points, those predicted with the spreads
     fitted without that source (`spreads`; None: as they are), so that nothing of a source is in its test."""
     by_kind: dict[str, list[Point]] = {}
     for p in found:

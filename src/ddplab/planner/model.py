@@ -224,6 +224,7 @@ def step_costs(
     images = sum(r.train_samples for r in timed) / run["world_size"]  # per worker
     per_node = run["world_size"] // max(1, int(config.get("dist.nnodes", 1)))
     on_cuda = str(run["device"]).startswith("cuda")
+    layers = parameter_layers(str(summary["model"].get("layers", "")))  # DDP_HOST, HOST_FLOOR
     share = 1 if on_cuda else per_node  # SHARED_CORES: one worker alone is this much faster
     data = sum(r.data_s or 0.0 for r in timed)
     comm = sum(r.comm_wait_s or 0.0 for r in timed)
@@ -243,8 +244,8 @@ def step_costs(
         train_images=int(summary["data"]["train_images"]),
         grad_bytes=summary["model"]["params"] * grad_bytes_per_param(config),
         params=summary["model"]["params"],
-        ddp_host_s=ddp_host_s(summary, on_cuda),
-        host_s=host_s(parameter_layers(str(summary["model"].get("layers", "")))) if on_cuda else 0.0,
+        ddp_host_s=ddp_host_s(summary, on_cuda, layers),
+        host_s=host_s(layers) if on_cuda else 0.0,
         measured_batch=int(batch["local"]),
         device_share=device_share(summary, train / steps) if on_cuda else 1.0,
         step_cv=GPU_STEP_CV if on_cuda else step_spread(clock or [], len(epochs)),
@@ -306,16 +307,23 @@ def straggler_wait_s(own_s: float, waiting_for: int, cv: float) -> float:
     return slowest_of(waiting_for) * cv * own_s if cv else 0.0
 
 
+def straggler_waits_s(own_s: float, waiting_for: int, nodes: int, spread: Spread) -> float:
+    """STRAGGLER: what a step of `own_s` waits for the slowest of `waiting_for` steppers at `spread.gpu`, and then
+    for the slowest of `nodes` at `spread.node`."""
+    return straggler_wait_s(own_s, waiting_for, spread.gpu) + straggler_wait_s(own_s, nodes, spread.node)
+
+
 def parameter_layers(layers: str) -> int:
     """Layers with parameters in a summary's layer list ("Conv3x3(3->32) > ReLU > ... > Linear(256->10)")."""
     return sum(1 for layer in layers.split(" > ") if layer.startswith(PARAMETER_LAYERS))
 
 
-def ddp_host_s(summary: Summary, on_cuda: bool) -> float:
-    """DDP_HOST for a run planned onto 2+ workers: 0 on a CPU, or for a run that ran DDP (it is in its step)."""
+def ddp_host_s(summary: Summary, on_cuda: bool, layers: int) -> float:
+    """DDP_HOST for a run of `layers` layers with parameters planned onto 2+ workers: 0 on a CPU, or for a run
+    that ran DDP (it is in its step)."""
     if not on_cuda or summary["run"]["world_size"] > 1:
         return 0.0
-    return DDP_HOST_PER_LAYER_S * parameter_layers(str(summary["model"].get("layers", "")))
+    return DDP_HOST_PER_LAYER_S * layers
 
 
 def host_s(layers: int) -> float:
@@ -367,8 +375,7 @@ def predict_one(
     own = plain + (costs.ddp_host_s if workers > 1 else 0.0)  # HOST_FLOOR, DDP_HOST
     # STRAGGLER: on a CPU across nodes (a node's processes share its cores: one's wait is another's core); on
     # CUDA each GPU's spread, and across nodes each node's besides
-    waiting = straggler_wait_s(own, workers if costs.on_cuda else nodes, costs.step_cv)
-    waiting += straggler_wait_s(own, nodes, costs.node_cv)
+    waiting = straggler_waits_s(own, workers if costs.on_cuda else nodes, nodes, Spread(costs.step_cv, costs.node_cv))
     step = own + exposed + waiting
     steps = math.ceil(costs.train_images / (local_batch * costs.accumulate * workers))
     rate = costs.train_images / (steps * step)

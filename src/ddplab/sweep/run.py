@@ -140,13 +140,12 @@ def after_the_runs(
         echo(f"warning: the TensorBoard HParams view was not written: {exc}")
     if board is not None:
         echo(f"TensorBoard HParams view of the finished runs: tensorboard --logdir {shlex.quote(str(board))}")
-    written = None
+    report_dir = folder.root / "report"
     if report:
-        written = folder.root / "report"
         title = f"ddplab sweep {sweep.name}: {sweep.description}" if sweep.description else None
-        build_and_say(written, [folder.root], title=title, echo=echo)
+        build_and_say(report_dir, [folder.root], title=title, echo=echo)
     skipped = len(manifest.skipped())
     if skipped:
         echo(f"{skipped} of {len(manifest.runs)} runs not run on this machine (the report lists them as not measured)")
-    tracked.end([folder.root / "report", folder.manifest_path], finished=not manifest.unfinished())
-    return SweepResult(folder.root, manifest, written, hparams=board)
+    tracked.end([report_dir, folder.manifest_path], finished=not manifest.unfinished())
+    return SweepResult(folder.root, manifest, report_dir if report else None, hparams=board)
