@@ -177,7 +177,7 @@ def test_the_worst_reading_skips_what_was_not_measured():
 
 
 def test_a_checkpoint_written_before_the_records_were_typed_resumes(tmp_path):
-    from ddplab.engine.trainer import TrainState
+    from ddplab.engine.state import TrainState
 
     state = TrainState()
     state.load_state_dict({"epoch": 1, "step": 4, "history": [epoch_fields(1, rank_cpu_s=[1.0])]})

@@ -34,6 +34,8 @@ from typing import Any
 
 import torch
 
+from ddplab.distributed import ddp_module
+from ddplab.engine.warmup import batch_sizes
 from ddplab.metrics.meters import ClassificationMeter
 
 WARMUP_STEPS = 3
@@ -81,6 +83,10 @@ class GraphedStep:
         self.loss: torch.Tensor | None = None  # the graph's output: the step's mean loss
         self.graph: Any = None
         self.replays = 0
+
+    @property
+    def captured(self) -> bool:
+        return self.graph is not None
 
     def fits(self, micro_batches: list[Batch]) -> bool:
         return len(micro_batches) == self.accumulate and all(len(y) == self.batch_size for _, y in micro_batches)
@@ -136,6 +142,45 @@ class GraphedStep:
         meter.add(self.meter.sums, self.accumulate * self.batch_size)
         assert loss is not None  # set by the capture whenever there is a graph
         return loss.clone()  # the next replay overwrites the graph's output
+
+
+NO_FULL_STEP = "not captured: the epoch has no full step (every step runs eagerly)"
+
+
+def static_step(
+    step_fn: Callable[[list[Batch], ClassificationMeter], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    loader,
+    *,
+    accumulate: int,
+    device: torch.device,
+    capture: bool | None = None,
+) -> GraphedStep | None:
+    """The step over `loader`'s full batch groups (`capture=False`: its buffers run eagerly), not yet prepared;
+    None where the epoch has no full step."""
+    if batch_sizes(loader)[:1] != [loader.batch_size] or len(loader) < accumulate:
+        return None
+    return GraphedStep(
+        step_fn,
+        optimizer=optimizer,
+        accumulate=accumulate,
+        batch_size=loader.batch_size,
+        image_shape=tuple(loader.images.shape[1:]),
+        device=device,
+        channels_last=loader.channels_last,
+        capture=capture,
+    )
+
+
+def prepare_step(graphed: GraphedStep, model: torch.nn.Module, *, ragged: bool) -> str:
+    """Warm up and capture (PyTorch's count of warm-up steps under DDP); what was done, for the setup line."""
+    warmup = WARMUP_STEPS_DDP if ddp_module(model) is not None else WARMUP_STEPS
+    model.train()
+    graphed.prepare(model, warmup_steps=warmup)
+    what = "the whole step captured" if graphed.captured else "static step prepared (not captured)"
+    return f"{what} after {warmup} warm-up steps (undone)" + (
+        "; the ragged last step of each epoch runs eagerly" if ragged else ""
+    )
 
 
 def snapshot(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:

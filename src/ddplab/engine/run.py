@@ -28,7 +28,8 @@ from ddplab.distributed import DistContext, distributed_context, dp_device_ids, 
 from ddplab.engine.optim import build_optimizer, build_scheduler
 from ddplab.engine.precision import Precision
 from ddplab.engine.rundir import prepare_run_dir
-from ddplab.engine.trainer import PROGRESS_UPDATES_PER_EPOCH, Trainer, TrainerConfig, steps_per_epoch
+from ddplab.engine.state import TrainerConfig
+from ddplab.engine.trainer import PROGRESS_UPDATES_PER_EPOCH, Trainer, steps_per_epoch
 from ddplab.errors import ConfigError, TrainingError
 from ddplab.metrics.early_stop import EarlyStopping
 from ddplab.metrics.gpu import GpuSampler

@@ -15,34 +15,35 @@ from __future__ import annotations
 
 import logging
 import math
-import statistics
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from ddplab import compat, faults
-from ddplab.distributed import DistContext, ddp_module, no_sync, unwrap
-from ddplab.engine.graphed import WARMUP_STEPS, WARMUP_STEPS_DDP, GraphedStep
+from ddplab import faults
+from ddplab.distributed import DistContext, no_sync, unwrap
+from ddplab.engine.comm import CommTimers
+from ddplab.engine.graphed import NO_FULL_STEP, GraphedStep, prepare_step, static_step
 from ddplab.engine.lookahead import Lookahead
 from ddplab.engine.phases import PhaseTimer
 from ddplab.engine.precision import Precision
+from ddplab.engine.readings import EpochReadings
 from ddplab.engine.rundir import FolderIdentity
+from ddplab.engine.state import TrainerConfig, TrainState
 from ddplab.engine.tta import evaluate
+from ddplab.engine.warmup import Batch, warm_up_shapes
 from ddplab.errors import TrainingError
-from ddplab.metrics import contention
 from ddplab.metrics.early_stop import EarlyStopping
 from ddplab.metrics.gpu import GpuSampler
-from ddplab.metrics.gpu import summarize as summarize_gpu
 from ddplab.metrics.meters import ClassificationMeter
 from ddplab.metrics.profiler import StepProfiler
 from ddplab.metrics.records import EpochRecord
 from ddplab.metrics.sinks import MetricSink, NullSink
-from ddplab.metrics.system import Stopwatch, peak_alloc_per_gpu_mib, peak_memory_mib, reset_peak_memory
+from ddplab.metrics.system import Stopwatch
 from ddplab.rundir import checkpoint
 from ddplab.seeding import derive_seed
 
@@ -50,37 +51,6 @@ log = logging.getLogger(__name__)
 
 PROGRESS_UPDATES_PER_EPOCH = 50  # each one is a device-to-host sync
 CUDA_TIMED_STEP_EVERY = 20  # the time breakdown synchronizes a GPU around 1 step in this many
-
-
-@dataclass
-class TrainState:
-    epoch: int = 0  # epochs completed
-    step: int = 0  # optimizer steps taken
-    best_test_acc: float = -1.0
-    best_epoch: int = 0
-    stopped_early: bool = False
-    history: list[EpochRecord] = field(default_factory=list)
-    # Wall time of the sessions a resumed run continues, each to its last checkpoint (work lost
-    # after it is not part of the run): the summary's total_s adds this session's to it.
-    earlier_sessions_s: float = 0.0
-
-    def state_dict(self) -> dict[str, Any]:
-        """Plain data (the records as they are written to metrics.jsonl), which a weights-only load reads."""
-        return {**asdict(self), "history": [r.to_json() for r in self.history]}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        for key, value in state.items():
-            setattr(self, key, value)
-        self.history = [EpochRecord.from_json(r, f"the checkpoint's epoch {i}") for i, r in enumerate(self.history, 1)]
-
-
-def batch_sizes(loader) -> list[int]:
-    """The distinct batch sizes one epoch of `loader` yields on this rank: full, then the ragged last."""
-    n, b = loader.num_samples, loader.batch_size
-    sizes = [b] if n >= b else []
-    if n % b and not loader.drop_last:
-        sizes.append(n % b)
-    return sizes
 
 
 def steps_per_epoch(num_batches: int, accumulate: int) -> int:
@@ -97,31 +67,8 @@ class EpochTraining:
     count: int  # training images seen, all ranks
     steps: list[dict[str, Any]]  # the training loss at each progress refresh (steps.jsonl)
     phases: dict[str, float] | None  # seconds per phase of the step; None with time_breakdown off
-    last_step: list[tuple[torch.Tensor, torch.Tensor]]  # its micro-batches: what the communication probe replays
-    ddp_start: dict[str, float] | None = None  # DDP's timing totals once its first step had run (see ddp_timings)
-
-
-@dataclass(frozen=True)
-class TrainerConfig:
-    """The settings the loop reads, and nothing else (engine/run.py's `trainer_config` takes them from a run's
-    config): what a Trainer can be built with, and tested with, without the whole of a run's config."""
-
-    epochs: int
-    seed: int
-    accumulate: int
-    time_breakdown: bool
-    cuda_graphs: bool
-    tta: str
-    grad_clip: float | None
-    label_smoothing: float
-    lookahead_steps: int
-    lookahead_alpha: float
-    save_best: bool
-    compile: bool  # model.compile: every batch shape compiled before the clocks start
-    fuse_conv_relu: bool  # model.fuse_conv_relu: on CUDA, Triton's autotuning per shape likewise
-    # What the weights were trained with, as config.toml records it (the data root absolute): each checkpoint
-    # holds it, and a resume refuses a config.toml edited since.
-    recorded: dict[str, Any] = field(default_factory=dict)
+    last_step: list[Batch]  # its micro-batches: what the communication probe replays
+    ddp_start: dict[str, float] | None = None  # DDP's timing totals once its first step had run (engine/comm.py)
 
 
 class Trainer:
@@ -157,8 +104,7 @@ class Trainer:
         self.gpu_sampler = gpu_sampler  # None: not sampled (no GPU); the same on every rank
         self.graphed: GraphedStep | None = None  # the captured step, with --train.cuda_graphs
         self.profiler: StepProfiler | None = None  # --train.profile_steps: told of every optimizer step
-        ddp = ddp_module(model)  # DDP times the steps the time breakdown times: each on a CPU, 1 in 20 on CUDA
-        self.ddp_sample_every = compat.sample_ddp_every(ddp, self.timed_step_every()) if ddp is not None else 0
+        self.comm = CommTimers(model, ctx, every=self.timed_step_every())
         self.lookahead = (
             Lookahead(unwrap(model).parameters(), every=config.lookahead_steps, alpha=config.lookahead_alpha)
             if config.lookahead_steps
@@ -206,38 +152,23 @@ class Trainer:
     def run_epoch(self, epoch: int) -> tuple[EpochRecord, dict[str, list[dict[str, Any]]]]:
         """The epoch's record (metrics.jsonl) and its samples: training loss at each refresh, GPU readings."""
         torch.manual_seed(derive_seed(self.config.seed, epoch, self.ctx.rank, "dropout"))
-        sampler = self.gpu_sampler.start() if self.gpu_sampler is not None else None
-        dp_gpus = self.model.device_ids if isinstance(self.model, torch.nn.DataParallel) else None
-        reset_peak_memory(self.ctx.device, dp_gpus)
-        cpu_start = contention.snapshot()
+        readings = EpochReadings(self.ctx, self.model, self.gpu_sampler).start()
         clock = Stopwatch(self.ctx.device).start()
         train = self.train_epoch(epoch)
         train_s = clock.stop()
-        cpu_end = contention.snapshot()
-        ddp = self.ddp_timings(train.ddp_start) if train.phases is not None else {}
+        readings.training_ended()
         phases: dict[str, Any] = {}
+        ddp: dict[str, float] = {}
         if train.phases is not None:  # the communication probe runs outside the epoch's clock
-            phases = {**train.phases, "comm_wait_s": self.comm_wait_per_step(train.last_step) * self.steps_per_epoch()}
+            ddp = self.comm.epoch_means(train.ddp_start, captured=self.graphed is not None and self.graphed.captured)
+            wait_s = self.comm.wait_per_step(train.last_step[-1], self.forward_backward, self.zero_grad)
+            phases = {**train.phases, "comm_wait_s": wait_s * self.steps_per_epoch()}
         eval_clock = Stopwatch(self.ctx.device).start()
         test = self.evaluate()
         train_eval = self.evaluate_training_images()
         eval_s = eval_clock.stop()
-        gpu_other = self.gpu_sampler.other_processes() if self.gpu_sampler is not None else None
-        load: dict[str, Any] = contention.epoch_contention(
-            self.ctx.all_gather_floats(contention.rank_interval(cpu_start, cpu_end, gpu_other)), train_s
-        )
-        memory: dict[str, Any] = peak_memory_mib(self.ctx.device)
-        if dp_gpus is not None:  # one process, many GPUs: one figure per GPU
-            memory["gpu_peak_alloc_mib"] = peak_alloc_per_gpu_mib(dp_gpus)
-        gpu_rows = sampler.stop() if sampler is not None else []
-        gpu: dict[str, Any] = {}
-        if sampler is not None:  # on every rank or none: the figures are gathered
-            figures = summarize_gpu(gpu_rows)
-            gpu = {"gpu_util_pct": figures["mean_util_pct"], "gpu_mem_used_mib": figures["peak_mem_used_mib"]}
-            gpu = {k: math.nan if v is None else v for k, v in gpu.items()}  # NaN -> null in the files: not measured
-            gpu_rows = [{"epoch": epoch, **row} for rows in self.ctx.gather_objects(gpu_rows) for row in rows]
+        machine = readings.finish(epoch, train_s)
         steps = [{"epoch": epoch, **row} for row in train.steps]
-        cpu_s = load.pop("rank_cpu_s")
         record = EpochRecord(
             epoch=epoch,
             step=self.state.step,
@@ -255,39 +186,20 @@ class Trainer:
             eval_s=eval_s,
             images_per_s=train.count / train_s if train_s > 0 else 0.0,
             **phases,
-            **load,
-            **memory,
+            **machine.load,
+            **machine.memory,
             per_rank={
-                "cpu_s": cpu_s,
+                "cpu_s": machine.cpu_s,
                 **self.per_rank(
                     train_s=train_s,
                     samples=self.train_loader.num_samples,
-                    **{k: v for k, v in memory.items() if not isinstance(v, list)},
-                    **gpu,
+                    **{k: v for k, v in machine.memory.items() if not isinstance(v, list)},
+                    **machine.gpu,
                     **ddp,
                 ),
             },
         )
-        return record, {"steps": steps, "gpu": gpu_rows}
-
-    def ddp_totals(self) -> dict[str, float] | None:
-        ddp = ddp_module(self.model)
-        return compat.ddp_timing_totals(ddp, self.ddp_sample_every) if ddp is not None else None
-
-    def ddp_timings(self, start: dict[str, float] | None) -> dict[str, float]:
-        """Each rank's DDP timings over this epoch's training steps (compat.ddp_epoch_means), NaN where none were
-        timed: the same keys on every rank, as `per_rank` gathers them; none for a model that is not DDP.
-
-        DDP records a step's timings at the next synced forward, so the window runs from just after the
-        epoch's first step (whose forward recorded the step before it: the previous epoch's last probe
-        step) to its end: the epoch's steps but the last, none of the probe's. A captured step never runs
-        DDP's Python forward, so DDP times nothing of it."""
-        ddp = ddp_module(self.model)
-        if ddp is None or not self.ctx.is_distributed:
-            return {}
-        captured = self.graphed is not None and self.graphed.graph is not None
-        means = None if captured else compat.ddp_epoch_means(start, self.ddp_totals())
-        return means or dict.fromkeys(compat.DDP_TIMINGS, math.nan)
+        return record, {"steps": steps, "gpu": machine.gpu_rows}
 
     def per_rank(self, **values: float) -> dict[str, list[float | None]]:
         """Each rank's own figures, gathered (one collective per epoch), by name."""
@@ -316,71 +228,26 @@ class Trainer:
     def capture_step(self, capture: bool | None = None) -> str:
         """Record the full optimizer step in a CUDA graph (`capture=False`: the same buffers, run eagerly)."""
         loader = self.train_loader
-        if batch_sizes(loader)[:1] != [loader.batch_size] or len(loader) < self.accumulate:
-            return "not captured: the epoch has no full step (every step runs eagerly)"
-        self.graphed = GraphedStep(
-            self.device_step,
-            optimizer=self.optimizer,
-            accumulate=self.accumulate,
-            batch_size=loader.batch_size,
-            image_shape=tuple(loader.images.shape[1:]),
-            device=self.ctx.device,
-            channels_last=loader.channels_last,
-            capture=capture,
+        device, accumulate = self.ctx.device, self.accumulate
+        self.graphed = static_step(
+            self.device_step, self.optimizer, loader, accumulate=accumulate, device=device, capture=capture
         )
-        warmup = WARMUP_STEPS_DDP if ddp_module(self.model) is not None else WARMUP_STEPS
-        self.model.train()
-        self.graphed.prepare(self.model, warmup_steps=warmup)
+        if self.graphed is None:
+            return NO_FULL_STEP
         ragged = self.steps_per_epoch() * self.accumulate * loader.batch_size != loader.num_samples
-        what = "the whole step captured" if self.graphed.graph is not None else "static step prepared (not captured)"
-        return f"{what} after {warmup} warm-up steps (undone)" + (
-            "; the ragged last step of each epoch runs eagerly" if ragged else ""
-        )
+        return prepare_step(self.graphed, self.model, ragged=ragged)  # zero_grad keeps the gradients from here
 
     def warm_up_shapes(self) -> dict[str, list[int]]:
-        """Run every batch shape of the run once, before the clocks start (contract 7).
-
-        Without this, the first epoch's training time carried the compilation and its
-        evaluation time the autotuning of the evaluation shapes (31 s against 0.03 s later
-        on an H200). Train shapes go through forward and backward, evaluation shapes through
-        an eval-mode forward, the full and the ragged last batch each. Nothing of the run
-        changes: no all-reduce (no_sync), gradients dropped, BatchNorm buffers and every RNG
-        restored, no optimizer step.
-        """
-        module, ddp = unwrap(self.model), ddp_module(self.model)
-        buffers = {name: b.clone() for name, b in module.named_buffers()}
-        forward_sync = ddp.require_forward_param_sync if ddp is not None else None
-        shapes = {"train": batch_sizes(self.train_loader), "eval": batch_sizes(self.eval_loader)}
-        devices = [self.ctx.device] if self.ctx.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
-            self.model.train()
-            for size in shapes["train"]:
-                with no_sync(self.model, skip_sync=True):
-                    self.forward_backward([self.blank_batch(size)], None)
-                # Each shape from no gradient: under reduce-overhead the gradients are outputs of the backward's
-                # CUDA graph, which the next shape's replay overwrites before it accumulates into them.
-                self.zero_grad()
-            self.model.eval()
-            with torch.no_grad():
-                for size in shapes["eval"]:
-                    with self.precision.autocast():
-                        self.model(self.blank_batch(size)[0])
-        with torch.no_grad():
-            for name, b in module.named_buffers():
-                b.copy_(buffers[name])
-        if ddp is not None:
-            assert forward_sync is not None
-            ddp.require_forward_param_sync = forward_sync
-        self.model.train()
-        return shapes
-
-    def blank_batch(self, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Zeros of the loader's image shape, layout and device, and class-0 labels."""
-        loader = self.train_loader
-        x = torch.zeros(size, *loader.images.shape[1:], device=self.ctx.device)
-        if loader.channels_last:
-            x = x.contiguous(memory_format=torch.channels_last)
-        return x, torch.zeros(size, dtype=torch.long, device=self.ctx.device)
+        """Every batch shape of the run once, before the clocks start (engine/warmup.py)."""
+        return warm_up_shapes(
+            self.model,
+            train_loader=self.train_loader,
+            eval_loader=self.eval_loader,
+            precision=self.precision,
+            device=self.ctx.device,
+            forward_backward=self.forward_backward,
+            zero_grad=self.zero_grad,
+        )
 
     # ---- training ----------------------------------------------------------------------
     def train_epoch(self, epoch: int) -> EpochTraining:
@@ -404,21 +271,14 @@ class Trainer:
             timer.lap("data_s")
             loss = self.train_step(group, meter, timer)
             if i == 0 and timer.enabled:
-                ddp_start = self.ddp_totals()
+                ddp_start = self.comm.totals()
             nonfinite |= ~torch.isfinite(loss)
-            should_sync = (i + 1) % refresh == 0 or i + 1 == num_steps
-            if should_sync:
+            value = None
+            if (i + 1) % refresh == 0 or i + 1 == num_steps:  # a host sync: at progress refreshes only
                 self.check_finite(nonfinite, epoch)
-            value = loss.item() if should_sync else None
-            if value is not None:
-                steps.append(
-                    {
-                        "step": self.state.step,
-                        "train_loss": value,
-                        "lr": self.last_lr,
-                        "t_s": round(time.perf_counter() - self.clock_zero, 3),
-                    }
-                )
+                value = loss.item()
+                t_s = round(time.perf_counter() - self.clock_zero, 3)
+                steps.append({"step": self.state.step, "train_loss": value, "lr": self.last_lr, "t_s": t_s})
             self.sinks.step(sum(len(y) for _, y in group), value)
             if self.profiler is not None:
                 self.profiler.step()
@@ -435,9 +295,7 @@ class Trainer:
             ddp_start=ddp_start,
         )
 
-    def train_step(
-        self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], meter: ClassificationMeter, timer: PhaseTimer
-    ) -> torch.Tensor:
+    def train_step(self, micro_batches: list[Batch], meter: ClassificationMeter, timer: PhaseTimer) -> torch.Tensor:
         """One optimizer step; its mean loss. A captured step has no separate optimizer phase:
         forward_backward_s holds its whole replay, optimizer_s the host's schedule update."""
         if self.graphed is not None and self.graphed.fits(micro_batches):
@@ -451,17 +309,13 @@ class Trainer:
         timer.lap("optimizer_s")
         return loss
 
-    def device_step(
-        self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], meter: ClassificationMeter
-    ) -> torch.Tensor:
+    def device_step(self, micro_batches: list[Batch], meter: ClassificationMeter) -> torch.Tensor:
         """The step's device work, the part a CUDA graph records."""
         loss = self.forward_backward(micro_batches, meter)
         self.update_weights()
         return loss
 
-    def forward_backward(
-        self, micro_batches: list[tuple[torch.Tensor, torch.Tensor]], meter: ClassificationMeter | None
-    ) -> torch.Tensor:
+    def forward_backward(self, micro_batches: list[Batch], meter: ClassificationMeter | None = None) -> torch.Tensor:
         """Gradients of one optimizer step, summed over `micro_batches`.
 
         Each micro-batch's summed loss is divided by the samples of the whole step, so k
@@ -502,29 +356,6 @@ class Trainer:
         self.state.step += 1
         if self.lookahead is not None:
             self.lookahead.after_step(self.state.step)
-
-    def comm_wait_per_step(self, micro_batches, repeats: int = 3) -> float:
-        """Seconds per step that backward spends waiting for the gradient all-reduce.
-
-        DDP overlaps the all-reduce with backward, so it cannot be timed on its own: the
-        same step is timed with and without gradient sync and the difference is the part
-        communication did not hide. Runs in eval mode and discards the gradients, so it
-        changes no state (BatchNorm statistics, RNG, weights).
-        """
-        if not self.ctx.is_distributed or ddp_module(self.model) is None:
-            return 0.0
-        was_training = self.model.training
-        self.model.eval()
-        times: dict[bool, list[float]] = {True: [], False: []}
-        for _ in range(repeats):
-            for sync in (True, False):
-                clock = Stopwatch(self.ctx.device).start()
-                with no_sync(self.model, skip_sync=not sync):
-                    self.forward_backward(micro_batches[-1:], None)
-                times[sync].append(clock.stop())
-                self.zero_grad()
-        self.model.train(was_training)
-        return max(0.0, statistics.median(times[True]) - statistics.median(times[False]))
 
     def check_finite(self, nonfinite: torch.Tensor, epoch: int) -> None:
         if self.ctx.any_true(bool(nonfinite.item())):

@@ -1,0 +1,54 @@
+"""What the loop is given and what it keeps: its settings (TrainerConfig, the part of a run's config it reads)
+and its state (TrainState: where the run is, its best epoch, its records so far, as each checkpoint holds it)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ddplab.metrics.records import EpochRecord
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """The settings the loop reads, and nothing else (engine/run.py's `trainer_config` takes them from a run's
+    config): what a Trainer can be built with, and tested with, without the whole of a run's config."""
+
+    epochs: int
+    seed: int
+    accumulate: int
+    time_breakdown: bool
+    cuda_graphs: bool
+    tta: str
+    grad_clip: float | None
+    label_smoothing: float
+    lookahead_steps: int
+    lookahead_alpha: float
+    save_best: bool
+    compile: bool  # model.compile: every batch shape compiled before the clocks start
+    fuse_conv_relu: bool  # model.fuse_conv_relu: on CUDA, Triton's autotuning per shape likewise
+    # What the weights were trained with, as config.toml records it (the data root absolute): each checkpoint
+    # holds it, and a resume refuses a config.toml edited since.
+    recorded: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TrainState:
+    epoch: int = 0  # epochs completed
+    step: int = 0  # optimizer steps taken
+    best_test_acc: float = -1.0
+    best_epoch: int = 0
+    stopped_early: bool = False
+    history: list[EpochRecord] = field(default_factory=list)
+    # Wall time of the sessions a resumed run continues, each to its last checkpoint (work lost
+    # after it is not part of the run): the summary's total_s adds this session's to it.
+    earlier_sessions_s: float = 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data (the records as they are written to metrics.jsonl), which a weights-only load reads."""
+        return {**asdict(self), "history": [r.to_json() for r in self.history]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key, value in state.items():
+            setattr(self, key, value)
+        self.history = [EpochRecord.from_json(r, f"the checkpoint's epoch {i}") for i, r in enumerate(self.history, 1)]
