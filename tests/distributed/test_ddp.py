@@ -583,6 +583,10 @@ def test_per_rank_table_and_time_breakdown(ddp_run):
     assert record["rank_samples"] == [128.0, 128.0] and len(record["rank_train_s"]) == 2
     assert set(PHASES) <= record.keys()  # the names the summary and the report read
     assert record["data_s"] + record["forward_backward_s"] + record["optimizer_s"] <= record["train_s"]
+    # the machine's readings (engine/readings.py) and the communication probe (engine/comm.py), every rank's
+    assert len(record["rank_cpu_s"]) == 2 and all(0 < s <= 2 * record["train_s"] for s in record["rank_cpu_s"])
+    assert len(record["rank_peak_rss_mib"]) == 2 and record["peak_rss_mib"] in record["rank_peak_rss_mib"]
+    assert record["comm_wait_s"] >= 0 and len(record["rank_ddp_comm_s"]) == 2
     summary = json.loads((ddp_run / "summary.json").read_text())
     assert list(summary["phases_s"]) == list(PHASES)
     assert summary["ranks"]["samples"] == {"per_rank": [256.0, 256.0], "max": 256.0, "mean": 256.0}
