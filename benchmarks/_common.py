@@ -35,8 +35,8 @@ except ConfigError as exc:
 
 import torch  # noqa: E402
 
-from ddplab import process  # noqa: E402
 from ddplab.data.datasets import holds_cifar10  # noqa: E402
+from ddplab.launch import process  # noqa: E402
 from ddplab.metrics.records import EpochRecord, read_epochs  # noqa: E402
 from ddplab.metrics.summary import read_summary  # noqa: E402
 from ddplab.metrics.system import machine  # noqa: E402

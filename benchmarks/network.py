@@ -4,7 +4,7 @@
     sudo DDPLAB_DATA=../shared/data/cifar10-jpeg python benchmarks/network.py --rates 100mbit,1gbit,none --repeats 2
     sudo python benchmarks/network.py --quick        # seconds, synthetic data: checks the script only
 
-The hosts are network namespaces made by ddplab.hosts (`ddplab hosts up 2 --link RATE`),
+The hosts are network namespaces made by ddplab.launch.hosts (`ddplab hosts up 2 --link RATE`),
 each with its own address; the rate shapes each host's link both ways (tc tbf). Sides:
 - one host: `--batch-size B`, one process of one thread;
 - 2 hosts at RATE: `--nnodes 2 --nproc 1 --batch-size B/2`, one process of one thread on each,
@@ -31,7 +31,7 @@ from typing import Any
 
 import _common as common
 
-from ddplab import hosts, warm  # torch-free; _common puts src on the path
+from ddplab.launch import hosts, warm  # torch-free; _common puts src on the path
 from ddplab.planner import model
 from ddplab.planner.band import band_for
 from ddplab.planner.links import load_links
@@ -117,7 +117,7 @@ def run_on_hosts(cluster: hosts.Cluster, command: list[str], logs: Path) -> None
     for i in range(cluster.hosts):
         log = open(logs.with_name(f"{logs.name}-host{i}.log"), "w")
         argv = [*cluster.exec_prefix(i), *command]
-        # Forked warm into the host where this process may (ddplab.warm): the runs' figures are their epochs'.
+        # Forked warm into the host where this process may (ddplab.launch.warm): the runs' figures are their epochs'.
         proc = warm.popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=common.REPO) or subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=common.REPO
         )

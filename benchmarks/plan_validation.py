@@ -26,7 +26,7 @@ from pathlib import Path
 
 from _common import REPO, child_env, describe_machine, machine_info, read_metrics, run_ddplab
 
-from ddplab import process
+from ddplab.launch import process
 from ddplab.planner import model
 from ddplab.planner.links import load_links
 from ddplab.rundir.runread import read_run

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A process's fixed cost, started cold (a fresh interpreter each) and warm (forked from ddplab.warm's server).
+"""A process's fixed cost, started cold (a fresh interpreter each) and warm (forked from ddplab.launch.warm's server).
 
     python benchmarks/warm_start.py                  # the three shapes below, 5 repeats each side, interleaved
     python benchmarks/warm_start.py --quick          # one repeat, a 1-point sweep: checks the script only
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import _common as common
 
-from ddplab import process, warm
+from ddplab.launch import process, warm
 from ddplab.rundir import runfiles
 
 NAME = "warm_start"
@@ -95,7 +95,7 @@ def sweep_file(folder: Path, points: int) -> Path:
 
 FIRST_STEP = r"""
 import shutil, sys, time
-import ddplab.faults, ddplab.warm as warm
+import ddplab.faults, ddplab.launch.warm as warm
 from ddplab.cli import main
 log, out, launch, inject = sys.argv[1], sys.argv[2], warm.WarmPopen._launch, ddplab.faults.maybe_inject
 def started(self, process_obj):

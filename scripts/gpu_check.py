@@ -30,9 +30,9 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO / "src
 if str(REPO / "src") not in sys.path:  # and so does this script
     sys.path.insert(0, str(REPO / "src"))
 
-from ddplab import process  # noqa: E402 (torch-free)
 from ddplab.compat import check_torch  # noqa: E402 (both torch-free)
 from ddplab.errors import ConfigError  # noqa: E402
+from ddplab.launch import process  # noqa: E402 (torch-free)
 from ddplab.rundir import runfiles  # noqa: E402
 
 # name, extra `ddplab train` arguments, what it needs: "any" | "cuda" | "multi" (2+ workers: GPUs, or CPU processes).

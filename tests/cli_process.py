@@ -1,6 +1,6 @@
 """The one way tests run `python -m ddplab ...`: a process of its own, as a user's shell starts it.
 
-Forked from this test process's warm server (ddplab.warm) where it can be, so a test pays for what
+Forked from this test process's warm server (ddplab.launch.warm) where it can be, so a test pays for what
 the command does, not for importing torch again: the child is still its own process (session, exit
 code, signals, output, /proc/PID/environ), and a warm start ends bit-identical to a cold one
 (tests/unit/test_warm.py). DDPLAB_WARM=0 runs every command cold.
@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-from ddplab import warm
+from ddplab.launch import warm
 
 THREADS = {"OMP_NUM_THREADS": "1"}  # one core's work a command: the suite runs several at once
 MARK = "DDPLAB_TEST_COMMAND"  # environment variable naming one command's processes

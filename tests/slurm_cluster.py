@@ -1,7 +1,7 @@
 """A real Slurm cluster for the tests: munged, slurmctld and slurmd, all state in a temp folder.
 
 One node on localhost, or (`hosts=`) one node per host of a ddplab test cluster (network
-namespaces, ddplab.hosts): slurmctld and node0's slurmd in host 0, nodeI's slurmd in host I,
+namespaces, ddplab.launch.hosts): slurmctld and node0's slurmd in host 0, nodeI's slurmd in host I,
 each node at its host's address (NodeAddr), munged's socket on the shared file system.
 Debian's `slurm-wlm` and `munge` packages provide the daemons; they run as root (`.ci/run`
 installs them). `SlurmCluster.env` is what a process needs to talk to this cluster

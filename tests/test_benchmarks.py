@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from ddplab import warm
+from ddplab.launch import warm
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-# `python SCRIPT ARGS` as `python -c RUN_SCRIPT SCRIPT ARGS`, which a warm server can fork (ddplab.warm): the
+# `python SCRIPT ARGS` as `python -c RUN_SCRIPT SCRIPT ARGS`, which a warm server can fork (ddplab.launch.warm): the
 # script runs as __main__ with its own folder first on sys.path, as the interpreter would run it.
 RUN_SCRIPT = (
     "import os, runpy, sys; sys.argv = sys.argv[1:]; sys.path[0] = os.path.dirname(sys.argv[0]); "
@@ -186,7 +186,7 @@ def test_plan_validation_sets_the_model_against_measured_runs(tmp_path):
 
 
 def test_network_sets_one_host_against_two_at_a_link_rate(tmp_path):
-    from ddplab import hosts
+    from ddplab.launch import hosts
 
     reason = hosts.why_not_available()
     if reason:

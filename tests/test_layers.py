@@ -19,7 +19,8 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # it starts processes), the report; the CLI on top.
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
-    "rundir": set(),  # the package's docstring: its modules are layers of their own (OWN_LAYER)
+    "rundir": set(),  # the folder packages' docstrings: their modules are layers of their own (OWN_LAYER)
+    "io": set(),
     "log": set(),
     "seeding": set(),
     "stops": set(),
@@ -229,7 +230,9 @@ def test_the_check_finds_a_cycle():
 
 def test_no_module_imports_one_that_imports_it_back():
     graph = import_graph()
-    assert len(graph) > 80 and "ddplab.launch" in graph["ddplab.cli.train"]  # every module, lazy imports counted
+    assert (
+        len(graph) > 80 and "ddplab.launch.elastic" in graph["ddplab.cli.train"]
+    )  # every module, lazy imports counted
     found = cycles(graph)
     assert not found, "\n".join(
         " <-> ".join(c) + ": " + "; ".join(f"{m} imports {sorted(graph[m] & set(c))}" for m in c) for c in found
@@ -238,16 +241,29 @@ def test_no_module_imports_one_that_imports_it_back():
 
 # Modules that are a layer of their own inside their package: the sweep's file formats (the sweep file, the sweep
 # folder and its manifest), which the report reads, below the rest of the sweep (run.py writes the report).
-# And the run folder's modules (rundir/): the metrics read file names from runfiles, runread reads the metrics'
-# records, so each keeps the layer it had at the top level.
+# And the folder packages, whose modules each keep the layer they had at the top level: the run folder's (rundir/:
+# the metrics read file names from runfiles, runread reads the metrics' records), the launcher's family (launch/:
+# the metrics read the process tree and the hosts, the engine the topology, while elastic.py starts the engine)
+# and the borders with files and programs (io/).
+FOLDERS = {
+    "rundir": ("runfiles", "runfolder", "runlock", "runread", "runplan", "checkpoint"),
+    "launch": ("elastic", "warm", "process", "watchdog", "allreduce", "hosts", "topology", "stops"),
+    "io": ("borders", "files", "arguments"),
+}
 OWN_LAYER = {
     "ddplab.sweep.spec": "ddplab.sweep.spec",
     "ddplab.sweep.folder": "ddplab.sweep.folder",
-    **{
-        f"ddplab.rundir.{m}": f"ddplab.{m}"
-        for m in ("runfiles", "runfolder", "runlock", "runread", "runplan", "checkpoint")
-    },
+    **{f"ddplab.{folder}.{m}": f"ddplab.{m}" for folder, names in FOLDERS.items() for m in names},
+    "ddplab.launch.elastic": "ddplab.launch",  # the launcher keeps its name
 }
+
+
+def test_each_module_of_a_folder_package_has_its_layer():
+    """A module added to rundir/, launch/ or io/ says which layer it is (FOLDERS), or it would join another's."""
+    modules = module_names()
+    for folder, names in FOLDERS.items():
+        inside = {m.rsplit(".", 1)[1] for m in modules if m.startswith(f"ddplab.{folder}.")}
+        assert inside == set(names), f"{folder}/: give each module its layer in FOLDERS ({sorted(inside ^ set(names))})"
 
 
 def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:

@@ -15,7 +15,7 @@ SRC = REPO / "src" / "ddplab"
 # module (under src/ddplab) -> (test file, a text that file holds, what of the module is tested there)
 WHERE = {
     "__main__.py": ("tests/smoke/test_runs.py", "ddplab_cli", "`python -m ddplab`: every command test starts it"),
-    "arguments.py": ("tests/unit/test_config.py", "endpoint_parts", "option kinds at their borders"),
+    "io/arguments.py": ("tests/unit/test_config.py", "endpoint_parts", "option kinds at their borders"),
     "cli/common.py": ("tests/smoke/test_error_contract.py", "abbreviated-flag", "usage errors, modes, unused options"),
     "cli/data.py": ("tests/smoke/test_runs.py", "data_commands", "ddplab data and ddplab models, for real"),
     "cli/plan.py": ("tests/unit/test_config.py", "refuse_unmeasurable", "plan's options checked before it runs"),
@@ -46,7 +46,7 @@ WHERE = {
     "kernels/_runtime.py": ("tests/kernels/test_rgb_to_gray.py", "from ddplab.kernels import", "backend choice"),
     "kernels/_triton.py": ("tests/kernels/test_conv_relu.py", "from ddplab.kernels import", "the Triton kernels"),
     "kernels/selftest.py": ("tests/smoke/test_gpu_check.py", "kernels check", "`ddplab kernels check`"),
-    "launch.py": ("tests/distributed/test_ddp.py", '"--nproc"', "the elastic launcher, for real"),
+    "launch/elastic.py": ("tests/distributed/test_ddp.py", '"--nproc"', "the elastic launcher, for real"),
     "log.py": ("tests/distributed/test_ddp.py", "[rank \\d\\]", "each rank's log line (its time and rank)"),
     "metrics/gpu.py": ("tests/unit/test_gpu_sampling.py", "ddplab.metrics.gpu", "NVML sampling"),
     "metrics/meters.py": ("tests/distributed/test_ddp.py", "accuracy_equals", "device-side sums, all-reduced"),
@@ -75,7 +75,7 @@ WHERE = {
     "sweep/run.py": ("tests/smoke/test_sweep_runs.py", "run_sweep", "a sweep from Python, as the command runs it"),
     "sweep/spec.py": ("tests/unit/test_sweep.py", "load_sweep", "sweep files"),
     "sweep/trackers.py": ("tests/smoke/test_sweep_runs.py", "TRACKERS", "a sweep tracker told its start and end"),
-    "topology.py": ("tests/unit/test_config.py", "TORCHRUN", "which launcher started this process"),
+    "launch/topology.py": ("tests/unit/test_config.py", "TORCHRUN", "which launcher started this process"),
 }
 
 

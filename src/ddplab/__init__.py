@@ -22,7 +22,7 @@ def __getattr__(name: str):
 
         return RunConfig
     if name == "train":
-        from ddplab.launch import train
+        from ddplab.launch.elastic import train
 
         return train
     if name == "run_sweep":

@@ -29,7 +29,6 @@ else:  # pragma: no cover
 
 import tomli_w
 
-from ddplab.arguments import endpoint_parts
 from ddplab.data.options import (
     CIFAR100_LABELS,
     DATASETS,
@@ -40,6 +39,7 @@ from ddplab.data.options import (
     training_images,
 )
 from ddplab.errors import ConfigError
+from ddplab.io.arguments import endpoint_parts
 
 MODELS = ("simple_cnn", "vgg_small", "resnet18", "fastnet", "speednet")
 OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop", "muon")
@@ -691,7 +691,7 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def save_config(config: RunConfig, path: Path) -> None:
-    from ddplab import files
+    from ddplab.io import files
 
     files.write_text(path, config.to_toml())
 
@@ -734,7 +734,7 @@ def check_environment(config: RunConfig) -> None:
         raise _bad("dist.strategy", "dp", "DataParallel needs CUDA devices; use --strategy ddp --backend gloo on CPU")
     if config.dist.strategy == "dp" and config.dist.dp_gpus > torch.cuda.device_count():
         raise _bad("dist.dp_gpus", config.dist.dp_gpus, f"this node has {torch.cuda.device_count()} CUDA device(s)")
-    from ddplab.topology import resolve_backend
+    from ddplab.launch.topology import resolve_backend
 
     resolved = resolve_backend(backend, on_cuda=on_cuda, shared_device=config.dist.share_device)
     if config.dist.comm_hook == "bf16" and resolved != "nccl":

@@ -26,10 +26,10 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from ddplab import compat
-from ddplab.arguments import endpoint_parts
 from ddplab.config import RunConfig
 from ddplab.errors import ConfigError
-from ddplab.topology import ProcessPlace, group_attempt, resolve_backend, usable_cores
+from ddplab.io.arguments import endpoint_parts
+from ddplab.launch.topology import ProcessPlace, group_attempt, resolve_backend, usable_cores
 
 
 @dataclass(frozen=True)

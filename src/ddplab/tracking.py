@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ddplab import files
 from ddplab.errors import ConfigError
+from ddplab.io import files
 
 log = logging.getLogger("ddplab")
 

@@ -761,13 +761,13 @@ def test_torchrun_restart_resumes_from_the_checkpoint(ddp_run, tmp_path):
 
 
 def worker_processes(marker, launcher_pid):
-    """The launcher's workers: its processes but itself and the warm server they fork from (ddplab.warm)."""
+    """The launcher's workers: its processes but itself and the warm server they fork from (ddplab.launch.warm)."""
     return [pid for pid in leftover_processes(marker) if pid != str(launcher_pid) and not warm_server(pid)]
 
 
 def warm_server(pid):
     try:
-        return b"ddplab.warm import serve_cold" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"ddplab.launch.warm import serve_cold" in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
 

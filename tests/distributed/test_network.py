@@ -1,4 +1,4 @@
-"""Multi-node DDP across hosts with their own addresses (network namespaces, ddplab.hosts), and what a
+"""Multi-node DDP across hosts with their own addresses (network namespaces, ddplab.launch.hosts), and what a
 network does to it: a link cut mid-run or during the rendezvous, a host killed, a link that flaps, SIGTERM
 while a collective hangs. Each fault ends in one line within dist.timeout_s plus seconds, leaves no process
 on any host, keeps the checkpoints, and a resume ends bit-identical to the run that was never disturbed.
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddplab import hosts
+from ddplab.launch import hosts
 from ddplab.metrics.records import read_epochs, reproducible
 from ddplab.rundir import checkpoint
 

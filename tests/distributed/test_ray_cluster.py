@@ -1,8 +1,9 @@
-"""`ddplab sweep --executor ray` on a Ray cluster of two hosts with their own addresses (ddplab.hosts): `ray start
---head` in host 0, `ray start --address` in host 1, the sweep started in host 0. Its points spread over both hosts, a
-point across both nodes trains the run one host trains with as many workers, and a node lost under a point (its
-raylet killed) ends that point resumable within the run's timeout plus seconds, naming the node; the re-run resumes it
-bit-identically. SIGTERM of the sweep leaves no run on any node; what the cluster cannot run is one line.
+"""`ddplab sweep --executor ray` on a Ray cluster of two hosts with their own addresses (ddplab.launch.hosts):
+`ray start --head` in host 0, `ray start --address` in host 1, the sweep started in host 0. Its points spread over
+both hosts, a point across both nodes trains the run one host trains with as many workers, and a node lost under
+a point (its raylet killed) ends that point resumable within the run's timeout plus seconds, naming the node; the
+re-run resumes it bit-identically. SIGTERM of the sweep leaves no run on any node; what the cluster cannot run is
+one line.
 
 Needs root, iproute2 and Ray (the ray extra); skipped with the reason elsewhere.
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddplab import hosts
+from ddplab.launch import hosts
 from ddplab.metrics.records import read_epochs, reproducible
 from ddplab.rundir import checkpoint
 

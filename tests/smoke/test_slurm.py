@@ -154,7 +154,7 @@ def test_a_dry_run_prints_each_array_and_submits_nothing(cluster, tmp_path):
     assert queue.stdout.strip() == ""
 
 
-# ---- two nodes, each on a host of its own (ddplab.hosts) --------------------------------------
+# ---- two nodes, each on a host of its own (ddplab.launch.hosts) --------------------------------------
 TWO_NODES = """
 [[variants]]
 label = "two"
@@ -166,7 +166,7 @@ label = "two"
 
 @pytest.fixture(scope="module")
 def two_nodes(tmp_path_factory):
-    from ddplab import hosts
+    from ddplab.launch import hosts
 
     reason = hosts.why_not_available()
     if reason:

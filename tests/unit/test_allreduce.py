@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from ddplab.allreduce import measure
 from ddplab.errors import ConfigError
+from ddplab.launch.allreduce import measure
 from ddplab.planner.links import SIZES, measured_link
 
 

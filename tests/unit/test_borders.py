@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from ddplab.borders import COUNT, SHARE, TEXT, check, kept, list_of, number, shown
 from ddplab.errors import DataError
+from ddplab.io.borders import COUNT, SHARE, TEXT, check, kept, list_of, number, shown
 
 
 @pytest.mark.parametrize(
@@ -60,7 +60,7 @@ def test_a_file_read_leniently_keeps_what_is_good_and_says_what_it_left_out():
 def test_a_format_declared_once_gives_its_reader_the_kinds_the_required_fields_and_the_objects_of_names():
     from typing import Annotated, TypedDict
 
-    from ddplab.borders import COUNT, TABLE, TEXT, Each, declared, number
+    from ddplab.io.borders import COUNT, TABLE, TEXT, Each, declared, number
 
     class Part(TypedDict, total=False):
         rate: Annotated[float, number(0)]

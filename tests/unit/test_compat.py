@@ -6,9 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddplab import compat, launch
+from ddplab import compat
 from ddplab.cli import main
 from ddplab.errors import ConfigError
+from ddplab.launch import elastic as launch
 from ddplab.rundir.runplan import RunPlan
 
 from conftest import tiny_config

@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from ddplab import files
 from ddplab.errors import FileSystemError
+from ddplab.io import files
 
 
 def test_a_write_reaches_the_disk_before_its_name_points_at_it(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""The test cluster's arithmetic and refusals, without making a host (ddplab.hosts; the hosts themselves are
+"""The test cluster's arithmetic and refusals, without making a host (ddplab.launch.hosts; the hosts themselves are
 made for real in tests/distributed/test_network.py)."""
 
 import os
@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from ddplab import hosts
-from ddplab.hosts import Cluster, HostsError, parse_rate, rate_text
+from ddplab.launch import hosts
+from ddplab.launch.hosts import Cluster, HostsError, parse_rate, rate_text
 
 
 @pytest.mark.parametrize(

@@ -1,11 +1,11 @@
-"""ddplab.process: the one way the sweep, the benchmarks and gpu_check run a command as a process tree."""
+"""ddplab.launch.process: the one way the sweep, the benchmarks and gpu_check run a command as a process tree."""
 
 import os
 import sys
 import time
 from pathlib import Path
 
-from ddplab import process
+from ddplab.launch import process
 
 
 def python(code: str) -> list[str]:

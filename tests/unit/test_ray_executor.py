@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from ddplab.config import RunConfig
-from ddplab.process import INTERRUPTED
+from ddplab.launch.process import INTERRUPTED
 from ddplab.sweep.folder import Status, SweepFolder
 from ddplab.sweep.point import Outcome, Point
 from ddplab.sweep.ray_executor import Started, Task

@@ -4,9 +4,9 @@ import argparse
 
 import pytest
 
-from ddplab.arguments import AUTO, parallel_points
 from ddplab.config import build_config
 from ddplab.errors import ConfigError
+from ddplab.io.arguments import AUTO, parallel_points
 from ddplab.sweep.slots import Slot, SlotPool, gpus_needed, split_cores
 
 

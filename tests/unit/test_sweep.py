@@ -397,7 +397,7 @@ def test_the_sweep_measures_each_worker_count_once_and_keeps_what_it_has(tmp_pat
     """A sweep with 2- and 4-worker points measures the all-reduce with 2 and with 4 ranks (on a CPU, 4 ranks
     on 2 cores as its runs are); a links file already there keeps its counts and gains the missing ones; a
     count that fails to measure costs only that count."""
-    from ddplab import allreduce
+    from ddplab.launch import allreduce
     from ddplab.planner import links
     from ddplab.sweep.local import measure_sweep_link
 

@@ -1,4 +1,4 @@
-"""Warm starts (ddplab.warm): a process forked from the warm server is the process exec would have made.
+"""Warm starts (ddplab.launch.warm): a process forked from the warm server is the process exec would have made.
 
 Each check runs the same command cold (subprocess, a fresh interpreter) and warm, and compares what
 the child sees of itself, or the run it trained: equal, not close.
@@ -16,7 +16,7 @@ import sys
 import pytest
 import torch
 
-from ddplab import warm
+from ddplab.launch import warm
 from ddplab.metrics.records import read_epochs, reproducible
 from ddplab.rundir import checkpoint
 
@@ -140,9 +140,9 @@ def test_torchs_native_log_level_is_the_childs_own(tmp_path):
 
 
 def test_a_command_in_a_host_starts_warm_inside_that_host(tmp_path):
-    """`ip netns exec HOST python ...` (a host of ddplab.hosts) forks warm and enters the host's network and a
+    """`ip netns exec HOST python ...` (a host of ddplab.launch.hosts) forks warm and enters the host's network and a
     /sys of its own as ip does: the child sees the host's interfaces, not this machine's."""
-    from ddplab import hosts
+    from ddplab.launch import hosts
 
     reason = hosts.why_not_available()
     if reason:
@@ -226,7 +226,7 @@ def test_exit_codes_signals_and_output_are_the_childs_own(tmp_path):
 def test_the_warm_server_is_no_worker_to_the_watchdog_its_children_are(tmp_path):
     """A launcher starts its server before the rendezvous: the watchdog must still see no worker started (else a
     rendezvous host never reached goes unnamed), and must see the workers forked from it."""
-    from ddplab import watchdog
+    from ddplab.launch import watchdog
 
     warm.prestart()
     assert warm.server_pids() and warm.server_pids() <= set(watchdog.descendants(os.getpid()))

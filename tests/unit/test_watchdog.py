@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from ddplab import watchdog
+from ddplab.launch import watchdog
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ def test_a_store_that_never_answers_is_named_after_the_timeout(monkeypatch):
 
 SIGNAL_SCRIPT = """
 import os, signal, subprocess, sys
-from ddplab import watchdog
+from ddplab.launch import watchdog
 child = subprocess.Popen(["sleep", "60"])
 print(child.pid, flush=True)
 signal.signal(signal.SIGTERM, lambda *a: None)  # a handler that stops nothing, as the agent's while it is blocked

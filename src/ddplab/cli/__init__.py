@@ -24,12 +24,13 @@ import os
 import sys
 import traceback
 
-from ddplab import compat, faults, stops
+from ddplab import compat, faults
 from ddplab.cli import data, hosts, plan, report, sweep, train
 from ddplab.cli.common import Parser, given_options, one_mode, used_by
 from ddplab.cli.plan import refuse_unmeasurable
 from ddplab.cli.train import SHORTCUTS, config_from_args
 from ddplab.errors import DdplabError, file_error
+from ddplab.launch import stops
 
 __all__ = [
     "SHORTCUTS",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ddplab import files
 from ddplab.errors import DataError
+from ddplab.io import files
 
 
 def cmd_data(args: argparse.Namespace) -> int:

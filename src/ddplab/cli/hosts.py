@@ -1,19 +1,19 @@
-"""`ddplab hosts`: a test cluster of hosts with their own addresses on this machine (ddplab/hosts.py)."""
+"""`ddplab hosts`: a test cluster of hosts with their own addresses on this machine (ddplab/launch/hosts.py)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
-from ddplab.arguments import (
+from ddplab.errors import ConfigError
+from ddplab.io.arguments import (
     positive_whole,
 )
-from ddplab.errors import ConfigError
 
 
 def cmd_hosts(args: argparse.Namespace) -> int:
-    """A test cluster of hosts with their own addresses on this machine (ddplab/hosts.py)."""
-    from ddplab import hosts
+    """A test cluster of hosts with their own addresses on this machine (ddplab/launch/hosts.py)."""
+    from ddplab.launch import hosts
 
     if args.action == "up":
         made = hosts.up(args.count, args.link, name=args.name)

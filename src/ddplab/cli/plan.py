@@ -7,24 +7,25 @@ import argparse
 import sys
 from pathlib import Path
 
-from ddplab import compat, files
-from ddplab.arguments import (
+from ddplab import compat
+from ddplab.cli.common import one_mode, quiet_native_logs, used_by
+from ddplab.errors import ConfigError
+from ddplab.io import files
+from ddplab.io.arguments import (
     endpoint_parts,
     given,
     positive_whole,
     rdzv_endpoint,
     whole_list,
 )
-from ddplab.cli.common import one_mode, quiet_native_logs, used_by
-from ddplab.errors import ConfigError
 
 OVERSUBSCRIBED = 4  # ranks a CPU core may hold while a link is timed: past this, the timing is the scheduler's
 
 
 def refuse_unmeasurable(args: argparse.Namespace) -> None:
     """plan --measure's values it would cap or could not honour, refused or said before any process starts."""
+    from ddplab.launch.topology import usable_cores
     from ddplab.planner.links import MIB, SIZES
-    from ddplab.topology import usable_cores
 
     if args.max_mib * MIB > SIZES[-1]:
         raise ConfigError(
@@ -91,7 +92,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.nnodes > 1:
         quiet_native_logs(args.debug)
     compat.check_torch()
-    from ddplab.allreduce import measure_links
+    from ddplab.launch.allreduce import measure_links
 
     return measure_links(
         args.backend,

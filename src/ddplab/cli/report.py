@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from ddplab import files
+from ddplab.io import files
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ddplab import files
-from ddplab.arguments import (
+from ddplab.cli.common import one_mode, used_by
+from ddplab.errors import ConfigError, SweepError
+from ddplab.io import files
+from ddplab.io.arguments import (
     parallel_points,
     positive_seconds,
 )
-from ddplab.cli.common import one_mode, used_by
-from ddplab.errors import ConfigError, SweepError
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

@@ -8,10 +8,10 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from ddplab import files
 from ddplab.cli.common import quiet_native_logs
 from ddplab.config import SECTIONS, RunConfig, build_config, coerce, field_types, load_toml, merge, parse_dotted
 from ddplab.errors import ConfigError
+from ddplab.io import files
 from ddplab.rundir import runfiles
 
 # Short flags for the settings people change most; every setting also has --section.field.
@@ -149,7 +149,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     config, saved = config_and_saved(args)  # validated before torch is imported: a bad value is answered at once
     if config.dist.nnodes > 1:
         quiet_native_logs(config.output.debug)
-    from ddplab.launch import launch
+    from ddplab.launch.elastic import launch
 
     launch(config, saved=saved)
     return 0

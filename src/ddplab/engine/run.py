@@ -18,7 +18,6 @@ from typing import Any, cast
 
 import torch
 
-from ddplab import files
 from ddplab import log as logsetup
 from ddplab.config import SCHEDULES_OVER_THE_RUN, RunConfig
 from ddplab.data.augment import AugmentSpec
@@ -31,6 +30,7 @@ from ddplab.engine.rundir import prepare_run_dir
 from ddplab.engine.state import TrainerConfig
 from ddplab.engine.trainer import PROGRESS_UPDATES_PER_EPOCH, Trainer, steps_per_epoch
 from ddplab.errors import ConfigError, TrainingError
+from ddplab.io import files
 from ddplab.metrics.early_stop import EarlyStopping
 from ddplab.metrics.gpu import GpuSampler
 from ddplab.metrics.profiler import build_profiler

@@ -10,10 +10,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddplab import files
 from ddplab.config import RunConfig, build_config, save_config
 from ddplab.distributed import DistContext
 from ddplab.errors import FileSystemError
+from ddplab.io import files
 from ddplab.rundir import runfiles
 
 

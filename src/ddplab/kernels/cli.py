@@ -59,7 +59,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     result = run_bench(args.device, repeats=args.repeats, quick=args.quick, dtype=getattr(torch, args.dtype))
     print(format_table(result))
     if args.json is not None:
-        from ddplab import files
+        from ddplab.io import files
 
         files.write_json(args.json, result)
         print(f"\nwrote {args.json}")

@@ -135,7 +135,7 @@ def flat(values: dict[str, Any]) -> dict[str, str]:
 def one_run_report(run_dir: Path, out: Path) -> bool:
     """The run's report (`ddplab report RUN`: its curves and time figures) in `out`, made in a process of
     its own (the report sits above the engine); False, with a log line, when it could not be made."""
-    from ddplab.process import ddplab_command
+    from ddplab.launch.process import ddplab_command
 
     try:
         done = subprocess.run(

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ddplab import files
+from ddplab.io import files
 
 log = logging.getLogger("ddplab")
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ddplab.borders import COUNT, SHARE, WHOLE, list_of, number
 from ddplab.errors import DataError
+from ddplab.io.borders import COUNT, SHARE, WHOLE, list_of, number
 from ddplab.rundir import runfiles
 
 SCHEMA_VERSION = 2  # of metrics.jsonl's records and summary.json; 1: written before the version was (same fields)

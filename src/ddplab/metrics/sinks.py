@@ -23,7 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ddplab import borders, files, tracking
+from ddplab import tracking
+from ddplab.io import borders, files
 from ddplab.metrics.records import EpochRecord
 from ddplab.rundir import runfiles
 

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypedDict, cast
 
-from ddplab.borders import (
+from ddplab.config import RunConfig
+from ddplab.errors import DataError
+from ddplab.io.borders import (
     ANY,
     COUNT,
     FLAG,
@@ -30,8 +32,6 @@ from ddplab.borders import (
     number,
     one_of,
 )
-from ddplab.config import RunConfig
-from ddplab.errors import DataError
 from ddplab.metrics.records import (
     MEMORY,
     PHASES,

@@ -116,7 +116,7 @@ def machine(device: torch.device | str) -> dict:
     import os
     import platform
 
-    from ddplab.topology import usable_cores
+    from ddplab.launch.topology import usable_cores
 
     device = torch.device(device)
     return {
@@ -145,7 +145,7 @@ def network_link(address: str | None) -> dict | None:
     from pathlib import Path
 
     from ddplab.distributed import interface_for_address
-    from ddplab.hosts import HostsError, parse_rate
+    from ddplab.launch.hosts import HostsError, parse_rate
 
     name = interface_for_address(address) if address else None
     if name is None:

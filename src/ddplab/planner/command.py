@@ -11,8 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ddplab import files
 from ddplab.errors import ConfigError
+from ddplab.io import files
 from ddplab.planner import links
 from ddplab.planner.band import Band, band_for, batch_band
 

@@ -29,8 +29,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ddplab.borders import TABLE, TEXT, WHOLE, Kind, check, list_of, number, one_of
 from ddplab.errors import DataError
+from ddplab.io.borders import TABLE, TEXT, WHOLE, Kind, check, list_of, number, one_of
 from ddplab.planner.links import Link
 from ddplab.planner.model import DDP_HOST_PER_LAYER_S, Spread, StepCosts, host_s, predict_one, straggler_waits_s
 

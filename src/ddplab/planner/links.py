@@ -10,7 +10,7 @@ defines it (NVIDIA/nccl-tests, doc/PERFORMANCE.md): the algorithm bandwidth S/t 
 2(N-1)/N, the share of S a ring all-reduce sends through each rank's link, so that one
 figure describes a link whatever N is. It is the figure to compare with a link's speed.
 
-ddplab/allreduce.py times all-reduce over message sizes on this machine with a real backend (Gloo or
+ddplab/launch/allreduce.py times all-reduce over message sizes on this machine with a real backend (Gloo or
 NCCL), in N processes started by PyTorch's elastic launcher, as training's workers are; each
 size's time is the slowest rank's. A links file holds one such measurement per number of
 ranks (`MeasuredLinks`): on a machine with fewer cores than ranks, alpha grows with N. `fit`
@@ -31,8 +31,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddplab.borders import COUNT, SECONDS, TABLE, TEXT, check, list_of, number, whole
 from ddplab.errors import ConfigError, DataError
+from ddplab.io.borders import COUNT, SECONDS, TABLE, TEXT, check, list_of, number, whole
 from ddplab.rundir import runfiles
 
 GB = 1e9  # bandwidths are in GB/s (10^9 bytes per second), as nccl-tests and the specifications give them
@@ -184,7 +184,7 @@ LINKS_FILE = "links.json"  # `ddplab plan --measure`'s output; in a sweep folder
 def save_links(path: Path, results: list[dict[str, Any]], **extra: Any) -> None:
     """`measure` results (one per number of ranks) and their fitted links, as `ddplab plan --measure` and a sweep
     write them: the first as "measurement" and "link", any others under "more"."""
-    from ddplab import files
+    from ddplab.io import files
 
     records = [
         {"measurement": r, "link": link_record(measured_link(r))} for r in sorted(results, key=lambda r: r["ranks"])

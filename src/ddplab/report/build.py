@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ddplab import files
+from ddplab.io import files
 from ddplab.report import figures, html, plots, tables
 from ddplab.report.headline import headline
 from ddplab.report.kinds import kind_of, section_findings

@@ -23,7 +23,7 @@ matplotlib.rcParams["text.parse_math"] = False  # a label like "cost $x$" is tex
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from ddplab import files  # noqa: E402
+from ddplab.io import files  # noqa: E402
 from ddplab.report.figures import figure  # noqa: E402
 from ddplab.report.kinds import kind_of  # noqa: E402
 from ddplab.report.records import Row  # noqa: E402

@@ -14,8 +14,9 @@ from typing import Any
 
 import torch
 
-from ddplab import borders, faults, files
+from ddplab import faults
 from ddplab.errors import ConfigError, DataError, FileSystemError
+from ddplab.io import borders, files
 from ddplab.rundir import runfiles
 
 LAST, BEST = runfiles.LAST_CHECKPOINT, runfiles.BEST_CHECKPOINT

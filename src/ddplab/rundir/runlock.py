@@ -21,8 +21,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ddplab import borders, files
 from ddplab.errors import ConfigError, file_error
+from ddplab.io import borders, files
 from ddplab.rundir import runfiles
 
 LOCK = runfiles.LOCK

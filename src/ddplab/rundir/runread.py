@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddplab.borders import COUNT, TABLE, TEXT, kept
 from ddplab.config import flatten
 from ddplab.errors import ConfigError, DataError
+from ddplab.io.borders import COUNT, TABLE, TEXT, kept
 from ddplab.metrics.records import EpochRecord, read_epochs
 from ddplab.metrics.summary import Summary, read_summary
 from ddplab.rundir import runfiles

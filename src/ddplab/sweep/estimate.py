@@ -28,9 +28,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddplab.borders import LIST, SECONDS, WHOLE, check, number
 from ddplab.config import RunConfig
 from ddplab.errors import DataError
+from ddplab.io.borders import LIST, SECONDS, WHOLE, check, number
 from ddplab.sweep.spec import Sweep, SweepRun
 
 PROBE_TIMEOUT_S = 300.0
@@ -166,7 +166,7 @@ def run_probe(configs: list[RunConfig], timeout_s: float = PROBE_TIMEOUT_S) -> d
     pays, a fraction of a second; cold with DDPLAB_WARM=0, seconds each, and a Python with torch loaded then
     takes a while to tear down)."""
     payload = json.dumps([c.to_dict() for c in configs])  # (the probe never downloads: the first run does, said)
-    from ddplab import warm
+    from ddplab.launch import warm
 
     try:  # the points start warm: the probe too, from a server already warm (its start is paid once a sweep)
         warm.run([sys.executable, "-c", "pass"], timeout=timeout_s)

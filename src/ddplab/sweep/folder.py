@@ -23,8 +23,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
-from ddplab import files
-from ddplab.borders import (
+from ddplab.errors import ConfigError, DataError
+from ddplab.io import files
+from ddplab.io.borders import (
     INTEGER,
     LIST,
     SCALAR,
@@ -39,9 +40,8 @@ from ddplab.borders import (
     one_of,
     whole,
 )
-from ddplab.errors import ConfigError, DataError
+from ddplab.launch.process import INTERRUPTED
 from ddplab.planner.links import LINKS_FILE
-from ddplab.process import INTERRUPTED
 from ddplab.rundir import runfiles
 from ddplab.sweep.spec import Sweep, SweepRun
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ddplab import tracking
 from ddplab.config import RunConfig
-from ddplab.process import STOP_GRACE_S, Child, Finished, ddplab_command, supervise
+from ddplab.launch.process import STOP_GRACE_S, Child, Finished, ddplab_command, supervise
 from ddplab.rundir import runfiles
 from ddplab.sweep.folder import Status, SweepFolder, ended_as
 from ddplab.sweep.spec import point_text

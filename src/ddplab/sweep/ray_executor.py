@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ddplab import stops
 from ddplab.config import RunConfig
 from ddplab.errors import ConfigError
-from ddplab.process import INTERRUPTED, STOP_GRACE_S
+from ddplab.launch import stops
+from ddplab.launch.process import INTERRUPTED, STOP_GRACE_S
 from ddplab.rundir import runfiles
 from ddplab.rundir.runlock import run_lock
 from ddplab.sweep.estimate import duration
@@ -333,7 +333,7 @@ class Started:
         return [rank for rank in self.bundles() if rank not in self.done]
 
     def patience_s(self) -> float:
-        from ddplab.launch import SHUTDOWN_TIMEOUT_S, STORE_SLACK_S, patience_s
+        from ddplab.launch.elastic import SHUTDOWN_TIMEOUT_S, STORE_SLACK_S, patience_s
 
         return patience_s(self.point.config.dist) + STORE_SLACK_S + SHUTDOWN_TIMEOUT_S + NODE_GRACE_S
 
@@ -480,7 +480,7 @@ class RayExecutor:
     def run_tasks(
         self, ray: Any, folder: SweepFolder, manifest: Manifest, todo: list[tuple[SweepRun, Entry]], echo
     ) -> None:
-        from ddplab import files
+        from ddplab.io import files
         from ddplab.sweep.local import EpochWatch
 
         env = {k: v for k, v in os.environ.items() if k != ADDRESS_ENV}  # the points' own, as a local sweep's

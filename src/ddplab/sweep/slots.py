@@ -25,10 +25,10 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ddplab.arguments import AUTO
 from ddplab.config import RunConfig
 from ddplab.errors import ConfigError
-from ddplab.topology import usable_cores
+from ddplab.io.arguments import AUTO
+from ddplab.launch.topology import usable_cores
 
 
 @dataclass(frozen=True)

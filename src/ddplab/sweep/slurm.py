@@ -36,12 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ddplab import files, stops
-from ddplab.arguments import positive_whole
-from ddplab.borders import INTEGER, SECONDS, TEXT, check, shown
 from ddplab.config import RunConfig, build_config, load_toml
 from ddplab.errors import ConfigError, DataError
-from ddplab.process import INTERRUPTED
+from ddplab.io import files
+from ddplab.io.arguments import positive_whole
+from ddplab.io.borders import INTEGER, SECONDS, TEXT, check, shown
+from ddplab.launch import stops
+from ddplab.launch.process import INTERRUPTED
 from ddplab.rundir import runfiles
 from ddplab.rundir.runlock import run_lock
 from ddplab.sweep.estimate import duration

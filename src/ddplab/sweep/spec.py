@@ -209,7 +209,7 @@ def bundled_sweeps() -> dict[str, str]:
 
 def sweep_file(name: str | Path) -> Path:
     """A sweep file's path: the path given (`~` expanded), else the bundled sweep of that name."""
-    from ddplab.files import user_path
+    from ddplab.io.files import user_path
 
     path = user_path(name)
     if path.is_file() or path.suffix == ".toml" or len(path.parts) > 1:

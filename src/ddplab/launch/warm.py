@@ -13,7 +13,7 @@ interpreter would read from the environment at start-up or import (PYTHON*, LD_*
 thread libraries; not OMP_NUM_THREADS and TORCH_CPP_LOG_LEVEL, which a child applies) cannot be given
 to a fork: a command whose environment differs there from the server's starts cold, as does every
 command that is not `python -m MODULE` or `python -c CODE` with this interpreter. Such a command
-after `ip netns exec NAME` (a host of ddplab.hosts) starts warm too where this process is root: the
+after `ip netns exec NAME` (a host of ddplab.launch.hosts) starts warm too where this process is root: the
 child enters the namespace as ip would.
 
 The server serves the process that started it alone, over a socketpair (nothing on the file system,
@@ -54,7 +54,7 @@ IMPORTS = (
     "torch.distributed.run",
     "torch.nn.parallel",
     "ddplab.cli",
-    "ddplab.launch",
+    "ddplab.launch.elastic",
     "ddplab.engine.run",
     "ddplab.engine.probe",
 )
@@ -109,7 +109,7 @@ class Factory:
                     sys.executable,
                     *subprocess._args_from_interpreter_flags(),  # type: ignore[attr-defined]
                     "-c",
-                    f"from ddplab.warm import serve_cold; serve_cold({theirs.fileno()})",
+                    f"from ddplab.launch.warm import serve_cold; serve_cold({theirs.fileno()})",
                 ],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
@@ -326,7 +326,7 @@ def prestart() -> None:
 def emulated(argv: Sequence[str]) -> bool:
     """The commands a fork can run as exec would: this interpreter's `-m MODULE ...` and `-c CODE ...`, with
     no interpreter flags or this one's (spawn repeats them: -B where PYTHONDONTWRITEBYTECODE is set), alone or
-    after `ip netns exec NAME` (a host of ddplab.hosts) where this process may enter that namespace."""
+    after `ip netns exec NAME` (a host of ddplab.launch.hosts) where this process may enter that namespace."""
     namespace, argv = split_namespace(argv)
     if namespace is not None and not can_enter(namespace):
         return False

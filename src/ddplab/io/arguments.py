@@ -5,7 +5,7 @@ import argparse
 import math
 import re
 
-from ddplab.borders import shown
+from ddplab.io.borders import shown
 
 MOST = 2**31 - 1  # the largest count an option takes (GPUs, nodes, batch, processes): a 400-digit one is a typo
 

@@ -3,7 +3,7 @@ as training's workers are, over message sizes from 4 KiB up (`ddplab plan --meas
 
 Each size's time is the slowest rank's, repeated for about TARGET_S_PER_SIZE. What the times are fitted to
 (alpha and bus bandwidth) and how a links file holds them is the planner's (planner/links.py: arithmetic and a
-file format); starting the ranks is the launcher's (launch.py), which this harness uses as a run does.
+file format); starting the ranks is the launcher's (elastic.py), which this harness uses as a run does.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from ddplab import files
 from ddplab.errors import ConfigError
+from ddplab.io import files
+from ddplab.launch.topology import resolve_backend
 from ddplab.planner import links
 from ddplab.planner.links import MAX_BYTES, MIB, SIZES
-from ddplab.topology import resolve_backend
 
 TARGET_S_PER_SIZE = 0.2  # each size is repeated for about this long (at least MIN_REPEATS times)
 MIN_REPEATS, MAX_REPEATS, WARMUP = 3, 200, 2
@@ -98,7 +98,7 @@ def measure(
 
     from ddplab import compat
     from ddplab.distributed import route_address
-    from ddplab.launch import c10d_configs, whole_spawns
+    from ddplab.launch.elastic import c10d_configs, whole_spawns
 
     if ranks * nnodes < 2:
         raise ConfigError(f"--nproc {ranks}: an all-reduce needs 2 or more ranks to measure a link")
@@ -134,11 +134,11 @@ def measure(
         with whole_spawns():
             results = elastic_launch(config, time_allreduce)(backend, sizes, device, nnodes > 1)
     except RendezvousError as exc:
-        from ddplab.launch import rendezvous_failure
+        from ddplab.launch.elastic import rendezvous_failure
 
         raise rendezvous_failure(exc, rdzv_endpoint, nnodes, f"--timeout-s {timeout_s}") from None
     except SignalException as exc:  # Ctrl-C or SIGTERM: the agent has stopped the ranks; nothing was written
-        from ddplab.launch import Interrupted
+        from ddplab.launch.elastic import Interrupted
 
         raise Interrupted(
             f"interrupted by {exc.sigval.name} while timing the all-reduce: nothing was written; "

@@ -23,8 +23,9 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ddplab import compat, errors, faults, stops, topology, warm, watchdog
+from ddplab import compat, errors, faults
 from ddplab.config import DistConfig, RunConfig
+from ddplab.launch import stops, topology, warm, watchdog
 from ddplab.rundir.runplan import RunPlan, as_worker, prepared
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ def launch(config: RunConfig, *, saved: RunConfig | None = None, command: bool =
 
 @contextlib.contextmanager
 def interrupts_said(config: RunConfig):
-    """A single process stops on SIGTERM or SIGHUP as on Ctrl-C (ddplab.stops), with the line and exit code
+    """A single process stops on SIGTERM or SIGHUP as on Ctrl-C (ddplab.launch.stops), with the line and exit code
     (130) of a DDP run's launcher: a scheduler's SIGTERM (Slurm's time limit, a sweep) or a closed terminal's
     SIGHUP used to end it with 143 or 129 and nothing said. Its checkpoints stay, as the last finished epoch
     left them."""
@@ -101,8 +102,8 @@ def launch_workers(plan: RunPlan, *, command: bool = True):
     from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.launcher.api import elastic_launch
 
-    from ddplab.arguments import endpoint_parts
     from ddplab.distributed import route_address
+    from ddplab.io.arguments import endpoint_parts
 
     config = plan.config
     d = config.dist
@@ -441,7 +442,7 @@ def c10d_configs(endpoint: str | None, timeout_s: int, store_timeout_s: int | No
     waits = {"join_timeout": timeout_s, "read_timeout": store_timeout_s or timeout_s}
     if endpoint is None:
         return waits
-    from ddplab.arguments import endpoint_parts
+    from ddplab.io.arguments import endpoint_parts
 
     host = endpoint_parts(endpoint)[0]
     try:  # where PyTorch already recognizes the host, keep its fallback for shared machines

@@ -33,8 +33,9 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ddplab import errors, warm
-from ddplab.process import INTERRUPTED
+from ddplab import errors
+from ddplab.launch import warm
+from ddplab.launch.process import INTERRUPTED
 
 UNREACHED_GRACE_S = 3  # past dist.timeout_s, for the agent to say a never-reached endpoint in its own words
 # What a dead link or host looks like to a socket (a reset or a refusal is a live peer's answer).

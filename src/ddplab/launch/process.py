@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddplab import stops, warm
+from ddplab.launch import stops, warm
 
 POLL_S = 1.0  # how often `on_poll` is called while the child runs
 STOP_GRACE_S = 30  # after SIGINT/SIGTERM, how long a tree may take to stop before SIGKILL
@@ -61,7 +61,7 @@ def supervise(
     """Run `cmd` as its own process tree, its output appended to `log_path` (an earlier attempt's
     output stays, under a `$ command` line each), calling `on_poll` every `poll_s` and once at the end.
 
-    `warm_start`: forked from this process's warm server where the command allows (ddplab.warm); False for a
+    `warm_start`: forked from this process's warm server where the command allows (ddplab.launch.warm); False for a
     process that starts one command only (a Slurm task), where a server would cost what it saves.
 
     Past `timeout_s` the tree gets SIGTERM (exit TIMED_OUT, said in the log with `timeout_from`, the
@@ -112,7 +112,7 @@ class Child:
         self.log = open(self.log_path, "a", errors="surrogateescape")  # a path of bytes that are not UTF-8 as it is
         self.log.write(f"\n$ {' '.join(self.command)}\n")
         self.log.flush()
-        # Forked warm where it can be (ddplab.warm: the same process an exec would make, without the imports).
+        # Forked warm where it can be (ddplab.launch.warm: the same process an exec would make, without the imports).
         warmed = warm_start and warm.popen(
             self.command,
             stdout=self.log,
