@@ -223,14 +223,16 @@ def test_a_two_node_point_runs_across_both_hosts_and_a_cancelled_one_resumes_exa
         str(manifest(out)["two"]) + (out / "logs" / "two.log").read_text()[-3000:]
     )
     assert (out / "runs" / "two" / "checkpoints" / "last.pt").is_file()
-    # A node set down: --status says so in one line.
-    assert in_cluster(two_nodes, "scontrol", "update", "nodename=node1", "state=down", "reason=cable").returncode == 0
+    # A node taken out of service: --status says so in one line. Drained, not set down: under ReturnToService=2 a
+    # down node returns as soon as its slurmd registers again, which a loaded machine's slow commands let happen
+    # before --status asks.
+    assert in_cluster(two_nodes, "scontrol", "update", "nodename=node1", "state=drain", "reason=cable").returncode == 0
     again = in_cluster(two_nodes, sys.executable, "-m", "ddplab", "sweep", path, "--out", out, "--executor", "slurm")
     assert again.returncode == 0, again.stderr[-3000:]
     status = in_cluster(two_nodes, sys.executable, "-m", "ddplab", "sweep", path, "--out", out, "--status")
     assert [line for line in status.stdout.splitlines() if "out of service" in line] == [
-        "slurm: node(s) out of service: node1 down (cable); a point that needs them waits in the queue (or fails, "
-        "when its task was running there)"
+        "slurm: node(s) out of service: node1 drained (cable); a point that needs them waits in the queue (or "
+        "fails, when its task was running there)"
     ], status.stdout
     assert "two" in status.stdout and "queued" in status.stdout
     assert in_cluster(two_nodes, "scontrol", "update", "nodename=node1", "state=resume").returncode == 0
