@@ -2,7 +2,10 @@
 
 The figures of a --quick run mean nothing (tiny synthetic data, a shared machine); what is
 checked is the shape of the result, that both sides of a comparison did the same work (same
-images, same batches), and that the reported ratios are the ones the raw numbers give.
+images, same batches), and that the reported ratios are the ones the raw numbers give. The tests
+that also bound a measured figure (a phase share, the model's error, a shaped link's rate) are
+`alone`: scripts/test.sh runs them when nothing else loads the machine; the rest run with the
+other tests that start processes.
 """
 
 import json
@@ -112,6 +115,7 @@ def test_time_to_accuracy_reads_the_first_epoch_at_the_target(tmp_path):
 
 
 @pytest.mark.dist
+@pytest.mark.alone
 def test_ddp_scaling_runs_both_sides_on_the_same_global_batch(tmp_path):
     results, stdout = run_bench("ddp_scaling", tmp_path)
     single, ddp = results["runs"]["single"][0], results["runs"]["ddp"][0]
@@ -157,6 +161,7 @@ def test_speedrun_reports_mean_and_std_over_seeds_and_the_flops_floor(tmp_path):
     assert "--preset" in results["train_args"] and "speedrun" in results["train_args"]
 
 
+@pytest.mark.alone
 def test_plan_validation_sets_the_model_against_measured_runs(tmp_path):
     """--quick: the tiny net at batch 32, one process and 2 workers, the link measured with 2 ranks; each row's
     error is its predicted over its measured throughput, less one, as the table prints it, and within 50%.
@@ -185,6 +190,7 @@ def test_plan_validation_sets_the_model_against_measured_runs(tmp_path):
     )
 
 
+@pytest.mark.alone
 def test_network_sets_one_host_against_two_at_a_link_rate(tmp_path):
     from ddplab.launch import hosts
 
