@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The speedrun preset over several seeds, timed as the CIFAR-10 speed records time a run.
 
-    python benchmarks/speedrun.py --device cuda --seeds 5                 # the preset as it ships
-    python benchmarks/speedrun.py --device cuda --seeds 5 -- --train.cuda_graphs true
+    python benchmarks/speedrun.py --device cuda --seeds 5                 # the preset as it ships (step captured)
+    python benchmarks/speedrun.py --device cuda --seeds 5 -- --train.cuda_graphs false   # the eager step
     python benchmarks/speedrun.py --device cpu --quick                    # checks the script in a minute
 
 Each seed is one `ddplab train --preset speedrun --seed S` process. Its time is the run's

@@ -20,7 +20,7 @@ import types
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, Literal, get_type_hints
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -63,6 +63,9 @@ def opt(default: Any, help: str) -> Any:
 
 
 LARGEST_INT = 2**62  # beyond any count ddplab has use for, and beyond what a float (or a C long) holds exactly
+
+
+AUTO = "auto"  # a setting decided by the run where it runs (train.cuda_graphs)
 
 
 def _bad(name: str, value: Any, allowed: str) -> ConfigError:
@@ -201,6 +204,14 @@ class OptimConfig:
         "muon: rescale each filter bank to norm sqrt(out channels) before its step, so that the step "
         "stays the same fraction of the weights (they are followed by BatchNorm: the scale is free)",
     )
+    muon_normalize_every: int = opt(
+        1, "muon: with muon_normalize, rescale on the first step and then every this many (1: every step)"
+    )
+    muon_momentum_precision: str = opt(
+        "fp32",
+        "muon: the filters' momentum buffer: fp32 | bf16 (half its memory traffic; the momentum is "
+        "orthogonalized in bf16 either way)",
+    )
     momentum: float = opt(0.9, "SGD / RMSprop / Muon momentum")
     nesterov: bool = opt(True, "SGD Nesterov momentum")
     betas: list[float] = opt([0.9, 0.999], "Adam / AdamW betas")
@@ -230,6 +241,9 @@ class OptimConfig:
         if self.muon_momentum is not None and not 0.0 <= self.muon_momentum < 1.0:
             raise _bad("optim.muon_momentum", self.muon_momentum, "must be in [0, 1)")
         _positive("optim.muon_ns_steps", self.muon_ns_steps)
+        if self.muon_normalize_every < 1:
+            raise _bad("optim.muon_normalize_every", self.muon_normalize_every, "must be 1 or more")
+        _choice("optim.muon_momentum_precision", self.muon_momentum_precision, ("fp32", "bf16"))
         for name in ("momentum", "weight_decay", "warmup_epochs", "min_lr_ratio"):
             _positive(f"optim.{name}", getattr(self, name), zero_ok=True)
         if self.momentum >= 1:
@@ -286,11 +300,12 @@ class TrainConfig:
         "deterministic algorithms; unset: on for CPU (bit-identical reruns), off on CUDA "
         "(cuDNN picks the fastest kernels; set true for bit-identical GPU reruns)",
     )
-    cuda_graphs: bool = opt(
+    cuda_graphs: bool | Literal["auto"] = opt(
         False,
         "capture the whole training step (forward, backward, all-reduce, optimizer) in a CUDA graph "
         "and replay it: for steps bound by kernel launches (small models and batches); the learning "
-        "rate lives on the device; fp32/bf16, nccl",
+        "rate lives on the device; fp32/bf16, nccl. auto: on CUDA wherever true would not be refused "
+        "(fp16, DataParallel, gloo, profile_steps, reduce-overhead), else off; the setup line says which and why",
     )
     time_breakdown: bool = opt(
         True,
@@ -445,7 +460,7 @@ class RunConfig:
             )
         if self.model.compile and self.dist.strategy == "dp":
             raise _bad("model.compile", True, "torch.compile is not supported with DataParallel; use ddp")
-        if self.train.cuda_graphs:
+        if self.train.cuda_graphs is True:
             self.check_cuda_graphs()
         if self.train.drop_last:
             self.check_a_batch_is_left()
@@ -483,8 +498,9 @@ class RunConfig:
         batches = math.ceil(images_per_rank(images, self.world_size()) / self.train.batch_size)
         return math.ceil(batches / self.train.accumulate)
 
-    def check_cuda_graphs(self) -> None:
-        """What a captured step cannot hold: host-side decisions inside the step, or a non-CUDA collective."""
+    def capture_refusals(self) -> list[tuple[str, Any, str]]:
+        """What of this run a captured step cannot hold, (setting, value, why): host-side decisions inside the
+        step, or a collective that is not CUDA's."""
         refuse = {
             "train.precision": (
                 self.train.precision == "fp16",
@@ -507,10 +523,31 @@ class RunConfig:
                 "use --model.compile_mode default with --train.cuda_graphs",
             ),
         }
+        out = []
         for name, (bad, why) in refuse.items():
             if bad:
                 section, key = name.split(".")
-                raise _bad(name, getattr(getattr(self, section), key), f"with train.cuda_graphs: {why}")
+                out.append((name, getattr(getattr(self, section), key), why))
+        return out
+
+    def check_cuda_graphs(self) -> None:
+        """train.cuda_graphs=true asks for a capture: what cannot be captured is refused before anything runs."""
+        for name, value, why in self.capture_refusals()[:1]:
+            raise _bad(name, value, f"with train.cuda_graphs: {why}")
+
+    def cuda_graphs_on(self, device_type: str) -> tuple[bool, str]:
+        """Whether a run on `device_type` captures its step, and the words its setup line says it with (the one
+        rule for train.cuda_graphs=auto: on CUDA, where nothing refuses the capture)."""
+        setting = self.train.cuda_graphs
+        if setting != AUTO:
+            return bool(setting), "on" if setting else "off"
+        if device_type != "cuda":
+            return False, "auto: off (no CUDA device)"
+        refused = self.capture_refusals()
+        if refused:
+            name, value, why = refused[0]
+            return False, f"auto: off ({name}={value!r}: {why.split(';')[0]})"
+        return True, "auto: on"
 
     def with_out_folder(self) -> RunConfig:
         """This config with `output.out` set, naming a new folder when unset.
@@ -575,8 +612,12 @@ def field_types(section: str) -> dict[str, Any]:
 def coerce(key: str, raw: Any, hint: Any) -> Any:
     """Turn a TOML or command-line value into the field's type, or say why not."""
     text = raw if isinstance(raw, str) else None
-    optional = typing.get_origin(hint) in (typing.Union, types.UnionType)
-    base = next(a for a in typing.get_args(hint) if a is not type(None)) if optional else hint
+    args = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    optional = type(None) in args
+    words = [v for a in args if typing.get_origin(a) is Literal for v in typing.get_args(a)]  # "auto", say
+    base = next(a for a in args if a is not type(None) and typing.get_origin(a) is not Literal)
+    if text is not None and text.strip().lower() in words:
+        return text.strip().lower()
     if text is not None and not text.strip():  # `--out "$OUT"` with OUT unset: never read as "use the default"
         raise _bad(key, raw, "an empty value (an unset shell variable?): leave the option out for its default"
                    + (", or say none" if optional else ""))  # fmt: skip
@@ -618,6 +659,7 @@ def coerce(key: str, raw: Any, hint: Any) -> Any:
         raise _bad(key, too_large, "must be below 2**62 in size")
     type_name = getattr(base, "__name__", str(base))
     expected = "a list" if origin is list else "a finite number" if base is float else type_name
+    expected += "".join(f" or {w!r}" for w in words)
     raise _bad(key, raw, f"expected {expected}")
 
 
@@ -739,7 +781,7 @@ def check_environment(config: RunConfig) -> None:
     resolved = resolve_backend(backend, on_cuda=on_cuda, shared_device=config.dist.share_device)
     if config.dist.comm_hook == "bf16" and resolved != "nccl":
         raise _bad("dist.comm_hook", "bf16", "bf16 gradient compression needs NCCL (CUDA); use fp16 with gloo")
-    if config.train.cuda_graphs and not on_cuda:
+    if config.train.cuda_graphs is True and not on_cuda:
         raise _bad("train.cuda_graphs", True, "CUDA graphs need a CUDA device, and this machine has none")
     if config.dist.sync_bn and not on_cuda:
         raise _bad("dist.sync_bn", True, "SyncBatchNorm runs on CUDA devices only")

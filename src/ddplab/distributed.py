@@ -407,7 +407,7 @@ def wrap_model(model: nn.Module, config: RunConfig, ctx: DistContext) -> nn.Modu
     if d.strategy == "dp":
         model = nn.DataParallel(model, device_ids=dp_device_ids(config))
     elif ctx.is_distributed:
-        with side_stream(ctx.device) if config.train.cuda_graphs else contextlib.nullcontext():
+        with side_stream(ctx.device) if config.cuda_graphs_on(ctx.device.type)[0] else contextlib.nullcontext():
             model = nn.parallel.DistributedDataParallel(
                 model,
                 device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,

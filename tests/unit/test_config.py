@@ -545,3 +545,20 @@ def test_a_run_refused_on_a_cpu_is_refused_before_torch_is_imported(argv, env, s
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert proc.returncode == 2 and says in proc.stderr.strip().splitlines()[-1], proc.stderr[-2000:]
     assert not (tmp_path / "r").exists()
+
+
+def test_cuda_graphs_takes_auto_besides_true_and_false(tmp_path):
+    """A setting of `bool | Literal["auto"]` takes the word from the command line and from TOML, and says both
+    kinds in its error."""
+    assert parse(["--train.cuda_graphs", "auto"]).train.cuda_graphs == "auto"
+    assert parse(["--train.cuda_graphs", "AUTO"]).train.cuda_graphs == "auto"
+    assert parse(["--train.cuda_graphs", "true"]).train.cuda_graphs is True
+    assert parse([]).train.cuda_graphs is False
+    with pytest.raises(ConfigError, match=r"train\.cuda_graphs='maybe' is not valid: expected bool or 'auto'"):
+        build_config({"train": {"cuda_graphs": "maybe"}})
+    with pytest.raises(ConfigError, match=r"train\.cuda_graphs=2 is not valid: expected bool or 'auto'"):
+        build_config({"train": {"cuda_graphs": 2}})
+    cfg = build_config({"train": {"cuda_graphs": "auto"}})
+    save_config(cfg, tmp_path / "c.toml")
+    assert 'cuda_graphs = "auto"' in (tmp_path / "c.toml").read_text()
+    assert build_config(load_toml(tmp_path / "c.toml")) == cfg

@@ -48,12 +48,20 @@ SPEEDRUN_MUON = {
 }
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adamw", "rmsprop", "muon", "speedrun_muon"])
+# The later records' Muon: filters rescaled every few steps (a count on the device, which a replay advances and the
+# ragged eager step reads; every 2: the capture's 3 warm-up steps, were they not undone, would shift its phase),
+# momentum in bfloat16.
+RECORD_MUON = {**SPEEDRUN_MUON, "muon_normalize_every": 2, "muon_momentum_precision": "bf16"}
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw", "rmsprop", "muon", "speedrun_muon", "record_muon"])
 @pytest.mark.parametrize("shape", ["even", "ragged"])
 def test_static_step_trains_like_the_plain_loop_cpu(optimizer, shape):
     sections = dict(RAGGED) if shape == "ragged" else dict(train={"epochs": 2, "batch_size": 32})
-    lr = {"sgd": 0.05, "adamw": 3e-3, "rmsprop": 3e-4, "muon": 0.05, "speedrun_muon": 0.05}[optimizer]
-    optim = SPEEDRUN_MUON if optimizer == "speedrun_muon" else {"name": optimizer}
+    lr = {"sgd": 0.05, "adamw": 3e-3, "rmsprop": 3e-4, "muon": 0.05, "speedrun_muon": 0.05, "record_muon": 0.05}[
+        optimizer
+    ]
+    optim = {"speedrun_muon": SPEEDRUN_MUON, "record_muon": RECORD_MUON}.get(optimizer, {"name": optimizer})
     sections.update(optim={**optim, "lr": lr, "grad_clip": 1.0}, model={"batchnorm": True})
     plain = trainer_for(tiny_config(**sections))
     plain.fit()
@@ -142,6 +150,61 @@ def test_cuda_graphs_refuse_what_a_graph_cannot_hold(setting, value, match):
         build_config(values)
 
 
+@pytest.mark.parametrize(
+    "sections, device, decided",
+    [
+        ({}, "cuda", (True, "auto: on")),
+        ({}, "cpu", (False, "auto: off (no CUDA device)")),
+        (
+            {"train": {"precision": "fp16"}},
+            "cuda",
+            (
+                False,
+                "auto: off (train.precision='fp16': fp16's gradient scaler decides on the host whether to skip "
+                "each step)",
+            ),
+        ),  # fmt: skip
+        (
+            {"dist": {"strategy": "dp"}},
+            "cuda",
+            (False, "auto: off (dist.strategy='dp': DataParallel scatters batches from the host every step)"),
+        ),  # fmt: skip
+        (
+            {"train": {"profile_steps": 3}},
+            "cuda",
+            (
+                False,
+                "auto: off (train.profile_steps=3: torch.profiler's "
+                "CUPTI teardown can hang or crash while CUDA graphs it did "
+                "not capture replay (pytorch#135003))",
+            ),
+        ),  # fmt: skip
+    ],
+)
+def test_auto_captures_where_the_step_can_be_and_says_why_not_elsewhere(sections, device, decided):
+    """train.cuda_graphs=auto is never refused: what true refuses turns it off, and the setup line says which."""
+    values = {**sections, "train": {**sections.get("train", {}), "cuda_graphs": "auto"}}
+    assert build_config(values).cuda_graphs_on(device) == decided
+    # true and false are what they say (true's refusals are errors before anything runs: the test above)
+    assert build_config({"train": {"cuda_graphs": True}}).cuda_graphs_on(device) == (True, "on")
+    assert build_config({"train": {"cuda_graphs": False}}).cuda_graphs_on(device) == (False, "off")
+
+
+def test_auto_on_a_cpu_trains_the_plain_run_and_the_run_says_so(tiny_run, caplog):
+    """On a CPU auto is off: the run is the plain one, number for number, and its summary says why."""
+    check_environment(build_config({"train": {"cuda_graphs": "auto", "device": "cpu"}}))  # never refused
+    auto, plain = tiny_run(train={"epochs": 1, "cuda_graphs": "auto", "device": "cpu"}), tiny_run(train={"epochs": 1})
+    assert auto.summary["engine"]["cuda_graphs"] is False
+    assert auto.summary["engine"]["cuda_graphs_said"] == "auto: off (no CUDA device)"
+    assert plain.summary["engine"]["cuda_graphs_said"] == "off"
+    assert [reproducible(r, per_rank=False) for r in auto.history] == [
+        reproducible(r, per_rank=False) for r in plain.history
+    ]
+    log = (auto.run_dir / "train.log").read_text()
+    assert "steps/epoch, the step in a CUDA graph: auto: off (no CUDA device)" in log
+    assert "CUDA graph" not in (plain.run_dir / "train.log").read_text()
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 def test_cuda_graphs_without_cuda_is_refused_before_anything_runs():
     with pytest.raises(ConfigError, match="train.cuda_graphs=True.*no"):
@@ -175,9 +238,11 @@ def test_captured_step_trains_like_eager_on_cuda(optimizer):
 
 
 @needs_cuda
-def test_cuda_graphs_run_records_the_capture_in_its_summary(tmp_path):
+@pytest.mark.parametrize("setting", [True, "auto"])
+def test_cuda_graphs_run_records_the_capture_in_its_summary(tmp_path, setting):
     import ddplab
 
-    result = ddplab.train(tiny_config(tmp_path / "run", train={"epochs": 1, "device": "cuda", "cuda_graphs": True}))
+    result = ddplab.train(tiny_config(tmp_path / "run", train={"epochs": 1, "device": "cuda", "cuda_graphs": setting}))
     assert result.summary["engine"]["cuda_graphs"] is True
+    assert result.summary["engine"]["cuda_graphs_said"] == ("on" if setting is True else "auto: on")
     assert "captured" in result.summary["time"]["warmup"]["cuda_graph"]

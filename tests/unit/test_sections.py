@@ -146,3 +146,35 @@ def test_a_point_sized_down_for_this_machine_is_compared_at_equal_epochs(tmp_pat
     runs = load_runs([write_sized_down_sweep(tmp_path / "flag", values=(False, True), named="true")])
     (section,) = build_sections(runs, {r.name: run_row(r) for r in runs})
     assert section.pairs[0].equal_epochs and section.pairs[0].acc_diff == pytest.approx(0.01)
+
+
+def test_points_that_differ_in_the_captured_step_are_said_to(tmp_path):
+    """train.cuda_graphs=auto (the GPU profiles') captures where it can: DataParallel cannot be, so a section may
+    set captured points against eager ones. The setup line names who replayed a graph and why the others did not;
+    all or none captured is said once or not at all."""
+    from ddplab.report.figures import run_row
+    from ddplab.report.sections import build_sections, graphs_text
+
+    dp_said = "auto: off (dist.strategy='dp': DataParallel scatters batches from the host every step)"
+
+    def section_with(said: dict[str, tuple[bool, str]]):
+        sweep = write_axis_sweep(tmp_path / f"sweep{len(list(tmp_path.iterdir()))}", "strategy",
+                                 [(label, {}, {}) for label in said])  # fmt: skip
+        for label, (on, text) in said.items():
+            path = sweep / "runs" / label / "summary.json"
+            summary = json.loads(path.read_text())
+            summary["engine"] = {**(summary.get("engine") or {}), "cuda_graphs": on, "cuda_graphs_said": text}
+            path.write_text(json.dumps(summary))
+        runs = load_runs([sweep])
+        (section,) = build_sections(runs, {r.name: run_row(r) for r in runs})
+        return section
+
+    mixed = section_with({"ddp x2": (True, "auto: on"), "dp x2": (False, dp_said), "one": (True, "auto: on")})
+    assert graphs_text(mixed) == (
+        f"the step replayed as one CUDA graph in ddp x2, one only (dp x2: {dp_said}): part of a difference in time "
+        "between them is the capture"
+    )
+    assert graphs_text(section_with({"a": (True, "on"), "b": (True, "auto: on")})) == (
+        "every step replayed as one CUDA graph"
+    )
+    assert graphs_text(section_with({"a": (False, "off"), "b": (False, "auto: off (no CUDA device)")})) == ""

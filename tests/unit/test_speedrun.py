@@ -1,5 +1,6 @@
 """The speedrun preset's pieces: whitening init, Muon, lookahead, alternating flip, TTA, the preset itself."""
 
+import copy
 import json
 import math
 
@@ -355,6 +356,7 @@ def test_speedrun_preset_is_a_valid_recipe_and_trains(tmp_path, monkeypatch):
         "alternate",
         "flip_translate",
     )
+    assert cfg.train.cuda_graphs == "auto" and cfg.cuda_graphs_on("cuda") == (True, "auto: on")
     import subprocess
     import sys
 
@@ -441,3 +443,82 @@ def test_filter_banks_of_one_shape_are_orthogonalized_together_as_one_at_a_time(
         c.data.sub_(ortho * 0.1)
     for b, c in zip(banks, copies, strict=True):
         torch.testing.assert_close(b.detach(), c.detach(), atol=5e-3, rtol=5e-3)
+
+
+def filter_banks(seed: int = 0) -> list[torch.nn.Parameter]:
+    torch.manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(s)) for s in ((8, 3, 3, 3), (16, 8, 3, 3))]
+
+
+def muon_steps(opt, banks, steps: int, before_each=None, gen=None) -> None:
+    """`steps` Muon steps on gradients drawn from `gen` (a seed of their own: the same for every optimizer)."""
+    gen = gen or torch.Generator().manual_seed(1)
+    for i in range(steps):
+        for b in banks:
+            b.grad = torch.randn(b.shape, generator=gen)
+        if before_each is not None:
+            before_each(i)
+        opt.step()
+
+
+def test_filters_renormalized_every_few_steps_are_those_renormalized_on_exactly_those_steps():
+    """muon_normalize_every=3 rescales on steps 1, 4, 7: the same weights, bit for bit, as rescaling each step
+    with the rescale switched off on the others; its count survives a checkpoint."""
+    from ddplab.engine.muon import Muon
+
+    every = filter_banks()
+    opt = Muon([{"params": every, "orthogonalize": True}], lr=0.1, other_lr=0.1, normalize=True, normalize_every=3)
+    muon_steps(opt, every, 7)
+    switched = filter_banks()
+    ref = Muon([{"params": switched, "orthogonalize": True}], lr=0.1, other_lr=0.1, normalize=True)
+    muon_steps(ref, switched, 7, lambda i: ref.param_groups[0].update(normalize=i % 3 == 0))
+    assert all(torch.equal(a, b) for a, b in zip(every, switched, strict=True))
+    never = filter_banks()
+    muon_steps(Muon([{"params": never, "orthogonalize": True}], lr=0.1, other_lr=0.1), never, 7)
+    assert not all(torch.equal(a, b) for a, b in zip(every, never, strict=True))  # the rescale did something
+    # resumed after step 5 from a saved state: steps 6 and 7 as the straight run took them
+    resumed, gen = filter_banks(), torch.Generator().manual_seed(1)
+    first = Muon([{"params": resumed, "orthogonalize": True}], lr=0.1, other_lr=0.1, normalize=True, normalize_every=3)
+    muon_steps(first, resumed, 5, gen=gen)
+    again = Muon([{"params": resumed, "orthogonalize": True}], lr=0.1, other_lr=0.1, normalize=True, normalize_every=3)
+    again.load_state_dict(copy.deepcopy(first.state_dict()))
+    assert again.state[resumed[0]]["normalize_count"].dtype == torch.int64  # torch's load casts it to the weights'
+    muon_steps(again, resumed, 2, gen=gen)
+    assert all(torch.equal(a, b) for a, b in zip(every, resumed, strict=True))
+
+
+def test_a_bf16_momentum_buffer_is_kept_in_bf16_through_a_checkpoint_and_steps_near_fp32s():
+    from ddplab.engine.muon import Muon
+
+    banks, head = filter_banks(), torch.nn.Parameter(torch.randn(10, 4))
+    groups = [{"params": banks, "orthogonalize": True}, {"params": [head], "orthogonalize": False}]
+    opt = Muon(groups, lr=0.1, other_lr=0.1, momentum_precision="bf16")
+    head.grad = torch.randn_like(head)
+    muon_steps(opt, banks, 3)
+    assert {opt.state[b]["momentum_buffer"].dtype for b in banks} == {torch.bfloat16}
+    assert opt.state[head]["momentum_buffer"].dtype == torch.float32  # the rest: plain momentum, as the weights
+    again = Muon(groups, lr=0.1, other_lr=0.1, momentum_precision="bf16")
+    again.load_state_dict(copy.deepcopy(opt.state_dict()))
+    for b in banks:
+        loaded = again.state[b]["momentum_buffer"]
+        assert loaded.dtype == torch.bfloat16 and torch.equal(loaded, opt.state[b]["momentum_buffer"])
+    full = filter_banks()
+    muon_steps(Muon([{"params": full, "orthogonalize": True}], lr=0.1, other_lr=0.1), full, 3)
+    for a, b in zip(banks, full, strict=True):
+        torch.testing.assert_close(a.detach(), b.detach(), atol=2e-2, rtol=2e-2)
+    with pytest.raises(ValueError, match="momentum_precision"):
+        Muon(groups, lr=0.1, other_lr=0.1, momentum_precision="fp8")
+
+
+def test_the_muon_options_reach_the_optimizer_and_bad_values_are_config_errors():
+    from ddplab.config import build_config
+    from ddplab.engine.optim import build_optimizer
+
+    optim = build_config({"optim": {"name": "muon", "muon_normalize": True, "muon_normalize_every": 4,
+                                    "muon_momentum_precision": "bf16"}}).optim  # fmt: skip
+    group = build_optimizer(filter_banks(), optim).param_groups[0]
+    assert (group["normalize_every"], group["momentum_precision"]) == (4, "bf16")
+    with pytest.raises(ConfigError, match=r"optim\.muon_normalize_every=0 is not valid: must be 1 or more"):
+        build_config({"optim": {"muon_normalize_every": 0}})
+    with pytest.raises(ConfigError, match=r"optim\.muon_momentum_precision='fp16' is not valid: choose one of fp32"):
+        build_config({"optim": {"muon_momentum_precision": "fp16"}})

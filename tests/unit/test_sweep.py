@@ -189,6 +189,9 @@ def test_bundled_sweeps_parse_in_both_profiles(path):
     assert gpu.description and gpu.axes and len(gpu.runs) >= 2 and len(cpu.runs) >= 1
     assert all(r.config.data.dataset == "cifar10" for r in gpu.runs + cpu.runs)
     assert all(r.config.train.device == "cpu" and r.config.dist.backend != "nccl" for r in cpu.runs)
+    # The GPU profile captures the step where it can (the report says where it could not); a CPU has no graphs.
+    assert {r.config.train.cuda_graphs for r in gpu.runs} == {"auto"}
+    assert {r.config.cuda_graphs_on("cpu")[0] for r in cpu.runs} == {False}
     trained = sum(r.config.train.epochs * r.config.data.subset for r in cpu.runs)
     assert 0 < trained <= 250_000  # images trained in all: sized for minutes on 2 cores
     if not torch.cuda.is_available():

@@ -348,7 +348,7 @@ def test_the_trainer_reads_its_own_config_not_the_runs():
         optim={"grad_clip": 0.5, "label_smoothing": 0.1, "lookahead_steps": 5},
         output={"save_best": False},
     )
-    own = trainer_config(config)
+    own = trainer_config(config, "cpu")
     assert (own.epochs, own.seed, own.accumulate, own.tta) == (4, 9, 2, "flip")
     assert (own.grad_clip, own.label_smoothing, own.lookahead_steps, own.save_best) == (0.5, 0.1, 5, False)
     assert own.recorded == config.with_data_root().to_dict()  # what each checkpoint says it was trained with

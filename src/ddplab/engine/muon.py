@@ -23,6 +23,7 @@ import torch
 
 # The quintic's coefficients (Jordan et al., 2024), chosen to push small singular values up fast.
 NEWTON_SCHULZ = (3.4445, -4.7750, 2.0315)
+MOMENTUM_PRECISIONS = {"fp32": None, "bf16": torch.bfloat16}  # the filters' momentum buffer (None: the weights')
 
 
 def orthogonalize(m: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.Tensor:
@@ -62,7 +63,11 @@ class Muon(torch.optim.Optimizer):
     of a filter changes nothing in the net's function, only how far a step of a given size
     turns it, so fixing the norm keeps the orthogonalized step (norm about sqrt(out channels)
     times the rate) the same fraction of the weights all run long (the CIFAR-10 speed records
-    do this); weight decay on such a bank would be undone, so it gets none.
+    do this); weight decay on such a bank would be undone, so it gets none. `normalize_every` > 1
+    rescales on the first step and every so many after it (the later records' saving): a count
+    on the device decides, so a captured step keeps counting. `momentum_precision="bf16"` keeps
+    the filters' momentum in bfloat16 (half its memory traffic; it is orthogonalized in
+    bfloat16 either way).
     """
 
     def __init__(
@@ -77,7 +82,11 @@ class Muon(torch.optim.Optimizer):
         weight_decay: float = 0.0,
         ns_steps: int = 5,
         normalize: bool = False,
+        normalize_every: int = 1,
+        momentum_precision: str = "fp32",
     ):
+        if momentum_precision not in MOMENTUM_PRECISIONS:
+            raise ValueError(f"momentum_precision: one of {', '.join(MOMENTUM_PRECISIONS)}, not {momentum_precision!r}")
         other_momentum = momentum if other_momentum is None else other_momentum
         groups = [
             {
@@ -96,14 +105,31 @@ class Muon(torch.optim.Optimizer):
                 weight_decay=weight_decay,
                 ns_steps=ns_steps,
                 normalize=normalize,
+                normalize_every=max(1, normalize_every),
+                momentum_precision=momentum_precision,
                 orthogonalize=False,
             ),
         )
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
-        for group in self.param_groups:  # a checkpoint written before the option existed
+        for group in self.param_groups:  # a checkpoint written before the options existed
             group.setdefault("normalize", False)
+            group.setdefault("normalize_every", 1)
+            group.setdefault("momentum_precision", "fp32")
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """torch casts every loaded state tensor to its parameter's dtype: the filters' bfloat16 momentum and the
+        counts are put back as they were saved (exactly: bfloat16 -> float32 -> bfloat16 loses nothing)."""
+        super().load_state_dict(state_dict)
+        for group in self.param_groups:
+            dtype = MOMENTUM_PRECISIONS[group["momentum_precision"]] if group["orthogonalize"] else None
+            for p in group["params"]:
+                state = self.state.get(p, {})
+                if dtype is not None and "momentum_buffer" in state:
+                    state["momentum_buffer"] = state["momentum_buffer"].to(dtype)
+                if "normalize_count" in state:
+                    state["normalize_count"] = state["normalize_count"].to(torch.int64)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -120,7 +146,8 @@ class Muon(torch.optim.Optimizer):
                 grad = p.grad if ortho or not decay else p.grad.add(p, alpha=decay)
                 state = self.state[p]
                 if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = torch.zeros_like(p)
+                    dtype = MOMENTUM_PRECISIONS[group["momentum_precision"]] if ortho else None
+                    state["momentum_buffer"] = torch.zeros_like(p, dtype=dtype)
                 buf = state["momentum_buffer"].mul_(momentum).add_(grad)
                 updates[p] = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
             if ortho:
@@ -128,11 +155,24 @@ class Muon(torch.optim.Optimizer):
             for p, update in updates.items():
                 if ortho:
                     if group["normalize"]:
-                        p.mul_(math.sqrt(p.shape[0]) / p.norm().clamp(min=1e-12))
+                        self._normalize(p, group["normalize_every"])
                     elif decay:
                         p.mul_(1 - lr * decay)
                 p.sub_(update * lr)  # works for a float and a device-tensor rate alike
         return loss
+
+    def _normalize(self, p: torch.Tensor, every: int) -> None:
+        """The bank rescaled to norm sqrt(out channels): each step, or on the steps the bank's count on the device
+        says (the first, then one in `every`)."""
+        scale = math.sqrt(p.shape[0]) / p.norm().clamp(min=1e-12)
+        if every > 1:
+            state = self.state[p]
+            if "normalize_count" not in state:
+                state["normalize_count"] = torch.zeros((), dtype=torch.int64, device=p.device)
+            count = state["normalize_count"]
+            scale = torch.where(count % every == 0, scale, torch.ones_like(scale))
+            count.add_(1)
+        p.mul_(scale)
 
     @staticmethod
     def _orthogonalized(updates: dict, steps: int) -> dict:

@@ -35,6 +35,8 @@ def build_optimizer(
             weight_decay=cfg.weight_decay,
             ns_steps=cfg.muon_ns_steps,
             normalize=cfg.muon_normalize,
+            normalize_every=cfg.muon_normalize_every,
+            momentum_precision=cfg.muon_momentum_precision,
         )
     options: dict[str, tuple[type[Any], dict[str, Any]]] = {
         "sgd": (torch.optim.SGD, dict(momentum=cfg.momentum, nesterov=cfg.nesterov)),

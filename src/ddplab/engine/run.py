@@ -220,15 +220,15 @@ def collective_failure(exc: Exception, config: RunConfig, ctx: DistContext) -> E
     return exc
 
 
-def trainer_config(config: RunConfig) -> TrainerConfig:
-    """What of a run's config the loop reads."""
+def trainer_config(config: RunConfig, device_type: str) -> TrainerConfig:
+    """What of a run's config the loop reads, on `device_type` (train.cuda_graphs=auto decided there)."""
     t, o, m = config.train, config.optim, config.model
     return TrainerConfig(
         epochs=t.epochs,
         seed=t.seed,
         accumulate=t.accumulate,
         time_breakdown=t.time_breakdown,
-        cuda_graphs=t.cuda_graphs,
+        cuda_graphs=config.cuda_graphs_on(device_type)[0],
         tta=t.tta,
         grad_clip=o.grad_clip,
         label_smoothing=o.label_smoothing,
@@ -260,14 +260,15 @@ def build_trainer(
             f"this rank has {train_loader.num_samples} training images"
         )
     num_steps = steps_per_epoch(len(train_loader), config.train.accumulate)
-    optimizer = build_optimizer(wrapped.parameters(), config.optim, ctx.device, capturable=config.train.cuda_graphs)
+    graphs, graphs_said = config.cuda_graphs_on(ctx.device.type)
+    optimizer = build_optimizer(wrapped.parameters(), config.optim, ctx.device, capturable=graphs)
     trainer = Trainer(
-        config=trainer_config(config),
+        config=trainer_config(config, ctx.device.type),
         ctx=ctx,
         model=wrapped,
         optimizer=optimizer,
         scheduler=build_scheduler(optimizer, config.optim, epochs=config.train.epochs, steps_per_epoch=num_steps),
-        precision=Precision(config.train.precision, ctx.device, cache_casts=not config.train.cuda_graphs),
+        precision=Precision(config.train.precision, ctx.device, cache_casts=not graphs),
         train_loader=train_loader,
         eval_loader=eval_loader,
         early_stopping=EarlyStopping(config.train.early_stop_metric, config.train.patience, config.train.min_delta),
@@ -291,7 +292,8 @@ def build_trainer(
             ),
             "progress_syncs_per_epoch": min(PROGRESS_UPDATES_PER_EPOCH, num_steps),
             "fused_optimizer": bool(optimizer.defaults.get("fused")),
-            "cuda_graphs": config.train.cuda_graphs,
+            "cuda_graphs": graphs,
+            "cuda_graphs_said": graphs_said,
             "cpu_threads": torch.get_num_threads() if ctx.device.type == "cpu" else None,
         },
         gpu={
@@ -313,7 +315,7 @@ def build_trainer(
         num_classes=len(train_set.classes),
     )
     log.info(
-        "%s on %s: %d train / %d %s images, %s params, batch %d local / %d global, %d steps/epoch",
+        "%s on %s: %d train / %d %s images, %s params, batch %d local / %d global, %d steps/epoch%s",
         config.model.name,
         ctx.device,
         len(train_set),
@@ -323,6 +325,7 @@ def build_trainer(
         config.train.batch_size,
         config.global_batch_size(ctx.world_size),
         num_steps,
+        f", the step in a CUDA graph: {graphs_said}" if config.train.cuda_graphs is not False else "",
     )
     return trainer, info
 

@@ -298,8 +298,28 @@ def setup_text(section: Section) -> str:
             + (f" ({machine[1]} CPUs)" if machine[1] else "")
             + (f", torch {machine[2]}" if machine[2] else "")
         )
+    if graphs := graphs_text(section):
+        parts.append(graphs)
     parts += [f"adapted to this machine: {a}" for a in section.adapted]
     return "; ".join(parts)
+
+
+def graphs_text(section: Section) -> str:
+    """Which points replayed their step as one CUDA graph (train.cuda_graphs, as each run decided it), where any
+    did: points that differ in it differ in more than the setting they were swept over."""
+    engine = {p.label: [(r.summary.get("engine") or {}) for r in p.runs if r.summary] for p in section.points}
+    captured = [label for label, runs in engine.items() if runs and all(e.get("cuda_graphs") for e in runs)]
+    if not captured:
+        return ""
+    if len(captured) == len(engine):
+        return "every step replayed as one CUDA graph"
+    eager = {label: next((e.get("cuda_graphs_said") for e in runs if not e.get("cuda_graphs")), None)
+             for label, runs in engine.items() if label not in captured}  # fmt: skip
+    why = "; ".join(f"{label}: {said or 'off'}" for label, said in eager.items())
+    return (
+        f"the step replayed as one CUDA graph in {', '.join(captured)} only ({why}): part of a difference in "
+        "time between them is the capture"
+    )
 
 
 def architecture(section: Section) -> str | None:
