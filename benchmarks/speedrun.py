@@ -4,6 +4,7 @@
     python benchmarks/speedrun.py --device cuda --seeds 5                 # the preset as it ships (step captured)
     python benchmarks/speedrun.py --device cuda --seeds 5 -- --train.cuda_graphs false   # the eager step
     python benchmarks/speedrun.py --device cpu --quick                    # checks the script in a minute
+    python benchmarks/speedrun.py --device cuda --seeds 20 --against airbench   # beside the record's recipe
 
 Each seed is one `ddplab train --preset speedrun --seed S` process. Its time is the run's
 `time.record_s`: the whitening init from the data, every epoch's training and the final
@@ -13,6 +14,11 @@ Reported: mean +- std over the seeds of the final test accuracy and of record_s,
 of one run (3 x forward FLOPs per training image seen, plus the final evaluation's views),
 and the floor time those FLOPs would take at this device's measured bf16 matmul rate.
 Arguments after `--` go to every `ddplab train`.
+
+`--against airbench`: airbench94_muon (the CIFAR-10 speed record with Muon, carried in benchmarks/, see
+_airbench.py) on the same card and the same images, its runs interleaved with the preset's (A B, B A, ...), each
+timed as the records time a run; both sides' mean +- std of accuracy and time, the ratio of the mean times, and
+whether the preset reaches airbench's mean accuracy in at most TIME_BAR of its time.
 """
 
 from __future__ import annotations
@@ -22,9 +28,12 @@ import statistics
 import sys
 from pathlib import Path
 
+import _airbench as airbench
 import _common as common
 
 from ddplab.rundir import runfiles  # torch-free; _common puts src on the path
+
+TIME_BAR = 0.75  # the preset's mean time at most this share of airbench's, at no lower mean accuracy
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -37,10 +46,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--runs-dir", type=Path, default=Path("runs") / "bench" / "speedrun", help="where the run folders go"
     )
+    p.add_argument("--against", choices=["airbench"], help="run airbench94_muon beside the preset, interleaved")
+    # tests give a stub of airbench's interface (a CPU cannot run airbench itself)
+    p.add_argument("--airbench-file", type=Path, default=airbench.AIRBENCH_FILE, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--airbench-compile-mode", default="max-autotune", help="torch.compile's mode for airbench (its own)"
+    )
     args = p.parse_args(argv)
     common.check_common_args(p, args)
     if args.seeds < 1:
         p.error(f"--seeds must be >= 1, got {args.seeds}")
+    if args.against and not args.device.startswith("cuda") and args.airbench_file == airbench.AIRBENCH_FILE:
+        p.error("--against airbench: airbench94_muon runs on CUDA only; use --device cuda")
     args.extra = extra
     return args
 
@@ -105,37 +122,66 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
 
 
+def train_data(args: argparse.Namespace) -> tuple[str, str | None, dict]:
+    """The dataset the preset's runs train on (load_dataset's name, root and options): what airbench reads too."""
+    if args.quick:
+        return "synthetic", None, {"synthetic_size": 512, "image_size": 16, "num_classes": 4}
+    root = common.cifar_root(args.data_dir)
+    return "cifar10", str(root) if root is not None else None, {}
+
+
+def run_seed(args: argparse.Namespace, seed: int, env: dict[str, str]) -> dict:
+    """One `ddplab train --preset speedrun` process and what its run folder says of it."""
+    run_dir = args.runs_dir / f"seed-{seed}"
+    if run_dir.exists():
+        import shutil
+
+        shutil.rmtree(run_dir)
+    proc = common.run_ddplab(train_args(args, seed), run_dir, env=env)
+    run = common.read_run(run_dir)
+    s, t = run["summary"], run["summary"]["time"]
+    last = run["metrics"][-1]
+    return {
+        "seed": seed,
+        "test_acc": s["final"]["test_acc"],
+        "record_s": t["record_s"],
+        "data_init_s": t["data_init_s"],
+        "train_s": t["train_s"],
+        "final_eval_s": last.eval_s,
+        "other_evals_s": t["eval_s"] - last.eval_s,
+        "warmup_s": (t.get("warmup") or {}).get("s"),
+        "startup_s": t["startup_s"],
+        "process_s": proc["wall_s"],
+        "summary": s,
+    }
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     machine = common.machine_info(args.device)
     env = common.child_env(args.threads)
-    runs = []
-    for seed in range(args.seeds):
-        run_dir = args.runs_dir / f"seed-{seed}"
-        if run_dir.exists():
-            import shutil
-
-            shutil.rmtree(run_dir)
-        proc = common.run_ddplab(train_args(args, seed), run_dir, env=env)
-        run = common.read_run(run_dir)
-        s, t = run["summary"], run["summary"]["time"]
-        last = run["metrics"][-1]
-        runs.append(
-            {
-                "seed": seed,
-                "test_acc": s["final"]["test_acc"],
-                "record_s": t["record_s"],
-                "data_init_s": t["data_init_s"],
-                "train_s": t["train_s"],
-                "final_eval_s": last.eval_s,
-                "other_evals_s": t["eval_s"] - last.eval_s,
-                "warmup_s": (t.get("warmup") or {}).get("s"),
-                "startup_s": t["startup_s"],
-                "process_s": proc["wall_s"],
-                "summary": s,
-            }
+    runs, theirs = [], []
+    worker = None
+    if args.against:
+        name, root, options = train_data(args)
+        data = airbench.write_data(args.runs_dir / "airbench-data", name, root, **options)
+        print(f"airbench: compiling ({args.airbench_compile_mode}) and warming up ...", flush=True)
+        worker = airbench.Worker(
+            args.airbench_file, data, args.runs_dir / "airbench.log", compile_mode=args.airbench_compile_mode, env=env
         )
-        print(f"seed {seed}: test acc {runs[-1]['test_acc']:.2%}, record {runs[-1]['record_s']:.2f} s", flush=True)
+    try:
+        for seed, side in common.interleaved(args.seeds, ["ddplab", "airbench"] if worker else ["ddplab"]):
+            if side == "airbench":
+                assert worker is not None
+                theirs.append({"run": seed, **worker.run(seed)})
+                print(f"airbench {seed}: test acc {theirs[-1]['acc']:.2%}, {theirs[-1]['time_s']:.2f} s", flush=True)
+                continue
+            runs.append(run_seed(args, seed, env))
+            print(f"seed {seed}: test acc {runs[-1]['test_acc']:.2%}, record {runs[-1]['record_s']:.2f} s", flush=True)
+    finally:
+        if worker is not None:
+            worker.close()
+    runs.sort(key=lambda r: r["seed"])
     flops = run_flops(args.runs_dir / "seed-0", runs[0]["summary"])
     rate = floor_rate(args.device, args.quick)
     floor_s = flops / (rate["bf16_tflops"] * 1e12)
@@ -155,6 +201,22 @@ def main(argv=None) -> int:
         for r in runs
     ]
     rows.append(["mean +- std", f"{acc:.2%} +- {acc_std:.2%}", f"{rec:.3f} +- {rec_std:.3f}", "", "", "", "", ""])
+    against = None
+    if theirs:
+        their_acc, their_acc_std = mean_std([r["acc"] for r in theirs])
+        their_s, their_s_std = mean_std([r["time_s"] for r in theirs])
+        ratio = rec / their_s
+        against = {
+            "name": "airbench94_muon",
+            "runs": theirs,
+            "test_acc": {"mean": their_acc, "std": their_acc_std},
+            "time_s": {"mean": their_s, "std": their_s_std},
+            "time_ratio": ratio,
+            "meets": {"accuracy": acc >= their_acc, "time": ratio <= TIME_BAR},
+            "compile_mode": args.airbench_compile_mode,
+        }
+        rows.append(["airbench94_muon", f"{their_acc:.2%} +- {their_acc_std:.2%}",
+                     f"{their_s:.3f} +- {their_s_std:.3f}", "", "", "", "", ""])  # fmt: skip
     table = common.markdown_table(
         [
             "seed",
@@ -173,6 +235,25 @@ def main(argv=None) -> int:
         f"MFLOP/image); floor at the measured bf16 rate {rate['bf16_tflops']:.1f} TFLOP/s ({rate['how']}): "
         f"{floor_s:.3f} s; the mean run takes {rec / floor_s:.1f}x the floor"
     ]
+    if against is not None:
+        met = against["meets"]
+        notes.append(
+            f"against airbench94_muon over {len(theirs)} runs each, interleaved on this device: the preset's mean time "
+            f"is {against['time_ratio']:.2f}x airbench's, mean accuracy {acc - against['test_acc']['mean']:+.2%}: "
+            + (
+                f"meets the bar (no lower accuracy in at most {TIME_BAR}x the time)"
+                if met["accuracy"] and met["time"]
+                else "does not meet the bar: "
+                + "; ".join(
+                    why
+                    for ok, why in (
+                        (met["accuracy"], "its mean accuracy is lower"),
+                        (met["time"], f"its time is over {TIME_BAR}x"),
+                    )
+                    if not ok
+                )
+            )
+        )
     results = {
         "runs": [{k: v for k, v in r.items() if k != "summary"} for r in runs],
         "test_acc": {"mean": acc, "std": acc_std},
@@ -180,6 +261,7 @@ def main(argv=None) -> int:
         "flops_per_run": flops,
         "floor": {**rate, "seconds": floor_s},
         "train_args": train_args(args, 0),
+        "against": against,
     }
     common.finish("speedrun", args, machine, results, table, notes)
     return 0

@@ -10,7 +10,12 @@
 #                                           (benchmarks/ddp_step.py), and ddplab runs at local batches 32 to
 #                                           1024 whose folders come back to be planned from each other (their
 #                                           first epoch profiled: the GPU's busy share; SKIP_BENCH=1: runs only)
+#   bash scripts/device_check.sh airbench     issue 45: the speedrun preset against airbench94_muon on this card,
+#                                           interleaved, $SEEDS runs each (default 20): benchmarks/speedrun.py
+#                                           --against airbench (its own compile and warm-up once, then ~2 s a run;
+#                                           the preset's each a process: start-up and compile apart from its time)
 #   bash scripts/device_check.sh --cpu [PART] the same steps on a CPU at toy sizes: a rehearsal, no device minute lost
+#                                           (airbench: a stand-in of its interface, since a CPU cannot run it)
 # Every step's limit is cut to what is left of the call ($DEADLINE s from the start, default 570), so a slow
 # step costs the steps after it, never the results before it.
 #
@@ -40,7 +45,8 @@ cd "$(dirname "$0")/.."
 MODE=cuda
 [ "${1:-}" = --cpu ] && MODE=cpu && shift
 PART=${1:-checks}
-case $PART in checks | owed | planner) ;; *) echo "device_check.sh: no part '$PART' (checks, owed, planner)" >&2; exit 2 ;; esac
+case $PART in checks | owed | planner | airbench) ;;
+*) echo "device_check.sh: no part '$PART' (checks, owed, planner, airbench)" >&2; exit 2 ;; esac
 DEADLINE=${DEADLINE:-570}
 OUT=${OUT:-runs/device-check}
 W=/tmp/device-check
@@ -293,6 +299,25 @@ planner() {
         --out "$W/plan/$m-$b"
     done
   done
+  reap
+}
+
+airbench() {
+  local stand_in=()
+  if [ "$MODE" = cpu ]; then  # airbench's interface on a CPU: checks the plumbing, measures nothing
+    cat >"$W/airbench_stand_in.py" <<'EOF'
+import torch
+class CifarNet(torch.nn.Module):
+    def cuda(self): return self
+    def compile(self, mode=None): pass
+def main(run, model): return 0.5, 1.0
+EOF
+    stand_in=(--airbench-file "$W/airbench_stand_in.py")
+  fi
+  say "the speedrun preset against airbench94_muon, interleaved (issue 45)"
+  TAIL=20 step airbench 540 $PY benchmarks/speedrun.py "${DEV[@]}" "${QUICK[@]}" \
+    --seeds "$([ "$MODE" = cuda ] && echo "${SEEDS:-20}" || echo 2)" --against airbench "${stand_in[@]}" \
+    --out "$W/speedrun_airbench.json" --runs-dir "$W/airbench-runs"
   reap
 }
 

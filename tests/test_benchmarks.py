@@ -161,6 +161,67 @@ def test_speedrun_reports_mean_and_std_over_seeds_and_the_flops_floor(tmp_path):
     assert "--preset" in results["train_args"] and "speedrun" in results["train_args"]
 
 
+AIRBENCH_STUB = """
+import os
+from pathlib import Path
+
+import torch
+
+DATA = Path(os.environ["AIRBENCH_DATA"])
+
+
+class CifarNet(torch.nn.Module):  # airbench's interface, on a CPU
+    def cuda(self):
+        return self
+
+    def compile(self, mode=None):
+        (DATA / "compiled").write_text(mode)
+
+
+def main(run, model):
+    train, test = torch.load(DATA / "train.pt"), torch.load(DATA / "test.pt")
+    print("| airbench's own table |")  # its prints must not reach the answers
+    with open(DATA / "runs.txt", "a") as f:
+        f.write(f"{run} {tuple(train['images'].shape)} {train['images'].dtype} {len(test['labels'])}\\n")
+    return (0.5, 9.0) if run == "warmup" else (0.25 + 0.01 * run, 1.5 + run)
+"""
+
+
+def test_speedrun_against_airbench_interleaves_its_runs_on_the_same_data_and_compares(tmp_path):
+    """--against airbench with a stub of airbench's interface (a CPU cannot run airbench): its data written from
+    the preset's own (airbench's format: uint8 HWC), compiled and warmed up once, its runs interleaved with the
+    preset's, its prints kept out of the answers, and the comparison the numbers give."""
+    stub = tmp_path / "stub.py"
+    stub.write_text(AIRBENCH_STUB)
+    runs = tmp_path / "runs"
+    results, stdout = run_bench(
+        "speedrun", tmp_path, "--seeds", "2", "--runs-dir", str(runs), "--against", "airbench",
+        "--airbench-file", str(stub), "--", "--precision", "fp32",
+    )  # fmt: skip
+    data = runs / "airbench-data"
+    assert (data / "compiled").read_text() == "max-autotune"
+    assert (data / "runs.txt").read_text().splitlines() == [
+        f"{run} (512, 16, 16, 3) torch.uint8 128" for run in ("warmup", 0, 1)
+    ]  # the preset's synthetic images, HWC
+    order = [line.split(":")[0] for line in stdout.splitlines() if line.startswith(("seed ", "airbench "))]
+    assert order == ["seed 0", "airbench 0", "airbench 1", "seed 1"]  # A B, B A
+    against, ours = results["against"], results["record_s"]["mean"]
+    assert [r["acc"] for r in against["runs"]] == [0.25, 0.26] and [r["time_s"] for r in against["runs"]] == [1.5, 2.5]
+    assert against["test_acc"] == pytest.approx({"mean": 0.255, "std": statistics.stdev([0.25, 0.26])})
+    assert against["time_s"]["mean"] == 2.0 and against["time_ratio"] == pytest.approx(ours / 2.0)
+    assert against["meets"] == {
+        "accuracy": results["test_acc"]["mean"] >= 0.255,
+        "time": against["time_ratio"] <= 0.75,
+    }
+    assert "| airbench94_muon | 25.50% +- 0.71% | 2.000 +- 0.707 |" in stdout
+    assert "airbench's own table" not in stdout and "airbench's own table" in (runs / "airbench.log").read_text()
+    refused = warm.run(
+        [sys.executable, "-c", RUN_SCRIPT, str(BENCH / "speedrun.py"), "--device", "cpu", "--against", "airbench"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "airbench94_muon runs on CUDA only" in refused.stderr
+
+
 @pytest.mark.alone
 def test_plan_validation_sets_the_model_against_measured_runs(tmp_path):
     """--quick: the tiny net at batch 32, one process and 2 workers, the link measured with 2 ranks; each row's
