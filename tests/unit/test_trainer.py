@@ -249,6 +249,7 @@ def test_the_summary_says_how_the_numbers_were_taken(tiny_run):
         "progress_syncs_per_epoch": 8,
         "fused_optimizer": False,
         "cuda_graphs": False,
+        "cuda_graphs_said": "off",
         "cpu_threads": torch.get_num_threads(),
     }
 
