@@ -129,9 +129,11 @@ def test_the_cpu_band_is_this_machines_recorded_checks():
 
 def test_a_cpu_prediction_across_nodes_takes_the_band_of_the_checks_across_hosts():
     """The single-host band (-9% to +45%) did not hold two hosts unshaped (-13% with STRAGGLER, -17% before it):
-    predictions across nodes carry the band of the cases measured across hosts."""
+    predictions across nodes carry the band of the cases measured across hosts, on both sides of the model since
+    resnet18 hid most of its all-reduce at 300 Mbit/s (+11%) where vgg_small hid none (-16%)."""
     hosts = band.band_for(False, nodes=2)
     ratios = [measured / predicted for *_, predicted, measured in band.HOST_CHECKS]
     assert hosts.cases == len(band.HOST_CHECKS) >= 3 and (hosts.lo, hosts.hi) == (min(ratios), max(ratios))
     assert hosts.lo < band.cpu_band().lo and not band.cpu_band().holds(1035.2, 897.7) and hosts.holds(1035.2, 897.7)
+    assert hosts.lo < 0.84 and hosts.hi > 1.1 and hosts.holds(19.7, 21.8) and hosts.holds(73.4, 61.3)
     assert band.band_for(False, nodes=1) == band.cpu_band() and band.band_for(True, nodes=2) == band.gpu_band(2)
