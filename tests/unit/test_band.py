@@ -130,7 +130,7 @@ def test_the_cpu_band_is_this_machines_recorded_checks():
 def test_a_cpu_prediction_across_nodes_takes_the_band_of_the_checks_across_hosts():
     """The single-host band (-9% to +45%) did not hold two hosts unshaped (-13% with STRAGGLER, -17% before it):
     predictions across nodes carry the band of the cases measured across hosts, on both sides of the model since
-    resnet18 hid most of its all-reduce at 300 Mbit/s (+11%) where vgg_small hid none (-16%)."""
+    resnet18 and vgg_small at 300 Mbit/s (+11%, -16%)."""
     hosts = band.band_for(False, nodes=2)
     ratios = [measured / predicted for *_, predicted, measured in band.HOST_CHECKS]
     assert hosts.cases == len(band.HOST_CHECKS) >= 3 and (hosts.lo, hosts.hi) == (min(ratios), max(ratios))

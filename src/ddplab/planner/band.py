@@ -114,9 +114,9 @@ CPU_CHECKS: tuple[tuple[str, int, int, float, float], ...] = (
 # of CPU_SERIAL and STRAGGLER (its kept runs planned again): (model, link, local batch, predicted, measured)
 # training images/s of 2 hosts x 1 process against the model planned from the one-host run and the link measured
 # at that rate. The last two: `... --rates 300mbit --model M --subset 1024 --test-subset 256 --batch-size 64
-# --repeats 1` (2026-11-28, one run a side): resnet18 hid 70% of its all-reduce behind backward (DDP's overlap timer:
-# 1.22 of 1.75 s a step), which CPU_SERIAL says never happens on a CPU; vgg_small, the same way, hid none (0.2 ms of
-# 0.35 s). What decides it is not modelled yet (BENCHMARKS.md, "A CPU's overlap depends on the model").
+# --repeats 1` (2026-11-28, one run a side): both nets' buckets ran under backward as DDP made them (a comm hook's
+# timing), which CPU_SERIAL says never happens on a CPU: resnet18 came out above the prediction, vgg_small below
+# (BENCHMARKS.md, "A CPU's all-reduce does hide behind backward").
 HOST_CHECKS: tuple[tuple[str, str, int, float, float], ...] = (
     ("simple_cnn", "100mbit", 64, 405.6, 382.3),
     ("simple_cnn", "1gbit", 64, 944.2, 863.3),

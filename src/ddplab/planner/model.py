@@ -41,11 +41,12 @@ Assumptions, each with the name it goes by in the code:
                the one before it is done; the exposed part is what the queue runs past the end
                of backward (at least the last bucket, ready only when backward ends; on a slow
                link most of the traffic).
-  CPU_SERIAL   on a CPU (Gloo) nothing hides behind backward: DDP's own overlap timer measured
-               0.2-1.2 ms of 80-970 ms of all-reduce a step, two hosts of this VM at three link
-               rates (benchmarks/network.py, vgg_small, 2026-11-26; the buckets' all-reduces
-               start only once the worker's core is free of backward). The whole all-reduce is
-               exposed there; LINK_QUEUE is the CUDA rule.
+  CPU_SERIAL   on a CPU (Gloo) the whole all-reduce is exposed; LINK_QUEUE is the CUDA rule. Drawn from
+               DDP's own overlap timer (0.2-1.2 ms of 80-970 ms of all-reduce a step, vgg_small on two
+               hosts of this VM, 2026-11-26), which a comm hook's timing of each bucket later showed is
+               not a measure of it on Gloo: the buckets run under backward as DDP makes them there too
+               (2026-11-28, BENCHMARKS.md). Kept until LINK_QUEUE on a CPU, with DDP's real buckets, is
+               checked against the test cluster's runs apart from its two hosts sharing one VM.
   DDP_HOST     on CUDA, DDP's own host work every step (the reducer's autograd hooks and bucket bookkeeping, each
                bucket's all-reduce launched), which a one-process run never did: DDP_HOST_PER_LAYER_S for each
                layer with parameters (the run's summary lists its layers). benchmarks/ddp_step.py stepped one
