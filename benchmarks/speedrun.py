@@ -56,8 +56,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     common.check_common_args(p, args)
     if args.seeds < 1:
         p.error(f"--seeds must be >= 1, got {args.seeds}")
-    if args.against and not args.device.startswith("cuda") and args.airbench_file == airbench.AIRBENCH_FILE:
-        p.error("--against airbench: airbench94_muon runs on CUDA only; use --device cuda")
+    if args.against and args.airbench_file == airbench.AIRBENCH_FILE:  # the real one, not a test's stand-in
+        if not args.device.startswith("cuda"):
+            p.error("--against airbench: airbench94_muon runs on CUDA only; use --device cuda")
+        if args.quick or common.cifar_root(args.data_dir) is None:
+            p.error(
+                "--against airbench: airbench94_muon trains on CIFAR-10: give its folder (--data-dir or $DDPLAB_DATA) "
+                "and leave out --quick"
+            )
     args.extra = extra
     return args
 

@@ -220,6 +220,14 @@ def test_speedrun_against_airbench_interleaves_its_runs_on_the_same_data_and_com
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip
     assert refused.returncode == 2 and "airbench94_muon runs on CUDA only" in refused.stderr
+    import torch
+
+    if torch.cuda.is_available():  # on CUDA: airbench trains on CIFAR-10 alone, never the quick synthetic images
+        refused = warm.run(
+            [sys.executable, "-c", RUN_SCRIPT, str(BENCH / "speedrun.py"), "--device", "cuda", "--quick", "--against",
+             "airbench"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        )  # fmt: skip
+        assert refused.returncode == 2 and "airbench94_muon trains on CIFAR-10" in refused.stderr
 
 
 @pytest.mark.alone
