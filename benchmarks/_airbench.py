@@ -20,6 +20,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import selectors
 import subprocess
 import sys
 import time
@@ -63,8 +64,6 @@ class Worker:
         self.answer(READY_TIMEOUT_S)  # {"ready": ...}: compiled and warmed up
 
     def answer(self, timeout_s: float) -> dict[str, Any]:
-        import selectors
-
         assert self.proc.stdout is not None
         with selectors.DefaultSelector() as sel:
             sel.register(self.proc.stdout, selectors.EVENT_READ)

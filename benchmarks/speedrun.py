@@ -187,7 +187,6 @@ def main(argv=None) -> int:
     finally:
         if worker is not None:
             worker.close()
-    runs.sort(key=lambda r: r["seed"])
     flops = run_flops(args.runs_dir / "seed-0", runs[0]["summary"])
     rate = floor_rate(args.device, args.quick)
     floor_s = flops / (rate["bf16_tflops"] * 1e12)

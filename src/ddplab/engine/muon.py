@@ -41,6 +41,11 @@ def orthogonalize(m: torch.Tensor, steps: int = 5, eps: float = 1e-7) -> torch.T
     return x.mT if tall else x
 
 
+def momentum_dtype(group: dict) -> torch.dtype | None:
+    """A group's momentum buffer's dtype: the option's for the filters, the weights' own (None) for the rest."""
+    return MOMENTUM_PRECISIONS[group["momentum_precision"]] if group["orthogonalize"] else None
+
+
 def split_params(params) -> list[dict]:
     """Two groups: filters (4-D, trainable) orthogonalized; everything else plain momentum."""
     params = [p for p in params if p.requires_grad]
@@ -123,7 +128,7 @@ class Muon(torch.optim.Optimizer):
         counts are put back as they were saved (exactly: bfloat16 -> float32 -> bfloat16 loses nothing)."""
         super().load_state_dict(state_dict)
         for group in self.param_groups:
-            dtype = MOMENTUM_PRECISIONS[group["momentum_precision"]] if group["orthogonalize"] else None
+            dtype = momentum_dtype(group)
             for p in group["params"]:
                 state = self.state.get(p, {})
                 if dtype is not None and "momentum_buffer" in state:
@@ -146,8 +151,7 @@ class Muon(torch.optim.Optimizer):
                 grad = p.grad if ortho or not decay else p.grad.add(p, alpha=decay)
                 state = self.state[p]
                 if "momentum_buffer" not in state:
-                    dtype = MOMENTUM_PRECISIONS[group["momentum_precision"]] if ortho else None
-                    state["momentum_buffer"] = torch.zeros_like(p, dtype=dtype)
+                    state["momentum_buffer"] = torch.zeros_like(p, dtype=momentum_dtype(group))
                 buf = state["momentum_buffer"].mul_(momentum).add_(grad)
                 updates[p] = grad.add(buf, alpha=momentum) if group["nesterov"] else buf
             if ortho:

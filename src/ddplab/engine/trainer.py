@@ -105,6 +105,7 @@ class Trainer:
         self.graphed: GraphedStep | None = None  # the captured step, with --train.cuda_graphs
         self.profiler: StepProfiler | None = None  # --train.profile_steps: told of every optimizer step
         self.comm = CommTimers(model, ctx, every=self.timed_step_every())
+        self.readings = EpochReadings(ctx, model, gpu_sampler)  # the machine's side of each epoch
         self.lookahead = (
             Lookahead(unwrap(model).parameters(), every=config.lookahead_steps, alpha=config.lookahead_alpha)
             if config.lookahead_steps
@@ -152,7 +153,7 @@ class Trainer:
     def run_epoch(self, epoch: int) -> tuple[EpochRecord, dict[str, list[dict[str, Any]]]]:
         """The epoch's record (metrics.jsonl) and its samples: training loss at each refresh, GPU readings."""
         torch.manual_seed(derive_seed(self.config.seed, epoch, self.ctx.rank, "dropout"))
-        readings = EpochReadings(self.ctx, self.model, self.gpu_sampler).start()
+        readings = self.readings.start()
         clock = Stopwatch(self.ctx.device).start()
         train = self.train_epoch(epoch)
         train_s = clock.stop()
