@@ -10,29 +10,36 @@ most lines on one panel, which the tests check), or None when there is nothing t
 
 from __future__ import annotations
 
+import functools
 import math
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-matplotlib.rcParams["text.parse_math"] = False  # a label like "cost $x$" is text, not a formula
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-
-from ddplab.io import files  # noqa: E402
-from ddplab.report.figures import figure  # noqa: E402
-from ddplab.report.kinds import kind_of  # noqa: E402
-from ddplab.report.records import Row  # noqa: E402
-from ddplab.report.runs import Point, groups_without  # noqa: E402
+from ddplab.io import files
+from ddplab.report.figures import figure
+from ddplab.report.kinds import kind_of
+from ddplab.report.records import Row
+from ddplab.report.runs import Point, groups_without
 
 DPI = 100
 MAX_POINTS_TOGETHER = 4  # more points than this: one panel each
 MAX_GPU_PANELS = 8
 LEGEND_WIDTH = 28  # characters per legend line: long labels wrap, never truncate
+
+
+@functools.cache
+def pyplot() -> Any:
+    """matplotlib.pyplot, set to draw off-screen, imported when the first figure is drawn: a command that ends
+    before it draws (a sweep file's error, a report of no runs) does not pay its 0.5-0.8 s import."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False  # a label like "cost $x$" is text, not a formula
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 @dataclass
@@ -78,12 +85,12 @@ def save(fig: Any, path: Path, caption: str) -> Plot:
     try:  # whole or absent: a full disk leaves no half-drawn PNG under the real name
         files.write_atomic(path, lambda tmp: fig.savefig(tmp, dpi=DPI, format=path.suffix.lstrip(".") or "png"))
     finally:
-        plt.close(fig)
+        pyplot().close(fig)
     return Plot(path.stem.split("-", 1)[-1], path, caption, legend, lines, clipped)
 
 
 def color(i: int, n: int) -> Any:
-    return plt.get_cmap("tab10" if n <= 10 else "tab20")(i % 20)
+    return pyplot().get_cmap("tab10" if n <= 10 else "tab20")(i % 20)
 
 
 def wrap(label: str) -> str:
@@ -150,7 +157,7 @@ def plot_curves(
             " Dotted line: the epoch of lowest test loss; dash-dot: where early stopping (patience 2) would stop."
         )
     if len(labels) <= MAX_POINTS_TOGETHER:
-        fig, (ax_l, ax_a) = plt.subplots(1, 2, figsize=(12.0, 4.6))
+        fig, (ax_l, ax_a) = pyplot().subplots(1, 2, figsize=(12.0, 4.6))
         for i, (label, curve) in enumerate(zip(labels, curves, strict=True)):
             for ax, metric in ((ax_l, "loss"), (ax_a, "acc")):
                 draw_curve(ax, curve_series(curve, metric), color(i, len(labels)), wrap(label))
@@ -164,7 +171,7 @@ def plot_curves(
         return save(fig, path, caption)
     cols = min(4, len(labels))
     nrows = math.ceil(len(labels) / cols)
-    fig, axes = plt.subplots(2 * nrows, cols, figsize=(3.6 * cols, 3.0 * 2 * nrows), squeeze=False, sharex=True)
+    fig, axes = pyplot().subplots(2 * nrows, cols, figsize=(3.6 * cols, 3.0 * 2 * nrows), squeeze=False, sharex=True)
     for i, (label, curve) in enumerate(zip(labels, curves, strict=True)):
         r, col = divmod(i, cols)
         for k, metric in enumerate(("loss", "acc")):
@@ -183,6 +190,8 @@ def plot_curves(
 
 
 def style_curve_axes(ax: Any, metric: str) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set(xlabel="epoch", ylabel="accuracy (%)" if metric == "acc" else "cross-entropy loss")
     ax.grid(alpha=0.3)
@@ -194,7 +203,7 @@ def plot_speed(rows: list[Row], path: Path) -> Plot | None:
     timed = [r for r in rows if r.get("images_per_s")]
     if len(timed) < 2:
         return None
-    fig, ax = plt.subplots(figsize=(9.0, max(2.4, 0.9 + 0.5 * len(timed))))
+    fig, ax = pyplot().subplots(figsize=(9.0, max(2.4, 0.9 + 0.5 * len(timed))))
     labels = [wrap(r["point"]) for r in timed]
     values = [r["images_per_s"] for r in timed]
     errors = [r["images_per_s"] * (r["timing"].noise or 0.0) if r.get("timing") else 0.0 for r in timed]
@@ -225,7 +234,7 @@ def plot_batch_size(points: list[Point], rows: list[Row], path: Path) -> Plot | 
         return None
     if not any(a.endswith("batch_size") for p in points for a in p.axes):
         return None  # the batch differs along with something else (a DDP point's share of one batch): not a batch sweep
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12.0, 4.6))
+    fig, (ax_t, ax_m) = pyplot().subplots(1, 2, figsize=(12.0, 4.6))
     groups = groups_without(points, ("train.batch_size",))
     for g, members in enumerate(groups):
         sel = sorted(
@@ -258,7 +267,7 @@ def plot_model(curves: Any, path: Path) -> Plot:
     """The scaling model's lines (dashed) through the measured points (markers): speedup against workers, and
     the training epoch against the local batch where the points span batches."""
     panels = 2 if curves.batch else 1
-    fig, axes = plt.subplots(1, panels, figsize=(6.0 * panels, 4.6), squeeze=False)
+    fig, axes = pyplot().subplots(1, panels, figsize=(6.0 * panels, 4.6), squeeze=False)
     ax_w = axes[0][0]
     draw_predicted(ax_w, curves.workers)
     first = curves.workers[0]
@@ -340,7 +349,7 @@ def plot_time_breakdown(rows: list[Row], path: Path) -> Plot | None:
     sel = [r for r in rows if r.get("forward_backward_share") is not None]
     if not sel:
         return None
-    fig, ax = plt.subplots(figsize=(9.0, max(2.5, 1.0 + 0.5 * len(sel))))
+    fig, ax = pyplot().subplots(figsize=(9.0, max(2.5, 1.0 + 0.5 * len(sel))))
     names = list(time_parts(sel[0]))
     left = [0.0] * len(sel)
     labels = [wrap(r["point"]) for r in sel]
@@ -390,7 +399,7 @@ def plot_step_loss(points: list[Point], path: Path) -> Plot | None:
             series.append((p.label, xs, [sum(per_x[x]) / len(per_x[x]) for x in xs]))
     if not series:
         return None
-    fig, ax = plt.subplots(figsize=(9.0, 4.6))
+    fig, ax = pyplot().subplots(figsize=(9.0, 4.6))
     for i, (label, xs, ys) in enumerate(series):
         ax.plot(xs, ys, color=color(i, len(series)), label=wrap(label), linewidth=1.2)
     ax.set(
@@ -410,7 +419,7 @@ def plot_gpu_utilization(points: list[Point], path: Path) -> Plot | None:
         return None
     cols = 1 if len(runs) == 1 else 2
     nrows = (len(runs) + cols - 1) // cols
-    fig, axes = plt.subplots(nrows, cols, figsize=(5.5 * cols, 3.0 * nrows), squeeze=False)
+    fig, axes = pyplot().subplots(nrows, cols, figsize=(5.5 * cols, 3.0 * nrows), squeeze=False)
     for ax, run in zip(axes.flat, runs, strict=False):
         gpus = sorted({(r.get("rank", 0), r.get("gpu", 0)) for r in run.gpu})
         for k, (rank, gpu) in enumerate(gpus):
