@@ -307,3 +307,35 @@ def test_warm_start_sets_cold_against_warm_for_a_point_a_ddp_run_and_a_sweep(tmp
         assert got["median_fixed_s"] == [got["fixed_s"]["cold"][0], got["fixed_s"]["warm"][0]]
     (steps,) = results["first_step_s"]
     assert len(steps) == 2 and all(0 < s for s in steps)  # both ranks stepped, after their launcher started them
+
+
+def test_planner_terms_leaves_each_term_out_and_puts_it_back():
+    """The model as it stands is `ddplab plan --corpus`'s held-out figures; STRAGGLER left out is its column without
+    it; every term left out changes what it should and is back once its row is measured."""
+    import importlib.util
+
+    from ddplab.planner import corpus
+
+    spec = importlib.util.spec_from_file_location("planner_terms", BENCH / "planner_terms.py")
+    terms = sys.modules["planner_terms"] = importlib.util.module_from_spec(spec)  # its dataclasses look it up
+    spec.loader.exec_module(terms)
+    _, series = corpus.load()
+    plain, held, _ = corpus.predicted(series)
+    first = [abs(p.error) for p in held if not p.series.from_node and p.error is not None]
+    as_is = terms.measure("as is", "")
+    assert as_is["points"] == len(first) and as_is["median_abs"] == statistics.median(first)
+    rows = {}
+    for term in terms.TERMS:
+        with term.leave_out():
+            rows[term.name] = terms.measure(term.name, term.without)
+    assert terms.measure("again", "") == {**as_is, "term": "again"}  # nothing left patched
+    no_straggler = rows["STRAGGLER, both"]
+    assert no_straggler["spreads"] == [(0.0, 0.0)]
+    assert no_straggler["median_abs"] == statistics.median(abs(p.error) for p in plain if p.error is not None)
+    assert (
+        rows["STRAGGLER, a GPU's spread"]["spreads"][0][0] == 0.0 < rows["STRAGGLER, a GPU's spread"]["spreads"][0][1]
+    )
+    figures = ("median_abs", "below", "p5", "p95", "median_abs_by_kind", "held")
+    for name, row in rows.items():  # each term moves the corpus somewhere
+        assert any(row[k] != as_is[k] for k in figures), name
+    assert rows["LINK_QUEUE (the all-reduce under backward)"]["below"] > as_is["below"]  # more exposed: slower

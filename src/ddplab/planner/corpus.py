@@ -409,11 +409,14 @@ def predicted(series: list[Series]) -> tuple[list[Point], list[Point], dict[str,
 CV_GRID = tuple(i / 400 for i in range(81))  # STRAGGLER's spreads: 0 to 20% by 0.25%
 
 
-def fit_spread(found: list[Point]) -> Spread:
+def fit_spread(
+    found: list[Point], gpu_grid: tuple[float, ...] = CV_GRID, node_grid: tuple[float, ...] = CV_GRID
+) -> Spread:
     """STRAGGLER's spreads that predict `found` best: the GPU's from the points on one node (a node's spread
-    does not reach them), then the node's from the points across nodes, each the first on CV_GRID with the least
+    does not reach them), then the node's from the points across nodes, each the first on its grid with the least
     mean over sources of a source's median |error|. Sources weigh alike: one benchmark of many rows on one
-    cluster (dlperf: 220 of 460 points) would otherwise set the constants every other machine is planned with."""
+    cluster (dlperf: 220 of 460 points) would otherwise set the constants every other machine is planned with.
+    A grid of (0.0,) leaves that spread out (benchmarks/planner_terms.py)."""
     terms: dict[bool, dict[str, list[tuple[Step, Step, float]]]] = {False: {}, True: {}}  # across nodes -> source
     for p in found:  # what an error at any spread is made of, read once: the two steps, base figure / published
         if p.steps is not None:
@@ -426,8 +429,8 @@ def fit_spread(found: list[Point]) -> Spread:
             for ts in by_source.values()
         )
 
-    gpu = min(CV_GRID, key=lambda cv: error(terms[False], Spread(cv))) if terms[False] else 0.0
-    node = min(CV_GRID, key=lambda cv: error(terms[True], Spread(gpu, cv))) if terms[True] else 0.0
+    gpu = min(gpu_grid, key=lambda cv: error(terms[False], Spread(cv))) if terms[False] else 0.0
+    node = min(node_grid, key=lambda cv: error(terms[True], Spread(gpu, cv))) if terms[True] else 0.0
     return Spread(gpu, node)
 
 
