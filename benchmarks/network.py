@@ -39,6 +39,15 @@ from ddplab.report.figures import communication
 from ddplab.rundir.runread import read_run
 
 NAME = "network"
+TWIN = "one host beside its twin"  # the one-host run in each host at once: the VM's cores as 2 hosts share them
+# Each prediction of the 2 hosts: (the one-host runs it is made from, whether the link within a host is the loopback
+# measured on one host, WIRE_OR_CORES, or the link between the hosts, CPU_SERIAL).
+WAYS = {
+    "alone, serial": ("one host", False),
+    "twin, serial": (TWIN, False),
+    "twin, wire or cores": (TWIN, True),
+}
+SAID = "twin, wire or cores"  # the way its error band is said for: the baseline as a host of its own would run it
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -110,13 +119,16 @@ def train_flags(args) -> tuple[str, list[str]]:
     ]
 
 
-def run_on_hosts(cluster: hosts.Cluster, command: list[str], logs: Path) -> None:
-    """The same command in every host of `cluster`, at once; raises with the logs' tails if any fails."""
+def run_on_hosts(
+    cluster: hosts.Cluster, command: list[str], logs: Path, per_host: list[list[str]] | None = None
+) -> None:
+    """The same command in every host of `cluster`, at once (host i's with `per_host[i]` after it); raises with the
+    logs' tails if any fails."""
     env = common.child_env(1)
     procs = []
     for i in range(cluster.hosts):
         log = open(logs.with_name(f"{logs.name}-host{i}.log"), "w")
-        argv = [*cluster.exec_prefix(i), *command]
+        argv = [*cluster.exec_prefix(i), *command, *(per_host[i] if per_host else [])]
         # Forked warm into the host where this process may (ddplab.launch.warm): the runs' figures are their epochs'.
         proc = warm.popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=common.REPO) or subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=common.REPO
@@ -150,29 +162,43 @@ def measure_run(run_dir: Path) -> dict:
     }
 
 
-def predict_two_hosts(one_host_run: Path, local_batch: int, link) -> float:
-    """The planner's training images/s for 2 hosts x 1 process at `local_batch`, from a one-host run."""
+def measure_loopback(cluster: hosts.Cluster, out: Path, quick: bool) -> None:
+    """`ddplab plan --measure --nproc 2` in host 0 alone: the all-reduce of one host's cores (WIRE_OR_CORES)."""
+    argv = [*cluster.exec_prefix(0), sys.executable, "-m", "ddplab", "plan", "--measure", "--nproc", "2"]
+    argv += ["--max-mib", "4" if quick else "16", "--out", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=common.child_env(1), cwd=common.REPO)
+    if done.returncode:
+        raise RuntimeError(f"measuring the loopback: exit {done.returncode}: {done.stderr[-1500:]}")
+
+
+def predict_two_hosts(one_host_run: Path, local_batch: int, within, between) -> float:
+    """The planner's training images/s for 2 hosts x 1 process at `local_batch`, from a one-host run: `within` the
+    link within a host (a one-host loopback measurement: WIRE_OR_CORES; the link between them: CPU_SERIAL)."""
     run = read_run(one_host_run)
     costs = model.step_costs(run.summary, run.history, run.config, run.steps)
-    return model.predict_one(costs, 1, 2, local_batch, link, link).images_per_s
+    return model.predict_one(costs, 1, 2, local_batch, within, between).images_per_s
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     machine = common.machine_info("cpu")
     dataset, flags = train_flags(args)
-    sides = ["one host", *(f"2 hosts at {hosts.rate_text(r)}" for r in args.rates)]
-    rate_of = dict(zip(sides[1:], args.rates, strict=False))
+    sides = ["one host", TWIN, *(f"2 hosts at {hosts.rate_text(r)}" for r in args.rates)]
+    rate_of = dict(zip(sides[2:], args.rates, strict=False))
     runs: dict[str, list] = {side: [] for side in sides}
     links: dict[str, dict] = {}
     fitted: dict[str, Any] = {}  # each rate's measured link, for the planner
-    one_host_dirs: list[Path] = []
-    predicted: dict[str, float] = {}
+    one_host_dirs: dict[str, list[Path]] = {"one host": [], TWIN: []}
+    predicted: dict[str, dict[str, float]] = {way: {} for way in WAYS}
     with tempfile.TemporaryDirectory() as tmp:
         base = args.keep_runs or Path(tmp)
         base.mkdir(parents=True, exist_ok=True)
         with hosts.cluster(2) as cluster:
-            for side in sides[1:]:  # the link first: its own measurement, at this rate
+            print("measuring one host's loopback (2 ranks) ...", file=sys.stderr, flush=True)
+            loopback_file = base / "links-loopback.json"
+            measure_loopback(cluster, loopback_file, args.quick)
+            loopback = load_links(loopback_file)
+            for side in sides[2:]:  # the link first: its own measurement, at this rate
                 hosts.reshape(cluster.name, rate_of[side])
                 print(f"measuring the link: {side} ...", file=sys.stderr, flush=True)
                 out = base / f"links-{hosts.rate_text(rate_of[side])}.json"
@@ -211,8 +237,15 @@ def main(argv=None) -> int:
                 print(f"repeat {repeat + 1}/{args.repeats}: {side} ...", file=sys.stderr, flush=True)
                 run_dir = base / f"{side.replace(' ', '-')}-{repeat + 1}"
                 if side == "one host":
-                    one_host_dirs.append(run_dir)
+                    one_host_dirs[side].append(run_dir)
                     common.run_ddplab([*flags, "--batch-size", str(args.batch_size)], run_dir, env=common.child_env(1))
+                elif side == TWIN:  # the one-host run on each host at once: each beside the other, as 2 hosts run
+                    twins = [run_dir.with_name(f"{run_dir.name}-host{i}") for i in range(cluster.hosts)]
+                    one_host = [sys.executable, "-m", "ddplab", "train", *flags, "--batch-size", str(args.batch_size)]
+                    run_on_hosts(cluster, one_host, run_dir, [["--out", str(d)] for d in twins])
+                    one_host_dirs[side] += twins
+                    runs[side] += [{"repeat": repeat + 1, **measure_run(d)} for d in twins]
+                    continue
                 else:
                     hosts.reshape(cluster.name, rate_of[side])
                     run_on_hosts(
@@ -241,10 +274,14 @@ def main(argv=None) -> int:
                         run_dir,
                     )
                 runs[side].append({"repeat": repeat + 1, **measure_run(run_dir)})
-        for side in sides[1:]:  # from each one-host run, as `ddplab plan` would: the median prediction
-            predicted[side] = common.median(
-                [predict_two_hosts(run_dir, args.batch_size // 2, fitted[side]) for run_dir in one_host_dirs]
-            )
+        for side in sides[2:]:  # from each one-host run, as `ddplab plan` would: the median prediction
+            for way, (baseline, within) in WAYS.items():
+                predicted[way][side] = common.median(
+                    [
+                        predict_two_hosts(d, args.batch_size // 2, loopback if within else fitted[side], fitted[side])
+                        for d in one_host_dirs[baseline]
+                    ]
+                )
     band = band_for(on_cuda=False, nodes=2)
     measured = {side: common.median([r["images_per_s"] for r in runs[side]]) for side in sides}
     one = measured["one host"]
@@ -253,7 +290,7 @@ def main(argv=None) -> int:
         rate = measured[side]
         comm = [r["ddp_exposed_ms"] for r in runs[side] if r["ddp_exposed_ms"] is not None]
         link = links.get(side)
-        guess = predicted.get(side)
+        guesses = [predicted[way].get(side) for way in WAYS]
         rows.append(
             [
                 side,
@@ -264,8 +301,7 @@ def main(argv=None) -> int:
                 f"{common.median(comm):,.1f}" if comm else "-",
                 f"{link['busbw_gbps'] * 8e3:,.0f} Mbit/s" if link else "-",
                 f"{link['alpha_ms']:.2f}" if link else "-",
-                f"{common.fmt_rate(guess)} ({' - '.join(map(common.fmt_rate, band.around(guess)))})" if guess else "-",
-                f"{guess / rate - 1:+.0%}" if guess else "-",
+                *(f"{common.fmt_rate(g)} ({g / rate - 1:+.0%})" if g else "-" for g in guesses),
             ]
         )
     n_images = runs["one host"][0]["train_samples"][0]
@@ -287,19 +323,23 @@ def main(argv=None) -> int:
                     "all-reduce wait ms/step (DDP, least-waiting rank)",
                     "link measured (plan --measure)",
                     "alpha ms",
-                    "planner's prediction (band)",
-                    "error",
+                    *(f"predicted: {way} (error)" for way in WAYS),
                 ],
                 rows,
             ),
         ]
     )
-    errors = {side: predicted[side] / measured[side] - 1 for side in predicted}
+    errors = {way: {side: got[side] / measured[side] - 1 for side in got} for way, got in predicted.items()}
+    said = errors[SAID]
     notes = [
         "\nThe link's rate is set with tc tbf on both ends of each host's veth; 'none' is veth unshaped. "
         "The measured bandwidth is ddplab plan --measure's fitted bus bandwidth across the two hosts. "
-        f"The planner's error: median |error| {common.median([abs(e) for e in errors.values()]):.0%}, "
-        f"worst {max(abs(e) for e in errors.values()):.0%} over {len(errors)} rates; its band: {band.text()}."
+        f"The predictions are from the one-host run alone or beside its twin (the same run in the other host at "
+        f"once: the VM's cores as the 2 hosts share them), with the all-reduce on the cores (CPU_SERIAL) or split "
+        f"between the cores, at the loopback's rate ({loopback.links[0].busbw_gbps * 8e3:,.0f} Mbit/s measured in "
+        f"one host with 2 ranks), and the wire (WIRE_OR_CORES). The planner's error ({SAID}): median |error| "
+        f"{common.median([abs(e) for e in said.values()]):.0%}, worst {max(abs(e) for e in said.values()):.0%} over "
+        f"{len(said)} rates; its band: {band.text()}."
     ]
     common.finish(
         NAME,
@@ -310,6 +350,7 @@ def main(argv=None) -> int:
             "runs": runs,
             "links": links,
             "speedup": {side: measured[side] / one for side in sides},
+            "loopback": {"busbw_gbps": loopback.links[0].busbw_gbps, "alpha_ms": loopback.links[0].alpha_s * 1e3},
             "predicted_images_per_s": predicted,
             "error": errors,
         },

@@ -157,10 +157,13 @@ def add_prediction_options(p: argparse.ArgumentParser) -> None:
         "--link",
         type=given,
         default=None,
-        help="the link within a node: a published one (ddplab plan lists them) or "
-        "measured (--links-file); default nvlink on CUDA, measured on a CPU",
+        help="the link within a node: a published one (ddplab plan lists them), measured (--links-file) or a "
+        "links file's path (on a CPU across nodes, a one-node measurement gives the cores' share of the all-reduce); "
+        "default nvlink on CUDA, measured on a CPU",
     )
-    p.add_argument("--inter-link", type=given, default="ib", help="the link between nodes (default ib)")
+    p.add_argument(
+        "--inter-link", type=given, default="ib", help="the link between nodes, as --link names one (default ib)"
+    )
     p.add_argument(
         "--links-file", type=files.user_path, default=Path("links.json"), help="ddplab plan --measure's output"
     )

@@ -203,15 +203,18 @@ def row_band(
 
 
 def measured_or_published(name: str, links_file: Path, given: bool = True):
-    """A published link by name, or this machine's measured one from `links_file` (`given`: the user named it,
-    rather than the CPU's default, which the error says)."""
-    if name != "measured":
+    """A published link by name, this machine's measured one from `links_file` ("measured"; `given`: the user
+    named it, rather than the CPU's default, which the error says), or the measured links of a file named by its
+    path (a one-node loopback beside an across-nodes measurement: WIRE_OR_CORES)."""
+    if name != "measured" and not name.endswith(".json"):
         return links.link_named(name)
-    if not links_file.is_file():
-        what = "a folder, not a links file" if links_file.is_dir() else "which does not exist"
+    path = links_file if name == "measured" else files.user_path(name)
+    if not path.is_file():
+        what = "a folder, not a links file" if path.is_dir() else "which does not exist"
         default = "" if given else " (the link within a node on a CPU, unless --link names one)"
+        flag = f"--link measured{default} reads {path}" if name == "measured" else f"{name} is"
         raise ConfigError(
-            f"--link measured{default} reads {links_file}, {what}: measure this machine's link first (ddplab plan "
+            f"{flag}, {what}: measure this machine's link first (ddplab plan "
             "--measure, which writes links.json), give --links-file the file it wrote, or name a published link"
         )
-    return links.load_links(links_file)
+    return links.load_links(path)

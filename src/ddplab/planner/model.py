@@ -41,12 +41,17 @@ Assumptions, each with the name it goes by in the code:
                the one before it is done; the exposed part is what the queue runs past the end
                of backward (at least the last bucket, ready only when backward ends; on a slow
                link most of the traffic).
-  CPU_SERIAL   on a CPU (Gloo) the whole all-reduce is exposed; LINK_QUEUE is the CUDA rule. Drawn from
-               DDP's own overlap timer (0.2-1.2 ms of 80-970 ms of all-reduce a step, vgg_small on two
-               hosts of this VM, 2026-11-26), which a comm hook's timing of each bucket later showed is
-               not a measure of it on Gloo: the buckets run under backward as DDP makes them there too
-               (2026-11-28, BENCHMARKS.md). Kept until LINK_QUEUE on a CPU, with DDP's real buckets, is
-               checked against the test cluster's runs apart from its two hosts sharing one VM.
+  CPU_SERIAL   on a CPU (Gloo) within a node the whole all-reduce is exposed: its ranks copy and reduce on the
+               cores backward computes on, so nothing runs beside it (this machine's 2- and 4-worker runs,
+               benchmarks/plan_validation.py).
+  WIRE_OR_CORES on a CPU across nodes an all-reduce waits on two things: the node's cores, which copy and reduce
+               its bytes (Gloo's thread and the kernel's, on the cores backward computes on), and the wire between
+               the nodes. The cores' share of each bucket is what it takes over the node's own loopback (a link
+               measured on one node, `ddplab plan --measure`, given as the link within a node), exposed as
+               CPU_SERIAL has it; the rest waits on the wire and queues under backward as LINK_QUEUE has it (a
+               comm hook's timing of each bucket on two hosts at 300 Mbit/s: resnet18's and vgg_small's buckets
+               ran under backward, 0.39 of 1.4 s and 0.18 of 0.25 s exposed, BENCHMARKS.md). Without a loopback
+               measured on one node all of it is the cores' (CPU_SERIAL: the pessimistic side).
   DDP_HOST     on CUDA, DDP's own host work every step (the reducer's autograd hooks and bucket bookkeeping, each
                bucket's all-reduce launched), which a one-process run never did: DDP_HOST_PER_LAYER_S for each
                layer with parameters (the run's summary lists its layers). benchmarks/ddp_step.py stepped one
@@ -348,30 +353,44 @@ def buckets(grad_bytes: float, cap_mb: float) -> list[float]:
     return [s for s in sizes if s > 0]
 
 
-def exposed_comm(costs: StepCosts, link: Link, workers: int, local_batch: int, per_node: int) -> tuple[float, float]:
-    """(all of the step's all-reduce time, the part backward does not hide)."""
+def exposed_comm(
+    costs: StepCosts, link: Link, workers: int, local_batch: int, per_node: int, cores: Link | None = None
+) -> tuple[float, float]:
+    """(all of the step's all-reduce time, the part backward does not hide); on a CPU across nodes `cores` is the
+    node's loopback, whose time for a bucket is the cores' share of it (WIRE_OR_CORES)."""
     if workers <= 1:
         return 0.0, 0.0
     sizes = buckets(costs.grad_bytes, costs.bucket_cap_mb)
     times = [link.allreduce_s(size, workers) for size in sizes]
-    if not costs.on_cuda:  # CPU_SERIAL
-        return sum(times), sum(times)
     backward = costs.last_backward_s(local_batch, per_node)
-    done, produced = 0.0, 0.0
-    for size, t in zip(sizes, times, strict=True):  # LINK_QUEUE over READY_EVENLY buckets
+    if costs.on_cuda:
+        return sum(times), queued_past(sizes, times, backward)
+    if cores is None:  # CPU_SERIAL
+        return sum(times), sum(times)
+    on_cores = [min(t, cores.allreduce_s(size, workers)) for size, t in zip(sizes, times, strict=True)]
+    on_wire = [t - c for t, c in zip(times, on_cores, strict=True)]
+    return sum(times), sum(on_cores) + queued_past(sizes, on_wire, backward)  # WIRE_OR_CORES
+
+
+def queued_past(sizes: list[float], times: list[float], backward_s: float) -> float:
+    """LINK_QUEUE over READY_EVENLY buckets: how far the queue of all-reduces runs past the end of backward."""
+    done, produced, total = 0.0, 0.0, sum(sizes)
+    for size, t in zip(sizes, times, strict=True):
         produced += size
-        done = max(done, backward * produced / costs.grad_bytes) + t
-    return sum(times), max(0.0, done - backward)
+        done = max(done, backward_s * produced / total) + t
+    return max(0.0, done - backward_s)
 
 
 def predict_one(
     costs: StepCosts, per_node: int, nodes: int, local_batch: int, link: AnyLink, inter_node: AnyLink | None = None
 ) -> Prediction:
     workers = per_node * nodes
-    used = (inter_node if nodes > 1 and inter_node is not None else link).for_ranks(workers)  # LINK
+    across = inter_node if nodes > 1 else None
+    used = (across or link).for_ranks(workers)  # LINK
     compute = costs.compute_s(local_batch, per_node)
     data = costs.data_s(local_batch, per_node)
-    comm, exposed = exposed_comm(costs, used, workers, local_batch, per_node)
+    cores = loopback(costs, link, workers) if across else None  # WIRE_OR_CORES
+    comm, exposed = exposed_comm(costs, used, workers, local_batch, per_node, cores)
     plain = max(data + compute + costs.optimizer_s * costs.slowdown(per_node) + costs.rest_s, costs.host_s)
     own = plain + (costs.ddp_host_s if workers > 1 else 0.0)  # HOST_FLOOR, DDP_HOST
     # STRAGGLER: on a CPU across nodes (a node's processes share its cores: one's wait is another's core); on
@@ -397,6 +416,15 @@ def predict_one(
         ideal,
         rate / alone / ideal,
     )
+
+
+def loopback(costs: StepCosts, link: AnyLink, ranks: int) -> Link | None:
+    """WIRE_OR_CORES: a node's own all-reduce over `ranks` on a CPU, where the link within a node was measured on
+    one node (None elsewhere)."""
+    if costs.on_cuda or not isinstance(link, MeasuredLinks):
+        return None
+    on_one = tuple(m for m in link.links if m.nodes == 1)
+    return MeasuredLinks(on_one).for_ranks(ranks) if on_one else None
 
 
 def predict_alone(costs: StepCosts, local_batch: int) -> float:
