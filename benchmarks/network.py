@@ -7,6 +7,8 @@
 The hosts are network namespaces made by ddplab.launch.hosts (`ddplab hosts up 2 --link RATE`),
 each with its own address; the rate shapes each host's link both ways (tc tbf). Sides:
 - one host: `--batch-size B`, one process of one thread;
+- one host beside its twin: the one-host run in each host at once (this test cluster's hosts share one VM's
+  cores: what a step computes beside a second busy process, apart from any link);
 - 2 hosts at RATE: `--nnodes 2 --nproc 1 --batch-size B/2`, one process of one thread on each,
   the rendezvous at host 0's address: the same global batch and images per epoch.
 One thread per process, so that the two hosts' processes have a core each on a 2-core machine
@@ -16,7 +18,8 @@ all-reduce wait DDP's own timers put on each step. For each rate, `ddplab plan -
 across the two hosts gives the bus bandwidth the link carries, beside the rate that was set.
 The scaling planner predicts each 2-host side from the one-host run and that measured link
 (what `ddplab plan RUN --nodes 2 --gpus 1 --batch B/2 --inter-link measured` computes), with its
-error band; the error is predicted / measured - 1 (issue 30's validation across hosts).
+error band, and again from the twins' runs; the error is predicted / measured - 1 (issue 30's
+validation across hosts).
 Needs root (network namespaces).
 """
 
@@ -40,14 +43,9 @@ from ddplab.rundir.runread import read_run
 
 NAME = "network"
 TWIN = "one host beside its twin"  # the one-host run in each host at once: the VM's cores as 2 hosts share them
-# Each prediction of the 2 hosts: (the one-host runs it is made from, whether the link within a host is the loopback
-# measured on one host, WIRE_OR_CORES, or the link between the hosts, CPU_SERIAL).
-WAYS = {
-    "alone, serial": ("one host", False),
-    "twin, serial": (TWIN, False),
-    "twin, wire or cores": (TWIN, True),
-}
-SAID = "twin, wire or cores"  # the way its error band is said for: the baseline as a host of its own would run it
+# Each prediction of the 2 hosts is made from one of the one-host sides: alone (what `ddplab plan` is given) or
+# beside its twin (the hosts of this test cluster share one VM's cores: a step computes slower beside a busy twin).
+WAYS = {"from one host alone": "one host", "from one host beside its twin": TWIN}
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -162,21 +160,11 @@ def measure_run(run_dir: Path) -> dict:
     }
 
 
-def measure_loopback(cluster: hosts.Cluster, out: Path, quick: bool) -> None:
-    """`ddplab plan --measure --nproc 2` in host 0 alone: the all-reduce of one host's cores (WIRE_OR_CORES)."""
-    argv = [*cluster.exec_prefix(0), sys.executable, "-m", "ddplab", "plan", "--measure", "--nproc", "2"]
-    argv += ["--max-mib", "4" if quick else "16", "--out", str(out)]
-    done = subprocess.run(argv, capture_output=True, text=True, env=common.child_env(1), cwd=common.REPO)
-    if done.returncode:
-        raise RuntimeError(f"measuring the loopback: exit {done.returncode}: {done.stderr[-1500:]}")
-
-
-def predict_two_hosts(one_host_run: Path, local_batch: int, within, between) -> float:
-    """The planner's training images/s for 2 hosts x 1 process at `local_batch`, from a one-host run: `within` the
-    link within a host (a one-host loopback measurement: WIRE_OR_CORES; the link between them: CPU_SERIAL)."""
+def predict_two_hosts(one_host_run: Path, local_batch: int, link) -> float:
+    """The planner's training images/s for 2 hosts x 1 process at `local_batch`, from a one-host run."""
     run = read_run(one_host_run)
     costs = model.step_costs(run.summary, run.history, run.config, run.steps)
-    return model.predict_one(costs, 1, 2, local_batch, within, between).images_per_s
+    return model.predict_one(costs, 1, 2, local_batch, link, link).images_per_s
 
 
 def main(argv=None) -> int:
@@ -194,10 +182,6 @@ def main(argv=None) -> int:
         base = args.keep_runs or Path(tmp)
         base.mkdir(parents=True, exist_ok=True)
         with hosts.cluster(2) as cluster:
-            print("measuring one host's loopback (2 ranks) ...", file=sys.stderr, flush=True)
-            loopback_file = base / "links-loopback.json"
-            measure_loopback(cluster, loopback_file, args.quick)
-            loopback = load_links(loopback_file)
             for side in sides[2:]:  # the link first: its own measurement, at this rate
                 hosts.reshape(cluster.name, rate_of[side])
                 print(f"measuring the link: {side} ...", file=sys.stderr, flush=True)
@@ -275,12 +259,9 @@ def main(argv=None) -> int:
                     )
                 runs[side].append({"repeat": repeat + 1, **measure_run(run_dir)})
         for side in sides[2:]:  # from each one-host run, as `ddplab plan` would: the median prediction
-            for way, (baseline, within) in WAYS.items():
+            for way, baseline in WAYS.items():
                 predicted[way][side] = common.median(
-                    [
-                        predict_two_hosts(d, args.batch_size // 2, loopback if within else fitted[side], fitted[side])
-                        for d in one_host_dirs[baseline]
-                    ]
+                    [predict_two_hosts(d, args.batch_size // 2, fitted[side]) for d in one_host_dirs[baseline]]
                 )
     band = band_for(on_cuda=False, nodes=2)
     measured = {side: common.median([r["images_per_s"] for r in runs[side]]) for side in sides}
@@ -330,16 +311,14 @@ def main(argv=None) -> int:
         ]
     )
     errors = {way: {side: got[side] / measured[side] - 1 for side in got} for way, got in predicted.items()}
-    said = errors[SAID]
+    alone = errors["from one host alone"]
     notes = [
         "\nThe link's rate is set with tc tbf on both ends of each host's veth; 'none' is veth unshaped. "
         "The measured bandwidth is ddplab plan --measure's fitted bus bandwidth across the two hosts. "
-        f"The predictions are from the one-host run alone or beside its twin (the same run in the other host at "
-        f"once: the VM's cores as the 2 hosts share them), with the all-reduce on the cores (CPU_SERIAL) or split "
-        f"between the cores, at the loopback's rate ({loopback.links[0].busbw_gbps * 8e3:,.0f} Mbit/s measured in "
-        f"one host with 2 ranks), and the wire (WIRE_OR_CORES). The planner's error ({SAID}): median |error| "
-        f"{common.median([abs(e) for e in said.values()]):.0%}, worst {max(abs(e) for e in said.values()):.0%} over "
-        f"{len(said)} rates; its band: {band.text()}."
+        "The predictions are made from the one-host run alone (as ddplab plan is given it) or beside its twin (the "
+        "same run in the other host at once: the VM's cores as the 2 hosts share them). The planner's error from "
+        f"one host alone: median |error| {common.median([abs(e) for e in alone.values()]):.0%}, worst "
+        f"{max(abs(e) for e in alone.values()):.0%} over {len(alone)} rates; its band: {band.text()}."
     ]
     common.finish(
         NAME,
@@ -350,7 +329,6 @@ def main(argv=None) -> int:
             "runs": runs,
             "links": links,
             "speedup": {side: measured[side] / one for side in sides},
-            "loopback": {"busbw_gbps": loopback.links[0].busbw_gbps, "alpha_ms": loopback.links[0].alpha_s * 1e3},
             "predicted_images_per_s": predicted,
             "error": errors,
         },

@@ -277,15 +277,12 @@ def test_network_sets_one_host_against_two_at_a_link_rate(tmp_path):
     assert results["speedup"][side] == pytest.approx(two["images_per_s"] / one["images_per_s"])
     link = results["links"][side]
     assert link["set_bit_s"] == 200e6 and 0.5 < link["busbw_gbps"] * 8e9 / 200e6 < 1.5
-    assert results["loopback"]["busbw_gbps"] > link["busbw_gbps"]  # a host's cores move bytes faster than 200 Mbit/s
-    # The planner's predictions for the 2 hosts, from the one-host runs and the measured links, and their errors.
+    # The planner's predictions for the 2 hosts, from each one-host side and the measured link, and their errors.
     guesses = results["predicted_images_per_s"]
-    for way in ("alone, serial", "twin, serial", "twin, wire or cores"):
+    for way in ("from one host alone", "from one host beside its twin"):
         guess, error = guesses[way][side], results["error"][way][side]
         assert guess > 0 and error == pytest.approx(guess / two["images_per_s"] - 1)
         assert f"{common_rate(guess)} ({error:+.0%})" in stdout
-    # The wire's share under backward: never slower (the quick net's gradients are one bucket, ready as backward ends)
-    assert guesses["twin, wire or cores"][side] >= guesses["twin, serial"][side] * (1 - 1e-12)
 
 
 def common_rate(value):

@@ -9,7 +9,7 @@ import pytest
 
 from ddplab.errors import DataError
 from ddplab.planner import band, model
-from ddplab.planner.links import Link, MeasuredLinks
+from ddplab.planner.links import Link
 from ddplab.rundir.runread import read_run
 
 from run_folders import write_run
@@ -150,43 +150,6 @@ def test_on_a_cpu_the_whole_all_reduce_is_exposed():
     assert model.exposed_comm(on_cpu, link, 1, 1, 1) == (0.0, 0.0)
 
 
-def test_on_a_cpu_across_nodes_the_wire_waits_under_backward_and_the_cores_share_does_not():
-    """WIRE_OR_CORES: each bucket's time over the wire splits into what it takes over one node's loopback (the
-    cores' copies and sums, exposed) and the rest (waiting on the wire, queued under backward as LINK_QUEUE)."""
-    wire = Link("wire", busbw_gbps=0.05, alpha_s=0.002, source="test", measured=True, ranks=2, nodes=2)
-    cores = Link("loopback", busbw_gbps=1.0, alpha_s=0.001, source="test", measured=True, ranks=2)
-    on_cpu = dataclasses.replace(queued_costs(1), on_cuda=False, compute_per_image_s=1.5)  # 1 s of backward
-    sizes = [mib * 2**20 for mib in (1, 25, 25)]
-    total, exposed = model.exposed_comm(on_cpu, wire, 2, 1, 1, cores)
-    on_cores = [cores.allreduce_s(s, 2) for s in sizes]
-    on_wire = [wire.allreduce_s(s, 2) - c for s, c in zip(sizes, on_cores, strict=True)]
-    assert total == pytest.approx(sum(wire.allreduce_s(s, 2) for s in sizes))  # 1.08 s, as CPU_SERIAL exposes it
-    # Ready at 1/51, 26/51, 51/51 of 1 s: bucket 2 waits on the wire from 0.51 s to 1.01 s, bucket 3 from then on.
-    assert on_wire[1] == pytest.approx(0.5, abs=0.01) and 0.51 + on_wire[1] > 1.0
-    queue_end = 26 / 51 + on_wire[1] + on_wire[2]
-    assert exposed == pytest.approx(sum(on_cores) + queue_end - 1.0)
-    assert exposed < model.exposed_comm(on_cpu, wire, 2, 1, 1)[1] == pytest.approx(total)  # CPU_SERIAL: all of it
-    # A loopback no faster than the wire: all of it on the cores, CPU_SERIAL's answer.
-    slow_cores = dataclasses.replace(cores, busbw_gbps=0.01)
-    assert model.exposed_comm(on_cpu, wire, 2, 1, 1, slow_cores)[1] == pytest.approx(total)
-
-
-def test_a_cpu_plan_across_nodes_splits_the_all_reduce_only_with_a_loopback_measured_on_one_node():
-    """The link within a node, measured on one node (`ddplab plan --measure`), gives the cores' share; the
-    across-nodes measurement as the link within says nothing of it (CPU_SERIAL)."""
-    costs = dataclasses.replace(queued_costs(1), on_cuda=False, compute_per_image_s=1.5)
-    wire = MeasuredLinks((Link("wire", 0.05, 0.002, "test", measured=True, ranks=2, nodes=2),))
-    loop = MeasuredLinks((Link("loop", 1.0, 0.001, "test", measured=True, ranks=2),))
-    split = model.predict_one(costs, 1, 2, 1, loop, wire)
-    serial = model.predict_one(costs, 1, 2, 1, wire, wire)
-    assert split.comm_s == serial.comm_s == serial.exposed_comm_s > split.exposed_comm_s
-    assert model.loopback(costs, loop, 2) == loop.links[0] and model.loopback(costs, wire, 2) is None
-    assert model.loopback(replace(costs, on_cuda=True), loop, 2) is None  # on CUDA LINK_QUEUE holds as it is
-    assert model.predict_one(costs, 2, 1, 1, loop, wire).exposed_comm_s == model.predict_one(
-        costs, 2, 1, 1, loop
-    ).comm_s  # within one node: CPU_SERIAL
-
-
 def test_under_accumulation_only_the_last_micro_batch_hides_the_all_reduce():
     """Four micro-batches of 3 ms: the all-reduce runs under the last one's 2 ms of backward, not under 8 ms
     (the model said about 1 ms exposed where about 30 ms were, before)."""
@@ -314,9 +277,9 @@ def test_a_plan_over_a_measured_link_says_which_worker_counts_it_did_not_measure
     assert rows[4]["comm_s"] > rows[2]["comm_s"] + 0.0035  # 5 ms against 1 ms of alpha
 
 
-def test_links_files_named_by_path_give_a_cpu_plan_across_nodes_its_wire_and_its_cores(tmp_path, capsys):
-    """`--inter-link across.json --link loopback.json`: the all-reduce over the wire, its cores' share at the
-    loopback's rate (WIRE_OR_CORES); the across-nodes file as both, CPU_SERIAL; a path that is no file, one line."""
+def test_a_links_file_named_by_its_path_is_the_link_it_measured(tmp_path, capsys):
+    """`--inter-link across.json`: the nodes' measurement between nodes while links.json (one node's) stays the link
+    within, as `--links-file across.json --inter-link measured` would have it; a path that is no file, one line."""
     from ddplab.cli import main
     from ddplab.planner.links import SIZES, save_links
 
@@ -326,23 +289,19 @@ def test_links_files_named_by_path_give_a_cpu_plan_across_nodes_its_wire_and_its
         return {"backend": "gloo", "ranks": 2, "nodes": nodes, "device": "cpu", "sizes": sizes, "times_s": times}
 
     run = write_run(tmp_path / "r", batch=50)
-    summary = json.loads((run / "summary.json").read_text())
-    summary["model"]["params"] = 2_000_000  # 8 MB of gradients: buckets of 1 and 6.6 MiB, 0.1 and 0.7 s on the wire
-    (run / "summary.json").write_text(json.dumps(summary))
     save_links(tmp_path / "across.json", [{**measured(0.01, 0.002, 2), "wall_s": 1.0}])
-    save_links(tmp_path / "loop.json", [{**measured(1.0, 0.001, 1), "wall_s": 1.0}])
-    argv = ["plan", str(run), "--gpus", "1", "--nodes", "2", "--inter-link", str(tmp_path / "across.json")]
+    save_links(tmp_path / "links.json", [{**measured(1.0, 0.001, 1), "wall_s": 1.0}])
+    argv = ["plan", str(run), "--gpus", "2", "--nodes", "1,2", "--links-file"]
     rows = {}
-    for within in ("across", "loop"):
-        out = tmp_path / f"{within}-plan.json"
-        assert main([*argv, "--link", str(tmp_path / f"{within}.json"), "--out", str(out)]) == 0, capsys.readouterr()
-        (rows[within],) = json.loads(out.read_text())["rows"]
-    assert rows["across"]["exposed_comm_s"] == pytest.approx(rows["across"]["comm_s"])  # CPU_SERIAL
-    assert rows["loop"]["comm_s"] == pytest.approx(rows["across"]["comm_s"])
-    assert rows["loop"]["exposed_comm_s"] < rows["across"]["exposed_comm_s"]
-    assert rows["loop"]["images_per_s"] > rows["across"]["images_per_s"]
-    capsys.readouterr()
-    assert main([*argv[:-1], str(tmp_path / "nowhere.json")]) == 2
+    for name, between in (("path", ["links.json", "--inter-link", str(tmp_path / "across.json")]),
+                          ("measured", ["across.json", "--inter-link", "measured"])):  # fmt: skip
+        out = tmp_path / f"{name}.json"
+        assert main([*argv, str(tmp_path / between[0]), *between[1:], "--out", str(out)]) == 0
+        rows[name] = {r["nodes"]: r for r in json.loads(out.read_text())["rows"]}
+    assert "2 ranks 0.01 GB/s" in capsys.readouterr().out
+    assert rows["path"][2]["comm_s"] == pytest.approx(rows["measured"][2]["comm_s"])  # between: across.json's
+    assert rows["path"][1]["comm_s"] < rows["measured"][1]["comm_s"] / 2  # within: links.json's (alpha 1 ms, not 2)
+    assert main([*argv[:-1], "--inter-link", str(tmp_path / "nowhere.json")]) == 2
     assert f"{tmp_path / 'nowhere.json'} is, which does not exist" in capsys.readouterr().err
 
 

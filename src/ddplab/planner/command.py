@@ -205,7 +205,7 @@ def row_band(
 def measured_or_published(name: str, links_file: Path, given: bool = True):
     """A published link by name, this machine's measured one from `links_file` ("measured"; `given`: the user
     named it, rather than the CPU's default, which the error says), or the measured links of a file named by its
-    path (a one-node loopback beside an across-nodes measurement: WIRE_OR_CORES)."""
+    path (one node's measurement in links.json, the nodes' in another: both in one plan)."""
     if name != "measured" and not name.endswith(".json"):
         return links.link_named(name)
     path = links_file if name == "measured" else files.user_path(name)

@@ -50,7 +50,6 @@ class Link:
     measured: bool = False
     fit_error: dict[str, float] = field(default_factory=dict)  # measured: median and max relative error
     ranks: int = 0  # measured with this many ranks (0: published figures)
-    nodes: int = 1  # measured across this many nodes
 
     def allreduce_s(self, size_bytes: float, ranks: int) -> float:
         """Modelled time of one all-reduce of `size_bytes` over `ranks` (0 for one rank: nothing to reduce)."""
@@ -172,7 +171,6 @@ def measured_link(result: dict[str, Any]) -> Link:
         measured=True,
         fit_error=error,
         ranks=result["ranks"],
-        nodes=nodes,
     )
 
 

@@ -41,17 +41,17 @@ Assumptions, each with the name it goes by in the code:
                the one before it is done; the exposed part is what the queue runs past the end
                of backward (at least the last bucket, ready only when backward ends; on a slow
                link most of the traffic).
-  CPU_SERIAL   on a CPU (Gloo) within a node the whole all-reduce is exposed: its ranks copy and reduce on the
-               cores backward computes on, so nothing runs beside it (this machine's 2- and 4-worker runs,
-               benchmarks/plan_validation.py).
-  WIRE_OR_CORES on a CPU across nodes an all-reduce waits on two things: the node's cores, which copy and reduce
-               its bytes (Gloo's thread and the kernel's, on the cores backward computes on), and the wire between
-               the nodes. The cores' share of each bucket is what it takes over the node's own loopback (a link
-               measured on one node, `ddplab plan --measure`, given as the link within a node), exposed as
-               CPU_SERIAL has it; the rest waits on the wire and queues under backward as LINK_QUEUE has it (a
-               comm hook's timing of each bucket on two hosts at 300 Mbit/s: resnet18's and vgg_small's buckets
-               ran under backward, 0.39 of 1.4 s and 0.18 of 0.25 s exposed, BENCHMARKS.md). Without a loopback
-               measured on one node all of it is the cores' (CPU_SERIAL: the pessimistic side).
+  CPU_SERIAL   on a CPU (Gloo) the whole all-reduce is exposed; LINK_QUEUE is the CUDA rule. Within a node its
+               ranks copy and sum on the cores backward computes on. Across nodes the wire's wait does run under
+               backward and costs no core (a comm hook's timing of each bucket on two hosts of this VM: resnet18's,
+               vgg_small's and simple_cnn's first buckets all-reduced while backward ran on; Gloo's thread used 2%
+               of a core waiting on a 100 Mbit/s wire), yet splitting each bucket into its cores' share (its time
+               over a host's loopback) and the wire's (queued under backward) predicted this test cluster's 8
+               two-host runs worse: median |error| 10.8% against 7.4%, 7 of 8 optimistic (BENCHMARKS.md, 2026-11-28).
+               Its two hosts share one VM's two cores, and a step computes about a third slower beside a second
+               busy process than alone (simple_cnn's forward+backward at batch 64: 0.11 s alone, 0.15 s beside a
+               twin), which the exposed all-reduce happens to make up for. The overlap stays out until it can be
+               checked where hosts do not share cores.
   DDP_HOST     on CUDA, DDP's own host work every step (the reducer's autograd hooks and bucket bookkeeping, each
                bucket's all-reduce launched), which a one-process run never did: DDP_HOST_PER_LAYER_S for each
                layer with parameters (the run's summary lists its layers). benchmarks/ddp_step.py stepped one
@@ -353,23 +353,15 @@ def buckets(grad_bytes: float, cap_mb: float) -> list[float]:
     return [s for s in sizes if s > 0]
 
 
-def exposed_comm(
-    costs: StepCosts, link: Link, workers: int, local_batch: int, per_node: int, cores: Link | None = None
-) -> tuple[float, float]:
-    """(all of the step's all-reduce time, the part backward does not hide); on a CPU across nodes `cores` is the
-    node's loopback, whose time for a bucket is the cores' share of it (WIRE_OR_CORES)."""
+def exposed_comm(costs: StepCosts, link: Link, workers: int, local_batch: int, per_node: int) -> tuple[float, float]:
+    """(all of the step's all-reduce time, the part backward does not hide)."""
     if workers <= 1:
         return 0.0, 0.0
     sizes = buckets(costs.grad_bytes, costs.bucket_cap_mb)
     times = [link.allreduce_s(size, workers) for size in sizes]
-    backward = costs.last_backward_s(local_batch, per_node)
-    if costs.on_cuda:
-        return sum(times), queued_past(sizes, times, backward)
-    if cores is None:  # CPU_SERIAL
+    if not costs.on_cuda:  # CPU_SERIAL
         return sum(times), sum(times)
-    on_cores = [min(t, cores.allreduce_s(size, workers)) for size, t in zip(sizes, times, strict=True)]
-    on_wire = [t - c for t, c in zip(times, on_cores, strict=True)]
-    return sum(times), sum(on_cores) + queued_past(sizes, on_wire, backward)  # WIRE_OR_CORES
+    return sum(times), queued_past(sizes, times, costs.last_backward_s(local_batch, per_node))
 
 
 def queued_past(sizes: list[float], times: list[float], backward_s: float) -> float:
@@ -385,12 +377,10 @@ def predict_one(
     costs: StepCosts, per_node: int, nodes: int, local_batch: int, link: AnyLink, inter_node: AnyLink | None = None
 ) -> Prediction:
     workers = per_node * nodes
-    across = inter_node if nodes > 1 else None
-    used = (across or link).for_ranks(workers)  # LINK
+    used = (inter_node if nodes > 1 and inter_node is not None else link).for_ranks(workers)  # LINK
     compute = costs.compute_s(local_batch, per_node)
     data = costs.data_s(local_batch, per_node)
-    cores = loopback(costs, link, workers) if across else None  # WIRE_OR_CORES
-    comm, exposed = exposed_comm(costs, used, workers, local_batch, per_node, cores)
+    comm, exposed = exposed_comm(costs, used, workers, local_batch, per_node)
     plain = max(data + compute + costs.optimizer_s * costs.slowdown(per_node) + costs.rest_s, costs.host_s)
     own = plain + (costs.ddp_host_s if workers > 1 else 0.0)  # HOST_FLOOR, DDP_HOST
     # STRAGGLER: on a CPU across nodes (a node's processes share its cores: one's wait is another's core); on
@@ -416,15 +406,6 @@ def predict_one(
         ideal,
         rate / alone / ideal,
     )
-
-
-def loopback(costs: StepCosts, link: AnyLink, ranks: int) -> Link | None:
-    """WIRE_OR_CORES: a node's own all-reduce over `ranks` on a CPU, where the link within a node was measured on
-    one node (None elsewhere)."""
-    if costs.on_cuda or not isinstance(link, MeasuredLinks):
-        return None
-    on_one = tuple(m for m in link.links if m.nodes == 1)
-    return MeasuredLinks(on_one).for_ranks(ranks) if on_one else None
 
 
 def predict_alone(costs: StepCosts, local_batch: int) -> float:
