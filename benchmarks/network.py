@@ -283,6 +283,7 @@ def main(argv=None) -> int:
                 f"{link['busbw_gbps'] * 8e3:,.0f} Mbit/s" if link else "-",
                 f"{link['alpha_ms']:.2f}" if link else "-",
                 *(f"{common.fmt_rate(g)} ({g / rate - 1:+.0%})" if g else "-" for g in guesses),
+                " - ".join(map(common.fmt_rate, band.around(guesses[0]))) if guesses[0] else "-",
             ]
         )
     n_images = runs["one host"][0]["train_samples"][0]
@@ -305,6 +306,7 @@ def main(argv=None) -> int:
                     "link measured (plan --measure)",
                     "alpha ms",
                     *(f"predicted: {way} (error)" for way in WAYS),
+                    "band around the first (planner/band.py)",
                 ],
                 rows,
             ),
