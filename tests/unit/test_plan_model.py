@@ -305,6 +305,38 @@ def test_a_links_file_named_by_its_path_is_the_link_it_measured(tmp_path, capsys
     assert f"{tmp_path / 'nowhere.json'} is, which does not exist" in capsys.readouterr().err
 
 
+def test_a_cpu_plan_across_nodes_says_what_it_would_be_were_the_wire_under_backward(tmp_path, capsys):
+    """CPU_SERIAL counts the whole all-reduce exposed; across nodes the plan also gives each row's rate with the
+    wire's wait queued under backward (the faster side, for hosts that share no cores): by hand, 2 buckets."""
+    from ddplab.cli import main
+    from ddplab.planner.links import SIZES, save_links
+
+    run = write_run(tmp_path / "r", batch=50)
+    summary = json.loads((run / "summary.json").read_text())
+    summary["model"]["params"] = 2_000_000  # 8 MB of gradients: buckets of 1 MiB and 6.63 MiB
+    (run / "summary.json").write_text(json.dumps(summary))
+    wire, sizes = Link("x", 0.01, 0.002, "test"), list(SIZES[:6])
+    times = [wire.allreduce_s(s, 2) for s in sizes]
+    measured = {"backend": "gloo", "ranks": 2, "nodes": 2, "device": "cpu", "sizes": sizes, "times_s": times}
+    save_links(tmp_path / "across.json", [{**measured, "wall_s": 1.0}])
+    out = tmp_path / "plan.json"
+    argv = ["plan", str(run), "--gpus", "1", "--nodes", "1,2", "--inter-link", str(tmp_path / "across.json")]
+    assert main([*argv, "--link", "pcie4", "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    saved = json.loads(out.read_text())
+    (two,) = [r for r in saved["rows"] if r["nodes"] == 2]
+    assert two["exposed_comm_s"] == pytest.approx(two["comm_s"])  # CPU_SERIAL
+    costs = costs_of(run)
+    backward = costs.last_backward_s(50, 1)
+    t1, t2 = (wire.allreduce_s(b, 2) for b in (2**20, 8e6 - 2**20))
+    queued = max(backward * 2**20 / 8e6 + t1, backward) + t2 - backward
+    expected = two["images_per_s"] * two["step_s"] / (two["step_s"] - two["comm_s"] + queued)
+    (faster,) = saved["images_per_s_if_the_wire_overlaps"]
+    assert (faster["per_node"], faster["nodes"], faster["local_batch"]) == (1, 2, 50)
+    assert faster["images_per_s"] == pytest.approx(expected, rel=1e-3) and expected > two["images_per_s"] * 1.01
+    assert f"which would give images/s of 1 x 2 at 50: {expected:,.0f}" in said
+
+
 def test_published_figures_predicted_from_the_hardware_they_state(capsys):
     """PyTorch's DDP benchmark (ResNet-50 and -101, 32 images a V100): planned from its figure without DDP, with
     DDP_HOST for their 107 and 209 layers with parameters, the model is within 2.2% of every row, on both sides

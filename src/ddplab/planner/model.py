@@ -408,6 +408,19 @@ def predict_one(
     )
 
 
+def overlapped_rate(costs: StepCosts, p: Prediction, link: AnyLink, inter_node: AnyLink | None) -> float | None:
+    """On a CPU across nodes, `p`'s training images/s were the wire's wait queued under backward (LINK_QUEUE) rather
+    than exposed (CPU_SERIAL): the faster side a prediction leaves out (None elsewhere)."""
+    if costs.on_cuda or p.nodes <= 1 or inter_node is None:
+        return None
+    workers = p.workers
+    used = inter_node.for_ranks(workers)
+    sizes = buckets(costs.grad_bytes, costs.bucket_cap_mb)
+    times = [used.allreduce_s(size, workers) for size in sizes]
+    queued = queued_past(sizes, times, costs.last_backward_s(p.local_batch, p.per_node))
+    return p.images_per_s * p.step_s / (p.step_s - p.exposed_comm_s + queued)
+
+
 def predict_alone(costs: StepCosts, local_batch: int) -> float:
     """One worker's training images per second at `local_batch` (no all-reduce)."""
     step = costs.data_s(local_batch, 1) + costs.compute_s(local_batch, 1) + costs.optimizer_s + costs.rest_s
