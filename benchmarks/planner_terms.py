@@ -44,7 +44,7 @@ def _all_exposed(costs, link, workers, local_batch, per_node):
     """LINK_QUEUE left out: the whole all-reduce after backward."""
     if workers <= 1:
         return 0.0, 0.0
-    total = sum(link.allreduce_s(size, workers) for size in model.buckets(costs.grad_bytes, costs.bucket_cap_mb))
+    total = sum(model.bucket_times(costs, link, workers)[1])
     return total, total
 
 

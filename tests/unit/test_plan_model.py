@@ -302,7 +302,7 @@ def test_a_links_file_named_by_its_path_is_the_link_it_measured(tmp_path, capsys
     assert rows["path"][2]["comm_s"] == pytest.approx(rows["measured"][2]["comm_s"])  # between: across.json's
     assert rows["path"][1]["comm_s"] < rows["measured"][1]["comm_s"] / 2  # within: links.json's (alpha 1 ms, not 2)
     assert main([*argv[:-1], "--inter-link", str(tmp_path / "nowhere.json")]) == 2
-    assert f"{tmp_path / 'nowhere.json'} is, which does not exist" in capsys.readouterr().err
+    assert f"the links file {tmp_path / 'nowhere.json'}, which does not exist: measure" in capsys.readouterr().err
 
 
 def test_a_cpu_plan_across_nodes_says_what_it_would_be_were_the_wire_under_backward(tmp_path, capsys):

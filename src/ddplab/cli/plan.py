@@ -158,7 +158,7 @@ def add_prediction_options(p: argparse.ArgumentParser) -> None:
         type=given,
         default=None,
         help="the link within a node: a published one (ddplab plan lists them), measured (--links-file) or a "
-        "links file's path; default nvlink on CUDA, measured on a CPU",
+        "links file's path (.json); default nvlink on CUDA, measured on a CPU",
     )
     p.add_argument(
         "--inter-link", type=given, default="ib", help="the link between nodes, as --link names one (default ib)"

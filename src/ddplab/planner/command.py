@@ -83,8 +83,7 @@ def predict_run(
         )
     for cause in dict.fromkeys(r.above_ideal for r in rows if r.above_ideal):
         print(f"  above the ideal: {cause}")
-    overlapped = [(r.prediction, model.overlapped_rate(costs, r.prediction, within, between)) for r in rows]
-    overlapped = [(p, rate) for p, rate in overlapped if rate]
+    overlapped = [(r.prediction, rate) for r in rows if (rate := model.overlapped_rate(costs, r.prediction, between))]
     if overlapped:
         result["images_per_s_if_the_wire_overlaps"] = [
             {"per_node": p.per_node, "nodes": p.nodes, "local_batch": p.local_batch, "images_per_s": rate}
@@ -225,9 +224,9 @@ def measured_or_published(name: str, links_file: Path, given: bool = True):
     if not path.is_file():
         what = "a folder, not a links file" if path.is_dir() else "which does not exist"
         default = "" if given else " (the link within a node on a CPU, unless --link names one)"
-        flag = f"--link measured{default} reads {path}" if name == "measured" else f"{name} is"
+        said = f"--link measured{default} reads {path}" if name == "measured" else f"the links file {path}"
         raise ConfigError(
-            f"{flag}, {what}: measure this machine's link first (ddplab plan "
+            f"{said}, {what}: measure this machine's link first (ddplab plan "
             "--measure, which writes links.json), give --links-file the file it wrote, or name a published link"
         )
     return links.load_links(path)

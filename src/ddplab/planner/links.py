@@ -125,7 +125,9 @@ def link_named(name: str) -> Link:
     try:
         return PUBLISHED[name]
     except KeyError:
-        raise ConfigError(f"no link named {name!r}: the links are {', '.join(PUBLISHED)}, or measured") from None
+        raise ConfigError(
+            f"no link named {name!r}: the links are {', '.join(PUBLISHED)}, measured, or a links file's path (.json)"
+        ) from None
 
 
 def fit(sizes: list[float], times: list[float], ranks: int) -> tuple[float, float, dict[str, float]]:

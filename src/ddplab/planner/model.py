@@ -357,11 +357,16 @@ def exposed_comm(costs: StepCosts, link: Link, workers: int, local_batch: int, p
     """(all of the step's all-reduce time, the part backward does not hide)."""
     if workers <= 1:
         return 0.0, 0.0
-    sizes = buckets(costs.grad_bytes, costs.bucket_cap_mb)
-    times = [link.allreduce_s(size, workers) for size in sizes]
+    sizes, times = bucket_times(costs, link, workers)
     if not costs.on_cuda:  # CPU_SERIAL
         return sum(times), sum(times)
     return sum(times), queued_past(sizes, times, costs.last_backward_s(local_batch, per_node))
+
+
+def bucket_times(costs: StepCosts, link: Link, workers: int) -> tuple[list[float], list[float]]:
+    """BUCKETS and LINK: each bucket's size and its all-reduce's time over `link` among `workers`."""
+    sizes = buckets(costs.grad_bytes, costs.bucket_cap_mb)
+    return sizes, [link.allreduce_s(size, workers) for size in sizes]
 
 
 def queued_past(sizes: list[float], times: list[float], backward_s: float) -> float:
@@ -408,15 +413,12 @@ def predict_one(
     )
 
 
-def overlapped_rate(costs: StepCosts, p: Prediction, link: AnyLink, inter_node: AnyLink | None) -> float | None:
-    """On a CPU across nodes, `p`'s training images/s were the wire's wait queued under backward (LINK_QUEUE) rather
-    than exposed (CPU_SERIAL): the faster side a prediction leaves out (None elsewhere)."""
+def overlapped_rate(costs: StepCosts, p: Prediction, inter_node: AnyLink | None) -> float | None:
+    """On a CPU across nodes, `p`'s training images/s had the wire's wait been queued under backward (LINK_QUEUE)
+    rather than exposed (CPU_SERIAL): the faster side a prediction leaves out (None elsewhere)."""
     if costs.on_cuda or p.nodes <= 1 or inter_node is None:
         return None
-    workers = p.workers
-    used = inter_node.for_ranks(workers)
-    sizes = buckets(costs.grad_bytes, costs.bucket_cap_mb)
-    times = [used.allreduce_s(size, workers) for size in sizes]
+    sizes, times = bucket_times(costs, inter_node.for_ranks(p.workers), p.workers)
     queued = queued_past(sizes, times, costs.last_backward_s(p.local_batch, p.per_node))
     return p.images_per_s * p.step_s / (p.step_s - p.exposed_comm_s + queued)
 
