@@ -28,16 +28,15 @@ def test_the_published_ddp_benchmark_cases_are_predicted_within_three_percent():
 
 
 def test_a_gpu_band_is_its_kinds_central_90_percent_over_the_corpus():
-    """One node, across nodes, across nodes over a slow link: the 5th to 95th percentile of measured / predicted
-    over the corpus's points of that kind, recomputed with today's model, each point predicted out of sample
-    (STRAGGLER's GPU spread fitted without its source)."""
+    """One node, across nodes, across nodes over a slow link: the central 90% of measured / predicted over the
+    corpus's points of that kind (the order statistics a split-conformal band takes), recomputed with today's
+    model, each point predicted out of sample (STRAGGLER's GPU spread fitted without its source)."""
     points, _ = corpus.held_out([p for p in corpus.points(corpus.load()[1]) if p.steps is not None])
     for nodes, gbit, kind in ((1, None, "one node"), (2, 400.0, "across nodes")):
         b = band.band_for(True, nodes, node_gbit=gbit)
         ratios = sorted(1 / (1 + p.error) for p in points if p.kind == kind and p.error is not None)
         assert b.cases == len(ratios) >= 10 and kind_words(kind) in b.source
-        assert b.lo == pytest.approx(percentile(ratios, 0.05))
-        assert b.hi == pytest.approx(percentile(ratios, 0.95)) and ratios[0] <= b.lo < b.hi <= ratios[-1]
+        assert (b.lo, b.hi) == conformal(ratios) and ratios[0] <= b.lo < b.hi <= ratios[-1]
         assert 0 < b.held <= b.held_of == b.cases
     assert band.band_for(True) == band.gpu_band(1) and band.band_for(True, 2) == band.gpu_band(2, 400.0)
     # Planned from a measured node of as many GPUs: the points predicted again from their series' node, a kind of
@@ -46,7 +45,7 @@ def test_a_gpu_band_is_its_kinds_central_90_percent_over_the_corpus():
     node = band.band_for(True, 2, node_gbit=400.0, from_node=True)
     ratios = sorted(1 / (1 + p.error) for p in held if p.series.from_node)
     assert node.cases == len(ratios) >= 10 and node != band.band_for(True, 2, node_gbit=400.0)
-    assert node.lo == pytest.approx(percentile(ratios, 0.05)) and node.hi == pytest.approx(percentile(ratios, 0.95))
+    assert (node.lo, node.hi) == conformal(ratios)
     assert node.held == corpus.kind_bands(held, spreads)["across nodes, from a measured node"].held
     # Every published point over links under 50 Gbit/s a node went through parameter servers: not predicted, so
     # that kind has no band, and says so.
@@ -63,12 +62,22 @@ def test_a_gpu_band_is_its_kinds_central_90_percent_over_the_corpus():
     assert band.band_for(True, 1, other_batch=True).cases == band.gpu_band(1).cases + len(band.BATCH_CHECKS)
 
 
-def percentile(sorted_values, q):
-    """Linear interpolation between order statistics, written out (what corpus.central takes from statistics)."""
-    at = q * (len(sorted_values) - 1)
-    lo = int(at)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (at - lo)
+def conformal(sorted_values):
+    """A 90% band's edges from n sorted values, written out: the values of ranks floor((n + 1) 0.05) and
+    ceil((n + 1) 0.95), counted from 1 and kept within 1..n."""
+    n = len(sorted_values)
+    lo, hi = max(1, int((n + 1) * 0.05)), min(n, -int(-(n + 1) * 0.95 // 1))
+    return sorted_values[lo - 1], sorted_values[hi - 1]
+
+
+def test_a_bands_edges_are_order_statistics_that_hold_a_new_point_nine_times_in_ten():
+    """39 values: ranks 2 and 38 (each tail keeps one value out, as 5% of 40 draws would); 19: ranks 1 and 19;
+    under 19 the least and the most, never an interpolated value between two."""
+    values = [float(i) for i in range(1, 40)]
+    assert corpus.band_edges(values) == (2.0, 38.0) == conformal(values)
+    assert corpus.band_edges(values[:19]) == (1.0, 19.0) and corpus.band_edges([3.0, 1.0, 2.0]) == (1.0, 3.0)
+    assert corpus.band_edges(values[::-1]) == (2.0, 38.0)  # the order given does not matter
+    assert corpus.central(values) == (2.9, 37.1)  # the percentiles (the tables' columns) interpolate
 
 
 def kind_words(kind):
@@ -97,11 +106,11 @@ def test_a_band_is_checked_out_of_sample_one_source_at_a_time():
     """Each source's points against the band of the others' points: a source unlike the rest is not held."""
     found = make_points({"a": [0.0] * 10, "b": [0.01 * i for i in range(10)], "c": [1.0, 1.0]})
     (b,) = corpus.kind_bands(found).values()
-    # a's band from b and c: ratios 1/1.00..1/1.09 and two 0.5s: 0.5 to 0.9955, under a's 1.0s: none held
-    # b's band from a and c: ten 1.0s and two 0.5s: 0.5 to 1.0, around all ten of b's
-    # c's band from a and b: 1/1.09 to 1.0: c's 0.5s fall below it
-    assert (b.held, b.held_of, b.points, b.sources) == (0 + 10 + 0, 22, 22, 3)
-    assert b.lo == pytest.approx(percentile(sorted(1 / (1 + p.error) for p in found), 0.05))
+    # a's band from b and c (12 ratios: two 0.5s, 1/1.09 .. 1/1.00): ranks 1 and 12, 0.5 to 1.0, around a's ten
+    # b's band from a and c (ten 1.0s, two 0.5s): 0.5 to 1.0, around all ten of b's
+    # c's band from a and b (20 ratios): ranks 1 and 20, 1/1.09 to 1.0: c's 0.5s fall below it
+    assert (b.held, b.held_of, b.points, b.sources) == (10 + 10 + 0, 22, 22, 3)
+    assert (b.lo, b.hi) == conformal(sorted(1 / (1 + p.error) for p in found)) == (0.5, 1.0)
 
 
 def test_a_band_too_wide_or_too_thin_is_said_in_words_with_no_range():

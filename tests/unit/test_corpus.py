@@ -73,6 +73,38 @@ def test_a_point_is_predicted_from_its_base_row_alone(monkeypatch):
     assert 1600 * 0.32 / (0.32 + comm) <= p.predicted < 1600 * 0.99
 
 
+def test_a_base_that_ran_ddp_has_ddps_own_work_in_its_rate_already(monkeypatch):
+    """DDP_HOST is what a base without DDP never did: added to every row of several GPUs, so a series whose rows
+    scale perfectly is predicted short of them by that much. A base that ran under DDP (a script that wraps the
+    model at any world size) did it already: nothing is added, and perfect scaling is predicted."""
+    from ddplab.planner.model import DDP_HOST_PER_LAYER_S
+
+    monkeypatch.setitem(corpus.LINKS, "ideal", Link("ideal", 1e12, 0.0, "test"))
+    fields = {**SERIES[0].fields, "params": 1e6, "layers": 100, "intra": "ideal", "inter": "ideal", "nics": 1,
+              "unit": "images/s", "per": "job", "keep": "local", "local_batch": 32,
+              "rows": [[1, 1, 100.0], [4, 1, 400.0]], "base_ran_ddp": False}  # fmt: skip
+    (plain,) = corpus.points([corpus._series("t", fields, "t")])
+    (ran,) = corpus.points([corpus._series("t", {**fields, "base_ran_ddp": True}, "t")])
+    step = 32 / 100.0  # the base's step: 32 images at 100 images/s
+    assert ran.predicted == pytest.approx(400.0) and ran.steps[0].own_s == ran.steps[1].own_s == pytest.approx(step)
+    assert plain.predicted == pytest.approx(400.0 * step / (step + 100 * DDP_HOST_PER_LAYER_S))
+    # In the corpus: the series whose scripts were read to wrap DDP at one GPU, each file saying where
+    flagged = {}
+    for s in SERIES:
+        if s.fields.get("base_ran_ddp"):
+            flagged[s.source] = flagged.get(s.source, 0) + 1
+    assert flagged == {
+        "csc-ml-benchmarks": 9,
+        "paik-ddp-scaling-benchmark-2026": 12,
+        "torres-supercomputing-for-ai-2026": 2,
+        "lambda-deeplearning-benchmark": 2,
+    }
+    with pytest.raises(DataError, match="base_ran_ddp"):
+        corpus._checked({**fields, "name": "n", "where": "w", "model": "m", "gpu": "g", "data": "real",
+                         "precision": "fp32", "allreduce": "nccl", "base_ran_ddp": "yes"},
+                        corpus.SERIES, corpus.REQUIRED, "t")  # fmt: skip
+
+
 def test_kinds_and_why_a_point_is_not_predicted():
     by_kind = {p.kind for p in POINTS if p.series.keep == "global"}
     assert by_kind == {"strong scaling"}

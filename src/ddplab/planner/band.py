@@ -7,9 +7,9 @@ model has been, not a confidence interval, and a measured point outside it is ne
 
 - GPU predictions: the published figures of planner/figures (planner/corpus.py), one band per kind
   (one node; across nodes, planned from one GPU or from a measured node of as many GPUs; across nodes
-  over a link under 50 Gbit/s a node), each the central 90%
-  of measured / predicted over that kind's points, recomputed with today's model each time, with
-  its coverage out of sample: each source's points against the band drawn from the other sources.
+  over a link under 50 Gbit/s a node), each the central 90% of measured / predicted over that kind's
+  points (corpus.band_edges: split-conformal ranks), recomputed with today's model each time, with its
+  coverage out of sample: each source's points against the band drawn from the other sources.
   A kind with fewer than 10 points or 3 sources, or a band past -30% or +30%, is said in words.
 - CPU predictions on one node: this machine's 2- and 4-worker runs against the model
   (`benchmarks/plan_validation.py`, recorded below with the date and the model they met).
