@@ -98,6 +98,7 @@ def test_a_base_that_ran_ddp_has_ddps_own_work_in_its_rate_already(monkeypatch):
         "paik-ddp-scaling-benchmark-2026": 12,
         "torres-supercomputing-for-ai-2026": 2,
         "lambda-deeplearning-benchmark": 2,
+        "dlperf": 4,
     }
     with pytest.raises(DataError, match="base_ran_ddp"):
         corpus._checked({**fields, "name": "n", "where": "w", "model": "m", "gpu": "g", "data": "real",

@@ -562,7 +562,7 @@ def band_edges(values: list[float], share: float = 0.90) -> tuple[float, float]:
     floor((n + 1) (1 - share) / 2) and ceil((n + 1) (1 + share) / 2), the split-conformal choice, which holds a
     new point exchangeable with them at least that often. Percentiles interpolated between order statistics
     (`central`) describe the n points and hold fewer new ones: each source's points against the band of the
-    others' (kind_bands), the one-node band held 212 of 272 at percentiles, 221 at these ranks, the band from a
+    others' (kind_bands), the one-node band held 211 of 272 at percentiles, 221 at these ranks, the band from a
     measured node 143 and 149 of 170 (2026-11-28). Under
     19 points the ranks fall outside the n: the least and the most (such a band is too thin to print anyway)."""
     v = sorted(values)

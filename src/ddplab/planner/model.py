@@ -88,7 +88,7 @@ Assumptions, each with the name it goes by in the code:
                measurement is owed), and those out-of-sample predictions are the GPU bands' errors
                (planner/band.py). With one spread for both, fitted on points, the model was above 62% of the
                published figures held out (median |error| 6.1%); with the two, 62% (5.2%; across nodes 11.4% ->
-               8.5%); once the bases that ran DDP were known as such (23 series of 4 sources), 62% (4.35%).
+               8.5%); once the bases that ran DDP were known as such (29 series of 5 sources), 63% (4.37%).
   HOST_FLOOR   on CUDA no step is shorter than its host's own work (the launches, at any batch): host_s, 1.28 ms +
                141 us a layer with parameters, the host-bound steps of one H100 (benchmarks/ddp_step.py at batch
                32: simple_cnn, vgg_small, resnet18 within 0.06 ms). PER_IMAGE alone would shrink a step with its
