@@ -78,7 +78,7 @@ TERMS = (
     Term(
         "HOST_FLOOR",
         "a step as short as PER_IMAGE makes it",
-        lambda: mock.patch.object(corpus, "host_s", lambda layers: 0.0),
+        lambda: mock.patch.object(corpus, "host_s", lambda layers, under_ddp=False: 0.0),
     ),
     Term(
         "LINK_QUEUE (the all-reduce under backward)",

@@ -355,6 +355,7 @@ def load(folder: Path | None = None) -> tuple[dict[str, dict[str, Any]], list[Se
 def _step(s: Series, row: Row, per_sample_s: float) -> Step:
     """The model's step for `row`, a GPU computing a sample in `per_sample_s` (no STRAGGLER: Step.rate adds it)."""
     local = s.local(row)
+    ran_ddp = bool(s.fields.get("base_ran_ddp"))
     costs = StepCosts(
         data_per_image_s=0.0,
         compute_per_image_s=per_sample_s,
@@ -368,8 +369,8 @@ def _step(s: Series, row: Row, per_sample_s: float) -> Step:
         measured={},
         # DDP_HOST: what a base without DDP never did; a base that ran DDP (at world size 1 its reducer still hooks
         # every gradient, fills the buckets and launches their all-reduces) has it in its rate already
-        ddp_host_s=0.0 if s.fields.get("base_ran_ddp") else s.layers * DDP_HOST_PER_LAYER_S,
-        host_s=host_s(s.layers),
+        ddp_host_s=0.0 if ran_ddp else s.layers * DDP_HOST_PER_LAYER_S,
+        host_s=host_s(s.layers, under_ddp=ran_ddp),  # HOST_FLOOR: a host-bound row pays what a base under DDP hid
     )
     intra = LINKS.get(s.intra) or LINKS["pcie3"]  # one GPU a node: never used
     p = predict_one(costs, row.per_node, row.nodes, max(1, round(local)), intra, s.node_link())

@@ -93,7 +93,10 @@ Assumptions, each with the name it goes by in the code:
                141 us a layer with parameters, the host-bound steps of one H100 (benchmarks/ddp_step.py at batch
                32: simple_cnn, vgg_small, resnet18 within 0.06 ms). PER_IMAGE alone would shrink a step with its
                batch without end (the corpus's strong scaling, a global batch of 64 over 8 GPUs: its band's
-               low end -54% -> -40%).
+               low end -54% -> -40%). Under DDP the host does DDP_HOST's work besides, every step at any batch: a
+               run measured under DDP (or a published base that ran it) has it in its floor, where a device-bound
+               measured step had hidden it (the corpus's strong scaling, Paik's bases under DDP: median 29.1% ->
+               25.5%).
   GRAD_BYTES   4 bytes a parameter (fp32 gradients), 2 with an fp16 or bf16 comm hook; with
                accumulation, one all-reduce per optimizer step, which only the last
                micro-batch's backward can hide (the others run under no_sync).
@@ -254,7 +257,7 @@ def step_costs(
         grad_bytes=summary["model"]["params"] * grad_bytes_per_param(config),
         params=summary["model"]["params"],
         ddp_host_s=ddp_host_s(summary, on_cuda, layers),
-        host_s=host_s(layers) if on_cuda else 0.0,
+        host_s=host_s(layers, under_ddp=run["world_size"] > 1) if on_cuda else 0.0,
         measured_batch=int(batch["local"]),
         device_share=device_share(summary, train / steps) if on_cuda else 1.0,
         step_cv=GPU_STEP_CV if on_cuda else step_spread(clock or [], len(epochs)),
@@ -335,9 +338,10 @@ def ddp_host_s(summary: Summary, on_cuda: bool, layers: int) -> float:
     return DDP_HOST_PER_LAYER_S * layers
 
 
-def host_s(layers: int) -> float:
-    """HOST_FLOOR: a plain CUDA step's own host work for a model of `layers` layers with parameters."""
-    return HOST_FIXED_S + HOST_PER_LAYER_S * layers
+def host_s(layers: int, under_ddp: bool = False) -> float:
+    """HOST_FLOOR: a CUDA step's own host work for a model of `layers` layers with parameters: its launches, and
+    under DDP the reducer's work besides (DDP_HOST), which a step bound by its device hid but a host-bound one pays."""
+    return HOST_FIXED_S + HOST_PER_LAYER_S * layers + (DDP_HOST_PER_LAYER_S * layers if under_ddp else 0.0)
 
 
 def grad_bytes_per_param(config: dict[str, Any]) -> int:
