@@ -343,7 +343,7 @@ def test_planner_terms_leaves_each_term_out_and_puts_it_back():
     assert (
         rows["STRAGGLER, a GPU's spread"]["spreads"][0][0] == 0.0 < rows["STRAGGLER, a GPU's spread"]["spreads"][0][1]
     )
-    figures = ("median_abs", "below", "p5", "p95", "worst", "median_abs_by_kind", "held")
+    figures = ("median_abs", "below", "p5", "p95", "median_abs_by_kind", "held")
     for name, row in rows.items():  # each term moves the corpus somewhere
         assert any(row[k] != as_is[k] for k in figures), name
     assert rows["LINK_QUEUE (the all-reduce under backward)"]["below"] > as_is["below"]  # more exposed: slower

@@ -77,7 +77,7 @@ def test_a_base_that_ran_ddp_has_ddps_own_work_in_its_rate_already(monkeypatch):
     """DDP_HOST is what a base without DDP never did: added to every row of several GPUs, so a series whose rows
     scale perfectly is predicted short of them by that much. A base that ran under DDP (a script that wraps the
     model at any world size) did it already: nothing is added, and perfect scaling is predicted."""
-    from ddplab.planner.model import DDP_HOST_PER_LAYER_S
+    from ddplab.planner.model import DDP_HOST_PER_LAYER_S, host_s
 
     monkeypatch.setitem(corpus.LINKS, "ideal", Link("ideal", 1e12, 0.0, "test"))
     fields = {**SERIES[0].fields, "params": 1e6, "layers": 100, "intra": "ideal", "inter": "ideal", "nics": 1,
@@ -88,6 +88,16 @@ def test_a_base_that_ran_ddp_has_ddps_own_work_in_its_rate_already(monkeypatch):
     step = 32 / 100.0  # the base's step: 32 images at 100 images/s
     assert ran.predicted == pytest.approx(400.0) and ran.steps[0].own_s == ran.steps[1].own_s == pytest.approx(step)
     assert plain.predicted == pytest.approx(400.0 * step / (step + 100 * DDP_HOST_PER_LAYER_S))
+    # Where a row's step is bound by its host (a tiny model's step: microseconds of compute), a base that ran DDP
+    # had DDP's work in its floor as well as in its rate: the floor is the launches and DDP's work together, as it is
+    # where DDP_HOST is added to a base without DDP
+    quick = {**fields, "rows": [[1, 1, 1e6], [4, 1, 4e6]]}
+    (plain_q,) = corpus.points([corpus._series("t", quick, "t")])
+    (ran_q,) = corpus.points([corpus._series("t", {**quick, "base_ran_ddp": True}, "t")])
+    floor = host_s(100, under_ddp=True)
+    assert floor == pytest.approx(host_s(100) + 100 * DDP_HOST_PER_LAYER_S)
+    assert ran_q.steps[0].own_s == ran_q.steps[1].own_s == pytest.approx(floor)
+    assert plain_q.steps[1].own_s == pytest.approx(floor) and plain_q.steps[0].own_s == pytest.approx(host_s(100))
     # In the corpus: the series whose scripts were read to wrap DDP at one GPU, each file saying where
     flagged = {}
     for s in SERIES:

@@ -74,11 +74,16 @@ def test_ddps_own_work_is_counted_once_for_a_single_gpu_run_and_never_on_a_cpu(t
         model.predict_one(ddp, 1, 1, 25, FREE).step_s * (1 + 1.0294 * model.GPU_STEP_CV), rel=1e-4
     )  # the slowest of 4 (STRAGGLER), no DDP work more
     assert costs_of(write_run(tmp_path / "cpu", batch=50)).ddp_host_s == 0.0
-    # ... yet a host-bound step pays it: the floor of a run measured under DDP holds DDP's work besides the launches
+    # ... yet a host-bound step of 2+ workers pays it: the floor of a run measured under DDP holds DDP's work besides
+    # the launches (its device-bound step hid it), and one worker, which runs no DDP, has the launches alone
     one = costs_of(write_run(tmp_path / "one", batch=50, device="cuda"))
-    assert ddp.host_s == pytest.approx(one.host_s + one.ddp_host_s) and one.ddp_host_s > 0
+    assert (ddp.host_s, ddp.ddp_floor_s) == (one.host_s, one.ddp_host_s) and one.ddp_host_s > 0 == one.ddp_floor_s
     tiny = replace(ddp, compute_per_image_s=1e-7, data_per_image_s=0.0, optimizer_s=0.0, measured_batch=0)
-    assert model.predict_one(tiny, 1, 1, 8, FREE).step_s == pytest.approx(model.host_s(2) + 2 * 75e-6)
+    assert model.predict_one(tiny, 1, 1, 8, FREE).step_s == pytest.approx(model.host_s(2))
+    two = model.predict_one(tiny, 2, 1, 8, FREE)
+    floor = model.host_s(2, under_ddp=True)
+    assert floor == pytest.approx(model.host_s(2) + 2 * 75e-6)
+    assert two.step_s == pytest.approx(floor * (1 + 0.5642 * model.GPU_STEP_CV) + two.exposed_comm_s, rel=1e-6)
 
 
 def test_cpu_processes_of_one_node_share_its_cores(tmp_path):

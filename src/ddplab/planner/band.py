@@ -10,7 +10,7 @@ model has been, not a confidence interval, and a measured point outside it is ne
   over a link under 50 Gbit/s a node), each the central 90% of measured / predicted over that kind's
   points (corpus.band_edges: split-conformal ranks), recomputed with today's model each time, with its
   coverage out of sample: each source's points against the band drawn from the other sources.
-  A kind with fewer than 10 points or 3 sources, or a band past -30% or +30%, is said in words.
+  A kind with fewer than 19 points or 3 sources, or a band past -30% or +30%, is said in words.
 - CPU predictions on one node: this machine's 2- and 4-worker runs against the model
   (`benchmarks/plan_validation.py`, recorded below with the date and the model they met).
 - GPU predictions at a local batch other than the measured one carry, besides, the band of one H100's runs
@@ -30,8 +30,8 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Band:
-    lo: float  # the least measured / predicted throughput over the cases (a corpus kind's: its 5th percentile)
-    hi: float  # the most (its 95th)
+    lo: float  # the least measured / predicted throughput over the cases (a corpus kind's: corpus.band_edges' low)
+    hi: float  # the most (a corpus kind's: band_edges' high)
     cases: int
     source: str
     held: int = 0  # held-out points inside the band drawn without their own source (0 of 0: not checked so)

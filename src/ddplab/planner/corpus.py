@@ -483,7 +483,8 @@ def summary(found: list[Point], key) -> list[dict[str, Any]]:
 
 
 def central(values: list[float]) -> tuple[float, float]:
-    """The 5th and 95th percentiles of `values`, a band's central 90% (linear between order statistics)."""
+    """The 5th and 95th percentiles of `values`, linear between order statistics: the tables' 5%..95% columns, which
+    describe the points (a band's edges are band_edges')."""
     if len(values) == 1:
         return values[0], values[0]
     cuts = statistics.quantiles(values, n=20, method="inclusive")
@@ -530,7 +531,8 @@ def table(plain: list[Point], held: list[Point], spreads: dict[str, Spread]) -> 
     return "\n".join(lines)
 
 
-FEWEST_POINTS, FEWEST_SOURCES = 10, 3  # a kind with fewer has no band worth printing
+# a kind with fewer has no band worth printing: under 19 points a 90% band's ranks (band_edges) fall outside them
+FEWEST_POINTS, FEWEST_SOURCES = 19, 3
 TRUST_WITHIN = 0.30  # a band reaching past -30% or +30% is said in words, not as a range
 
 
@@ -565,7 +567,8 @@ def band_edges(values: list[float], share: float = 0.90) -> tuple[float, float]:
     (`central`) describe the n points and hold fewer new ones: each source's points against the band of the
     others' (kind_bands), the one-node band held 211 of 272 at percentiles, 221 at these ranks, the band from a
     measured node 143 and 149 of 170 (2026-11-28). Under
-    19 points the ranks fall outside the n: the least and the most (such a band is too thin to print anyway)."""
+    19 points the ranks fall outside the n: the least and the most, which hold a new point (n - 1) / (n + 1) of the
+    time, under 90% (KindBand.untrusted says such a band in words)."""
     v = sorted(values)
     n = len(v)
     tail = (n + 1) * (1 - share) / 2  # 2.0 for 39 points, within a rounding: (1 - 0.9) is 0.0999...

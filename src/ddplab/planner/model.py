@@ -162,6 +162,8 @@ class StepCosts:
     params: float = 0.0  # the model's parameters (0: unknown; `for_config` then keeps grad_bytes)
     ddp_host_s: float = 0.0  # DDP_HOST: what DDP adds to a step of this run on 2+ workers (0: in its step already)
     host_s: float = 0.0  # HOST_FLOOR: the step's own host work on CUDA, which no batch makes shorter (0: not known)
+    ddp_floor_s: float = 0.0  # HOST_FLOOR: DDP's host work a host-bound step of 2+ workers pays, for a run that ran
+    # DDP (its device-bound step hid it; DDP_HOST adds it in full to a run that did not)
     measured_batch: int = 0  # BATCH_BOUND: the local batch the step was measured at (0: PER_IMAGE alone)
     device_share: float = 1.0  # BATCH_BOUND: of the measured step, the GPU's busy time (a profiled run's; 1: unknown)
     step_cv: float = 0.0  # STRAGGLER: the measured step's coefficient of variation (0: not known)
@@ -257,7 +259,8 @@ def step_costs(
         grad_bytes=summary["model"]["params"] * grad_bytes_per_param(config),
         params=summary["model"]["params"],
         ddp_host_s=ddp_host_s(summary, on_cuda, layers),
-        host_s=host_s(layers, under_ddp=run["world_size"] > 1) if on_cuda else 0.0,
+        host_s=host_s(layers) if on_cuda else 0.0,
+        ddp_floor_s=DDP_HOST_PER_LAYER_S * layers if on_cuda and run["world_size"] > 1 else 0.0,
         measured_batch=int(batch["local"]),
         device_share=device_share(summary, train / steps) if on_cuda else 1.0,
         step_cv=GPU_STEP_CV if on_cuda else step_spread(clock or [], len(epochs)),
@@ -340,7 +343,8 @@ def ddp_host_s(summary: Summary, on_cuda: bool, layers: int) -> float:
 
 def host_s(layers: int, under_ddp: bool = False) -> float:
     """HOST_FLOOR: a CUDA step's own host work for a model of `layers` layers with parameters: its launches, and
-    under DDP the reducer's work besides (DDP_HOST), which a step bound by its device hid but a host-bound one pays."""
+    under DDP the reducer's work besides (DDP_HOST), which a step bound by its device hid but a host-bound one pays
+    (StepCosts.ddp_floor_s holds that part for a measured run, as one worker runs no DDP)."""
     return HOST_FIXED_S + HOST_PER_LAYER_S * layers + (DDP_HOST_PER_LAYER_S * layers if under_ddp else 0.0)
 
 
@@ -393,8 +397,9 @@ def predict_one(
     compute = costs.compute_s(local_batch, per_node)
     data = costs.data_s(local_batch, per_node)
     comm, exposed = exposed_comm(costs, used, workers, local_batch, per_node)
-    plain = max(data + compute + costs.optimizer_s * costs.slowdown(per_node) + costs.rest_s, costs.host_s)
-    own = plain + (costs.ddp_host_s if workers > 1 else 0.0)  # HOST_FLOOR, DDP_HOST
+    floor = costs.host_s + (costs.ddp_floor_s if workers > 1 else 0.0)  # HOST_FLOOR (one worker runs no DDP)
+    plain = max(data + compute + costs.optimizer_s * costs.slowdown(per_node) + costs.rest_s, floor)
+    own = plain + (costs.ddp_host_s if workers > 1 else 0.0)  # DDP_HOST
     # STRAGGLER: on a CPU across nodes (a node's processes share its cores: one's wait is another's core); on
     # CUDA each GPU's spread, and across nodes each node's besides
     waiting = straggler_waits_s(own, workers if costs.on_cuda else nodes, nodes, Spread(costs.step_cv, costs.node_cv))
