@@ -56,13 +56,6 @@ def _a_port_each(costs, per_node, nodes, local_batch, link, inter_node=None):
 
 
 @contextlib.contextmanager
-def _no_ddp_host() -> Iterator[None]:
-    """DDP_HOST left out: neither added to a row nor in the host floor of a base that ran DDP."""
-    with mock.patch.object(corpus, "DDP_HOST_PER_LAYER_S", 0.0), mock.patch.object(model, "DDP_HOST_PER_LAYER_S", 0.0):
-        yield
-
-
-@contextlib.contextmanager
 def _fit(gpu_grid=corpus.CV_GRID, node_grid=corpus.CV_GRID) -> Iterator[None]:
     original = corpus.fit_spread
     with mock.patch.object(corpus, "fit_spread", lambda found: original(found, gpu_grid, node_grid)):
@@ -80,7 +73,7 @@ TERMS = (
     Term(
         "DDP_HOST",
         "DDP's own host work a step not counted",
-        lambda: _no_ddp_host(),
+        lambda: mock.patch.object(model, "DDP_HOST_PER_LAYER_S", 0.0),  # added to rows and in a DDP base's floor
     ),
     Term(
         "HOST_FLOOR",

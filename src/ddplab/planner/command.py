@@ -142,7 +142,7 @@ def show_corpus() -> int:
 
 def show_published() -> int:
     """Each published case, its stated time against the model's prediction from the hardware it states."""
-    from ddplab.planner.model import DDP_HOST_PER_LAYER_S
+    from ddplab.planner.model import ddp_work_s
     from ddplab.planner.published import CASES, predict
 
     print("published scaling figures, predicted from the hardware they state (BENCHMARKS.md)")
@@ -153,7 +153,7 @@ def show_published() -> int:
             + (f" [not in the error band: {case.not_comparable}]" if case.not_comparable else "")
             + (
                 f"; DDP's own work a step (DDP_HOST, {case.layers} layers with parameters): "
-                f"{case.layers * DDP_HOST_PER_LAYER_S * 1e3:,.2f} ms"
+                f"{ddp_work_s(case.layers) * 1e3:,.2f} ms"
                 if case.layers
                 else ""
             )

@@ -32,7 +32,7 @@ from typing import Any
 from ddplab.errors import DataError
 from ddplab.io.borders import FLAG, TABLE, TEXT, WHOLE, Kind, check, list_of, number, one_of
 from ddplab.planner.links import Link
-from ddplab.planner.model import DDP_HOST_PER_LAYER_S, Spread, StepCosts, host_s, predict_one, straggler_waits_s
+from ddplab.planner.model import Spread, StepCosts, ddp_work_s, host_s, predict_one, straggler_waits_s
 
 GBIT = 1e9 / 8 / 1e9  # GB/s per Gbit/s
 NO_SPREAD = Spread()  # STRAGGLER left out
@@ -369,7 +369,7 @@ def _step(s: Series, row: Row, per_sample_s: float) -> Step:
         measured={},
         # DDP_HOST: what a base without DDP never did; a base that ran DDP (at world size 1 its reducer still hooks
         # every gradient, fills the buckets and launches their all-reduces) has it in its rate already
-        ddp_host_s=0.0 if ran_ddp else s.layers * DDP_HOST_PER_LAYER_S,
+        ddp_host_s=0.0 if ran_ddp else ddp_work_s(s.layers),
         host_s=host_s(s.layers, under_ddp=ran_ddp),  # HOST_FLOOR: a host-bound row pays what a base under DDP hid
     )
     intra = LINKS.get(s.intra) or LINKS["pcie3"]  # one GPU a node: never used
@@ -566,9 +566,9 @@ def band_edges(values: list[float], share: float = 0.90) -> tuple[float, float]:
     new point exchangeable with them at least that often. Percentiles interpolated between order statistics
     (`central`) describe the n points and hold fewer new ones: each source's points against the band of the
     others' (kind_bands), the one-node band held 211 of 272 at percentiles, 221 at these ranks, the band from a
-    measured node 143 and 149 of 170 (2026-11-28). Under
-    19 points the ranks fall outside the n: the least and the most, which hold a new point (n - 1) / (n + 1) of the
-    time, under 90% (KindBand.untrusted says such a band in words)."""
+    measured node 143 and 149 of 170 (2026-11-28). Under 19 points the ranks fall outside the n: the least and the
+    most, which hold a new point (n - 1) / (n + 1) of the time, under 90% (KindBand.untrusted says such a band in
+    words)."""
     v = sorted(values)
     n = len(v)
     tail = (n + 1) * (1 - share) / 2  # 2.0 for 39 points, within a rounding: (1 - 0.9) is 0.0999...

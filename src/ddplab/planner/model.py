@@ -260,7 +260,7 @@ def step_costs(
         params=summary["model"]["params"],
         ddp_host_s=ddp_host_s(summary, on_cuda, layers),
         host_s=host_s(layers) if on_cuda else 0.0,
-        ddp_floor_s=DDP_HOST_PER_LAYER_S * layers if on_cuda and run["world_size"] > 1 else 0.0,
+        ddp_floor_s=ddp_work_s(layers) if on_cuda and run["world_size"] > 1 else 0.0,
         measured_batch=int(batch["local"]),
         device_share=device_share(summary, train / steps) if on_cuda else 1.0,
         step_cv=GPU_STEP_CV if on_cuda else step_spread(clock or [], len(epochs)),
@@ -333,19 +333,24 @@ def parameter_layers(layers: str) -> int:
     return sum(1 for layer in layers.split(" > ") if layer.startswith(PARAMETER_LAYERS))
 
 
+def ddp_work_s(layers: int) -> float:
+    """DDP_HOST: DDP's own host work a step on CUDA for a model of `layers` layers with parameters."""
+    return DDP_HOST_PER_LAYER_S * layers
+
+
 def ddp_host_s(summary: Summary, on_cuda: bool, layers: int) -> float:
     """DDP_HOST for a run of `layers` layers with parameters planned onto 2+ workers: 0 on a CPU, or for a run
     that ran DDP (it is in its step)."""
     if not on_cuda or summary["run"]["world_size"] > 1:
         return 0.0
-    return DDP_HOST_PER_LAYER_S * layers
+    return ddp_work_s(layers)
 
 
 def host_s(layers: int, under_ddp: bool = False) -> float:
     """HOST_FLOOR: a CUDA step's own host work for a model of `layers` layers with parameters: its launches, and
     under DDP the reducer's work besides (DDP_HOST), which a step bound by its device hid but a host-bound one pays
     (StepCosts.ddp_floor_s holds that part for a measured run, as one worker runs no DDP)."""
-    return HOST_FIXED_S + HOST_PER_LAYER_S * layers + (DDP_HOST_PER_LAYER_S * layers if under_ddp else 0.0)
+    return HOST_FIXED_S + HOST_PER_LAYER_S * layers + (ddp_work_s(layers) if under_ddp else 0.0)
 
 
 def grad_bytes_per_param(config: dict[str, Any]) -> int:

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from ddplab.planner.links import GB, Link
-from ddplab.planner.model import DDP_HOST_PER_LAYER_S, StepCosts, predict_one
+from ddplab.planner.model import StepCosts, ddp_work_s, predict_one
 
 # V100 SXM2: NVLink 2, 300 GB/s per GPU both directions (NVIDIA V100 datasheet); alpha assumed.
 NVLINK2 = Link(
@@ -199,7 +199,7 @@ def predict(case: Case) -> list[dict]:
             bucket_cap_mb=25.0,
             on_cuda=True,
             measured={},
-            ddp_host_s=case.layers * DDP_HOST_PER_LAYER_S,  # the one-GPU figures ran without DDP
+            ddp_host_s=ddp_work_s(case.layers),  # the one-GPU figures ran without DDP
         )
         p = predict_one(costs, per_node, nodes, local, case.intra, case.inter)
         steps = math.ceil(images / (local * workers)) * case.epochs if run else 1
