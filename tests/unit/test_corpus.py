@@ -4,6 +4,7 @@ arithmetic, the reader's refusals, and the predictions it sets against the figur
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -126,6 +127,27 @@ def test_kinds_and_why_a_point_is_not_predicted():
     assert all(p.predicted is None for p in POINTS if p.series.fields["allreduce"] in corpus.NOT_ALL_REDUCE)
     one_process = [p for p in POINTS if p.series.fields.get("processes") == "node"]
     assert one_process and all(p.why_not == corpus.ONE_PROCESS_A_NODE for p in one_process)
+
+
+def test_what_lambdas_scripts_ran_is_what_the_corpus_predicts():
+    """Read from the scripts, not the table: Transformer-XL ran as N processes training N copies (DLE's train.py
+    wraps DDP only with --multi_gpu ddp, which Lambda never passes), so no row of it is a data-parallel figure; runs
+    dated while benchmark_pytorch.sh exported NCCL_P2P_DISABLE=1 (2022-10-16 to 2023-02-06) moved gradients over
+    the host's PCIe, whatever NVLink the machine had; and a series is one machine (the RTX 6000 Ada's workstation
+    rows and server rows are two series, the server's predicted from its own 4 GPUs)."""
+    lambda_ = [s for s in SERIES if s.source == "lambda-deeplearning-benchmark"]
+    txl = [s for s in lambda_ if s.model.startswith("transformer-xl")]
+    assert len(txl) == 12 and all(s.fields["allreduce"] == "none" for s in txl)
+    unwrapped = [p for p in POINTS if p.series in txl]
+    assert unwrapped and {p.why_not for p in unwrapped} == {corpus.NOT_ALL_REDUCE["none"]}
+    for s in lambda_:
+        runs = re.search(r"Runs (\d{4}-\d{2}-\d{2})", s.fields["note"])
+        if runs and "2022-10-16" <= runs[1] < "2023-02-06":
+            assert s.intra.startswith("pcie"), s.name
+    assert {s.intra for s in lambda_ if "H100 80GB SXM5" in s.name} == {"nvlink4"}  # 2023-02-14: P2P back on
+    ada = [s for s in lambda_ if "RTX 6000 Ada" in s.name]
+    assert sorted({tuple(r.gpus for r in s.rows) for s in ada}) == [(1, 2), (4, 8)]
+    assert all(("workstation" in s.name) == (s.rows[0].gpus == 1) for s in ada)
 
 
 def test_one_process_a_node_is_predicted_only_where_it_drives_one_gpu():

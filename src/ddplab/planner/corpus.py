@@ -74,6 +74,7 @@ NOT_ALL_REDUCE = {  # gradients exchanged otherwise than DDP's all-reduce: anoth
     "parameter-server": "gradients through parameter servers, not an all-reduce",
     "torch-dataparallel": "nn.DataParallel: one process scattering and gathering, not DDP",
     "unknown": "the source does not say how gradients were exchanged",
+    "none": "each process trained its own copy: no gradients exchanged",
 }
 # The model is DDP's: one process a GPU, each with its own host thread launching its GPU's work. One process
 # driving all of a node's GPUs (tf.distribute's mirrored strategies, tf_cnn_benchmarks) shares one host among them.
@@ -428,7 +429,7 @@ def fit_spread(
     """STRAGGLER's spreads that predict `found` best: the GPU's from the points on one node (a node's spread
     does not reach them), then the node's from the points across nodes, each the first on its grid with the least
     mean over sources of a source's median |error|. Sources weigh alike: one benchmark of many rows on one
-    cluster (dlperf: 220 of 460 points) would otherwise set the constants every other machine is planned with.
+    cluster (dlperf: 220 of 427 points) would otherwise set the constants every other machine is planned with.
     A grid of (0.0,) leaves that spread out (benchmarks/planner_terms.py)."""
     terms: dict[bool, dict[str, list[tuple[Step, Step, float]]]] = {False: {}, True: {}}  # across nodes -> source
     for p in found:  # what an error at any spread is made of, read once: the two steps, base figure / published
