@@ -140,10 +140,12 @@ def test_what_lambdas_scripts_ran_is_what_the_corpus_predicts():
     assert len(txl) == 12 and all(s.fields["allreduce"] == "none" for s in txl)
     unwrapped = [p for p in POINTS if p.series in txl]
     assert unwrapped and {p.why_not for p in unwrapped} == {corpus.NOT_ALL_REDUCE["none"]}
-    for s in lambda_:
-        runs = re.search(r"Runs (\d{4}-\d{2}-\d{2})", s.fields["note"])
-        if runs and "2022-10-16" <= runs[1] < "2023-02-06":
-            assert s.intra.startswith("pcie"), s.name
+    dated = {s.name: re.search(r"Runs (\d{4}-\d{2}-\d{2})", s.fields["note"]) for s in lambda_}
+    assert [name for name, runs in dated.items() if runs is None] == [s.name for s in lambda_ if "B200" in s.name]
+    no_p2p = [s for s in lambda_ if dated[s.name] and "2022-10-16" <= dated[s.name][1] < "2023-02-06"]
+    assert len(no_p2p) == 32 and all(s.intra.startswith("pcie") for s in no_p2p)
+    pcie_of = {"V100 SXM2 16GB": "pcie3", "A100 SXM4 80GB": "pcie4"}  # what each NVLink board's GPUs sit on
+    assert {s.fields["gpu"]: s.intra for s in no_p2p if s.fields["gpu"] in pcie_of} == pcie_of
     assert {s.intra for s in lambda_ if "H100 80GB SXM5" in s.name} == {"nvlink4"}  # 2023-02-14: P2P back on
     ada = [s for s in lambda_ if "RTX 6000 Ada" in s.name]
     assert sorted({tuple(r.gpus for r in s.rows) for s in ada}) == [(1, 2), (4, 8)]

@@ -566,10 +566,10 @@ def band_edges(values: list[float], share: float = 0.90) -> tuple[float, float]:
     floor((n + 1) (1 - share) / 2) and ceil((n + 1) (1 + share) / 2), the split-conformal choice, which holds a
     new point exchangeable with them at least that often. Percentiles interpolated between order statistics
     (`central`) describe the n points and hold fewer new ones: each source's points against the band of the
-    others' (kind_bands), the one-node band held 211 of 272 at percentiles, 221 at these ranks, the band from a
-    measured node 143 and 149 of 170 (2026-11-28). Under 19 points the ranks fall outside the n: the least and the
-    most, which hold a new point (n - 1) / (n + 1) of the time, under 90% (KindBand.untrusted says such a band in
-    words)."""
+    others' (kind_bands), on the corpus of 2026-11-28 (seventh session: 272 one-node points) the one-node band
+    held 211 of 272 at percentiles, 221 at these ranks, the band from a measured node 143 and 149 of 170. Under
+    19 points the ranks fall outside the n: the least and the most, which hold a new point (n - 1) / (n + 1) of
+    the time, under 90% (KindBand.untrusted says such a band in words)."""
     v = sorted(values)
     n = len(v)
     tail = (n + 1) * (1 - share) / 2  # 2.0 for 39 points, within a rounding: (1 - 0.9) is 0.0999...
