@@ -4,7 +4,8 @@
 #   bash scripts/device_check.sh [checks]     on the CUDA machine: 397 s on an H200 (2026-11-26); call it with
 #                                           timeout_s 600
 #   bash scripts/device_check.sh owed         what the checks left owed: the assignment's GPU profile, the
-#                                           speedrun step's profile, data path and time to accuracy on CUDA,
+#                                           speedrun step's profile, data path, time to accuracy and the
+#                                           memory formats on CUDA,
 #                                           reduce-overhead under DDP, a --parallel 2 sweep on one GPU
 #   bash scripts/device_check.sh planner      the scaling planner's GPU side (issue 30): what DDP adds to a step
 #                                           (benchmarks/ddp_step.py), and ddplab runs at local batches 32 to
@@ -273,6 +274,9 @@ EOF
   reap
   TAIL=14 step time-to-accuracy 90 $PY benchmarks/time_to_accuracy.py "${DEV[@]}" "${ttacc[@]}" \
     --out "$W/bench_tta.json"
+  reap
+  # model.channels_last=auto keeps CUDA in NCHW: what channels_last is worth there in fp32 (BENCHMARKS.md)
+  TAIL=12 step memory-format 60 $PY benchmarks/memory_format.py "${DEV[@]}" "${QUICK[@]}" --out "$W/bench_memory_format.json"
   reap
 }
 

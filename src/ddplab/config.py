@@ -65,7 +65,7 @@ def opt(default: Any, help: str) -> Any:
 LARGEST_INT = 2**62  # beyond any count ddplab has use for, and beyond what a float (or a C long) holds exactly
 
 
-AUTO = "auto"  # a setting decided by the run where it runs (train.cuda_graphs)
+AUTO = "auto"  # a setting decided by the run where it runs (train.cuda_graphs, model.channels_last)
 
 
 def _bad(name: str, value: Any, allowed: str) -> ConfigError:
@@ -159,7 +159,12 @@ class ModelConfig:
     width: float = opt(1.0, "channel width multiplier")
     dropout: float | None = opt(None, "dropout probability before the classifier (default: the model's own)")
     batchnorm: bool | None = opt(None, "batch normalization after convolutions (default: the model's own)")
-    channels_last: bool = opt(False, "use the channels_last memory format for model and batches")
+    channels_last: bool | Literal["auto"] = opt(
+        "auto",
+        "the channels_last memory format for the model and its batches. auto: on a CPU (oneDNN's convolutions "
+        "train 1.25-2x and evaluate 1.4-4.6x faster in it, BENCHMARKS.md), off on CUDA (it pays there under "
+        "fp16/bf16 on tensor cores: set true)",
+    )
     compile: bool = opt(
         False,
         "torch.compile the model (compiled for every batch shape before training starts: "
@@ -548,6 +553,12 @@ class RunConfig:
             name, value, why = refused[0]
             return False, f"auto: off ({name}={value!r}: {why.split(';')[0]})"
         return True, "auto: on"
+
+    def channels_last_on(self, device_type: str) -> bool:
+        """Whether a run on `device_type` keeps its model and batches channels_last (the one rule for
+        model.channels_last=auto: on a CPU, where oneDNN's convolutions prefer it)."""
+        setting = self.model.channels_last
+        return device_type == "cpu" if setting == AUTO else bool(setting)
 
     def with_out_folder(self) -> RunConfig:
         """This config with `output.out` set, naming a new folder when unset.

@@ -402,7 +402,7 @@ def wrap_model(model: nn.Module, config: RunConfig, ctx: DistContext) -> nn.Modu
     if d.sync_bn and ctx.is_distributed:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model = model.to(ctx.device)
-    if config.model.channels_last:
+    if config.channels_last_on(ctx.device.type):
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     if d.strategy == "dp":
         model = nn.DataParallel(model, device_ids=dp_device_ids(config))

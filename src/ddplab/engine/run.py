@@ -294,6 +294,7 @@ def build_trainer(
             "fused_optimizer": bool(optimizer.defaults.get("fused")),
             "cuda_graphs": graphs,
             "cuda_graphs_said": graphs_said,
+            "channels_last": config.channels_last_on(ctx.device.type),
             "cpu_threads": torch.get_num_threads() if ctx.device.type == "cpu" else None,
         },
         gpu={
@@ -445,7 +446,7 @@ def build_loaders(
         seed=t.seed,
         rank=ctx.rank,
         world_size=ctx.world_size,
-        channels_last=config.model.channels_last,
+        channels_last=config.channels_last_on(ctx.device.type),
     )
     train_loader = DeviceLoader(
         train_set, batch_size=t.batch_size, train=True, augment=spec, drop_last=t.drop_last, **common
