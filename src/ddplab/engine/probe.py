@@ -36,11 +36,12 @@ def probe_point(config: RunConfig, data) -> dict[str, float]:
     set_cpu_threads(device, config.train.threads, local_world=workers)
     try:
         torch.manual_seed(0)
-        model = build_model(config, data).to(device)
+        fmt = torch.channels_last if config.channels_last_on(device.type) else torch.contiguous_format  # as a run's
+        model = build_model(config, data).to(device).to(memory_format=fmt)  # type: ignore[call-overload]
         optimizer = build_optimizer(model.parameters(), config.optim, device)
         precision = Precision(config.train.precision, device)
         shape = tuple(data.image_shape)
-        x = torch.randn(config.train.batch_size, *shape, device=device)
+        x = torch.randn(config.train.batch_size, *shape, device=device).contiguous(memory_format=fmt)
         y = torch.randint(0, data.num_classes, (config.train.batch_size,), device=device)
 
         def step() -> None:
@@ -52,7 +53,7 @@ def probe_point(config: RunConfig, data) -> dict[str, float]:
 
         step_s = timed(step, device)
         batch = min(config.train.eval_batch_size, PROBE_EVAL_IMAGES)
-        xe = torch.randn(batch, *shape, device=device)
+        xe = torch.randn(batch, *shape, device=device).contiguous(memory_format=fmt)
         model.eval()
 
         def evaluate() -> None:
