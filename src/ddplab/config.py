@@ -162,8 +162,8 @@ class ModelConfig:
     channels_last: bool | Literal["auto"] = opt(
         "auto",
         "the channels_last memory format for the model and its batches. auto: on a CPU (oneDNN's convolutions "
-        "train 1.25-2x and evaluate 1.4-4.6x faster in it, BENCHMARKS.md), off on CUDA (it pays there under "
-        "fp16/bf16 on tensor cores: set true)",
+        "trained 1.2-1.9x and evaluated 1.4-3.6x faster in it on a 2-core EPYC, BENCHMARKS.md), off on CUDA "
+        "(it pays there under fp16/bf16 on tensor cores: set true)",
     )
     compile: bool = opt(
         False,
