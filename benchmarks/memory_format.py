@@ -2,7 +2,7 @@
 """A model's training step and evaluation in NCHW against channels_last, on one device.
 
     python benchmarks/memory_format.py --device cpu           # five models (a few minutes on 2 cores)
-    python benchmarks/memory_format.py --device cuda          # the same on a GPU
+    python benchmarks/memory_format.py --device cuda          # the same on a GPU (--precision bf16: under autocast)
     python benchmarks/memory_format.py --device cpu --quick   # seconds: checks the script only
 
 `model.channels_last` decides the memory format of a run's model and batches; its `auto` (the default) is
@@ -34,6 +34,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--models", default=DEFAULT, help=f"name:width:batch, comma-separated (default: {DEFAULT})")
     p.add_argument("--steps", type=int, default=10, help="training steps a measurement (default: 10)")
     p.add_argument("--eval-batches", type=int, default=4, help="evaluation batches of 250 a measurement")
+    p.add_argument(
+        "--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: forward passes under autocast (fp32)"
+    )
     args = p.parse_args(argv)
     common.check_common_args(p, args)
     if args.quick:
@@ -47,7 +50,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def sides(name: str, width: float, batch: int, device: torch.device):
+def sides(name: str, width: float, batch: int, device: torch.device, precision: str):
     """Per format: a training step and an evaluation pass, on the same model and images in that format."""
     from ddplab.models import create_model
 
@@ -64,18 +67,26 @@ def sides(name: str, width: float, batch: int, device: torch.device):
         images, held = (t.to(device).contiguous(memory_format=fmt) for t in (x, xe))
         labels = y.to(device)
 
+        def autocast():
+            return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
         def train(model=model, opt=opt, images=images, labels=labels) -> None:
             model.train()
             opt.zero_grad(set_to_none=True)
-            F.cross_entropy(model(images), labels).backward()
+            with autocast():
+                loss = F.cross_entropy(model(images).float(), labels)
+            loss.backward()
             opt.step()
 
         @torch.no_grad()
         def evaluate(model=model, held=held) -> None:
             model.eval()
-            model(held)
+            with autocast():
+                model(held)
 
-        out[side] = (train, evaluate)
+        conv = next(q for q in model.parameters() if q.dim() == 4)
+        in_format = conv.is_contiguous(memory_format=fmt) and images.is_contiguous(memory_format=fmt)
+        out[side] = (train, evaluate, in_format and (side == "nchw") == conv.is_contiguous())
     return out
 
 
@@ -98,7 +109,7 @@ def main(argv=None) -> int:
     info = common.machine_info(args.device)
     rows = []
     for name, width, batch in args.models:
-        steps = sides(name, width, batch, device)
+        steps = sides(name, width, batch, device, args.precision)
         for side in SIDES:  # warm-up: oneDNN's primitive cache, cuDNN's search, the allocator
             rate(steps[side][0], 2, batch, device)
             rate(steps[side][1], 1, EVAL_BATCH, device)
@@ -113,6 +124,7 @@ def main(argv=None) -> int:
             "batch": batch,
             "train": common.compare(*SIDES[:1], train[SIDES[0]], SIDES[1], train[SIDES[1]]),
             "eval": common.compare(*SIDES[:1], evals[SIDES[0]], SIDES[1], evals[SIDES[1]]),
+            "in_format": {side: steps[side][2] for side in SIDES},  # weights and images as the side says
         }
         rows.append(row)
         print(
@@ -146,9 +158,9 @@ def main(argv=None) -> int:
         ],
     )
     notes = [
-        f"\n{args.steps} training steps (Adam, fp32) and {args.eval_batches} evaluation batches of {EVAL_BATCH} a "
-        f"measurement, {args.repeats} repeats a side, interleaved; medians of images a second, random 32x32 images "
-        "already on the device in each side's format."
+        f"\n{args.steps} training steps (Adam, {args.precision}) and {args.eval_batches} evaluation batches of "
+        f"{EVAL_BATCH} a measurement, {args.repeats} repeats a side, interleaved; medians of images a second, random "
+        "32x32 images already on the device in each side's format."
     ]
     common.finish(NAME, args, info, {"rows": rows, "steps": args.steps}, table, notes)
     return 0

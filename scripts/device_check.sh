@@ -275,8 +275,11 @@ EOF
   TAIL=14 step time-to-accuracy 90 $PY benchmarks/time_to_accuracy.py "${DEV[@]}" "${ttacc[@]}" \
     --out "$W/bench_tta.json"
   reap
-  # model.channels_last=auto keeps CUDA in NCHW: what channels_last is worth there in fp32 (BENCHMARKS.md)
+  # model.channels_last=auto keeps CUDA in NCHW: what channels_last is worth there, fp32 and bf16 (BENCHMARKS.md)
   TAIL=12 step memory-format 60 $PY benchmarks/memory_format.py "${DEV[@]}" "${QUICK[@]}" --out "$W/bench_memory_format.json"
+  reap
+  TAIL=12 step memory-format-bf16 60 $PY benchmarks/memory_format.py "${DEV[@]}" "${QUICK[@]}" --precision bf16 \
+    --out "$W/bench_memory_format_bf16.json"
   reap
 }
 

@@ -305,9 +305,10 @@ def test_ddp_step_sets_ddp_against_the_plain_step_at_each_batch(tmp_path):
 
 
 def test_memory_format_sets_channels_last_against_nchw_on_the_same_model_and_images(tmp_path):
-    results, stdout = run_bench("memory_format", tmp_path)
+    results, stdout = run_bench("memory_format", tmp_path, "--precision", "bf16")
     (row,) = results["rows"]
     assert (row["model"], row["width"], row["batch"]) == ("simple_cnn", 0.25, 8) and results["steps"] == 2
+    assert row["in_format"] == {"nchw": True, "channels_last": True} and "(Adam, bf16)" in stdout
     for phase in ("train", "eval"):
         check_comparison(row[phase], "nchw", "channels_last", 2)
         assert f"{row[phase]['ratio']:.2f}x" in stdout

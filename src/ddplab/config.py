@@ -560,6 +560,15 @@ class RunConfig:
         setting = self.model.channels_last
         return device_type == "cpu" if setting == AUTO else bool(setting)
 
+    def channels_last_as_run(self) -> bool | str:
+        """model.channels_last as the run decides it where train.device names its kind ("auto" on a device
+        "auto" picks): what two configs are compared by, so that a config saved before auto was the default
+        (false) is the same run on CUDA and another on a CPU."""
+        device = self.train.device
+        if device == "cpu" or device.startswith("cuda"):
+            return self.channels_last_on("cpu" if device == "cpu" else "cuda")
+        return self.model.channels_last
+
     def with_out_folder(self) -> RunConfig:
         """This config with `output.out` set, naming a new folder when unset.
 

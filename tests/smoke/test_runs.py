@@ -156,6 +156,28 @@ def test_eval_command_matches_the_run(capsys, tiny_run):
     assert "tta flip" in capsys.readouterr().out
 
 
+def test_eval_scores_a_run_in_the_memory_format_it_trained_in(monkeypatch, tiny_run):
+    """A CPU run trains and evaluates channels_last (model.channels_last=auto): `ddplab eval` does too, so it sums
+    as the run did (and at its speed); a run trained NCHW is scored NCHW."""
+    import torch
+
+    from ddplab.engine import evaluate as module
+
+    seen = []
+
+    def spy(model, loader, *args, **kwargs):
+        conv = next(p for p in model.parameters() if p.dim() == 4)
+        seen.append((conv.is_contiguous(memory_format=torch.channels_last), loader.channels_last))
+        return real(model, loader, *args, **kwargs)
+
+    real = module.evaluate
+    monkeypatch.setattr(module, "evaluate", spy)
+    for setting, channels_last in (("auto", True), (False, False)):
+        result = tiny_run(train={"epochs": 1}, model={"channels_last": setting})
+        module.evaluate_run(result.run_dir, device="cpu")
+        assert seen.pop() == (channels_last, channels_last)
+
+
 def test_a_finished_run_is_never_overwritten(tmp_path, capsys, tiny_run):
     shutil.copytree(tiny_run(train={"epochs": 1}).run_dir, tmp_path / "run")
     before = (tmp_path / "run" / "metrics.jsonl").read_text()

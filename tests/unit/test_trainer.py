@@ -140,6 +140,30 @@ def test_channels_last_auto_is_on_for_a_cpu_run_and_off_on_cuda():
     x, _ = next(iter(trainer.train_loader))
     assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
     assert x.is_contiguous(memory_format=torch.channels_last) and info.engine["channels_last"] is True
+    # Off a CPU (the meta device stands in for CUDA: "auto" is a truthy string, which the rule must not read
+    # as true) the model and every loader stay NCHW.
+    from ddplab.distributed import wrap_model
+    from ddplab.engine.run import build_datasets, build_loaders, build_model
+
+    train, test, _ = build_datasets(cfg, DistContext())
+    elsewhere = DistContext(device=torch.device("meta"))
+    conv = next(p for p in wrap_model(build_model(cfg, train), cfg, elsewhere).parameters() if p.dim() == 4)
+    assert conv.device.type == "meta" and conv.is_contiguous()
+    assert not any(loader.channels_last for loader in build_loaders(cfg, elsewhere, train, test) if loader)
+
+
+def test_a_saved_config_is_compared_by_the_format_its_run_chose():
+    """A folder trained before model.channels_last defaulted to "auto" says false: on CUDA that is the run "auto"
+    makes (NCHW), on a CPU another one (its runs are channels_last now), which a refusal then explains."""
+    from ddplab.rundir.runfolder import changed_defaults, config_differences
+
+    for device, differs in (("cpu", True), ("cuda", False), ("cuda:1", False), ("auto", True)):
+        old = tiny_config(train={"device": device}, model={"channels_last": False})
+        new = tiny_config(train={"device": device})
+        assert ("model.channels_last" in config_differences(old, new)) is differs, device
+    assert tiny_config(train={"device": "cpu"}).channels_last_as_run() is True
+    assert "model.channels_last=false" in changed_defaults({"model.channels_last", "optim.lr"})
+    assert changed_defaults({"optim.lr"}) == ""
 
 
 def test_eval_counts_every_sample_once():

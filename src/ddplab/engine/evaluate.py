@@ -58,7 +58,12 @@ def evaluate_run(
     model = build_model(config, eval_set)
     checkpoint.restore(path, model.load_state_dict, state["model"])
     model.to(ctx.device)
-    loader = DeviceLoader(eval_set, batch_size=config.train.eval_batch_size, device=ctx.device, train=False)
+    channels_last = config.channels_last_on(ctx.device.type)  # as the run evaluated: the same sums, in its time
+    if channels_last:
+        model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    loader = DeviceLoader(
+        eval_set, batch_size=config.train.eval_batch_size, device=ctx.device, train=False, channels_last=channels_last
+    )
     with torch.inference_mode(False):
         result = evaluate(model, loader, Precision(config.train.precision, ctx.device), ctx, tta=config.train.tta)
     return {

@@ -90,7 +90,7 @@ def check_run_dir(config: RunConfig, saved: RunConfig | None = None) -> Resume |
         raise ConfigError(
             f"output.resume: the config differs from the run's saved config.toml in "
             f"{', '.join(sorted(differing))}; resume with the same settings (only "
-            f"{', '.join(sorted(RESUMABLE_DIFFERENCES))} may change)"
+            f"{', '.join(sorted(RESUMABLE_DIFFERENCES))} may change){changed_defaults(differing)}"
         )
     state = load_checkpoint(runfiles.checkpoint_path(run_dir))
     refuse_edited_since(
@@ -153,6 +153,18 @@ def saved_config(run_dir: Path) -> RunConfig:
         raise ConfigError(f"{path}: {exc} (edited since the run wrote it?)") from None
 
 
+# Defaults that changed, and what a folder written before the change asks for to be continued
+CHANGED_DEFAULTS = {
+    "model.channels_last": 'its default became "auto" on 2026-11-29 (channels_last on a CPU): a folder trained '
+    "before it ran NCHW, which model.channels_last=false asks for",
+}
+
+
+def changed_defaults(differing: set[str]) -> str:
+    """What a refusal adds where a setting differs because its default changed ("" where none does)."""
+    return "".join(f"; {key}: {why}" for key, why in CHANGED_DEFAULTS.items() if key in differing)
+
+
 def config_differences(saved: RunConfig, config: RunConfig) -> set[str]:
     """Settings (section.field) in which `config` asks for another run than a saved config.toml's.
 
@@ -161,6 +173,8 @@ def config_differences(saved: RunConfig, config: RunConfig) -> set[str]:
     """
     ours = config.with_data_root().to_dict()
     theirs = saved.with_data_root().to_dict()
+    ours["model"]["channels_last"] = config.channels_last_as_run()  # a setting's meaning, where "auto" decides it
+    theirs["model"]["channels_last"] = saved.channels_last_as_run()
     keys = set()
     for section in ours.keys() | theirs.keys():
         if section == "output":

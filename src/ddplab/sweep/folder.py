@@ -339,7 +339,7 @@ class SweepFolder:
     def stale_reason(self, run: SweepRun, state: str) -> str | None:
         """Why a run folder cannot be kept or continued for this point, or None: not a run folder, or trained
         with other settings than the file asks for now (its results would be reported under a wrong name)."""
-        from ddplab.rundir.runfolder import MEETING, OBSERVERS, config_differences, saved_config
+        from ddplab.rundir.runfolder import MEETING, OBSERVERS, changed_defaults, config_differences, saved_config
 
         run_dir = self.run_dir(run.name)
         if state == "foreign":
@@ -352,7 +352,7 @@ class SweepFolder:
                 return (
                     f"{run_dir} was trained with other settings than the sweep now asks for "
                     f"({', '.join(sorted(differing))} differ): the sweep file, its profile or --set changed since; "
-                    "use another --out, or move that run folder away"
+                    f"use another --out, or move that run folder away{changed_defaults(differing)}"
                 )
         return None
 
