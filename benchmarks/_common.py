@@ -155,6 +155,16 @@ def sync(device: torch.device | str) -> None:
         torch.cuda.synchronize(device)
 
 
+def seconds_per_call(fn, calls: int, device: torch.device | str) -> float:
+    """Seconds a call of `fn`, the device synchronized before and after `calls` of them (none in between)."""
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    sync(device)
+    return (time.perf_counter() - start) / calls
+
+
 def command_line() -> str:
     """How this process was started, to print above its table."""
     argv = [Path(sys.argv[0]).as_posix()] + sys.argv[1:]

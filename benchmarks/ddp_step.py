@@ -28,7 +28,6 @@ import copy
 import os
 import sys
 import tempfile
-import time
 
 import _common as common
 import torch
@@ -87,16 +86,6 @@ def stepper(model: torch.nn.Module, batch: int, device: torch.device):
     return step
 
 
-def timed(step, steps: int, device: torch.device) -> float:
-    """Seconds a step, the device synchronized before and after `steps` of them (none in between)."""
-    common.sync(device)
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    common.sync(device)
-    return (time.perf_counter() - start) / steps
-
-
 def measure(name: str, batch: int, args: argparse.Namespace, device: torch.device) -> dict:
     from ddplab.models import count_params, create_model
 
@@ -109,10 +98,10 @@ def measure(name: str, batch: int, args: argparse.Namespace, device: torch.devic
     )
     steps = {"plain": stepper(plain, batch, device), "ddp": stepper(wrapped, batch, device)}
     for side in SIDES:  # warm-up: cuDNN's search, the allocator, DDP's first-iteration bucket rebuild
-        timed(steps[side], 3, device)
+        common.seconds_per_call(steps[side], 3, device)
     times: dict[str, list[float]] = {side: [] for side in SIDES}
     for _, side in common.interleaved(args.repeats, SIDES):
-        times[side].append(timed(steps[side], args.steps, device))
+        times[side].append(common.seconds_per_call(steps[side], args.steps, device))
     return {
         "model": name,
         "batch": batch,

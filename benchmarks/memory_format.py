@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 import _common as common
 import torch
@@ -91,13 +90,8 @@ def sides(name: str, width: float, batch: int, device: torch.device, precision: 
 
 
 def rate(fn, calls: int, images: int, device: torch.device) -> float:
-    """Images a second over `calls` calls of `fn`, the device synchronized before and after."""
-    common.sync(device)
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    common.sync(device)
-    return calls * images / (time.perf_counter() - start)
+    """Images a second over `calls` calls of `fn`, each passing `images`."""
+    return images / common.seconds_per_call(fn, calls, device)
 
 
 def main(argv=None) -> int:

@@ -564,10 +564,8 @@ class RunConfig:
         """model.channels_last as the run decides it where train.device names its kind ("auto" on a device
         "auto" picks): what two configs are compared by, so that a config saved before auto was the default
         (false) is the same run on CUDA and another on a CPU."""
-        device = self.train.device
-        if device == "cpu" or device.startswith("cuda"):
-            return self.channels_last_on("cpu" if device == "cpu" else "cuda")
-        return self.model.channels_last
+        kind = self.train.device.split(":")[0]
+        return self.channels_last_on(kind) if kind in ("cpu", "cuda") else self.model.channels_last
 
     def with_out_folder(self) -> RunConfig:
         """This config with `output.out` set, naming a new folder when unset.

@@ -396,14 +396,21 @@ def dp_device_ids(config: RunConfig) -> list[int]:
     return list(range(config.dist.dp_gpus or torch.cuda.device_count()))
 
 
+def place_model(model: nn.Module, config: RunConfig, device: torch.device) -> nn.Module:
+    """The model on `device`, in the memory format its run keeps (model.channels_last): training, `ddplab eval`
+    and the sweep's probe place it alike."""
+    model = model.to(device)
+    if config.channels_last_on(device.type):
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    return model
+
+
 def wrap_model(model: nn.Module, config: RunConfig, ctx: DistContext) -> nn.Module:
     """Place the model on its device and wrap it for the strategy; compile last."""
     d = config.dist
     if d.sync_bn and ctx.is_distributed:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
-    model = model.to(ctx.device)
-    if config.channels_last_on(ctx.device.type):
-        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    model = place_model(model, config, ctx.device)
     if d.strategy == "dp":
         model = nn.DataParallel(model, device_ids=dp_device_ids(config))
     elif ctx.is_distributed:

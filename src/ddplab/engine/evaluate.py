@@ -12,7 +12,7 @@ import torch
 
 from ddplab.config import build_config, check_environment, load_toml
 from ddplab.data.loader import DeviceLoader
-from ddplab.distributed import DistContext, resolve_device
+from ddplab.distributed import DistContext, place_model, resolve_device
 from ddplab.engine.precision import Precision
 from ddplab.engine.tta import evaluate
 from ddplab.errors import ConfigError
@@ -57,12 +57,13 @@ def evaluate_run(
     _, eval_set, split = build_datasets(config, ctx)
     model = build_model(config, eval_set)
     checkpoint.restore(path, model.load_state_dict, state["model"])
-    model.to(ctx.device)
-    channels_last = config.channels_last_on(ctx.device.type)  # as the run evaluated: the same sums, in its time
-    if channels_last:
-        model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    model = place_model(model, config, ctx.device)  # as the run evaluated: the same sums, in its time
     loader = DeviceLoader(
-        eval_set, batch_size=config.train.eval_batch_size, device=ctx.device, train=False, channels_last=channels_last
+        eval_set,
+        batch_size=config.train.eval_batch_size,
+        device=ctx.device,
+        train=False,
+        channels_last=config.channels_last_on(ctx.device.type),
     )
     with torch.inference_mode(False):
         result = evaluate(model, loader, Precision(config.train.precision, ctx.device), ctx, tta=config.train.tta)

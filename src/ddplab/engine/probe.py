@@ -25,7 +25,7 @@ def probe_point(config: RunConfig, data) -> dict[str, float]:
     import torch
     import torch.nn.functional as F
 
-    from ddplab.distributed import resolve_device, set_cpu_threads
+    from ddplab.distributed import place_model, resolve_device, set_cpu_threads
     from ddplab.engine.optim import build_optimizer
     from ddplab.engine.precision import Precision
     from ddplab.engine.run import build_model
@@ -36,8 +36,8 @@ def probe_point(config: RunConfig, data) -> dict[str, float]:
     set_cpu_threads(device, config.train.threads, local_world=workers)
     try:
         torch.manual_seed(0)
-        fmt = torch.channels_last if config.channels_last_on(device.type) else torch.contiguous_format  # as a run's
-        model = build_model(config, data).to(device).to(memory_format=fmt)  # type: ignore[call-overload]
+        model = place_model(build_model(config, data), config, device)  # and its batches in the run's format:
+        fmt = torch.channels_last if config.channels_last_on(device.type) else torch.contiguous_format
         optimizer = build_optimizer(model.parameters(), config.optim, device)
         precision = Precision(config.train.precision, device)
         shape = tuple(data.image_shape)
