@@ -555,6 +555,13 @@ CASES = [
         after=no_folder("r"),
     ),
     Case(
+        "channels-last-neither-bool-nor-auto",
+        [*S, "--model.channels_last", "maybe", "--out", "{tmp}/r"],
+        2,
+        r"model\.channels_last='maybe' is not valid: expected bool or 'auto'$",
+        after=no_folder("r"),
+    ),
+    Case(
         "unknown-preset",
         ["train", "--preset", "fastest", "--out", "{tmp}/r"],
         2,

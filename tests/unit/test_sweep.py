@@ -287,6 +287,26 @@ def test_where_a_runs_nodes_met_never_makes_its_folder_stale(tmp_path):
         assert "(optim.lr differ)" in (folder.stale_reason(run, state) or "")
 
 
+def test_a_folder_trained_before_channels_last_became_auto_says_how_to_continue_it(tmp_path):
+    """Its config.toml says false; on a CPU "auto" is another run (channels_last), so the point is refused, and the
+    refusal names the default that changed and the setting that continues the folder; on CUDA it is the same run."""
+    import dataclasses
+
+    sweep = load_sweep(write(tmp_path, SWEEP), profile="small")
+    folder = SweepFolder(tmp_path / "out")
+    run = sweep.runs[0]
+    assert run.config.model.channels_last == "auto"
+    run_dir = folder.run_dir(run.name)
+    run_dir.mkdir(parents=True)
+    nchw = dataclasses.replace(run.config.model, channels_last=False)
+    for device, refused in (("cpu", True), ("cuda", False)):
+        on = dataclasses.replace(run.config, train=dataclasses.replace(run.config.train, device=device))
+        (run_dir / "config.toml").write_text(dataclasses.replace(on, model=nchw).to_toml())
+        why = folder.stale_reason(dataclasses.replace(run, config=on), "finished") or ""
+        assert ("(model.channels_last differ)" in why and "which model.channels_last=false asks for" in why) is refused
+        assert refused or why == ""
+
+
 def test_settings_from_the_command_line_apply_to_every_run(tmp_path):
     """--set wins over the base; over a sweep's own axis it is refused (the names would lie)."""
     sweep = load_sweep(write(tmp_path, SWEEP), profile="small", overrides=["train.epochs=5", "optim.lr=0.01"])
