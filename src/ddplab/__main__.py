@@ -11,7 +11,7 @@ def run() -> int:
     try:
         from ddplab.cli import main
 
-        return main()
+        return main(whole_process=True)
     except KeyboardInterrupt:
         print("ddplab: interrupted", file=sys.stderr)
         return 130

@@ -159,6 +159,28 @@ label = "broken"
     assert "single" in proc.stdout and "resume" in proc.stdout.splitlines()[1]
 
 
+@pytest.mark.parametrize("how", ["terminal", "kill"])
+def test_ctrl_c_after_the_sweep_measured_its_all_reduce_in_process_is_still_one_line_and_130(tmp_path, how):
+    """The sweep times its DDP points' all-reduce through torch's elastic launcher in its own process before any
+    point; the launcher's agent had left its signal handlers there, and Ctrl-C to the first point raised its
+    SignalException from the sweep's wait: a traceback, exit 1, the manifest left "running". SIGINT as a terminal
+    sends it (to the process group) and as a script's `kill -INT` sends it (to the sweep alone)."""
+    import signal
+    import uuid
+
+    path, out, marker = tiny_sweep(tmp_path / "measured.toml"), tmp_path / "s", f"DDPLAB_TEST_{uuid.uuid4().hex}"
+    proc = start_sweep(path, out, marker, report=True)
+    wait_for_epochs(proc, out / "runs" / "a" / "metrics.jsonl")  # held in its second epoch
+    assert (out / "links.json").is_file()  # measured before the first point
+    (os.killpg if how == "terminal" else os.kill)(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert err.strip().splitlines()[-1] == "ddplab: interrupted" and "Traceback" not in err, err[-3000:]
+    runs = manifest(out)
+    assert (runs["a"]["status"], runs["a"]["exit_code"]) == ("interrupted", 130)
+    assert runs["b"]["status"] == runs["ddp"]["status"] == "pending"
+
+
 def long_sweep(tmp_path, epochs=200):
     """TINY's single-process run alone (named "single"), long enough to be stopped while it trains."""
     path = tmp_path / "long.toml"
@@ -172,13 +194,15 @@ def long_sweep(tmp_path, epochs=200):
 HELD = {"DDPLAB_FAULT": "hang:epoch=2"}  # a run stays in its second epoch until it is stopped: the fault hook as timer
 
 
-def start_sweep(path, out, marker, *args, sigint=None, env=HELD):
+def start_sweep(path, out, marker, *args, sigint=None, env=HELD, report=False):
     """`sigint`: the disposition the sweep starts with (default: Python's; SIG_IGN: as a script's `cmd &`); `env`
-    over this process's, given to every run (default: each is held in its second epoch)."""
+    over this process's, given to every run (default: each is held in its second epoch); `report`: as the
+    command's default (its DDP points' all-reduce measured first, in-process), else --no-report."""
     import signal
 
     return subprocess.Popen(
-        [sys.executable, "-m", "ddplab", "sweep", str(path), "--out", str(out), "--no-report", "--no-estimate", *args],
+        [sys.executable, "-m", "ddplab", "sweep", str(path), "--out", str(out), "--no-estimate", *args]
+        + ([] if report else ["--no-report"]),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -320,7 +344,9 @@ def test_a_parallel_sweep_runs_points_at_once_each_on_its_own_cores_and_measures
 @needs_two_cores
 def test_sigterm_stops_every_running_point_of_a_parallel_sweep_and_a_rerun_finishes_them(tmp_path):
     """SIGTERM at the sweep alone (a scheduler's, a script's `kill`), started as a script's `cmd &` starts it
-    (SIGINT ignored): each running point is stopped resumable, as Ctrl-C at a serial sweep stops its run."""
+    (SIGINT ignored): each running point is stopped resumable, as Ctrl-C at a serial sweep stops its run. More
+    SIGTERMs while it stops are ignored."""
+    import contextlib
     import signal
     import time
     import uuid
@@ -333,6 +359,12 @@ def test_sigterm_stops_every_running_point_of_a_parallel_sweep_and_a_rerun_finis
     for name in ("a", "b"):
         wait_for_epochs(proc, out / "runs" / name / "metrics.jsonl")
     os.kill(proc.pid, signal.SIGTERM)
+    # ... and a second SIGTERM, meant to be ignored, in every phase of the stop (the points stopping, the manifest
+    # written, the last line said, the process ending): the exit code stays 130, never SIGTERM's 143.
+    while proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        time.sleep(0.01)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and err.strip().splitlines()[-1] == "ddplab: interrupted by SIGTERM", err[-3000:]
     runs = manifest(out)

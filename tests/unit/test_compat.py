@@ -1,6 +1,7 @@
 """The supported torch floor: older torch is refused in one line, newer APIs are optional."""
 
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest
@@ -307,3 +308,38 @@ def test_torchs_native_log_level_can_be_set_after_it_loaded():
         assert compat.set_cpp_log_level("") and flag.value == 1
     finally:
         flag.value = before
+
+
+def test_the_elastic_agents_signal_handlers_never_outlive_its_launch(monkeypatch):
+    """torch's agent sets its handlers for the stop signals and SIGQUIT and never puts the old ones back: a sweep
+    that measured its all-reduce in-process then met Ctrl-C with the agent's SignalException (a traceback, exit
+    1). Its stop, where it took one, begins the command's: a second signal is ignored."""
+    import signal
+
+    import torch.distributed.launcher.api as api
+    from torch.distributed.elastic.multiprocessing.api import SignalException, _terminate_process_handler
+
+    from ddplab.launch import stops
+
+    before = {s: signal.getsignal(s) for s in stops.TAKEN_BY_LIBRARIES}
+
+    def fake_elastic_launch(config, entrypoint):
+        def run(*args):
+            for sig in stops.TAKEN_BY_LIBRARIES:
+                signal.signal(sig, _terminate_process_handler)  # as PContext.start sets them
+            if args == ("stop",):
+                raise SignalException("Process 1 got signal: 15", sigval=signal.SIGTERM)
+            return {0: entrypoint(*args)}
+
+        return run
+
+    monkeypatch.setattr(api, "elastic_launch", fake_elastic_launch)
+    assert launch.run_agent(None, lambda x: x + 1, 1) == {0: 2}
+    assert {s: signal.getsignal(s) for s in stops.TAKEN_BY_LIBRARIES} == before and not stops.stopping()
+    with stops.as_interrupts():
+        with pytest.raises(SignalException):
+            launch.run_agent(None, print, "stop")
+        assert {s: signal.getsignal(s) for s in stops.TAKEN_BY_LIBRARIES} != before  # ddplab's, for the block
+        assert stops.stopping()
+        os.kill(os.getpid(), signal.SIGTERM)  # ignored: the stop is under way
+    assert {s: signal.getsignal(s) for s in stops.TAKEN_BY_LIBRARIES} == before

@@ -40,3 +40,46 @@ def test_every_stop_signal_is_ignored_while_a_stop_is_carried_out():
         assert all(signal.getsignal(s) is signal.SIG_IGN for s in stops.STOP_SIGNALS)
         os.kill(os.getpid(), signal.SIGHUP)
     assert signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+
+
+def test_the_first_stop_signal_begins_the_stop_and_any_later_one_is_ignored_until_the_command_exits():
+    """A scheduler's or a script's second SIGTERM, or a second Ctrl-C, while a stop is carried out: neither cuts
+    the stop short (a KeyboardInterrupt raised again from a `finally`) nor turns exit 130 into 143 once the
+    command's block has ended (the handler put back there was the default one, which kills)."""
+    before = {s: signal.getsignal(s) for s in stops.STOP_SIGNALS}
+    try:
+        with stops.as_interrupts(to_exit=True):
+            with pytest.raises(KeyboardInterrupt), stops.as_interrupts():  # a nested block (a sweep's, a run's)
+                os.kill(os.getpid(), signal.SIGTERM)
+            assert stops.stopping()
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                os.kill(os.getpid(), sig)  # ignored: the stop goes on where it was
+        assert all(signal.getsignal(s) is signal.SIG_IGN for s in stops.STOP_SIGNALS)  # until the process exits
+        os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    assert not stops.stopping()
+
+
+def test_a_python_callers_handlers_come_back_after_a_stop_and_the_next_block_starts_afresh():
+    before = {s: signal.getsignal(s) for s in stops.STOP_SIGNALS}
+    with pytest.raises(KeyboardInterrupt) as stopped, stops.as_interrupts():
+        os.kill(os.getpid(), signal.SIGINT)
+    assert type(stopped.value) is KeyboardInterrupt and stops.name_of(stopped.value) == "SIGINT"
+    assert {s: signal.getsignal(s) for s in stops.STOP_SIGNALS} == before and not stops.stopping()
+    with pytest.raises(stops.Stopped), stops.as_interrupts():  # a later call is stopped as the first was
+        os.kill(os.getpid(), signal.SIGHUP)
+
+
+def test_handlers_a_library_sets_inside_are_taken_back():
+    """torch's elastic agent sets its own for SIGINT, SIGTERM, SIGHUP and SIGQUIT and leaves them set."""
+    before = {s: signal.getsignal(s) for s in stops.TAKEN_BY_LIBRARIES}
+
+    def library(signum, frame):
+        raise RuntimeError("a library's handler")
+
+    with stops.kept():
+        for sig in stops.TAKEN_BY_LIBRARIES:
+            signal.signal(sig, library)
+    assert {s: signal.getsignal(s) for s in stops.TAKEN_BY_LIBRARIES} == before

@@ -90,7 +90,10 @@ def add_debug(parser: argparse.ArgumentParser) -> None:
         parser.set_defaults(command_parser=parser)  # for `given_options`
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, whole_process: bool = False) -> int:
+    """The `ddplab` command; its exit code. `whole_process`: this call is the process's whole life (the console
+    script, `python -m ddplab`): once a stop signal has begun a stop, the rest are ignored until it has exited
+    with 130. An in-process caller (a test, a notebook) gets its handlers back."""
     debug = "--debug" in (sys.argv[1:] if argv is None else argv)  # known before parsing, which may fail too
     try:
         argv = sys.argv[1:] if argv is None else argv
@@ -99,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command not in TORCH_FREE:
             compat.check_torch()  # before the command imports an API an older torch lacks
         faults.check_env()  # a test hook obeys the contract of a flag, whatever the command (a sweep's runs inherit it)
-        with stops.as_interrupts():  # SIGTERM and SIGHUP stop every command as Ctrl-C does
+        with stops.as_interrupts(to_exit=whole_process):  # SIGTERM and SIGHUP stop every command as Ctrl-C does
             code = args.func(args)
         sys.stdout.flush()  # here, where a closed pipe is handled, not at exit
         return code

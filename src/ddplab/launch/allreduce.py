@@ -94,11 +94,9 @@ def measure(
 ) -> dict[str, Any]:
     """Time all-reduce over SIZES up to `max_bytes` with `ranks` processes of the elastic launcher on each of
     `nnodes` nodes (each runs this, with the same `rdzv_endpoint`: node 0's address)."""
-    from torch.distributed.launcher.api import elastic_launch
-
     from ddplab import compat
     from ddplab.distributed import route_address
-    from ddplab.launch.elastic import c10d_configs, whole_spawns
+    from ddplab.launch.elastic import c10d_configs, run_agent, whole_spawns
 
     if ranks * nnodes < 2:
         raise ConfigError(f"--nproc {ranks}: an all-reduce needs 2 or more ranks to measure a link")
@@ -132,7 +130,7 @@ def measure(
     start = time.perf_counter()
     try:
         with whole_spawns():
-            results = elastic_launch(config, time_allreduce)(backend, sizes, device, nnodes > 1)
+            results = run_agent(config, time_allreduce, backend, sizes, device, nnodes > 1)
     except RendezvousError as exc:
         from ddplab.launch.elastic import rendezvous_failure
 

@@ -100,7 +100,6 @@ def launch_workers(plan: RunPlan, *, command: bool = True):
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous.api import RendezvousError
-    from torch.distributed.launcher.api import elastic_launch
 
     from ddplab.distributed import route_address
     from ddplab.io.arguments import endpoint_parts
@@ -157,7 +156,7 @@ def launch_workers(plan: RunPlan, *, command: bool = True):
         guarded,
     ):
         try:
-            results = elastic_launch(launch_config, worker_main)(plan.for_workers())
+            results = run_agent(launch_config, worker_main, plan.for_workers())
         except ChildFailedError as exc:
             raise worker_failure(exc, d.max_restarts) from None
         except SignalException as exc:  # Ctrl-C / SIGTERM: the agent has already stopped every worker
@@ -167,6 +166,23 @@ def launch_workers(plan: RunPlan, *, command: bool = True):
         except RendezvousError as exc:
             raise rendezvous_failure(exc, d.rdzv_endpoint, d.nnodes, timeout) from None
     return next((r for r in results.values() if r is not None), None)
+
+
+def run_agent(launch_config: Any, entrypoint: Any, *args: Any) -> dict[int, Any]:
+    """torch's elastic launcher run from this process, every result by global rank; the one way ddplab runs it.
+
+    Its agent takes SIGINT, SIGTERM, SIGHUP and SIGQUIT for the run (raising SignalException) and never gives them
+    back: here they are this process's own again however the launch ends (`stops.kept`), and a stop signal the
+    agent took begins this command's stop, so that a second one is ignored as ddplab's own handlers ignore it."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.launcher.api import elastic_launch
+
+    with stops.kept():
+        try:
+            return elastic_launch(launch_config, entrypoint)(*args)
+        except SignalException:
+            stops.begin()
+            raise
 
 
 def unreached_line(endpoint: str | None, timeout: str) -> str:

@@ -444,7 +444,10 @@ class RayExecutor:
             received: list[int] = []  # Ray's blocking calls turn our Stopped into a bare KeyboardInterrupt
 
             def stopped(signum: int, frame: Any) -> None:
+                if stops.stopping():  # a stop under way: a second signal is ignored, as everywhere
+                    return
                 received.append(signum)
+                stops.begin()
                 raise stops.Stopped(signum)
 
             with stops.handled(tuple(s for s in stops.STOP_SIGNALS if s != signal.SIGINT), stopped):
@@ -615,18 +618,17 @@ def connect(address: str | None, echo) -> Any:
     ray = require_ray()
     address = cluster_address(address)
     reachable(address)
-    sigterm = signal.getsignal(signal.SIGTERM)  # ray.init puts its own (sys.exit): ddplab's stop rule is ours
     try:
-        if address is None:  # "local": a Ray of its own, never a `ray start` one found on this machine
-            ray.init(address="local", include_dashboard=False, log_to_driver=False, configure_logging=False)
+        with stops.kept():  # ray.init puts its own SIGTERM handler (sys.exit): ddplab's stop rule is ours
+            if address is None:  # "local": a Ray of its own, never a `ray start` one found on this machine
+                ray.init(address="local", include_dashboard=False, log_to_driver=False, configure_logging=False)
+            else:
+                ray.init(address=address, log_to_driver=False, configure_logging=False)
+        if address is None:
             echo(f"Ray: no cluster given (--ray.address, ${ADDRESS_ENV}): started a local one for this sweep, "
                  f"{cluster_text(ray)}; it stops when the sweep ends")  # fmt: skip
-        else:
-            ray.init(address=address, log_to_driver=False, configure_logging=False)
     except (ConnectionError, RuntimeError, ValueError, TimeoutError, ray.exceptions.RayError) as exc:
         raise ConfigError(f"cannot join the Ray cluster at {address or 'local'}: {first_line(exc)}") from None
-    finally:
-        signal.signal(signal.SIGTERM, sigterm)
     return ray
 
 
