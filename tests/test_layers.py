@@ -31,10 +31,11 @@ ALLOWED: dict[str, set[str]] = {
     "runfiles": {"errors"},
     "topology": {"errors"},
     "arguments": {"borders"},
+    "environment": {"borders", "errors"},
     "compat": {"errors", "stops"},
     "faults": {"errors", "topology"},
     "tracking": {"errors", "files"},
-    "warm": {"compat"},
+    "warm": {"compat", "environment"},
     "process": {"stops", "warm"},
     "watchdog": {"errors", "process", "warm"},
     "data": {"errors", "seeding"},
@@ -153,6 +154,7 @@ ALLOWED: dict[str, set[str]] = {
         "sweep",
         "sweep.folder",
         "topology",
+        "warm",
     },  # fmt: skip
     "__main__": {"cli"},
 }
@@ -248,7 +250,7 @@ def test_no_module_imports_one_that_imports_it_back():
 FOLDERS = {
     "rundir": ("runfiles", "runfolder", "runlock", "runread", "runplan", "checkpoint"),
     "launch": ("elastic", "warm", "process", "watchdog", "allreduce", "hosts", "topology", "stops"),
-    "io": ("borders", "files", "arguments"),
+    "io": ("borders", "files", "arguments", "environment"),
 }
 OWN_LAYER = {
     "ddplab.sweep.spec": "ddplab.sweep.spec",

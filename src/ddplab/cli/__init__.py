@@ -30,7 +30,7 @@ from ddplab.cli.common import Parser, given_options, one_mode, used_by
 from ddplab.cli.plan import refuse_unmeasurable
 from ddplab.cli.train import SHORTCUTS, config_from_args
 from ddplab.errors import DdplabError, file_error
-from ddplab.launch import stops
+from ddplab.launch import stops, warm
 
 __all__ = [
     "SHORTCUTS",
@@ -102,6 +102,7 @@ def main(argv: list[str] | None = None, *, whole_process: bool = False) -> int:
         if args.command not in TORCH_FREE:
             compat.check_torch()  # before the command imports an API an older torch lacks
         faults.check_env()  # a test hook obeys the contract of a flag, whatever the command (a sweep's runs inherit it)
+        warm.enabled()  # DDPLAB_WARM=maybe: one line before anything starts, not the first time a process starts
         with stops.as_interrupts(to_exit=whole_process):  # SIGTERM and SIGHUP stop every command as Ctrl-C does
             code = args.func(args)
         sys.stdout.flush()  # here, where a closed pipe is handled, not at exit

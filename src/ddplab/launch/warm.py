@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from multiprocessing import context as mp_context
 from multiprocessing import popen_spawn_posix
 
-SWITCH = "DDPLAB_WARM"  # "0": every process starts cold
+SWITCH = "DDPLAB_WARM"  # off (0, false, off, no): every process starts cold
 # What the server imports: what every ddplab process imports before its first step.
 IMPORTS = (
     "torch",
@@ -68,7 +68,10 @@ START_TIMEOUT_S = 120.0  # how long a request waits for a server still importing
 
 
 def enabled() -> bool:
-    return os.environ.get(SWITCH, "1") != "0" and sys.platform == "linux" and hasattr(socket, "send_fds")
+    """Whether processes start warm: DDPLAB_WARM on (the default; 0, false, off or no turn it off) on Linux."""
+    from ddplab.io.environment import switch
+
+    return switch(SWITCH, True) and sys.platform == "linux" and hasattr(socket, "send_fds")
 
 
 def read_at_start(env: Mapping[str, str]) -> dict[str, str]:
@@ -109,7 +112,10 @@ class Factory:
                     sys.executable,
                     *subprocess._args_from_interpreter_flags(),  # type: ignore[attr-defined]
                     "-c",
-                    f"from ddplab.launch.warm import serve_cold; serve_cold({theirs.fileno()})",
+                    # -c puts the working directory first on sys.path: a ddplab/ or torch/ folder there would be
+                    # imported in place of the real ones. Left out while the server imports, back for its children.
+                    "import sys; first = sys.path.pop(0) if sys.path[:1] == [''] else None; "
+                    f"from ddplab.launch.warm import serve_cold; serve_cold({theirs.fileno()}, first)",
                 ],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
@@ -626,8 +632,10 @@ def set_parent_death_signal(sig: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(sig))  # PR_SET_PDEATHSIG
 
 
-def serve_cold(fd: int) -> None:
-    """The server started by exec: import what every ddplab process imports, then serve."""
+def serve_cold(fd: int, first_path: str | None = None) -> None:
+    """The server started by exec: import what every ddplab process imports, then serve. `first_path`: the
+    sys.path entry -c had put first, left out for the imports (the working directory's modules are a
+    command's own, never the server's), back in its place for the children, which set it as exec would."""
     import importlib
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the client; the server ends with it
@@ -637,6 +645,8 @@ def serve_cold(fd: int) -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001  (a module this machine cannot import: the child will, and say why)
             pass
+    if first_path is not None:
+        sys.path.insert(0, first_path)
     serve(channel)
 
 

@@ -1,0 +1,31 @@
+"""Switches read from the environment: one rule for every on/off variable ddplab reads.
+
+A shell user writes DDPLAB_WARM=0, =false, =off or =no and means the same; a value that is none of the
+spellings (a typo, =maybe) is one ConfigError naming the variable, never silently read as on. Torch-free.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from ddplab.errors import ConfigError
+from ddplab.io.borders import shown
+
+ON = ("1", "true", "on", "yes")
+OFF = ("0", "false", "off", "no")
+
+
+def switch(name: str, default: bool, env: Mapping[str, str] | None = None) -> bool:
+    """The on/off variable `name` (`default` where unset or empty), any case, spaces around ignored."""
+    value = (os.environ if env is None else env).get(name, "").strip().lower()
+    if not value:
+        return default
+    if value in ON:
+        return True
+    if value in OFF:
+        return False
+    raise ConfigError(
+        f"{name}={shown((os.environ if env is None else env)[name])} is not a switch: "
+        f"use one of {', '.join(ON)} to turn it on, {', '.join(OFF)} to turn it off"
+    )
