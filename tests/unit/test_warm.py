@@ -208,6 +208,21 @@ def test_a_command_whose_start_up_environment_differs_gets_a_server_of_its_own(t
     assert warm.popen(["/bin/true"]) is None
 
 
+def test_a_ddplab_folder_in_the_working_directory_is_never_the_servers(tmp_path, monkeypatch, capfd):
+    """A sweep started in a checkout's parent (a ddplab/ folder beside it) had the server import that folder: a
+    traceback from the server, every command cold. The working directory's modules are a command's own (README:
+    one the working directory would shadow is the server's); the child's sys.path[0] is still exec's."""
+    (tmp_path / "ddplab").mkdir()
+    (tmp_path / "ddplab" / "__init__.py").write_text("raise ImportError('the working directory s ddplab/')\n")
+    monkeypatch.chdir(tmp_path)
+    with warm.Factory() as f, warm.using(f):
+        f.start()  # its stderr is this process's: captured here
+        done = warmed([sys.executable, "-c", "import ddplab, sys; print(ddplab.__file__, sys.path[0] == '')"])
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.split() == [warm.__file__.replace(os.path.join("launch", "warm.py"), "__init__.py"), "True"]
+    assert "Traceback" not in capfd.readouterr().err
+
+
 def test_exit_codes_signals_and_output_are_the_childs_own(tmp_path):
     def outcome(code):
         return warm.run([sys.executable, "-c", code], capture_output=True, text=True, input="in")
