@@ -79,6 +79,7 @@ ALLOWED: dict[str, set[str]] = {
     },  # fmt: skip
     "launch": {
         "arguments",
+        "borders",
         "compat",
         "config",
         "distributed",

@@ -125,3 +125,86 @@ def test_a_tracked_sweeps_points_carry_their_parent_run_to_whichever_node_runs_t
     link = json.loads(task.env[tracking.POINT_ENV])
     assert task.env["KEEP"] == "1" and task.cwd and ask["num_cpus"] == 1.0
     assert (link["parent_run_id"], link["label"], link["axes"]) == ("parent1", "lr-0.1", {"optim.lr": "0.1"})
+
+
+def test_an_address_where_something_else_listens_is_one_line_within_the_timeout_not_a_hang(monkeypatch):
+    """ray.init waited past 150 s on a port where a silent TCP service or an HTTP server listened. Ray's head (GCS,
+    and its Client server behind ray://) speaks gRPC, whose first frame answers HTTP/2's preface."""
+    import http.server
+    import socket
+    import threading
+    import time
+
+    from ddplab.errors import ConfigError
+    from ddplab.sweep import ray_executor
+
+    monkeypatch.setattr(ray_executor, "CONNECT_TIMEOUT_S", 0.5)
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        start = time.monotonic()
+        with pytest.raises(ConfigError, match=r"is not a Ray cluster: .*answered nothing within 0.5 s"):
+            ray_executor.reachable(f"127.0.0.1:{silent.getsockname()[1]}")
+        assert time.monotonic() - start < 2.0
+    web = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(ConfigError, match=r"is not a Ray cluster: .*answered b'"):
+            ray_executor.reachable(f"ray://127.0.0.1:{web.server_address[1]}")
+    finally:
+        web.shutdown()
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        port = closed.getsockname()[1]
+    with pytest.raises(ConfigError, match=r"cannot reach the Ray cluster at 127.0.0.1:\d+ \(ConnectionRefusedError"):
+        ray_executor.reachable(f"127.0.0.1:{port}")
+
+
+def test_a_grpc_server_passes_the_check_as_a_ray_head_would():
+    grpc = pytest.importorskip("grpc")  # Ray's own dependency: installed with the ray extra
+    from concurrent import futures
+
+    from ddplab.sweep import ray_executor
+
+    server = grpc.server(futures.ThreadPoolExecutor(1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        ray_executor.reachable(f"127.0.0.1:{port}")
+        ray_executor.reachable(f"ray://127.0.0.1:{port}")
+    finally:
+        server.stop(None)
+
+
+def test_the_executors_refuse_what_a_python_caller_passes_wrong_before_any_folder(tmp_path):
+    from ddplab import run_sweep
+    from ddplab.errors import ConfigError
+    from ddplab.sweep import LocalExecutor
+    from ddplab.sweep.ray_executor import RayExecutor
+
+    for bad in (0, -1, True, 1.5, "two"):
+        with pytest.raises(ConfigError, match=r"LocalExecutor\(parallel=.*\): the points to run at once are a whole"):
+            LocalExecutor(parallel=bad)
+        with pytest.raises(ConfigError, match=r"RayExecutor\(parallel="):
+            RayExecutor(parallel=bad)
+    assert LocalExecutor(parallel="auto").parallel == "auto" and RayExecutor().parallel is None
+    for bad in (0, -3, float("inf"), "10"):
+        with pytest.raises(ConfigError, match=r"LocalExecutor\(timeout_s=.*\): seconds a run may take"):
+            LocalExecutor(timeout_s=bad)
+    for bad in ("", "  ", 6379):
+        with pytest.raises(ConfigError, match=r"RayExecutor\(address=.*\): a cluster's host:port"):
+            RayExecutor(address=bad)
+    with pytest.raises(ConfigError, match=r"executor=42 is neither an executor's name \(local, slurm, ray\) nor an"):
+        run_sweep("optimizers", executor=42, out=tmp_path / "s")
+    assert not (tmp_path / "s").exists()
+
+
+def test_the_sweep_command_says_every_executor_and_refuses_an_empty_ray_address(capsys):
+    from ddplab.cli import main
+    from ddplab.sweep.executor import registered
+
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    helped = " ".join(capsys.readouterr().out.split())
+    for name, executor in registered().items():
+        assert f"{name}: {' '.join(executor.summary.split())}" in helped
+    with pytest.raises(SystemExit) as usage:
+        main(["sweep", "optimizers", "--executor", "ray", "--ray.address", ""])
+    assert usage.value.code == 2 and "--ray.address: an empty value" in capsys.readouterr().err

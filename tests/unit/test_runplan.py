@@ -226,3 +226,12 @@ def test_a_run_folder_moved_while_it_trains_stops_the_run_and_resumes_where_it_w
     monkeypatch.setattr(Trainer, "run_epoch", run_epoch)
     done = ddplab.train(tiny_config(tmp_path / "moved", train={"epochs": 3}, output={"resume": True}))
     assert [r.epoch for r in done.history] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("given", ["config.toml", {"train": {"epochs": 2}}, None])
+def test_train_from_python_says_what_to_pass_for_anything_but_a_run_config(given):
+    """A notebook's first guesses ended in AttributeError: 'str' object has no attribute 'dist'."""
+    from ddplab.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"train\(\) takes a RunConfig, not .*: build one with .*build_config"):
+        ddplab.train(given)

@@ -134,7 +134,11 @@ def add_how_options(p: argparse.ArgumentParser) -> None:
         "--executor",
         choices=tuple(executors),
         default=next(iter(executors)),
-        help="where the points run: local (here; the default) or slurm (submitted as job arrays, sbatch)",
+        help="where the points run: "
+        + "; ".join(
+            f"{name}: {each.summary}" + (" (the default)" if i == 0 else "")
+            for i, (name, each) in enumerate(executors.items())
+        ),  # fmt: skip
     )
     p.add_argument("--wait", action="store_true", help="with slurm: wait for the sweep's jobs, then write the report")
     for each in executors.values():

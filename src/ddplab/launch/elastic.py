@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddplab import compat, errors, faults
 from ddplab.config import DistConfig, RunConfig
+from ddplab.io.borders import shown
 from ddplab.launch import stops, topology, warm, watchdog
 from ddplab.rundir.runplan import RunPlan, as_worker, prepared
 
@@ -42,6 +43,13 @@ class Interrupted(errors.DdplabError):
 def train(config: RunConfig) -> RunResult:
     """Train as configured and return the finished run (the Python API: `ddplab.train`). It goes the
     CLI's way: prepared once, then trained here or by the launcher's workers."""
+    if not isinstance(config, RunConfig):  # a notebook's first guess (a path, a dict): the sentence it needs
+        raise errors.ConfigError(
+            f"train() takes a RunConfig, not {'None' if config is None else f'{type(config).__name__} {shown(config)}'}"
+            ": build one with "
+            "ddplab.config.build_config({'train': {'epochs': 2}, ...}) from a dict of sections, or "
+            "build_config(ddplab.config.load_toml('config.toml')) from a file"
+        )
     return launch(config, command=False)
 
 

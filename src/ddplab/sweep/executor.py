@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import ClassVar, Protocol
 
 from ddplab.errors import ConfigError
+from ddplab.io.borders import shown
 from ddplab.metrics.records import read_epochs
 from ddplab.rundir import runfiles
 from ddplab.sweep.folder import Manifest, Status, SweepFolder
@@ -27,6 +28,7 @@ Echo = Callable[[str], object]
 class Executor(Protocol):
     name: ClassVar[str]  # --executor NAME, and the manifest's "executor"
     waits: ClassVar[bool]  # submit returns before the points end: --wait waits for them
+    summary: ClassVar[str]  # where it runs the points, in `ddplab sweep --help`'s words
 
     @classmethod
     def add_options(cls, parser: argparse.ArgumentParser) -> None:
@@ -59,6 +61,18 @@ class Executor(Protocol):
 
     def wait(self, folder: SweepFolder, echo: Echo) -> Manifest:
         """Wait until none of the points it handed over is queued or running; the manifest, written."""
+
+
+def check_executor(value: object) -> Executor:
+    """run_sweep's `executor` when it is not a name: an object that keeps the Executor protocol."""
+    missing = [m for m in ("name", "waits", "runs_on_gpus", "submit", "wait") if not hasattr(value, m)]
+    if missing:
+        raise ConfigError(
+            f"executor={shown(value)} is neither an executor's name ({', '.join(registered())}) nor an executor "
+            f"(it has no {', '.join(missing)}): pass a name, or one built with its options, e.g. "
+            "ddplab.sweep.LocalExecutor(parallel=2)"
+        )
+    return value  # type: ignore[return-value]
 
 
 def registered() -> dict[str, type[Executor]]:

@@ -26,6 +26,7 @@ from typing import ClassVar
 from ddplab.config import check_environment
 from ddplab.errors import ConfigError, DataError
 from ddplab.io import files
+from ddplab.io.borders import shown
 from ddplab.launch import stops
 from ddplab.launch.process import INTERRUPTED, POLL_S, STOP_GRACE_S, Child, Finished, stop_all, wait_any
 from ddplab.launch.topology import resolve_backend
@@ -35,7 +36,7 @@ from ddplab.rundir.runlock import describe, live_owner, run_lock
 from ddplab.sweep.estimate import duration
 from ddplab.sweep.folder import Entry, Manifest, Status, SweepFolder
 from ddplab.sweep.point import Point
-from ddplab.sweep.slots import Slot, SlotPool, visible_gpus
+from ddplab.sweep.slots import Slot, SlotPool, points_at_once, visible_gpus
 from ddplab.sweep.spec import Sweep, SweepRun, slug
 
 
@@ -44,6 +45,7 @@ class LocalExecutor:
 
     name: ClassVar[str] = "local"
     waits: ClassVar[bool] = False
+    summary: ClassVar[str] = "here, up to --parallel at once"
 
     def __init__(
         self,
@@ -53,6 +55,10 @@ class LocalExecutor:
         measure_link: bool = False,
         estimate: bool = False,
     ):
+        points_at_once(parallel, type(self).__name__)
+        seconds = isinstance(timeout_s, (int, float)) and not isinstance(timeout_s, bool)
+        if timeout_s is not None and not (seconds and 0 < timeout_s < float("inf")):
+            raise ConfigError(f"LocalExecutor(timeout_s={shown(timeout_s)}): seconds a run may take, > 0, or None")
         self.parallel, self.timeout_s, self.measure_link, self.estimate = parallel, timeout_s, measure_link, estimate
 
     @classmethod

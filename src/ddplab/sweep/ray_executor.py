@@ -33,6 +33,8 @@ from typing import Any, ClassVar
 
 from ddplab.config import RunConfig
 from ddplab.errors import ConfigError
+from ddplab.io.arguments import given
+from ddplab.io.borders import shown
 from ddplab.launch import stops
 from ddplab.launch.process import INTERRUPTED, STOP_GRACE_S
 from ddplab.rundir import runfiles
@@ -40,9 +42,12 @@ from ddplab.rundir.runlock import run_lock
 from ddplab.sweep.estimate import duration
 from ddplab.sweep.folder import Entry, Manifest, Status, SweepFolder
 from ddplab.sweep.point import Node, Outcome, Point
+from ddplab.sweep.slots import points_at_once
 from ddplab.sweep.spec import Sweep, SweepRun
 
 ADDRESS_ENV = "RAY_ADDRESS"
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000")  # preface, empty SETTINGS
+SETTINGS_FRAME = 0x4  # an HTTP/2 frame's type byte (its fourth): a gRPC server's first frame
 CONNECT_TIMEOUT_S = 5.0  # an address that does not answer a TCP connect in this long is not a cluster (Ray waits 60 s+)
 POLL_S = 1.0
 SEE_TIMEOUT_S = 120.0  # each node's answer whether it sees the sweep folder (a cold node starts a worker first)
@@ -367,8 +372,15 @@ class RayExecutor:
 
     name: ClassVar[str] = "ray"
     waits: ClassVar[bool] = False  # this process drives the tasks: they end with it
+    summary: ClassVar[str] = "tasks on a Ray cluster (--ray.address), else on a local Ray started for the sweep"
 
     def __init__(self, *, address: str | None = None, parallel: int | str | None = None):
+        points_at_once(parallel, type(self).__name__, unset_ok=True)
+        if address is not None and not (isinstance(address, str) and address.strip()):
+            raise ConfigError(
+                f"RayExecutor(address={shown(address)}): a cluster's host:port, ray://host:port or auto; "
+                f"None for ${ADDRESS_ENV}, else a local Ray"
+            )
         self.address, self.parallel = address, parallel  # None or auto: as many as the cluster fits
         self.node_gpus = 0  # the most GPUs a node of the cluster has (known once connected)
 
@@ -377,6 +389,7 @@ class RayExecutor:
         parser.add_argument(
             "--ray.address",
             dest="ray_address",
+            type=given,  # '' (an unset shell variable) refused, never read as the default
             default=None,
             help=f"--executor ray: the cluster (host:port of its head, ray://..., or auto); default ${ADDRESS_ENV}, "
             "else a local Ray started for the sweep",
@@ -598,18 +611,37 @@ def require_ray() -> Any:
 
 
 def reachable(address: str | None) -> None:
-    """A cluster's address that does not answer a TCP connect within CONNECT_TIMEOUT_S: one line (Ray itself retries
-    for minutes). `auto` and None need no network; `ray://` (Ray Client) is host:port too."""
+    """A cluster's address that does not answer as a Ray head within CONNECT_TIMEOUT_S: one line (Ray itself retries
+    for minutes, and hangs on a port where something else listens). Ray's GCS and its Client server (`ray://`)
+    both speak gRPC, which answers HTTP/2's connection preface with a SETTINGS frame: a silent service, an HTTP/1
+    server or a database does not. `auto` and None need no network."""
     if address is None or address == "auto":
         return
     host, _, port = address.removeprefix("ray://").rpartition(":")
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S) as conn:
+            conn.sendall(HTTP2_PREFACE)
+            answer = b""
+            deadline = time.monotonic() + CONNECT_TIMEOUT_S
+            while len(answer) < 9 and (left := deadline - time.monotonic()) > 0:
+                conn.settimeout(left)
+                chunk = conn.recv(9 - len(answer))
+                if not chunk:
+                    break
+                answer += chunk
+    except socket.timeout:
+        answer = b""
     except (OSError, ValueError) as exc:
         raise ConfigError(
             f"cannot reach the Ray cluster at {address} ({exc.__class__.__name__}: {exc}): is its head running "
             "(ray start --head), and is that its GCS address (host:6379 by default)?"
         ) from None
+    if len(answer) < 9 or answer[3] != SETTINGS_FRAME:
+        said = "nothing within {:g} s".format(CONNECT_TIMEOUT_S) if not answer else f"{answer[:20]!r}"
+        raise ConfigError(
+            f"{address} is not a Ray cluster: something listens there but does not answer as Ray's head does "
+            f"(gRPC; it answered {said}): give its GCS address (host:6379 by default) or ray://host:10001"
+        )
 
 
 def connect(address: str | None, echo) -> Any:

@@ -105,7 +105,7 @@ def run_sweep(
     where the points run (an executor, or a name: local, slurm, ray); `mlflow`: a tracking URI (the sweep a
     parent run, each point a child); `wait`: with an executor that queues the points (Slurm), wait for them and
     report; `submit=False`: submit nothing, only wait for what an earlier call queued in `out`."""
-    runner = executor_named(executor, report) if isinstance(executor, str) else executor
+    runner = executor_named(executor, report) if isinstance(executor, str) else executors.check_executor(executor)
     loaded, folder = load(sweep, runner, out=out, profile=profile, overrides=overrides, mlflow=mlflow, echo=echo)
     folder.refuse_run_folder()  # before the sweep's MLflow file is written into it
     tracked = trackers.track(loaded, folder)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from ddplab.config import RunConfig
 from ddplab.errors import ConfigError
 from ddplab.io.arguments import AUTO
+from ddplab.io.borders import shown
 from ddplab.launch.topology import usable_cores
 
 
@@ -147,3 +148,14 @@ class SlotPool:
             if len(self.gpus) < self.parallel:
                 text += f" (at most {len(self.gpus)} one-GPU point(s) at a time)"
         return text
+
+
+def points_at_once(value: object, owner: str, *, unset_ok: bool = False) -> None:
+    """An executor's `parallel`, as a Python caller gives it: a whole number >= 1 or "auto" (None where the
+    executor has its own default); anything else is one ConfigError naming the argument, before a folder is made."""
+    whole = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    if not (whole or value == AUTO or (value is None and unset_ok)):
+        raise ConfigError(
+            f"{owner}(parallel={shown(value)}): the points to run at once are a whole number >= 1 or {AUTO!r}"
+            + (" (None: as many as fit)" if unset_ok else "")
+        )

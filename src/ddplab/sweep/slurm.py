@@ -120,6 +120,7 @@ class SlurmExecutor:
 
     name: ClassVar[str] = "slurm"
     waits: ClassVar[bool] = True
+    summary: ClassVar[str] = "submitted to Slurm as job arrays (sbatch), which --wait waits for"
     OPTIONS = ("partition", "account", "time", "gpus_per_node", "extra")
 
     def __init__(self, options: SlurmOptions | None = None):
