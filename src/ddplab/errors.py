@@ -42,9 +42,10 @@ class FileSystemError(DdplabError):
     exit_code = 5
 
 
-def file_error(exc: OSError, action: str = "write") -> FileSystemError:
-    """One line for an OSError: the path, the operation and the system's reason."""
-    path = exc.filename if exc.filename is not None else "a file"
+def file_error(exc: OSError, action: str = "write", path: object = None) -> FileSystemError:
+    """One line for an OSError: the path, the operation and the system's reason. `path`: the file the caller was
+    writing, for the errors that name none (a write() or pwrite() on an open file: a full disk's ENOSPC)."""
+    path = exc.filename if exc.filename is not None else path if path is not None else "a file"
     reason = exc.strerror or str(exc)
     hint = "; free some space" if exc.errno == 28 else ""  # ENOSPC
     return FileSystemError(f"cannot {action} {path}: {reason}{hint}")

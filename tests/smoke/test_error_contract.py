@@ -145,6 +145,14 @@ def random_bytes_checkpoint(tmp):
     (run / "checkpoints" / "last.pt").write_bytes(os.urandom(4096))
 
 
+def bad_value_in_the_checkpoints_config(tmp):
+    """A checkpoint whose recorded config holds a value no ddplab writes (edited, or another program's)."""
+    last = finished_run(tmp) / "checkpoints" / "last.pt"  # the one that records its config (best.pt: weights)
+    state = torch.load(last, weights_only=True)
+    state["config"]["train"]["epochs"] = "many"
+    torch.save(state, last)
+
+
 def other_model_in_config(tmp):
     run = finished_run(tmp)
     config = run / "config.toml"
@@ -706,6 +714,29 @@ CASES = [
         r"run/config\.toml was edited after the run's last checkpoint \(model\.name: 'simple_cnn' in the checkpoint, "
         r"'vgg_small' in the file\): eval would build another model",
         setup=other_model_in_config,
+    ),
+    Case(
+        "resume-a-checkpoint-recording-a-bad-value",
+        ["train", "--out", "{tmp}/run", "--resume", "--epochs", "2"],
+        3,
+        r"run/checkpoints/last\.pt: the config it recorded is not one ddplab writes \(train\.epochs='many' is not "
+        r"valid",
+        setup=bad_value_in_the_checkpoints_config,
+    ),
+    Case(
+        "eval-of-a-checkpoint-recording-a-bad-value",
+        ["eval", "{tmp}/run", "--device", "cpu"],
+        3,
+        r"run/checkpoints/last\.pt: the config it recorded is not one ddplab writes",
+        setup=bad_value_in_the_checkpoints_config,
+    ),
+    Case(
+        "warm-switch-that-is-none",
+        [*S, "--out", "{tmp}/run"],
+        2,
+        r"DDPLAB_WARM='maybe' is not a switch: use one of 1, true, on, yes to turn it on, 0, false, off, no",
+        env={"DDPLAB_WARM": "maybe"},
+        after=no_folder("run"),
     ),
     Case("eval-not-a-run", ["eval", "{tmp}"], 2, r"not a ddplab run folder"),
     Case(
@@ -1924,9 +1955,10 @@ def whole(path: Path) -> bool:
     "command, full",
     [
         (["report", "{sweep}", "--out", "{disk}/rep"], False),
+        (["report", "{sweep}", "--out", "{disk}/rep"], True),  # the report folder's lock: a pwrite, no name in it
         (["plan", "{run}", "--link", "nvlink", "--out", "{disk}/p.json"], True),
     ],
-    ids=["report", "plan"],
+    ids=["report", "report-on-a-full-disk", "plan"],
 )
 def test_a_disk_that_fills_up_leaves_whole_files_or_none(command, full, small_disk, tmp_path, tmp_path_factory):
     """Plots, pages, CSVs and plan.json on a full disk: exit 5, one line naming the file, no temporary file, and

@@ -52,6 +52,7 @@ def evaluate_run(
         None,
         run_dir,
         "eval would build another model or data than the weights were trained with; put the file back",
+        checkpoint=path,
     )
     epoch = state["train_state"]["epoch"] if "train_state" in state else state.get("epoch")
     _, eval_set, split = build_datasets(config, ctx)

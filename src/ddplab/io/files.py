@@ -132,7 +132,7 @@ def append_line(path: Path, line: str) -> None:
         with Path(path).open("a") as f:
             f.write(line + "\n")
     except OSError as exc:
-        raise file_error(exc) from None
+        raise file_error(exc, path=path) from None
 
 
 def make_dir(path: Path) -> None:

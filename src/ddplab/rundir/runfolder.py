@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddplab.config import SECTIONS, RunConfig, build_config, load_toml
-from ddplab.errors import ConfigError
+from ddplab.errors import ConfigError, DataError
 from ddplab.rundir import runfiles
 
 # What a resume may change: the length, an observer, and where and how patiently the nodes meet (a run cut
@@ -113,15 +113,17 @@ def check_run_dir(config: RunConfig, saved: RunConfig | None = None) -> Resume |
     )
 
 
-def refuse_edited_since(state: dict, saved: RunConfig | None, run_dir: Path, consequence: str) -> None:
+def refuse_edited_since(
+    state: dict, saved: RunConfig | None, run_dir: Path, consequence: str, checkpoint: Path | None = None
+) -> None:
     """One line naming each setting of config.toml (`saved`, read here where None) edited since the checkpoint
     `state` was written (checkpoints hold the config they were trained with since 2026-11-25; older ones are not
     checked), and what using it now would do (`consequence`): a resume, or an eval that would build another
-    model than the weights."""
+    model than the weights. `checkpoint`: where `state` was read (last.pt by default)."""
     if not isinstance(state.get("config"), dict):
         return
     saved = saved if saved is not None else saved_config(run_dir)
-    trained = build_config(state["config"])
+    trained = checkpoint_config(state, checkpoint or runfiles.checkpoint_path(run_dir))
     edited = config_differences(trained, saved) - RESUMABLE_DIFFERENCES
     if edited:
         then, now = trained.to_dict(), saved.to_dict()
@@ -133,6 +135,18 @@ def refuse_edited_since(state: dict, saved: RunConfig | None, run_dir: Path, con
         raise ConfigError(
             f"{run_dir / runfiles.CONFIG} was edited after the run's last checkpoint ({changes}): {consequence}"
         )
+
+
+def checkpoint_config(state: dict, path: Path) -> RunConfig:
+    """The config a checkpoint recorded: data from a file like any other, so a bad value in it is a DataError
+    (exit 3) naming the checkpoint, never a setting's error (exit 2) that points at the user's own input."""
+    try:
+        return build_config(state["config"])
+    except ConfigError as exc:
+        raise DataError(
+            f"{path}: the config it recorded is not one ddplab writes ({exc}); was it edited or written by another "
+            "program? Resume from a checkpoint ddplab wrote, or start a new run"
+        ) from None
 
 
 def saved_config(run_dir: Path) -> RunConfig:

@@ -142,7 +142,10 @@ def _acquire(run_dir: Path, what: str) -> int:
             os.pwrite(fd, json.dumps(me).encode(), 0)
         except OSError as exc:
             os.close(fd)
-            raise file_error(exc) from None
+            with contextlib.suppress(OSError):  # left as a release leaves it: no empty lock, no empty folder
+                path.unlink()
+                run_dir.rmdir()
+            raise file_error(exc, path=path) from None
         return fd
     raise ConfigError(f"{_named(run_dir, what)}: could not take the folder's lock; try again")
 
