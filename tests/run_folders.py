@@ -148,7 +148,7 @@ def write_run(
             "eval_s": float(len(epoch_s)),
         },
         "memory": {"peak_rss_mib": peak_mib},
-        "gpu_peak_alloc_mib": None,
+        "gpu_peak_alloc_mib": [peak_mib] * world if device.startswith("cuda") else None,  # what a CUDA run records
         "ranks": {"peak_rss_mib": {"per_rank": [peak_mib] * world, "max": peak_mib, "mean": peak_mib}},
     }
     (run_dir / "summary.json").write_text(json.dumps(summary))

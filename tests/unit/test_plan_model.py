@@ -200,6 +200,13 @@ def test_what_cannot_be_planned_from_is_one_line(tmp_path):
     )
     with pytest.raises(DataError, match="no time breakdown"):
         costs_of(run)
+    # A summary that says CUDA and holds none of a CUDA run's memory: edited, planned from as if on a GPU before.
+    cuda = write_run(tmp_path / "cuda", device="cuda")
+    summary = json.loads((cuda / "summary.json").read_text())
+    summary["gpu_peak_alloc_mib"] = None
+    (cuda / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(DataError, match=r"says the run trained on cuda but holds no GPU memory \(gpu_peak_alloc_mib"):
+        costs_of(cuda)
 
 
 def test_plan_command_prints_the_table_and_writes_plan_json(tmp_path, capsys):

@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ddplab.errors import ConfigError
+from ddplab.errors import ConfigError, DataError
 from ddplab.io import files
 from ddplab.planner import links
 from ddplab.planner.band import Band, band_for, batch_band
@@ -39,7 +39,10 @@ def predict_run(
     assert run.summary is not None  # a finished run's
     out = out or Path("plan.json")
     files.ready_to_write(out)
-    costs = model.step_costs(run.summary, run.history, run.config, run.steps)
+    try:
+        costs = model.step_costs(run.summary, run.history, run.config, run.steps)
+    except DataError as exc:
+        raise DataError(f"{run_dir}: {exc}") from None
     between = measured_or_published(inter_link, links_file) if max(nodes) > 1 else None  # a name given: first
     within = measured_or_published(link or ("nvlink" if costs.on_cuda else "measured"), links_file, given=bool(link))
     per_node = gpus or ([1, 2, 4, 8] if costs.on_cuda else [1, 2])

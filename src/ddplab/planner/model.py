@@ -239,6 +239,11 @@ def step_costs(
     images = sum(r.train_samples for r in timed) / run["world_size"]  # per worker
     per_node = run["world_size"] // max(1, int(config.get("dist.nnodes", 1)))
     on_cuda = str(run["device"]).startswith("cuda")
+    if on_cuda and summary.get("gpu_peak_alloc_mib") is None:  # every CUDA run records its GPU memory
+        raise DataError(
+            f"its summary.json says the run trained on {run['device']} but holds no GPU memory (gpu_peak_alloc_mib), "
+            "which every CUDA run records: edited, or written by another program? plan from the run as it was written"
+        )
     layers = parameter_layers(str(summary["model"].get("layers", "")))  # DDP_HOST, HOST_FLOOR
     share = 1 if on_cuda else per_node  # SHARED_CORES: one worker alone is this much faster
     data = sum(r.data_s or 0.0 for r in timed)
