@@ -223,6 +223,50 @@ def test_a_ddplab_folder_in_the_working_directory_is_never_the_servers(tmp_path,
     assert "Traceback" not in capfd.readouterr().err
 
 
+def test_a_server_that_dies_takes_none_of_its_children_with_it(tmp_path):
+    """SIGKILL to the warm server (as the OOM killer would pick it) killed the sweep point it had started: the
+    children are this process's own (clone's CLONE_PARENT), so one goes on, ends with its own exit code, and the
+    commands after it start cold."""
+    if not warm.can_adopt():
+        pytest.skip("no pidfd here (Linux 5.3+): children stay the server's")
+    r, w = os.pipe()
+    with warm.Factory() as f, warm.using(f):
+        f.start()
+        proc = warm.popen([sys.executable, "-c", "import sys; sys.exit(len(sys.stdin.read()))"], stdin=r)
+        os.close(r)
+        assert proc is not None and os.getppid() != proc.pid
+        with open(f"/proc/{proc.pid}/stat") as stat:
+            assert int(stat.read().rsplit(")", 1)[1].split()[1]) == os.getpid()  # its parent: this process
+        os.kill(f.pid, signal.SIGKILL)
+        os.waitpid(f.pid, 0) if f._server is None else f._server.wait()
+        assert proc.poll() is None  # still running
+        os.write(w, b"abc")
+        os.close(w)
+        assert proc.wait(timeout=30) == 3
+        assert warm.popen([sys.executable, "-c", "1"]) is None  # the server is gone: cold from here on
+
+
+def test_a_child_dies_with_the_process_it_was_started_for(tmp_path):
+    """Its parent is that process: when it dies (a SIGKILL too) the child is stopped with SIGTERM, as before."""
+    if not warm.can_adopt():
+        pytest.skip("no pidfd here (Linux 5.3+): children stay the server's")
+    client = (
+        "import sys; from ddplab.launch import warm\n"
+        "p = warm.popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        "print(p.pid, flush=True); time = __import__('time'); time.sleep(120)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", client], stdout=subprocess.PIPE, text=True)
+    child = int(proc.stdout.readline())
+    proc.kill()
+    proc.wait()
+    import time
+
+    deadline = time.monotonic() + 30
+    while os.path.exists(f"/proc/{child}") and open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline, f"the warm child {child} outlived its client"
+        time.sleep(0.05)
+
+
 def test_exit_codes_signals_and_output_are_the_childs_own(tmp_path):
     def outcome(code):
         return warm.run([sys.executable, "-c", code], capture_output=True, text=True, input="in")

@@ -41,6 +41,7 @@ import time
 from collections.abc import Mapping, Sequence
 from multiprocessing import context as mp_context
 from multiprocessing import popen_spawn_posix
+from typing import Any
 
 SWITCH = "DDPLAB_WARM"  # off (0, false, off, no): every process starts cold
 # What the server imports: what every ddplab process imports before its first step.
@@ -63,7 +64,8 @@ IMPORTS = (
 READ_AT_START = ("PYTHON", "LD_", "TORCH", "PYTORCH", "CUDA", "NVIDIA", "OMP_", "GOMP_", "KMP_", "MKL_",
                  "OPENBLAS_", "LC_", "LANG", "LOGLEVEL", "TRITON", "MALLOC_", "GLIBC_")  # fmt: skip
 READ_LATER = ("TORCHELASTIC_", "TORCH_NCCL_", "OMP_NUM_THREADS", "TORCH_CPP_LOG_LEVEL")  # read when used, or applied
-REPLY = struct.Struct("q")  # a child's pid, then its exit code (negative: killed by that signal)
+STARTED = struct.Struct("qq")  # a child's pid, and whether it is the client's own child (adopted: see `adopt`)
+REPLY = struct.Struct("q")  # a child's exit code (negative: killed by that signal), for a child the server keeps
 START_TIMEOUT_S = 120.0  # how long a request waits for a server still importing before starting cold
 
 
@@ -95,6 +97,9 @@ class Factory:
         self._server: subprocess.Popen | None = None
         self._pid = pid  # a server forked from this process (not started by exec)
         self._broken = False
+        # A parent-death signal follows the thread that forked: the server's children die with this process by one
+        # only where its main thread started the server (a forked server is started before the command runs).
+        self._from_main_thread = channel is not None or threading.current_thread() is threading.main_thread()
         atexit.register(self.close)  # the server ends before this process does: nothing of ours outlives it
 
     def start(self) -> None:
@@ -106,6 +111,7 @@ class Factory:
         if self._channel is not None or self._broken:
             return
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._from_main_thread = threading.current_thread() is threading.main_thread()
         try:
             self._server = subprocess.Popen(
                 [
@@ -168,6 +174,8 @@ class Factory:
             "cpus": sorted(cpus),
             "umask": current_umask(),
             "limits": current_limits(),
+            "adopt": can_adopt(),  # the child made this process's own: it outlives a server that dies
+            "die_with_client": self._from_main_thread,
         }
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -183,12 +191,12 @@ class Factory:
             theirs.close()
             mine.settimeout(timeout_s)
             try:
-                pid = read_reply(mine)
+                pid, adopted = read_reply(mine, STARTED)
             except (OSError, EOFError):  # never answered (still importing, or died doing so): start cold
                 mine.close()
                 return None
             mine.settimeout(None)
-            return WarmProcess(pid, mine, list(argv))
+            return WarmProcess(pid, mine, list(argv), adopted=bool(adopted))
         finally:
             if theirs.fileno() != -1:
                 theirs.close()
@@ -221,31 +229,43 @@ class Factory:
                 self._pid = None
 
 
-def read_reply(sock: socket.socket) -> int:
+def read_reply(sock: socket.socket, kind: struct.Struct = REPLY) -> Any:
     data = b""
-    while len(data) < REPLY.size:
-        chunk = sock.recv(REPLY.size - len(data))
+    while len(data) < kind.size:
+        chunk = sock.recv(kind.size - len(data))
         if not chunk:
             raise EOFError("the warm server closed the channel")
         data += chunk
-    return REPLY.unpack(data)[0]
+    values = kind.unpack(data)
+    return values if len(values) > 1 else values[0]
 
 
 class WarmProcess:
-    """A warm child as its client sees it: subprocess.Popen's polling and signalling interface."""
+    """A warm child as its client sees it: subprocess.Popen's polling and signalling interface.
 
-    def __init__(self, pid: int, channel: socket.socket, args: list[str]):
+    `adopted`: the child is this process's own (see `adopt`), waited for here as subprocess waits for its
+    children, through a pidfd; otherwise it is the server's, and the server says how it ended."""
+
+    def __init__(self, pid: int, channel: socket.socket, args: list[str], *, adopted: bool = False):
         self.pid, self.args, self._channel = pid, args, channel
         self.returncode: int | None = None
+        self._pidfd = os.pidfd_open(pid) if adopted else None  # a zombie has one too: it waits for us
 
     @property
     def sentinel(self) -> int:
         """Readable once the child has exited (its exit code is there to read); valid until `close`, as a
         multiprocessing sentinel is (a number closed earlier could be another file's by the next wait on it)."""
-        return self._channel.fileno()
+        return self._pidfd if self._pidfd is not None else self._channel.fileno()
 
     def close(self) -> None:
         self._channel.close()
+        if self._pidfd is not None:
+            if self.returncode is None:
+                with contextlib.suppress(ChildProcessError):  # reaped if it has ended: no zombie left behind
+                    if os.waitpid(self.pid, os.WNOHANG)[0]:
+                        self.returncode = -signal.SIGKILL  # unknown, and no longer asked for
+            os.close(self._pidfd)
+            self._pidfd = None
 
     def poll(self) -> int | None:
         return self.wait(timeout=0)
@@ -254,14 +274,20 @@ class WarmProcess:
         if self.returncode is None:
             import select
 
-            if timeout is not None and not select.select([self._channel], [], [], timeout)[0]:
+            if timeout is not None and not select.select([self.sentinel], [], [], timeout)[0]:
                 if timeout == 0:
                     return None  # type: ignore[return-value]  # poll's None, as subprocess.Popen.poll
                 raise subprocess.TimeoutExpired(self.args, timeout)
-            try:
-                self.returncode = read_reply(self._channel)
-            except (OSError, EOFError):  # the server died (its children die with it): as a SIGKILL
-                self.returncode = -signal.SIGKILL
+            if self._pidfd is not None:
+                try:
+                    self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+                except ChildProcessError:  # reaped by someone else (SIGCHLD ignored here): how it ended is lost
+                    self.returncode = -signal.SIGKILL
+            else:
+                try:
+                    self.returncode = read_reply(self._channel)
+                except (OSError, EOFError):  # the server died (its children die with it): as a SIGKILL
+                    self.returncode = -signal.SIGKILL
         return self.returncode
 
     def send_signal(self, sig: int) -> None:
@@ -657,12 +683,15 @@ def serve(channel: socket.socket) -> None:
 
     if "torch" in sys.modules and getattr(sys.modules["torch"].cuda, "is_initialized", lambda: False)():
         return  # never fork a process that holds CUDA (the child's CUDA would be broken): every request goes cold
+    settle_fork_handlers()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
     os.set_blocking(wake_r, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     replies: dict[int, socket.socket] = {}
+    started: dict[int, str | None] = {}  # the client's own children started here, with their start times
+    client = os.getppid()  # an adopted child's parent
     while True:
         try:
             ready = select.select([channel.fileno(), wake_r], [], [])[0]
@@ -677,9 +706,10 @@ def serve(channel: socket.socket) -> None:
                 msg, fds, _flags, _addr = socket.recv_fds(channel, 1 << 20, 256)
             except OSError:
                 msg, fds = b"", []
-            if not msg:  # the client is gone: so are we (the children die with us)
+            if not msg:  # the client is gone: so are we, and the children it left (its own die with it)
                 for fd in fds:
                     os.close(fd)
+                stop_orphans(started)
                 return
             request = pickle.loads(msg)
             reply = socket.socket(fileno=fds[-1])
@@ -688,10 +718,13 @@ def serve(channel: socket.socket) -> None:
                     os.close(fd)
                 reply.close()
                 continue
-            pid = os.fork()
+            adopted = bool(request.get("adopt"))
+            pid = adopt() if adopted else -1
+            if pid < 0:  # not asked, or the kernel refused: the server's own child, as before
+                adopted, pid = False, os.fork()
             if pid == 0:
                 try:
-                    become(request, fds[:-1])
+                    become({**request, "adopted": adopted, "client": client}, fds[:-1])
                 except BaseException:  # noqa: BLE001  (the child could not be made: say why where its stderr goes)
                     import traceback
 
@@ -702,8 +735,12 @@ def serve(channel: socket.socket) -> None:
             for fd in fds[:-1]:
                 os.close(fd)
             with contextlib.suppress(OSError):
-                reply.sendall(REPLY.pack(pid))
-            replies[pid] = reply
+                reply.sendall(STARTED.pack(pid, adopted))
+            if adopted:  # the client waits for it itself
+                reply.close()
+                started[pid] = start_time(pid)
+            else:
+                replies[pid] = reply
             reap(replies)
 
 
@@ -722,12 +759,86 @@ def reap(replies: dict[int, socket.socket]) -> None:
             reply.close()
 
 
+CLONE_PARENT = 0x00008000  # clone(2): the new process's parent is the caller's parent
+SYS_CLONE = {"x86_64": 56, "aarch64": 220}  # clone's number where its first argument is the flags on both
+
+
+def can_adopt() -> bool:
+    """Whether this client can wait for a child the server starts for it (os.pidfd_open: Python 3.9, Linux 5.3)."""
+    global _can_adopt
+    if _can_adopt is None:
+        try:
+            os.close(os.pidfd_open(os.getpid()))
+            _can_adopt = os.uname().machine in SYS_CLONE
+        except (AttributeError, OSError):
+            _can_adopt = False
+    return _can_adopt
+
+
+_can_adopt: bool | None = None
+
+
+def adopt() -> int:
+    """Fork as os.fork does, but with the new process the client's own child (clone with CLONE_PARENT): a server
+    that dies (the OOM killer's pick, a SIGKILL) takes none of the runs it started with it, and the client waits
+    for them as for any child. The interpreter's own fork steps run around it as os.fork runs them (the server is
+    single-threaded, as any fork needs). -1 where the kernel refuses or a thread runs here (then os.fork)."""
+    import ctypes
+
+    if len(os.listdir("/proc/self/task")) != 1:  # a library's threads, whose fork handlers clone(2) would skip
+        return -1
+    api = ctypes.pythonapi  # holds the GIL across each call: the child starts holding it, as after os.fork
+    libc = ctypes.CDLL(None, use_errno=True)
+    api.PyOS_BeforeFork()
+    pid = libc.syscall(SYS_CLONE[os.uname().machine], CLONE_PARENT | signal.SIGCHLD, 0, 0, 0, 0)
+    if pid == 0:
+        api.PyOS_AfterFork_Child()
+    else:
+        api.PyOS_AfterFork_Parent()
+    return pid
+
+
+def settle_fork_handlers() -> None:
+    """One fork, at once reaped, before the server serves: the libraries' fork handlers run in it as they do around
+    any fork (OpenBLAS, which numpy starts with a thread pool at import, stops its threads, and they start again
+    only for a BLAS call, which the server never makes). The server is then single-threaded, so `adopt`'s clone,
+    which runs no library's fork handler, copies no library state that a later fork in the child would wait on."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+def start_time(pid: int) -> str | None:
+    """A process's start time (/proc/PID/stat field 22): with the pid, it names one process, never a later one."""
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2 :].split()[19]
+
+
+def stop_orphans(started: dict[int, str | None]) -> None:
+    """SIGTERM to the client's children started here that are still running once the client is gone: those whose
+    parent-death signal could not follow it (a server started by another thread than its main one)."""
+    for pid, when in started.items():
+        if when is not None and start_time(pid) == when:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
+
+
 def become(request: dict, fds: list[int]) -> None:
     """In the forked child: turn into the process `exec(request["argv"])` would have made, run it, exit."""
     signal.set_wakeup_fd(-1)
     if request["session"]:
         os.setsid()
-    set_parent_death_signal(signal.SIGTERM)  # dies with the server, which dies with its client
+    if not request["adopted"]:
+        set_parent_death_signal(signal.SIGTERM)  # dies with the server, which dies with its client
+    elif request["die_with_client"]:  # the client's own child: dies with it, and never outlives it unseen
+        set_parent_death_signal(signal.SIGTERM)
+        if os.getppid() != request["client"]:  # it died before the line above: nothing will wait for us
+            os._exit(128 + signal.SIGTERM)
     install_fds(dict(zip(request["targets"], fds, strict=True)))
     if request["namespace"] is not None:
         try:
