@@ -4,7 +4,7 @@
     python benchmarks/speedrun.py --device cuda --seeds 5                 # the preset as it ships (step captured)
     python benchmarks/speedrun.py --device cuda --seeds 5 -- --train.cuda_graphs false   # the eager step
     python benchmarks/speedrun.py --device cpu --quick                    # checks the script in a minute
-    python benchmarks/speedrun.py --device cuda --seeds 20 --against airbench   # beside the record's recipe
+    python benchmarks/speedrun.py --device cuda --seeds 20 --against airbench --airbench-file airbench94_muon.py
 
 Each seed is one `ddplab train --preset speedrun --seed S` process. Its time is the run's
 `time.record_s`: the whitening init from the data, every epoch's training and the final
@@ -15,10 +15,13 @@ of one run (3 x forward FLOPs per training image seen, plus the final evaluation
 and the floor time those FLOPs would take at this device's measured bf16 matmul rate.
 Arguments after `--` go to every `ddplab train`.
 
-`--against airbench`: airbench94_muon (the CIFAR-10 speed record with Muon, carried in benchmarks/, see
-_airbench.py) on the same card and the same images, its runs interleaved with the preset's (A B, B A, ...), each
-timed as the records time a run; both sides' mean +- std of accuracy and time, the ratio of the mean times, and
-whether the preset reaches airbench's mean accuracy in at most TIME_BAR of its time.
+`--against airbench`: airbench94_muon (the CIFAR-10 speed record with Muon) on the same card and the same images,
+from the file the user fetched at a commit _airbench.py knows (its sha256 names it; ddplab carries none of
+airbench), its runs interleaved with the preset's (A B, B A, ...), each timed as the records time a run; both
+sides' mean +- std of accuracy and time, the ratio of the mean times, and whether the preset reaches airbench's
+mean accuracy in at most TIME_BAR of its time. The file's commit and sha256 and what is done around it at run time
+are printed and saved beside the figures; a file of another hash runs only with --airbench-unverified, and its
+figures are a stand-in's, labelled so.
 """
 
 from __future__ import annotations
@@ -47,8 +50,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--runs-dir", type=Path, default=Path("runs") / "bench" / "speedrun", help="where the run folders go"
     )
     p.add_argument("--against", choices=["airbench"], help="run airbench94_muon beside the preset, interleaved")
-    # tests give a stub of airbench's interface (a CPU cannot run airbench itself)
-    p.add_argument("--airbench-file", type=Path, default=airbench.AIRBENCH_FILE, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--airbench-file", type=Path, help="airbench94_muon.py as fetched from its repository (see _airbench.py)"
+    )
+    p.add_argument(
+        "--airbench-unverified",
+        action="store_true",
+        help="run an --airbench-file of a hash this benchmark does not know, its figures labelled a stand-in's",
+    )
     p.add_argument(
         "--airbench-compile-mode", default="max-autotune", help="torch.compile's mode for airbench (its own)"
     )
@@ -56,7 +65,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     common.check_common_args(p, args)
     if args.seeds < 1:
         p.error(f"--seeds must be >= 1, got {args.seeds}")
-    if args.against and args.airbench_file == airbench.AIRBENCH_FILE:  # the real one, not a test's stand-in
+    args.reference = None
+    if args.against:
+        if args.airbench_file is None:
+            p.error(f"--against airbench needs --airbench-file: {airbench.NAME}.py fetched from {airbench.REPOSITORY}")
+        try:
+            args.reference = airbench.identify(args.airbench_file, unverified=args.airbench_unverified)
+        except ValueError as exc:
+            p.error(str(exc))
+    if args.reference is not None and args.reference.commit is not None:  # airbench's own file (a stand-in: tests)
         if not args.device.startswith("cuda"):
             p.error("--against airbench: airbench94_muon runs on CUDA only; use --device cuda")
         if args.quick or common.cifar_root(args.data_dir) is None:
@@ -171,7 +188,12 @@ def main(argv=None) -> int:
     if args.against:
         name, root, options = train_data(args)
         data = airbench.write_data(args.runs_dir / "airbench-data", name, root, **options)
-        print(f"airbench: compiling ({args.airbench_compile_mode}) and warming up ...", flush=True)
+        ref = args.reference
+        print(f"against: {ref.label}: {ref.path}, sha256 {ref.sha256}"
+              + (f", {airbench.REPOSITORY} at {ref.commit}" if ref.commit else ""), flush=True)  # fmt: skip
+        for change in airbench.RUN_TIME:
+            print(f"  at run time, around the unchanged file: {change}", flush=True)
+        print(f"{ref.label}: compiling ({args.airbench_compile_mode}) and warming up ...", flush=True)
         worker = airbench.Worker(
             args.airbench_file, data, args.runs_dir / "airbench.log", compile_mode=args.airbench_compile_mode, env=env
         )
@@ -180,7 +202,8 @@ def main(argv=None) -> int:
             if side == "airbench":
                 assert worker is not None
                 theirs.append({"run": seed, **worker.run(seed)})
-                print(f"airbench {seed}: test acc {theirs[-1]['acc']:.2%}, {theirs[-1]['time_s']:.2f} s", flush=True)
+                print(f"{args.reference.label}, run {seed}: test acc {theirs[-1]['acc']:.2%}, "
+                      f"{theirs[-1]['time_s']:.2f} s", flush=True)  # fmt: skip
                 continue
             runs.append(run_seed(args, seed, env))
             print(f"seed {seed}: test acc {runs[-1]['test_acc']:.2%}, record {runs[-1]['record_s']:.2f} s", flush=True)
@@ -212,7 +235,7 @@ def main(argv=None) -> int:
         their_s, their_s_std = mean_std([r["time_s"] for r in theirs])
         ratio = rec / their_s
         against = {
-            "name": "airbench94_muon",
+            **args.reference.describe(),
             "runs": theirs,
             "test_acc": {"mean": their_acc, "std": their_acc_std},
             "time_s": {"mean": their_s, "std": their_s_std},
@@ -220,7 +243,7 @@ def main(argv=None) -> int:
             "meets": {"accuracy": acc >= their_acc, "time": ratio <= TIME_BAR},
             "compile_mode": args.airbench_compile_mode,
         }
-        rows.append(["airbench94_muon", f"{their_acc:.2%} +- {their_acc_std:.2%}",
+        rows.append([args.reference.label, f"{their_acc:.2%} +- {their_acc_std:.2%}",
                      f"{their_s:.3f} +- {their_s_std:.3f}", "", "", "", "", ""])  # fmt: skip
     table = common.markdown_table(
         [
@@ -243,8 +266,8 @@ def main(argv=None) -> int:
     if against is not None:
         met = against["meets"]
         notes.append(
-            f"against airbench94_muon over {len(theirs)} runs each, interleaved on this device: the preset's mean time "
-            f"is {against['time_ratio']:.2f}x airbench's, mean accuracy {acc - against['test_acc']['mean']:+.2%}: "
+            f"against {args.reference.label} over {len(theirs)} runs each, interleaved on this device: the preset's "
+            f"mean time is {against['time_ratio']:.2f}x its, mean accuracy {acc - against['test_acc']['mean']:+.2%}: "
             + (
                 f"meets the bar (no lower accuracy in at most {TIME_BAR}x the time)"
                 if met["accuracy"] and met["time"]

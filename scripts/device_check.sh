@@ -14,9 +14,13 @@
 #   bash scripts/device_check.sh airbench     issue 45: the speedrun preset against airbench94_muon on this card,
 #                                           interleaved, $SEEDS runs each (default 20): benchmarks/speedrun.py
 #                                           --against airbench (its own compile and warm-up once, then ~2 s a run;
-#                                           the preset's each a process: start-up and compile apart from its time)
+#                                           the preset's each a process: start-up and compile apart from its time).
+#                                           ddplab carries none of airbench: fetch airbench94_muon.py at the commit
+#                                           benchmarks/_airbench.py names into .device/ before the call (it is carried
+#                                           with .device; a file of another hash is refused)
 #   bash scripts/device_check.sh --cpu [PART] the same steps on a CPU at toy sizes: a rehearsal, no device minute lost
-#                                           (airbench: a stand-in of its interface, since a CPU cannot run it)
+#                                           (airbench: a stand-in of its interface written here, its figures
+#                                           labelled a stand-in's, since a CPU cannot run airbench)
 # Every step's limit is cut to what is left of the call ($DEADLINE s from the start, default 570), so a slow
 # step costs the steps after it, never the results before it.
 #
@@ -40,7 +44,8 @@
 # timeout still brings back what ran; $OUT/summary.txt holds each step's last lines.
 #
 # Carry (git-ignored paths named in `carry`): .device (copies of ../shared/data/cifar10-jpeg.pack and
-# unpack_cifar10_jpeg.py) and .whl (tomli-w's wheel; the image has nvidia-ml-py).
+# unpack_cifar10_jpeg.py; for `airbench`, airbench94_muon.py as fetched) and .whl (tomli-w's wheel; the image has
+# nvidia-ml-py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODE=cuda
@@ -310,20 +315,29 @@ planner() {
 }
 
 airbench() {
-  local stand_in=()
-  if [ "$MODE" = cpu ]; then  # airbench's interface on a CPU: checks the plumbing, measures nothing
+  local file=(--airbench-file .device/airbench94_muon.py)
+  if [ "$MODE" = cpu ]; then  # airbench's interface on a CPU, written here: checks the plumbing, measures nothing
     cat >"$W/airbench_stand_in.py" <<'EOF'
 import torch
+import torchvision.transforms as T
 class CifarNet(torch.nn.Module):
     def cuda(self): return self
     def compile(self, mode=None): pass
-def main(run, model): return 0.5, 1.0
+def print_training_details(variables, is_final_entry): pass
+def main(run, model):
+    time_seconds = 1.0
+    tta_val_acc = 0.5
+    print_training_details(locals(), is_final_entry=True)
+    return tta_val_acc
 EOF
-    stand_in=(--airbench-file "$W/airbench_stand_in.py")
+    file=(--airbench-file "$W/airbench_stand_in.py" --airbench-unverified)
+  elif [ ! -f .device/airbench94_muon.py ]; then
+    say "airbench: .device/airbench94_muon.py is missing: fetch it at the commit benchmarks/_airbench.py names"
+    return
   fi
   say "the speedrun preset against airbench94_muon, interleaved (issue 45)"
   TAIL=20 step airbench 540 $PY benchmarks/speedrun.py "${DEV[@]}" "${QUICK[@]}" \
-    --seeds "$([ "$MODE" = cuda ] && echo "${SEEDS:-20}" || echo 2)" --against airbench "${stand_in[@]}" \
+    --seeds "$([ "$MODE" = cuda ] && echo "${SEEDS:-20}" || echo 2)" --against airbench "${file[@]}" \
     --out "$W/speedrun_airbench.json" --runs-dir "$W/airbench-runs"
   reap
 }

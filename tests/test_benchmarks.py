@@ -8,6 +8,7 @@ that also bound a measured figure (a phase share, the model's error, a shaped li
 other tests that start processes.
 """
 
+import hashlib
 import json
 import math
 import os
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import tiers
 
 from ddplab.launch import warm
 
@@ -161,50 +163,74 @@ def test_speedrun_reports_mean_and_std_over_seeds_and_the_flops_floor(tmp_path):
     assert "--preset" in results["train_args"] and "speedrun" in results["train_args"]
 
 
-AIRBENCH_STUB = """
-import os
-from pathlib import Path
-
+# A stand-in with airbench94_muon.py's interface, written here (ddplab carries none of airbench's code): it
+# imports torchvision as airbench does, reads its data from ./cifar10, reads its own source as `code`, keeps its
+# time in a variable its final print_training_details(locals(), ...) call is given, and returns its accuracy alone.
+AIRBENCH_STAND_IN = """
+import sys
+with open(sys.argv[0]) as f:
+    code = f.read()
 import torch
+import torchvision
+import torchvision.transforms as T
 
-DATA = Path(os.environ["AIRBENCH_DATA"])
+CIFAR_MEAN, CIFAR_STD = torch.tensor((0.5, 0.5, 0.5)), torch.tensor((0.25, 0.25, 0.25))
 
 
-class CifarNet(torch.nn.Module):  # airbench's interface, on a CPU
+class CifarNet(torch.nn.Module):  # on a CPU
     def cuda(self):
         return self
 
     def compile(self, mode=None):
-        (DATA / "compiled").write_text(mode)
+        open("compiled", "w").write(mode)
+
+
+def print_training_details(variables, is_final_entry):
+    print("| its own table |", variables["run"])  # its prints must not reach the answers
 
 
 def main(run, model):
-    train, test = torch.load(DATA / "train.pt"), torch.load(DATA / "test.pt")
-    print("| airbench's own table |")  # its prints must not reach the answers
-    with open(DATA / "runs.txt", "a") as f:
-        f.write(f"{run} {tuple(train['images'].shape)} {train['images'].dtype} {len(test['labels'])}\\n")
-    return (0.5, 9.0) if run == "warmup" else (0.25 + 0.01 * run, 1.5 + run)
+    train, test = torch.load("cifar10/train.pt"), torch.load("cifar10/test.pt")
+    normalized = T.Normalize(CIFAR_MEAN, CIFAR_STD)(train["images"][:2].permute(0, 3, 1, 2).float() / 255)
+    time_seconds = 0.0
+
+    def stop_timer():
+        nonlocal time_seconds
+        time_seconds += 9.0 if run == "warmup" else 1.5 + run
+
+    stop_timer()
+    with open("runs.txt", "a") as f:
+        f.write(f"{run} {tuple(train['images'].shape)} {train['images'].dtype} {len(test['labels'])} "
+                f"{normalized.shape[1]} {'import torch' in code}\\n")
+    tta_val_acc = 0.5 if run == "warmup" else 0.25 + 0.01 * run
+    print_training_details(locals(), is_final_entry=False)
+    print_training_details(locals(), is_final_entry=True)
+    return tta_val_acc
 """
 
 
 def test_speedrun_against_airbench_interleaves_its_runs_on_the_same_data_and_compares(tmp_path):
-    """--against airbench with a stub of airbench's interface (a CPU cannot run airbench): its data written from
-    the preset's own (airbench's format: uint8 HWC), compiled and warmed up once, its runs interleaved with the
-    preset's, its prints kept out of the answers, and the comparison the numbers give."""
-    stub = tmp_path / "stub.py"
-    stub.write_text(AIRBENCH_STUB)
+    """--against airbench with a stand-in of airbench's interface (a CPU cannot run airbench, and ddplab carries
+    none of its code): its data written from the preset's own (airbench's format: uint8 HWC, at ./cifar10), its
+    torchvision answered, compiled and warmed up once, its runs interleaved with the preset's, its time read from
+    its final row's locals, its prints kept out of the answers, the comparison the numbers give, and every figure
+    labelled a stand-in's, never airbench94_muon's."""
+    stand_in = tmp_path / "stand_in.py"
+    stand_in.write_text(AIRBENCH_STAND_IN)
     runs = tmp_path / "runs"
     results, stdout = run_bench(
         "speedrun", tmp_path, "--seeds", "2", "--runs-dir", str(runs), "--against", "airbench",
-        "--airbench-file", str(stub), "--", "--precision", "fp32",
+        "--airbench-file", str(stand_in), "--airbench-unverified", "--", "--precision", "fp32",
     )  # fmt: skip
     data = runs / "airbench-data"
     assert (data / "compiled").read_text() == "max-autotune"
     assert (data / "runs.txt").read_text().splitlines() == [
-        f"{run} (512, 16, 16, 3) torch.uint8 128" for run in ("warmup", 0, 1)
-    ]  # the preset's synthetic images, HWC
-    order = [line.split(":")[0] for line in stdout.splitlines() if line.startswith(("seed ", "airbench "))]
-    assert order == ["seed 0", "airbench 0", "airbench 1", "seed 1"]  # A B, B A
+        f"{run} (512, 16, 16, 3) torch.uint8 128 3 True" for run in ("warmup", 0, 1)
+    ]  # the preset's synthetic images, HWC; torchvision's Normalize answered; its own source as `code`
+    digest = hashlib.sha256(stand_in.read_bytes()).hexdigest()
+    label = f"stand-in stand_in.py (sha256 {digest[:12]}, not a known airbench94_muon.py)"
+    order = [line.split(":")[0] for line in stdout.splitlines() if line.startswith(("seed ", f"{label}, run "))]
+    assert order == ["seed 0", f"{label}, run 0", f"{label}, run 1", "seed 1"]  # A B, B A
     against, ours = results["against"], results["record_s"]["mean"]
     assert [r["acc"] for r in against["runs"]] == [0.25, 0.26] and [r["time_s"] for r in against["runs"]] == [1.5, 2.5]
     assert against["test_acc"] == pytest.approx({"mean": 0.255, "std": statistics.stdev([0.25, 0.26])})
@@ -213,21 +239,39 @@ def test_speedrun_against_airbench_interleaves_its_runs_on_the_same_data_and_com
         "accuracy": results["test_acc"]["mean"] >= 0.255,
         "time": against["time_ratio"] <= 0.75,
     }
-    assert "| airbench94_muon | 25.50% +- 0.71% | 2.000 +- 0.707 |" in stdout
-    assert "airbench's own table" not in stdout and "airbench's own table" in (runs / "airbench.log").read_text()
-    refused = warm.run(
-        [sys.executable, "-c", RUN_SCRIPT, str(BENCH / "speedrun.py"), "--device", "cpu", "--against", "airbench"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
-    )  # fmt: skip
-    assert refused.returncode == 2 and "airbench94_muon runs on CUDA only" in refused.stderr
-    import torch
+    assert against["name"] == label and against["sha256"] == digest and against["commit"] is None
+    assert against["run_time_changes"] and all(c in stdout for c in against["run_time_changes"])
+    assert f"| {label} | 25.50% +- 0.71% | 2.000 +- 0.707 |" in stdout
+    assert "airbench94_muon |" not in stdout and "airbench94_muon @" not in stdout  # no figure under its name
+    assert "its own table" not in stdout and "its own table" in (runs / "airbench.log").read_text()
 
-    if torch.cuda.is_available():  # on CUDA: airbench trains on CIFAR-10 alone, never the quick synthetic images
-        refused = warm.run(
-            [sys.executable, "-c", RUN_SCRIPT, str(BENCH / "speedrun.py"), "--device", "cuda", "--quick", "--against",
-             "airbench"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
-        )  # fmt: skip
-        assert refused.returncode == 2 and "airbench94_muon trains on CIFAR-10" in refused.stderr
+
+def test_speedrun_against_airbench_takes_only_a_file_it_knows_unless_told_and_airbenchs_own_only_on_cuda(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.syspath_prepend(str(BENCH))
+    import _airbench as airbench
+    import speedrun
+
+    def refusal(*args):
+        with pytest.raises(SystemExit) as usage:
+            speedrun.parse_args(["--device", "cpu", "--against", "airbench", *args])
+        assert usage.value.code == 2
+        return " ".join(capsys.readouterr().err.split())
+
+    assert "needs --airbench-file" in refusal()
+    assert "no such file; fetch airbench94_muon.py from" in refusal("--airbench-file", str(tmp_path / "none.py"))
+    stand_in = tmp_path / "stand_in.py"
+    stand_in.write_text(AIRBENCH_STAND_IN)
+    said = refusal("--airbench-file", str(stand_in))
+    assert "is no airbench94_muon.py this benchmark knows (known: 704e29251a52 at f1c599c)" in said
+    assert "--airbench-unverified" in said
+    told = speedrun.parse_args(["--device", "cpu", "--against", "airbench", "--airbench-file", str(stand_in),
+                                "--airbench-unverified"])  # fmt: skip
+    assert told.reference.commit is None and told.reference.label.startswith("stand-in stand_in.py (sha256 ")
+    # A file of a known hash is airbench's own, run on CUDA and CIFAR-10 only (the stand-in's hash made known here).
+    monkeypatch.setitem(airbench.KNOWN, hashlib.sha256(stand_in.read_bytes()).hexdigest(), "0" * 40)
+    assert "airbench94_muon runs on CUDA only" in refusal("--airbench-file", str(stand_in))
 
 
 @pytest.mark.alone
@@ -265,7 +309,7 @@ def test_network_sets_one_host_against_two_at_a_link_rate(tmp_path):
 
     reason = hosts.why_not_available()
     if reason:
-        pytest.skip(reason)
+        tiers.skip("root", reason)
     results, stdout = run_bench("network", tmp_path)
     runs, side = results["runs"], "2 hosts at 200mbit"
     assert list(runs) == ["one host", "one host beside its twin", side]
