@@ -8,7 +8,10 @@
 # Three passes: the in-process tests on every core at once (pytest-xdist); the tests that spawn processes
 # (`slow`) two at a time, each file's on one worker in turn (--dist loadfile: a module's fixture is built once,
 # and the Slurm file's one cluster is never made twice at once); then the tests that measure this machine's
-# speed or load, or bound a cold start (`alone`), one at a time.
+# speed or load, or bound a cold start (`alone`), one at a time. Then tests/tiers.py checks the skips against what
+# this machine should run (root with ip and tc: no test-cluster test skips; the extras installed: no MLflow or Ray
+# test skips), says which tiers ran and closes on the totals of all three passes. An install that fails fails the
+# run (after the tests, so they still say what they can); `--fast` keeps its skips.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Byte-code written once and read by every later process: pytest's rewritten test modules (each pass and each
@@ -25,16 +28,18 @@ if [ "${1:-}" = "--fast" ]; then
 fi
 # Chromium and Slurm come from apt while pip installs the Python side (a minute saved of a fresh machine's start).
 APT_LOG=$(mktemp)
+FAILED_INSTALLS=$(mktemp -u)  # made by an install that failed (the apt side runs in the background)
 apt_installs() {
   if ! command -v chromium >/dev/null; then
     echo "test: installing chromium for the browser test" >&2
     { apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; } >>"$APT_LOG" 2>&1 \
-      || echo "test: could not install chromium; the browser test will be skipped" >&2
+      || { echo "test: could not install chromium (the browser test will skip, and the run fail)" >&2; touch "$FAILED_INSTALLS"; }
   fi
   if ! command -v slurmctld >/dev/null; then
     echo "test: installing slurm-wlm and munge for the Slurm tests (a one-node cluster they start themselves)" >&2
     { apt-get install -y -q slurm-wlm munge || { apt-get update -q && apt-get install -y -q slurm-wlm munge; }; } \
-      >>"$APT_LOG" 2>&1 || echo "test: could not install slurm-wlm and munge; the Slurm tests will be skipped" >&2
+      >>"$APT_LOG" 2>&1 || { echo "test: could not install slurm-wlm and munge (the Slurm tests will skip, and the run \
+fail)" >&2; touch "$FAILED_INSTALLS"; }
   fi
 }
 APT_PID=
@@ -52,7 +57,8 @@ extras=()
 .venv/bin/python -c "import ray" 2>/dev/null || extras+=("ray==2.60.0")
 if [ ${#extras[@]} -gt 0 ]; then
   echo "test: installing ${extras[*]} for the tracking and --executor ray tests" >&2
-  install "${extras[@]}" || echo "test: could not install ${extras[*]}; their tests will be skipped" >&2
+  install "${extras[@]}" || { echo "test: could not install ${extras[*]} (their tests will skip, and the run fail)" >&2
+    touch "$FAILED_INSTALLS"; }
 fi
 # What MLflow's client and server import, compiled once (PYTHONDONTWRITEBYTECODE would have every process do it).
 if .venv/bin/python -c "import mlflow" 2>/dev/null && [ ! -f .venv/.compiled-mlflow ]; then
@@ -64,6 +70,8 @@ fi
 rm -f "$APT_LOG"
 status=0
 keep() { [ "$status" != 0 ] && [ "$status" != 5 ] || status=$1; }  # the first failure's; 5: no test selected
+DDPLAB_TEST_RECORD=$(mktemp)  # each pass's outcomes (tests/conftest.py), for tests/tiers.py
+export DDPLAB_TEST_RECORD
 # shellcheck disable=SC2046
 .venv/bin/python -m pytest -q -m "not slow and not alone" $(in_parallel auto load) "$@" || keep $?
 # Two at a time: mostly waiting on processes (start-up, rendezvous, timeouts), not on this one's cores.
@@ -71,4 +79,11 @@ keep() { [ "$status" != 0 ] && [ "$status" != 5 ] || status=$1; }  # the first f
 .venv/bin/python -m pytest -q -m "slow and not alone" $(in_parallel 2 loadfile) "$@" || keep $?
 .venv/bin/python -m pytest -q -m "alone" "$@" || keep $?
 [ "$status" = 5 ] && status=0  # 5: a pass that selected no test (a path given of one tier only)
+if [ -e "$FAILED_INSTALLS" ]; then
+  echo "test: an install failed (above): the tests that need it were skipped, so this run fails" >&2
+  keep 1
+  rm -f "$FAILED_INSTALLS"
+fi
+.venv/bin/python tests/tiers.py "$DDPLAB_TEST_RECORD" || keep $?
+rm -f "$DDPLAB_TEST_RECORD"
 exit "$status"

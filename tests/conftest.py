@@ -1,3 +1,4 @@
+import json
 import os
 from pathlib import Path
 
@@ -38,6 +39,34 @@ def pytest_configure(config):
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
+PASSES = {"not slow and not alone": "in-process", "slow and not alone": "processes", "alone": "alone"}
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Where $DDPLAB_TEST_RECORD names a file (scripts/test.sh), this pass's outcomes are appended to it, its skips
+    with their reasons: tests/tiers.py checks them against what this machine should run."""
+    record = os.environ.get("DDPLAB_TEST_RECORD")
+    if not record or hasattr(config, "workerinput"):  # an xdist worker: its controller records the pass
+        return
+    stats = terminalreporter.stats
+
+    def reason(report) -> str:
+        longrepr = report.longrepr
+        text = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        return text.removeprefix("Skipped: ")
+
+    mark = config.option.markexpr or ""
+    outcome = {
+        "name": PASSES.get(mark, mark or "pytest"),
+        "passed": len([r for r in stats.get("passed", []) if r.when == "call"]),
+        "failed": len(stats.get("failed", [])),
+        "errors": len(stats.get("error", [])),
+        "skipped": [{"nodeid": r.nodeid, "reason": reason(r)} for r in stats.get("skipped", [])],
+    }
+    with open(record, "a") as f:
+        f.write(json.dumps(outcome) + "\n")
+
+
 def leftover_processes(marker):
     """Processes whose environment carries `marker` (the workers of one test run)."""
     found = []
@@ -64,7 +93,9 @@ def cifar10_root() -> Path | None:
 def cifar_root() -> Path:
     root = cifar10_root()
     if root is None:
-        pytest.skip("CIFAR-10 not found: set DDPLAB_DATA to a root holding cifar-10-batches-bin")
+        from tiers import skip
+
+        skip("cifar10", "CIFAR-10 not found: set DDPLAB_DATA to a root holding cifar-10-batches-bin")
     return root
 
 

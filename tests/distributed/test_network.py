@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import tiers
 import torch
 
 from ddplab.launch import hosts
@@ -63,7 +64,7 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 def can_make_hosts():
     reason = hosts.why_not_available()
     if reason:
-        pytest.skip(reason)
+        tiers.skip("root", reason)
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import tiers
 import torch
 
 from ddplab.launch import hosts
@@ -105,10 +106,10 @@ class RayHosts:
 
 @pytest.fixture(scope="module")
 def ray_hosts():
-    pytest.importorskip("ray", reason="Ray comes with the ray extra (pip install 'ddplab[ray]')")
+    tiers.importorskip("ray", "ray", "Ray comes with the ray extra (pip install 'ddplab[ray]')")
     reason = hosts.why_not_available()
     if reason:
-        pytest.skip(reason)
+        tiers.skip("root", reason)
     with hosts.cluster(2) as cluster:
         made = RayHosts(cluster)
         try:

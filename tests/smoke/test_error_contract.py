@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
+import tiers
 import torch
 
 from cli_process import ddplab_cli
@@ -1934,7 +1935,7 @@ def small_disk(tmp_path):
         ).returncode
         != 0
     ):
-        pytest.skip("mounting a small tmpfs needs root")
+        tiers.skip("root", "mounting a small tmpfs needs root")
     yield disk
     subprocess.run(["umount", str(disk)], check=True)
 

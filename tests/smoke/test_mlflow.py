@@ -13,6 +13,7 @@ import time
 import urllib.request
 
 import pytest
+import tiers
 
 from ddplab import tracking
 from ddplab.metrics import sinks
@@ -23,7 +24,7 @@ from conftest import tiny_config
 from mlflow_store import artifacts, history, runs_of
 
 pytestmark = pytest.mark.slow
-mlflow = pytest.importorskip("mlflow", reason="MLflow comes with the mlflow extra (scripts/test.sh installs it)")
+mlflow = tiers.importorskip("mlflow", "mlflow", "MLflow comes with the mlflow extra (scripts/test.sh installs it)")
 
 
 @pytest.fixture(autouse=True)

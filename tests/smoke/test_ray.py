@@ -11,7 +11,7 @@ import sys
 import time
 import uuid
 
-import pytest
+import tiers
 
 from cli_process import ddplab_cli
 from conftest import leftover_processes
@@ -27,7 +27,7 @@ def test_a_stopped_sweep_on_its_own_local_ray_leaves_no_process_and_its_point_re
     SIGINT ignored: Ray's workers inherit that from the sweep that started them, and Ray cancels a task with SIGINT)
     cancels its task, the run stopped resumable (130), and no Ray or run process is left: the run's, Ray's workers,
     its raylet and GCS. (Resuming on Ray to the local executor's run: tests/distributed/test_ray_cluster.py.)"""
-    pytest.importorskip("ray", reason="Ray comes with the ray extra (pip install 'ddplab[ray]')")
+    tiers.importorskip("ray", "ray", "Ray comes with the ray extra (pip install 'ddplab[ray]')")
     path = tiny_sweep(tmp_path / "s.toml", '[[variants]]\nlabel = "a"\n"train.threads" = 1\n', epochs=3)
     out, marker = tmp_path / "ray", f"DDPLAB_TEST_{uuid.uuid4().hex}"
     proc = subprocess.Popen(
@@ -67,7 +67,7 @@ def test_what_ray_cannot_run_is_one_line_before_anything_starts(tmp_path):
         "ddplab: error: --executor ray needs Ray, which this Python lacks: pip install 'ddplab[ray]'"
     )
     assert not (tmp_path / "a").exists()
-    pytest.importorskip("ray", reason="Ray comes with the ray extra (pip install 'ddplab[ray]')")
+    tiers.importorskip("ray", "ray", "Ray comes with the ray extra (pip install 'ddplab[ray]')")
     started = time.monotonic()
     away = ddplab_cli("sweep", str(path), "--out", str(tmp_path / "b"), "--executor", "ray", "--ray.address",
                       "127.0.0.1:1")  # fmt: skip

@@ -17,12 +17,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+import tiers
 
 from ddplab.report.build import build_report
 
 BROWSER = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
-pytestmark = pytest.mark.skipif(BROWSER is None, reason="headless Chromium not installed (apt-get install chromium)")
+pytestmark = tiers.skipif("browser", None if BROWSER else "headless Chromium not installed (apt-get install chromium)")
 
 SWEEP = """
 [sweep]

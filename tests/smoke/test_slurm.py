@@ -7,6 +7,7 @@ import sys
 import time
 
 import pytest
+import tiers
 
 from ddplab.metrics.records import read_epochs, reproducible
 
@@ -14,7 +15,7 @@ from cli_process import ddplab_cli
 from slurm_cluster import SlurmCluster, why_not
 from sweep_files import THREE_POINTS, tiny_sweep
 
-pytestmark = pytest.mark.skipif(why_not() is not None, reason=why_not() or "")
+pytestmark = tiers.skipif("slurm", why_not())
 
 NOT_CLOCKS = (
     "epochs",
@@ -170,7 +171,7 @@ def two_nodes(tmp_path_factory):
 
     reason = hosts.why_not_available()
     if reason:
-        pytest.skip(reason)
+        tiers.skip("root", reason)
     with hosts.cluster(2) as test_hosts:
         cluster = SlurmCluster(tmp_path_factory.mktemp("slurm2"), hosts=test_hosts).start()
         try:

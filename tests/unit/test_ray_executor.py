@@ -6,6 +6,7 @@ import dataclasses
 from types import SimpleNamespace
 
 import pytest
+import tiers
 
 from ddplab.config import RunConfig
 from ddplab.launch.process import INTERRUPTED
@@ -158,7 +159,7 @@ def test_an_address_where_something_else_listens_is_one_line_within_the_timeout_
 
 
 def test_a_grpc_server_passes_the_check_as_a_ray_head_would():
-    grpc = pytest.importorskip("grpc")  # Ray's own dependency: installed with the ray extra
+    grpc = tiers.importorskip("ray", "grpc", "gRPC comes with Ray (the ray extra)")
     from concurrent import futures
 
     from ddplab.sweep import ray_executor

@@ -6,6 +6,7 @@ import json
 import logging
 
 import pytest
+import tiers
 
 from ddplab import tracking
 from ddplab.errors import ConfigError
@@ -205,7 +206,7 @@ def tracker_with(client, uri="sqlite:////x/m.db", what="this run"):
 
 
 def test_a_sweep_is_made_once_continued_by_a_rerun_and_ended_by_how_its_command_ended(tmp_path, capsys):
-    pytest.importorskip("mlflow")  # log() builds MLflow's own entities
+    tiers.importorskip("mlflow", "mlflow", "MLflow comes with the mlflow extra")  # log() builds MLflow's own entities
     client = FakeClient()
     sweep = tracking.SweepTracking("sqlite:////x/m.db", tmp_path)
     sweep.tracker._client = client
@@ -244,7 +245,7 @@ def test_a_run_in_another_store_is_a_new_run_there(tmp_path):
     "error, status", [(None, "KILLED"), (KeyboardInterrupt(), "KILLED"), (RuntimeError("boom"), "FAILED")]
 )
 def test_a_run_that_did_not_finish_ends_failed_or_killed(tmp_path, monkeypatch, error, status):
-    pytest.importorskip("mlflow")
+    tiers.importorskip("mlflow", "mlflow", "MLflow comes with the mlflow extra")
     from ddplab.metrics.mlflow_sink import MlflowSink
 
     from conftest import tiny_config

@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+import tiers
 import torch
 
 from ddplab.launch import warm
@@ -146,7 +147,7 @@ def test_a_command_in_a_host_starts_warm_inside_that_host(tmp_path):
 
     reason = hosts.why_not_available()
     if reason:
-        pytest.skip(reason)
+        tiers.skip("root", reason)
     with hosts.cluster(1) as cluster:
         one, other = fingerprints(tmp_path, prefix=cluster.exec_prefix(0))
     assert_same(one, other)
