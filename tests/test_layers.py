@@ -19,6 +19,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # it starts processes), the report; the CLI on top.
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
+    "internals": set(),  # the private APIs of CPython, torch and numpy: reached by any layer through it alone
     "rundir": set(),  # the folder packages' docstrings: their modules are layers of their own (OWN_LAYER)
     "io": set(),
     "log": set(),
@@ -32,19 +33,19 @@ ALLOWED: dict[str, set[str]] = {
     "topology": {"errors"},
     "arguments": {"borders"},
     "environment": {"borders", "errors"},
-    "compat": {"errors", "stops"},
+    "compat": {"errors", "internals", "stops"},
     "faults": {"errors", "topology"},
     "tracking": {"errors", "files"},
-    "warm": {"compat", "environment"},
+    "warm": {"compat", "environment", "internals"},
     "process": {"stops", "warm"},
     "watchdog": {"errors", "process", "warm"},
-    "data": {"errors", "seeding"},
+    "data": {"errors", "internals", "seeding"},
     "config": {"arguments", "data", "errors", "files", "topology", "tracking"},
     "runlock": {"borders", "errors", "files", "runfiles"},
     "checkpoint": {"borders", "errors", "faults", "files", "runfiles"},
     "runfolder": {"checkpoint", "config", "errors", "runfiles"},
     "runplan": {"config", "errors", "files", "runfiles", "runfolder", "runlock", "topology"},
-    "distributed": {"arguments", "compat", "config", "errors", "topology"},
+    "distributed": {"arguments", "compat", "config", "errors", "internals", "topology"},
     "metrics": {
         "borders",
         "config",
@@ -85,6 +86,7 @@ ALLOWED: dict[str, set[str]] = {
         "distributed",
         "engine",
         "errors",
+        "internals",
         "faults",
         "runplan",
         "stops",
@@ -140,6 +142,7 @@ ALLOWED: dict[str, set[str]] = {
         "data",
         "engine",
         "errors",
+        "internals",
         "faults",
         "files",
         "hosts",
@@ -253,10 +256,12 @@ FOLDERS = {
     "launch": ("elastic", "warm", "process", "watchdog", "allreduce", "hosts", "topology", "stops"),
     "io": ("borders", "files", "arguments", "environment"),
 }
+WARM = ("client", "server", "fresh", "spawn", "protocol")  # warm starts' package: one layer, "warm"
 OWN_LAYER = {
     "ddplab.sweep.spec": "ddplab.sweep.spec",
     "ddplab.sweep.folder": "ddplab.sweep.folder",
     **{f"ddplab.{folder}.{m}": f"ddplab.{m}" for folder, names in FOLDERS.items() for m in names},
+    **{f"ddplab.launch.warm.{m}": "ddplab.warm" for m in WARM},
     "ddplab.launch.elastic": "ddplab.launch",  # the launcher keeps its name
 }
 
@@ -265,8 +270,10 @@ def test_each_module_of_a_folder_package_has_its_layer():
     """A module added to rundir/, launch/ or io/ says which layer it is (FOLDERS), or it would join another's."""
     modules = module_names()
     for folder, names in FOLDERS.items():
-        inside = {m.rsplit(".", 1)[1] for m in modules if m.startswith(f"ddplab.{folder}.")}
+        inside = {m.split(".")[2] for m in modules if m.startswith(f"ddplab.{folder}.")}
         assert inside == set(names), f"{folder}/: give each module its layer in FOLDERS ({sorted(inside ^ set(names))})"
+    warm = {m.rsplit(".", 1)[1] for m in modules if m.startswith("ddplab.launch.warm.")}
+    assert warm == set(WARM), f"launch/warm/: give each module its place in WARM ({sorted(warm ^ set(WARM))})"
 
 
 def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:

@@ -13,6 +13,7 @@ import dataclasses
 import re
 from typing import Any
 
+from ddplab import internals
 from ddplab.errors import ConfigError
 
 MIN_TORCH = (2, 4)
@@ -171,12 +172,11 @@ def ddp_timing_totals(ddp: Any, every: int) -> dict[str, float] | None:
     the mean of the steps in between (`every`: the sample rate in effect). None without the method; no
     samples before DDP has timed a step or where it names its fields otherwise. DDP times a sampled step
     with CUDA events on a GPU; reading them costs no device sync."""
-    read = getattr(ddp, "_get_ddp_logging_data", None)
-    if read is None:
-        return None
     try:
-        data = read()
+        data = internals.ddp_logging_data(ddp)
     except Exception:  # noqa: BLE001 (a private API: no logger, another torch: nothing recorded)
+        return None
+    if data is None:
         return None
     values = {ours: data.get(theirs) for ours, theirs in DDP_TIMINGS.items()}
     iteration = data.get("iteration")

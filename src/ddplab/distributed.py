@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from ddplab import compat
+from ddplab import compat, internals
 from ddplab.config import RunConfig
 from ddplab.errors import ConfigError
 from ddplab.io.arguments import endpoint_parts
@@ -370,8 +370,8 @@ def unwrap(model: nn.Module) -> nn.Module:
     while True:
         if isinstance(model, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
             model = model.module
-        elif hasattr(model, "_orig_mod"):
-            model = model._orig_mod  # type: ignore[assignment]
+        elif (inner := internals.compiled_original(model)) is not model:
+            model = inner
         else:
             return model
 

@@ -10,6 +10,7 @@ import sys
 import typing
 from typing import Any
 
+from ddplab import internals
 from ddplab.errors import ConfigError
 
 
@@ -76,7 +77,7 @@ def given_options(args: argparse.Namespace) -> list[str]:
     parser = getattr(args, "command_parser", None)
     return [
         a.option_strings[-1]
-        for a in (parser._actions if parser else [])
+        for a in (internals.parser_actions(parser) if parser else [])
         if a.option_strings and a.default is not argparse.SUPPRESS and getattr(args, a.dest, a.default) != a.default
     ]
 

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ddplab import internals
 from ddplab.data.dataset import ImageDataset, channel_stats
 from ddplab.errors import ConfigError, DataError
 
@@ -193,7 +194,7 @@ class RestrictedUnpickler(pickle.Unpickler):
 
     _ALLOWED = {
         ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "_reconstruct"),
+        internals.NUMPY_RECONSTRUCT,  # numpy's own private reconstructor: listed in ddplab.internals
         ("numpy", "ndarray"),
         ("numpy", "dtype"),
     }

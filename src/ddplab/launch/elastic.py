@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ddplab import compat, errors, faults
+from ddplab import compat, errors, faults, internals
 from ddplab.config import DistConfig, RunConfig
 from ddplab.io.borders import shown
 from ddplab.launch import stops, topology, warm, watchdog
@@ -309,18 +309,12 @@ def rounds_counted():
     out). The launcher builds its handler through the registry's module function; where that is not so,
     this does nothing and the workers fall back on the restart count.
     """
-    from torch.distributed.elastic.rendezvous import registry
-
-    make = getattr(registry, "get_rendezvous_handler", None)
-    if make is None:
-        yield
-        return
     before = os.environ.get(topology.ROUND)
-    registry.get_rendezvous_handler = lambda params: CountedRendezvous(make(params))  # type: ignore[return-value]
+    counting = internals.wrapped(*internals.rendezvous_handlers(), lambda make: lambda p: CountedRendezvous(make(p)))
     try:
-        yield
+        with counting:
+            yield
     finally:
-        registry.get_rendezvous_handler = make
         if before is None:
             os.environ.pop(topology.ROUND, None)
         else:
@@ -379,15 +373,6 @@ def whole_spawns():
     then stops: each can die quietly. Where multiprocessing's or torch's internals differ, the
     missing part does nothing.
     """
-    from multiprocessing import popen_spawn_posix
-
-    from torch.distributed.elastic.multiprocessing import api
-
-    patched = [
-        (owner, name, original)
-        for owner, name in ((popen_spawn_posix.Popen, "_launch"), (api.MultiprocessContext, "_start"))
-        if (original := getattr(owner, name, None)) is not None
-    ]
 
     def holding(original):
         def held(*args, **kwargs):
@@ -396,13 +381,11 @@ def whole_spawns():
 
         return held
 
-    for owner, name, original in patched:
-        setattr(owner, name, holding(original))
-    try:
+    with (
+        internals.wrapped(*internals.spawn_launch(), holding),
+        internals.wrapped(*internals.agent_start(), holding),
+    ):
         yield
-    finally:
-        for owner, name, original in patched:
-            setattr(owner, name, original)
 
 
 @contextlib.contextmanager
