@@ -3,7 +3,7 @@
 elastic.py starts a run, in this process or as N workers through PyTorch's elastic launcher; watchdog.py
 bounds the waits the elastic agent does not keep across a network; topology.py says whether this process is
 one worker of a launcher's group and where it sits; stops.py is the one stop-signal rule; process.py runs a
-command as its own process tree; warm.py forks the processes ddplab starts from a server that imported torch
+command as its own process tree; warm/ forks the processes ddplab starts from a server that imported torch
 once; allreduce.py times all-reduce in the launcher's workers; hosts.py makes hosts with their own addresses
 on one machine.
 
