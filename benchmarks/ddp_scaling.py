@@ -31,7 +31,7 @@ from pathlib import Path
 
 import _common as common
 
-from ddplab.launch.topology import resolve_backend  # torch-free; _common puts src on the path
+from ddplab.topology import resolve_backend  # torch-free; _common puts src on the path
 
 NAME = "ddp_scaling"
 SIDES = ("single", "ddp")

@@ -75,7 +75,7 @@ WHERE = {
     "sweep/run.py": ("tests/smoke/test_sweep_runs.py", "run_sweep", "a sweep from Python, as the command runs it"),
     "sweep/spec.py": ("tests/unit/test_sweep.py", "load_sweep", "sweep files"),
     "sweep/trackers.py": ("tests/smoke/test_sweep_runs.py", "TRACKERS", "a sweep tracker told its start and end"),
-    "launch/topology.py": ("tests/unit/test_config.py", "TORCHRUN", "which launcher started this process"),
+    "topology.py": ("tests/unit/test_config.py", "TORCHRUN", "which launcher started this process"),
     "launch/warm/client.py": ("tests/unit/test_warm.py", "warm.Factory", "a client's servers and warm children"),
     "launch/warm/server.py": ("tests/unit/test_warm.py", "test_a_server_that_dies", "the fork server"),
     "launch/warm/fresh.py": ("tests/unit/test_warm.py", "FINGERPRINT", "a fork made what exec would make"),

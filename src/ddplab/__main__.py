@@ -13,8 +13,10 @@ def run() -> int:
 
         return main(whole_process=True)
     except KeyboardInterrupt:
+        from ddplab.errors import Interrupted
+
         print("ddplab: interrupted", file=sys.stderr)
-        return 130
+        return Interrupted.exit_code
 
 
 if __name__ == "__main__":

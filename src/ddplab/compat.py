@@ -113,13 +113,13 @@ ELASTIC_SIGNALS_ENV = "TORCHELASTIC_SIGNALS_TO_HANDLE"  # where the agent export
 def agent_signals_without_sigint() -> str:
     """The elastic agent's own signals (LaunchConfig.signals_to_handle's default) less SIGINT, which the
     launcher keeps, and less any this process was started ignoring: under `nohup` SIGHUP is ignored, and a
-    closed terminal must not stop the run the agent would otherwise stop on it (ddplab.launch.stops keeps the same
+    closed terminal must not stop the run the agent would otherwise stop on it (ddplab.stops keeps the same
     promise for every other command)."""
     import signal
 
     from torch.distributed.launcher.api import LaunchConfig
 
-    from ddplab.launch.stops import started_ignored
+    from ddplab.stops import started_ignored
 
     default: Any = next(f.default for f in dataclasses.fields(LaunchConfig) if f.name == "signals_to_handle")
 

@@ -794,7 +794,7 @@ def check_environment(config: RunConfig) -> None:
         raise _bad("dist.strategy", "dp", "DataParallel needs CUDA devices; use --strategy ddp --backend gloo on CPU")
     if config.dist.strategy == "dp" and config.dist.dp_gpus > torch.cuda.device_count():
         raise _bad("dist.dp_gpus", config.dist.dp_gpus, f"this node has {torch.cuda.device_count()} CUDA device(s)")
-    from ddplab.launch.topology import resolve_backend
+    from ddplab.topology import resolve_backend
 
     resolved = resolve_backend(backend, on_cuda=on_cuda, shared_device=config.dist.share_device)
     if config.dist.comm_hook == "bf16" and resolved != "nccl":

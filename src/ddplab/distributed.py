@@ -29,7 +29,7 @@ from ddplab import compat, internals
 from ddplab.config import RunConfig
 from ddplab.errors import ConfigError
 from ddplab.io.arguments import endpoint_parts
-from ddplab.launch.topology import ProcessPlace, group_attempt, resolve_backend, usable_cores
+from ddplab.topology import ProcessPlace, group_attempt, resolve_backend, usable_cores
 
 
 @dataclass(frozen=True)

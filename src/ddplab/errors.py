@@ -30,6 +30,16 @@ class TrainingError(DdplabError):
     exit_code = 4
 
 
+class Interrupted(DdplabError):
+    """A stop signal (Ctrl-C, SIGTERM, SIGHUP) ended the command; what finished is kept, what ran is resumable."""
+
+    exit_code = 130  # as a shell reports Ctrl-C: every stop, whatever the signal (stops.py)
+
+
+TIMED_OUT = 124  # a command stopped at its time limit, as timeout(1) reports it
+BROKEN_PIPE = 141  # the reader of the output went away (128 + SIGPIPE), as shell tools end
+
+
 class SweepError(DdplabError):
     """Some runs of a sweep did not finish; each one's error is in the sweep's manifest."""
 

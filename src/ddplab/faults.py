@@ -17,7 +17,7 @@ import signal
 import time
 
 from ddplab.errors import ConfigError, TrainingError
-from ddplab.launch.topology import group_attempt
+from ddplab.topology import group_attempt
 
 ENV = "DDPLAB_FAULT"
 

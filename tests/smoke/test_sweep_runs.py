@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from ddplab.launch.topology import usable_cores
 from ddplab.metrics.records import read_epochs, reproducible
+from ddplab.topology import usable_cores
 
 from cli_process import ddplab_cli
 from sweep_files import TINY_BASE, tiny_sweep

@@ -319,7 +319,7 @@ def test_the_elastic_agents_signal_handlers_never_outlive_its_launch(monkeypatch
     import torch.distributed.launcher.api as api
     from torch.distributed.elastic.multiprocessing.api import SignalException, _terminate_process_handler
 
-    from ddplab.launch import stops
+    from ddplab import stops
 
     before = {s: signal.getsignal(s) for s in stops.TAKEN_BY_LIBRARIES}
 

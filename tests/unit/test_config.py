@@ -298,7 +298,7 @@ SRUN = {
 
 
 def test_a_launchers_full_set_makes_a_worker_and_says_where_it_sits():
-    from ddplab.launch.topology import ProcessPlace, placement
+    from ddplab.topology import ProcessPlace, placement
 
     assert placement("ddp", {}).place is None
     assert placement("ddp", TORCHRUN).place == ProcessPlace(3, 4, 1, 2, "torchrun")
@@ -320,7 +320,7 @@ def test_a_launchers_full_set_makes_a_worker_and_says_where_it_sits():
 )
 @pytest.mark.parametrize("strategy", ["single", "ddp"])
 def test_stray_launcher_variables_are_ignored_and_named(env, ignored, strategy):
-    from ddplab.launch.topology import placement
+    from ddplab.topology import placement
 
     got = placement(strategy, env)
     assert got.place is None
@@ -343,7 +343,7 @@ def test_stray_launcher_variables_are_ignored_and_named(env, ignored, strategy):
 )
 def test_a_malformed_launcher_variable_that_would_be_used_is_one_line(env, message):
     from ddplab.errors import ConfigError
-    from ddplab.launch.topology import placement
+    from ddplab.topology import placement
 
     with pytest.raises(ConfigError, match=re.escape(message)) as info:
         placement("ddp", env)
@@ -354,7 +354,7 @@ def test_a_malformed_launcher_variable_that_would_be_used_is_one_line(env, messa
 @pytest.mark.parametrize("strategy", ["single", "dp"])
 def test_a_worker_that_asks_for_one_process_is_refused(env, launcher, strategy):
     from ddplab.errors import ConfigError
-    from ddplab.launch.topology import placement
+    from ddplab.topology import placement
 
     with pytest.raises(
         ConfigError, match=f"started by {launcher} .* dist.strategy={strategy} trains one process: pass --strategy ddp"
@@ -379,7 +379,7 @@ def test_workers_may_share_one_device_over_gloo_only():
 
 
 def test_backend_auto_is_resolved_in_one_place():
-    from ddplab.launch.topology import resolve_backend
+    from ddplab.topology import resolve_backend
 
     assert resolve_backend("auto", on_cuda=True) == "nccl"
     assert resolve_backend("auto", on_cuda=True, shared_device=True) == "gloo"  # NCCL refuses two ranks on one GPU
@@ -388,7 +388,7 @@ def test_backend_auto_is_resolved_in_one_place():
 
 
 def test_a_worker_records_the_shape_its_launcher_gave():
-    from ddplab.launch.topology import as_launched, placement
+    from ddplab.topology import as_launched, placement
 
     config = build_config({"dist": {"strategy": "ddp"}})
     ran = as_launched(config, placement("ddp", SRUN).place)

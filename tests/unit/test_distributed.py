@@ -93,9 +93,9 @@ def test_the_rank_that_raised_is_the_root_cause_not_a_peer_that_died_with_it(tmp
 
 def test_a_restarted_worker_group_resumes_only_where_a_checkpoint_exists(tmp_path, monkeypatch):
     from ddplab.config import build_config
-    from ddplab.launch.topology import RESTART_COUNT
     from ddplab.rundir import checkpoint
     from ddplab.rundir.runplan import resumed_after_restart
+    from ddplab.topology import RESTART_COUNT
 
     config = build_config({"output": {"out": str(tmp_path)}})
     monkeypatch.setenv(RESTART_COUNT, "1")
@@ -112,9 +112,9 @@ def test_a_restarted_torchrun_group_without_out_resumes_in_the_folder_named_afte
     """torchrun --max-restarts without --out: the first start named runs/DATASET-MODEL-JOB; a restart must find it
     (it reached Path(None) once, and then would have been refused as "holds an unfinished run")."""
     from ddplab.config import build_config
-    from ddplab.launch.topology import RESTART_COUNT
     from ddplab.rundir import checkpoint
     from ddplab.rundir.runplan import resumed_after_restart
+    from ddplab.topology import RESTART_COUNT
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job7")
@@ -130,7 +130,7 @@ def test_a_restarted_torchrun_group_without_out_resumes_in_the_folder_named_afte
 def test_the_groups_attempt_is_the_rendezvous_round_where_ddplabs_launcher_counts_it(monkeypatch):
     """torch's restart count differs between nodes after a membership change (test_ddp.py has the two nodes);
     the round ddplab's launcher counts does not. Under torchrun or srun the restart count is all there is."""
-    from ddplab.launch.topology import RESTART_COUNT, ROUND, group_attempt
+    from ddplab.topology import RESTART_COUNT, ROUND, group_attempt
 
     assert group_attempt({}) == 0
     assert group_attempt({RESTART_COUNT: "2"}) == 2
@@ -143,7 +143,7 @@ def test_the_launcher_counts_the_rounds_its_agent_joins_and_leaves_nothing_behin
     from torch.distributed.elastic.rendezvous import registry
 
     from ddplab.launch.elastic import CountedRendezvous, rounds_counted
-    from ddplab.launch.topology import ROUND
+    from ddplab.topology import ROUND
 
     # The launcher builds its handler through the registry's module function, at call time: what is wrapped.
     assert "rdzv_registry.get_rendezvous_handler(" in inspect.getsource(launcher_api.launch_agent)
@@ -217,7 +217,7 @@ def test_a_failed_run_frees_its_ddp_model_before_the_group_is_destroyed(monkeypa
 
     from ddplab.config import build_config
     from ddplab.distributed import distributed_context
-    from ddplab.launch.topology import ProcessPlace
+    from ddplab.topology import ProcessPlace
 
     with socket.socket() as s:  # a free port for the one rank's store
         s.bind(("127.0.0.1", 0))

@@ -1,11 +1,11 @@
-"""The one stop-signal rule (ddplab.launch.stops): SIGTERM and SIGHUP stop a command as Ctrl-C does."""
+"""The one stop-signal rule (ddplab.stops): SIGTERM and SIGHUP stop a command as Ctrl-C does."""
 
 import os
 import signal
 
 import pytest
 
-from ddplab.launch import stops
+from ddplab import stops
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])

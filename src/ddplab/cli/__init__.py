@@ -24,13 +24,13 @@ import os
 import sys
 import traceback
 
-from ddplab import compat, faults
+from ddplab import compat, faults, stops
 from ddplab.cli import data, hosts, plan, report, sweep, train
 from ddplab.cli.common import Parser, given_options, one_mode, used_by
 from ddplab.cli.plan import refuse_unmeasurable
 from ddplab.cli.train import SHORTCUTS, config_from_args
-from ddplab.errors import DdplabError, file_error
-from ddplab.launch import stops, warm
+from ddplab.errors import BROKEN_PIPE, DdplabError, file_error
+from ddplab.launch import warm
 
 __all__ = [
     "SHORTCUTS",
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None, *, whole_process: bool = False) -> int:
         return code
     except BrokenPipeError:  # the reader went away (ddplab models | head): stop quietly, as shell tools do
         quiet(sys.stdout)
-        return 141
+        return BROKEN_PIPE
     except (DdplabError, OSError) as exc:
         error = exc if isinstance(exc, DdplabError) else file_error(exc, "use")  # a read-only or full disk, ...
         if debug:

@@ -24,8 +24,8 @@ OVERSUBSCRIBED = 4  # ranks a CPU core may hold while a link is timed: past this
 
 def refuse_unmeasurable(args: argparse.Namespace) -> None:
     """plan --measure's values it would cap or could not honour, refused or said before any process starts."""
-    from ddplab.launch.topology import usable_cores
     from ddplab.planner.links import MIB, SIZES
+    from ddplab.topology import usable_cores
 
     if args.max_mib * MIB > SIZES[-1]:
         raise ConfigError(

@@ -89,3 +89,25 @@ def positive_seconds(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0")
     return value
+
+
+RATE = re.compile(r"(\d+(?:\.\d+)?)\s*(k|m|g)?(bit|bps)?", re.I)
+RATE_UNITS = {None: 1, "k": 1e3, "m": 1e6, "g": 1e9}
+
+
+def link_rate(text: str | None) -> float | None:
+    """A link's rate in bits per second: '200mbit', '1gbit', '1.5g', '500k' (and tc's own spelling, 125000Kbps in
+    bytes); 'none', 'unshaped', 'off' or None: no rate. An empty value is refused, not read as none (`shape ''`, a
+    shell variable left unset, must not unshape every link). A ValueError says what is wrong."""
+    if text is None or text.strip().lower() in ("none", "unshaped", "off"):
+        return None
+    match = RATE.fullmatch(text.strip())
+    if not match:
+        raise ValueError(f"link rate {text!r}: expected e.g. 100mbit, 1gbit, 2.5gbit or none")
+    unit = (match.group(2) or "").lower() or None
+    rate = float(match.group(1)) * RATE_UNITS[unit]
+    if match.group(3) and match.group(3).lower() == "bps":
+        rate *= 8  # bytes per second, as tc spells it
+    if not 8e3 <= rate <= 1e11:
+        raise ValueError(f"link rate {text!r}: must be between 8kbit and 100gbit")
+    return rate

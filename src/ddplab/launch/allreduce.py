@@ -16,9 +16,9 @@ from typing import Any
 
 from ddplab.errors import ConfigError
 from ddplab.io import files
-from ddplab.launch.topology import resolve_backend
 from ddplab.planner import links
 from ddplab.planner.links import MAX_BYTES, MIB, SIZES
+from ddplab.topology import resolve_backend
 
 TARGET_S_PER_SIZE = 0.2  # each size is repeated for about this long (at least MIN_REPEATS times)
 MIN_REPEATS, MAX_REPEATS, WARMUP = 3, 200, 2
@@ -136,7 +136,7 @@ def measure(
 
         raise rendezvous_failure(exc, rdzv_endpoint, nnodes, f"--timeout-s {timeout_s}") from None
     except SignalException as exc:  # Ctrl-C or SIGTERM: the agent has stopped the ranks; nothing was written
-        from ddplab.launch.elastic import Interrupted
+        from ddplab.errors import Interrupted
 
         raise Interrupted(
             f"interrupted by {exc.sigval.name} while timing the all-reduce: nothing was written; "

@@ -23,10 +23,11 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ddplab import compat, errors, faults, internals
+from ddplab import compat, errors, faults, internals, stops, topology
 from ddplab.config import DistConfig, RunConfig
+from ddplab.errors import Interrupted
 from ddplab.io.borders import shown
-from ddplab.launch import stops, topology, warm, watchdog
+from ddplab.launch import warm, watchdog
 from ddplab.rundir.runplan import RunPlan, as_worker, prepared
 
 if TYPE_CHECKING:
@@ -34,10 +35,6 @@ if TYPE_CHECKING:
 
 SHUTDOWN_TIMEOUT_S = 5
 STORE_SLACK_S = 10  # a store call outwaits the watchdog's probe, so a lost host is said in the probe's words
-
-
-class Interrupted(errors.DdplabError):
-    exit_code = 130
 
 
 def train(config: RunConfig) -> RunResult:
@@ -85,7 +82,7 @@ def launch(config: RunConfig, *, saved: RunConfig | None = None, command: bool =
 
 @contextlib.contextmanager
 def interrupts_said(config: RunConfig):
-    """A single process stops on SIGTERM or SIGHUP as on Ctrl-C (ddplab.launch.stops), with the line and exit code
+    """A single process stops on SIGTERM or SIGHUP as on Ctrl-C (ddplab.stops), with the line and exit code
     (130) of a DDP run's launcher: a scheduler's SIGTERM (Slurm's time limit, a sweep) or a closed terminal's
     SIGHUP used to end it with 143 or 129 and nothing said. Its checkpoints stay, as the last finished epoch
     left them."""

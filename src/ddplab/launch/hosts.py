@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ddplab.errors import DdplabError
+from ddplab.io.arguments import link_rate
 
 SUBNET = ipaddress.ip_network("10.211.0.0/24")
 DEFAULT_NAME = "ddplab"
@@ -37,8 +38,6 @@ MAX_HOSTS = 64
 STATE_DIR = Path(
     "/run/ddplab-hosts"
 )  # what `up` made, for `status`, `link` and `down` (gone at reboot, as the namespaces are)
-RATE = re.compile(r"(\d+(?:\.\d+)?)\s*(k|m|g)?(bit|bps)?", re.I)
-_UNITS = {None: 1, "k": 1e3, "m": 1e6, "g": 1e9}
 
 
 class HostsError(DdplabError):
@@ -80,20 +79,11 @@ class Cluster:
 
 
 def parse_rate(text: str | None) -> float | None:
-    """'200mbit', '1gbit', '1.5g', '500k' -> bits per second; 'none' / 'unshaped' / None -> None. An empty
-    value is refused, not read as none: `shape ''` (a shell variable left unset) must not unshape every link."""
-    if text is None or text.strip().lower() in ("none", "unshaped", "off"):
-        return None
-    match = RATE.fullmatch(text.strip())
-    if not match:
-        raise HostsError(f"link rate {text!r}: expected e.g. 100mbit, 1gbit, 2.5gbit or none")
-    unit = (match.group(2) or "").lower() or None
-    rate = float(match.group(1)) * _UNITS[unit]
-    if match.group(3) and match.group(3).lower() == "bps":
-        rate *= 8  # bytes per second, as tc spells it
-    if not 8e3 <= rate <= 1e11:
-        raise HostsError(f"link rate {text!r}: must be between 8kbit and 100gbit")
-    return rate
+    """A link rate as `ddplab hosts` takes it (io/arguments.link_rate), its refusal a HostsError."""
+    try:
+        return link_rate(text)
+    except ValueError as exc:
+        raise HostsError(str(exc)) from None
 
 
 def as_rate(rate: str | float | None) -> float | None:

@@ -19,11 +19,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddplab.launch import stops, warm
+from ddplab import errors, stops
+from ddplab.launch import warm
 
 POLL_S = 1.0  # how often `on_poll` is called while the child runs
 STOP_GRACE_S = 30  # after SIGINT/SIGTERM, how long a tree may take to stop before SIGKILL
-TIMED_OUT, INTERRUPTED = 124, 130  # exit codes given to a child stopped for its timeout, or by Ctrl-C
+TIMED_OUT, INTERRUPTED = errors.TIMED_OUT, errors.Interrupted.exit_code  # a child stopped at its limit, or by a stop
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,7 @@ def machine(device: torch.device | str) -> dict:
     import os
     import platform
 
-    from ddplab.launch.topology import usable_cores
+    from ddplab.topology import usable_cores
 
     device = torch.device(device)
     return {
@@ -145,7 +145,7 @@ def network_link(address: str | None) -> dict | None:
     from pathlib import Path
 
     from ddplab.distributed import interface_for_address
-    from ddplab.launch.hosts import HostsError, parse_rate
+    from ddplab.io.arguments import link_rate
 
     name = interface_for_address(address) if address else None
     if name is None:
@@ -160,8 +160,8 @@ def network_link(address: str | None) -> dict | None:
             ["tc", "qdisc", "show", "dev", name], capture_output=True, text=True, errors="replace", timeout=5
         ).stdout
         found = re.search(r"\brate (\S+)", qdisc)
-        rate = parse_rate(found.group(1)) if found else None  # tc's spelling, as `ddplab hosts` reads it
+        rate = link_rate(found.group(1)) if found else None  # tc's spelling, as `ddplab hosts` reads it
         shaped = rate / 1e6 if rate is not None else None
-    except (OSError, subprocess.SubprocessError, HostsError):
+    except (OSError, subprocess.SubprocessError, ValueError):
         pass
     return {"interface": name, "address": address, "speed_mbit": speed if speed > 0 else None, "shaped_mbit": shaped}

@@ -115,9 +115,9 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ddplab.errors import DataError
-from ddplab.launch.topology import devices_brought
 from ddplab.metrics.records import EpochRecord, optimizer_steps, refresh_windows, timed_epochs
 from ddplab.planner.links import Link, MeasuredLinks
+from ddplab.topology import devices_brought
 
 if TYPE_CHECKING:
     from ddplab.metrics.summary import Summary

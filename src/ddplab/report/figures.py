@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from ddplab.errors import DataError
-from ddplab.launch.topology import devices_brought, resolve_backend  # torch-free
 from ddplab.metrics.records import (
     PHASES,
     EpochRecord,
@@ -31,6 +30,7 @@ from ddplab.report import noise
 from ddplab.report.records import Gap, Row
 from ddplab.report.runs import Point
 from ddplab.rundir.runread import Run, shown
+from ddplab.topology import devices_brought, resolve_backend  # torch-free
 
 if TYPE_CHECKING:
     from ddplab.metrics.summary import Summary

@@ -12,12 +12,12 @@ from __future__ import annotations
 from typing import Any
 
 from ddplab.errors import DataError
-from ddplab.launch.topology import devices_brought
 from ddplab.planner import model
 from ddplab.planner.band import band_for
 from ddplab.report.figures import train_epoch_s
 from ddplab.report.records import Curve, Curves, PairPrediction, Row
 from ddplab.report.runs import Point, groups_without
+from ddplab.topology import devices_brought
 
 CURVE_FIELDS = ("dist.nproc", "dist.nnodes", "dist.strategy", "train.batch_size")  # what a curve's points may differ in
 CURVE_WORKERS = (1, 2, 4, 8)  # the model's speedup curve reaches at least this far, and twice the most measured

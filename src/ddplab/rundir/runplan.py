@@ -21,10 +21,10 @@ from pathlib import Path
 from ddplab.config import RunConfig, check_environment
 from ddplab.errors import ConfigError
 from ddplab.io import files
-from ddplab.launch.topology import ProcessPlace, as_launched, group_attempt, placement
 from ddplab.rundir import runfiles
 from ddplab.rundir.runfolder import Resume, check_run_dir, refuse_by_state
 from ddplab.rundir.runlock import run_lock, should_hold
+from ddplab.topology import ProcessPlace, as_launched, group_attempt, placement
 
 
 @dataclass(frozen=True)

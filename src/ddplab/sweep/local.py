@@ -23,13 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
+from ddplab import stops
 from ddplab.config import check_environment
 from ddplab.errors import ConfigError, DataError
 from ddplab.io import files
 from ddplab.io.borders import shown
-from ddplab.launch import stops
 from ddplab.launch.process import INTERRUPTED, POLL_S, STOP_GRACE_S, Child, Finished, stop_all, wait_any
-from ddplab.launch.topology import resolve_backend
 from ddplab.metrics.records import read_epochs
 from ddplab.rundir import runfiles
 from ddplab.rundir.runlock import describe, live_owner, run_lock
@@ -38,6 +37,7 @@ from ddplab.sweep.folder import Entry, Manifest, Status, SweepFolder
 from ddplab.sweep.point import Point
 from ddplab.sweep.slots import Slot, SlotPool, points_at_once, visible_gpus
 from ddplab.sweep.spec import Sweep, SweepRun, slug
+from ddplab.topology import resolve_backend
 
 
 class LocalExecutor:
@@ -192,8 +192,8 @@ def measure_sweep_link(sweep: Sweep, folder: SweepFolder, echo) -> None:
     """out/links.json for the report's predictions: this machine's all-reduce measured with each number of DDP
     workers the sweep runs (on CUDA, up to its GPUs), keeping what a links file there already holds. Each
     count measured on its own: a failure costs that count's predictions, never the sweep."""
+    from ddplab.errors import Interrupted
     from ddplab.launch.allreduce import measure
-    from ddplab.launch.elastic import Interrupted
     from ddplab.planner import links
 
     wanted = {r.config.dist.nproc for r in sweep.runs if r.config.dist.strategy == "ddp" and r.config.dist.nproc > 1}

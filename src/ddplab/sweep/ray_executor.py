@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ddplab import stops
 from ddplab.config import RunConfig
 from ddplab.errors import ConfigError
 from ddplab.io.arguments import given
 from ddplab.io.borders import shown
-from ddplab.launch import stops
 from ddplab.launch.process import INTERRUPTED, STOP_GRACE_S
 from ddplab.rundir import runfiles
 from ddplab.rundir.runlock import run_lock

@@ -29,7 +29,7 @@ from ddplab.config import RunConfig
 from ddplab.errors import ConfigError
 from ddplab.io.arguments import AUTO
 from ddplab.io.borders import shown
-from ddplab.launch.topology import usable_cores
+from ddplab.topology import usable_cores
 
 
 @dataclass(frozen=True)

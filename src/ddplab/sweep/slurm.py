@@ -36,12 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ddplab import stops
 from ddplab.config import RunConfig, build_config, load_toml
 from ddplab.errors import ConfigError, DataError
 from ddplab.io import files
 from ddplab.io.arguments import positive_whole
 from ddplab.io.borders import INTEGER, SECONDS, TEXT, check, shown
-from ddplab.launch import stops
 from ddplab.launch.process import INTERRUPTED
 from ddplab.rundir import runfiles
 from ddplab.rundir.runlock import run_lock

@@ -17,9 +17,11 @@ import signal
 import threading
 from collections.abc import Iterator
 
+from ddplab.errors import Interrupted
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 TAKEN_BY_LIBRARIES = (*STOP_SIGNALS, signal.SIGQUIT)  # what torch's elastic agent sets for its run and keeps
-EXIT_CODE = 130  # as a shell reports Ctrl-C
+EXIT_CODE = Interrupted.exit_code
 
 _open = 0  # `as_interrupts` blocks open in this process: the outermost one owns the stop's state
 _stopping = False  # a stop has begun: stop signals are ignored until the outermost block ends
