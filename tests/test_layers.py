@@ -120,7 +120,7 @@ ALLOWED: dict[str, set[str]] = {
     },  # fmt: skip
     # the sweep's file formats, which the report reads (OWN_LAYER)
     "sweep.spec": {"config", "errors", "files", "metrics"},
-    "sweep.folder": {"borders", "errors", "files", "planner", "process", "runfiles", "runfolder", "sweep.spec"},
+    "sweep.folder": {"borders", "errors", "files", "planner", "runfiles", "runfolder", "sweep.spec"},
     "report": {
         "config",
         "errors",
@@ -342,3 +342,18 @@ def test_folders_import_each_other_only_where_named():
         f"new: {sorted(mutual - set(MUTUAL_FOLDERS))}; gone (take them out of MUTUAL_FOLDERS): "
         f"{sorted(set(MUTUAL_FOLDERS) - mutual)}"
     )
+
+
+def test_reading_a_sweep_folder_loads_no_executor_and_no_launcher():
+    """The report and the planner read the sweep's formats (spec.py, folder.py); importing them must not load the
+    local executor, the process tree or the warm server (what a layer loads, not only what it imports by name)."""
+    import subprocess
+    import sys
+
+    above = ("ddplab.sweep.local", "ddplab.launch", "ddplab.report")
+    probe = (
+        "import sys; import ddplab.sweep.folder, ddplab.sweep.spec; "
+        f"print(sorted(m for m in sys.modules if m.startswith({above!r})))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert loaded.stdout.strip() == "[]", loaded.stdout

@@ -7,8 +7,9 @@ else here draws or summarizes.
 """
 
 from ddplab.sweep.folder import MANIFEST, Entry, Manifest, Status, SweepFolder
-from ddplab.sweep.local import LocalExecutor, default_out, dry_run_rows, dry_run_text, unavailable_runs
 from ddplab.sweep.spec import Sweep, SweepRun, SweepSection, bundled_sweeps, load_sweep, run_name_for, sweep_file
+
+LOCAL = ("LocalExecutor", "default_out", "dry_run_rows", "dry_run_text", "unavailable_runs")
 
 __all__ = [
     "MANIFEST",
@@ -34,8 +35,13 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # Lazy: run.py writes the report, which reads this package's file formats (importing it here would import
-    # the report into everything that reads a sweep folder).
+    # Lazy: the file formats (spec, folder) are what the report and the planner read; the executors start processes
+    # (the local one loads the process tree and the warm server), and run.py writes the report, which reads these
+    # formats: importing either here would load them into everything that reads a sweep folder.
+    if name in LOCAL:
+        from ddplab.sweep import local
+
+        return getattr(local, name)
     if name in ("run_sweep", "SweepResult"):
         from ddplab.sweep import run
 

@@ -23,7 +23,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
-from ddplab.errors import ConfigError, DataError
+from ddplab.errors import ConfigError, DataError, Interrupted
 from ddplab.io import files
 from ddplab.io.borders import (
     INTEGER,
@@ -40,7 +40,6 @@ from ddplab.io.borders import (
     one_of,
     whole,
 )
-from ddplab.launch.process import INTERRUPTED
 from ddplab.planner.links import LINKS_FILE
 from ddplab.rundir import runfiles
 from ddplab.sweep.spec import Sweep, SweepRun
@@ -78,7 +77,7 @@ def ended_as(exit_code: int | None, summary_written: bool) -> Status:
     run's summary.json; INTERRUPTED (Ctrl-C, SIGTERM, scancel, a time limit) leaves it resumable."""
     if exit_code == 0 and summary_written:
         return Status.FINISHED
-    return Status.INTERRUPTED if exit_code == INTERRUPTED else Status.FAILED
+    return Status.INTERRUPTED if exit_code == Interrupted.exit_code else Status.FAILED
 
 
 WRITTEN = tuple(s.value for s in Status if s is not Status.STOPPED)
