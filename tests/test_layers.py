@@ -101,6 +101,7 @@ ALLOWED: dict[str, set[str]] = {
         "arguments",
         "borders",
         "config",
+        "environment",
         "errors",
         "files",
         "launch",

@@ -51,9 +51,11 @@ def raise_stopped(signum: int, frame) -> None:
 
 def begin() -> None:
     """A stop has begun (a handler of ours raised, or a library's took the signal and unwound): every later stop
-    signal is ignored until the outermost `as_interrupts` block ends."""
+    signal is ignored until the outermost `as_interrupts` block ends. Outside any block (a Python caller's own
+    handlers) there is nothing to ignore with, and no state is left behind for a later call."""
     global _stopping
-    _stopping = True
+    if _open:
+        _stopping = True
 
 
 def stopping() -> bool:

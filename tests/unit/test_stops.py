@@ -83,3 +83,10 @@ def test_handlers_a_library_sets_inside_are_taken_back():
         for sig in stops.TAKEN_BY_LIBRARIES:
             signal.signal(sig, library)
     assert {s: signal.getsignal(s) for s in stops.TAKEN_BY_LIBRARIES} == before
+
+
+def test_a_stop_begun_outside_any_block_leaves_nothing_for_a_later_call():
+    """A Python caller's DDP run stopped by the agent's handler (run_agent begins the stop) must not leave this
+    process ignoring the next stop signal (the Ray executor's handler asks `stopping()`)."""
+    stops.begin()
+    assert not stops.stopping()

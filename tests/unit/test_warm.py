@@ -235,7 +235,13 @@ def test_a_server_that_dies_takes_none_of_its_children_with_it(tmp_path):
     r, w = os.pipe()
     with warm.Factory() as f, warm.using(f):
         f.start()
-        proc = warm.popen([sys.executable, "-c", "import sys; sys.exit(len(sys.stdin.read()))"], stdin=r)
+        # Its own thread id where the C library keeps it (pthread_getcpuclockid reads it): once the server is gone, a
+        # copy of the server's would name no thread, and reading the clock would fail.
+        code = (
+            "import sys, threading, time; n = len(sys.stdin.read()); "
+            "time.clock_gettime(time.pthread_getcpuclockid(threading.get_ident())); sys.exit(n)"
+        )
+        proc = warm.popen([sys.executable, "-c", code], stdin=r)
         os.close(r)
         assert proc is not None and os.getppid() != proc.pid
         with open(f"/proc/{proc.pid}/stat") as stat:

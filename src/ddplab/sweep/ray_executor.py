@@ -615,11 +615,16 @@ def reachable(address: str | None) -> None:
     for minutes, and hangs on a port where something else listens). Ray's GCS and its Client server (`ray://`)
     both speak gRPC, which answers HTTP/2's connection preface with a SETTINGS frame: a silent service, an HTTP/1
     server or a database does not. `auto` and None need no network."""
-    if address is None or address == "auto":
+    if address is None or address in ("auto", "local"):
         return
     host, _, port = address.removeprefix("ray://").rpartition(":")
+    from ddplab.io.environment import switch
+
+    tls = switch("RAY_USE_TLS", False)  # a TLS head answers no cleartext preface: only that it listens is checked
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S) as conn:
+            if tls:
+                return
             conn.sendall(HTTP2_PREFACE)
             answer = b""
             deadline = time.monotonic() + CONNECT_TIMEOUT_S

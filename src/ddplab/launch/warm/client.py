@@ -124,6 +124,7 @@ class Factory:
             "umask": current_umask(),
             "limits": current_limits(),
             "adopt": can_adopt(),  # the child made this process's own: it outlives a server that dies
+            "pid": os.getpid(),  # the server adopts for the process that started it alone (not a fork of it)
             "die_with_client": self._from_main_thread,
         }
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -188,6 +189,7 @@ class WarmProcess:
         self.pid, self.args, self._channel = pid, args, channel
         self.returncode: int | None = None
         self._pidfd = os.pidfd_open(pid) if adopted else None  # a zombie has one too: it waits for us
+        self._lock = threading.Lock()  # one waiter reaps; another finds its code (as subprocess.Popen)
 
     @property
     def sentinel(self) -> int:
@@ -200,22 +202,28 @@ class WarmProcess:
         if self._pidfd is not None:
             if self.returncode is None:
                 with contextlib.suppress(ChildProcessError):  # reaped if it has ended: no zombie left behind
-                    if os.waitpid(self.pid, os.WNOHANG)[0]:
-                        self.returncode = -signal.SIGKILL  # unknown, and no longer asked for
+                    pid, status = os.waitpid(self.pid, os.WNOHANG)
+                    if pid:
+                        self.returncode = os.waitstatus_to_exitcode(status)
             os.close(self._pidfd)
             self._pidfd = None
 
     def poll(self) -> int | None:
-        return self.wait(timeout=0)
+        try:
+            return self.wait(timeout=0)
+        except subprocess.TimeoutExpired:
+            return None
 
     def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is None:
-            import select
+        """Its exit code, as subprocess.Popen.wait: TimeoutExpired where it has not ended within `timeout` (0
+        included: a caller that then kills it, as stop_tree does, must learn that it still runs)."""
+        import select
 
-            if timeout is not None and not select.select([self.sentinel], [], [], timeout)[0]:
-                if timeout == 0:
-                    return None  # type: ignore[return-value]  # poll's None, as subprocess.Popen.poll
-                raise subprocess.TimeoutExpired(self.args, timeout)
+        if self.returncode is None and timeout is not None and not select.select([self.sentinel], [], [], timeout)[0]:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        with self._lock:
+            if self.returncode is not None:
+                return self.returncode
             if self._pidfd is not None:
                 try:
                     self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])

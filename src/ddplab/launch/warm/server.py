@@ -41,6 +41,7 @@ def serve(channel: socket.socket) -> None:
 
     if "torch" in sys.modules and getattr(sys.modules["torch"].cuda, "is_initialized", lambda: False)():
         return  # never fork a process that holds CUDA (the child's CUDA would be broken): every request goes cold
+    own_thread_id_field()  # found now, while a thread may still be started and joined
     settle_fork_handlers()
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_w, False)
@@ -76,7 +77,7 @@ def serve(channel: socket.socket) -> None:
                     os.close(fd)
                 reply.close()
                 continue
-            adopted = bool(request.get("adopt"))
+            adopted = bool(request.get("adopt")) and request.get("pid") == client  # a forked copy's: not its child
             pid = adopt() if adopted else -1
             if pid < 0:  # not asked, or the kernel refused: the server's own child, as before
                 adopted, pid = False, os.fork()
@@ -124,20 +125,66 @@ def adopt() -> int:
     """Fork as os.fork does, but with the new process the client's own child (clone with CLONE_PARENT): a server
     that dies (the OOM killer's pick, a SIGKILL) takes none of the runs it started with it, and the client waits
     for them as for any child. The interpreter's own fork steps run around it as os.fork runs them (the server is
-    single-threaded, as any fork needs). -1 where the kernel refuses or a thread runs here (then os.fork)."""
+    single-threaded, as any fork needs), and the kernel writes the child's thread id where the C library keeps it
+    (CLONE_CHILD_SETTID, as the library's own fork does: `pthread_*(pthread_self())` must name the child's thread,
+    not the server's). -1 where the kernel refuses, a thread runs here, or that place is not known (then os.fork)."""
     import ctypes
 
-    if len(os.listdir("/proc/self/task")) != 1:  # a library's threads, whose fork handlers clone(2) would skip
+    tid_field = own_thread_id_field()
+    if tid_field is None or len(os.listdir("/proc/self/task")) != 1:  # a library's threads: its fork handlers
         return -1
-    api = ctypes.pythonapi  # holds the GIL across each call: the child starts holding it, as after os.fork
+    api = ctypes.pythonapi  # each call holds the GIL; the clone's (through CDLL) is made with the server alone
     libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    flags = CLONE_PARENT | CLONE_CHILD_SETTID | signal.SIGCHLD
+    ctid = ctypes.c_void_p(tid_field)
     api.PyOS_BeforeFork()
-    pid = libc.syscall(SYS_CLONE[os.uname().machine], CLONE_PARENT | signal.SIGCHLD, 0, 0, 0, 0)
+    if os.uname().machine == "aarch64":  # clone(flags, stack, parent_tid, tls, child_tid)
+        pid = libc.syscall(SYS_CLONE["aarch64"], ctypes.c_ulong(flags), None, None, None, ctid)
+    else:  # x86_64: clone(flags, stack, parent_tid, child_tid, tls)
+        pid = libc.syscall(SYS_CLONE["x86_64"], ctypes.c_ulong(flags), None, None, ctid, None)
     if pid == 0:
         api.PyOS_AfterFork_Child()
     else:
         api.PyOS_AfterFork_Parent()
-    return pid
+    return int(pid)
+
+
+CLONE_CHILD_SETTID = 0x01000000  # clone(2): the kernel stores the child's thread id at child_tid, in the child
+_tid_field: list[int | None] = []  # found once: the address of this thread's id in the C library's thread block
+
+
+def own_thread_id_field() -> int | None:
+    """Where glibc keeps the calling thread's id (struct pthread's `tid`, which its pthread_* calls on
+    pthread_self() read): the one offset from pthread_self() holding gettid() in this thread and in another
+    thread's block alike; None where no single offset does (another C library: then no adoption)."""
+    if _tid_field:
+        return _tid_field[0]
+    import ctypes
+    import threading as t
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.pthread_self.restype = ctypes.c_void_p
+    span = 1024 // 4  # struct pthread's tid sits in its first kilobyte (720 bytes in on x86-64 glibc 2.36)
+
+    def offsets() -> set[int]:
+        base = libc.pthread_self()
+        words = (ctypes.c_int32 * span).from_address(base)
+        tid = t.get_native_id()
+        return {i * 4 for i in range(span) if words[i] == tid}
+
+    found: dict[str, set[int]] = {}
+    try:
+        found["main"] = offsets()
+        other = t.Thread(target=lambda: found.__setitem__("other", offsets()))
+        other.start()
+        other.join()
+        both = found["main"] & found.get("other", set())
+        field = libc.pthread_self() + both.pop() if len(both) == 1 else None
+    except (OSError, ValueError, AttributeError):
+        field = None
+    _tid_field.append(field)
+    return field
 
 
 def settle_fork_handlers() -> None:

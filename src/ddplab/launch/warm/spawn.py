@@ -65,7 +65,7 @@ class WarmPopen(internals.spawn_popen()):  # type: ignore[misc]
         if self._warm is None:
             return super().poll(flag)
         if self.returncode is None:
-            self.returncode = self._warm.wait(timeout=0 if flag == os.WNOHANG else None)
+            self.returncode = self._warm.poll() if flag == os.WNOHANG else self._warm.wait()
         return self.returncode
 
 
