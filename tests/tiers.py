@@ -26,7 +26,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SLURM_DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "srun", "scancel")
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 
 
@@ -38,10 +37,9 @@ def _root_with_ip_and_tc() -> str | None:
 
 
 def _slurm() -> str | None:
-    missing = [d for d in SLURM_DAEMONS if shutil.which(d) is None]
-    if missing:
-        return f"no {', '.join(missing)}"
-    return "not root" if os.geteuid() != 0 else None
+    from slurm_cluster import why_not  # the Slurm tests' own check
+
+    return why_not()
 
 
 def _module(*names: str) -> Callable[[], str | None]:
@@ -52,8 +50,13 @@ def _module(*names: str) -> Callable[[], str | None]:
     return missing
 
 
+def browser() -> str | None:
+    """The headless Chromium the browser test drives (None: none installed)."""
+    return next((found for name in BROWSERS if (found := shutil.which(name))), None)
+
+
 def _browser() -> str | None:
-    return None if any(shutil.which(b) for b in BROWSERS) else "no headless Chromium"
+    return None if browser() else "no headless Chromium"
 
 
 def _cifar() -> str | None:

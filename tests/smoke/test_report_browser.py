@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ import tiers
 
 from ddplab.report.build import build_report
 
-BROWSER = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+BROWSER = tiers.browser()
 pytestmark = tiers.skipif("browser", None if BROWSER else "headless Chromium not installed (apt-get install chromium)")
 
 SWEEP = """

@@ -18,7 +18,8 @@ OFF = ("0", "false", "off", "no")
 
 def switch(name: str, default: bool, env: Mapping[str, str] | None = None) -> bool:
     """The on/off variable `name` (`default` where unset or empty), any case, spaces around ignored."""
-    value = (os.environ if env is None else env).get(name, "").strip().lower()
+    env = os.environ if env is None else env
+    value = env.get(name, "").strip().lower()
     if not value:
         return default
     if value in ON:
@@ -26,6 +27,6 @@ def switch(name: str, default: bool, env: Mapping[str, str] | None = None) -> bo
     if value in OFF:
         return False
     raise ConfigError(
-        f"{name}={shown((os.environ if env is None else env)[name])} is not a switch: "
+        f"{name}={shown(env[name])} is not a switch: "
         f"use one of {', '.join(ON)} to turn it on, {', '.join(OFF)} to turn it off"
     )

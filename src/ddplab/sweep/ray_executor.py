@@ -457,11 +457,9 @@ class RayExecutor:
             received: list[int] = []  # Ray's blocking calls turn our Stopped into a bare KeyboardInterrupt
 
             def stopped(signum: int, frame: Any) -> None:
-                if stops.stopping():  # a stop under way: a second signal is ignored, as everywhere
-                    return
-                received.append(signum)
-                stops.begin()
-                raise stops.Stopped(signum)
+                if not stops.stopping():  # the first: the one the last line names (a later one is ignored)
+                    received.append(signum)
+                stops.raise_stopped(signum, frame)
 
             with stops.handled(tuple(s for s in stops.STOP_SIGNALS if s != signal.SIGINT), stopped):
                 try:

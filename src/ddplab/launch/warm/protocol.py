@@ -6,6 +6,7 @@ its client (adoption by clone's CLONE_PARENT, a parent-death signal).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 import struct
@@ -152,16 +153,11 @@ CLONE_PARENT = 0x00008000  # clone(2): the new process's parent is the caller's 
 SYS_CLONE = {"x86_64": 56, "aarch64": 220}  # clone's number where its first argument is the flags on both
 
 
+@functools.cache
 def can_adopt() -> bool:
     """Whether this client can wait for a child the server starts for it (os.pidfd_open: Python 3.9, Linux 5.3)."""
-    global _can_adopt
-    if _can_adopt is None:
-        try:
-            os.close(os.pidfd_open(os.getpid()))
-            _can_adopt = os.uname().machine in SYS_CLONE
-        except (AttributeError, OSError):
-            _can_adopt = False
-    return _can_adopt
-
-
-_can_adopt: bool | None = None
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return False
+    return os.uname().machine in SYS_CLONE

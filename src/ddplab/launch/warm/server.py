@@ -5,6 +5,7 @@ child where the kernel allows it (`adopt`), and end with the client.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import pickle
 import signal
@@ -151,15 +152,13 @@ def adopt() -> int:
 
 
 CLONE_CHILD_SETTID = 0x01000000  # clone(2): the kernel stores the child's thread id at child_tid, in the child
-_tid_field: list[int | None] = []  # found once: the address of this thread's id in the C library's thread block
 
 
+@functools.cache  # found once a process: the address of its main thread's id in the C library's thread block
 def own_thread_id_field() -> int | None:
     """Where glibc keeps the calling thread's id (struct pthread's `tid`, which its pthread_* calls on
     pthread_self() read): the one offset from pthread_self() holding gettid() in this thread and in another
     thread's block alike; None where no single offset does (another C library: then no adoption)."""
-    if _tid_field:
-        return _tid_field[0]
     import ctypes
     import threading as t
 
@@ -183,7 +182,6 @@ def own_thread_id_field() -> int | None:
         field = libc.pthread_self() + both.pop() if len(both) == 1 else None
     except (OSError, ValueError, AttributeError):
         field = None
-    _tid_field.append(field)
     return field
 
 
