@@ -37,9 +37,9 @@ import torch  # noqa: E402
 
 from ddplab.data.datasets import holds_cifar10  # noqa: E402
 from ddplab.launch import process  # noqa: E402
-from ddplab.metrics.records import EpochRecord, read_epochs  # noqa: E402
-from ddplab.metrics.summary import read_summary  # noqa: E402
 from ddplab.metrics.system import machine  # noqa: E402
+from ddplab.rundir.epochs import EpochRecord, read_epochs  # noqa: E402
+from ddplab.rundir.summary import read_summary  # noqa: E402
 
 
 def add_common_args(parser: argparse.ArgumentParser, name: str, *, repeats: int = 3) -> None:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import tomli_w
 
-from ddplab.metrics.records import EpochRecord
+from ddplab.rundir.epochs import EpochRecord
 
 STEPS_PER_EPOCH = 4
 

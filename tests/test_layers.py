@@ -1,168 +1,76 @@
 """Imports run one way, and only along the edges written down here.
 
-No module of ddplab imports, at any depth, inside a function or for type checkers only, one that imports it back;
-no package imports one that imports it back; and each package (engine, sweep, report, planner, ...) and each
-top-level module imports only what ALLOWED names for it: a new edge is a decision, made here, where a reviewer
-sees it (in the spirit of torchtitan's frozen-API tests). A cycle is where a layer reaches up (the public
-train() once lived in the worker body and called up into the launcher; the planner read runs through the
-report). The package's root (`ddplab/__init__.py`, the lazy public facade) is left out.
+Each folder of src/ddplab (engine, rundir, launch, sweep, report, ...) is one layer, and so is each module at the
+top level; a layer imports only the layers ALLOWED names for it, at any depth: inside a function and for type
+checkers too. No module imports one that imports it back, no layer imports one that imports it back, and what a
+layer loads when it is imported (its modules' module-level code included) stays inside what it may import. A new
+edge is a decision, made here, where a reviewer sees it (in the spirit of torchtitan's frozen-API tests). A cycle
+is where a layer reaches up (the public train() once lived in the worker body and called up into the launcher;
+the planner read runs through the report; the MLflow sink started `ddplab report`). The package's root
+(`ddplab/__init__.py`, the lazy public facade) is left out.
 """
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
-# Each layer (a subpackage, or a module at the top level) -> the layers it may import. Read bottom up: errors,
-# the file formats and the torch-free readers; then data, models, metrics, kernels and the engine (torch); the
-# launcher and its harnesses; the planner (arithmetic and file formats: torch-free), the sweep (torch-free:
-# it starts processes), the report; the CLI on top.
+# Each layer -> the layers it may import. Read bottom up: errors, the private-API list, the borders with files and
+# programs (io/); the run's settings and the run folder's formats (rundir/); the metrics, the engine and what it
+# runs on (torch); the planner (arithmetic, torch-free), the sweep's formats (sweepdir/), the report; the launcher
+# (it starts the engine, and attaches a finished run's report to its tracker); the sweep (it starts launchers);
+# the CLI on top.
+# fmt: off
 ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "internals": set(),  # the private APIs of CPython, torch and numpy: reached by any layer through it alone
-    "rundir": set(),  # the folder packages' docstrings: their modules are layers of their own (OWN_LAYER)
-    "io": set(),
     "log": set(),
     "seeding": set(),
+    "io": {"errors"},
     "stops": {"errors"},
-    "borders": {"errors"},
-    "files": {"errors"},
-    "hosts": {"arguments", "errors"},
     "models": {"errors"},
-    "runfiles": {"errors"},
     "topology": {"errors"},
-    "arguments": {"borders"},
-    "environment": {"borders", "errors"},
+    "tracking": {"errors", "io"},
     "compat": {"errors", "internals", "stops"},
     "faults": {"errors", "topology"},
-    "tracking": {"errors", "files"},
-    "warm": {"compat", "environment", "internals"},
-    "process": {"errors", "stops", "warm"},
-    "watchdog": {"errors", "process", "warm"},
     "data": {"errors", "internals", "seeding"},
-    "config": {"arguments", "data", "errors", "files", "topology", "tracking"},
-    "runlock": {"borders", "errors", "files", "runfiles"},
-    "checkpoint": {"borders", "errors", "faults", "files", "runfiles"},
-    "runfolder": {"checkpoint", "config", "errors", "runfiles"},
-    "runplan": {"config", "errors", "files", "runfiles", "runfolder", "runlock", "topology"},
-    "distributed": {"arguments", "compat", "config", "errors", "internals", "topology"},
-    "metrics": {
-        "arguments",
-        "borders",
-        "config",
-        "distributed",
-        "errors",
-        "files",
-        "process",
-        "runfiles",
-        "topology",
-        "tracking",
-    },  # fmt: skip
-    "runread": {"borders", "config", "errors", "metrics", "runfiles"},
-    "kernels": {"files", "metrics", "models"},
+    "config": {"data", "errors", "io", "topology", "tracking"},
+    "rundir": {"config", "errors", "faults", "io", "topology"},
+    "distributed": {"compat", "config", "errors", "internals", "io", "topology"},
+    "metrics": {"config", "distributed", "io", "rundir", "topology", "tracking"},
+    "kernels": {"io", "metrics", "models"},
     "engine": {
-        "checkpoint",
-        "compat",
-        "config",
-        "data",
-        "distributed",
-        "errors",
-        "faults",
-        "files",
-        "kernels",
-        "log",
-        "metrics",
-        "models",
-        "runfiles",
-        "runfolder",
-        "runplan",
-        "seeding",
-    },  # fmt: skip
+        "compat", "config", "data", "distributed", "errors", "faults", "io", "kernels", "log", "metrics", "models",
+        "rundir", "seeding",
+    },
+    "planner": {"errors", "io", "rundir", "topology"},
+    "sweepdir": {"config", "errors", "io", "metrics", "planner", "rundir"},
+    "report": {"config", "errors", "io", "metrics", "planner", "rundir", "sweepdir", "topology"},
     "launch": {
-        "arguments",
-        "borders",
-        "compat",
-        "config",
-        "distributed",
-        "engine",
-        "errors",
-        "internals",
-        "faults",
-        "runplan",
-        "stops",
-        "topology",
-        "warm",
-        "watchdog",
-    },  # fmt: skip
-    "planner": {"borders", "errors", "files", "metrics", "runfiles", "runread", "topology"},
-    "allreduce": {"compat", "distributed", "errors", "files", "launch", "metrics", "planner", "topology"},
+        "compat", "config", "distributed", "engine", "errors", "faults", "internals", "io", "metrics", "planner",
+        "report", "rundir", "stops", "topology", "tracking",
+    },
     "sweep": {
-        "allreduce",
-        "arguments",
-        "borders",
-        "config",
-        "environment",
-        "errors",
-        "files",
-        "launch",
-        "metrics",
-        "planner",
-        "process",
-        "report",
-        "runfiles",
-        "runlock",
-        "runread",
-        "stops",
-        "sweep.folder",
-        "sweep.spec",
-        "topology",
-        "tracking",
-        "warm",
-    },  # fmt: skip
-    # the sweep's file formats, which the report reads (OWN_LAYER)
-    "sweep.spec": {"config", "errors", "files", "metrics"},
-    "sweep.folder": {"borders", "errors", "files", "planner", "runfiles", "runfolder", "sweep.spec"},
-    "report": {
-        "config",
-        "errors",
-        "files",
-        "metrics",
-        "planner",
-        "runfiles",
-        "runlock",
-        "runread",
-        "sweep.folder",
-        "sweep.spec",
-        "topology",
-    },  # fmt: skip
+        "config", "errors", "io", "launch", "planner", "report", "rundir", "stops", "sweepdir", "topology", "tracking",
+    },
     "cli": {
-        "allreduce",
-        "arguments",
-        "compat",
-        "config",
-        "data",
-        "engine",
-        "errors",
-        "internals",
-        "faults",
-        "files",
-        "hosts",
-        "kernels",
-        "launch",
-        "models",
-        "planner",
-        "report",
-        "runfiles",
-        "runfolder",
-        "runread",
-        "stops",
-        "sweep",
-        "sweep.folder",
-        "topology",
-        "warm",
-    },  # fmt: skip
+        "compat", "config", "data", "engine", "errors", "faults", "internals", "io", "kernels", "launch", "models",
+        "planner", "report", "rundir", "stops", "sweep", "sweepdir", "topology",
+    },
     "__main__": {"cli", "errors"},
 }
+# fmt: on
+
+# Edges that run back up, each with its reason: drawn with each layer as one box, none may appear but these.
+UPWARD: dict[tuple[str, str], str] = {}
+
+
+def layer(module: str) -> str:
+    """A module's layer: its folder under ddplab/, or itself at the top level."""
+    return module.split(".")[1]
 
 
 def module_names() -> dict[str, Path]:
@@ -246,44 +154,8 @@ def test_no_module_imports_one_that_imports_it_back():
     )
 
 
-# Modules that are a layer of their own inside their package: the sweep's file formats (the sweep file, the sweep
-# folder and its manifest), which the report reads, below the rest of the sweep (run.py writes the report).
-# And the folder packages, whose modules each keep the layer they had at the top level: the run folder's (rundir/:
-# the metrics read file names from runfiles, runread reads the metrics' records), the launcher's family (launch/:
-# the metrics read the process tree and the hosts, the engine the topology, while elastic.py starts the engine)
-# and the borders with files and programs (io/).
-FOLDERS = {
-    "rundir": ("runfiles", "runfolder", "runlock", "runread", "runplan", "checkpoint"),
-    "launch": ("elastic", "warm", "process", "watchdog", "allreduce", "hosts"),
-    "io": ("borders", "files", "arguments", "environment"),
-}
-WARM = ("client", "server", "fresh", "spawn", "protocol")  # warm starts' package: one layer, "warm"
-OWN_LAYER = {
-    "ddplab.sweep.spec": "ddplab.sweep.spec",
-    "ddplab.sweep.folder": "ddplab.sweep.folder",
-    **{f"ddplab.{folder}.{m}": f"ddplab.{m}" for folder, names in FOLDERS.items() for m in names},
-    **{f"ddplab.launch.warm.{m}": "ddplab.warm" for m in WARM},
-    "ddplab.launch.elastic": "ddplab.launch",  # the launcher keeps its name
-}
-
-
-def test_each_module_of_a_folder_package_has_its_layer():
-    """A module added to rundir/, launch/ or io/ says which layer it is (FOLDERS), or it would join another's."""
-    modules = module_names()
-    for folder, names in FOLDERS.items():
-        inside = {m.split(".")[2] for m in modules if m.startswith(f"ddplab.{folder}.")}
-        assert inside == set(names), f"{folder}/: give each module its layer in FOLDERS ({sorted(inside ^ set(names))})"
-    warm = {m.rsplit(".", 1)[1] for m in modules if m.startswith("ddplab.launch.warm.")}
-    assert warm == set(WARM), f"launch/warm/: give each module its place in WARM ({sorted(warm ^ set(WARM))})"
-
-
 def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    """The graph between layers: each subpackage (engine, sweep, report, planner, ...) and each top-level module,
-    and the modules of OWN_LAYER."""
-
-    def layer(name: str) -> str:
-        return OWN_LAYER.get(name) or ".".join(name.split(".")[:2])
-
+    """The graph between layers."""
     out: dict[str, set[str]] = {}
     for name, targets in graph.items():
         out.setdefault(layer(name), set()).update(layer(t) for t in targets if layer(t) != layer(name))
@@ -291,9 +163,13 @@ def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 
 def test_no_layer_imports_one_that_imports_it_back():
-    """Packages too: the report reads the planner's links, so the planner must not read runs through the report."""
+    """Drawn with each layer as one box, no arrow runs back up but those UPWARD names (none today: the MLflow
+    sink's report went up to the launcher, the run folder's formats down into rundir/, the sweep's into sweepdir/)."""
     layers = package_graph(import_graph())
-    assert {"ddplab.report", "ddplab.planner", "ddplab.sweep", "ddplab.engine"} <= set(layers)
+    assert {"report", "planner", "sweep", "engine", "rundir", "sweepdir"} <= set(layers)
+    for (low, high), why in UPWARD.items():
+        assert high in layers.get(low, set()), f"UPWARD names {low} -> {high} ({why}), which no longer exists"
+        layers[low] = layers[low] - {high}
     found = cycles(layers)
     assert not found, "\n".join(
         " <-> ".join(c) + ": " + "; ".join(f"{m} imports {sorted(layers[m] & set(c))}" for m in c) for c in found
@@ -303,8 +179,7 @@ def test_no_layer_imports_one_that_imports_it_back():
 def test_each_layer_imports_only_what_the_table_allows():
     """A new edge between layers (or a new top-level module) is written into ALLOWED, with the review that goes
     with it; an edge the code no longer has is taken out, so the table stays what the code does."""
-    layers = {name.removeprefix("ddplab."): {t.removeprefix("ddplab.") for t in targets}
-              for name, targets in package_graph(import_graph()).items()}  # fmt: skip
+    layers = package_graph(import_graph())
     unplaced = sorted(set(layers) - set(ALLOWED))
     assert not unplaced, f"give each a line in ALLOWED (what it may import): {unplaced}"
     breaches = {name: sorted(targets - ALLOWED[name]) for name, targets in layers.items() if targets - ALLOWED[name]}
@@ -315,46 +190,85 @@ def test_each_layer_imports_only_what_the_table_allows():
 
 
 def test_the_planner_and_the_sweep_stay_torch_free_and_below_the_launcher():
-    """The planner is arithmetic and file formats (the all-reduce harness that starts ranks is allreduce.py,
-    beside the launcher); the sweep starts processes and never imports the engine it times (engine/probe.py)."""
-    assert not ALLOWED["planner"] & {"launch", "engine", "distributed", "compat", "allreduce"}
-    assert not ALLOWED["sweep"] & {"engine", "kernels", "models", "data"}
-    assert not ALLOWED["report"] & {"engine", "launch", "allreduce", "sweep"}  # the sweep's formats, not its runs
-
-
-# Folders that still import each other, each with its reason (issue 63 takes them out one by one); drawn with each
-# folder as one box, no other pair may appear.
-MUTUAL_FOLDERS = {
-    ("launch", "metrics"): "the MLflow sink starts `ddplab report` through process.py; allreduce records the machine",
-    ("metrics", "rundir"): "summary.json's and metrics.jsonl's declarations still live in metrics/, read by runread",
-    ("report", "sweep"): "the report reads the sweep's formats (spec, folder), and run_sweep writes the report",
-}
-
-
-def test_folders_import_each_other_only_where_named():
-    graph: dict[str, set[str]] = {}
-    for name, targets in import_graph().items():
-        for target in targets:
-            a, b = name.split(".")[1], target.split(".")[1]
-            if a != b:
-                graph.setdefault(a, set()).add(b)
-    mutual = {tuple(sorted((a, b))) for a in graph for b in graph[a] if a in graph.get(b, set())}
-    assert mutual == set(MUTUAL_FOLDERS), (
-        f"new: {sorted(mutual - set(MUTUAL_FOLDERS))}; gone (take them out of MUTUAL_FOLDERS): "
-        f"{sorted(set(MUTUAL_FOLDERS) - mutual)}"
+    """The planner is arithmetic and file formats (the all-reduce harness that starts ranks is
+    launch/allreduce.py); the sweep starts processes and never imports the engine it times (engine/probe.py); the
+    report reads the sweep's formats, never its executors."""
+    assert not closure("planner") & {"launch", "engine", "distributed", "compat", "models", "kernels"}
+    assert not ALLOWED["sweep"] & {"engine", "kernels", "models", "distributed"}  # the launcher starts those
+    assert not closure("report") & {"engine", "launch", "sweep"}
+    every = [m for m in module_names() if m not in ("ddplab", *USE_TORCH) and layer(m) in TORCH_FREE]
+    probe = "import sys; sys.modules['torch'] = None\nimport importlib\n" + "".join(
+        f"importlib.import_module({m!r})\n" for m in sorted(every)
     )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"a torch-free layer imported torch:\n{done.stderr[-2000:]}"
 
 
-def test_reading_a_sweep_folder_loads_no_executor_and_no_launcher():
-    """The report and the planner read the sweep's formats (spec.py, folder.py); importing them must not load the
-    local executor, the process tree or the warm server (what a layer loads, not only what it imports by name)."""
-    import subprocess
-    import sys
+# The layers that start processes, read and write files and draw, and never need torch to be imported.
+TORCH_FREE = ("errors", "io", "stops", "topology", "tracking", "config", "rundir", "planner", "sweepdir", "report",
+              "sweep", "log", "faults")  # fmt: skip
+USE_TORCH = ("ddplab.rundir.checkpoint",)  # torch's own file format: only what trains or resumes imports it
 
-    above = ("ddplab.sweep.local", "ddplab.launch", "ddplab.report")
-    probe = (
-        "import sys; import ddplab.sweep.folder, ddplab.sweep.spec; "
-        f"print(sorted(m for m in sys.modules if m.startswith({above!r})))"
+
+def closure(name: str) -> set[str]:
+    """The layers `name` may reach, through the layers it may import."""
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        for below in ALLOWED[todo.pop()] - seen:
+            seen.add(below)
+            todo.append(below)
+    return seen
+
+
+# Imports each layer's modules in a child forked from one interpreter that has imported torch, numpy and the
+# standard library's heavy modules already (what the children share is not ddplab's), and prints the ddplab
+# modules each one loaded.
+LOAD_PROBE = """
+import json, os, sys
+import numpy, torch  # noqa: F401  (not ddplab's: loaded once, before the forks)
+layers = json.loads(sys.argv[1])
+found = {}
+for name, modules in layers.items():
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        import importlib
+        for m in modules:
+            importlib.import_module(m)
+        os.write(w, json.dumps(sorted(m for m in sys.modules if m.startswith("ddplab."))).encode())
+        os._exit(0)
+    os.close(w)
+    chunks = []
+    while chunk := os.read(r, 1 << 16):
+        chunks.append(chunk)
+    os.close(r)
+    status = os.waitpid(pid, 0)[1]
+    found[name] = json.loads(b"".join(chunks)) if os.waitstatus_to_exitcode(status) == 0 else None
+print(json.dumps(found))
+"""
+
+
+def test_each_layer_loads_only_what_it_may_import():
+    """What a layer loads when imported, not only what its import statements name: a module-level call into
+    another module, a re-export, a lazy import run at import time all count. The sweep's formats, read by the
+    report and the planner, load no executor, no process tree and no warm server."""
+    by_layer: dict[str, list[str]] = {}
+    for name in module_names():
+        if name not in ("ddplab", "ddplab.__main__"):  # __main__ runs the CLI when imported
+            by_layer.setdefault(layer(name), []).append(name)
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD_PROBE, json.dumps(by_layer)], capture_output=True, text=True, timeout=300
     )
-    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
-    assert loaded.stdout.strip() == "[]", loaded.stdout
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = json.loads(done.stdout)
+    failed = sorted(name for name, modules in loaded.items() if modules is None)
+    assert not failed, f"these layers' modules did not import on their own: {failed}"
+    beyond = {
+        name: sorted({layer(m) for m in modules} - closure(name) - {name})
+        for name, modules in loaded.items()
+        if {layer(m) for m in modules} - closure(name) - {name}
+    }
+    assert not beyond, f"layers that load more than ALLOWED lets them reach: {beyond}"
+    assert not {layer(m) for m in loaded["sweepdir"]} & {"sweep", "launch", "report"}

@@ -14,9 +14,9 @@ import torch
 
 from ddplab import compat
 from ddplab.config import load_toml
-from ddplab.metrics.records import PHASES, read_epochs, reproducible
 from ddplab.report.records import Load
 from ddplab.rundir import checkpoint
+from ddplab.rundir.epochs import PHASES, read_epochs, reproducible
 
 from cli_process import ddplab_cli
 from conftest import leftover_processes

@@ -26,8 +26,8 @@ import tiers
 import torch
 
 from ddplab.launch import hosts
-from ddplab.metrics.records import read_epochs, reproducible
 from ddplab.rundir import checkpoint
+from ddplab.rundir.epochs import read_epochs, reproducible
 
 import cli_process
 from conftest import leftover_processes

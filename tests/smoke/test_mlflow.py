@@ -18,7 +18,7 @@ import tiers
 from ddplab import tracking
 from ddplab.metrics import sinks
 from ddplab.metrics.mlflow_sink import flat
-from ddplab.metrics.records import read_epochs
+from ddplab.rundir.epochs import read_epochs
 
 from conftest import tiny_config
 from mlflow_store import artifacts, history, runs_of

@@ -16,8 +16,8 @@ import ddplab
 from ddplab.cli import main
 from ddplab.config import load_toml
 from ddplab.engine.trainer import Trainer
-from ddplab.metrics.records import read_epochs, reproducible
 from ddplab.rundir import checkpoint
+from ddplab.rundir.epochs import read_epochs, reproducible
 
 from cli_process import ddplab_cli
 from conftest import tiny_config

@@ -9,7 +9,7 @@ import time
 import pytest
 import tiers
 
-from ddplab.metrics.records import read_epochs, reproducible
+from ddplab.rundir.epochs import read_epochs, reproducible
 
 from cli_process import ddplab_cli
 from slurm_cluster import SlurmCluster, why_not

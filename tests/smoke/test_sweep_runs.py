@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ddplab.metrics.records import read_epochs, reproducible
+from ddplab.rundir.epochs import read_epochs, reproducible
 from ddplab.topology import usable_cores
 
 from cli_process import ddplab_cli

@@ -11,8 +11,8 @@ import pytest
 from ddplab.metrics import contention
 from ddplab.metrics.contention import CpuSnapshot, epoch_contention, rank_interval, read_pressure, read_proc_stat
 from ddplab.metrics.gpu import GpuSampler
-from ddplab.metrics.records import is_machine_field
-from ddplab.metrics.summary import contention_summary
+from ddplab.rundir.epochs import is_machine_field
+from ddplab.rundir.summary import contention_summary
 
 from run_folders import epoch_record
 

@@ -13,7 +13,7 @@ from ddplab.config import build_config, check_environment
 from ddplab.distributed import DistContext, resolve_device, unwrap
 from ddplab.engine.run import build_trainer
 from ddplab.errors import ConfigError
-from ddplab.metrics.records import reproducible
+from ddplab.rundir.epochs import reproducible
 
 from conftest import tiny_config
 

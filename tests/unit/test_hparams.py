@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from ddplab.sweep import hparams
-from ddplab.sweep.folder import SweepFolder
+from ddplab.sweepdir.folder import SweepFolder
 
 from run_folders import write_manifest, write_run
 

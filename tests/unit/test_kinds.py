@@ -120,6 +120,6 @@ def test_a_sweep_file_may_name_exactly_the_section_kinds_the_report_has():
     """spec.KINDS (what a sweep file may say) and report/kinds.py (what the report does with each) name the same
     kinds."""
     from ddplab.report.kinds import KINDS
-    from ddplab.sweep.spec import KINDS as NAMES
+    from ddplab.sweepdir.spec import KINDS as NAMES
 
     assert set(NAMES) == set(KINDS) and NAMES[0] == "all"

@@ -8,8 +8,8 @@ import torch
 
 from ddplab import train
 from ddplab.metrics.profiler import KERNELS_OUTSIDE_OPS, OUTSIDE_OPS, SKIP_STEPS, WARMUP_STEPS, step_figures
-from ddplab.metrics.records import reproducible
-from ddplab.metrics.summary import format_summary
+from ddplab.rundir.epochs import reproducible
+from ddplab.rundir.summary import format_summary
 
 from conftest import tiny_config
 

@@ -10,9 +10,9 @@ import tiers
 
 from ddplab.config import RunConfig
 from ddplab.launch.process import INTERRUPTED
-from ddplab.sweep.folder import Status, SweepFolder
 from ddplab.sweep.point import Outcome, Point
 from ddplab.sweep.ray_executor import Started, Task
+from ddplab.sweepdir.folder import Status, SweepFolder
 
 
 class RayError(Exception):
@@ -116,8 +116,8 @@ def test_a_tracked_sweeps_points_carry_their_parent_run_to_whichever_node_runs_t
     import json
 
     from ddplab import tracking
-    from ddplab.sweep.folder import Entry, Manifest
     from ddplab.sweep.ray_executor import RayExecutor
+    from ddplab.sweepdir.folder import Entry, Manifest
 
     folder = SweepFolder(tmp_path)
     tracking.RunIds("sqlite:///m.db", "parent1", "0").write(tmp_path)

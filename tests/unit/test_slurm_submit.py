@@ -8,9 +8,9 @@ import pytest
 
 from ddplab.config import build_config
 from ddplab.errors import ConfigError
-from ddplab.sweep.folder import Manifest, SweepFolder
 from ddplab.sweep.slurm import SlurmExecutor, SlurmOptions, allocated_threads, batch_script, main, shape
-from ddplab.sweep.spec import SweepRun
+from ddplab.sweepdir.folder import Manifest, SweepFolder
+from ddplab.sweepdir.spec import SweepRun
 
 from run_folders import write_run
 
@@ -228,7 +228,7 @@ def test_a_slurm_sweep_takes_its_default_profile_from_the_nodes_it_asks_for_not_
     """From a CPU login node, a sweep whose tasks ask for GPUs runs its gpu profile (it ran the cpu one: a small
     subset for 2 epochs, on GPU nodes, without a word), and says so."""
     from ddplab.cli import main as ddplab
-    from ddplab.sweep.spec import load_sweep, sweep_file
+    from ddplab.sweepdir.spec import load_sweep, sweep_file
 
     sweep = load_sweep(sweep_file("assignment"), on_gpus=options.asks_gpus())
     assert options.asks_gpus() is gpus and sweep.profile == ("gpu" if gpus else "cpu")
@@ -243,7 +243,7 @@ def test_a_slurm_sweep_takes_its_default_profile_from_the_nodes_it_asks_for_not_
 
 
 def test_a_slurm_dry_run_into_a_run_folder_is_refused_as_a_submission_is(tmp_path):
-    from ddplab.sweep.spec import load_sweep, sweep_file
+    from ddplab.sweepdir.spec import load_sweep, sweep_file
 
     write_run(tmp_path / "run")
     with pytest.raises(ConfigError, match=r"is a run folder, not a sweep folder"):

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 
 from ddplab.config import RunConfig
-from ddplab.metrics.summary import RunInfo, build_summary, format_summary
+from ddplab.rundir.summary import RunInfo, build_summary, format_summary
 
 from run_folders import epoch_record
 
@@ -69,7 +69,7 @@ def test_overfitting_signals_and_data_parallel_memory():
 def test_comm_wait_is_shown_inside_forward_backward_never_beside_it():
     """The probe's wait for the all-reduce is part of forward+backward: listed beside it, the parts of
     training time added up to more than all of it (117.7% in a torchrun run)."""
-    from ddplab.metrics.summary import phases_text
+    from ddplab.rundir.summary import phases_text
 
     text = phases_text({"data_s": 0.5, "forward_backward_s": 8.0, "optimizer_s": 1.0, "comm_wait_s": 3.25})
     assert text == "data 0.5 s, forward+backward 8.0 s (of which comm wait 3.2 s), optimizer 1.0 s"
@@ -91,10 +91,10 @@ def test_a_resumed_run_whose_early_epochs_lack_a_per_rank_figure_still_sums_up()
 
 
 def test_every_field_the_summary_is_written_with_is_declared_with_its_kind():
-    """summary.json is declared once (metrics.summary.Summary, each field's type and kind): what build_summary writes
+    """summary.json is declared once (rundir.summary.Summary, each field's type and kind): what build_summary writes
     has no field the declaration lacks, part by part, and passes its checks; the required fields are the _Written
     parts'."""
-    from ddplab.metrics.summary import SUMMARY
+    from ddplab.rundir.summary import SUMMARY
 
     history = [record(1, 0.5, 0.55, 1.0, [300.0, 100.0]), record(2, 0.8, 0.60, 0.9, [320.0, 90.0])]
     state = SimpleNamespace(history=history, epoch=2, step=20, best_test_acc=0.60, best_epoch=2, stopped_early=False)

@@ -16,7 +16,7 @@ from ddplab.sweep import (
     run_name_for,
     unavailable_runs,
 )
-from ddplab.sweep.folder import Status
+from ddplab.sweepdir.folder import Status
 
 from run_folders import epoch_line
 
@@ -480,7 +480,7 @@ def test_an_adaptation_changes_the_points_it_names_only_where_its_condition_hold
     """[adapt.cpu_without_native_bf16] sizes the bf16 point down on a CPU without bf16 instructions, and
     only there; the manifest's sections and the dry run say what was detected and what changed."""
     from ddplab.metrics import system
-    from ddplab.sweep import spec
+    from ddplab.sweepdir import spec
 
     found = {"native": native, "text": "computes bf16 natively (AMX)" if native else "does not compute bf16 natively"}
     monkeypatch.setattr(system, "cpu_bf16", lambda: found)
@@ -636,7 +636,7 @@ def test_the_manifest_names_the_executor_that_prepared_the_folder_and_keeps_a_ne
 def test_every_field_the_manifest_is_written_with_is_declared_with_its_kind(tmp_path):
     """manifest.json is declared once (sweep.folder's Entry, Manifest and SectionRecord, each field's type and kind):
     what a manifest is written with has no field the declarations lack, and passes their checks."""
-    from ddplab.sweep.folder import ENTRY, SECTION, TOP, Manifest
+    from ddplab.sweepdir.folder import ENTRY, SECTION, TOP, Manifest
 
     sweep = load_sweep(write(tmp_path, SECTIONED), profile=None)
     data = Manifest.of(sweep, {}, {}, {sweep.runs[0].name: "needs 2 GPUs"}, executor="slurm").to_json()

@@ -10,8 +10,8 @@ from ddplab.distributed import DistContext, unwrap
 from ddplab.engine.run import build_trainer
 from ddplab.engine.tta import evaluate
 from ddplab.errors import TrainingError
-from ddplab.metrics.records import reproducible
 from ddplab.rundir import checkpoint
+from ddplab.rundir.epochs import reproducible
 
 from conftest import tiny_config
 

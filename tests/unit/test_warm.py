@@ -18,8 +18,8 @@ import tiers
 import torch
 
 from ddplab.launch import warm
-from ddplab.metrics.records import read_epochs, reproducible
 from ddplab.rundir import checkpoint
+from ddplab.rundir.epochs import read_epochs, reproducible
 
 pytestmark = [
     pytest.mark.slow,  # each case starts a cold Python too (3-5 s)
@@ -289,6 +289,16 @@ def test_exit_codes_signals_and_output_are_the_childs_own(tmp_path):
     assert outcome("import sys; sys.stdout.write('a\\r\\nb')").stdout == "a\nb"  # text mode as subprocess's
     with pytest.raises(subprocess.TimeoutExpired):
         warm.run([sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+
+
+def test_the_server_imports_what_its_callers_hand_in_before_it_forks():
+    """The server imports torch alone of its own accord; ddplab's modules are handed in by whoever starts the
+    children (the launcher its workers', the sweep its points'), imported once, and every later child has them."""
+    probe = [sys.executable, "-c", "import sys; print('ddplab.report.html' in sys.modules)"]
+    assert warm.run(probe, capture_output=True, text=True).stdout == "False\n"  # nobody handed it in yet
+    assert warm.run(probe, capture_output=True, text=True, imports=["ddplab.report.html"]).stdout == "True\n"
+    assert warm.run(probe, capture_output=True, text=True).stdout == "True\n"  # imported once, for every child
+    assert not any(name.startswith("ddplab") for name in warm.IMPORTS)
 
 
 def test_the_warm_server_is_no_worker_to_the_watchdog_its_children_are(tmp_path):

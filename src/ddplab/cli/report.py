@@ -11,7 +11,7 @@ from ddplab.io import files
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from ddplab.sweep.folder import SweepFolder
+    from ddplab.sweepdir.folder import SweepFolder
 
     only = args.paths[0] if len(args.paths) == 1 else None
     out = args.out or (only / "report" if only is not None and SweepFolder(only).has_manifest() else Path("report"))

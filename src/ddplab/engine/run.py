@@ -24,9 +24,9 @@ from ddplab.data.augment import AugmentSpec
 from ddplab.data.datasets import load_dataset, make_splits
 from ddplab.data.loader import DeviceLoader
 from ddplab.distributed import DistContext, distributed_context, dp_device_ids, wrap_model
+from ddplab.engine.makedir import prepare_run_dir
 from ddplab.engine.optim import build_optimizer, build_scheduler
 from ddplab.engine.precision import Precision
-from ddplab.engine.rundir import prepare_run_dir
 from ddplab.engine.state import TrainerConfig
 from ddplab.engine.trainer import PROGRESS_UPDATES_PER_EPOCH, Trainer, steps_per_epoch
 from ddplab.errors import ConfigError, TrainingError
@@ -34,13 +34,13 @@ from ddplab.io import files
 from ddplab.metrics.early_stop import EarlyStopping
 from ddplab.metrics.gpu import GpuSampler
 from ddplab.metrics.profiler import build_profiler
-from ddplab.metrics.records import EpochRecord, read_epochs
 from ddplab.metrics.sinks import MetricSink, NullSink, run_sinks
-from ddplab.metrics.summary import RunInfo, Summary, build_summary, format_summary, read_summary
 from ddplab.metrics.system import Stopwatch, synchronize
 from ddplab.models import count_flops, count_params, create_model, describe_layers
 from ddplab.rundir import checkpoint, runfiles
+from ddplab.rundir.epochs import EpochRecord, read_epochs
 from ddplab.rundir.runplan import RunPlan
+from ddplab.rundir.summary import RunInfo, Summary, build_summary, format_summary, read_summary
 
 log = logging.getLogger("ddplab")
 

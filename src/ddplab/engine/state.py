@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ddplab.metrics.records import EpochRecord
+from ddplab.rundir.epochs import EpochRecord
 
 
 @dataclass(frozen=True)

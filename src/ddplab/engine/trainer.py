@@ -29,10 +29,10 @@ from ddplab.distributed import DistContext, no_sync, unwrap
 from ddplab.engine.comm import CommTimers
 from ddplab.engine.graphed import NO_FULL_STEP, GraphedStep, prepare_step, static_step
 from ddplab.engine.lookahead import Lookahead
+from ddplab.engine.makedir import FolderIdentity
 from ddplab.engine.phases import PhaseTimer
 from ddplab.engine.precision import Precision
 from ddplab.engine.readings import EpochReadings
-from ddplab.engine.rundir import FolderIdentity
 from ddplab.engine.state import TrainerConfig, TrainState
 from ddplab.engine.tta import evaluate
 from ddplab.engine.warmup import Batch, warm_up_shapes
@@ -41,10 +41,10 @@ from ddplab.metrics.early_stop import EarlyStopping
 from ddplab.metrics.gpu import GpuSampler
 from ddplab.metrics.meters import ClassificationMeter
 from ddplab.metrics.profiler import StepProfiler
-from ddplab.metrics.records import EpochRecord
 from ddplab.metrics.sinks import MetricSink, NullSink
 from ddplab.metrics.system import Stopwatch
 from ddplab.rundir import checkpoint
+from ddplab.rundir.epochs import EpochRecord
 from ddplab.seeding import derive_seed
 
 log = logging.getLogger(__name__)

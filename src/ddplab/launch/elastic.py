@@ -27,13 +27,14 @@ from ddplab import compat, errors, faults, internals, stops, topology
 from ddplab.config import DistConfig, RunConfig
 from ddplab.errors import Interrupted
 from ddplab.io.borders import shown
-from ddplab.launch import warm, watchdog
+from ddplab.launch import tracked, warm, watchdog
 from ddplab.rundir.runplan import RunPlan, as_worker, prepared
 
 if TYPE_CHECKING:
     from ddplab.engine.run import RunResult
 
 SHUTDOWN_TIMEOUT_S = 5
+WORKER_IMPORTS = ("ddplab.launch.elastic", "ddplab.engine.run")  # a worker's: worker_main runs the engine
 STORE_SLACK_S = 10  # a store call outwaits the watchdog's probe, so a lost host is said in the probe's words
 
 
@@ -70,14 +71,19 @@ def launch(config: RunConfig, *, saved: RunConfig | None = None, command: bool =
                 steps=plan.config.most_steps_per_epoch(),
             )
         if plan.launches_workers():
-            warm.prestart()  # a cold launcher's server imports torch while this process does
-            return launch_workers(plan, command=command)
-        from ddplab.engine.run import run
+            warm.prestart(WORKER_IMPORTS)  # a cold launcher's server imports torch while this process does
+            result = launch_workers(plan, command=command)
+        else:
+            from ddplab.engine.run import run
 
-        if plan.place is not None or not command:
-            return run(plan)  # a worker's launcher stops it: SIGTERM keeps its default action
-        with interrupts_said(plan.config):
-            return run(plan)
+            if plan.place is not None or not command:
+                result = run(plan)  # a worker's launcher stops it: SIGTERM keeps its default action
+            else:
+                with interrupts_said(plan.config):
+                    result = run(plan)
+        if result is not None:  # rank 0's process, or the launcher of its node
+            tracked.report_to_tracker(result)
+        return result
 
 
 @contextlib.contextmanager
@@ -128,7 +134,8 @@ def launch_workers(plan: RunPlan, *, command: bool = True):
         local_addr=route_address(d.rdzv_endpoint) if d.nnodes > 1 else None,
         max_restarts=d.max_restarts,
         monitor_interval=0.1,
-        start_method=warm.start_method(),  # spawn's protocol, the worker forked from a warm server where one runs
+        # spawn's protocol, the worker forked from a warm server where one runs
+        start_method=warm.start_method(WORKER_IMPORTS),
         # After Ctrl-C / SIGTERM, wait this long for the workers before the agent's SIGKILL
         # (torch 2.12+; older releases wait their fixed 30 s).
         shutdown_timeout=SHUTDOWN_TIMEOUT_S,

@@ -58,12 +58,14 @@ def supervise(
     stop_signal: int = signal.SIGINT,
     grace_s: float = STOP_GRACE_S,
     warm_start: bool = True,
+    imports: Sequence[str] = (),
 ) -> Finished:
     """Run `cmd` as its own process tree, its output appended to `log_path` (an earlier attempt's
     output stays, under a `$ command` line each), calling `on_poll` every `poll_s` and once at the end.
 
     `warm_start`: forked from this process's warm server where the command allows (ddplab.launch.warm); False for a
-    process that starts one command only (a Slurm task), where a server would cost what it saves.
+    process that starts one command only (a Slurm task), where a server would cost what it saves. `imports`: the
+    modules the command imports, for the server to import once before it forks (warm.popen's).
 
     Past `timeout_s` the tree gets SIGTERM (exit TIMED_OUT, said in the log with `timeout_from`, the
     option that set it); a KeyboardInterrupt here (Ctrl-C, or SIGTERM made one) stops it with
@@ -71,7 +73,14 @@ def supervise(
     INTERRUPTED, for the caller to record before it stops too.
     """
     child = Child(
-        cmd, log_path, timeout_s=timeout_s, env=env, cwd=cwd, timeout_from=timeout_from, warm_start=warm_start
+        cmd,
+        log_path,
+        timeout_s=timeout_s,
+        env=env,
+        cwd=cwd,
+        timeout_from=timeout_from,
+        warm_start=warm_start,
+        imports=imports,
     )
     try:
         while (done := child.poll(wait_s=poll_s)) is None:
@@ -99,6 +108,7 @@ class Child:
         timeout_from: str = "",
         cpus: Sequence[int] = (),
         warm_start: bool = True,
+        imports: Sequence[str] = (),
     ):
         self.command = [str(part) for part in cmd]
         self.log_path, self.timeout_s, self.timeout_from, self.cpus = (
@@ -123,6 +133,7 @@ class Child:
             session=True,
             cpus=self.cpus,
             reset=(signal.SIGINT, signal.SIGTERM),
+            imports=imports,
         )
         self.proc: subprocess.Popen | warm.WarmProcess = warmed or subprocess.Popen(
             self.command,

@@ -6,33 +6,30 @@ the same store (a resume: no second run): the config flattened as params, tags s
 config.toml as an artifact. A point of a sweep is a child of the sweep's run, with its label and axis
 values as params. Every epoch: its scalar fields as metrics with the epoch as step, and what else used
 the machine (metrics/contention.py) as system metrics (MLflow's `system/` names, shown in their own
-tab). At the end: summary.json and, for a run of its own, its one-run report (the figures) as
-artifacts; a point's figures are in its sweep's report, on the parent. A run that fails or is stopped
-ends as FAILED or KILLED; a resume marks it running again.
+tab). At the end: summary.json as an artifact (the run's figures are attached by the process that started it,
+launch/tracked.py: the report sits above this layer). A run that fails or is stopped ends as FAILED or KILLED; a
+resume marks it running again.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import subprocess
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ddplab.config import RunConfig, flatten
-from ddplab.metrics.records import EpochRecord
-from ddplab.metrics.summary import CONTENTION_KEYS
 from ddplab.rundir import runfiles
+from ddplab.rundir.epochs import EpochRecord
+from ddplab.rundir.summary import CONTENTION_KEYS
 from ddplab.tracking import PARENT_TAG, PointLink, RunIds, Tracker, shown
 
 if TYPE_CHECKING:
-    from ddplab.metrics.summary import Summary
+    from ddplab.rundir.summary import Summary
 
 log = logging.getLogger("ddplab")
 
 NOT_METRICS = ("epoch", "step", "schema")
-REPORT_TIMEOUT_S = 300
 
 
 class MlflowSink:
@@ -101,10 +98,6 @@ class MlflowSink:
             tags={"ddplab.strategy": str(run.get("strategy")), "ddplab.status": str(summary.get("status"))},
         )
         self.tracker.artifacts(self.ids.run_id, [self.run_dir / runfiles.SUMMARY])
-        if self.link is None:
-            with tempfile.TemporaryDirectory(prefix="ddplab-report-") as tmp:
-                if one_run_report(self.run_dir, Path(tmp) / "report"):
-                    self.tracker.artifacts(self.ids.run_id, [Path(tmp) / "report"], under="report")
         self.tracker.end(self.ids.run_id, "FINISHED")
         self.finished = True
 
@@ -130,26 +123,3 @@ def epoch_metrics(record: EpochRecord) -> list[tuple[str, float, int]]:
 def flat(values: dict[str, Any]) -> dict[str, str]:
     """A nested config as MLflow params: section.field -> the value as text (JSON for all but strings)."""
     return {key: value if isinstance(value, str) else json.dumps(value) for key, value in flatten(values).items()}
-
-
-def one_run_report(run_dir: Path, out: Path) -> bool:
-    """The run's report (`ddplab report RUN`: its curves and time figures) in `out`, made in a process of
-    its own (the report sits above the engine); False, with a log line, when it could not be made."""
-    from ddplab.launch.process import ddplab_command
-
-    try:
-        done = subprocess.run(
-            ddplab_command("report", str(run_dir), "--out", str(out)),
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=REPORT_TIMEOUT_S,
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        log.warning(f"the run's report for MLflow was not made: {exc}")
-        return False
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        log.warning(f"the run's report for MLflow was not made: {last}")
-        return False
-    return True

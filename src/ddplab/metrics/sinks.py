@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ddplab import tracking
 from ddplab.io import borders, files
-from ddplab.metrics.records import EpochRecord
 from ddplab.rundir import runfiles
+from ddplab.rundir.epochs import EpochRecord
 
 if TYPE_CHECKING:
     from ddplab.config import RunConfig
-    from ddplab.metrics.summary import Summary
+    from ddplab.rundir.summary import Summary
 
 log = logging.getLogger("ddplab")
 

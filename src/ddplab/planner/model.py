@@ -115,12 +115,12 @@ from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ddplab.errors import DataError
-from ddplab.metrics.records import EpochRecord, optimizer_steps, refresh_windows, timed_epochs
 from ddplab.planner.links import Link, MeasuredLinks
+from ddplab.rundir.epochs import EpochRecord, optimizer_steps, refresh_windows, timed_epochs
 from ddplab.topology import devices_brought
 
 if TYPE_CHECKING:
-    from ddplab.metrics.summary import Summary
+    from ddplab.rundir.summary import Summary
 
 BACKWARD_SHARE = 2 / 3  # of forward+backward compute
 FIRST_BUCKET_MIB = 1.0  # DDP's first bucket (torch.distributed's default first_bucket_bytes_cap)

@@ -18,7 +18,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from ddplab.errors import DataError
-from ddplab.metrics.records import (
+from ddplab.report import noise
+from ddplab.report.records import Gap, Row
+from ddplab.report.runs import Point
+from ddplab.rundir.epochs import (
     PHASES,
     EpochRecord,
     gap_train_acc,
@@ -26,14 +29,11 @@ from ddplab.metrics.records import (
     timed_epochs,  # the file format's rules, torch-free
     training_rate,
 )
-from ddplab.report import noise
-from ddplab.report.records import Gap, Row
-from ddplab.report.runs import Point
 from ddplab.rundir.runread import Run, shown
 from ddplab.topology import devices_brought, resolve_backend  # torch-free
 
 if TYPE_CHECKING:
-    from ddplab.metrics.summary import Summary
+    from ddplab.rundir.summary import Summary
 
 # A DDP run's communication per step, measured two ways (milliseconds): ddplab's probe of the all-reduce
 # wait (the step timed with and without gradient sync, ranks lined up), and DDP's own timers on its

@@ -1,5 +1,5 @@
 """The kinds of report section, in one table: whom each compares with whom, which findings answer
-it, which tables and plots show it. A sweep file's `[[sections]] kind` names one (sweep/spec.py
+it, which tables and plots show it. A sweep file's `[[sections]] kind` names one (sweepdir/spec.py
 checks the name against its own list, kept equal to this table by a test); a section without a
 known kind is read as "all". A new kind is one row here (and its name in spec.KINDS).
 """

@@ -27,8 +27,8 @@ import math
 import statistics
 from typing import Any
 
-from ddplab.metrics.records import EpochRecord, refresh_windows, timed_epochs, worst_reading
 from ddplab.report.records import Load, Row, Timing, Verdict
+from ddplab.rundir.epochs import EpochRecord, refresh_windows, timed_epochs, worst_reading
 
 NOISE_SIGMAS = 2.0  # a difference beyond this many standard deviations is an effect
 MIN_TIMING_EFFECT = 0.03  # timing ratios closer to 1 than 3% are never called an effect (run-to-run drift)

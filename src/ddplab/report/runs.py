@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from ddplab.errors import ConfigError, DataError
-from ddplab.metrics.summary import final_part
 from ddplab.rundir import runfiles
 from ddplab.rundir.runread import Run, SweepShown, is_run_dir, read_config, readable_run, shown
-from ddplab.sweep.folder import Entry, SweepFolder
-from ddplab.sweep.spec import point_text
+from ddplab.rundir.summary import final_part
+from ddplab.sweepdir.folder import Entry, SweepFolder
+from ddplab.sweepdir.spec import point_text
 
 IGNORED_FIELDS = ("train.seed",)  # what may differ between the repeats of one point
 IGNORED_SECTIONS = ("output.",)  # where a run was written, not what it trained

@@ -28,8 +28,8 @@ from ddplab.report.runs import (
     groups_without,
 )
 from ddplab.rundir.runread import Run, shown
-from ddplab.sweep.folder import SweepFolder
-from ddplab.sweep.spec import point_text
+from ddplab.sweepdir.folder import SweepFolder
+from ddplab.sweepdir.spec import point_text
 
 SCALING_FIELDS = ("dist.nproc", "dist.nnodes", "dist.strategy")  # what a scaling comparison varies
 GAP_BELOW = 0.9  # a scaling point below this efficiency gets its epoch taken apart against the ideal

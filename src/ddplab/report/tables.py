@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from ddplab.report.figures import MEASURED, SETTINGS, SHARES, TEXT, figure
 from ddplab.report.records import Comparison, Gap, PairPrediction, Row
-from ddplab.sweep.spec import point_text
+from ddplab.sweepdir.spec import point_text
 
 T = TypeVar("T")  # a point's figures (a Row) or a Comparison
 Column = tuple[str, Callable[[T], str]]  # a header, and the cell of a row

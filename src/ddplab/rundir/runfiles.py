@@ -4,8 +4,8 @@ A run folder is read far from where it was written (the report on a laptop, a sw
 re-run, `ddplab eval` years later), so its names are a file format: every reader and writer
 takes them from here, with what state a folder is in (`run_state`) and its JSON files read
 (`read_json`, `read_jsonl`: one-line errors naming the file and the line). Torch-free. A sweep
-folder's manifest is named with the manifest (sweep/folder.py); what an epoch record holds,
-with metrics/records.py.
+folder's manifest is named with the manifest (sweepdir/folder.py); what an epoch record holds,
+with rundir/epochs.py.
 """
 
 import json

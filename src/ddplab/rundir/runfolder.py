@@ -3,7 +3,7 @@
 A folder holding a finished run (summary.json) or an unfinished one (a checkpoint) is
 refused unless `--resume` asks to continue it; on resume the saved config must match the
 requested one except for what `RESUMABLE_DIFFERENCES` names. Below runplan.py and the sweep
-(which check a folder before anything runs); the engine writes the folder (engine/rundir.py).
+(which check a folder before anything runs); the engine writes the folder (engine/makedir.py).
 """
 
 from __future__ import annotations

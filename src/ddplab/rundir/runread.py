@@ -15,10 +15,10 @@ from typing import Any
 from ddplab.config import flatten
 from ddplab.errors import ConfigError, DataError
 from ddplab.io.borders import COUNT, TABLE, TEXT, kept
-from ddplab.metrics.records import EpochRecord, read_epochs
-from ddplab.metrics.summary import Summary, read_summary
 from ddplab.rundir import runfiles
+from ddplab.rundir.epochs import EpochRecord, read_epochs
 from ddplab.rundir.runfiles import read_json
+from ddplab.rundir.summary import Summary, read_summary
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,7 +26,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 FINISHED = ("finished", "stopped_early")  # summary.json statuses of a run that ran to its end
-# What the report shows of env.json (engine/rundir.environment writes it): a field of another kind is left
+# What the report shows of env.json (engine/makedir.environment writes it): a field of another kind is left
 # out and said, the rest of the run drawn.
 ENV = {"device_name": TEXT, "torch": TEXT, "cpus": COUNT, "network": TABLE | None}
 

@@ -1,13 +1,13 @@
-"""Sweeps: a sweep file -> validated runs (spec) -> a sweep folder (folder) -> each point run by an executor
-(executor: local, slurm, ray) through point.py -> manifest.json; run.py (`run_sweep`) does it all and writes the
-report, as `ddplab sweep` does.
+"""Sweeps: a sweep file -> validated runs (sweepdir/spec.py) -> a sweep folder (sweepdir/folder.py) -> each point
+run by an executor (executor: local, slurm, ray) through point.py -> manifest.json; run.py (`run_sweep`) does it all
+and writes the report, as `ddplab sweep` does.
 
-The report reads the run folders and the manifest (spec.py and folder.py: the file formats, below it); nothing
-else here draws or summarizes.
+The report reads the run folders and the manifest (ddplab.sweepdir: the file formats, below it); nothing here draws
+or summarizes. The formats' names are re-exported here for the sweep's callers.
 """
 
-from ddplab.sweep.folder import MANIFEST, Entry, Manifest, Status, SweepFolder
-from ddplab.sweep.spec import Sweep, SweepRun, SweepSection, bundled_sweeps, load_sweep, run_name_for, sweep_file
+from ddplab.sweepdir.folder import MANIFEST, Entry, Manifest, Status, SweepFolder
+from ddplab.sweepdir.spec import Sweep, SweepRun, SweepSection, bundled_sweeps, load_sweep, run_name_for, sweep_file
 
 LOCAL = ("LocalExecutor", "default_out", "dry_run_rows", "dry_run_text", "unavailable_runs")
 
@@ -35,9 +35,8 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # Lazy: the file formats (spec, folder) are what the report and the planner read; the executors start processes
-    # (the local one loads the process tree and the warm server), and run.py writes the report, which reads these
-    # formats: importing either here would load them into everything that reads a sweep folder.
+    # Lazy: the executors start processes (the local one loads the process tree and the warm server) and run.py
+    # writes the report: `ddplab sweep --list` and the formats' callers need neither.
     if name in LOCAL:
         from ddplab.sweep import local
 

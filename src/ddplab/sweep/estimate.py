@@ -31,7 +31,7 @@ from typing import Any
 from ddplab.config import RunConfig
 from ddplab.errors import DataError
 from ddplab.io.borders import LIST, SECONDS, WHOLE, check, number
-from ddplab.sweep.spec import Sweep, SweepRun
+from ddplab.sweepdir.spec import Sweep, SweepRun
 
 PROBE_TIMEOUT_S = 300.0
 # On a CPU, DDP's workers fill the node's cores: Gloo's all-reduce cannot hide behind the backward pass and
@@ -167,9 +167,10 @@ def run_probe(configs: list[RunConfig], timeout_s: float = PROBE_TIMEOUT_S) -> d
     takes a while to tear down)."""
     payload = json.dumps([c.to_dict() for c in configs])  # (the probe never downloads: the first run does, said)
     from ddplab.launch import warm
+    from ddplab.sweep.point import IMPORTS
 
     try:  # the points start warm: the probe too, from a server already warm (its start is paid once a sweep)
-        warm.run([sys.executable, "-c", "pass"], timeout=timeout_s)
+        warm.run([sys.executable, "-c", "pass"], timeout=timeout_s, imports=(*IMPORTS, "ddplab.engine.probe"))
     except subprocess.TimeoutExpired:
         raise ProbeFailed(f"no warm server within {timeout_s:g} s") from None
     launched, started = time.time(), time.perf_counter()

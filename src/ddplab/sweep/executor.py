@@ -17,10 +17,10 @@ from typing import ClassVar, Protocol
 
 from ddplab.errors import ConfigError
 from ddplab.io.borders import shown
-from ddplab.metrics.records import read_epochs
 from ddplab.rundir import runfiles
-from ddplab.sweep.folder import Manifest, Status, SweepFolder
-from ddplab.sweep.spec import Sweep
+from ddplab.rundir.epochs import read_epochs
+from ddplab.sweepdir.folder import Manifest, Status, SweepFolder
+from ddplab.sweepdir.spec import Sweep
 
 Echo = Callable[[str], object]
 

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from ddplab.errors import DataError
-from ddplab.metrics.records import training_rate
+from ddplab.rundir.epochs import training_rate
 from ddplab.rundir.runread import read_run
-from ddplab.sweep.folder import Manifest, Status, SweepFolder
+from ddplab.sweepdir.folder import Manifest, Status, SweepFolder
 
 FOLDER = "tensorboard"
 ACCURACIES = {  # the HParams view's metric tag: (summary.json part, field)

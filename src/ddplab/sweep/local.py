@@ -29,14 +29,14 @@ from ddplab.errors import ConfigError, DataError
 from ddplab.io import files
 from ddplab.io.borders import shown
 from ddplab.launch.process import INTERRUPTED, POLL_S, STOP_GRACE_S, Child, Finished, stop_all, wait_any
-from ddplab.metrics.records import read_epochs
 from ddplab.rundir import runfiles
+from ddplab.rundir.epochs import read_epochs
 from ddplab.rundir.runlock import describe, live_owner, run_lock
 from ddplab.sweep.estimate import duration
-from ddplab.sweep.folder import Entry, Manifest, Status, SweepFolder
 from ddplab.sweep.point import Point
 from ddplab.sweep.slots import Slot, SlotPool, points_at_once, visible_gpus
-from ddplab.sweep.spec import Sweep, SweepRun, slug
+from ddplab.sweepdir.folder import Entry, Manifest, Status, SweepFolder
+from ddplab.sweepdir.spec import Sweep, SweepRun, slug
 from ddplab.topology import resolve_backend
 
 

@@ -20,8 +20,10 @@ from ddplab import tracking
 from ddplab.config import RunConfig
 from ddplab.launch.process import STOP_GRACE_S, Child, Finished, ddplab_command, supervise
 from ddplab.rundir import runfiles
-from ddplab.sweep.folder import Status, SweepFolder, ended_as
-from ddplab.sweep.spec import point_text
+from ddplab.sweepdir.folder import Status, SweepFolder, ended_as
+from ddplab.sweepdir.spec import point_text
+
+IMPORTS = ("ddplab.cli", "ddplab.launch.elastic", "ddplab.engine.run")  # what `ddplab train` imports: warm, once
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,13 @@ class Point:
     ) -> Child:
         """Started as its own process tree, polled by the caller (a local executor runs several at once)."""
         return Child(
-            self.command(), self.log, timeout_s=timeout_s, env=self.env(env), cpus=cpus, timeout_from=timeout_from
+            self.command(),
+            self.log,
+            timeout_s=timeout_s,
+            env=self.env(env),
+            cpus=cpus,
+            timeout_from=timeout_from,
+            imports=IMPORTS,
         )
 
     def run(
@@ -135,6 +143,7 @@ class Point:
             stop_signal=stop_signal,
             grace_s=grace_s,
             warm_start=warm,
+            imports=IMPORTS,
         )
 
     def env(self, env: Mapping[str, str]) -> dict[str, str]:

@@ -40,10 +40,10 @@ from ddplab.launch.process import INTERRUPTED, STOP_GRACE_S
 from ddplab.rundir import runfiles
 from ddplab.rundir.runlock import run_lock
 from ddplab.sweep.estimate import duration
-from ddplab.sweep.folder import Entry, Manifest, Status, SweepFolder
 from ddplab.sweep.point import Node, Outcome, Point
 from ddplab.sweep.slots import points_at_once
-from ddplab.sweep.spec import Sweep, SweepRun
+from ddplab.sweepdir.folder import Entry, Manifest, Status, SweepFolder
+from ddplab.sweepdir.spec import Sweep, SweepRun
 
 ADDRESS_ENV = "RAY_ADDRESS"
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes.fromhex("000000040000000000")  # preface, empty SETTINGS

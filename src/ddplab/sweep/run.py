@@ -25,9 +25,9 @@ from ddplab.report.build import build_and_say
 from ddplab.sweep import executor as executors
 from ddplab.sweep import hparams, trackers
 from ddplab.sweep.executor import Echo, Executor
-from ddplab.sweep.folder import Entry, Manifest, SweepFolder
 from ddplab.sweep.local import LocalExecutor, default_out
-from ddplab.sweep.spec import Sweep, load_sweep, sweep_file
+from ddplab.sweepdir.folder import Entry, Manifest, SweepFolder
+from ddplab.sweepdir.spec import Sweep, load_sweep, sweep_file
 
 
 def say(line: str) -> None:

@@ -46,9 +46,9 @@ from ddplab.launch.process import INTERRUPTED
 from ddplab.rundir import runfiles
 from ddplab.rundir.runlock import run_lock
 from ddplab.sweep.estimate import duration
-from ddplab.sweep.folder import Manifest, Status, SweepFolder, ended_as
 from ddplab.sweep.point import Point
-from ddplab.sweep.spec import Sweep, SweepRun, slug
+from ddplab.sweepdir.folder import Manifest, Status, SweepFolder, ended_as
+from ddplab.sweepdir.spec import Sweep, SweepRun, slug
 
 FOLDER = "slurm"  # batch scripts and each task's outcome
 WAIT_POLL_S = 2.0

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Protocol
 
 from ddplab import tracking
-from ddplab.sweep.folder import SweepFolder
-from ddplab.sweep.spec import Sweep
+from ddplab.sweepdir.folder import SweepFolder
+from ddplab.sweepdir.spec import Sweep
 
 
 class SweepTracker(Protocol):

@@ -3,7 +3,10 @@
 A `python -m ddplab ...` pays 4-6 s before its first line of work (torch, then torch._dynamo, which
 torch.optim and DDP import), often more than a small run trains. The processes ddplab starts many of
 (sweep points, DDP workers, the estimate's probe, the tests' CLI runs) are instead forked from a
-server that imported those modules and did nothing else: no tensor op (so no thread pool), no CUDA.
+server that imported those modules and did nothing else: no tensor op (so no thread pool), no CUDA. The server
+imports torch of its own accord; ddplab's modules are handed in by the callers that start the children
+(`imports=`: the launcher names its workers', the sweep its points'), imported once, before the fork that needs
+them, so this package, low in the layers, names none of the layers above it.
 
 A warm child is still a process of its own, made to look like a fresh `exec` of the same command:
 its own session (where asked), signal dispositions and mask as exec leaves them, exit code, file

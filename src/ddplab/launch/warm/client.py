@@ -51,12 +51,13 @@ class Factory:
         self._from_main_thread = channel is not None or threading.current_thread() is threading.main_thread()
         atexit.register(self.close)  # the server ends before this process does: nothing of ours outlives it
 
-    def start(self) -> None:
-        """Start the server now (it imports in the background), so that the first request finds it warm."""
+    def start(self, imports: Sequence[str] = ()) -> None:
+        """Start the server now (it imports in the background, `imports` too: the modules the caller's children
+        will import), so that the first request finds it warm."""
         with self._lock:
-            self._start()
+            self._start(imports)
 
-    def _start(self) -> None:
+    def _start(self, imports: Sequence[str] = ()) -> None:
         if self._channel is not None or self._broken:
             return
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -70,7 +71,8 @@ class Factory:
                     # -c puts the working directory first on sys.path: a ddplab/ or torch/ folder there would be
                     # imported in place of the real ones. Left out while the server imports, back for its children.
                     "import sys; first = sys.path.pop(0) if sys.path[:1] == [''] else None; "
-                    f"from ddplab.launch.warm import serve_cold; serve_cold({theirs.fileno()}, first)",
+                    f"from ddplab.launch.warm import serve_cold; serve_cold({theirs.fileno()}, first, "
+                    f"{tuple(str(name) for name in imports)!r})",
                 ],
                 pass_fds=[theirs.fileno()],
                 stdin=subprocess.DEVNULL,
@@ -104,10 +106,12 @@ class Factory:
         mask: Sequence[int] = (),
         ignored: Sequence[int] = (),
         cpus: Sequence[int] = (),
+        imports: Sequence[str] = (),
         timeout_s: float = START_TIMEOUT_S,
     ) -> WarmProcess | None:
         """Fork `argv` from the server as exec would run it, with `fds` ({number in the child: descriptor
-        here}, stdin/stdout/stderr among them); None where it must start cold (then nothing was started)."""
+        here}, stdin/stdout/stderr among them); None where it must start cold (then nothing was started).
+        `imports`: modules the child will import, imported by the server first (once) for this child and the next."""
         if not (emulated(argv) and self.fits(env)):
             return None
         namespace, command = split_namespace(argv)
@@ -126,11 +130,12 @@ class Factory:
             "adopt": can_adopt(),  # the child made this process's own: it outlives a server that dies
             "pid": os.getpid(),  # the server adopts for the process that started it alone (not a fork of it)
             "die_with_client": self._from_main_thread,
+            "imports": [str(name) for name in imports],
         }
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             with self._lock:
-                self._start()
+                self._start(imports)
                 if self._channel is None:
                     return None
                 try:
@@ -298,11 +303,12 @@ def using(f: Factory):
             other.close()
 
 
-def prestart() -> None:
-    """Start the server for this process's environment now, to import while this process does other work."""
+def prestart(imports: Sequence[str] = ()) -> None:
+    """Start the server for this process's environment now, to import (torch, and `imports`: the modules this
+    process's children will import) while this process does other work."""
     f = factory()
     if f is not None:
-        f.start()
+        f.start(imports)
 
 
 def emulated(argv: Sequence[str]) -> bool:
@@ -375,10 +381,12 @@ def popen(
     session: bool = False,
     cpus: Sequence[int] = (),
     reset: Sequence[int] = (),
+    imports: Sequence[str] = (),
 ) -> WarmProcess | None:
     """`argv` started warm where it can be, with stdin, stdout and stderr given as files or descriptors
-    (None: this process's); `reset`: signals this process ignores that the child must not. None: start it
-    cold (as subprocess.Popen, with the same arguments)."""
+    (None: this process's); `reset`: signals this process ignores that the child must not; `imports`: the modules
+    the child will import (the server imports them first, once). None: start it cold (as subprocess.Popen, with
+    the same arguments)."""
     env = inherited_environment() if env is None else env
     f = factory(env) if emulated(argv) else None
     if f is None:
@@ -393,6 +401,7 @@ def popen(
         mask=blocked_signals(),
         ignored=[s for s in ignored_signals() if s not in reset],
         cpus=cpus,
+        imports=imports,
     )
 
 
@@ -410,6 +419,7 @@ def run(
     stdout=None,
     stderr=None,
     reset: Sequence[int] = (),
+    imports: Sequence[str] = (),
 ) -> subprocess.CompletedProcess:
     """subprocess.run's contract (these arguments), started warm where it can be, cold otherwise."""
     text = text or errors is not None
@@ -448,6 +458,7 @@ def run(
             cwd=cwd,
             session=session,
             reset=reset,
+            imports=imports,
         )
     finally:
         for fd in child_end.values():

@@ -19,7 +19,9 @@ from ddplab import internals
 SWITCH = "DDPLAB_WARM"  # off (0, false, off, no): every process starts cold
 
 
-# What the server imports: what every ddplab process imports before its first step.
+# What every server imports: torch's modules that every ddplab process imports before its first step. ddplab's own
+# are handed in by the callers that start the children (`imports=`: the launcher its workers', the sweep its points'),
+# so that this package, below them, names none of the layers above it.
 IMPORTS = (
     "torch",
     "torch._dynamo",
@@ -29,10 +31,6 @@ IMPORTS = (
     "torch.distributed.launcher.api",
     "torch.distributed.run",
     "torch.nn.parallel",
-    "ddplab.cli",
-    "ddplab.launch.elastic",
-    "ddplab.engine.run",
-    "ddplab.engine.probe",
 )
 
 

@@ -11,28 +11,36 @@ import pickle
 import signal
 import socket
 import sys
+from collections.abc import Sequence
 
 from ddplab.launch.warm.client import Factory, _factories
 from ddplab.launch.warm.fresh import become, launches_workers, run_and_exit
 from ddplab.launch.warm.protocol import CLONE_PARENT, IMPORTS, REPLY, STARTED, SYS_CLONE, set_parent_death_signal
 
 
-def serve_cold(fd: int, first_path: str | None = None) -> None:
-    """The server started by exec: import what every ddplab process imports, then serve. `first_path`: the
-    sys.path entry -c had put first, left out for the imports (the working directory's modules are a
-    command's own, never the server's), back in its place for the children, which set it as exec would."""
-    import importlib
-
+def serve_cold(fd: int, first_path: str | None = None, imports: tuple[str, ...] = ()) -> None:
+    """The server started by exec: import what every ddplab process imports and what its client handed in, then
+    serve. `first_path`: the sys.path entry -c had put first, left out for the imports (the working directory's
+    modules are a command's own, never the server's), back in its place for the children, which set it as exec
+    would."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is for the client; the server ends with it
     channel = socket.socket(fileno=fd)
-    for name in IMPORTS:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001  (a module this machine cannot import: the child will, and say why)
-            pass
+    load((*IMPORTS, *imports))
     if first_path is not None:
         sys.path.insert(0, first_path)
     serve(channel)
+
+
+def load(names: Sequence[str]) -> bool:
+    """Import each of `names` not imported yet; whether any was. A module this machine cannot import is left to
+    the child, which imports it again and says why."""
+    import importlib
+
+    new = [name for name in names if name not in sys.modules]
+    for name in new:
+        with contextlib.suppress(Exception):
+            importlib.import_module(name)
+    return bool(new)
 
 
 def serve(channel: socket.socket) -> None:
@@ -78,6 +86,8 @@ def serve(channel: socket.socket) -> None:
                     os.close(fd)
                 reply.close()
                 continue
+            if load(request.get("imports", ())):  # a caller's modules, once: its later children find them here
+                settle_fork_handlers()  # an import may have started a library's threads: stop them before a clone
             adopted = bool(request.get("adopt")) and request.get("pid") == client  # a forked copy's: not its child
             pid = adopt() if adopted else -1
             if pid < 0:  # not asked, or the kernel refused: the server's own child, as before

@@ -5,6 +5,7 @@ process object) with the worker forked from the launcher's warm server, as the e
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from multiprocessing import context as mp_context
 
 from ddplab import internals
@@ -13,13 +14,15 @@ from ddplab.launch.warm.client import WarmProcess, blocked_signals, emulated, fa
 WARM_METHOD = "ddplab-warm"  # the elastic agent's start method for workers forked warm
 
 
-def start_method() -> str:
+def start_method(imports: Sequence[str] = ()) -> str:
     """The start method for the elastic agent: spawn's protocol with the worker forked from this process's
-    warm server, where there is one; "spawn" otherwise."""
+    warm server, where there is one; "spawn" otherwise. `imports`: the modules the workers import (the
+    launcher's entry point and what it runs), imported by the server once, before the first worker."""
     if factory() is None:
         return "spawn"
     if not internals.register_start_method(WARM_METHOD, WarmContext()):  # multiprocessing's internals differ
         return "spawn"
+    WarmPopen.imports = tuple(imports)
     return WARM_METHOD
 
 
@@ -29,6 +32,7 @@ class WarmPopen(internals.spawn_popen()):  # type: ignore[misc]
     multiprocessing's own spawn_main as a spawned one would; polled through the server's channel."""
 
     _warm: WarmProcess | None = None
+    imports: tuple[str, ...] = ()  # the workers' modules (start_method's)
 
     def _launch(self, process_obj):
         import io
@@ -50,7 +54,14 @@ class WarmPopen(internals.spawn_popen()):  # type: ignore[misc]
                 finally:
                     mp_context.set_spawning_popen(None)
                 fds = {0: 0, 1: 1, 2: 2, **{fd: fd for fd in (*self._fds, tracker_fd, child_r)}}
-                proc = f.spawn(cmd, env=os.environ, fds=fds, mask=blocked_signals(), ignored=ignored_signals())
+                proc = f.spawn(
+                    cmd,
+                    env=os.environ,
+                    fds=fds,
+                    mask=blocked_signals(),
+                    ignored=ignored_signals(),
+                    imports=self.imports,
+                )
             if proc is None:
                 os.close(parent_w)
                 return super()._launch(process_obj)

@@ -6,8 +6,8 @@ import math
 import pytest
 
 from ddplab.errors import DataError
-from ddplab.metrics.records import SCHEMA_VERSION, EpochRecord, read_epochs, reproducible, worst_reading
-from ddplab.metrics.summary import read_summary
+from ddplab.rundir.epochs import SCHEMA_VERSION, EpochRecord, read_epochs, reproducible, worst_reading
+from ddplab.rundir.summary import read_summary
 
 from run_folders import epoch_fields, epoch_line, epoch_record
 

@@ -42,7 +42,7 @@ from ddplab.io.borders import (
 )
 from ddplab.planner.links import LINKS_FILE
 from ddplab.rundir import runfiles
-from ddplab.sweep.spec import Sweep, SweepRun
+from ddplab.sweepdir.spec import Sweep, SweepRun
 
 MANIFEST = "manifest.json"
 SWEEP_FILE = "sweep.toml"

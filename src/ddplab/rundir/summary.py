@@ -32,7 +32,8 @@ from ddplab.io.borders import (
     number,
     one_of,
 )
-from ddplab.metrics.records import (
+from ddplab.rundir import runfiles
+from ddplab.rundir.epochs import (
     MEMORY,
     PHASES,
     SCHEMA_VERSION,
@@ -41,7 +42,6 @@ from ddplab.metrics.records import (
     gap_train_acc,
     worst_reading,
 )
-from ddplab.rundir import runfiles
 
 # summary.json, declared once: its shape for the type checker (a typo in a reader's key is an error, not a silent None)
 # and, in each field's Annotated kind, what `read_summary` checks a file against (borders.declared). Each part's fields

@@ -1,5 +1,5 @@
 """The epoch record (one line of metrics.jsonl), typed, and the schema version it shares with
-summary.json (metrics/summary.py reads that): the one module that reads and writes epoch records.
+summary.json (rundir/summary.py reads that): the one module that reads and writes epoch records.
 
 The trainer writes it, the summary adds it up, the report (which reads run folders anywhere
 and never imports torch) turns it into shares, a sweep watches it grow: all through
