@@ -28,6 +28,7 @@ WHERE = {
     "engine/data_init.py": ("tests/unit/test_speedrun.py", "ddplab.engine.data_init", "whitening from the data"),
     "metrics/early_stop.py": ("tests/unit/test_optim.py", "ddplab.metrics.early_stop", "the early-stop rule"),
     "engine/evaluate.py": ("tests/distributed/test_ddp.py", "ddplab.engine.evaluate", "eval equals the run's"),
+    "engine/clocks.py": ("tests/unit/test_stragglers.py", "StepClocks", "each rank's step and join times"),
     "engine/comm.py": ("tests/distributed/test_ddp.py", "engine/comm.py", "DDP's timers and the probe, 2 ranks"),
     "engine/readings.py": ("tests/distributed/test_ddp.py", "engine/readings.py", "CPU and memory of each rank"),
     "engine/state.py": ("tests/unit/test_epochs.py", "ddplab.engine.state", "the loop's state, round trip"),

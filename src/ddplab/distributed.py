@@ -16,7 +16,7 @@ import os
 import re
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -405,8 +405,11 @@ def place_model(model: nn.Module, config: RunConfig, device: torch.device) -> nn
     return model
 
 
-def wrap_model(model: nn.Module, config: RunConfig, ctx: DistContext) -> nn.Module:
-    """Place the model on its device and wrap it for the strategy; compile last."""
+def wrap_model(
+    model: nn.Module, config: RunConfig, ctx: DistContext, on_joined: Callable[[], None] | None = None
+) -> nn.Module:
+    """Place the model on its device and wrap it for the strategy; compile last. `on_joined`: called when a DDP
+    step's first gradient bucket goes to the all-reduce (the rank joins the step's collective: the step clocks)."""
     d = config.dist
     if d.sync_bn and ctx.is_distributed:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
@@ -423,7 +426,7 @@ def wrap_model(model: nn.Module, config: RunConfig, ctx: DistContext) -> nn.Modu
                 gradient_as_bucket_view=d.gradient_as_bucket_view,
                 **compat.ddp_buffer_sync(),
             )
-        maybe_register_comm_hook(model, d.comm_hook)
+        register_comm_hook(model, d.comm_hook, on_joined)
     if config.model.compile:
         # After DDP, so DDPOptimizer can split graphs at bucket boundaries.
         model = torch.compile(  # type: ignore[assignment]
@@ -448,11 +451,27 @@ def side_stream(device: torch.device):
     current.wait_stream(side)
 
 
-def maybe_register_comm_hook(model: nn.parallel.DistributedDataParallel, name: str) -> None:
-    """Compress gradients to fp16/bf16 for the all-reduce (halves the bytes on the wire)."""
-    if name == "none":
+def register_comm_hook(
+    model: nn.parallel.DistributedDataParallel, name: str, on_joined: Callable[[], None] | None = None
+) -> None:
+    """The gradient all-reduce: DDP's own, or compressed to fp16/bf16 (halves the bytes on the wire); with
+    `on_joined`, the same all-reduce (torch's allreduce_hook does what DDP's built-in one does: divide by the
+    world size, then sum) told to the step clocks as the first bucket goes."""
+    if name == "none" and on_joined is None:
         return
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-    hook = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}[name]
+    hook = {
+        "none": default_hooks.allreduce_hook,
+        "fp16": default_hooks.fp16_compress_hook,
+        "bf16": default_hooks.bf16_compress_hook,
+    }[name]
+    if on_joined is not None:
+        inner = hook
+
+        def hook(state, bucket):
+            if bucket.index() == 0:
+                on_joined()
+            return inner(state, bucket)
+
     model.register_comm_hook(state=None, hook=hook)

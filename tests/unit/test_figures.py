@@ -148,3 +148,18 @@ def test_every_name_a_row_is_given_is_one_row_declares(tmp_path):
         "overfit",
         "acc_noise",
     } <= written
+
+
+def test_a_chronic_straggler_is_said_by_rank_and_host_where_the_stragglers_cost_most():
+    from ddplab.report.figures import straggler, why
+
+    named = {
+        "verdict": "chronic",
+        "straggler": {"ranks": [3], "host": "10.211.0.2", "last_share": 0.91, "slower": 0.14},
+    }
+    text = straggler({"stragglers": named})  # type: ignore[typeddict-item]
+    assert text == "rank 3 on host 10.211.0.2, chronically 14% slower"
+    assert straggler({"stragglers": {"verdict": "noise", "straggler": None}}) is None  # type: ignore[typeddict-item]
+    assert straggler({}) is None  # type: ignore[typeddict-item]  (written before the clocks)
+    assert why("stragglers", {"straggler": text}, {}) == f"the ranks wait at each all-reduce for {text}"
+    assert why("stragglers", {"straggler": None}, {}) == "the ranks wait for the slowest one at each all-reduce"

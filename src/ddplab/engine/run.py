@@ -24,6 +24,7 @@ from ddplab.data.augment import AugmentSpec
 from ddplab.data.datasets import load_dataset, make_splits
 from ddplab.data.loader import DeviceLoader
 from ddplab.distributed import DistContext, distributed_context, dp_device_ids, wrap_model
+from ddplab.engine.clocks import StepClocks
 from ddplab.engine.makedir import prepare_run_dir
 from ddplab.engine.optim import build_optimizer, build_scheduler
 from ddplab.engine.precision import Precision
@@ -31,6 +32,7 @@ from ddplab.engine.state import TrainerConfig
 from ddplab.engine.trainer import PROGRESS_UPDATES_PER_EPOCH, Trainer, steps_per_epoch
 from ddplab.errors import ConfigError, TrainingError
 from ddplab.io import files
+from ddplab.metrics import stragglers
 from ddplab.metrics.early_stop import EarlyStopping
 from ddplab.metrics.gpu import GpuSampler
 from ddplab.metrics.profiler import build_profiler
@@ -167,6 +169,9 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
         warmup=warmup,
         profile=profiler.result() if profiler is not None else None,
         tracking=sinks.tracking(),
+        stragglers_found=stragglers.run_verdict(  # type: ignore[arg-type]
+            [r.per_rank for r in state.history], ctx.hosts or [""] * ctx.world_size
+        ),
     )
     try:
         if ctx.is_main:
@@ -252,7 +257,9 @@ def build_trainer(
     data_init_s = maybe_init_from_data(model, train_set, ctx.device)
     params, flops = count_params(model), count_flops(model, train_set.image_shape)
     maybe_fuse_conv_relu(model, config, ctx.device)
-    wrapped = wrap_model(model, config, ctx)
+    graphs, graphs_said = config.cuda_graphs_on(ctx.device.type)
+    clocks = StepClocks(ctx.device)  # a captured step runs no comm hook: its ranks' join times go unmeasured
+    wrapped = wrap_model(model, config, ctx, on_joined=None if graphs else clocks.joined)
     train_loader, eval_loader, train_eval_loader = build_loaders(config, ctx, train_set, eval_set)
     if len(train_loader) == 0:
         raise ConfigError(
@@ -260,7 +267,6 @@ def build_trainer(
             f"this rank has {train_loader.num_samples} training images"
         )
     num_steps = steps_per_epoch(len(train_loader), config.train.accumulate)
-    graphs, graphs_said = config.cuda_graphs_on(ctx.device.type)
     optimizer = build_optimizer(wrapped.parameters(), config.optim, ctx.device, capturable=graphs)
     trainer = Trainer(
         config=trainer_config(config, ctx.device.type),
@@ -276,6 +282,7 @@ def build_trainer(
         gpu_sampler=build_gpu_sampler(config, ctx),
         train_eval_loader=train_eval_loader,
         session_start=session_start,
+        clocks=clocks,
     )
     sampler = trainer.gpu_sampler
     every = trainer.timed_step_every()

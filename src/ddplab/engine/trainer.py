@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from ddplab import faults
 from ddplab.distributed import DistContext, no_sync, unwrap
+from ddplab.engine.clocks import StepClocks
 from ddplab.engine.comm import CommTimers
 from ddplab.engine.graphed import NO_FULL_STEP, GraphedStep, prepare_step, static_step
 from ddplab.engine.lookahead import Lookahead
@@ -37,6 +38,7 @@ from ddplab.engine.state import TrainerConfig, TrainState
 from ddplab.engine.tta import evaluate
 from ddplab.engine.warmup import Batch, warm_up_shapes
 from ddplab.errors import TrainingError
+from ddplab.metrics import stragglers
 from ddplab.metrics.early_stop import EarlyStopping
 from ddplab.metrics.gpu import GpuSampler
 from ddplab.metrics.meters import ClassificationMeter
@@ -88,6 +90,7 @@ class Trainer:
         gpu_sampler: GpuSampler | None = None,
         train_eval_loader=None,
         session_start: float | None = None,
+        clocks: StepClocks | None = None,
     ):
         self.config, self.ctx = config, ctx
         self.model, self.optimizer, self.scheduler, self.precision = model, optimizer, scheduler, precision
@@ -106,6 +109,9 @@ class Trainer:
         self.profiler: StepProfiler | None = None  # --train.profile_steps: told of every optimizer step
         self.comm = CommTimers(model, ctx, every=self.timed_step_every())
         self.readings = EpochReadings(ctx, model, gpu_sampler)  # the machine's side of each epoch
+        self.clocks = clocks or StepClocks(ctx.device)  # each rank's step and join times (who is slow)
+        # rank 0's view of the last steps: names a chronic straggler the first time one shows
+        self.window = stragglers.Window(ctx.hosts or [""] * ctx.world_size) if ctx.is_main else None
         self.lookahead = (
             Lookahead(unwrap(model).parameters(), every=config.lookahead_steps, alpha=config.lookahead_alpha)
             if config.lookahead_steps
@@ -158,6 +164,7 @@ class Trainer:
         train = self.train_epoch(epoch)
         train_s = clock.stop()
         readings.training_ended()
+        clocks = self.rank_clocks(epoch)
         phases: dict[str, Any] = {}
         ddp: dict[str, float] = {}
         if train.phases is not None:  # the communication probe runs outside the epoch's clock
@@ -198,9 +205,23 @@ class Trainer:
                     **machine.gpu,
                     **ddp,
                 ),
+                **clocks,
             },
         )
         return record, {"steps": steps, "gpu": machine.gpu_rows}
+
+    def rank_clocks(self, epoch: int) -> dict[str, list[float | None]]:
+        """Every rank's step clocks over the epoch (one gather of two floats a step), as per-rank figures; rank 0
+        says a chronic straggler the first time its window of steps shows one."""
+        step_s, joined_s = self.clocks.take()
+        steps = len(step_s)
+        table = self.ctx.all_gather_floats(step_s + joined_s)
+        joined = [row[steps:] for row in table]
+        last = stragglers.last_to_join(joined)
+        figures = [stragglers.clock_figures(row[:steps], joined[r], last[r]) for r, row in enumerate(table)]
+        if self.window is not None and (who := self.window.add(joined)) is not None:
+            log.warning("straggler at epoch %d: %s", epoch, who.line(f"the last {who.steps} steps"))
+        return {name: [f[name] if f[name] == f[name] else None for f in figures] for name in figures[0]}
 
     def per_rank(self, **values: float) -> dict[str, list[float | None]]:
         """Each rank's own figures, gathered (one collective per epoch), by name."""
@@ -266,11 +287,13 @@ class Trainer:
         steps = []  # the training loss where it is read anyway (progress refreshes): curves for short runs
         ddp_start = None
         for i in range(num_steps):
+            self.clocks.begin()
             timer.begin_step(i)
             faults.maybe_inject(self.ctx.rank, epoch, i + 1)  # steps count from 1, as epochs do
             group = [b for _, b in zip(range(self.accumulate), batches, strict=False)]
             timer.lap("data_s")
             loss = self.train_step(group, meter, timer)
+            self.clocks.end()
             if i == 0 and timer.enabled:
                 ddp_start = self.comm.totals()
             nonfinite |= ~torch.isfinite(loss)
@@ -304,6 +327,7 @@ class Trainer:
             timer.lap("forward_backward_s")
         else:
             loss = self.forward_backward(micro_batches, meter)
+            self.clocks.released()
             timer.lap("forward_backward_s")
             self.update_weights()
         self.advance_schedule()

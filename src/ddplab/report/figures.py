@@ -41,7 +41,17 @@ if TYPE_CHECKING:
 # bucket's end; its span: from the first bucket's launch), and rank 0's wait for the slowest rank.
 COMM_MS = ("probe_comm_ms", "ddp_exposed_ms", "ddp_comm_ms", "straggler_ms")
 SHARES = tuple(p.removesuffix("_s") + "_share" for p in PHASES)
-TEXT = ("strategy", "device", "device_name", "precision", "backend", "memory_label", "gap_basis", "torch")
+TEXT = (
+    "strategy",
+    "device",
+    "device_name",
+    "precision",
+    "backend",
+    "memory_label",
+    "gap_basis",
+    "torch",
+    "straggler",
+)
 SETTINGS = ("world_size", "nodes", "local_batch", "global_batch", "accumulate", "train_images", "test_images")
 MEASURED = (
     "epochs",
@@ -116,6 +126,7 @@ def run_figures(run: Run) -> Row:
         "precision": s["run"]["precision"],
         "device_name": run.env.get("device_name") or s["run"]["device"],
         "torch": run.env.get("torch") or "?",
+        "straggler": straggler(s),
         "backend": s["run"].get("backend")
         or backend(s["run"]["strategy"], run.config.get("dist.backend", "auto"), s["run"]["device"]),
         "memory_label": label,
@@ -225,6 +236,17 @@ def world_size(summary: Summary) -> int:
     if summary["run"]["strategy"] == "dp" and isinstance(gpus, list) and gpus:
         return len(gpus)
     return summary["run"]["world_size"]
+
+
+def straggler(summary: Summary) -> str | None:
+    """The run's chronic straggler as the findings say it ("rank 3 on 10.211.0.2, chronically 14% slower"), from
+    summary.json's `stragglers` (metrics/stragglers.py); None where none was named or measured."""
+    found = cast(dict[str, Any], summary.get("stragglers") or {}).get("straggler")
+    if not isinstance(found, dict):
+        return None
+    ranks, host = found.get("ranks") or [], found.get("host")
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+    return f"{who}{f' on host {host}' if host else ''}, chronically {found.get('slower', 0):.0%} slower"
 
 
 def backend(strategy: str, requested: str, device: str) -> str:
@@ -418,6 +440,8 @@ def why(part: str, row: Row, base: Row) -> str:
         return (
             f"the gradients' all-reduce crosses the link between the {nodes} nodes{over} and backward does not hide it"
         )
+    if part == "stragglers" and row.get("straggler") not in (None, "mixed"):
+        return f"the ranks wait at each all-reduce for {row['straggler']}"
     return {
         "all-reduce wait": "the gradients' all-reduce is not hidden behind backward",
         "stragglers": "the ranks wait for the slowest one at each all-reduce",

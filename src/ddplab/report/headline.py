@@ -58,7 +58,9 @@ def scaling(section: Section) -> str:
     text += f", {short(c.timing_verdict)}"
     if c.superlinear:
         text += ", super-linear: check"
-    if c.gap is not None:
+    if c.gap is not None and c.gap.biggest == "stragglers" and c.row.get("straggler") not in (None, "mixed"):
+        text += f"; the biggest part of the gap: waiting for {c.row['straggler']}"
+    elif c.gap is not None:
         text += f"; the biggest part of the gap: {c.gap.biggest}"
     return text
 

@@ -108,6 +108,7 @@ class Row(TypedDict, total=False):
     memory_label: Any
     gap_basis: Any
     torch: Any
+    straggler: Any  # the run's chronic straggler, said (figures.straggler)
     world_size: Any
     nodes: Any
     local_batch: Any

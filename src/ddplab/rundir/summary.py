@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypedDict, cast
@@ -158,6 +159,17 @@ class RankFigures(TypedDict, total=False):
     mean: Annotated[float, number()]
 
 
+class StragglersPart(TypedDict):
+    verdict: Annotated[str, one_of("chronic", "noise", "unmeasured")]
+    # the chronic straggler: {"ranks": [R, ...], "host": H | None, "last_share": S, "slower": F} (metrics/stragglers)
+    straggler: Annotated[dict[str, Any] | None, TABLE | None]
+    last_share: Annotated[list[float | None], list_of(number() | None)]
+    said: Annotated[str, TEXT]
+
+
+UNMEASURED: StragglersPart = {"verdict": "unmeasured", "straggler": None, "last_share": [], "said": "not measured"}
+
+
 class TrackerPart(TypedDict, total=False):
     uri: Annotated[str, TEXT]
     run_id: Annotated[str | None, TEXT | None]
@@ -184,6 +196,7 @@ class Summary(_SummaryWritten, total=False):
     phases_s: Annotated[dict[str, float], TABLE, Each(SECONDS)]
     contention: Annotated[dict[str, Any], TABLE, Each(number(0) | None)]
     ranks: Annotated[dict[str, Any], TABLE, Each(RankFigures)]
+    stragglers: StragglersPart
     gpu: GpuPart
     engine: Annotated[dict[str, Any] | None, TABLE | None]
     profile: Annotated[dict[str, Any] | None, TABLE | None]
@@ -221,6 +234,7 @@ def build_summary(
     warmup: dict[str, Any] | None = None,
     profile: dict[str, Any] | None = None,
     tracking: dict[str, Any] | None = None,
+    stragglers_found: StragglersPart | None = None,
 ) -> Summary:
     """summary.json: `info` as build_trainer gathered it, the state fit left, the clocks, the warm-up and the
     profile (each None when the run had none)."""
@@ -309,6 +323,8 @@ def build_summary(
         # What else ran on the machine while this run trained (metrics/contention.py), worst epoch.
         "contention": contention_summary(history),
         "ranks": per_rank_summary(history),
+        # Who was slow: the rank (or host) that joined the all-reduce last in most steps, or noise (metrics/stragglers)
+        "stragglers": stragglers_found or UNMEASURED,
         "gpu": gpu_summary(info.gpu, history),
         # How the numbers were taken: determinism, cuDNN autotuning, how often the device is synchronized.
         "engine": info.engine,
@@ -368,6 +384,17 @@ def gpu_summary(gpu: dict[str, Any], history: list[EpochRecord]) -> GpuPart:
     return {"measured": True, "reason": None, "per_rank": per_rank}
 
 
+# The step clocks' per-rank figures (engine/clocks.py, metrics/stragglers.py) over the run's epochs.
+CLOCKS: dict[str, Callable[[list[float]], float]] = {
+    "step_median_s": statistics.median,
+    "step_p95_s": statistics.median,
+    "step_max_s": max,
+    "joined_median_s": statistics.median,
+    "joined_mad_s": statistics.median,
+    "last_share": statistics.fmean,
+}
+
+
 def per_rank_summary(history: list[EpochRecord]) -> dict[str, dict[str, Any]]:
     """Per-rank totals (time, samples) and peaks (memory) over the run, with max and mean across ranks; DDP's
     own timings (ddp_*) are means a step: the last epoch's, in milliseconds (ddp_*_ms)."""
@@ -384,11 +411,17 @@ def per_rank_summary(history: list[EpochRecord]) -> dict[str, dict[str, Any]]:
             columns = list(
                 zip(*(r.per_rank[key] for r in history if key in r.per_rank), strict=False)
             )  # one tuple per rank
-            per_rank = [max(c) if key.endswith("_mib") else sum(c) for c in columns]
+            if key in CLOCKS:  # an epoch's median, p95, max or share: across epochs, not a total
+                kept = [[v for v in c if v is not None] for c in columns]
+                if not all(kept):
+                    continue  # not measured (one rank: no all-reduce to join)
+                per_rank = [CLOCKS[key](c) for c in kept]
+            else:
+                per_rank = [max(c) if key.endswith("_mib") else sum(c) for c in columns]
         out[key] = {
-            "per_rank": [round(v, 3) for v in per_rank],
-            "max": round(max(per_rank), 3),
-            "mean": round(statistics.fmean(per_rank), 3),
+            "per_rank": [round(v, 6 if key in CLOCKS else 3) for v in per_rank],
+            "max": round(max(per_rank), 6 if key in CLOCKS else 3),
+            "mean": round(statistics.fmean(per_rank), 6 if key in CLOCKS else 3),
         }
     return out
 
@@ -450,12 +483,18 @@ def format_summary(s: Summary, run_dir: Any = None) -> str:
             f"it trained (load average up to {load['max_load_avg_1m']})"
             + (f", up to {gpu} other process(es) on its GPU" if gpu else "")
         )
+    if run["world_size"] > 1 and s.get("stragglers"):
+        lines.append(f"  stragglers    {s['stragglers']['said']}")
     if run["world_size"] > 1:
         for key, stats in s["ranks"].items():
+            scale, unit = (
+                (1000, " ms") if key in CLOCKS and key.endswith("_s") else (100, "%") if key in CLOCKS else (1, "")
+            )
+            name = key.removesuffix("_s") if unit == " ms" else key
             lines.append(
-                f"  per rank      {key}: "
-                + " / ".join(f"{v:,.1f}" for v in stats["per_rank"])
-                + f"  (max {stats['max']:,.1f}, mean {stats['mean']:,.1f})"
+                f"  per rank      {name}: "
+                + " / ".join(f"{scale * v:,.1f}" for v in stats["per_rank"])
+                + f"{unit}  (max {scale * stats['max']:,.1f}, mean {scale * stats['mean']:,.1f})"
             )
     if run_dir is not None:
         lines.append(f"  run folder    {run_dir}")

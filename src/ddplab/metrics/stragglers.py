@@ -1,0 +1,187 @@
+"""Who is slow: each rank's step clocks added up, and the rule that names a chronic straggler. Torch-free.
+
+Every rank of a DDP step waits in the gradient all-reduce for the last one to join it, so every rank's step
+takes as long as the slowest's: step times alone name no one. What differs is when each rank joined the step's
+first all-reduce, counted from the start of its step (data, forward and backward up to the first gradient bucket:
+`joined_s`); ranks start a step together, as the previous step's all-reduce released them. The rank that joined
+last in a step is that step's slowest.
+
+A rank is a chronic straggler when it joined last in most steps (CHRONIC_SHARE; more than chance would give it)
+and its median join time is beyond the others' noise (their spread, and at least MIN_GAP of their median); a
+host whose ranks are all late together is named as the host. A different slowest rank each step is noise, and
+said so. The same rule reads a window of steps live (the log line, the first time it holds) and the run's epochs
+at the end (summary.json's `stragglers`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+WINDOW_STEPS = 200  # the live view: the last this many optimizer steps
+MIN_STEPS = 20  # fewer steps than this in a window say nothing yet
+MIN_GAP = 0.05  # a straggler's median join time is at least this much above the others' median
+NOISE_MADS = 3.0  # ... and above it by this many of the others' median absolute deviations
+
+
+def chronic_share(ranks: int) -> float:
+    """The share of steps a rank must be last in: most steps, and well above chance (1 / ranks)."""
+    return max(0.5, min(0.9, 1.5 / ranks))
+
+
+def clock_figures(step_s: Sequence[float], joined_s: Sequence[float], last: Sequence[bool]) -> dict[str, float]:
+    """One rank's figures over an epoch's steps: its step times' median, p95 and max, its join times' median and
+    spread (median absolute deviation), and the share of steps it joined last. NaN where none was measured."""
+    nan = float("nan")
+    steps = sorted(s for s in step_s if s == s)
+    joined = [j for j in joined_s if j == j]
+    centre = statistics.median(joined) if joined else nan
+    return {
+        "step_median_s": statistics.median(steps) if steps else nan,
+        "step_p95_s": steps[min(len(steps) - 1, int(0.95 * len(steps)))] if steps else nan,
+        "step_max_s": steps[-1] if steps else nan,
+        "joined_median_s": centre,
+        "joined_mad_s": statistics.median(abs(j - centre) for j in joined) if joined else nan,
+        "last_share": sum(last) / len(last) if joined and last else nan,
+    }
+
+
+def last_to_join(joined_by_rank: Sequence[Sequence[float]]) -> list[list[bool]]:
+    """For each rank, each step: whether it joined the step's all-reduce last (ties: the lowest rank, never
+    two). Steps where some rank has no join time count for no one."""
+    ranks = len(joined_by_rank)
+    steps = min((len(r) for r in joined_by_rank), default=0)
+    out = [[False] * steps for _ in range(ranks)]
+    for i in range(steps):
+        column = [joined_by_rank[r][i] for r in range(ranks)]
+        if ranks > 1 and all(v == v for v in column):
+            out[max(range(ranks), key=lambda r: (column[r], -r))][i] = True
+    return out
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """A chronic straggler: one rank, or the ranks of one host together."""
+
+    ranks: tuple[int, ...]
+    host: str | None  # where the ranks ran, where the run spans hosts
+    last_share: float  # the share of steps it (one of them) joined last
+    slower: float  # its median join time over the others' median, minus 1
+    steps: int  # the steps this was judged over
+
+    def who(self) -> str:
+        ranks = f"rank {self.ranks[0]}" if len(self.ranks) == 1 else f"ranks {', '.join(map(str, self.ranks))}"
+        return ranks + (f" on {self.host}" if self.host else "")
+
+    def line(self, window: str) -> str:
+        return (
+            f"{self.who()}: slowest in {self.last_share:.0%} of {window}, its median step "
+            f"{self.slower:.0%} above the others' (time to join the all-reduce)"
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "ranks": list(self.ranks),
+            "host": self.host,
+            "last_share": round(self.last_share, 4),
+            "slower": round(self.slower, 4),
+        }
+
+
+def judge(
+    last_share: Sequence[float], joined_median: Sequence[float], joined_mad: Sequence[float], hosts: Sequence[str]
+) -> tuple[str, Straggler | None]:
+    """("chronic", who); ("noise", None): a different slowest rank from step to step, or one that is last often
+    but within the others' noise; ("unmeasured", None): one rank, or no join times. A host's ranks together first
+    (where the run spans hosts and one holds several ranks), then single ranks."""
+    ranks = len(last_share)
+    if ranks < 2 or any(v != v for v in (*last_share, *joined_median)):
+        return "unmeasured", None
+    spans_hosts = len(hosts) == ranks and len(set(hosts)) > 1
+    groups: list[tuple[int, ...]] = []
+    if spans_hosts:
+        for host in dict.fromkeys(hosts):
+            members = tuple(r for r in range(ranks) if hosts[r] == host)
+            if 1 < len(members) < ranks:
+                groups.append(members)
+    groups += [(r,) for r in range(ranks)]
+    units = len(set(hosts)) if spans_hosts else ranks
+    for group in groups:
+        share = sum(last_share[r] for r in group)
+        if share < chronic_share(units if len(group) > 1 else ranks):
+            continue
+        others = [r for r in range(ranks) if r not in group]
+        theirs = statistics.median(joined_median[r] for r in others)
+        spreads = [joined_mad[r] for r in others if joined_mad[r] == joined_mad[r]]
+        noise = statistics.median(spreads) if spreads else 0.0
+        mine = min(joined_median[r] for r in group)
+        if theirs > 0 and mine - theirs > max(NOISE_MADS * noise, MIN_GAP * theirs):
+            return "chronic", Straggler(group, hosts[group[0]] if spans_hosts else None, share, mine / theirs - 1, 0)
+    return "noise", None
+
+
+class Window:
+    """The last WINDOW_STEPS steps' join times of every rank (rank 0 keeps it): judged after each epoch, the
+    line said the first time a straggler is named, and again only when another one is."""
+
+    def __init__(self, hosts: Sequence[str], steps: int = WINDOW_STEPS):
+        self.hosts = list(hosts)
+        self.rows: deque[list[float]] = deque(maxlen=steps)  # one per step: each rank's join time
+        self.named: tuple[int, ...] | None = None
+
+    def add(self, joined_by_rank: Sequence[Sequence[float]]) -> Straggler | None:
+        """An epoch's join times, by rank; the straggler to name now, if there is a new one."""
+        for column in zip(*joined_by_rank, strict=True):
+            if all(v == v for v in column):
+                self.rows.append(list(column))
+        if len(self.rows) < MIN_STEPS:
+            return None
+        by_rank = [list(r) for r in zip(*self.rows, strict=True)]
+        last = last_to_join(by_rank)
+        figures = [clock_figures([], by_rank[r], last[r]) for r in range(len(by_rank))]
+        verdict, who = judge(
+            [f["last_share"] for f in figures],
+            [f["joined_median_s"] for f in figures],
+            [f["joined_mad_s"] for f in figures],
+            self.hosts,
+        )
+        if verdict != "chronic" or who is None or who.ranks == self.named:
+            return None
+        self.named = who.ranks
+        return Straggler(who.ranks, who.host, who.last_share, who.slower, len(self.rows))
+
+
+def run_verdict(per_rank_epochs: Sequence[Mapping[str, Sequence[float | None]]], hosts: Sequence[str]) -> dict:
+    """summary.json's `stragglers`: the rule over the run's epochs (each epoch's per-rank figures, as
+    metrics.jsonl holds them): shares averaged, medians and spreads the median of the epochs'."""
+
+    def column(name: str, how) -> list[float]:
+        rows = [e[name] for e in per_rank_epochs if name in e]
+        ranks = len(rows[0]) if rows else 0
+        out = []
+        for r in range(ranks):
+            values = [float(v) for row in rows if r < len(row) and (v := row[r]) is not None and v == v]
+            out.append(how(values) if values else float("nan"))
+        return out
+
+    share = column("last_share", statistics.fmean)
+    verdict, who = judge(
+        share, column("joined_median_s", statistics.median), column("joined_mad_s", statistics.median), hosts
+    )
+    if who is not None:
+        said = (
+            f"{who.who()}: slowest in {who.last_share:.0%} of the steps, its median step {who.slower:.0%} "
+            "above the others'"
+        )
+    elif verdict == "noise":
+        said = "no rank was chronically slowest (a different one from step to step): noise, no straggler"
+    else:
+        said = "not measured (one rank, or no DDP all-reduce to time)"
+    return {
+        "verdict": verdict,
+        "straggler": who.to_json() if who is not None else None,
+        "last_share": [round(s, 4) if s == s else None for s in share],
+        "said": said,
+    }

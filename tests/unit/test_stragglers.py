@@ -1,0 +1,114 @@
+"""Who is slow: the rule that names a chronic straggler (a rank, or a host's ranks), says noise as noise, and
+the per-rank figures it reads; the step clocks that feed it (CPU: the host's clock)."""
+
+import math
+
+import pytest
+import torch
+
+from ddplab.engine.clocks import StepClocks
+from ddplab.metrics.stragglers import Window, chronic_share, clock_figures, judge, last_to_join, run_verdict
+
+
+def steps(*offsets: float, n: int = 100, jitter: float = 0.0005) -> list[list[float]]:
+    """Join times for each rank over `n` steps: rank r's offset, with a small deterministic wobble."""
+    return [[o + jitter * ((i * 7 + r * 3) % 5 - 2) for i in range(n)] for r, o in enumerate(offsets)]
+
+
+def test_the_last_to_join_is_one_rank_a_step_and_ties_go_to_the_lowest():
+    assert last_to_join([[1.0, 2.0, 3.0], [2.0, 2.0, 1.0]]) == [[False, True, True], [True, False, False]]
+    assert last_to_join([[1.0, math.nan], [0.5, 9.0]]) == [[True, False], [False, False]]  # a NaN step: no one
+    assert last_to_join([[1.0, 2.0]]) == [[False, False]]  # one rank joins no one's collective
+
+
+def test_a_ranks_figures_are_its_medians_spread_and_share():
+    f = clock_figures([0.01, 0.03, 0.02, 0.05], [0.004, 0.006, 0.005, 0.009], [True, False, True, True])
+    assert f["step_median_s"] == pytest.approx(0.025) and f["step_max_s"] == 0.05 and f["step_p95_s"] == 0.05
+    assert f["joined_median_s"] == pytest.approx(0.0055) and f["joined_mad_s"] == pytest.approx(0.001)
+    assert f["last_share"] == 0.75
+    assert all(math.isnan(v) for v in clock_figures([], [], []).values())
+
+
+def test_a_rank_slower_every_step_is_named_with_its_share_and_gap():
+    joined = steps(0.010, 0.010, 0.0125, 0.010)
+    last = last_to_join(joined)
+    figures = [clock_figures([], joined[r], last[r]) for r in range(4)]
+    verdict, who = judge(
+        [f["last_share"] for f in figures],
+        [f["joined_median_s"] for f in figures],
+        [f["joined_mad_s"] for f in figures],
+        ["", "", "", ""],
+    )
+    assert verdict == "chronic" and who is not None and who.ranks == (2,) and who.host is None
+    assert who.last_share == 1.0 and who.slower == pytest.approx(0.25)
+    assert who.line("the last 100 steps") == (
+        "rank 2: slowest in 100% of the last 100 steps, its median step 25% above the others' "
+        "(time to join the all-reduce)"
+    )
+
+
+def test_ranks_of_equal_speed_name_no_one():
+    verdict, who = judge([0.26, 0.24, 0.25, 0.25], [0.010, 0.0101, 0.0099, 0.010], [0.001] * 4, [""] * 4)
+    assert (verdict, who) == ("noise", None)
+    # last in most steps, but by less than the others' noise: still no one
+    assert judge([0.9, 0.1], [0.0102, 0.0100], [0.001, 0.001], ["", ""]) == ("noise", None)
+    assert judge([1.0], [0.01], [0.0], [""]) == ("unmeasured", None)
+    assert judge([math.nan, math.nan], [math.nan, math.nan], [math.nan, math.nan], ["", ""])[0] == "unmeasured"
+
+
+def test_a_hosts_ranks_late_together_are_named_as_the_host():
+    hosts = ["10.0.0.1", "10.0.0.1", "10.0.0.2", "10.0.0.2"]
+    verdict, who = judge([0.05, 0.05, 0.5, 0.4], [0.010, 0.010, 0.013, 0.013], [0.0005] * 4, hosts)
+    assert verdict == "chronic" and who is not None and who.ranks == (2, 3) and who.host == "10.0.0.2"
+    assert who.who() == "ranks 2, 3 on 10.0.0.2" and who.last_share == pytest.approx(0.9)
+    # one rank of a host slow alone: that rank, with its host
+    verdict, who = judge([0.05, 0.05, 0.85, 0.05], [0.010, 0.010, 0.013, 0.010], [0.0005] * 4, hosts)
+    assert who is not None and who.who() == "rank 2 on 10.0.0.2"
+
+
+def test_the_share_needed_is_most_steps_and_above_chance():
+    assert chronic_share(2) == 0.75 and chronic_share(3) == 0.5 and chronic_share(8) == 0.5
+
+
+def test_the_window_names_a_straggler_once_and_again_only_when_another_one_shows():
+    window = Window(["", ""], steps=50)
+    assert window.add(steps(0.010, 0.013, n=10)) is None  # too few steps to say anything
+    first = window.add(steps(0.010, 0.013, n=30))
+    assert first is not None and first.ranks == (1,) and first.steps == 40
+    assert window.add(steps(0.010, 0.013, n=30)) is None  # already said
+    assert window.add(steps(0.013, 0.010, n=30)) is None  # the window (50 steps) still holds the old ones
+    turned = window.add(steps(0.013, 0.010, n=30))
+    assert turned is not None and turned.ranks == (0,) and turned.steps == 50
+
+
+def test_the_runs_verdict_reads_its_epochs_as_metrics_jsonl_holds_them():
+    epochs = [
+        {"last_share": [0.1, 0.9], "joined_median_s": [0.010, 0.013], "joined_mad_s": [0.0005, 0.0005]},
+        {"last_share": [0.0, 1.0], "joined_median_s": [0.010, 0.014], "joined_mad_s": [0.0005, 0.0004]},
+        {"cpu_s": [1.0, 1.0]},  # an epoch from before the clocks: left out
+    ]
+    verdict = run_verdict(epochs, ["", ""])
+    assert verdict["verdict"] == "chronic" and verdict["straggler"]["ranks"] == [1]
+    assert verdict["last_share"] == [0.05, 0.95]
+    assert verdict["said"].startswith("rank 1: slowest in 95% of the steps")
+    assert run_verdict([{"cpu_s": [1.0]}], [""])["verdict"] == "unmeasured"
+
+
+@pytest.mark.parametrize("device", ["cpu"])  # CUDA: events (engine/clocks.py), checked on a GPU machine
+def test_the_step_clocks_count_a_ranks_work_from_the_last_release_to_its_next_join(device):
+    clocks = StepClocks(torch.device(device))
+    clocks.joined()  # outside a step (the communication probe): not counted
+    for _ in range(3):
+        clocks.begin()
+        clocks.joined()
+        clocks.joined()  # the step's later buckets: the first one counts
+        clocks.released()
+        clocks.end()
+    clocks.begin()
+    clocks.end()  # a step that joined no all-reduce
+    marks = [list(m) for m in clocks.marks]
+    step_s, joined_s = clocks.take()
+    assert step_s == [end - begin for begin, _, _, end in marks]
+    assert joined_s[0] == marks[0][1] - marks[0][0]  # an epoch's first step: from its own start
+    assert joined_s[1:3] == [marks[i][1] - marks[i - 1][2] for i in (1, 2)]  # from the previous release
+    assert math.isnan(joined_s[3]) and clocks.take() == ([], [])
