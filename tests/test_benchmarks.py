@@ -348,6 +348,16 @@ def test_ddp_step_sets_ddp_against_the_plain_step_at_each_batch(tmp_path):
     )
 
 
+def test_step_clocks_sets_ddp_with_the_clocks_against_ddp_alone(tmp_path):
+    results, stdout = run_bench("step_clocks", tmp_path)
+    (row,) = results["rows"]
+    assert (row["model"], row["batch"]) == ("simple_cnn", 16) and results["steps"] == 3
+    ddp, clocked = row["step_s"]["ddp"], row["step_s"]["clocked"]
+    assert len(ddp) == len(clocked) == 2 and min(ddp + clocked) > 0
+    assert row["clocks_add_s"] == pytest.approx(statistics.median([c - d for d, c in zip(ddp, clocked, strict=True)]))
+    assert f"{row['clocks_add_s'] / row['median_s']['ddp']:+.2%}" in stdout
+
+
 def test_memory_format_sets_channels_last_against_nchw_on_the_same_model_and_images(tmp_path):
     results, stdout = run_bench("memory_format", tmp_path, "--precision", "bf16")
     (row,) = results["rows"]

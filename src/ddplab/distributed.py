@@ -16,8 +16,10 @@ import os
 import re
 import socket
 import sys
+import time
+from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -33,6 +35,58 @@ from ddplab.topology import ProcessPlace, group_attempt, resolve_backend, usable
 
 
 @dataclass(frozen=True)
+class Entered:
+    """One collective this rank entered: ddplab's count of them, what it was, its bytes, and when."""
+
+    seq: int
+    op: str
+    bucket: int | None  # a gradient bucket's index, from 0
+    nbytes: int
+    at: float  # time.time()
+
+
+class Collectives:
+    """The last collectives this rank entered, newest last: ddplab's own record, which a hang reads to say which
+    collective the others wait in and who never entered it (engine/hang.py). Every rank enters the same ones in the
+    same order, so their counts line up. One append a collective: no lock (one thread enters at a time)."""
+
+    KEEP = 32
+
+    def __init__(self) -> None:
+        self.entries: deque[Entered] = deque(maxlen=self.KEEP)
+        self.seq = 0
+        self.buckets = 0  # a step's gradient buckets, once a step has shown its last
+
+    def enter(self, op: str, nbytes: int = 0, bucket: int | None = None) -> None:
+        self.seq += 1
+        self.entries.append(Entered(self.seq, op, bucket, nbytes, time.time()))
+
+    def bucket(self, index: int, last: bool, nbytes: int) -> None:
+        if last:
+            self.buckets = index + 1
+        self.enter("all-reduce", nbytes, index)
+
+    def last(self) -> Entered | None:
+        return self.entries[-1] if self.entries else None
+
+    def describe(self, entry: Entered) -> str:
+        """ "all-reduce #1234 (bucket 3 of 4, 25 MiB)"."""
+        parts = []
+        if entry.bucket is not None:
+            parts.append(f"bucket {entry.bucket + 1}" + (f" of {self.buckets}" if self.buckets else ""))
+        if entry.nbytes:
+            parts.append(size_text(entry.nbytes))
+        return f"{entry.op} #{entry.seq}" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def size_text(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes} B"
+
+
+@dataclass(frozen=True)
 class DistContext:
     rank: int = 0
     world_size: int = 1
@@ -41,6 +95,7 @@ class DistContext:
     backend: str | None = None  # None: no process group
     monitor: dist.ProcessGroup | None = None  # a separate Gloo group, for monitored_barrier
     hosts: tuple[str, ...] = ()  # each rank's address (multi-node runs), to name the host of a rank in errors
+    collectives: Collectives = field(default_factory=Collectives, compare=False)  # what this rank entered
 
     def on_host(self, rank: int) -> str:
         """' on HOST' for an error about `rank`, where the ranks are spread over several hosts."""
@@ -57,6 +112,7 @@ class DistContext:
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sum over ranks, in place; returns the tensor for chaining."""
         if self.is_distributed:
+            self.collectives.enter("all-reduce", tensor.numel() * tensor.element_size())
             torch.distributed.all_reduce(tensor, op=torch.distributed.ReduceOp.SUM)
         return tensor
 
@@ -66,6 +122,7 @@ class DistContext:
         if not self.is_distributed:
             return [local.tolist()]
         gathered = [torch.empty_like(local) for _ in range(self.world_size)]
+        self.collectives.enter("all-gather", local.numel() * local.element_size())
         torch.distributed.all_gather(gathered, local)
         return [g.tolist() for g in gathered]
 
@@ -74,6 +131,7 @@ class DistContext:
         if not self.is_distributed:
             return [obj]
         out: list = [None] * self.world_size
+        self.collectives.enter("all-gather of objects")
         torch.distributed.all_gather_object(out, obj)
         return out
 
@@ -84,6 +142,7 @@ class DistContext:
 
     def barrier(self) -> None:
         if self.is_distributed:
+            self.collectives.enter("barrier")
             torch.distributed.barrier()
 
     def missing_ranks(self, timeout_s: float, *, quiet: bool = True) -> list[int]:
@@ -408,8 +467,10 @@ def place_model(model: nn.Module, config: RunConfig, device: torch.device) -> nn
 def wrap_model(
     model: nn.Module, config: RunConfig, ctx: DistContext, on_joined: Callable[[], None] | None = None
 ) -> nn.Module:
-    """Place the model on its device and wrap it for the strategy; compile last. `on_joined`: called when a DDP
-    step's first gradient bucket goes to the all-reduce (the rank joins the step's collective: the step clocks)."""
+    """Place the model on its device and wrap it for the strategy; compile last. A DDP model's collectives go
+    into `ctx.collectives` as they are entered (what a hang reads), and `on_joined` is called as a step's first
+    gradient bucket goes to the all-reduce (the rank joins the step's collective: the step clocks); neither under
+    a captured step, which runs no Python hook."""
     d = config.dist
     if d.sync_bn and ctx.is_distributed:
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
@@ -417,7 +478,8 @@ def wrap_model(
     if d.strategy == "dp":
         model = nn.DataParallel(model, device_ids=dp_device_ids(config))
     elif ctx.is_distributed:
-        with side_stream(ctx.device) if config.cuda_graphs_on(ctx.device.type)[0] else contextlib.nullcontext():
+        graphs = config.cuda_graphs_on(ctx.device.type)[0]
+        with side_stream(ctx.device) if graphs else contextlib.nullcontext():
             model = nn.parallel.DistributedDataParallel(
                 model,
                 device_ids=[ctx.device.index] if ctx.device.type == "cuda" else None,
@@ -426,7 +488,11 @@ def wrap_model(
                 gradient_as_bucket_view=d.gradient_as_bucket_view,
                 **compat.ddp_buffer_sync(),
             )
-        register_comm_hook(model, d.comm_hook, on_joined)
+        if graphs:
+            register_comm_hook(model, d.comm_hook)
+        else:
+            register_comm_hook(model, d.comm_hook, ctx.collectives, on_joined)
+            record_buffer_broadcasts(model, ctx.collectives)
     if config.model.compile:
         # After DDP, so DDPOptimizer can split graphs at bucket boundaries.
         model = torch.compile(  # type: ignore[assignment]
@@ -452,12 +518,15 @@ def side_stream(device: torch.device):
 
 
 def register_comm_hook(
-    model: nn.parallel.DistributedDataParallel, name: str, on_joined: Callable[[], None] | None = None
+    model: nn.parallel.DistributedDataParallel,
+    name: str,
+    collectives: Collectives | None = None,
+    on_joined: Callable[[], None] | None = None,
 ) -> None:
     """The gradient all-reduce: DDP's own, or compressed to fp16/bf16 (halves the bytes on the wire); with
-    `on_joined`, the same all-reduce (torch's allreduce_hook does what DDP's built-in one does: divide by the
-    world size, then sum) told to the step clocks as the first bucket goes."""
-    if name == "none" and on_joined is None:
+    `collectives` or `on_joined`, the same all-reduce (torch's allreduce_hook does what DDP's built-in one does:
+    divide by the world size, then sum), each bucket recorded as it goes and `on_joined` told of the first."""
+    if name == "none" and collectives is None and on_joined is None:
         return
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -466,12 +535,29 @@ def register_comm_hook(
         "fp16": default_hooks.fp16_compress_hook,
         "bf16": default_hooks.bf16_compress_hook,
     }[name]
-    if on_joined is not None:
+    if collectives is not None or on_joined is not None:
         inner = hook
 
         def hook(state, bucket):
-            if bucket.index() == 0:
+            index = bucket.index()
+            if index == 0 and on_joined is not None:
                 on_joined()
+            if collectives is not None:
+                buffer = bucket.buffer()
+                collectives.bucket(index, bucket.is_last(), buffer.numel() * buffer.element_size())
             return inner(state, bucket)
 
     model.register_comm_hook(state=None, hook=hook)
+
+
+def record_buffer_broadcasts(model: nn.parallel.DistributedDataParallel, collectives: Collectives) -> None:
+    """DDP's forward broadcasts rank 0's buffers (BatchNorm's statistics) where it syncs them: a collective of its
+    own, recorded as the forward starts."""
+    nbytes = sum(b.numel() * b.element_size() for b in model.module.buffers())
+
+    def entered(module: nn.Module, args: Any) -> None:
+        if model.will_sync_module_buffers():
+            collectives.enter("buffer broadcast", nbytes)
+
+    if nbytes:
+        model.register_forward_pre_hook(entered)

@@ -490,10 +490,23 @@ def test_a_stuck_rank_becomes_an_error_naming_it(tmp_path):
         "5",
         "--out",
         str(tmp_path / "r"),
-        env={"DDPLAB_FAULT": "hang:rank=1:epoch=1:step=2"},
+        env={"DDPLAB_FAULT": "hang:rank=1:epoch=1:step=3"},
     )
     assert proc.returncode == 4, proc.stderr[-3000:]
-    assert "rank 1 did not reach the collective within dist.timeout_s=5 s" in proc.stderr.strip().splitlines()[-1]
+    # The one line says which collective rank 1 never entered (step 3's gradient all-reduce: ddplab's count of the
+    # collectives every rank entered) and where rank 1 is, from its own answer; its stacks are in RUN/hang/.
+    last = proc.stderr.strip().splitlines()[-1]
+    said = re.search(
+        r"rank 1 did not reach the collective within dist.timeout_s=5 s: it never entered all-reduce #(\d+) "
+        r"\(bucket 1 of 1, [\d.]+ KiB\) and is in ddplab/faults.py:\d+ maybe_inject; stacks in (.+)/hang/; the last "
+        r"checkpoint is kept$",
+        last,
+    )
+    assert said and said[2] == str(tmp_path / "r"), last
+    stuck, waiting = (tmp_path / "r" / "hang" / f"rank-{r}.txt" for r in (1, 0))
+    assert "in maybe_inject" in stuck.read_text() and "time.sleep(3600)" in stuck.read_text()
+    assert f"all-reduce #{said[1]} (bucket 1 of 1" in waiting.read_text()
+    assert f"all-reduce #{said[1]} " not in stuck.read_text()
     # Nothing but ddplab's own lines: no Gloo barrier log, no launcher SIGTERM/SIGKILL chatter.
     assert [line for line in proc.stderr.splitlines() if not re.match(r"\d\d:\d\d:\d\d \[rank \d\] ", line)] == [
         proc.stderr.strip().splitlines()[-1]
@@ -528,6 +541,9 @@ def test_a_stopped_rank_is_named_and_ended_without_the_launchers_long_wait(tmp_p
     last = proc.stderr.strip().splitlines()[-1]
     assert f"rank {rank} did not reach the collective within dist.timeout_s=5 s" in last, proc.stderr[-3000:]
     assert "forcefully exiting" not in proc.stderr and "Timed out" not in last, proc.stderr[-3000:]
+    # Frozen, it cannot answer where it is: said so; the rank that timed out left its stacks.
+    assert ": it did not answer (stopped, or its host cut off); stacks in " in last, last
+    assert sorted(p.name for p in (tmp_path / "r" / "hang").iterdir()) == [f"rank-{1 - rank}.txt"]
 
 
 def test_ddp_knobs_run(ddp_run, tmp_path):
@@ -883,21 +899,7 @@ def test_a_slow_rank_shows_as_a_straggler_in_ddps_own_timers_in_its_epoch_only(t
     from ddplab.report.figures import communication
 
     out = tmp_path / "slow"
-    ddplab(
-        "--strategy",
-        "ddp",
-        "--nproc",
-        "2",
-        "--backend",
-        "gloo",
-        "--batch-size",
-        "16",
-        "--epochs",
-        "3",
-        "--out",
-        str(out),
-        env={"DDPLAB_FAULT": "slow:rank=1:epoch=2:ms=40"},
-    )
+    two_gloo_ranks(out, "--batch-size", "16", "--epochs", "3", env={"DDPLAB_FAULT": "slow:rank=1:epoch=2:ms=40"})
     records = read_epochs(out / "metrics.jsonl")
     for record in records:
         assert all(len(record.per_rank[k]) == 2 and None not in record.per_rank[k] for k in compat.DDP_TIMINGS), record
@@ -919,21 +921,7 @@ def test_a_rank_slow_every_step_is_named_in_the_log_and_the_summary_and_equal_ra
     import re
 
     out = tmp_path / "slow"
-    ddplab(
-        "--strategy",
-        "ddp",
-        "--nproc",
-        "2",
-        "--backend",
-        "gloo",
-        "--batch-size",
-        "8",
-        "--epochs",
-        "2",
-        "--out",
-        str(out),
-        env={"DDPLAB_FAULT": "slow:rank=1:ms=15"},
-    )
+    two_gloo_ranks(out, "--batch-size", "8", "--epochs", "2", env={"DDPLAB_FAULT": "slow:rank=1:ms=15"})
     lines = re.findall(r"straggler at epoch (\d+): rank (\d+): slowest in (\d+)% of the last (\d+) steps", read(out))
     assert len(lines) == 1 and lines[0][:2] == ("2", "1") and int(lines[0][2]) >= 90 and lines[0][3] == "32", lines
     said = json.loads((out / "summary.json").read_text())["stragglers"]
@@ -945,6 +933,10 @@ def test_a_rank_slow_every_step_is_named_in_the_log_and_the_summary_and_equal_ra
         assert joined[1] > joined[0] + 0.012, joined  # the 15 ms sleep, less the noise of a 2-core machine
     equal = json.loads((ddp_run / "summary.json").read_text())["stragglers"]
     assert equal["verdict"] == "noise" and "straggler at" not in read(ddp_run)
+
+
+def two_gloo_ranks(out: Path, *args: str, env: dict[str, str] | None = None):
+    return ddplab("--strategy", "ddp", "--nproc", "2", "--backend", "gloo", *args, "--out", str(out), env=env)
 
 
 def read(run_dir: Path) -> str:

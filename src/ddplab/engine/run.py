@@ -24,6 +24,7 @@ from ddplab.data.augment import AugmentSpec
 from ddplab.data.datasets import load_dataset, make_splits
 from ddplab.data.loader import DeviceLoader
 from ddplab.distributed import DistContext, distributed_context, dp_device_ids, wrap_model
+from ddplab.engine import hang
 from ddplab.engine.clocks import StepClocks
 from ddplab.engine.makedir import prepare_run_dir
 from ddplab.engine.optim import build_optimizer, build_scheduler
@@ -65,6 +66,7 @@ def run(plan: RunPlan) -> RunResult:
         torch_settings_restored(),
         logsetup.restored(),
         distributed_context(plan.config, plan.place) as ctx,
+        hang.responding(ctx, plan.run_dir),  # where this rank is, should a collective hang
         memory_errors(plan.config, ctx),
     ):
         return train_in_group(plan, ctx, start)
@@ -158,7 +160,7 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
         sinks.close(exc)  # a tracker ends its run as failed or stopped
         # Gloo/NCCL report a timed-out or broken collective as RuntimeError
         if isinstance(exc, RuntimeError) and ctx.is_distributed and not is_out_of_memory(exc):
-            raise collective_failure(exc, config, ctx) from exc
+            raise collective_failure(exc, config, ctx, run_dir) from exc
         raise
     summary = build_summary(
         config,
@@ -209,18 +211,21 @@ MISSING_RANKS_WAIT_S = 10
 COLLATERAL_WAIT_S = 0.5
 
 
-def collective_failure(exc: Exception, config: RunConfig, ctx: DistContext) -> Exception:
+def collective_failure(exc: Exception, config: RunConfig, ctx: DistContext, run_dir: Path) -> Exception:
     """A collective failed or timed out: find out, and say, which ranks never arrived."""
     # The ranks still alive timed out in the same collective, within moments of each other.
     missing = ctx.missing_ranks(
         timeout_s=min(MISSING_RANKS_WAIT_S, config.dist.timeout_s), quiet=not config.output.debug
     )
+    answers = hang.ask(ctx) if missing else {}  # every rank that can still answer: where it is (engine/hang.py)
     time.sleep(COLLATERAL_WAIT_S)
     if missing:
         who = ", ".join(f"{rank}{ctx.on_host(rank)}" for rank in missing)
+        said = hang.clause(answers, missing, ctx, run_dir)
         return TrainingError(
-            f"rank {who} did not reach the collective within dist.timeout_s={config.dist.timeout_s} s "
-            "(stuck or far slower than the others); the last checkpoint is kept"
+            f"rank {who} did not reach the collective within dist.timeout_s={config.dist.timeout_s} s"
+            + (said or " (stuck or far slower than the others)")
+            + "; the last checkpoint is kept"
         )
     return exc
 
@@ -259,7 +264,7 @@ def build_trainer(
     maybe_fuse_conv_relu(model, config, ctx.device)
     graphs, graphs_said = config.cuda_graphs_on(ctx.device.type)
     clocks = StepClocks(ctx.device)  # a captured step runs no comm hook: its ranks' join times go unmeasured
-    wrapped = wrap_model(model, config, ctx, on_joined=None if graphs else clocks.joined)
+    wrapped = wrap_model(model, config, ctx, on_joined=clocks.joined)
     train_loader, eval_loader, train_eval_loader = build_loaders(config, ctx, train_set, eval_set)
     if len(train_loader) == 0:
         raise ConfigError(
