@@ -9,6 +9,7 @@ Needs root and iproute2 (CI runs as root); skipped with the reason elsewhere.
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -495,3 +496,67 @@ def test_the_rendezvous_hosts_link_cut_while_it_writes_a_checkpoint_keeps_a_whol
     hosts.set_link(cluster, 0, "up")
     resume(cluster, tmp_path / "run")
     assert_same_run(tmp_path / "run", reference(2, 3))
+
+
+PERIOD_US = 5000  # the CFS period of a capped host: 5 ms (the default 100 ms holds a 10 ms step back in bursts)
+
+
+@contextlib.contextmanager
+def cpu_capped(share: float):
+    """A CPU cgroup capped at `share` of one core (cgroup v2's cpu.max, or v1's CFS quota), as a noisy neighbour
+    or a smaller instance would leave a host: yields a function that moves processes into it. Its period is short
+    (PERIOD_US), so that a step of a few ms is slowed evenly, not run at full speed until the quota is spent and
+    then held. Skipped where this machine has no CPU controller to write to."""
+    v2, v1 = Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/cpu")
+    name = f"ddplab-test-{uuid.uuid4().hex[:8]}"
+    if (v2 / "cgroup.controllers").is_file() and "cpu" in (v2 / "cgroup.controllers").read_text().split():
+        group = v2 / name
+        group.mkdir()
+        (v2 / "cgroup.subtree_control").write_text("+cpu")
+        (group / "cpu.max").write_text(f"{int(share * PERIOD_US)} {PERIOD_US}")
+    elif (v1 / "cpu.cfs_quota_us").is_file():
+        group = v1 / name
+        group.mkdir()
+        (group / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+        (group / "cpu.cfs_quota_us").write_text(str(int(share * PERIOD_US)))
+    else:
+        tiers.skip("root", "no CPU cgroup controller to cap a host's processes with")
+
+    def move(pids):
+        for pid in pids:
+            with contextlib.suppress(OSError):  # ended meanwhile
+                (group / "cgroup.procs").write_text(str(pid))
+
+    try:
+        yield move
+    finally:
+        for _ in range(100):  # its processes gone, the group can go
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+def test_a_host_slowed_from_outside_is_named_as_the_straggler_with_its_address(make_cluster, tmp_path):
+    """Host 1's processes held to a quarter of a core from outside ddplab (a CPU cgroup, from its first epoch's end
+    on): its rank joins the all-reduce last in nearly every step, and the log, summary.json and the report's row
+    name it by its host's address; no fault hook inside ddplab is involved, so nothing could name itself."""
+    from ddplab.report.figures import straggler
+
+    cluster = make_cluster(2, "1gbit")
+    with cpu_capped(0.25) as move:
+        nodes = Nodes(cluster, tmp_path / "run", epochs=5, extra=["--batch-size", "4", "--dist.timeout_s", "60"])
+        nodes.wait_for_epochs(1)
+        move(hosts.processes_in(cluster.host(1)))
+        results = nodes.finish()
+    assert [code for code, _ in results.values()] == [0, 0], {i: e[-2000:] for i, (_, e) in results.items()}
+    slow = cluster.address(1)
+    log = (tmp_path / "run" / "train.log").read_text()
+    lines = re.findall(rf"straggler at epoch \d: rank (\d) on {re.escape(slow)}: slowest in (\d+)% of the last", log)
+    assert len(lines) == 1 and int(lines[0][1]) >= 75 and log.count("straggler at") == 1, log[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    found = summary["stragglers"]["straggler"]
+    assert summary["stragglers"]["verdict"] == "chronic" and found["host"] == slow, summary["stragglers"]
+    assert found["ranks"] == [int(lines[0][0])] and found["slower"] > 0.3
+    assert straggler(summary).startswith(f"rank {lines[0][0]} on host {slow}, chronically ")

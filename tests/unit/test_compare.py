@@ -82,3 +82,31 @@ def test_compare_command_prints_table_and_refuses_non_runs(tmp_path, capsys):
     (tmp_path / "started" / "metrics.jsonl").write_text(epoch_line(1))
     assert main(["compare", str(tmp_path / "started")]) == 2
     assert "after 1 epoch" in capsys.readouterr().err
+
+
+def test_compare_shows_each_runs_slowest_rank_and_names_a_chronic_straggler(tmp_path):
+    import json
+
+    even = write_run(tmp_path / "even", strategy="ddp", nproc=2)
+    slow = write_run(tmp_path / "slow", strategy="ddp", nproc=2)
+    for folder, stragglers in (
+        (even, {"verdict": "noise", "spread_cv": 0.02, "straggler": None, "last_share": [0.55, 0.45], "said": "x"}),
+        (
+            slow,
+            {
+                "verdict": "chronic",
+                "spread_cv": 0.02,
+                "straggler": {"ranks": [1], "host": "10.211.0.2", "last_share": 0.97, "slower": 0.38},
+                "last_share": [0.03, 0.97],
+                "said": "x",
+            },
+        ),
+    ):
+        summary = json.loads((folder / "summary.json").read_text())
+        (folder / "summary.json").write_text(json.dumps({**summary, "stragglers": stragglers}))
+    rows = {r["run"]: r for r in scaling_rows([finished_run(even), finished_run(slow)])}
+    assert rows["even"]["slowest"] == "0 (55%)" and rows["slow"]["slowest"] == "1 (97%)"
+    text = format_rows(list(rows.values()))
+    assert "slowest rank" in text.splitlines()[0]
+    assert "straggler in slow: rank 1 on host 10.211.0.2, chronically 38% slower" in text
+    assert "straggler in even" not in text

@@ -498,3 +498,23 @@ def test_a_cpu_prediction_above_its_ideal_says_why_and_one_below_says_nothing():
     large = model.predict_one(costs, 2, 1, 512, free)
     assert f"{large.efficiency:.0%}" == "100%" and model.above_ideal(costs, large) is None
     assert "report it as a bug" in model.above_ideal(dataclasses.replace(costs, on_cuda=True), small)
+
+
+def test_a_run_of_several_ranks_gives_the_planner_its_own_measured_spread_and_one_rank_keeps_the_fitted(tmp_path):
+    """STRAGGLER from the run's step clocks (summary.json's stragglers.spread_cv): on CUDA a GPU's spread where
+    the run ran on one node, a node's where it ran across nodes; a one-rank run keeps the published constants and
+    the plan says which it used."""
+    run_dir = write_run(tmp_path / "r", batch=50, device="cuda", strategy="ddp", nproc=2)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary["stragglers"] = {"verdict": "noise", "spread_cv": 0.012, "straggler": None, "last_share": [], "said": "x"}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    costs = costs_of(run_dir)
+    assert (costs.step_cv, costs.node_cv) == (0.012, model.NODE_STEP_CV)
+    assert costs.measured["spread_from"]["gpu"] == "measured: this run's 2 ranks' step clocks"
+    assert costs.measured["spread_from"]["node"].startswith("fitted to the published figures")
+    one = costs_of(write_run(tmp_path / "one", batch=50, device="cuda"))
+    assert (one.step_cv, one.node_cv) == (model.GPU_STEP_CV, model.NODE_STEP_CV)
+    assert one.measured["spread_from"]["gpu"].startswith("fitted")
+    across = model.measured_spread(summary, True, 2, None, 2)  # the same run across two nodes: a node's spread
+    assert across == (model.Spread(model.GPU_STEP_CV, 0.012), {"gpu": across[1]["gpu"], "node": across[1]["node"]})
+    assert across[1]["node"].startswith("measured") and across[1]["gpu"].startswith("fitted")

@@ -38,6 +38,7 @@ def test_a_rank_slower_every_step_is_named_with_its_share_and_gap():
         [f["joined_median_s"] for f in figures],
         [f["joined_mad_s"] for f in figures],
         ["", "", "", ""],
+        100,
     )
     assert verdict == "chronic" and who is not None and who.ranks == (2,) and who.host is None
     assert who.last_share == 1.0 and who.slower == pytest.approx(0.25)
@@ -48,21 +49,24 @@ def test_a_rank_slower_every_step_is_named_with_its_share_and_gap():
 
 
 def test_ranks_of_equal_speed_name_no_one():
-    verdict, who = judge([0.26, 0.24, 0.25, 0.25], [0.010, 0.0101, 0.0099, 0.010], [0.001] * 4, [""] * 4)
+    verdict, who = judge([0.26, 0.24, 0.25, 0.25], [0.010, 0.0101, 0.0099, 0.010], [0.001] * 4, [""] * 4, 100)
     assert (verdict, who) == ("noise", None)
     # last in most steps, but by less than the others' noise: still no one
-    assert judge([0.9, 0.1], [0.0102, 0.0100], [0.001, 0.001], ["", ""]) == ("noise", None)
-    assert judge([1.0], [0.01], [0.0], [""]) == ("unmeasured", None)
-    assert judge([math.nan, math.nan], [math.nan, math.nan], [math.nan, math.nan], ["", ""])[0] == "unmeasured"
+    assert judge([0.9, 0.1], [0.0102, 0.0100], [0.001, 0.001], ["", ""], 100) == ("noise", None)  # under MIN_GAP
+    # 0.0015 s later in 90% of the steps: beyond MIN_GAP; beyond the medians' noise over 400 steps, not over 20
+    assert judge([0.9, 0.1], [0.0115, 0.0100], [0.002, 0.002], ["", ""], 400)[0] == "chronic"
+    assert judge([0.9, 0.1], [0.0115, 0.0100], [0.002, 0.002], ["", ""], 20) == ("noise", None)
+    assert judge([1.0], [0.01], [0.0], [""], 100) == ("unmeasured", None)
+    assert judge([math.nan, math.nan], [math.nan, math.nan], [math.nan, math.nan], ["", ""], 100)[0] == "unmeasured"
 
 
 def test_a_hosts_ranks_late_together_are_named_as_the_host():
     hosts = ["10.0.0.1", "10.0.0.1", "10.0.0.2", "10.0.0.2"]
-    verdict, who = judge([0.05, 0.05, 0.5, 0.4], [0.010, 0.010, 0.013, 0.013], [0.0005] * 4, hosts)
+    verdict, who = judge([0.05, 0.05, 0.5, 0.4], [0.010, 0.010, 0.013, 0.013], [0.0005] * 4, hosts, 100)
     assert verdict == "chronic" and who is not None and who.ranks == (2, 3) and who.host == "10.0.0.2"
     assert who.who() == "ranks 2, 3 on 10.0.0.2" and who.last_share == pytest.approx(0.9)
     # one rank of a host slow alone: that rank, with its host
-    verdict, who = judge([0.05, 0.05, 0.85, 0.05], [0.010, 0.010, 0.013, 0.010], [0.0005] * 4, hosts)
+    verdict, who = judge([0.05, 0.05, 0.85, 0.05], [0.010, 0.010, 0.013, 0.010], [0.0005] * 4, hosts, 100)
     assert who is not None and who.who() == "rank 2 on 10.0.0.2"
 
 
@@ -87,7 +91,7 @@ def test_the_runs_verdict_reads_its_epochs_as_metrics_jsonl_holds_them():
         {"last_share": [0.0, 1.0], "joined_median_s": [0.010, 0.014], "joined_mad_s": [0.0005, 0.0004]},
         {"cpu_s": [1.0, 1.0]},  # an epoch from before the clocks: left out
     ]
-    verdict = run_verdict(epochs, ["", ""])
+    verdict = run_verdict(epochs, ["", ""], steps=64)
     assert verdict["verdict"] == "chronic" and verdict["straggler"]["ranks"] == [1]
     assert verdict["last_share"] == [0.05, 0.95]
     assert verdict["said"].startswith("rank 1: slowest in 95% of the steps")
@@ -112,3 +116,13 @@ def test_the_step_clocks_count_a_ranks_work_from_the_last_release_to_its_next_jo
     assert joined_s[0] == marks[0][1] - marks[0][0]  # an epoch's first step: from its own start
     assert joined_s[1:3] == [marks[i][1] - marks[i - 1][2] for i in (1, 2)]  # from the previous release
     assert math.isnan(joined_s[3]) and clocks.take() == ([], [])
+
+
+def test_the_spread_between_ranks_leaves_out_a_ranks_steady_offset():
+    from ddplab.metrics.stragglers import spread
+
+    d = 0.001
+    swinging = [[0.010 + d, 0.010 - d] * 10, [0.010 - d, 0.010 + d] * 10]  # each step one early, one late
+    assert spread(swinging) == pytest.approx(math.sqrt(2) * d / 0.010)
+    assert spread([[0.010] * 20, [0.014] * 20]) == 0.0  # a slow rank is who, not noise
+    assert math.isnan(spread([[0.010] * 20])) and math.isnan(spread([[math.nan] * 3, [math.nan] * 3]))

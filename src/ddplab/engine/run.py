@@ -172,7 +172,10 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
         profile=profiler.result() if profiler is not None else None,
         tracking=sinks.tracking(),
         stragglers_found=stragglers.run_verdict(  # type: ignore[arg-type]
-            [r.per_rank for r in state.history], ctx.hosts or [""] * ctx.world_size
+            [r.per_rank for r in state.history],
+            ctx.hosts or [""] * ctx.world_size,
+            [r.join_spread_share for r in state.history],
+            steps=state.step,
         ),
     )
     try:

@@ -164,7 +164,7 @@ class Trainer:
         train = self.train_epoch(epoch)
         train_s = clock.stop()
         readings.training_ended()
-        clocks = self.rank_clocks(epoch)
+        clocks, spread = self.rank_clocks(epoch)
         phases: dict[str, Any] = {}
         ddp: dict[str, float] = {}
         if train.phases is not None:  # the communication probe runs outside the epoch's clock
@@ -193,6 +193,7 @@ class Trainer:
             train_s=train_s,
             eval_s=eval_s,
             images_per_s=train.count / train_s if train_s > 0 else 0.0,
+            join_spread_share=spread,
             **phases,
             **machine.load,
             **machine.memory,
@@ -210,9 +211,9 @@ class Trainer:
         )
         return record, {"steps": steps, "gpu": machine.gpu_rows}
 
-    def rank_clocks(self, epoch: int) -> dict[str, list[float | None]]:
-        """Every rank's step clocks over the epoch (one gather of two floats a step), as per-rank figures; rank 0
-        says a chronic straggler the first time its window of steps shows one."""
+    def rank_clocks(self, epoch: int) -> tuple[dict[str, list[float | None]], float | None]:
+        """Every rank's step clocks over the epoch (one gather of two floats a step), as per-rank figures, and the
+        spread between the ranks; rank 0 says a chronic straggler the first time its window of steps shows one."""
         step_s, joined_s = self.clocks.take()
         steps = len(step_s)
         table = self.ctx.all_gather_floats(step_s + joined_s)
@@ -221,7 +222,9 @@ class Trainer:
         figures = [stragglers.clock_figures(row[:steps], joined[r], last[r]) for r, row in enumerate(table)]
         if self.window is not None and (who := self.window.add(joined)) is not None:
             log.warning("straggler at epoch %d: %s", epoch, who.line(f"the last {who.steps} steps"))
-        return {name: [f[name] if f[name] == f[name] else None for f in figures] for name in figures[0]}
+        spread = stragglers.spread(joined)
+        per_rank = {name: [f[name] if f[name] == f[name] else None for f in figures] for name in figures[0]}
+        return per_rank, spread if spread == spread else None
 
     def per_rank(self, **values: float) -> dict[str, list[float | None]]:
         """Each rank's own figures, gathered (one collective per epoch), by name."""

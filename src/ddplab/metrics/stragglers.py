@@ -6,15 +6,17 @@ first all-reduce, counted from the start of its step (data, forward and backward
 `joined_s`); ranks start a step together, as the previous step's all-reduce released them. The rank that joined
 last in a step is that step's slowest.
 
-A rank is a chronic straggler when it joined last in most steps (CHRONIC_SHARE; more than chance would give it)
-and its median join time is beyond the others' noise (their spread, and at least MIN_GAP of their median); a
-host whose ranks are all late together is named as the host. A different slowest rank each step is noise, and
+A rank is a chronic straggler when it joined last in most steps (chronic_share; more than chance would give it)
+and its median join time is beyond the others' by more than noise (NOISE_SES standard errors of a median over the
+steps judged, from the ranks' spreads) and by at least MIN_GAP of theirs; a host whose ranks are all late
+together is named as the host. A different slowest rank each step is noise, and
 said so. The same rule reads a window of steps live (the log line, the first time it holds) and the run's epochs
 at the end (summary.json's `stragglers`).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -23,7 +25,8 @@ from dataclasses import dataclass
 WINDOW_STEPS = 200  # the live view: the last this many optimizer steps
 MIN_STEPS = 20  # fewer steps than this in a window say nothing yet
 MIN_GAP = 0.05  # a straggler's median join time is at least this much above the others' median
-NOISE_MADS = 3.0  # ... and above it by this many of the others' median absolute deviations
+NOISE_SES = 3.0  # ... and by this many standard errors of a median over the steps judged
+MAD_TO_SE = 1.4826 * 1.2533  # a median's standard error, sigma * 1.2533 / sqrt(n), with sigma = 1.4826 * MAD
 
 
 def chronic_share(ranks: int) -> float:
@@ -61,6 +64,26 @@ def last_to_join(joined_by_rank: Sequence[Sequence[float]]) -> list[list[bool]]:
     return out
 
 
+def spread(joined_by_rank: Sequence[Sequence[float]]) -> float:
+    """The spread between ranks, as the planner's STRAGGLER reads it: in each step, the standard deviation of the
+    ranks' join times around each rank's own median (a chronically slow rank's offset is taken out: that is
+    who, not noise), over their mean; the median over the steps. NaN with one rank or no join times."""
+    ranks = len(joined_by_rank)
+    if ranks < 2:
+        return float("nan")
+    medians = []
+    for row in joined_by_rank:
+        kept = [v for v in row if v == v]
+        medians.append(statistics.median(kept) if kept else float("nan"))
+    ratios = []
+    for column in zip(*joined_by_rank, strict=True):
+        if all(v == v for v in column) and all(m == m for m in medians):
+            mean = statistics.fmean(column)
+            if mean > 0:
+                ratios.append(statistics.stdev(v - m for v, m in zip(column, medians, strict=True)) / mean)
+    return statistics.median(ratios) if ratios else float("nan")
+
+
 @dataclass(frozen=True)
 class Straggler:
     """A chronic straggler: one rank, or the ranks of one host together."""
@@ -91,11 +114,16 @@ class Straggler:
 
 
 def judge(
-    last_share: Sequence[float], joined_median: Sequence[float], joined_mad: Sequence[float], hosts: Sequence[str]
+    last_share: Sequence[float],
+    joined_median: Sequence[float],
+    joined_mad: Sequence[float],
+    hosts: Sequence[str],
+    steps: int,
 ) -> tuple[str, Straggler | None]:
     """("chronic", who); ("noise", None): a different slowest rank from step to step, or one that is last often
-    but within the others' noise; ("unmeasured", None): one rank, or no join times. A host's ranks together first
-    (where the run spans hosts and one holds several ranks), then single ranks."""
+    but not later than noise or MIN_GAP; ("unmeasured", None): one rank, or no join times. A host's ranks together
+    first (where the run spans hosts and one holds several ranks), then single ranks. `steps`: how many steps the
+    figures are over (a median's noise shrinks with them)."""
     ranks = len(last_share)
     if ranks < 2 or any(v != v for v in (*last_share, *joined_median)):
         return "unmeasured", None
@@ -114,10 +142,10 @@ def judge(
             continue
         others = [r for r in range(ranks) if r not in group]
         theirs = statistics.median(joined_median[r] for r in others)
-        spreads = [joined_mad[r] for r in others if joined_mad[r] == joined_mad[r]]
-        noise = statistics.median(spreads) if spreads else 0.0
+        spreads = [m for m in joined_mad if m == m]
+        noise = NOISE_SES * MAD_TO_SE * statistics.median(spreads) / math.sqrt(max(1, steps)) if spreads else 0.0
         mine = min(joined_median[r] for r in group)
-        if theirs > 0 and mine - theirs > max(NOISE_MADS * noise, MIN_GAP * theirs):
+        if theirs > 0 and mine - theirs > max(noise, MIN_GAP * theirs):
             return "chronic", Straggler(group, hosts[group[0]] if spans_hosts else None, share, mine / theirs - 1, 0)
     return "noise", None
 
@@ -146,6 +174,7 @@ class Window:
             [f["joined_median_s"] for f in figures],
             [f["joined_mad_s"] for f in figures],
             self.hosts,
+            len(self.rows),
         )
         if verdict != "chronic" or who is None or who.ranks == self.named:
             return None
@@ -153,9 +182,15 @@ class Window:
         return Straggler(who.ranks, who.host, who.last_share, who.slower, len(self.rows))
 
 
-def run_verdict(per_rank_epochs: Sequence[Mapping[str, Sequence[float | None]]], hosts: Sequence[str]) -> dict:
+def run_verdict(
+    per_rank_epochs: Sequence[Mapping[str, Sequence[float | None]]],
+    hosts: Sequence[str],
+    spreads: Sequence[float | None] = (),
+    steps: int = 1,
+) -> dict:
     """summary.json's `stragglers`: the rule over the run's epochs (each epoch's per-rank figures, as
-    metrics.jsonl holds them): shares averaged, medians and spreads the median of the epochs'."""
+    metrics.jsonl holds them): shares averaged, medians and spreads the median of the epochs'; and the spread
+    between ranks (`spreads`, each epoch's), the median of the epochs', for the planner."""
 
     def column(name: str, how) -> list[float]:
         rows = [e[name] for e in per_rank_epochs if name in e]
@@ -168,7 +203,7 @@ def run_verdict(per_rank_epochs: Sequence[Mapping[str, Sequence[float | None]]],
 
     share = column("last_share", statistics.fmean)
     verdict, who = judge(
-        share, column("joined_median_s", statistics.median), column("joined_mad_s", statistics.median), hosts
+        share, column("joined_median_s", statistics.median), column("joined_mad_s", statistics.median), hosts, steps
     )
     if who is not None:
         said = (
@@ -179,8 +214,10 @@ def run_verdict(per_rank_epochs: Sequence[Mapping[str, Sequence[float | None]]],
         said = "no rank was chronically slowest (a different one from step to step): noise, no straggler"
     else:
         said = "not measured (one rank, or no DDP all-reduce to time)"
+    measured = [float(v) for v in spreads if v is not None and v == v]
     return {
         "verdict": verdict,
+        "spread_cv": round(statistics.median(measured), 5) if measured else None,
         "straggler": who.to_json() if who is not None else None,
         "last_share": [round(s, 4) if s == s else None for s in share],
         "said": said,

@@ -72,6 +72,11 @@ def predict_run(
         f"{m['device']}, {m['step_s'] * 1e3:,.1f} ms a step; link {link_text(within)}"
         + (f", between nodes {link_text(between)}" if between else "")
     )
+    said = m["spread_from"]
+    print(
+        f"  spread between ranks (STRAGGLER): {'a GPU' if costs.on_cuda else 'a step'}'s {costs.step_cv:.1%}, "
+        f"{said['gpu']}" + (f"; a node's {costs.node_cv:.1%}, {said['node']}" if costs.node_cv else "")
+    )
     print(
         f"  {'workers':>9} {'batch':>6} {'step ms':>9} {'comm ms':>8} {'exposed':>8} {'images/s':>10} "
         f"{'band':>15} {'speedup':>8} {'ideal':>6} {'efficiency':>10}"

@@ -112,7 +112,7 @@ import functools
 import math
 import statistics
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ddplab.errors import DataError
 from ddplab.planner.links import Link, MeasuredLinks
@@ -255,6 +255,7 @@ def step_costs(
     if phases > train:  # TIMED_STEPS: the synchronized steps' phases overstate the step they were scaled to
         data, compute, comm, optimizer = (x * train / phases for x in (data, compute, comm, optimizer))
     rest = max(train - data - compute - comm - optimizer, 0.0)
+    spreads, spread_from = measured_spread(summary, on_cuda, run["world_size"] // per_node, clock, len(epochs))
     return StepCosts(
         data_per_image_s=data / images / share,
         compute_per_image_s=compute / images / share,
@@ -269,8 +270,8 @@ def step_costs(
         ddp_floor_s=ddp_work_s(layers) if on_cuda and run["world_size"] > 1 else 0.0,
         measured_batch=int(batch["local"]),
         device_share=device_share(summary, train / steps) if on_cuda else 1.0,
-        step_cv=GPU_STEP_CV if on_cuda else step_spread(clock or [], len(epochs)),
-        node_cv=NODE_STEP_CV if on_cuda else 0.0,
+        step_cv=spreads.gpu,
+        node_cv=spreads.node,
         bucket_cap_mb=float(config.get("dist.bucket_cap_mb", 25.0)),
         on_cuda=on_cuda,
         measured={
@@ -283,6 +284,7 @@ def step_costs(
             "steps": steps,
             "step_s": statistics.fmean(r.train_s for r in timed) * len(timed) / steps,
             "comm_wait_s_per_step": comm / steps,
+            "spread_from": spread_from,
         },
     )
 
@@ -295,6 +297,29 @@ def device_share(summary: Summary, step_s: float) -> float:
     if not isinstance(busy, (int, float)) or not isinstance(profiled_ms, (int, float)) or step_s <= 0:
         return 1.0
     return min(1.0, busy * profiled_ms / 1e3 / step_s)
+
+
+def measured_spread(
+    summary: Summary, on_cuda: bool, nodes: int, clock: list[dict[str, Any]] | None, epochs: int
+) -> tuple[Spread, dict[str, str]]:
+    """STRAGGLER's spreads for a run, and where each came from. A run of two or more ranks measured the spread
+    between them (its step clocks: summary.json's stragglers.spread_cv): a GPU's, where it ran on one node, a
+    node's where it ran across nodes. What it did not measure: on CUDA the constants fitted to published figures
+    (GPU_STEP_CV, NODE_STEP_CV), on a CPU its own clock's refresh windows (a step's spread, for the nodes)."""
+    measured = cast(dict[str, Any], summary.get("stragglers") or {}).get("spread_cv")
+    ranks = summary["run"]["world_size"]
+    mine = f"measured: this run's {ranks} ranks' step clocks"
+    fitted = "fitted to the published figures (planner/figures)"
+    if on_cuda:
+        gpu, node = (GPU_STEP_CV, fitted), (NODE_STEP_CV, fitted)
+    else:
+        gpu, node = (step_spread(clock or [], epochs), "this run's clock between progress refreshes"), (0.0, "none")
+    if isinstance(measured, (int, float)) and ranks > 1:
+        if on_cuda and nodes > 1:
+            node = (float(measured), mine)
+        elif on_cuda or nodes > 1:  # on a CPU the spread is the nodes' (one node's processes share its cores)
+            gpu = (float(measured), mine)
+    return Spread(gpu[0], node[0]), {"gpu": gpu[1], "node": node[1]}
 
 
 def step_spread(steps: list[dict[str, Any]], epochs: int) -> float:

@@ -43,6 +43,7 @@ def columns() -> list[tables.Column]:
         ("speedup", lambda r: "baseline" if r.get("is_baseline") else tables.times(r["speedup"])),
         ("of ideal", lambda r: tables.percent(r["efficiency"], 0)),
         *[(title, lambda r, k=k: tables.pm(r, k, tables.percent_value)) for k, title in shares.items()],
+        ("slowest rank", lambda r: str(r.get("slowest") or "-")),
         ("other load", tables.load_cell),
         ("peak MiB", lambda r: tables.pm(r, "peak_mib", tables.mib)),
     ]
@@ -61,6 +62,9 @@ def format_rows(rows: list[Row]) -> str:
         if base
         else "no run has training times to scale against"
     )
+    for r in rows:
+        if r.get("straggler") not in (None, "mixed"):
+            lines.append(f"straggler in {r['run']}: {r['straggler']}")
     contended = [r["run"] for r in rows if r.get("load") is not None and r["load"].contended]
     if contended:
         lines.append(f"unreliable clocks: {', '.join(contended)} shared the machine with other work while training")

@@ -51,6 +51,7 @@ TEXT = (
     "gap_basis",
     "torch",
     "straggler",
+    "slowest",
 )
 SETTINGS = ("world_size", "nodes", "local_batch", "global_batch", "accumulate", "train_images", "test_images")
 MEASURED = (
@@ -127,6 +128,7 @@ def run_figures(run: Run) -> Row:
         "device_name": run.env.get("device_name") or s["run"]["device"],
         "torch": run.env.get("torch") or "?",
         "straggler": straggler(s),
+        "slowest": slowest(s),
         "backend": s["run"].get("backend")
         or backend(s["run"]["strategy"], run.config.get("dist.backend", "auto"), s["run"]["device"]),
         "memory_label": label,
@@ -247,6 +249,16 @@ def straggler(summary: Summary) -> str | None:
     ranks, host = found.get("ranks") or [], found.get("host")
     who = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
     return f"{who}{f' on host {host}' if host else ''}, chronically {found.get('slower', 0):.0%} slower"
+
+
+def slowest(summary: Summary) -> str | None:
+    """The rank that joined the all-reduce last in the most steps, with that share ("1 (97%)"): who was slowest,
+    chronic or not; None with one rank, or before the step clocks."""
+    shares = cast(dict[str, Any], summary.get("stragglers") or {}).get("last_share") or []
+    if len(shares) < 2 or not all(isinstance(v, (int, float)) for v in shares):
+        return None
+    rank = max(range(len(shares)), key=shares.__getitem__)
+    return f"{rank} ({shares[rank]:.0%})"
 
 
 def backend(strategy: str, requested: str, device: str) -> str:

@@ -109,6 +109,7 @@ class Row(TypedDict, total=False):
     gap_basis: Any
     torch: Any
     straggler: Any  # the run's chronic straggler, said (figures.straggler)
+    slowest: Any  # the rank last to join in the most steps, and its share (figures.slowest)
     world_size: Any
     nodes: Any
     local_batch: Any

@@ -60,6 +60,8 @@ class EpochRecord:
     cpu_pressure_share: float | None = None
     load_avg_1m: float | None = None
     gpu_other_processes: int | None = None
+    # The spread between the ranks' join times (metrics/stragglers.spread): None with one rank
+    join_spread_share: float | None = None
     # Peak memory: resident set on CPU, allocated and reserved on CUDA, per GPU under DataParallel
     peak_rss_mib: float | None = None
     peak_alloc_mib: float | None = None

@@ -161,13 +161,21 @@ class RankFigures(TypedDict, total=False):
 
 class StragglersPart(TypedDict):
     verdict: Annotated[str, one_of("chronic", "noise", "unmeasured")]
+    # the spread between ranks' join times (metrics/stragglers.spread): what `ddplab plan` takes for STRAGGLER
+    spread_cv: Annotated[float | None, number(0) | None]
     # the chronic straggler: {"ranks": [R, ...], "host": H | None, "last_share": S, "slower": F} (metrics/stragglers)
     straggler: Annotated[dict[str, Any] | None, TABLE | None]
     last_share: Annotated[list[float | None], list_of(number() | None)]
     said: Annotated[str, TEXT]
 
 
-UNMEASURED: StragglersPart = {"verdict": "unmeasured", "straggler": None, "last_share": [], "said": "not measured"}
+UNMEASURED: StragglersPart = {
+    "verdict": "unmeasured",
+    "spread_cv": None,
+    "straggler": None,
+    "last_share": [],
+    "said": "not measured",
+}
 
 
 class TrackerPart(TypedDict, total=False):
