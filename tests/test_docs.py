@@ -25,3 +25,13 @@ def test_every_relative_link_leads_to_a_file_of_the_repository():
 def test_the_licence_pyproject_declares_is_in_the_repository():
     assert 'license = { text = "MIT" }' in (REPO / "pyproject.toml").read_text()
     assert (REPO / "LICENSE").read_text().startswith("MIT License")
+
+
+def test_the_readme_is_a_front_door_that_reaches_every_docs_page():
+    """README.md is what a newcomer reads in five minutes (at most about 300 lines); the rest is in docs/, every
+    page of which the README links."""
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300
+    linked = set(LINK.findall(readme))
+    pages = {f"docs/{p.name}" for p in (REPO / "docs").glob("*.md")}
+    assert pages and pages <= linked, f"docs pages the README does not link: {sorted(pages - linked)}"

@@ -44,7 +44,7 @@ ALLOWED: dict[str, set[str]] = {
     "kernels": {"io", "metrics", "models"},
     "engine": {
         "compat", "config", "data", "distributed", "errors", "faults", "io", "kernels", "log", "metrics", "models",
-        "rundir", "seeding",
+        "rundir", "seeding", "topology",
     },
     "planner": {"errors", "io", "rundir", "topology"},
     "sweepdir": {"config", "errors", "io", "metrics", "planner", "rundir"},

@@ -1,6 +1,6 @@
 """Where each module of src/ddplab is tested: `test_<module>.py` somewhere under tests/, or an entry of WHERE.
 
-README "Layout" says where a new test goes: tests/unit/test_<module>.py for what runs in one process,
+docs/architecture.md says where a new test goes: tests/unit/test_<module>.py for what runs in one process,
 tests/smoke/ for a command run as a user runs it, tests/distributed/ for several processes, tests/kernels/ for
 the GPU kernels. A module tested elsewhere (through a command, or with the modules it works with) names that
 place here, with a text the test file holds (the name it imports, or the test): a moved or renamed test that

@@ -18,7 +18,7 @@ from ddplab.errors import ConfigError
 
 MIN_TORCH = (2, 4)
 
-# What each newer API buys, and what a torch without it does instead (README: "Supported torch").
+# What each newer API buys, and what a torch without it does instead (docs/setup.md: "Supported torch").
 NEWER_APIS: dict[str, str] = {
     "LaunchConfig.shutdown_timeout": (
         "torch 2.12+: after Ctrl-C or SIGTERM the launcher waits at most 5 s for its workers before SIGKILL; older "

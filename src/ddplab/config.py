@@ -856,7 +856,7 @@ def _mpi_available() -> bool:
 
 
 def reference_markdown() -> str:
-    """The settings reference in the README, generated so the two cannot drift (tested)."""
+    """The settings reference (docs/configuration.md), generated so the two cannot drift (tested)."""
     out = []
     for section, cls in SECTIONS.items():
         out += [f"`[{section}]`", "", "| setting | default | meaning |", "|---|---|---|"]

@@ -1,4 +1,4 @@
-"""The error contract, one row per bad input or fault: README's promise, checked as a user meets it.
+"""The error contract, one row per bad input or fault: docs/contracts.md's promise, checked as a user meets it.
 
 Each row runs `python -m ddplab ...` in a fresh process, as a user would, and checks: the
 exit code (2 config, 3 data, 4 training, 5 file system, 0 when there is nothing wrong), the

@@ -634,7 +634,7 @@ def test_the_manifest_names_the_executor_that_prepared_the_folder_and_keeps_a_ne
 
 
 def test_every_field_the_manifest_is_written_with_is_declared_with_its_kind(tmp_path):
-    """manifest.json is declared once (sweep.folder's Entry, Manifest and SectionRecord, each field's type and kind):
+    """manifest.json is declared once (sweepdir.folder's Entry, Manifest and SectionRecord, each field's type and kind):
     what a manifest is written with has no field the declarations lack, and passes their checks."""
     from ddplab.sweepdir.folder import ENTRY, SECTION, TOP, Manifest
 

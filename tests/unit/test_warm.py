@@ -211,8 +211,9 @@ def test_a_command_whose_start_up_environment_differs_gets_a_server_of_its_own(t
 
 def test_a_ddplab_folder_in_the_working_directory_is_never_the_servers(tmp_path, monkeypatch, capfd):
     """A sweep started in a checkout's parent (a ddplab/ folder beside it) had the server import that folder: a
-    traceback from the server, every command cold. The working directory's modules are a command's own (README:
-    one the working directory would shadow is the server's); the child's sys.path[0] is still exec's."""
+    traceback from the server, every command cold. The working directory's modules are a command's own
+    (docs/warm-starts.md: one the working directory would shadow is the server's); the child's sys.path[0] is still
+    exec's."""
     (tmp_path / "ddplab").mkdir()
     (tmp_path / "ddplab" / "__init__.py").write_text("raise ImportError('the working directory s ddplab/')\n")
     monkeypatch.chdir(tmp_path)

@@ -205,6 +205,8 @@ class Trainer:
                     **{k: v for k, v in machine.memory.items() if not isinstance(v, list)},
                     **machine.gpu,
                     **ddp,
+                    # this rank's own data wait and exposed all-reduce wait, where the step is timed
+                    **{k: phases[k] for k in ("data_s", "comm_wait_s") if k in phases},
                 ),
                 **clocks,
             },

@@ -6,7 +6,7 @@ such a border yields is checked here before any arithmetic sees it: a missing fi
 type, zero where a count divides, NaN, 1e308 or a 400-digit integer is one DataError naming the
 file (or program) and the field, never a traceback or a `nan` in a table. Each file kind has one
 reader, which declares its fields with the kinds below (rundir/summary.read_summary, EpochRecord,
-planner/links.measurements, sweep/folder.SweepFolder.load, ...); README "Borders" says what each
+planner/links.measurements, sweepdir/folder.SweepFolder.load, ...); docs/contracts.md "Borders" says what each
 command does with a bad one. Torch-free.
 """
 

@@ -126,7 +126,7 @@ def side_records(path: Path, skipped: list[str]) -> list[dict[str, Any]]:
     """The records of a per-step or per-sample file (steps.jsonl, gpu.jsonl), none where it is absent. They only
     add to what a report shows, so each line stands alone: one that is not UTF-8, not JSON, not an object or
     holds values that are not numbers (or lists of them, or null) is left out and counted in `skipped`; the
-    run is still drawn (README "Borders"). An unreadable file is left out whole, said the same way."""
+    run is still drawn (docs/contracts.md, "Borders"). An unreadable file is left out whole, said the same way."""
 
     def number(v: Any) -> bool:
         return (
