@@ -119,3 +119,18 @@ def test_every_field_the_summary_is_written_with_is_declared_with_its_kind():
     SUMMARY.check(summary, "summary.json")
     assert SUMMARY.required[:3] == ("status", "run.dataset", "run.model") and "time.total_s" in SUMMARY.required
     assert "overfitting" not in SUMMARY.required and "time.eval_s" not in SUMMARY.required
+
+
+def test_each_ranks_step_clocks_are_medians_across_epochs_not_totals():
+    from ddplab.rundir.summary import per_rank_summary
+
+    history = [record(e, 0.5, 0.5, 1.0, [1.0, 1.0]) for e in (1, 2, 3)]
+    for r, (step, share) in zip(history, [(0.010, 0.9), (0.012, 0.8), (0.011, 1.0)], strict=True):
+        r.per_rank.update(
+            {"step_median_s": [step, step], "step_max_s": [3 * step, 2 * step], "last_share": [1 - share, share]}
+        )
+    history[0].per_rank["joined_median_s"] = [None, None]  # one rank: nothing to join
+    ranks = per_rank_summary(history)
+    assert ranks["step_median_s"]["per_rank"] == [0.011, 0.011] and ranks["step_max_s"]["per_rank"] == [0.036, 0.024]
+    assert ranks["last_share"]["per_rank"] == [pytest.approx(0.1), pytest.approx(0.9)]
+    assert "joined_median_s" not in ranks  # not measured on every rank: left out, never summed as zeros
