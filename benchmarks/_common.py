@@ -9,11 +9,13 @@ load on average; their ratio is then far steadier than either figure alone.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -40,6 +42,31 @@ from ddplab.launch import process  # noqa: E402
 from ddplab.metrics.system import machine  # noqa: E402
 from ddplab.rundir.epochs import EpochRecord, read_epochs  # noqa: E402
 from ddplab.rundir.summary import read_summary  # noqa: E402
+
+
+def step_device(name: str) -> torch.device:
+    """The device a step benchmark runs on: a CUDA device made current, cuDNN autotuning on."""
+    device = torch.device(name)
+    if device.type == "cuda":
+        device = torch.device("cuda", device.index or 0)
+        torch.cuda.set_device(device)
+        torch.backends.cudnn.benchmark = True
+    return device
+
+
+@contextlib.contextmanager
+def one_rank_group(device: torch.device) -> Iterator[None]:
+    """This process as the whole process group (NCCL on CUDA, Gloo on a CPU), destroyed at the end: DDP with one
+    rank, whose all-reduce moves nothing."""
+    import torch.distributed as dist
+
+    with tempfile.TemporaryDirectory() as tmp:
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, init_method=f"file://{tmp}/store", rank=0, world_size=1)
+        try:
+            yield
+        finally:
+            dist.destroy_process_group()
 
 
 def add_common_args(parser: argparse.ArgumentParser, name: str, *, repeats: int = 3) -> None:

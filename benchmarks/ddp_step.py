@@ -27,11 +27,9 @@ import argparse
 import copy
 import os
 import sys
-import tempfile
 
 import _common as common
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 NAME = "ddp_step"
@@ -63,12 +61,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if min(args.batches) < 1 or args.steps < 1:
         p.error("--batches and --steps must be >= 1")
     return args
-
-
-def one_rank_group(device: torch.device, tmp: str) -> None:
-    """This process as the whole group: NCCL on CUDA, Gloo on a CPU."""
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, init_method=f"file://{tmp}/store", rank=0, world_size=1)
 
 
 def stepper(model: torch.nn.Module, batch: int, device: torch.device):
@@ -116,29 +108,21 @@ def measure(name: str, batch: int, args: argparse.Namespace, device: torch.devic
 def main(argv=None) -> int:
     args = parse_args(argv)
     common.apply_threads(args.threads)
-    device = torch.device(args.device)
-    if device.type == "cuda":
-        device = torch.device("cuda", device.index or 0)
-        torch.cuda.set_device(device)
-        torch.backends.cudnn.benchmark = True
+    device = common.step_device(args.device)
     info = common.machine_info(args.device)
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        one_rank_group(device, tmp)
-        try:
-            for name in args.models:
-                for batch in args.batches:
-                    row = measure(name, batch, args, device)
-                    rows.append(row)
-                    m = row["median_s"]
-                    print(
-                        f"{name} batch {batch}: plain {m['plain'] * 1e3:.3f} ms, ddp {m['ddp'] * 1e3:.3f} ms "
-                        f"({row['ddp_adds_s'] * 1e3:+.3f} ms)",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-        finally:
-            dist.destroy_process_group()
+    with common.one_rank_group(device):
+        for name in args.models:
+            for batch in args.batches:
+                row = measure(name, batch, args, device)
+                rows.append(row)
+                m = row["median_s"]
+                print(
+                    f"{name} batch {batch}: plain {m['plain'] * 1e3:.3f} ms, ddp {m['ddp'] * 1e3:.3f} ms "
+                    f"({row['ddp_adds_s'] * 1e3:+.3f} ms)",
+                    file=sys.stderr,
+                    flush=True,
+                )
     for name in args.models:  # a step's time per image against the largest batch's (the planner's PER_IMAGE)
         mine = [r for r in rows if r["model"] == name]
         largest = max(mine, key=lambda r: r["batch"])

@@ -19,11 +19,9 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
-import tempfile
 
 import _common as common
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 NAME = "step_clocks"
@@ -108,30 +106,21 @@ def measure(name: str, batch: int, args: argparse.Namespace, device: torch.devic
 def main(argv=None) -> int:
     args = parse_args(argv)
     common.apply_threads(args.threads)
-    device = torch.device(args.device)
-    if device.type == "cuda":
-        device = torch.device("cuda", device.index or 0)
-        torch.cuda.set_device(device)
-        torch.backends.cudnn.benchmark = True
+    device = common.step_device(args.device)
     info = common.machine_info(args.device)
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, init_method=f"file://{tmp}/store", rank=0, world_size=1)
-        try:
-            for name in args.models:
-                for batch in args.batches:
-                    row = measure(name, batch, args, device)
-                    rows.append(row)
-                    m = row["median_s"]
-                    print(
-                        f"{name} batch {batch}: ddp {m['ddp'] * 1e3:.3f} ms, with the clocks {m['clocked'] * 1e3:.3f}"
-                        f" ms ({row['clocks_add_s'] * 1e3:+.3f} ms, {row['clocks_add_s'] / m['ddp']:+.2%})",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-        finally:
-            dist.destroy_process_group()
+    with common.one_rank_group(device):
+        for name in args.models:
+            for batch in args.batches:
+                row = measure(name, batch, args, device)
+                rows.append(row)
+                m = row["median_s"]
+                print(
+                    f"{name} batch {batch}: ddp {m['ddp'] * 1e3:.3f} ms, with the clocks {m['clocked'] * 1e3:.3f}"
+                    f" ms ({row['clocks_add_s'] * 1e3:+.3f} ms, {row['clocks_add_s'] / m['ddp']:+.2%})",
+                    file=sys.stderr,
+                    flush=True,
+                )
     table = common.markdown_table(
         ["model", "local batch", "DDP step (1 rank)", "with the step clocks", "the clocks add", "adds"],
         [

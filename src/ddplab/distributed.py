@@ -97,6 +97,10 @@ class DistContext:
     hosts: tuple[str, ...] = ()  # each rank's address (multi-node runs), to name the host of a rank in errors
     collectives: Collectives = field(default_factory=Collectives, compare=False)  # what this rank entered
 
+    def rank_hosts(self) -> tuple[str, ...]:
+        """Each rank's host, "" for each where the run is on one node (which records none)."""
+        return self.hosts or ("",) * self.world_size
+
     def on_host(self, rank: int) -> str:
         """' on HOST' for an error about `rank`, where the ranks are spread over several hosts."""
         return f" on {self.hosts[rank]}" if len(set(self.hosts)) > 1 and 0 <= rank < len(self.hosts) else ""

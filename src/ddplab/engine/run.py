@@ -173,7 +173,7 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
         tracking=sinks.tracking(),
         stragglers_found=stragglers.run_verdict(  # type: ignore[arg-type]
             [r.per_rank for r in state.history],
-            ctx.hosts or [""] * ctx.world_size,
+            ctx.rank_hosts(),
             [r.join_spread_share for r in state.history],
             steps=state.step,
         ),

@@ -111,7 +111,7 @@ class Trainer:
         self.readings = EpochReadings(ctx, model, gpu_sampler)  # the machine's side of each epoch
         self.clocks = clocks or StepClocks(ctx.device)  # each rank's step and join times (who is slow)
         # rank 0's view of the last steps: names a chronic straggler the first time one shows
-        self.window = stragglers.Window(ctx.hosts or [""] * ctx.world_size) if ctx.is_main else None
+        self.window = stragglers.Window(ctx.rank_hosts()) if ctx.is_main else None
         self.lookahead = (
             Lookahead(unwrap(model).parameters(), every=config.lookahead_steps, alpha=config.lookahead_alpha)
             if config.lookahead_steps

@@ -84,6 +84,12 @@ def spread(joined_by_rank: Sequence[Sequence[float]]) -> float:
     return statistics.median(ratios) if ratios else float("nan")
 
 
+def named(ranks: Sequence[int], host: str | None, on: str = "on") -> str:
+    """ "rank 3", "ranks 2, 3", with " on HOST" where the run spans hosts: how every line names a straggler."""
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+    return who + (f" {on} {host}" if host else "")
+
+
 @dataclass(frozen=True)
 class Straggler:
     """A chronic straggler: one rank, or the ranks of one host together."""
@@ -95,13 +101,13 @@ class Straggler:
     steps: int  # the steps this was judged over
 
     def who(self) -> str:
-        ranks = f"rank {self.ranks[0]}" if len(self.ranks) == 1 else f"ranks {', '.join(map(str, self.ranks))}"
-        return ranks + (f" on {self.host}" if self.host else "")
+        return named(self.ranks, self.host)
 
-    def line(self, window: str) -> str:
+    def line(self, window: str, measure: str = " (time to join the all-reduce)") -> str:
+        """What it is, over `window` (the log's "the last 200 steps", the summary's "the steps")."""
         return (
-            f"{self.who()}: slowest in {self.last_share:.0%} of {window}, its median step "
-            f"{self.slower:.0%} above the others' (time to join the all-reduce)"
+            f"{self.who()}: slowest in {self.last_share:.0%} of {window}, its median step {self.slower:.0%} "
+            f"above the others'{measure}"
         )
 
     def to_json(self) -> dict:
@@ -146,7 +152,8 @@ def judge(
         noise = NOISE_SES * MAD_TO_SE * statistics.median(spreads) / math.sqrt(max(1, steps)) if spreads else 0.0
         mine = min(joined_median[r] for r in group)
         if theirs > 0 and mine - theirs > max(noise, MIN_GAP * theirs):
-            return "chronic", Straggler(group, hosts[group[0]] if spans_hosts else None, share, mine / theirs - 1, 0)
+            where = hosts[group[0]] if spans_hosts else None
+            return "chronic", Straggler(group, where, share, mine / theirs - 1, steps)
     return "noise", None
 
 
@@ -179,7 +186,7 @@ class Window:
         if verdict != "chronic" or who is None or who.ranks == self.named:
             return None
         self.named = who.ranks
-        return Straggler(who.ranks, who.host, who.last_share, who.slower, len(self.rows))
+        return who
 
 
 def run_verdict(
@@ -206,10 +213,7 @@ def run_verdict(
         share, column("joined_median_s", statistics.median), column("joined_mad_s", statistics.median), hosts, steps
     )
     if who is not None:
-        said = (
-            f"{who.who()}: slowest in {who.last_share:.0%} of the steps, its median step {who.slower:.0%} "
-            "above the others'"
-        )
+        said = who.line("the steps", measure="")
     elif verdict == "noise":
         said = "no rank was chronically slowest (a different one from step to step): noise, no straggler"
     else:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from ddplab.errors import DataError
+from ddplab.metrics.stragglers import named
 from ddplab.report import noise
 from ddplab.report.records import Gap, Row
 from ddplab.report.runs import Point
@@ -246,9 +247,8 @@ def straggler(summary: Summary) -> str | None:
     found = cast(dict[str, Any], summary.get("stragglers") or {}).get("straggler")
     if not isinstance(found, dict):
         return None
-    ranks, host = found.get("ranks") or [], found.get("host")
-    who = f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
-    return f"{who}{f' on host {host}' if host else ''}, chronically {found.get('slower', 0):.0%} slower"
+    who = named(found.get("ranks") or [], found.get("host"), on="on host")
+    return f"{who}, chronically {found.get('slower', 0):.0%} slower"
 
 
 def slowest(summary: Summary) -> str | None:

@@ -32,15 +32,15 @@ def serve_cold(fd: int, first_path: str | None = None, imports: tuple[str, ...] 
 
 
 def load(names: Sequence[str]) -> bool:
-    """Import each of `names` not imported yet; whether any was. A module this machine cannot import is left to
-    the child, which imports it again and says why."""
+    """Import each of `names` not imported yet; whether any now is. A module this machine cannot import is left to
+    the child, which imports it again and says why (and is no reason to settle the fork handlers again)."""
     import importlib
 
     new = [name for name in names if name not in sys.modules]
     for name in new:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
-    return bool(new)
+    return any(name in sys.modules for name in new)
 
 
 def serve(channel: socket.socket) -> None:
