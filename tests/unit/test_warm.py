@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 
 import pytest
 import tiers
@@ -302,22 +303,32 @@ def test_the_server_imports_what_its_callers_hand_in_before_it_forks():
     assert not any(name.startswith("ddplab") for name in warm.IMPORTS)
 
 
-def test_the_warm_server_is_no_worker_to_the_watchdog_its_children_are(tmp_path):
+def test_the_warm_server_is_no_worker_to_the_watchdog_its_children_are():
     """A launcher starts its server before the rendezvous: the watchdog must still see no worker started (else a
-    rendezvous host never reached goes unnamed), and must see the workers forked from it."""
-    from ddplab.launch import watchdog
+    rendezvous host never reached goes unnamed), and must see the workers forked from it. Run in a fresh process, as
+    a launcher is: a test process may hold children of earlier tests (a server being reaped), which are workers to
+    the watchdog."""
+    code = textwrap.dedent(
+        """
+        import os, sys
+        from ddplab.launch import warm, watchdog
 
-    warm.prestart()
-    assert warm.server_pids() and warm.server_pids() <= set(watchdog.descendants(os.getpid()))
-    assert not watchdog.workers_started()
-    r, w = os.pipe()
-    proc = warm.popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=r)
-    os.close(r)
-    try:
-        assert proc is not None and watchdog.workers_started()
-    finally:
-        os.close(w)
-        assert proc.wait(timeout=30) == 0
+        warm.prestart()
+        assert warm.server_pids() and warm.server_pids() <= set(watchdog.descendants(os.getpid()))
+        assert not watchdog.workers_started(), "the server alone counted as a worker"
+        r, w = os.pipe()
+        proc = warm.popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=r)
+        os.close(r)
+        try:
+            assert proc is not None and watchdog.workers_started(), "a worker forked from the server went unseen"
+        finally:
+            os.close(w)
+            assert proc.wait(timeout=30) == 0
+        print("ok")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, "ok\n"), done.stderr
 
 
 def test_the_server_never_initialized_cuda_before_a_fork(tmp_path):
