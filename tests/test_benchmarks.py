@@ -358,6 +358,16 @@ def test_step_clocks_sets_ddp_with_the_clocks_against_ddp_alone(tmp_path):
     assert f"{row['clocks_add_s'] / row['median_s']['ddp']:+.2%}" in stdout
 
 
+def test_checkpoint_kills_never_leave_a_torn_checkpoint(tmp_path):
+    """40 writers killed at random moments of a write: each restart loads the last whole checkpoint (or the one
+    whose rename the kill just missed), never a torn one, and the dead writer's temporary file is cleared."""
+    results, _ = run_bench("checkpoint_kills", tmp_path)
+    assert results["trials"] == 40 and results["torn"] == 0, results["torn_examples"]
+    assert results["killed_before_the_rename"] + results["killed_after_the_rename"] == 40
+    assert results["killed_before_the_rename"] >= 10  # the kills land inside writes, not between them
+    assert results["temp_files_removed"] >= 10
+
+
 def test_memory_format_sets_channels_last_against_nchw_on_the_same_model_and_images(tmp_path):
     results, stdout = run_bench("memory_format", tmp_path, "--precision", "bf16")
     (row,) = results["rows"]

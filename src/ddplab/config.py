@@ -50,6 +50,7 @@ SCHEDULES_OVER_THE_RUN = ("onecycle", "cosine", "linear")
 PRECISIONS = ("fp32", "bf16", "fp16")
 STRATEGIES = ("single", "dp", "ddp")
 BACKENDS = ("auto", "nccl", "gloo", "mpi")
+ON_RESIZE = ("refuse", "keep_global_batch")  # what a --resume at another world size does (dist.on_resize)
 EARLY_STOP_METRICS = ("test_loss", "test_acc", "train_loss")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 TTA_MODES = ("none", "flip", "flip_translate")
@@ -323,8 +324,28 @@ class TrainConfig:
         "(the first 6 warm up) and inside its first epoch: a timeline and a table of ops per rank "
         "in RUN/profile/, the ops with the most self time in the summary; 0: off",
     )
+    checkpoint_every: str = opt(
+        "epoch",
+        "when last.pt is written: epoch (each epoch's end), or also inside epochs every N optimizer steps "
+        "(e.g. 200) or every N seconds or minutes (600s, 10m: decided at progress refreshes, 50 an epoch); "
+        "a resume continues from the exact place in the epoch's data order",
+    )
+
+    def checkpoint_interval(self) -> tuple[str, float]:
+        """("epoch", 0), ("steps", N) or ("seconds", S): what checkpoint_every asks for."""
+        text = str(self.checkpoint_every).strip().lower()
+        if text == "epoch":
+            return "epoch", 0
+        unit = {"s": 1, "m": 60}.get(text[-1:], 0)
+        number = text[:-1] if unit else text
+        if not number.isdigit() or int(number) < 1:
+            raise _bad(
+                "train.checkpoint_every", self.checkpoint_every, "epoch, a number of steps >= 1, or Ns / Nm (time)"
+            )
+        return ("seconds", int(number) * unit) if unit else ("steps", int(number))
 
     def __post_init__(self) -> None:
+        self.checkpoint_interval()
         if self.threads is not None and (
             isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
         ):
@@ -378,6 +399,12 @@ class DistConfig:
     gradient_as_bucket_view: bool = opt(False, "ddp: gradients as views into the all-reduce buckets")
     comm_hook: str = opt("none", "ddp: gradient compression hook: none | fp16 | bf16")
     sync_bn: bool = opt(False, "ddp: convert BatchNorm to SyncBatchNorm")
+    on_resize: str = opt(
+        "refuse",
+        "ddp: a --resume at another world size: refuse | keep_global_batch (each worker carries the data "
+        "shards of the run's first world size that fall to it: the same micro-batches, global batch, steps and "
+        "learning rate as the undisturbed run)",
+    )
     share_device: bool = opt(
         False,
         "ddp: every worker of a node on one GPU, over Gloo (NCCL refuses two ranks on one "
@@ -389,6 +416,7 @@ class DistConfig:
         _choice("dist.backend", self.backend, BACKENDS)
         _choice("dist.comm_hook", self.comm_hook, ("none", "fp16", "bf16"))
         _choice("dist.rdzv_backend", self.rdzv_backend, ("c10d", "static"))
+        _choice("dist.on_resize", self.on_resize, ON_RESIZE)
         if self.rdzv_endpoint is not None:
             try:
                 endpoint_parts(self.rdzv_endpoint, nodes=self.nnodes)

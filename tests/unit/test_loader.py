@@ -1,5 +1,6 @@
 """Sharding like DistributedSampler, exact normalization, and reproducible batches per (seed, epoch, rank)."""
 
+import itertools
 import math
 
 import pytest
@@ -8,7 +9,7 @@ from torch.utils.data import DistributedSampler
 
 from ddplab.data.augment import AugmentSpec
 from ddplab.data.dataset import ImageDataset
-from ddplab.data.loader import DeviceLoader, augment_seed, shard_indices
+from ddplab.data.loader import DeviceLoader, augment_seed, shard_indices, shards_of
 
 CPU = torch.device("cpu")
 AUG = AugmentSpec(crop_padding=2, flip=True, jitter=0.2, cutout=4)
@@ -252,3 +253,65 @@ def test_cuda_batches_and_generator_live_on_the_device():
     assert x.device.type == "cuda" and y.device.type == "cuda" and ld.images.dtype == torch.uint8
     again, _ = next(iter(ld))
     assert torch.equal(x, again)
+
+
+# ---- the data position: a prefix of the epoch's order, continued at any world size ----------------------------------
+
+
+def handed_out(loaders, rounds: int) -> list[list[int]]:
+    """The sample ids each loader hands out in its first `rounds` rounds (one micro-batch per shard it carries)."""
+    return [[y.tolist() for _, y in itertools.islice(ld, rounds * len(ld.shards))] for ld in loaders]
+
+
+def test_the_ranks_consume_a_prefix_of_the_epochs_order_and_a_resume_continues_it_at_any_world_size():
+    """Labels are sample ids: the ranks' first rounds together are the order's first places, in any layout, and
+    a loader started at that position (same world size, one worker carrying both shards, or three shards) hands
+    out the rest: every sample once, the only repeats the padding a world size needs."""
+    n, b = 23, 3
+    data = ImageDataset(torch.zeros(n, 1, 2, 2, dtype=torch.uint8), torch.arange(n), classes=[str(i) for i in range(n)])
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(5 + 1)).tolist()  # seed 5, epoch 1
+
+    def at(world, rank, start=0, layout=None):
+        ld = DeviceLoader(data, batch_size=b, device="cpu", train=True, seed=5, rank=rank, world_size=world)
+        if layout is not None:
+            ld.relayout(layout, shards_of(rank, world, layout))
+        ld.set_epoch(1, start=start)
+        return ld
+
+    whole = [[y for batch in shard for y in batch] for shard in handed_out([at(2, 0), at(2, 1)], 99)]
+    first = [at(2, 0), at(2, 1)]
+    got = handed_out(first, 2)
+    assert first[0].position() == first[1].position() == 12
+    assert sorted(y for shard in got for batch in shard for y in batch) == sorted(order[:12])
+    p = first[0].position()
+    same = [[y for batch in shard for y in batch] for shard in handed_out([at(2, 0, p), at(2, 1, p)], 99)]
+    assert [got[r][0] + got[r][1] + same[r] for r in range(2)] == whole  # the undisturbed shards, exactly
+    carried = handed_out([at(1, 0, p, layout=2)], 99)[0]
+    assert carried[0::2] == [whole[0][i : i + b] for i in range(6, len(whole[0]), b)]  # shard 0's micro-batches...
+    assert carried[1::2] == [whole[1][i : i + b] for i in range(6, len(whole[1]), b)]  # ... and shard 1's, in turn
+    three = [y for shard in handed_out([at(3, r, p) for r in range(3)], 99) for batch in shard for y in batch]
+    assert sorted(three) == sorted(order[12:] + order[:1])  # 11 left, padded to 12 from the order's start
+    with pytest.raises(ValueError, match="whole number of rounds"):
+        at(2, 0).set_epoch(1, start=3)
+    with pytest.raises(ValueError, match="cannot carry"):
+        shards_of(0, 3, 2)
+
+
+def test_a_resume_hands_the_augmentation_streams_back_so_the_rest_of_the_epoch_is_the_same():
+    data = make_data(40)
+    ref = loader(data, augment=AUG, batch_size=8)
+    ref.set_epoch(1)
+    whole = [x for x, _ in ref]
+    first = loader(data, augment=AUG, batch_size=8)
+    first.set_epoch(1)
+    batches = iter(first)
+    head = [next(batches)[0] for _ in range(2)]
+    states, position = first.stream_states(), first.position()
+    rest = loader(data, augment=AUG, batch_size=8)
+    rest.set_epoch(1, start=position, streams=states)
+    tail = [x for x, _ in rest]
+    assert position == 16 and len(head) + len(tail) == len(whole)
+    assert all(torch.equal(p, q) for p, q in zip(head + tail, whole, strict=True))
+    fresh = loader(data, augment=AUG, batch_size=8)
+    fresh.set_epoch(1, start=position)  # without the streams: other draws
+    assert not torch.equal(next(iter(fresh))[0], whole[2])

@@ -403,3 +403,60 @@ def test_the_trainer_reads_its_own_config_not_the_runs():
     for name in ("trainer.py", "state.py"):
         source = (Path(__file__).parents[2] / "src/ddplab/engine" / name).read_text()
         assert "RunConfig" not in source and "config.train" not in source, name
+
+
+def steps_rows(run_dir):
+    """steps.jsonl without its clock: what a resume must reproduce."""
+    import json
+
+    rows = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if k != "t_s"} for row in rows]
+
+
+@pytest.mark.parametrize(
+    "model, optim",
+    [({"dropout": 0.3}, {}), ({"batchnorm": True}, {"lookahead_steps": 5})],
+    ids=["dropout", "batchnorm-lookahead"],
+)
+def test_a_run_stopped_inside_an_epoch_resumes_from_its_checkpoint_there_bit_for_bit(
+    tmp_path, monkeypatch, model, optim
+):
+    """A checkpoint every 4 steps (8 an epoch): stopped before epoch 2's 7th step, the run resumes after its 4th
+    step (global step 12), with the data position, augmentation streams, dropout RNG, partial sums, progress rows
+    and Lookahead's slow weights it had, and ends as the run never stopped (which checkpoints at epochs only)."""
+    import ddplab
+    from ddplab import faults
+
+    sections = dict(train={"epochs": 3}, data={"crop_padding": 2, "flip": True}, model=model, optim=optim)
+    plain = ddplab.train(tiny_config(tmp_path / "plain", **sections))
+    inside = {**sections, "train": {"epochs": 3, "checkpoint_every": "4"}}
+    monkeypatch.setattr(faults, "_FAULT", ("raise", {"epoch": 2, "step": 7}))
+    with pytest.raises(TrainingError, match="injected fault"):
+        ddplab.train(tiny_config(tmp_path / "cut", **inside))
+    saved = checkpoint.load(tmp_path / "cut" / "checkpoints" / checkpoint.LAST)
+    at = saved["mid_epoch"]
+    assert (saved["train_state"]["step"], at["epoch"], at["steps_done"], at["position"]) == (12, 2, 4, 128)
+    monkeypatch.setattr(faults, "_FAULT", None)
+    resumed = ddplab.train(tiny_config(tmp_path / "cut", **{**inside, "output": {"resume": True}}))
+    assert [reproducible(r, per_rank=False) for r in resumed.history] == [
+        reproducible(r, per_rank=False) for r in plain.history
+    ]
+    assert steps_rows(tmp_path / "cut") == steps_rows(tmp_path / "plain")
+    end = checkpoint.load(tmp_path / "cut" / "checkpoints" / checkpoint.LAST)
+    assert "mid_epoch" not in end  # the epoch's end writes a plain one
+    for key, value in checkpoint.load(tmp_path / "plain" / "checkpoints" / checkpoint.LAST)["model"].items():
+        assert torch.equal(end["model"][key], value), key
+
+
+def test_checkpoints_by_time_are_decided_at_progress_refreshes(monkeypatch):
+    """checkpoint_every=1s: every progress refresh after a second since the last checkpoint writes one (the clock
+    moved on by hand: no sleeping); the one-process run agrees with itself over DistContext.any_true."""
+    from ddplab.engine import trainer as loop
+
+    clock = iter(range(0, 10_000, 1))
+    monkeypatch.setattr(loop.time, "perf_counter", lambda: float(next(clock)))
+    trainer = trainer_for(tiny_config(train={"epochs": 1, "checkpoint_every": "1s"}))
+    written = []
+    monkeypatch.setattr(trainer, "save_mid_epoch", lambda epoch, done, meter, steps: written.append(done))
+    trainer.fit()
+    assert written == list(range(1, 8))  # 8 steps, each a refresh; never after the last (the epoch's end writes)

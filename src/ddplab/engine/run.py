@@ -22,7 +22,7 @@ from ddplab import log as logsetup
 from ddplab.config import SCHEDULES_OVER_THE_RUN, RunConfig
 from ddplab.data.augment import AugmentSpec
 from ddplab.data.datasets import load_dataset, make_splits
-from ddplab.data.loader import DeviceLoader
+from ddplab.data.loader import DeviceLoader, shards_of
 from ddplab.distributed import DistContext, distributed_context, dp_device_ids, wrap_model
 from ddplab.engine import hang
 from ddplab.engine.clocks import StepClocks
@@ -122,12 +122,23 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
     config = plan.config
     run_dir = prepare_run_dir(config, ctx)
     logsetup.init_logging(ctx.rank, run_dir / runfiles.LOG if ctx.is_main else None, debug=config.output.debug)
-    trainer, info = build_trainer(config, ctx, run_dir, session_start=start)
+    layout_world = plan.resume.layout_world if plan.resume else None
+    trainer, info = build_trainer(config, ctx, run_dir, session_start=start, layout_world=layout_world)
     if config.output.resume:
         assert plan.resume is not None  # check_run_dir read the folder of every resumed run
         path = runfiles.checkpoint_path(run_dir)
         checkpoint.restore(path, trainer.load_state_dict, plan.resume.take_checkpoint(path))
-        log.info("resumed from epoch %d (step %d)", trainer.state.epoch, trainer.state.step)
+        at = trainer.resume_at
+        inside = f" and {at.steps_done} steps of epoch {at.epoch}" if at is not None else ""
+        log.info("resumed from epoch %d%s (step %d)", trainer.state.epoch, inside, trainer.state.step)
+        if trainer.state.layout_world != ctx.world_size and ctx.is_main:
+            log.info(
+                "dist.on_resize=keep_global_batch: %d workers carry the run's %d data shards (rank 0: %s): "
+                "the global batch, steps and learning rate as laid out",
+                ctx.world_size,
+                trainer.state.layout_world,
+                ", ".join(map(str, trainer.train_loader.shards)),
+            )
         planned_epochs = plan.resume.planned_epochs
         if ctx.is_main and planned_epochs != config.train.epochs and config.optim.schedule in SCHEDULES_OVER_THE_RUN:
             log.warning(
@@ -250,14 +261,20 @@ def trainer_config(config: RunConfig, device_type: str) -> TrainerConfig:
         save_best=config.output.save_best,
         compile=m.compile,
         fuse_conv_relu=m.fuse_conv_relu,
+        checkpoint_every=t.checkpoint_interval(),
         recorded=config.with_data_root().to_dict(),
     )
 
 
 def build_trainer(
-    config: RunConfig, ctx: DistContext, run_dir: Path | None, session_start: float | None = None
+    config: RunConfig,
+    ctx: DistContext,
+    run_dir: Path | None,
+    session_start: float | None = None,
+    layout_world: int | None = None,
 ) -> tuple[Trainer, RunInfo]:
-    """Every component of a run, built in order and handed to a Trainer (its observers come with `fit`)."""
+    """Every component of a run, built in order and handed to a Trainer (its observers come with `fit`).
+    `layout_world`: the data shards of the run a resume continues, where its checkpoint records them."""
     configure_determinism(config, ctx.device)
     train_set, eval_set, eval_split = build_datasets(config, ctx)
     torch.manual_seed(config.train.seed)  # identical initial weights on every rank (contract 3)
@@ -269,12 +286,14 @@ def build_trainer(
     clocks = StepClocks(ctx.device)  # a captured step runs no comm hook: its ranks' join times go unmeasured
     wrapped = wrap_model(model, config, ctx, on_joined=clocks.joined)
     train_loader, eval_loader, train_eval_loader = build_loaders(config, ctx, train_set, eval_set)
+    if layout_world and layout_world != ctx.world_size:  # a resume on other workers (dist.on_resize)
+        train_loader.relayout(layout_world, shards_of(ctx.rank, ctx.world_size, layout_world))
     if len(train_loader) == 0:
         raise ConfigError(
             f"train.batch_size={config.train.batch_size} with train.drop_last leaves no training batch: "
             f"this rank has {train_loader.num_samples} training images"
         )
-    num_steps = steps_per_epoch(len(train_loader), config.train.accumulate)
+    num_steps = steps_per_epoch(len(train_loader), config.train.accumulate * len(train_loader.shards))
     optimizer = build_optimizer(wrapped.parameters(), config.optim, ctx.device, capturable=graphs)
     trainer = Trainer(
         config=trainer_config(config, ctx.device.type),
@@ -321,6 +340,7 @@ def build_trainer(
         flops_per_image=flops,
         eval_split=eval_split,
         world_size=ctx.world_size,
+        layout_world=train_loader.layout_world,
         backend=ctx.backend,
         train_images=len(train_set),
         eval_images=len(eval_set),
@@ -339,7 +359,7 @@ def build_trainer(
         eval_split,
         f"{params:,}",
         config.train.batch_size,
-        config.global_batch_size(ctx.world_size),
+        config.global_batch_size(train_loader.layout_world),
         num_steps,
         f", the step in a CUDA graph: {graphs_said}" if config.train.cuda_graphs is not False else "",
     )

@@ -27,6 +27,7 @@ class TrainerConfig:
     save_best: bool
     compile: bool  # model.compile: every batch shape compiled before the clocks start
     fuse_conv_relu: bool  # model.fuse_conv_relu: on CUDA, Triton's autotuning per shape likewise
+    checkpoint_every: tuple[str, float] = ("epoch", 0)  # train.checkpoint_every, as checkpoint_interval() reads it
     # What the weights were trained with, as config.toml records it (the data root absolute): each checkpoint
     # holds it, and a resume refuses a config.toml edited since.
     recorded: dict[str, Any] = field(default_factory=dict)
@@ -43,6 +44,9 @@ class TrainState:
     # Wall time of the sessions a resumed run continues, each to its last checkpoint (work lost
     # after it is not part of the run): the summary's total_s adds this session's to it.
     earlier_sessions_s: float = 0.0
+    # The data shards the run is laid out in (its first world size; 0: a checkpoint older than the record):
+    # a run resumed on other workers keeps them (data/loader.py).
+    layout_world: int = 0
 
     def state_dict(self) -> dict[str, Any]:
         """Plain data (the records as they are written to metrics.jsonl), which a weights-only load reads."""
@@ -52,3 +56,21 @@ class TrainState:
         for key, value in state.items():
             setattr(self, key, value)
         self.history = [EpochRecord.from_json(r, f"the checkpoint's epoch {i}") for i, r in enumerate(self.history, 1)]
+
+
+@dataclass
+class MidEpoch:
+    """Where a checkpoint written inside an epoch stands: what the epoch's end needs of its first part, and what
+    the rest needs to continue exactly. Plain values and tensors (a weights-only load reads them)."""
+
+    epoch: int  # the epoch in progress
+    position: int  # places of the epoch's data order the job has been handed (data/loader.py)
+    steps_done: int  # the epoch's optimizer steps taken
+    streams: list[Any]  # each shard's augmentation stream state (empty: no augmentation)
+    meters: list[list[float]]  # each rank's [loss_sum, correct, count] so far
+    rng: list[dict[str, Any]]  # each rank's torch RNG states (dropout): continued at the same world size
+    steps: list[dict[str, Any]]  # the training loss at the epoch's progress refreshes so far
+    slow_weights: list[Any] | None = None  # Lookahead's, where it is on
+
+    def state_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -8,7 +8,9 @@ whether it runs under DDP: reductions go through `DistContext`, gradient sync th
 An epoch is: reseed, train (optimizer steps of `accumulate` micro-batches), evaluate,
 record, checkpoint, decide whether to stop. Checkpoints are taken at epoch boundaries,
 where the data order and augmentation of the next epoch depend only on (seed, epoch), so
-a resumed run continues bit-identically (contract 5).
+a resumed run continues bit-identically (contract 5); with `train.checkpoint_every` also
+inside epochs, with the data position, augmentation streams, RNG and partial sums each rank
+had reached (engine/state.py's MidEpoch), so a resume from there is as exact.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from ddplab.engine.makedir import FolderIdentity
 from ddplab.engine.phases import PhaseTimer
 from ddplab.engine.precision import Precision
 from ddplab.engine.readings import EpochReadings
-from ddplab.engine.state import TrainerConfig, TrainState
+from ddplab.engine.state import MidEpoch, TrainerConfig, TrainState
 from ddplab.engine.tta import evaluate
 from ddplab.engine.warmup import Batch, warm_up_shapes
 from ddplab.errors import TrainingError
@@ -71,6 +73,7 @@ class EpochTraining:
     phases: dict[str, float] | None  # seconds per phase of the step; None with time_breakdown off
     last_step: list[Batch]  # its micro-batches: what the communication probe replays
     ddp_start: dict[str, float] | None = None  # DDP's timing totals once its first step had run (engine/comm.py)
+    session_count: int = 0  # training images this session trained of the epoch (its clock's), all ranks
 
 
 class Trainer:
@@ -101,8 +104,14 @@ class Trainer:
         self.checkpoint_dir = checkpoint_dir  # None on ranks that do not write
         # The folder it writes into, as found now: checked before each epoch's writes.
         self.run_folder = FolderIdentity.of(checkpoint_dir.parent) if checkpoint_dir is not None else None
-        self.state = TrainState()
-        self.accumulate = config.accumulate
+        self.state = TrainState(layout_world=getattr(train_loader, "layout_world", ctx.world_size))
+        # Micro-batches a step: the configured ones from each data shard this worker carries (more than its own
+        # after a resume on fewer workers), each rank's gradient weighed by its share of the global batch.
+        shards = len(getattr(train_loader, "shards", (ctx.rank,)))
+        self.accumulate = config.accumulate * shards
+        self.batch_share = self.state.layout_world / (shards * ctx.world_size)
+        self.resume_at: MidEpoch | None = None  # where a checkpoint written inside an epoch left it
+        self.last_checkpoint_t = time.perf_counter()
         self.last_lr = optimizer.param_groups[0]["lr"]
         self.gpu_sampler = gpu_sampler  # None: not sampled (no GPU); the same on every rank
         self.graphed: GraphedStep | None = None  # the captured step, with --train.cuda_graphs
@@ -192,7 +201,7 @@ class Trainer:
             epoch_s=train_s + eval_s,
             train_s=train_s,
             eval_s=eval_s,
-            images_per_s=train.count / train_s if train_s > 0 else 0.0,
+            images_per_s=train.session_count / train_s if train_s > 0 else 0.0,
             join_spread_share=spread,
             **phases,
             **machine.load,
@@ -279,22 +288,30 @@ class Trainer:
     # ---- training ----------------------------------------------------------------------
     def train_epoch(self, epoch: int) -> EpochTraining:
         self.model.train()
-        self.train_loader.set_epoch(epoch)
+        resume, self.resume_at = (self.resume_at if self.resume_at and self.resume_at.epoch == epoch else None), None
         meter = ClassificationMeter(self.ctx.device)
+        steps: list[dict[str, Any]] = []  # the training loss where it is read anyway (progress refreshes)
+        done = 0  # the epoch's steps taken before this session
+        if resume is None:
+            self.train_loader.set_epoch(epoch)
+        else:
+            done = resume.steps_done
+            self.continue_epoch(epoch, resume, meter, steps)
         nonfinite = torch.zeros((), dtype=torch.bool, device=self.ctx.device)
         num_steps = self.steps_per_epoch()
-        refresh = max(1, num_steps // PROGRESS_UPDATES_PER_EPOCH)
+        refresh = max(1, (done + num_steps) // PROGRESS_UPDATES_PER_EPOCH)
         timer = PhaseTimer(self.ctx.device, enabled=self.config.time_breakdown, every=self.timed_step_every())
         self.sinks.epoch_start(epoch, num_steps)
-        if self.lookahead is not None:
+        if self.lookahead is not None and resume is None:
             self.lookahead.reset()
         batches = iter(self.train_loader)
-        steps = []  # the training loss where it is read anyway (progress refreshes): curves for short runs
         ddp_start = None
+        kind, every = self.config.checkpoint_every
         for i in range(num_steps):
+            step_in_epoch = done + i + 1  # steps count from 1, as epochs do
             self.clocks.begin()
             timer.begin_step(i)
-            faults.maybe_inject(self.ctx.rank, epoch, i + 1)  # steps count from 1, as epochs do
+            faults.maybe_inject(self.ctx.rank, epoch, step_in_epoch)
             group = [b for _, b in zip(range(self.accumulate), batches, strict=False)]
             timer.lap("data_s")
             loss = self.train_step(group, meter, timer)
@@ -303,7 +320,8 @@ class Trainer:
                 ddp_start = self.comm.totals()
             nonfinite |= ~torch.isfinite(loss)
             value = None
-            if (i + 1) % refresh == 0 or i + 1 == num_steps:  # a host sync: at progress refreshes only
+            refreshed = step_in_epoch % refresh == 0 or i + 1 == num_steps
+            if refreshed:  # a host sync: at progress refreshes only
                 self.check_finite(nonfinite, epoch)
                 value = loss.item()
                 t_s = round(time.perf_counter() - self.clock_zero, 3)
@@ -311,6 +329,8 @@ class Trainer:
             self.sinks.step(sum(len(y) for _, y in group), value)
             if self.profiler is not None:
                 self.profiler.step()
+            if i + 1 < num_steps and self.checkpoint_due(kind, every, refreshed):
+                self.save_mid_epoch(epoch, step_in_epoch, meter, steps)
         if self.lookahead is not None:  # evaluation and the checkpoint see the slow weights
             self.lookahead.sync()
         totals = meter.reduced(self.ctx.all_reduce_sum)
@@ -322,7 +342,67 @@ class Trainer:
             phases=timer.totals(num_steps) if timer.enabled else None,
             last_step=group,
             ddp_start=ddp_start,
+            session_count=totals["count"] - (int(sum(m[2] for m in resume.meters)) if resume else 0),
         )
+
+    # ---- checkpoints inside an epoch -----------------------------------------------------
+    def checkpoint_due(self, kind: str, every: float, refreshed: bool) -> bool:
+        """Whether to write last.pt after this step, the same answer on every rank: by the step count, or where
+        the time has come, at a progress refresh (rank clocks differ: the ranks agree over one collective)."""
+        if kind == "steps":
+            return self.state.step % every == 0
+        if kind == "seconds" and refreshed:
+            return self.ctx.any_true(time.perf_counter() - self.last_checkpoint_t >= every)
+        return False
+
+    def save_mid_epoch(self, epoch: int, steps_done: int, meter: ClassificationMeter, steps: list) -> None:
+        """last.pt with the place this epoch has reached: every rank hands in its part (one gather of objects)."""
+        mine = {
+            "meter": [*meter.sums.tolist(), float(meter.count)],
+            "streams": self.train_loader.stream_states(),
+            "rng": rng_states(self.ctx.device),
+        }
+        parts = self.ctx.gather_objects(mine)
+        self.last_checkpoint_t = time.perf_counter()
+        if self.checkpoint_dir is None:
+            return
+        streams: dict[int, Any] = {}
+        for part in parts:
+            streams.update(part["streams"])
+        at = MidEpoch(
+            epoch=epoch,
+            position=self.train_loader.position(),
+            steps_done=steps_done,
+            streams=[streams[v] for v in sorted(streams)],
+            meters=[part["meter"] for part in parts],
+            rng=[part["rng"] for part in parts],
+            steps=list(steps),
+            slow_weights=[w.clone() for w in self.lookahead.slow] if self.lookahead is not None else None,
+        )
+        state = self.state_dict()
+        state["mid_epoch"] = at.state_dict()
+        checkpoint.save_atomic(state, self.checkpoint_dir / checkpoint.LAST)
+
+    def continue_epoch(self, epoch: int, at: MidEpoch, meter: ClassificationMeter, steps: list) -> None:
+        """Start this session's part of `epoch` where the checkpoint left it. At the world size it was written at,
+        each rank takes back its own sums and RNG, so the epoch ends bit for bit as it would have; on other
+        workers rank 0 carries the sums so far and dropout draws afresh."""
+        loader = self.train_loader
+        streams = {v: at.streams[v] for v in loader.shards} if at.streams else None
+        loader.set_epoch(epoch, start=at.position, streams=streams)
+        same_world = len(at.meters) == self.ctx.world_size
+        if same_world:
+            sums = at.meters[self.ctx.rank]
+            set_rng_states(at.rng[self.ctx.rank], self.ctx.device)
+        else:
+            sums = [sum(column) for column in zip(*at.meters, strict=True)] if self.ctx.is_main else [0.0, 0.0, 0.0]
+        meter.add(torch.tensor(sums[:2], dtype=torch.float64, device=self.ctx.device), int(sums[2]))
+        if self.ctx.is_main:
+            steps.extend(at.steps)
+        if self.lookahead is not None and at.slow_weights is not None:
+            with torch.no_grad():
+                for slow, saved in zip(self.lookahead.slow, at.slow_weights, strict=True):
+                    slow.copy_(saved)
 
     def train_step(self, micro_batches: list[Batch], meter: ClassificationMeter, timer: PhaseTimer) -> torch.Tensor:
         """One optimizer step; its mean loss. A captured step has no separate optimizer phase:
@@ -354,6 +434,8 @@ class Trainer:
         on the last micro-batch.
         """
         step_samples = sum(len(y) for _, y in micro_batches)
+        # this rank's share of the step's global samples, times the ranks DDP averages over
+        divisor = step_samples if self.batch_share == 1 else step_samples * self.batch_share
         total = torch.zeros((), device=self.ctx.device)
         for j, (x, y) in enumerate(micro_batches):
             with no_sync(self.model, skip_sync=j < len(micro_batches) - 1):
@@ -362,7 +444,7 @@ class Trainer:
                 loss_sum = F.cross_entropy(
                     logits.float(), y, reduction="sum", label_smoothing=self.config.label_smoothing
                 )
-                self.precision.backward(loss_sum / step_samples)
+                self.precision.backward(loss_sum / divisor)
             if meter is not None:
                 meter.update(loss_sum, logits, y)
             total += loss_sum.detach()
@@ -437,7 +519,12 @@ class Trainer:
                     group[key] = self.optimizer.defaults.get(key)
         self.precision.load_state_dict(state["scaler"])
         self.early_stopping.load_state_dict(state["early_stopping"])
+        layout = self.state.layout_world
         self.state.load_state_dict(state["train_state"])
+        self.state.layout_world = layout  # the loader's, which engine/run.py laid out from the checkpoint's
+        self.resume_at = MidEpoch(**state["mid_epoch"]) if state.get("mid_epoch") else None
+        if self.lookahead is not None:
+            self.lookahead.reset()
         # Every schedule is a pure function of the step: replaying the steps restores it
         # exactly, and, unlike loading its state, also fits a run resumed with more epochs.
         with warnings.catch_warnings():
@@ -449,6 +536,7 @@ class Trainer:
         self.last_lr = self.optimizer.param_groups[0]["lr"]
 
     def maybe_save_checkpoint(self) -> None:
+        self.last_checkpoint_t = time.perf_counter()
         if self.checkpoint_dir is not None:
             checkpoint.save_atomic(self.state_dict(), self.checkpoint_dir / checkpoint.LAST, epoch=self.state.epoch)
 
@@ -460,3 +548,17 @@ class Trainer:
                 "test_acc": self.state.best_test_acc,
             }
             checkpoint.save_atomic(best, self.checkpoint_dir / checkpoint.BEST)
+
+
+def rng_states(device: torch.device) -> dict[str, Any]:
+    """This process's torch RNG states (what dropout draws from), as tensors a weights-only load reads."""
+    states = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        states["cuda"] = torch.cuda.get_rng_state(device)
+    return states
+
+
+def set_rng_states(states: dict[str, Any], device: torch.device) -> None:
+    torch.set_rng_state(states["cpu"])
+    if device.type == "cuda" and "cuda" in states:
+        torch.cuda.set_rng_state(states["cuda"], device)

@@ -78,6 +78,7 @@ TRAIN_STATE = {
     "best_epoch": borders.WHOLE,
     "stopped_early": borders.FLAG,
     "earlier_sessions_s": borders.SECONDS,
+    "layout_world": borders.WHOLE,
 }
 
 

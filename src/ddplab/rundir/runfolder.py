@@ -18,10 +18,13 @@ from ddplab.rundir import runfiles
 
 # What a resume may change: the length, an observer, and where and how patiently the nodes meet (a run cut
 # short by a network fault resumes on other hosts, or with a longer timeout): none changes a number.
-OBSERVERS = {"train.profile_steps"}  # settings that change no number of the run (a sweep's re-run may change them)
+# Settings that change no number of the run (a sweep's re-run may change them)
+OBSERVERS = {"train.profile_steps", "train.checkpoint_every"}
 # Where a run's nodes meet: an executor that starts each node's part (Ray) picks them for each attempt.
 MEETING = {"dist.rdzv_endpoint", "dist.rdzv_id", "dist.node_rank"}
-RESUMABLE_DIFFERENCES = {"train.epochs", *OBSERVERS, "dist.timeout_s", "dist.max_restarts", *MEETING}
+RESUMABLE_DIFFERENCES = {"train.epochs", *OBSERVERS, "dist.timeout_s", "dist.max_restarts", *MEETING, "dist.on_resize"}
+# What a resume at another world size changes, where dist.on_resize allows it: how many workers carry the run's shards
+RESIZE = {"dist.nproc", "dist.nnodes", "dist.node_rank"}
 
 
 @dataclass
@@ -31,6 +34,7 @@ class Resume:
     epoch: int  # epochs trained so far
     stopped_early: bool
     planned_epochs: int  # train.epochs of the saved config.toml, before this resume rewrites it
+    layout_world: int | None = None  # the data shards the run is laid out in (None: the saved config's world size)
     # last.pt as read for the checks, kept for the one restore in this process (None: not read here).
     checkpoint: dict | None = field(default=None, repr=False, compare=False)
 
@@ -86,6 +90,14 @@ def check_run_dir(config: RunConfig, saved: RunConfig | None = None) -> Resume |
     if saved is None:
         saved = saved_config(run_dir)
     differing = config_differences(saved, config) - RESUMABLE_DIFFERENCES
+    if config.dist.on_resize != "refuse":
+        differing -= RESIZE
+    elif differing and differing <= RESIZE and saved.world_size() != config.world_size():
+        raise ConfigError(
+            f"output.resume: {run_dir} was trained on {saved.world_size()} workers and this resume asks for "
+            f"{config.world_size()}, which would change its data order and global batch; resume on "
+            f"{saved.world_size()}, or keep both with --dist.on_resize keep_global_batch (fewer workers only)"
+        )
     if differing:
         raise ConfigError(
             f"output.resume: the config differs from the run's saved config.toml in "
@@ -101,6 +113,12 @@ def check_run_dir(config: RunConfig, saved: RunConfig | None = None) -> Resume |
         "a new run from it with --config",
     )
     done = state["train_state"]["epoch"]
+    layout_world = int(state["train_state"].get("layout_world") or saved.world_size())
+    if config.world_size() > layout_world:
+        raise ConfigError(
+            f"dist.on_resize={config.dist.on_resize}: {run_dir} is laid out in {layout_world} data shards, which "
+            f"{config.world_size()} workers cannot share out; resume on at most {layout_world}"
+        )
     if config.train.epochs < done:
         raise ConfigError(
             f"train.epochs={config.train.epochs} is not valid: {run_dir} has already trained {done} epochs"
@@ -109,6 +127,7 @@ def check_run_dir(config: RunConfig, saved: RunConfig | None = None) -> Resume |
         epoch=done,
         stopped_early=bool(state["train_state"].get("stopped_early")),
         planned_epochs=saved.train.epochs,
+        layout_world=layout_world,
         checkpoint=state,
     )
 

@@ -79,6 +79,9 @@ class BatchPart(_BatchWritten, total=False):
     accumulate: Annotated[int, COUNT]
     steps_per_epoch: Annotated[int, WHOLE]
     optimizer_steps: Annotated[int, WHOLE]
+    # The data shards the run is laid out in (its first world size), where workers now carry more than one each
+    # (a resume on fewer workers with dist.on_resize=keep_global_batch): the global batch counts them, not workers.
+    shards: Annotated[int, COUNT]
 
 
 class _ModelPartWritten(TypedDict):
@@ -230,6 +233,23 @@ class RunInfo:
     data_init_s: float | None = None  # the whitening stem's init from the data (None: none)
     gpu: dict[str, Any] = field(default_factory=dict)  # whether GPU utilization is sampled, and why not
     engine: dict[str, Any] | None = None  # how the numbers are taken: determinism, syncs, fused optimizer, ...
+    layout_world: int | None = None  # the data shards the run is laid out in (None: as many as its workers)
+
+
+def batch_part(config: RunConfig, info: RunInfo, steps: int) -> BatchPart:
+    """The batch as trained: the global one counts the data shards, which outnumber the workers after a resume
+    on fewer of them (dist.on_resize=keep_global_batch)."""
+    shards = info.layout_world or info.world_size
+    part: BatchPart = {
+        "local": config.train.batch_size,
+        "accumulate": config.train.accumulate,
+        "global": config.global_batch_size(shards),
+        "steps_per_epoch": info.steps_per_epoch,
+        "optimizer_steps": steps,
+    }
+    if shards != info.world_size:
+        part["shards"] = shards
+    return part
 
 
 def build_summary(
@@ -271,13 +291,7 @@ def build_summary(
             "epochs_planned": config.train.epochs,
             "epochs_done": state.epoch,
         },
-        "batch": {
-            "local": config.train.batch_size,
-            "accumulate": config.train.accumulate,
-            "global": config.global_batch_size(info.world_size),
-            "steps_per_epoch": info.steps_per_epoch,
-            "optimizer_steps": state.step,
-        },
+        "batch": batch_part(config, info, state.step),
         "model": {"params": info.params, "flops_per_image": info.flops_per_image, "layers": info.layers},
         "data": {
             "train_images": info.train_images,

@@ -1,0 +1,95 @@
+"""A run continued from inside an epoch, by the launcher's restart or a --resume, at its world size or on fewer
+workers (dist.on_resize): the data position, augmentation streams and partial sums it reached, for real over
+Gloo."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from ddplab.rundir import checkpoint
+from ddplab.rundir.epochs import read_epochs, reproducible
+
+from cli_process import ddplab_cli
+
+pytestmark = pytest.mark.dist
+
+TINY = [
+    *("--dataset", "synthetic", "--data.synthetic_size", "256", "--data.image_size", "16"),
+    *("--data.num_classes", "4", "--model.width", "0.5", "--device", "cpu"),
+    *("--output.progress", "false", "--output.tensorboard", "false"),
+    *("--data.crop_padding", "2", "--data.flip", "true", "--model.dropout", "0"),  # augmented, per shard
+    *("--batch-size", "16", "--epochs", "2", "--backend", "gloo", "--strategy", "ddp"),
+]
+
+
+def train(*args, env=None, code=0):
+    proc = ddplab_cli("train", *TINY, *args, env=env, timeout=300)
+    assert proc.returncode == code, proc.stderr[-3000:]
+    return proc
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [reproducible(r, per_rank=False) for r in read_epochs(run_dir / "metrics.jsonl")]
+
+
+def weights(run_dir: Path) -> dict:
+    return checkpoint.load(run_dir / "checkpoints" / checkpoint.LAST)["model"]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory) -> Path:
+    """The undisturbed run: 2 workers, checkpoints at epochs' ends only."""
+    out = tmp_path_factory.mktemp("resize") / "whole"
+    train("--nproc", "2", "--out", str(out))
+    return out
+
+
+def test_a_worker_killed_inside_an_epoch_is_restarted_from_there_and_the_run_ends_bit_identical(two_ranks, tmp_path):
+    proc = train(
+        *("--nproc", "2", "--train.checkpoint_every", "3", "--max-restarts", "1", "--out", str(tmp_path / "r")),
+        env={"DDPLAB_FAULT": "kill:rank=1:epoch=2:step=5"},
+    )
+    assert "resumed from epoch 1 and 4 steps of epoch 2 (step 12)" in proc.stderr  # checkpoints at 3, 6, 8, 9, 12
+    assert records(tmp_path / "r") == records(two_ranks)
+    for key, value in weights(two_ranks).items():
+        assert torch.equal(weights(tmp_path / "r")[key], value), key
+
+
+def test_a_two_worker_run_resumed_on_one_keeps_its_global_batches_when_asked(two_ranks, tmp_path):
+    """Stopped inside epoch 2, resumed on 1 worker: refused by default; with keep_global_batch the worker carries
+    both shards (the same micro-batches and augmentation draws, two a step) and the run ends as the 2-worker one
+    within summation-order noise: rtol 1e-5 on losses and weights, the tolerance the 2-worker-equals-1-worker test
+    uses, since only the order of float32 sums differs (the gradient's over ranks against over micro-batches)."""
+    out = tmp_path / "r"
+    train(
+        "--nproc",
+        "2",
+        "--train.checkpoint_every",
+        "2",
+        "--out",
+        str(out),
+        env={"DDPLAB_FAULT": "raise:epoch=2:step=4"},
+        code=4,
+    )
+    refused = train("--nproc", "1", "--out", str(out), "--resume", code=2)
+    assert "trained on 2 workers and this resume asks for 1" in refused.stderr
+    assert "--dist.on_resize keep_global_batch" in refused.stderr
+    more = train("--nproc", "3", "--dist.on_resize", "keep_global_batch", "--out", str(out), "--resume", code=2)
+    assert "laid out in 2 data shards, which 3 workers cannot share out; resume on at most 2" in more.stderr
+    proc = train("--nproc", "1", "--dist.on_resize", "keep_global_batch", "--out", str(out), "--resume")
+    assert "resumed from epoch 1 and 2 steps of epoch 2 (step 10)" in proc.stderr
+    assert "1 workers carry the run's 2 data shards (rank 0: 0, 1)" in proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["run"]["world_size"] == 1
+    assert (summary["batch"]["global"], summary["batch"]["shards"], summary["batch"]["steps_per_epoch"]) == (32, 2, 8)
+    ours, theirs = records(out), records(two_ranks)
+    assert [r["step"] for r in ours] == [r["step"] for r in theirs] == [8, 16]
+    for a, b in zip(ours, theirs, strict=True):
+        assert a["train_samples"] == b["train_samples"] == 256
+        for key in ("train_loss", "test_loss", "lr"):
+            assert a[key] == pytest.approx(b[key], rel=1e-5), key
+    mine, reference = weights(out), weights(two_ranks)
+    for key, value in reference.items():
+        torch.testing.assert_close(mine[key], value, rtol=1e-5, atol=1e-6)
