@@ -379,7 +379,13 @@ class DistConfig:
     nproc: int = opt(1, "ddp: worker processes per node")
     dp_gpus: int = opt(0, "dp: the GPUs DataParallel splits each batch over (cuda:0..N-1); 0: every visible GPU")
     backend: str = opt("auto", "ddp backend: auto | nccl | gloo | mpi (auto = nccl on CUDA, gloo on CPU)")
-    nnodes: int = opt(1, "ddp: number of nodes")
+    nnodes: int = opt(1, "ddp: number of nodes (the most, where dist.min_nodes is less)")
+    min_nodes: int = opt(
+        0,
+        "ddp: the fewest nodes the run goes on with (--nnodes MIN:MAX, torchrun's spelling): a lost node's peers "
+        "re-form without it and resume from the last checkpoint, and a node started again joins at the next "
+        "change; needs dist.on_resize=keep_global_batch and dist.max_restarts >= 1. 0: dist.nnodes (fixed)",
+    )
     node_rank: int = opt(0, "ddp: rank of this node")
     rdzv_endpoint: str | None = opt(
         None, "ddp: rendezvous host:port, the same on every node (default: a free port on this machine)"
@@ -411,6 +417,10 @@ class DistConfig:
         "device): checks a multi-worker run on a 1-GPU machine; never a speed figure",
     )
 
+    def elastic(self) -> bool:
+        """Whether the run's nodes may come and go (MIN < MAX)."""
+        return 0 < self.min_nodes < self.nnodes
+
     def __post_init__(self) -> None:
         _choice("dist.strategy", self.strategy, STRATEGIES)
         _choice("dist.backend", self.backend, BACKENDS)
@@ -431,6 +441,21 @@ class DistConfig:
         if self.dp_gpus and self.strategy != "dp":
             raise _bad("dist.dp_gpus", self.dp_gpus, "applies with --strategy dp")
         _positive("dist.bucket_cap_mb", self.bucket_cap_mb)
+        _positive("dist.min_nodes", self.min_nodes, zero_ok=True)
+        if self.min_nodes > self.nnodes:
+            raise _bad("dist.min_nodes", self.min_nodes, f"at most dist.nnodes={self.nnodes} (--nnodes MIN:MAX)")
+        if self.elastic():
+            needs = [
+                f"{flag} ({why})"
+                for flag, why, missing in (
+                    ("--dist.on_resize keep_global_batch", "what a smaller group trains", self.on_resize == "refuse"),
+                    ("--max-restarts 1 or more", "each change restarts the group", self.max_restarts < 1),
+                    ("--dist.rdzv_backend c10d", "ranks by arrival", self.rdzv_backend != "c10d"),
+                )
+                if missing
+            ]
+            if needs:
+                raise _bad("dist.min_nodes", self.min_nodes, f"a membership that may change needs {', '.join(needs)}")
         if not 0 <= self.node_rank < self.nnodes:
             raise _bad("dist.node_rank", self.node_rank, f"must be in [0, {self.nnodes})")
         if self.strategy != "ddp" and (self.nproc > 1 or self.nnodes > 1):

@@ -8,6 +8,10 @@ writing of that epoch's last.pt for 4 s between its temporary file and the renam
 write). The fault fires while the elastic restart
 count is below `attempts` (default 1: the first attempt only, so a restarted group runs
 clean). Unset, this costs a call and a comparison per step.
+
+`DDPLAB_RECORD_SAMPLES=FOLDER` (a test hook, beside the faults): each rank appends the dataset indices each of its
+optimizer steps trained to FOLDER/rank-R.round-A.jsonl, so a test can check that every sample was trained once
+an epoch across restarts and membership changes. It reads indices back to the host every step: never for speed.
 """
 
 from __future__ import annotations
@@ -91,6 +95,24 @@ def current() -> tuple[str, dict[str, int]] | None:
     if _FAULT is _UNREAD:
         _FAULT = parse(os.environ[ENV]) if os.environ.get(ENV) else None
     return _FAULT
+
+
+RECORD_ENV = "DDPLAB_RECORD_SAMPLES"
+
+
+def recording_samples() -> bool:
+    return bool(os.environ.get(RECORD_ENV))
+
+
+def record_samples(rank: int, epoch: int, step: int, indices: list[int]) -> None:
+    """One optimizer step's dataset indices, appended to this rank's record for this rendezvous round."""
+    import json
+
+    folder = os.environ[RECORD_ENV]
+    os.makedirs(folder, exist_ok=True)
+    line = json.dumps({"epoch": epoch, "step": step, "rank": rank, "round": group_attempt(), "ids": indices})
+    with open(os.path.join(folder, f"rank-{rank}.round-{group_attempt()}.jsonl"), "a") as f:
+        f.write(line + "\n")
 
 
 def maybe_slow_save(epoch: int) -> None:

@@ -149,6 +149,14 @@ def rendezvous_handlers() -> tuple[Any, str]:
     return registry, "get_rendezvous_handler"
 
 
+def rendezvous_round(handler: Any) -> int | None:
+    """The round a c10d rendezvous handler has joined, as its store counts it (the same on every node, whenever
+    each joined); None where the handler keeps no such state (a static rendezvous, another torch)."""
+    state = getattr(getattr(handler, "_state_holder", None), "state", None)
+    value = getattr(state, "round", None)
+    return value if isinstance(value, int) else None
+
+
 # --- torch and numpy, read elsewhere -------------------------------------------------------------------------------
 
 
@@ -212,6 +220,15 @@ def _check_process_name() -> None:
     assert getattr(multiprocessing.Process(name="x"), "_name", None) == "x", "Process keeps its name elsewhere"
 
 
+def _check_rendezvous_round() -> None:
+    import inspect
+
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous as dr
+
+    assert isinstance(getattr(dr._RendezvousState(), "round", None), int), "the rendezvous state keeps no round"
+    assert "self._state_holder" in inspect.getsource(dr.DynamicRendezvousHandler.__init__), "no _state_holder"
+
+
 def _check_owner(where: Callable[[], tuple[Any, str]]) -> Callable[[], None]:
     def check() -> None:
         owner, name = where()
@@ -242,6 +259,9 @@ PRIVATE = [
     Private("torch.distributed.elastic.rendezvous.registry.get_rendezvous_handler",
             "wrapped to count the rendezvous rounds a node joins (launch.elastic.rounds_counted)", TORCH,
             _check_owner(rendezvous_handlers)),
+    Private("torch.distributed.elastic.rendezvous.dynamic_rendezvous.DynamicRendezvousHandler._state_holder",
+            "the round a node joined, as the store counts it (launch.elastic.CountedRendezvous; else counted)",
+            TORCH, _check_rendezvous_round),
     Private("torch.nn.parallel.DistributedDataParallel._get_ddp_logging_data",
             "DDP's own timings, read each epoch (compat.ddp_timings; without it none are recorded)", TORCH,
             _check_ddp_logging),

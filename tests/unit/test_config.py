@@ -562,3 +562,23 @@ def test_cuda_graphs_takes_auto_besides_true_and_false(tmp_path):
     save_config(cfg, tmp_path / "c.toml")
     assert 'cuda_graphs = "auto"' in (tmp_path / "c.toml").read_text()
     assert build_config(load_toml(tmp_path / "c.toml")) == cfg
+
+
+def test_nnodes_min_max_is_a_membership_that_may_change_and_says_what_it_needs():
+    """torchrun's --nnodes MIN:MAX: the fewest nodes the run goes on with, refused without what a change needs."""
+    base = ["--strategy", "ddp", "--rdzv-endpoint", "10.0.0.1:29500"]
+    cfg = parse([*base, "--nnodes", "2:3", "--dist.on_resize", "keep_global_batch", "--max-restarts", "2"])
+    assert (cfg.dist.min_nodes, cfg.dist.nnodes, cfg.dist.elastic(), cfg.world_size()) == (2, 3, True, 3)
+    assert not parse([*base, "--nnodes", "3"]).dist.elastic()
+    assert not parse([*base, "--nnodes", "3:3"]).dist.elastic()  # MIN = MAX: fixed, as today
+    with pytest.raises(ConfigError) as bare:
+        parse([*base, "--nnodes", "2:3"])
+    assert str(bare.value) == (
+        "dist.min_nodes=2 is not valid: a membership that may change needs --dist.on_resize keep_global_batch "
+        "(what a smaller group trains), --max-restarts 1 or more (each change restarts the group)"
+    )
+    with pytest.raises(ConfigError, match=r"dist.min_nodes=4 is not valid: at most dist.nnodes=3"):
+        parse([*base, "--nnodes", "4:3"])
+    with pytest.raises(ConfigError, match=r"--dist.rdzv_backend c10d \(ranks by arrival\)"):
+        parse([*base, "--nnodes", "2:3", "--dist.on_resize", "keep_global_batch", "--max-restarts", "1",
+               "--dist.rdzv_backend", "static"])  # fmt: skip

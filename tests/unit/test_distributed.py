@@ -167,6 +167,42 @@ def test_the_launcher_counts_the_rounds_its_agent_joins_and_leaves_nothing_behin
     assert not isinstance(registry.get_rendezvous_handler(None), CountedRendezvous) and os.environ[ROUND] == "7"
 
 
+def test_a_node_that_joins_late_takes_the_rendezvous_own_round_where_it_says_it(monkeypatch):
+    """Where nodes come and go (--nnodes MIN:MAX), a node started again after a loss joins round 2 as its first:
+    counting its own rounds it would name the group 0 and meet no one; the store's round is the one they share."""
+    from types import SimpleNamespace
+
+    from ddplab.launch.elastic import CountedRendezvous
+    from ddplab.topology import ROUND
+
+    inner = SimpleNamespace(next_rendezvous=lambda: "info", _state_holder=SimpleNamespace(state=SimpleNamespace()))
+    inner._state_holder.state.round = 2
+    handler = CountedRendezvous(inner)
+    monkeypatch.setenv(ROUND, "x")
+    assert handler.next_rendezvous() == "info" and os.environ[ROUND] == "2"
+    inner._state_holder.state.round = 3
+    assert handler.next_rendezvous() == "info" and os.environ[ROUND] == "3"
+    del inner._state_holder  # a handler with no such state: its own count (this is its third round)
+    assert handler.next_rendezvous() == "info" and os.environ[ROUND] == "2"
+
+
+def test_a_membership_that_may_change_scales_the_rounds_waits_to_the_timeout_and_says_too_few():
+    from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
+
+    from ddplab.launch.elastic import elastic_waits, rendezvous_failure
+
+    # a lost node dropped within half the timeout, a last call of up to half (30 s at most), then the timeout itself
+    assert elastic_waits(6) == {"last_call_timeout": 3, "keep_alive_interval": 1, "keep_alive_max_attempt": 3,
+                                "join_timeout": 12}  # fmt: skip
+    assert elastic_waits(600) == {"last_call_timeout": 30, "keep_alive_interval": 5, "keep_alive_max_attempt": 3,
+                                  "join_timeout": 645}  # fmt: skip
+    line = str(rendezvous_failure(RendezvousTimeoutError(), "10.0.0.1:29500", 3, "dist.timeout_s=6", 2))
+    assert line.startswith("fewer than 2 of 3 nodes (dist.min_nodes) joined the rendezvous at 10.0.0.1:29500")
+    assert line.endswith("start the same command with --resume on at least 2 nodes")
+    fixed = str(rendezvous_failure(RendezvousTimeoutError(), "10.0.0.1:29500", 3, "dist.timeout_s=6"))
+    assert fixed.startswith("not all 3 nodes joined")
+
+
 def test_a_stop_signal_during_the_workers_spawn_is_raised_once_the_agent_holds_them_all():
     """SIGTERM between two workers' spawns made the agent's handler raise before it held the group: the worker
     already started was never stopped, and printed a FileNotFoundError traceback under ddplab's one line (seen
@@ -260,3 +296,23 @@ def test_a_stop_signal_started_ignored_stays_ignored_while_workers_spawn():
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+def test_a_worker_of_another_launcher_asked_for_nodes_that_come_and_go_is_refused(monkeypatch):
+    """dist.min_nodes is what ddplab's launcher does with a round; torchrun's worker has its launcher's own."""
+    from ddplab.config import build_config
+    from ddplab.errors import ConfigError
+    from ddplab.rundir.runplan import prepared
+
+    for key, value in {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29999"}.items():
+        monkeypatch.setenv(key, value)
+    config = build_config(
+        {
+            "dist": {"strategy": "ddp", "nnodes": 3, "min_nodes": 2, "max_restarts": 1,
+                     "on_resize": "keep_global_batch", "rdzv_endpoint": "10.0.0.1:29500"},
+            "output": {"out": "runs/x"},
+        }
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match=r"^dist.min_nodes=2 is ddplab's launcher's .*started by another launcher"):
+        with prepared(config):
+            pass

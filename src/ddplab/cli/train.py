@@ -105,6 +105,9 @@ def config_and_saved(args: argparse.Namespace) -> tuple[RunConfig, RunConfig | N
     the two without reading the file again."""
     saved = None
     overrides = parse_dotted([f"{k}={v}" for k, v in vars(args).items() if "." in k])
+    nodes = overrides.get("dist", {}).get("nnodes")
+    if isinstance(nodes, str) and ":" in nodes:  # torchrun's --nnodes MIN:MAX
+        overrides["dist"]["min_nodes"], _, overrides["dist"]["nnodes"] = nodes.partition(":")
     output = overrides.get("output", {})
     resume = coerce("output.resume", output.get("resume", False), bool)
     if hasattr(args, "config") and hasattr(args, "preset"):

@@ -136,6 +136,7 @@ class DeviceLoader:
         self.rounds = 0  # micro-batch rounds (one from each carried shard) handed out this epoch
         self.restored: dict[int, torch.Tensor] = {}  # augmentation streams to continue, by shard
         self.streams: dict[int, torch.Generator] = {}  # the epoch's live streams, by shard
+        self.handed: list[torch.Tensor] | None = None  # a list: the indices handed out are kept (a test's record)
         self.flip_parity: torch.Tensor | None = None  # alternating flip: each image's epoch-1 choice
         if self.augmenter is not None and self.augmenter.spec.flip and self.augmenter.spec.flip_mode == "alternate":
             g = torch.Generator()
@@ -217,6 +218,8 @@ class DeviceLoader:
             for i, v in enumerate(self.shards):
                 batch = index[v][m * b : (m + 1) * b]
                 x = self._make_batch(self.images.index_select(0, batch), self.streams.get(v), batch)
+                if self.handed is not None:
+                    self.handed.append(batch)
                 if i == len(self.shards) - 1:
                     self.rounds = m + 1  # the round is handed out: position() counts it
                 yield x, self.labels.index_select(0, batch)

@@ -44,6 +44,7 @@ from ddplab.rundir import checkpoint, runfiles
 from ddplab.rundir.epochs import EpochRecord, read_epochs
 from ddplab.rundir.runplan import RunPlan
 from ddplab.rundir.summary import RunInfo, Summary, build_summary, format_summary, read_summary
+from ddplab.topology import group_attempt
 
 log = logging.getLogger("ddplab")
 
@@ -122,7 +123,10 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
     config = plan.config
     run_dir = prepare_run_dir(config, ctx)
     logsetup.init_logging(ctx.rank, run_dir / runfiles.LOG if ctx.is_main else None, debug=config.output.debug)
+    # The data shards: a resumed run's own; a run whose nodes may come and go lays out as many as it may have
+    # workers, whatever number of nodes its first round found (each worker then carries its share).
     layout_world = plan.resume.layout_world if plan.resume else None
+    layout_world = layout_world or (config.world_size() if config.dist.elastic() else None)
     trainer, info = build_trainer(config, ctx, run_dir, session_start=start, layout_world=layout_world)
     if config.output.resume:
         assert plan.resume is not None  # check_run_dir read the folder of every resumed run
@@ -131,6 +135,8 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
         at = trainer.resume_at
         inside = f" and {at.steps_done} steps of epoch {at.epoch}" if at is not None else ""
         log.info("resumed from epoch %d%s (step %d)", trainer.state.epoch, inside, trainer.state.step)
+        if ctx.is_main and (change := membership_change(trainer.written_by, ctx, config)):
+            log.warning("%s: going on from the checkpoint at step %d", change, trainer.state.step)
         if trainer.state.layout_world != ctx.world_size and ctx.is_main:
             log.info(
                 "dist.on_resize=keep_global_batch: %d workers carry the run's %d data shards (rank 0: %s): "
@@ -171,7 +177,17 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
         sinks.close(exc)  # a tracker ends its run as failed or stopped
         # Gloo/NCCL report a timed-out or broken collective as RuntimeError
         if isinstance(exc, RuntimeError) and ctx.is_distributed and not is_out_of_memory(exc):
-            raise collective_failure(exc, config, ctx, run_dir) from exc
+            failure = collective_failure(exc, config, ctx, run_dir)
+            if ctx.is_main and group_attempt() < config.dist.max_restarts:  # the launcher's restart follows
+                log.warning(
+                    "%s; the group restarts from it (restart %d of %d; this one stopped at step %d, in epoch %d)",
+                    failure,
+                    group_attempt() + 1,
+                    config.dist.max_restarts,
+                    trainer.state.step,
+                    trainer.state.epoch + 1,
+                )
+            raise failure from exc
         raise
     summary = build_summary(
         config,
@@ -215,6 +231,19 @@ def maybe_warm_up(trainer: Trainer) -> dict[str, Any] | None:
     warmup_s = time.perf_counter() - clock
     log.info("warm-up (compilation, autotuning, capture: %s) took %.1f s, counted in start-up", done, warmup_s)
     return {"s": round(warmup_s, 3), **done, "counted_in": "startup_s"}
+
+
+def membership_change(before: list[str] | None, ctx: DistContext, config: RunConfig) -> str | None:
+    """What changed in the nodes since the checkpoint was written, in words (None: the same, or not known):
+    `host 10.211.0.3 lost: going on with 2 of 3 nodes`."""
+    now = [h for h in ctx.rank_hosts() if h]
+    if not before or not now or sorted(set(before)) == sorted(set(now)):
+        return None
+    lost, joined = sorted(set(before) - set(now)), sorted(set(now) - set(before))
+    said = [f"host {', '.join(lost)} lost"] if lost else []
+    said += [f"host {', '.join(joined)} joined"] if joined else []
+    nodes = len(set(now))
+    return f"{'; '.join(said)}: {nodes} of {config.dist.nnodes} nodes ({ctx.world_size} workers)"
 
 
 MISSING_RANKS_WAIT_S = 10

@@ -111,6 +111,7 @@ class Trainer:
         self.accumulate = config.accumulate * shards
         self.batch_share = self.state.layout_world / (shards * ctx.world_size)
         self.resume_at: MidEpoch | None = None  # where a checkpoint written inside an epoch left it
+        self.written_by: list[str] | None = None  # each rank's host as the resumed checkpoint was written
         self.last_checkpoint_t = time.perf_counter()
         self.last_lr = optimizer.param_groups[0]["lr"]
         self.gpu_sampler = gpu_sampler  # None: not sampled (no GPU); the same on every rank
@@ -304,6 +305,9 @@ class Trainer:
         self.sinks.epoch_start(epoch, num_steps)
         if self.lookahead is not None and resume is None:
             self.lookahead.reset()
+        recording = faults.recording_samples()  # a test's record of the samples each step trains
+        if recording:
+            self.train_loader.handed = []
         batches = iter(self.train_loader)
         ddp_start = None
         kind, every = self.config.checkpoint_every
@@ -316,6 +320,10 @@ class Trainer:
             timer.lap("data_s")
             loss = self.train_step(group, meter, timer)
             self.clocks.end()
+            if recording:
+                ids = torch.cat(self.train_loader.handed).tolist()
+                self.train_loader.handed = []
+                faults.record_samples(self.ctx.rank, epoch, self.state.step, ids)
             if i == 0 and timer.enabled:
                 ddp_start = self.comm.totals()
             nonfinite |= ~torch.isfinite(loss)
@@ -501,6 +509,7 @@ class Trainer:
             "scaler": self.precision.state_dict(),
             "early_stopping": self.early_stopping.state_dict(),
             "train_state": {**self.state.state_dict(), "earlier_sessions_s": self.elapsed_s()},
+            "hosts": list(self.ctx.rank_hosts()),  # who wrote it: a resume by other nodes says what changed
             # What these weights were trained with, as config.toml records it (the data root absolute): a resume
             # refuses a config.toml edited since.
             "config": self.config.recorded,
@@ -523,6 +532,7 @@ class Trainer:
         self.state.load_state_dict(state["train_state"])
         self.state.layout_world = layout  # the loader's, which engine/run.py laid out from the checkpoint's
         self.resume_at = MidEpoch(**state["mid_epoch"]) if state.get("mid_epoch") else None
+        self.written_by = [h for h in state.get("hosts") or [] if isinstance(h, str) and h] or None
         if self.lookahead is not None:
             self.lookahead.reset()
         # Every schedule is a pure function of the step: replaying the steps restores it

@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 SHUTDOWN_TIMEOUT_S = 5
 WORKER_IMPORTS = ("ddplab.launch.elastic", "ddplab.engine.run")  # a worker's: worker_main runs the engine
 STORE_SLACK_S = 10  # a store call outwaits the watchdog's probe, so a lost host is said in the probe's words
+# A membership that may change (--nnodes MIN:MAX): once MIN nodes have joined a round, how long it waits for more
+# (torch's last call; its default is 30 s), and how often each node says it is alive (torch's 5 s): a node silent
+# for 3 of these is dropped from the round it was in, which a round after its loss waits for.
+LAST_CALL_S, KEEP_ALIVE_S, KEEP_ALIVE_TRIES = 30, 5, 3
 
 
 def train(config: RunConfig) -> RunResult:
@@ -119,7 +123,7 @@ def launch_workers(plan: RunPlan, *, command: bool = True):
     d = config.dist
     static = d.rdzv_backend == "static"
     launch_config = compat.launch_config(
-        min_nodes=d.nnodes,
+        min_nodes=d.min_nodes or d.nnodes,
         max_nodes=d.nnodes,
         nproc_per_node=d.nproc,
         # Every node of one run must present the same id: derive it from the shared endpoint.
@@ -129,7 +133,10 @@ def launch_workers(plan: RunPlan, *, command: bool = True):
         rdzv_configs=(
             {"rank": d.node_rank, "timeout": d.timeout_s}
             if static
-            else c10d_configs(d.rdzv_endpoint, d.timeout_s, patience_s(d) + STORE_SLACK_S)
+            else {
+                **c10d_configs(d.rdzv_endpoint, d.timeout_s, patience_s(d) + STORE_SLACK_S),
+                **(elastic_waits(d.timeout_s) if d.elastic() else {}),
+            }
         ),
         local_addr=route_address(d.rdzv_endpoint) if d.nnodes > 1 else None,
         max_restarts=d.max_restarts,
@@ -165,6 +172,7 @@ def launch_workers(plan: RunPlan, *, command: bool = True):
         stopped_workers_woken_to_die(),
         whole_spawns(),
         rounds_counted(),
+        workers_store_of_their_own(d.elastic()),
         guarded,
     ):
         try:
@@ -176,7 +184,7 @@ def launch_workers(plan: RunPlan, *, command: bool = True):
         except KeyboardInterrupt as exc:  # a stop signal before the agent took the signals (its rendezvous)
             raise Interrupted(interrupted_line("SIGINT" if interrupted else stops.name_of(exc))) from None
         except RendezvousError as exc:
-            raise rendezvous_failure(exc, d.rdzv_endpoint, d.nnodes, timeout) from None
+            raise rendezvous_failure(exc, d.rdzv_endpoint, d.nnodes, timeout, d.min_nodes) from None
     return next((r for r in results.values() if r is not None), None)
 
 
@@ -204,14 +212,23 @@ def unreached_line(endpoint: str | None, timeout: str) -> str:
     )
 
 
-def rendezvous_failure(exc: Exception, endpoint: str | None, nnodes: int, timeout: str) -> errors.DdplabError:
+def rendezvous_failure(
+    exc: Exception, endpoint: str | None, nnodes: int, timeout: str, min_nodes: int = 0
+) -> errors.DdplabError:
     """One line for a rendezvous that never formed: which endpoint, what to check. `timeout`: the setting that
-    bounded it and its value, as the user would spell it (dist.timeout_s=600)."""
+    bounded it and its value, as the user would spell it (dist.timeout_s=600). `min_nodes`: the fewest a
+    membership that may change goes on with (0: all `nnodes`)."""
     from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError, RendezvousTimeoutError
 
     endpoint = endpoint or "this machine"
     if isinstance(exc, RendezvousConnectionError):
         return errors.TrainingError(unreached_line(endpoint, timeout))
+    if isinstance(exc, RendezvousTimeoutError) and 0 < min_nodes < nnodes:
+        return errors.TrainingError(
+            f"fewer than {min_nodes} of {nnodes} nodes (dist.min_nodes) joined the rendezvous at {endpoint} within "
+            f"{timeout} s, and the time a lost node takes to be dropped: too few to go on; checkpoints are kept: "
+            f"start the same command with --resume on at least {min_nodes} nodes"
+        )
     if isinstance(exc, RendezvousTimeoutError):
         return errors.TrainingError(
             f"not all {nnodes} nodes joined the rendezvous at {endpoint} within {timeout} s: "
@@ -334,7 +351,10 @@ class CountedRendezvous:
 
     def next_rendezvous(self) -> Any:
         info = self.inner.next_rendezvous()
-        os.environ[topology.ROUND] = str(self.rounds)
+        # The rendezvous' own round where it says it: a node that joins a membership that may change later than
+        # the others has joined fewer rounds, and must still name the group as they do.
+        shared = internals.rendezvous_round(self.inner)
+        os.environ[topology.ROUND] = str(self.rounds if shared is None else shared)
         self.rounds += 1
         return info
 
@@ -344,6 +364,26 @@ class CountedRendezvous:
 
     def __getattr__(self, name: str) -> Any:  # get_backend, get_run_id, num_nodes_waiting, shutdown, ...
         return getattr(self.inner, name)
+
+
+SHARED_STORE_OFF = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+
+
+@contextlib.contextmanager
+def workers_store_of_their_own(on: bool):
+    """Each round's workers meet at a store of their own (their rank 0 hosts it), not the agents' shared one, where
+    nodes may come and go: with the shared store, the agent that stays rank 0 across rounds writes the workers'
+    address only at its first round, and a node that joins later waits for it until it times out (torch 2.13)."""
+    before = os.environ.get(SHARED_STORE_OFF)
+    if on:
+        os.environ[SHARED_STORE_OFF] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(SHARED_STORE_OFF, None)
+        else:
+            os.environ[SHARED_STORE_OFF] = before
 
 
 @contextlib.contextmanager
@@ -436,6 +476,20 @@ def patience_s(d: DistConfig) -> int:
     """How long a node waits for a silent rendezvous host: dist.timeout_s, and as long again for each restart
     left, so that a link back within that window re-forms the group (the agent's store call just waits)."""
     return d.timeout_s * (1 + d.max_restarts)
+
+
+def elastic_waits(timeout_s: int) -> dict[str, int]:
+    """A round's waits where nodes may come and go, scaled to dist.timeout_s: a lost node is dropped within half
+    of it, the last call for more nodes lasts up to half of it (30 s at most), and a node waits for the round its
+    whole timeout on top of both (the round after a loss first waits for the lost node to be dropped)."""
+    keep_alive = max(1, min(KEEP_ALIVE_S, timeout_s // (2 * KEEP_ALIVE_TRIES)))
+    last_call = max(2, min(LAST_CALL_S, timeout_s // 2))
+    return {
+        "last_call_timeout": last_call,
+        "keep_alive_interval": keep_alive,
+        "keep_alive_max_attempt": KEEP_ALIVE_TRIES,
+        "join_timeout": timeout_s + keep_alive * KEEP_ALIVE_TRIES + last_call,
+    }
 
 
 def c10d_configs(endpoint: str | None, timeout_s: int, store_timeout_s: int | None = None) -> dict:

@@ -69,6 +69,11 @@ def prepared(config: RunConfig, *, saved: RunConfig | None = None) -> Iterator[R
             "dist.rdzv_endpoint=None is not valid: a multi-node run started by ddplab's launcher needs "
             "host:port of a node every node can reach (under srun or torchrun the launcher gives it)"
         )
+    if place is not None and config.dist.elastic():
+        raise ConfigError(
+            f"dist.min_nodes={config.dist.min_nodes} is ddplab's launcher's (--nnodes MIN:MAX): this process was "
+            "started by another launcher; under torchrun give it --nnodes MIN:MAX, and an srun step's tasks are fixed"
+        )
     if place is not None:
         config = resumed_after_restart(as_launched(config, place))
     config = config.with_out_folder()
