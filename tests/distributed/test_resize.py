@@ -84,6 +84,10 @@ def test_a_two_worker_run_resumed_on_one_keeps_its_global_batches_when_asked(two
     summary = json.loads((out / "summary.json").read_text())
     assert summary["run"]["world_size"] == 1
     assert (summary["batch"]["global"], summary["batch"]["shards"], summary["batch"]["steps_per_epoch"]) == (32, 2, 8)
+    segments = [(s["from_step"], s["to_step"], s["workers"], s["nodes"]) for s in summary["membership"]]
+    assert segments == [(0, 10, 2, 1), (10, 16, 1, 1)]  # the 2 steps of epoch 2 after its checkpoint were lost
+    assert all(s["images_per_s"] > 0 for s in summary["membership"])
+    assert [r.workers for r in read_epochs(out / "metrics.jsonl")] == [2, 1]
     ours, theirs = records(out), records(two_ranks)
     assert [r["step"] for r in ours] == [r["step"] for r in theirs] == [8, 16]
     for a, b in zip(ours, theirs, strict=True):

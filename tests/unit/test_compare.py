@@ -110,3 +110,23 @@ def test_compare_shows_each_runs_slowest_rank_and_names_a_chronic_straggler(tmp_
     assert "slowest rank" in text.splitlines()[0]
     assert "straggler in slow: rank 1 on host 10.211.0.2, chronically 38% slower" in text
     assert "straggler in even" not in text
+
+
+def test_a_run_whose_workers_changed_is_shown_stretch_by_stretch_and_never_taken_as_a_scaling_point(tmp_path):
+    """A 4-worker run resumed on 2 (dist.on_resize) has no one number of workers: the table says "4 then 2" and gives
+    it no speedup, and the 1-worker run stays the baseline of the 4-worker one."""
+    import json
+
+    one = write_run(tmp_path / "one", epoch_s=(12.0, 10.0, 10.0), device="cuda:0")
+    four = write_run(tmp_path / "four", strategy="ddp", nproc=4, epoch_s=(8.0, 4.0, 4.0), device="cuda:0")
+    resized = write_run(tmp_path / "resized", strategy="ddp", nproc=4, epoch_s=(8.0, 4.0, 6.0), device="cuda:0")
+    summary = json.loads((resized / "summary.json").read_text())
+    summary["membership"] = [
+        {"from_step": 0, "to_step": 20, "workers": 4, "nodes": 1, "images_per_s": 500.0},
+        {"from_step": 20, "to_step": 30, "workers": 2, "nodes": 1, "images_per_s": 300.0},
+    ]
+    (resized / "summary.json").write_text(json.dumps(summary))
+    rows = {r["run"]: r for r in scaling_rows([finished_run(p) for p in (one, four, resized)])}
+    assert rows["resized"]["world_size"] == "4 then 2" and rows["resized"]["speedup"] is None
+    assert rows["four"]["speedup"] == pytest.approx(3.0) and rows["four"]["baseline"] == "one"
+    assert "4 then 2" in format_rows(list(rows.values()))

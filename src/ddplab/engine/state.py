@@ -47,6 +47,9 @@ class TrainState:
     # The data shards the run is laid out in (its first world size; 0: a checkpoint older than the record):
     # a run resumed on other workers keeps them (data/loader.py).
     layout_world: int = 0
+    # Each stretch of steps trained on one set of workers, as the run's membership changed (a resize, a lost or a
+    # joined host): {from_step, workers, nodes, train_s, images}; the summary's `membership` where there are two+.
+    segments: list[dict[str, Any]] = field(default_factory=list)
 
     def state_dict(self) -> dict[str, Any]:
         """Plain data (the records as they are written to metrics.jsonl), which a weights-only load reads."""

@@ -135,6 +135,7 @@ class Trainer:
         """Train to the end (the configured epochs, or early stopping); `sinks` hear of every step and epoch,
         `profiler` of every optimizer step, for this fit."""
         self.sinks, self.profiler = sinks or NullSink(), profiler
+        self.open_segment()
         while self.should_continue():
             epoch = self.state.epoch + 1
             record, samples = self.run_epoch(epoch)
@@ -157,6 +158,14 @@ class Trainer:
                 self.sinks.samples(name, rows)
         return self.state
 
+    def open_segment(self) -> None:
+        """This session's stretch of steps, where its workers are not the last one's (or it is the first)."""
+        hosts = [h for h in self.ctx.rank_hosts() if h]
+        here = {"workers": self.ctx.world_size, "nodes": len(set(hosts)) or 1}
+        last = self.state.segments[-1] if self.state.segments else None
+        if last is None or {k: last[k] for k in here} != here:
+            self.state.segments.append({"from_step": self.state.step, **here, "train_s": 0.0, "images": 0})
+
     def timed_step_every(self) -> int:
         return CUDA_TIMED_STEP_EVERY if self.ctx.device.type == "cuda" else 1
 
@@ -173,6 +182,9 @@ class Trainer:
         clock = Stopwatch(self.ctx.device).start()
         train = self.train_epoch(epoch)
         train_s = clock.stop()
+        segment = self.state.segments[-1]
+        segment["train_s"] = round(segment["train_s"] + train_s, 6)
+        segment["images"] += train.session_count
         readings.training_ended()
         clocks, spread = self.rank_clocks(epoch)
         phases: dict[str, Any] = {}
@@ -204,6 +216,7 @@ class Trainer:
             eval_s=eval_s,
             images_per_s=train.session_count / train_s if train_s > 0 else 0.0,
             join_spread_share=spread,
+            workers=self.ctx.world_size,
             **phases,
             **machine.load,
             **machine.memory,

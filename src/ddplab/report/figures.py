@@ -133,7 +133,7 @@ def run_figures(run: Run) -> Row:
         "backend": s["run"].get("backend")
         or backend(s["run"]["strategy"], run.config.get("dist.backend", "auto"), s["run"]["device"]),
         "memory_label": label,
-        "world_size": world_size(s),
+        "world_size": workers_text(s) if s.get("membership") else world_size(s),  # a resized run: no scaling point
         "nodes": run.config.get("dist.nnodes", 1),
         "link": link_text(run.env.get("network")),
         "local_batch": s["batch"]["local"],
@@ -239,6 +239,12 @@ def world_size(summary: Summary) -> int:
     if summary["run"]["strategy"] == "dp" and isinstance(gpus, list) and gpus:
         return len(gpus)
     return summary["run"]["world_size"]
+
+
+def workers_text(summary: Summary) -> str:
+    """The workers of a run whose membership changed, stretch by stretch ("3 then 2 then 3"): text where a count
+    would be, so that no speedup or efficiency takes the run as if it had kept one number of workers."""
+    return " then ".join(str(segment["workers"]) for segment in summary.get("membership", []))
 
 
 def straggler(summary: Summary) -> str | None:

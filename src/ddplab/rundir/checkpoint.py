@@ -79,6 +79,7 @@ TRAIN_STATE = {
     "stopped_early": borders.FLAG,
     "earlier_sessions_s": borders.SECONDS,
     "layout_world": borders.WHOLE,
+    "segments": borders.list_of(borders.TABLE),
 }
 
 

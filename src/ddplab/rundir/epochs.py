@@ -62,6 +62,8 @@ class EpochRecord:
     gpu_other_processes: int | None = None
     # The spread between the ranks' join times (metrics/stragglers.spread): None with one rank
     join_spread_share: float | None = None
+    # The workers the epoch's training ended on (a membership that changed may have trained it on others too)
+    workers: int | None = None
     # Peak memory: resident set on CPU, allocated and reserved on CUDA, per GPU under DataParallel
     peak_rss_mib: float | None = None
     peak_alloc_mib: float | None = None
@@ -197,9 +199,14 @@ def is_machine_field(name: str) -> bool:
 
 def reproducible(record: EpochRecord | dict[str, Any], *, per_rank: bool = True) -> dict[str, Any]:
     """A record as written, less what measures the machine: what two runs of one config must agree on
-    (`per_rank=False`: each rank's lists left out too, to compare runs over different worker counts)."""
+    (`per_rank=False`: each rank's lists and the worker count left out too, to compare runs over different worker
+    counts)."""
     data = record.to_json() if isinstance(record, EpochRecord) else record
-    return {k: v for k, v in data.items() if not is_machine_field(k) and (per_rank or not k.startswith(RANK_PREFIX))}
+    return {
+        k: v
+        for k, v in data.items()
+        if not is_machine_field(k) and (per_rank or not (k.startswith(RANK_PREFIX) or k == "workers"))
+    }
 
 
 def gap_train_acc(record: EpochRecord | None) -> tuple[float | None, str]:

@@ -181,6 +181,16 @@ UNMEASURED: StragglersPart = {
 }
 
 
+class Segment(TypedDict):
+    """A stretch of the run's steps on one set of workers (engine/state.py's TrainState.segments)."""
+
+    from_step: Annotated[int, WHOLE]
+    to_step: Annotated[int, WHOLE]
+    workers: Annotated[int, COUNT]
+    nodes: Annotated[int, COUNT]
+    images_per_s: Annotated[float | None, number(0) | None]
+
+
 class TrackerPart(TypedDict, total=False):
     uri: Annotated[str, TEXT]
     run_id: Annotated[str | None, TEXT | None]
@@ -212,6 +222,8 @@ class Summary(_SummaryWritten, total=False):
     engine: Annotated[dict[str, Any] | None, TABLE | None]
     profile: Annotated[dict[str, Any] | None, TABLE | None]
     tracking: Annotated[dict[str, Any], TABLE, Each(TrackerPart)]
+    # Where the workers changed during the run (a resume on fewer, a lost or joined host): each stretch of steps
+    membership: Annotated[list[Segment], list_of(TABLE)]
 
 
 @dataclass(frozen=True)
@@ -271,7 +283,7 @@ def build_summary(
     epoch_s = [r.epoch_s for r in history]
     min_loss = min(history, key=lambda r: r.test_loss) if history else None
     gap_train, gap_from = gap_train_acc(last)
-    return {
+    summary: Summary = {
         "schema": SCHEMA_VERSION,
         "status": "stopped_early" if state.stopped_early else "finished",
         "run": {
@@ -355,6 +367,27 @@ def build_summary(
         # Trackers the run logged to (MLflow): where, which run, and whether everything reached them.
         "tracking": tracking or {},
     }
+    if segments := membership(state):
+        summary["membership"] = segments
+    return summary
+
+
+def membership(state) -> list[Segment]:
+    """Each stretch of steps on one set of workers, where the run trained on more than one (else none)."""
+    segments = getattr(state, "segments", None) or []
+    if len(segments) < 2:
+        return []
+    ends = [s["from_step"] for s in segments[1:]] + [state.step]
+    return [
+        {
+            "from_step": s["from_step"],
+            "to_step": end,
+            "workers": s["workers"],
+            "nodes": s["nodes"],
+            "images_per_s": round(s["images"] / s["train_s"], 3) if s["train_s"] > 0 else None,
+        }
+        for s, end in zip(segments, ends, strict=True)
+    ]
 
 
 SUMMARY = declared(Summary)  # what read_summary checks a file against, from the declaration above
