@@ -58,3 +58,23 @@ def test_a_plot_is_whole_or_absent(tmp_path, monkeypatch):
     fig, ax = plt.subplots()
     plot = plots.save(fig, tmp_path / "loss.png", "a curve")
     assert plot.path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and list(tmp_path.iterdir()) == [tmp_path / "loss.png"]
+
+
+def test_the_curves_mark_where_a_runs_workers_changed(tmp_path):
+    """metrics.jsonl's workers 3, 2, 2, 3: a line between epochs 1 and 2 and another between 3 and 4, each labelled,
+    and the caption says what the line is; a run that kept its workers gets neither."""
+    from ddplab.report.figures import mean_curve
+    from ddplab.report.plots import plot_curves, resizes
+    from ddplab.rundir.epochs import EpochRecord
+
+    def record(epoch, workers):
+        return EpochRecord(epoch=epoch, step=epoch, lr=0.1, train_loss=1.0 / epoch, train_acc=0.5, test_loss=1.0,
+                           test_acc=0.5, train_samples=256, test_samples=64, epoch_s=1.0, train_s=0.9, eval_s=0.1,
+                           images_per_s=100.0, workers=workers)  # fmt: skip
+
+    resized = mean_curve([[record(e, w) for e, w in enumerate((3, 2, 2, 3), 1)]])
+    kept = mean_curve([[record(e, 3) for e in range(1, 5)]])
+    assert resizes(resized) == [(1.5, "3 to 2 workers"), (3.5, "2 to 3 workers")] and resizes(kept) == []
+    plot = plot_curves(["resized", "kept"], [resized, kept], None, tmp_path / "curves.png")
+    assert plot is not None and "workers changed there" in plot.caption and (tmp_path / "curves.png").stat().st_size
+    assert "workers changed" not in plot_curves(["kept"], [kept], None, tmp_path / "kept.png").caption

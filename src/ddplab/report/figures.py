@@ -477,6 +477,8 @@ def mean_curve(histories: list[list[EpochRecord]]) -> list[dict[str, Any]]:
     curve = []
     for i in range(min((len(h) for h in histories), default=0)):
         record: dict[str, Any] = {"epoch": histories[0][i].epoch}
+        workers = {h[i].workers for h in histories}  # the seeds' own; None where they differ or were not recorded
+        record["workers"] = workers.pop() if len(workers) == 1 else None
         for key in CURVE_KEYS:
             record[key], record[f"{key}_std"] = mean_std([h[i].metric(key) for h in histories])
         curve.append(record)

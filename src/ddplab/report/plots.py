@@ -143,6 +143,23 @@ def mark_overfitting(ax: Any, row: Row, c: Any) -> None:
         ax.axvline(o.stop_epoch, color=c, linestyle="-.", linewidth=1)
 
 
+def resizes(curve: list[dict[str, Any]]) -> list[tuple[float, str]]:
+    """Where a curve's workers changed: (between which epochs, "3 to 2 workers")."""
+    return [
+        (b["epoch"] - 0.5, f"{a['workers']} to {b['workers']} workers")
+        for a, b in zip(curve, curve[1:], strict=False)
+        if a.get("workers") is not None and b.get("workers") is not None and a["workers"] != b["workers"]
+    ]
+
+
+def mark_resizes(ax: Any, curve: list[dict[str, Any]]) -> None:
+    """A grey dashed line where the workers changed, labelled with the change."""
+    for x, text in resizes(curve):
+        ax.axvline(x, color="0.5", linestyle="--", linewidth=1)
+        ax.annotate(text, (x, 1.0), xycoords=("data", "axes fraction"), fontsize="x-small", color="0.4",
+                    rotation=90, ha="right", va="top")  # fmt: skip
+
+
 def plot_curves(
     labels: list[str], curves: list[list[dict[str, Any]]], rows: list[Row] | None, path: Path
 ) -> Plot | None:
@@ -156,11 +173,14 @@ def plot_curves(
         caption += (
             " Dotted line: the epoch of lowest test loss; dash-dot: where early stopping (patience 2) would stop."
         )
+    if any(resizes(curve) for curve in curves):
+        caption += " Grey dashed line: the run's workers changed there (a resume on fewer, a host lost or joined)."
     if len(labels) <= MAX_POINTS_TOGETHER:
         fig, (ax_l, ax_a) = pyplot().subplots(1, 2, figsize=(12.0, 4.6))
         for i, (label, curve) in enumerate(zip(labels, curves, strict=True)):
             for ax, metric in ((ax_l, "loss"), (ax_a, "acc")):
                 draw_curve(ax, curve_series(curve, metric), color(i, len(labels)), wrap(label))
+                mark_resizes(ax, curve)
                 if rows is not None and metric == "loss":
                     mark_overfitting(ax, rows[i], color(i, len(labels)))
         style_curve_axes(ax_l, "loss")
@@ -177,6 +197,7 @@ def plot_curves(
         for k, metric in enumerate(("loss", "acc")):
             ax = axes[2 * r + k][col]
             draw_curve(ax, curve_series(curve, metric), color(0, 2), None)
+            mark_resizes(ax, curve)
             if rows is not None and metric == "loss":
                 mark_overfitting(ax, rows[i], "grey")
             style_curve_axes(ax, metric)
