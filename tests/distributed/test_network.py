@@ -538,6 +538,7 @@ def cpu_capped(share: float):
                 time.sleep(0.1)
 
 
+@pytest.mark.alone  # a quarter of a core against the other host's whole ones: another test beside it blurs that
 def test_a_host_slowed_from_outside_is_named_as_the_straggler_with_its_address(make_cluster, tmp_path):
     """Host 1's processes held to a quarter of a core from outside ddplab (a CPU cgroup, from its first epoch's end
     on): its rank joins the all-reduce last in nearly every step, and the log, summary.json and the report's row
