@@ -50,7 +50,7 @@ SCHEDULES_OVER_THE_RUN = ("onecycle", "cosine", "linear")
 PRECISIONS = ("fp32", "bf16", "fp16")
 STRATEGIES = ("single", "dp", "ddp")
 BACKENDS = ("auto", "nccl", "gloo", "mpi")
-ON_RESIZE = ("refuse", "keep_global_batch")  # what a --resume at another world size does (dist.on_resize)
+ON_RESIZE = ("refuse", "keep_global_batch", "keep_local_batch")  # a --resume at another world size (dist.on_resize)
 EARLY_STOP_METRICS = ("test_loss", "test_acc", "train_loss")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune")
 TTA_MODES = ("none", "flip", "flip_translate")
@@ -409,7 +409,9 @@ class DistConfig:
         "refuse",
         "ddp: a --resume at another world size: refuse | keep_global_batch (each worker carries the data "
         "shards of the run's first world size that fall to it: the same micro-batches, global batch, steps and "
-        "learning rate as the undisturbed run)",
+        "learning rate as the undisturbed run) | keep_local_batch (the global batch follows the workers, the "
+        "learning rate with it, linearly, and the schedule is re-planned over the new steps an epoch from the "
+        "progress reached)",
     )
     share_device: bool = opt(
         False,
@@ -448,7 +450,11 @@ class DistConfig:
             needs = [
                 f"{flag} ({why})"
                 for flag, why, missing in (
-                    ("--dist.on_resize keep_global_batch", "what a smaller group trains", self.on_resize == "refuse"),
+                    (
+                        "--dist.on_resize keep_global_batch or keep_local_batch",
+                        "what a smaller group trains",
+                        self.on_resize == "refuse",
+                    ),
                     ("--max-restarts 1 or more", "each change restarts the group", self.max_restarts < 1),
                     ("--dist.rdzv_backend c10d", "ranks by arrival", self.rdzv_backend != "c10d"),
                 )

@@ -97,3 +97,41 @@ def test_a_two_worker_run_resumed_on_one_keeps_its_global_batches_when_asked(two
     mine, reference = weights(out), weights(two_ranks)
     for key, value in reference.items():
         torch.testing.assert_close(mine[key], value, rtol=1e-5, atol=1e-6)
+
+
+def step_ids(folder: Path) -> dict[tuple[int, int], list[int]]:
+    """(epoch, step) -> the dataset indices every rank trained in that step (DDPLAB_RECORD_SAMPLES)."""
+    steps: dict[tuple[int, int], list[int]] = {}
+    for file in folder.glob("rank-*.jsonl"):
+        for line in file.read_text().splitlines():
+            row = json.loads(line)
+            steps.setdefault((row["epoch"], row["step"]), []).extend(row["ids"])
+    return steps
+
+
+def test_a_two_worker_run_resumed_on_one_lets_its_batch_follow_when_asked(tmp_path):
+    """keep_local_batch: the global batch halves with the workers, the learning rate with it (linear), and the
+    schedule is re-planned over the new 16 steps an epoch, taken up at the progress reached (1.25 epochs: step 20
+    of 32); the epoch in progress goes on from its place in the order, every sample trained once."""
+    out, first, second = tmp_path / "r", tmp_path / "ids1", tmp_path / "ids2"
+    common = ("--optim.schedule", "none", "--train.checkpoint_every", "2", "--out", str(out))
+    train("--nproc", "2", *common, env={"DDPLAB_FAULT": "raise:epoch=2:step=4", "DDPLAB_RECORD_SAMPLES": str(first)},
+          code=4)  # fmt: skip
+    proc = train(
+        *("--nproc", "1", "--dist.on_resize", "keep_local_batch", "--resume", *common),
+        env={"DDPLAB_RECORD_SAMPLES": str(second)},
+    )
+    assert (
+        "dist.on_resize=keep_local_batch: the global batch follows the workers (2 -> 1 shards), the learning rate "
+        "with it (x0.5 of the configured, linear in the global batch), the schedule re-planned over the new steps an "
+        "epoch and taken up at its step 20 (1.25 epochs done)"
+    ) in proc.stderr
+    ours = records(out)
+    assert [r["step"] for r in ours] == [8, 22]  # 8 steps of 32, then 2 of them and 12 of 16
+    assert ours[1]["lr"] == pytest.approx(ours[0]["lr"] / 2)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["batch"]["global"] == 16 and "shards" not in summary["batch"]
+    assert [(s["from_step"], s["to_step"], s["workers"]) for s in summary["membership"]] == [(0, 10, 2), (10, 22, 1)]
+    kept = {k: v for k, v in step_ids(first).items() if k[1] <= 10}  # step 11 was trained after the checkpoint
+    epoch_2 = [i for (e, _), ids in {**kept, **step_ids(second)}.items() if e == 2 for i in ids]
+    assert sorted(epoch_2) == list(range(256))

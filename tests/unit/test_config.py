@@ -574,8 +574,8 @@ def test_nnodes_min_max_is_a_membership_that_may_change_and_says_what_it_needs()
     with pytest.raises(ConfigError) as bare:
         parse([*base, "--nnodes", "2:3"])
     assert str(bare.value) == (
-        "dist.min_nodes=2 is not valid: a membership that may change needs --dist.on_resize keep_global_batch "
-        "(what a smaller group trains), --max-restarts 1 or more (each change restarts the group)"
+        "dist.min_nodes=2 is not valid: a membership that may change needs --dist.on_resize keep_global_batch or "
+        "keep_local_batch (what a smaller group trains), --max-restarts 1 or more (each change restarts the group)"
     )
     with pytest.raises(ConfigError, match=r"dist.min_nodes=4 is not valid: at most dist.nnodes=3"):
         parse([*base, "--nnodes", "4:3"])

@@ -291,8 +291,10 @@ def test_the_ranks_consume_a_prefix_of_the_epochs_order_and_a_resume_continues_i
     assert carried[1::2] == [whole[1][i : i + b] for i in range(6, len(whole[1]), b)]  # ... and shard 1's, in turn
     three = [y for shard in handed_out([at(3, r, p) for r in range(3)], 99) for batch in shard for y in batch]
     assert sorted(three) == sorted(order[12:] + order[:1])  # 11 left, padded to 12 from the order's start
-    with pytest.raises(ValueError, match="whole number of rounds"):
-        at(2, 0).set_epoch(1, start=3)
+    odd = [y for shard in handed_out([at(2, r, 13) for r in range(2)], 99) for batch in shard for y in batch]
+    assert sorted(odd) == sorted(order[13:] + order[:0])  # from any place (a layout that changed): 10 left, even
+    with pytest.raises(ValueError, match=r"a data position is in \[0, 23\)"):
+        at(2, 0).set_epoch(1, start=23)
     with pytest.raises(ValueError, match="cannot carry"):
         shards_of(0, 3, 2)
 

@@ -151,9 +151,9 @@ class DeviceLoader:
 
     def set_epoch(self, epoch: int, start: int = 0, streams: dict[int, torch.Tensor] | None = None) -> None:
         """The epoch to iterate next; `start` places of its order already trained and the augmentation
-        streams' states they had reached (a resume from the middle of it)."""
-        if start % self.layout_world:
-            raise ValueError(f"a data position is a whole number of rounds of {self.layout_world}, got {start}")
+        streams' states they had reached (a resume from the middle of it; a shard without one draws afresh)."""
+        if not 0 <= start < max(len(self.labels), 1):
+            raise ValueError(f"a data position is in [0, {len(self.labels)}), got {start}")
         self.epoch, self.start, self.restored = epoch, start, dict(streams or {})
 
     def position(self) -> int:
@@ -205,6 +205,8 @@ class DeviceLoader:
         g = torch.Generator(device=self.device)
         if shard in self.restored:
             g.set_state(self.restored[shard])
+        elif self.start:  # the epoch's rest in another layout: draws of their own, not a replay of its start
+            g.manual_seed(derive_seed(self.seed, self.epoch, shard, self.start))
         else:
             g.manual_seed(augment_seed(self.seed, self.epoch, shard))
         return g

@@ -127,7 +127,10 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
     # workers, whatever number of nodes its first round found (each worker then carries its share).
     layout_world = plan.resume.layout_world if plan.resume else None
     layout_world = layout_world or (config.world_size() if config.dist.elastic() else None)
-    trainer, info = build_trainer(config, ctx, run_dir, session_start=start, layout_world=layout_world)
+    planned_world = plan.resume.planned_world if plan.resume else None
+    trainer, info = build_trainer(
+        config, ctx, run_dir, session_start=start, layout_world=layout_world, planned_world=planned_world
+    )
     if config.output.resume:
         assert plan.resume is not None  # check_run_dir read the folder of every resumed run
         path = runfiles.checkpoint_path(run_dir)
@@ -137,6 +140,8 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
         log.info("resumed from epoch %d%s (step %d)", trainer.state.epoch, inside, trainer.state.step)
         if ctx.is_main and (change := membership_change(trainer.written_by, ctx, config)):
             log.warning("%s: going on from the checkpoint at step %d", change, trainer.state.step)
+        if ctx.is_main and trainer.replanned is not None:
+            log.info("dist.on_resize=keep_local_batch: %s", trainer.replanned)
         if trainer.state.layout_world != ctx.world_size and ctx.is_main:
             log.info(
                 "dist.on_resize=keep_global_batch: %d workers carry the run's %d data shards (rank 0: %s): "
@@ -301,9 +306,11 @@ def build_trainer(
     run_dir: Path | None,
     session_start: float | None = None,
     layout_world: int | None = None,
+    planned_world: int | None = None,
 ) -> tuple[Trainer, RunInfo]:
     """Every component of a run, built in order and handed to a Trainer (its observers come with `fit`).
-    `layout_world`: the data shards of the run a resume continues, where its checkpoint records them."""
+    `layout_world`: the data shards of the run a resume continues, where its checkpoint records them;
+    `planned_world`: the shards its configured learning rate was set for."""
     configure_determinism(config, ctx.device)
     train_set, eval_set, eval_split = build_datasets(config, ctx)
     torch.manual_seed(config.train.seed)  # identical initial weights on every rank (contract 3)
@@ -315,7 +322,10 @@ def build_trainer(
     clocks = StepClocks(ctx.device)  # a captured step runs no comm hook: its ranks' join times go unmeasured
     wrapped = wrap_model(model, config, ctx, on_joined=clocks.joined)
     train_loader, eval_loader, train_eval_loader = build_loaders(config, ctx, train_set, eval_set)
-    if layout_world and layout_world != ctx.world_size:  # a resume on other workers (dist.on_resize)
+    planned_world = planned_world or layout_world or ctx.world_size
+    if layout_world and layout_world != ctx.world_size and config.dist.on_resize == "keep_local_batch":
+        layout_world = ctx.world_size  # the batch follows the workers: laid out in them from here
+    elif layout_world and layout_world != ctx.world_size:  # a resume on other workers (keep_global_batch)
         train_loader.relayout(layout_world, shards_of(ctx.rank, ctx.world_size, layout_world))
     if len(train_loader) == 0:
         raise ConfigError(
@@ -324,6 +334,8 @@ def build_trainer(
         )
     num_steps = steps_per_epoch(len(train_loader), config.train.accumulate * len(train_loader.shards))
     optimizer = build_optimizer(wrapped.parameters(), config.optim, ctx.device, capturable=graphs)
+    for group in optimizer.param_groups:  # linear in the global batch, where it follows the workers (keep_local)
+        group["lr"] *= train_loader.layout_world / planned_world
     trainer = Trainer(
         config=trainer_config(config, ctx.device.type),
         ctx=ctx,
@@ -339,6 +351,7 @@ def build_trainer(
         train_eval_loader=train_eval_loader,
         session_start=session_start,
         clocks=clocks,
+        planned_world=planned_world,
     )
     sampler = trainer.gpu_sampler
     every = trainer.timed_step_every()

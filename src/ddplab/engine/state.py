@@ -47,6 +47,12 @@ class TrainState:
     # The data shards the run is laid out in (its first world size; 0: a checkpoint older than the record):
     # a run resumed on other workers keeps them (data/loader.py).
     layout_world: int = 0
+    # The data shards the configured learning rate was set for (the run's first world size; 0: layout_world): a
+    # resume with dist.on_resize=keep_local_batch scales the rate by the shards now over these.
+    planned_world: int = 0
+    # The schedule's own step (-1: a checkpoint older than the record, whose schedule is at `step`): the optimizer's
+    # steps until a keep_local_batch resize re-plans it over the new steps an epoch from the progress reached.
+    schedule_step: int = -1
     # Each stretch of steps trained on one set of workers, as the run's membership changed (a resize, a lost or a
     # joined host): {from_step, workers, nodes, train_s, images}; the summary's `membership` where there are two+.
     segments: list[dict[str, Any]] = field(default_factory=list)

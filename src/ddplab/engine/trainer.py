@@ -94,6 +94,7 @@ class Trainer:
         train_eval_loader=None,
         session_start: float | None = None,
         clocks: StepClocks | None = None,
+        planned_world: int | None = None,
     ):
         self.config, self.ctx = config, ctx
         self.model, self.optimizer, self.scheduler, self.precision = model, optimizer, scheduler, precision
@@ -104,7 +105,8 @@ class Trainer:
         self.checkpoint_dir = checkpoint_dir  # None on ranks that do not write
         # The folder it writes into, as found now: checked before each epoch's writes.
         self.run_folder = FolderIdentity.of(checkpoint_dir.parent) if checkpoint_dir is not None else None
-        self.state = TrainState(layout_world=getattr(train_loader, "layout_world", ctx.world_size))
+        layout = getattr(train_loader, "layout_world", ctx.world_size)
+        self.state = TrainState(layout_world=layout, planned_world=planned_world or layout, schedule_step=0)
         # Micro-batches a step: the configured ones from each data shard this worker carries (more than its own
         # after a resume on fewer workers), each rank's gradient weighed by its share of the global batch.
         shards = len(getattr(train_loader, "shards", (ctx.rank,)))
@@ -112,6 +114,7 @@ class Trainer:
         self.batch_share = self.state.layout_world / (shards * ctx.world_size)
         self.resume_at: MidEpoch | None = None  # where a checkpoint written inside an epoch left it
         self.written_by: list[str] | None = None  # each rank's host as the resumed checkpoint was written
+        self.replanned: str | None = None  # what a keep_local_batch resume changed, in words (None: nothing)
         self.last_checkpoint_t = time.perf_counter()
         self.last_lr = optimizer.param_groups[0]["lr"]
         self.gpu_sampler = gpu_sampler  # None: not sampled (no GPU); the same on every rank
@@ -409,7 +412,8 @@ class Trainer:
         each rank takes back its own sums and RNG, so the epoch ends bit for bit as it would have; on other
         workers rank 0 carries the sums so far and dropout draws afresh."""
         loader = self.train_loader
-        streams = {v: at.streams[v] for v in loader.shards} if at.streams else None
+        same_layout = len(at.streams) == loader.layout_world  # else the rest of the epoch draws afresh
+        streams = {v: at.streams[v] for v in loader.shards} if at.streams and same_layout else None
         loader.set_epoch(epoch, start=at.position, streams=streams)
         same_world = len(at.meters) == self.ctx.world_size
         if same_world:
@@ -487,6 +491,7 @@ class Trainer:
         self.last_lr = self.optimizer.param_groups[0]["lr"]
         self.scheduler.step()
         self.state.step += 1
+        self.state.schedule_step += 1
         if self.lookahead is not None:
             self.lookahead.after_step(self.state.step)
 
@@ -534,17 +539,25 @@ class Trainer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         unwrap(self.model).load_state_dict(state["model"])
+        # The schedule's constants as this run built them (the rate scaled where the batch followed the workers)
+        built = [{k: g[k] for k in SCHEDULE_KEYS if k in g} for g in self.optimizer.param_groups]
         self.optimizer.load_state_dict(state["optimizer"])
-        for group in self.optimizer.param_groups:  # this machine's choices (a GPU run may resume on a CPU)
-            for key in ("fused", "capturable"):
+        for group, kept in zip(self.optimizer.param_groups, built, strict=True):
+            group.update(kept)
+            for key in ("fused", "capturable"):  # this machine's choices (a GPU run may resume on a CPU)
                 if key in group:
                     group[key] = self.optimizer.defaults.get(key)
         self.precision.load_state_dict(state["scaler"])
         self.early_stopping.load_state_dict(state["early_stopping"])
-        layout = self.state.layout_world
+        layout, planned = self.state.layout_world, self.state.planned_world
         self.state.load_state_dict(state["train_state"])
-        self.state.layout_world = layout  # the loader's, which engine/run.py laid out from the checkpoint's
+        written_in = self.state.layout_world or layout  # the shards the checkpoint was laid out in
+        self.state.layout_world, self.state.planned_world = layout, planned  # as engine/run.py laid them out
         self.resume_at = MidEpoch(**state["mid_epoch"]) if state.get("mid_epoch") else None
+        if self.state.schedule_step < 0:
+            self.state.schedule_step = self.state.step
+        if written_in != layout:  # keep_local_batch: the schedule goes on from the progress reached
+            self.state.schedule_step = self.replan(written_in)
         self.written_by = [h for h in state.get("hosts") or [] if isinstance(h, str) and h] or None
         if self.lookahead is not None:
             self.lookahead.reset()
@@ -554,9 +567,24 @@ class Trainer:
             warnings.filterwarnings(
                 "ignore", message=".*lr_scheduler.step.*before.*optimizer.step", category=UserWarning
             )
-            for _ in range(self.state.step):
+            for _ in range(self.state.schedule_step):
                 self.scheduler.step()
         self.last_lr = self.optimizer.param_groups[0]["lr"]
+
+    def replan(self, written_in: int) -> int:
+        """The schedule's step on this run's new plan (keep_local_batch): the epochs done, and the part of the
+        epoch in progress that its data position says, at the steps an epoch of the new global batch."""
+        images = len(self.train_loader.labels)
+        at = self.resume_at
+        progress = self.state.epoch + (at.position / images if at is not None and images else 0.0)
+        step = round(progress * self.steps_per_epoch())  # the loader is at no epoch yet: a whole one's steps
+        self.replanned = (
+            f"the global batch follows the workers ({written_in} -> {self.state.layout_world} shards), the learning "
+            f"rate with it (x{self.state.layout_world / self.state.planned_world:g} of the configured, linear in "
+            f"the global batch), the schedule re-planned over the new steps an epoch and taken up at its step "
+            f"{step} ({progress:.3g} epochs done)"
+        )
+        return step
 
     def maybe_save_checkpoint(self) -> None:
         self.last_checkpoint_t = time.perf_counter()
@@ -571,6 +599,10 @@ class Trainer:
                 "test_acc": self.state.best_test_acc,
             }
             checkpoint.save_atomic(best, self.checkpoint_dir / checkpoint.BEST)
+
+
+# What a schedule keeps in the optimizer's param groups: built from the run's config, never taken from a checkpoint
+SCHEDULE_KEYS = ("initial_lr", "max_lr", "min_lr")
 
 
 def rng_states(device: torch.device) -> dict[str, Any]:

@@ -79,6 +79,8 @@ TRAIN_STATE = {
     "stopped_early": borders.FLAG,
     "earlier_sessions_s": borders.SECONDS,
     "layout_world": borders.WHOLE,
+    "planned_world": borders.WHOLE,
+    "schedule_step": borders.INTEGER,
     "segments": borders.list_of(borders.TABLE),
 }
 

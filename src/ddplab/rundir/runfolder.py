@@ -35,6 +35,7 @@ class Resume:
     stopped_early: bool
     planned_epochs: int  # train.epochs of the saved config.toml, before this resume rewrites it
     layout_world: int | None = None  # the data shards the run is laid out in (None: the saved config's world size)
+    planned_world: int | None = None  # the shards its configured learning rate was set for (None: layout_world)
     # last.pt as read for the checks, kept for the one restore in this process (None: not read here).
     checkpoint: dict | None = field(default=None, repr=False, compare=False)
 
@@ -96,7 +97,8 @@ def check_run_dir(config: RunConfig, saved: RunConfig | None = None) -> Resume |
         raise ConfigError(
             f"output.resume: {run_dir} was trained on {saved.world_size()} workers and this resume asks for "
             f"{config.world_size()}, which would change its data order and global batch; resume on "
-            f"{saved.world_size()}, or keep both with --dist.on_resize keep_global_batch (fewer workers only)"
+            f"{saved.world_size()}, or keep both with --dist.on_resize keep_global_batch (fewer workers only), "
+            "or let the batch follow the workers with keep_local_batch"
         )
     if differing:
         raise ConfigError(
@@ -114,7 +116,7 @@ def check_run_dir(config: RunConfig, saved: RunConfig | None = None) -> Resume |
     )
     done = state["train_state"]["epoch"]
     layout_world = int(state["train_state"].get("layout_world") or saved.world_size())
-    if config.world_size() > layout_world:
+    if config.dist.on_resize == "keep_global_batch" and config.world_size() > layout_world:
         raise ConfigError(
             f"dist.on_resize={config.dist.on_resize}: {run_dir} is laid out in {layout_world} data shards, which "
             f"{config.world_size()} workers cannot share out; resume on at most {layout_world}"
@@ -128,6 +130,7 @@ def check_run_dir(config: RunConfig, saved: RunConfig | None = None) -> Resume |
         stopped_early=bool(state["train_state"].get("stopped_early")),
         planned_epochs=saved.train.epochs,
         layout_world=layout_world,
+        planned_world=int(state["train_state"].get("planned_world") or layout_world),
         checkpoint=state,
     )
 
