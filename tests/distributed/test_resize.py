@@ -87,6 +87,9 @@ def test_a_two_worker_run_resumed_on_one_keeps_its_global_batches_when_asked(two
     segments = [(s["from_step"], s["to_step"], s["workers"], s["nodes"]) for s in summary["membership"]]
     assert segments == [(0, 10, 2, 1), (10, 16, 1, 1)]  # the 2 steps of epoch 2 after its checkpoint were lost
     assert all(s["images_per_s"] > 0 for s in summary["membership"])
+    said = proc.stdout + proc.stderr  # the summary printed at the end
+    assert "batch 16 local x 2 data shards on 1 ranks x 1 accumulate = 32 global" in said
+    assert "workers       2 then 1: steps 0-10 on 2 (1 node(s), " in said
     assert [r.workers for r in read_epochs(out / "metrics.jsonl")] == [2, 1]
     ours, theirs = records(out), records(two_ranks)
     assert [r["step"] for r in ours] == [r["step"] for r in theirs] == [8, 16]

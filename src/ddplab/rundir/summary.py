@@ -493,7 +493,9 @@ def format_summary(s: Summary, run_dir: Any = None) -> str:
         f"ddplab run {s['status']}: {run['model']} on {run['dataset']}, {run['strategy']} x{run['world_size']} "
         f"on {run['device']}, {run['precision']}, {run['optimizer']} lr {run['lr']:g} ({run['schedule']})",
         f"  epochs        {run['epochs_done']}/{run['epochs_planned']}   batch {batch['local']} local x "
-        f"{run['world_size']} ranks x {batch['accumulate']} accumulate = {batch['global']} global, "
+        + (f"{batch['shards']} data shards on {run['world_size']} ranks" if batch.get("shards") else "")
+        + ("" if batch.get("shards") else f"{run['world_size']} ranks")
+        + f" x {batch['accumulate']} accumulate = {batch['global']} global, "
         f"{batch['optimizer_steps']} optimizer steps",
         f"  model         {s['model']['params']:,} params, "
         f"{s['model']['flops_per_image'] / 1e6:,.1f} MFLOP/image forward",
@@ -537,6 +539,17 @@ def format_summary(s: Summary, run_dir: Any = None) -> str:
             f"  other load    other processes used up to {load['max_other_cpu_share']:.0%} of the CPUs while "
             f"it trained (load average up to {load['max_load_avg_1m']})"
             + (f", up to {gpu} other process(es) on its GPU" if gpu else "")
+        )
+    if s.get("membership"):
+        lines.append(
+            "  workers       "
+            + " then ".join(str(m["workers"]) for m in s["membership"])
+            + ": "
+            + ", ".join(
+                f"steps {m['from_step']}-{m['to_step']} on {m['workers']} ({m['nodes']} node(s)"
+                + (f", {m['images_per_s']:,.0f} images/s)" if m["images_per_s"] is not None else ")")
+                for m in s["membership"]
+            )
         )
     if run["world_size"] > 1 and s.get("stragglers"):
         lines.append(f"  stragglers    {s['stragglers']['said']}")
