@@ -6,10 +6,11 @@
 
 A forked writer saves last.pt over and over with ddplab's own writer (rundir/checkpoint.save_atomic: a temporary
 file, fsync, rename, the folder fsynced), saying on a pipe when each write starts and when its rename is done. Once
-one write is whole, the next is cut by SIGKILL at a uniformly random moment of a write's duration (1.25 times the
-measured one, so some kills land after the rename). Then, as a resume does, the dead writer's temporary file is
-removed (io/files.remove_dead_writers_files) and last.pt is loaded with ddplab's checks. A torn checkpoint is one
-that fails to load, or holds a write older than the last one reported whole. Writes everything to --out (JSON).
+one write is whole, the next is cut by SIGKILL at a uniformly random moment of 1.25 times that whole write's
+duration (as the machine writes then: some kills land after the rename). Then, as a resume does, the dead writer's
+temporary file is removed (io/files.remove_dead_writers_files) and last.pt is loaded with ddplab's checks. A torn
+checkpoint is one that fails to load, or holds a write older than the last one reported whole. Writes everything to
+--out (JSON).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import argparse
 import multiprocessing as mp
 import random
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -69,9 +71,9 @@ def writer(path: Path, first: int, weights: torch.Tensor, pipe) -> None:
         n += 1
 
 
-def trial(folder: Path, first: int, weights: torch.Tensor, write_s: float, rng: random.Random) -> dict:
-    """One writer (its writes numbered from `first`), one kill inside a write after a whole one, one restart's
-    reading of last.pt."""
+def trial(folder: Path, first: int, weights: torch.Tensor, rng: random.Random) -> dict:
+    """One writer (its writes numbered from `first`), one kill inside a write after a whole one (at a moment drawn
+    from that whole one's duration, as this machine writes now), one restart's reading of last.pt."""
     from ddplab.io import files
     from ddplab.rundir import checkpoint
 
@@ -79,13 +81,15 @@ def trial(folder: Path, first: int, weights: torch.Tensor, write_s: float, rng: 
     ours, theirs = mp.get_context("fork").Pipe(duplex=False)
     proc = mp.get_context("fork").Process(target=writer, args=(path, first, weights, theirs), daemon=True)
     proc.start()
-    whole = None
+    whole, began, write_s = None, 0.0, 0.0
     while True:  # one whole write, then the start of the next: the kill lands inside it
         what, n = ours.recv()
         if what == "whole":
-            whole = n
+            whole, write_s = n, time.perf_counter() - began
         elif whole is not None:
             break
+        else:
+            began = time.perf_counter()
     delay = rng.uniform(0, 1.25 * write_s)
     time.sleep(delay)
     proc.kill()
@@ -101,9 +105,10 @@ def trial(folder: Path, first: int, weights: torch.Tensor, write_s: float, rng: 
         found = saved["train_state"]["step"]
         assert int(saved["model"]["stamp"]) == found and torch.equal(saved["model"]["weight"], weights)
     except Exception as exc:  # a torn checkpoint: what must never happen
-        return {"delay_s": delay, "torn": f"{type(exc).__name__}: {exc}", "temp_left": len(left)}
+        return {"delay_s": delay, "write_s": write_s, "torn": f"{type(exc).__name__}: {exc}", "temp_left": len(left)}
     return {
         "delay_s": delay,
+        "write_s": write_s,
         "torn": None if found >= whole else f"holds write {found}, older than write {whole}, reported whole",
         "found_newer": found > whole,  # killed after the rename, before it said so
         "temp_left": len(left),
@@ -116,14 +121,8 @@ def main(argv=None) -> int:
     weights = torch.arange(int(args.size_mb * 2**20 / 4), dtype=torch.float32)
     rng = random.Random(0)
     with tempfile.TemporaryDirectory(dir=args.folder) as tmp:
-        folder = Path(tmp)
-        from ddplab.rundir import checkpoint
-
-        clock = time.perf_counter()
-        for n in range(3):
-            checkpoint.save_atomic(state(n, weights), folder / "timing.pt")
-        write_s = (time.perf_counter() - clock) / 3
-        rows = [trial(folder, 10_000 * i, weights, write_s, rng) for i in range(args.trials)]
+        rows = [trial(Path(tmp), 10_000 * i, weights, rng) for i in range(args.trials)]
+    write_s = statistics.median(r["write_s"] for r in rows)
     torn = [r for r in rows if r["torn"]]
     results = {
         "trials": len(rows),
@@ -158,7 +157,10 @@ def main(argv=None) -> int:
             ]
         ],
     )
-    notes = [f"\nfolder: {args.folder or tempfile.gettempdir()}; kill moments uniform in [0, 1.25 x one write]"]
+    notes = [
+        f"\nfolder: {args.folder or tempfile.gettempdir()}; each kill at a moment uniform in [0, 1.25 x the whole "
+        "write before it]; one write: their median"
+    ]
     common.finish(NAME, args, info, results, table, notes)
     return 1 if torn else 0
 
