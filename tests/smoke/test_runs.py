@@ -341,7 +341,9 @@ def test_a_stopped_single_process_run_says_so_and_resumes(tmp_path, sig):
         f"with ddplab train --out {out} --resume"
     )
     done = checkpoint.load(out / "checkpoints" / checkpoint.LAST)["train_state"]["epoch"]
-    assert done >= 2 and len(metrics(out)) == done  # no half-written record past the checkpoint
+    # No record past the checkpoint (a resume rewrites metrics.jsonl from the checkpoint's history); one short of
+    # it where the stop landed between the epoch's checkpoint and its record (seen once in CI).
+    assert done >= 2 and done - 1 <= len(metrics(out)) <= done
     resumed = cli("train", "--out", str(out), "--resume", "--epochs", str(done + 1))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert len(metrics(out)) == done + 1
