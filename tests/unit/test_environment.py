@@ -1,5 +1,7 @@
 """One rule for every on/off environment variable (ddplab.io.environment): DDPLAB_WARM today."""
 
+import os
+
 import pytest
 
 from ddplab.cli import main
@@ -27,3 +29,14 @@ def test_a_value_that_is_no_switch_is_one_line_before_anything_starts(monkeypatc
     assert main(["train", "--dataset", "synthetic", "--out", str(tmp_path / "r")]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith("ddplab: error: DDPLAB_WARM='maybe' is not")
     assert not (tmp_path / "r").exists()
+
+
+def test_a_variable_set_for_a_block_is_as_it_was_after_it(monkeypatch):
+    from ddplab.io.environment import restored
+
+    monkeypatch.setenv("DDPLAB_TEST_SET", "before")
+    monkeypatch.delenv("DDPLAB_TEST_UNSET", raising=False)
+    with pytest.raises(RuntimeError), restored("DDPLAB_TEST_SET"), restored("DDPLAB_TEST_UNSET"):
+        os.environ["DDPLAB_TEST_SET"] = os.environ["DDPLAB_TEST_UNSET"] = "inside"
+        raise RuntimeError  # restored on an error too
+    assert os.environ["DDPLAB_TEST_SET"] == "before" and "DDPLAB_TEST_UNSET" not in os.environ

@@ -1,4 +1,5 @@
-"""Switches read from the environment: one rule for every on/off variable ddplab reads.
+"""Switches read from the environment: one rule for every on/off variable ddplab reads; and variables set for a
+block only.
 
 A shell user writes DDPLAB_WARM=0, =false, =off or =no and means the same; a value that is none of the
 spellings (a typo, =maybe) is one ConfigError naming the variable, never silently read as on. Torch-free.
@@ -6,8 +7,9 @@ spellings (a typo, =maybe) is one ConfigError naming the variable, never silentl
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from ddplab.errors import ConfigError
 from ddplab.io.borders import shown
@@ -30,3 +32,17 @@ def switch(name: str, default: bool, env: Mapping[str, str] | None = None) -> bo
         f"{name}={shown(env[name])} is not a switch: "
         f"use one of {', '.join(ON)} to turn it on, {', '.join(OFF)} to turn it off"
     )
+
+
+@contextlib.contextmanager
+def restored(name: str) -> Iterator[None]:
+    """The variable `name` as it was before the block (unset again where it was unset), whatever the block set:
+    a Python caller's later child processes must not inherit what a launch exported for its own."""
+    before = os.environ.get(name)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before

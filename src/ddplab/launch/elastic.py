@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ddplab import compat, errors, faults, internals, stops, topology
 from ddplab.config import DistConfig, RunConfig
 from ddplab.errors import Interrupted
+from ddplab.io import environment
 from ddplab.io.borders import shown
 from ddplab.launch import tracked, warm, watchdog
 from ddplab.rundir.runplan import RunPlan, as_worker, prepared
@@ -303,21 +304,17 @@ def sigint_only_for_the_launcher():
         interrupted.append(True)
         os.kill(os.getpid(), signal.SIGTERM)
 
-    previous_env = os.environ.get(compat.ELASTIC_SIGNALS_ENV)  # the agent exports its signals_to_handle there
     previous_handler = signal.signal(signal.SIGINT, on_sigint)
     receiver = threading.Event()
     threading.Thread(target=receiver.wait, name="ddplab-sigint-receiver", daemon=True).start()
     previous_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        yield interrupted
+        with environment.restored(compat.ELASTIC_SIGNALS_ENV):  # the agent exports its signals_to_handle there
+            yield interrupted
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous_mask)
         signal.signal(signal.SIGINT, previous_handler)
         receiver.set()
-        if previous_env is None:  # a Python caller's later child processes must not inherit the agent's choice
-            os.environ.pop(compat.ELASTIC_SIGNALS_ENV, None)
-        else:
-            os.environ[compat.ELASTIC_SIGNALS_ENV] = previous_env
 
 
 @contextlib.contextmanager
@@ -325,21 +322,15 @@ def rounds_counted():
     """The agent's rendezvous handler, counting the rounds it joins into $DDPLAB_RDZV_ROUND for the workers it
     starts next (spawned workers inherit this process's environment): topology.group_attempt reads it.
 
-    Every node joins every round once (min = max nodes: a round forms only when all have joined), whatever
-    made it re-join: its own workers' failure, or another node waiting (which torch's restart count leaves
-    out). The launcher builds its handler through the registry's module function; where that is not so,
-    this does nothing and the workers fall back on the restart count.
+    A fixed membership's nodes join every round once (a round forms only when all have joined), whatever made
+    them re-join: their own workers' failure, or another node waiting (which torch's restart count leaves out);
+    where nodes come and go, the rendezvous' own round is taken (CountedRendezvous). The launcher builds its
+    handler through the registry's module function; where that is not so, this does nothing and the workers
+    fall back on the restart count.
     """
-    before = os.environ.get(topology.ROUND)
     counting = internals.wrapped(*internals.rendezvous_handlers(), lambda make: lambda p: CountedRendezvous(make(p)))
-    try:
-        with counting:
-            yield
-    finally:
-        if before is None:
-            os.environ.pop(topology.ROUND, None)
-        else:
-            os.environ[topology.ROUND] = before
+    with environment.restored(topology.ROUND), counting:
+        yield
 
 
 class CountedRendezvous:
@@ -374,16 +365,10 @@ def workers_store_of_their_own(on: bool):
     """Each round's workers meet at a store of their own (their rank 0 hosts it), not the agents' shared one, where
     nodes may come and go: with the shared store, the agent that stays rank 0 across rounds writes the workers'
     address only at its first round, and a node that joins later waits for it until it times out (torch 2.13)."""
-    before = os.environ.get(SHARED_STORE_OFF)
-    if on:
-        os.environ[SHARED_STORE_OFF] = "1"
-    try:
+    with environment.restored(SHARED_STORE_OFF):
+        if on:
+            os.environ[SHARED_STORE_OFF] = "1"
         yield
-    finally:
-        if before is None:
-            os.environ.pop(SHARED_STORE_OFF, None)
-        else:
-            os.environ[SHARED_STORE_OFF] = before
 
 
 @contextlib.contextmanager
