@@ -115,6 +115,19 @@ def record_samples(rank: int, epoch: int, step: int, indices: list[int]) -> None
         f.write(line + "\n")
 
 
+def recorded_samples(folder: str | os.PathLike) -> dict[tuple[int, int, int], list[int]]:
+    """What `record_samples` wrote to `folder`: (epoch, step, round) -> the indices every rank trained then."""
+    import json
+    from pathlib import Path
+
+    steps: dict[tuple[int, int, int], list[int]] = {}
+    for file in sorted(Path(folder).glob("rank-*.round-*.jsonl")):
+        for line in file.read_text().splitlines():
+            row = json.loads(line)
+            steps.setdefault((row["epoch"], row["step"], row["round"]), []).extend(row["ids"])
+    return steps
+
+
 def maybe_slow_save(epoch: int) -> None:
     """Between a checkpoint's temporary file and its rename (rank 0 writes checkpoints)."""
     fault = current()

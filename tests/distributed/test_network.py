@@ -21,6 +21,7 @@ import pytest
 import tiers
 import torch
 
+from ddplab import faults
 from ddplab.launch import hosts
 from ddplab.rundir import checkpoint
 from ddplab.rundir.epochs import read_epochs, reproducible
@@ -587,10 +588,8 @@ def trained_once_an_epoch(folder: Path, images: int) -> dict[int, int]:
     """From the samples each step trained (DDPLAB_RECORD_SAMPLES), the steps that count (a step redone after a
     restart counts in its last round), each epoch's repeats: every sample trained at least once is asserted."""
     steps: dict[tuple[int, int], dict[int, list[int]]] = {}  # (epoch, step) -> round -> ids
-    for file in folder.glob("rank-*.jsonl"):
-        for line in file.read_text().splitlines():
-            row = json.loads(line)
-            steps.setdefault((row["epoch"], row["step"]), {}).setdefault(row["round"], []).extend(row["ids"])
+    for (epoch, step, round_), ids in faults.recorded_samples(folder).items():
+        steps.setdefault((epoch, step), {})[round_] = ids
     repeats = {}
     for epoch in sorted({e for e, _ in steps}):
         ids = [i for (e, _), rounds in steps.items() if e == epoch for i in rounds[max(rounds)]]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from ddplab import faults
 from ddplab.rundir import checkpoint
 from ddplab.rundir.epochs import read_epochs, reproducible
 
@@ -103,13 +104,8 @@ def test_a_two_worker_run_resumed_on_one_keeps_its_global_batches_when_asked(two
 
 
 def step_ids(folder: Path) -> dict[tuple[int, int], list[int]]:
-    """(epoch, step) -> the dataset indices every rank trained in that step (DDPLAB_RECORD_SAMPLES)."""
-    steps: dict[tuple[int, int], list[int]] = {}
-    for file in folder.glob("rank-*.jsonl"):
-        for line in file.read_text().splitlines():
-            row = json.loads(line)
-            steps.setdefault((row["epoch"], row["step"]), []).extend(row["ids"])
-    return steps
+    """(epoch, step) -> the dataset indices every rank trained in that step (DDPLAB_RECORD_SAMPLES; one round)."""
+    return {(epoch, step): ids for (epoch, step, _), ids in faults.recorded_samples(folder).items()}
 
 
 def test_a_two_worker_run_resumed_on_one_lets_its_batch_follow_when_asked(tmp_path):

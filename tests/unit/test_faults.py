@@ -104,3 +104,16 @@ def test_step_counts_from_one_as_epoch_does_so_the_least_step_fires_on_the_first
     monkeypatch.setenv("DDPLAB_FAULT", "raise:epoch=1:step=2")
     monkeypatch.setattr(faults, "_FAULT", faults._UNREAD)
     assert main([*args, "--out", str(tmp_path / "b")]) == 2 and not (tmp_path / "b").exists()
+
+
+def test_the_samples_each_step_trained_are_read_back_as_written(tmp_path, monkeypatch):
+    """DDPLAB_RECORD_SAMPLES: each rank's steps, read back merged by (epoch, step, round)."""
+    from ddplab import faults
+    from ddplab.topology import ROUND
+
+    monkeypatch.setenv(faults.RECORD_ENV, str(tmp_path / "ids"))
+    monkeypatch.setenv(ROUND, "2")
+    faults.record_samples(0, 1, 5, [3, 1])
+    faults.record_samples(1, 1, 5, [0, 2])
+    faults.record_samples(0, 1, 6, [4])
+    assert faults.recorded_samples(tmp_path / "ids") == {(1, 5, 2): [3, 1, 0, 2], (1, 6, 2): [4]}
