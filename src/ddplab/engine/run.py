@@ -240,7 +240,7 @@ def maybe_warm_up(trainer: Trainer) -> dict[str, Any] | None:
 
 def membership_change(before: list[str] | None, ctx: DistContext, config: RunConfig) -> str | None:
     """What changed in the nodes since the checkpoint was written, in words (None: the same, or not known):
-    `host 10.211.0.3 lost: going on with 2 of 3 nodes`."""
+    `host 10.211.0.3 lost: 2 of 3 nodes (2 workers)`."""
     now = [h for h in ctx.rank_hosts() if h]
     if not before or not now or sorted(set(before)) == sorted(set(now)):
         return None
@@ -323,9 +323,9 @@ def build_trainer(
     wrapped = wrap_model(model, config, ctx, on_joined=clocks.joined)
     train_loader, eval_loader, train_eval_loader = build_loaders(config, ctx, train_set, eval_set)
     planned_world = planned_world or layout_world or ctx.world_size
-    if layout_world and layout_world != ctx.world_size and config.dist.on_resize == "keep_local_batch":
-        layout_world = ctx.world_size  # the batch follows the workers: laid out in them from here
-    elif layout_world and layout_world != ctx.world_size:  # a resume on other workers (keep_global_batch)
+    # On other workers, keep_global_batch has them carry the run's shards; keep_local_batch lays the rest of the run
+    # out in the workers as they are (the loader's own layout), its rate scaled below.
+    if layout_world and layout_world != ctx.world_size and config.dist.on_resize != "keep_local_batch":
         train_loader.relayout(layout_world, shards_of(ctx.rank, ctx.world_size, layout_world))
     if len(train_loader) == 0:
         raise ConfigError(
