@@ -384,7 +384,8 @@ class DistConfig:
         0,
         "ddp: the fewest nodes the run goes on with (--nnodes MIN:MAX, torchrun's spelling): a lost node's peers "
         "re-form without it and resume from the last checkpoint, and a node started again joins at the next "
-        "change; needs dist.on_resize=keep_global_batch and dist.max_restarts >= 1. 0: dist.nnodes (fixed)",
+        "change; needs dist.on_resize (keep_global_batch or keep_local_batch) and dist.max_restarts >= 1. "
+        "0: dist.nnodes (fixed)",
     )
     node_rank: int = opt(0, "ddp: rank of this node")
     rdzv_endpoint: str | None = opt(

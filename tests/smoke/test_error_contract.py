@@ -660,6 +660,30 @@ CASES = [
         r"dist\.share_device=True is not valid: workers share a device only under --strategy ddp",
         alone=True,
     ),
+    Case(
+        "checkpoint-every-not-a-count",
+        [*S, "--train.checkpoint_every", "5h", "--out", "{tmp}/r"],
+        2,
+        r"train\.checkpoint_every='5h' is not valid: epoch, a number of steps >= 1, or Ns / Nm \(time\)$",
+        alone=True,
+        after=no_folder("r"),
+    ),
+    Case(
+        "on-resize-unknown",
+        [*S, "--dist.on_resize", "shrink", "--out", "{tmp}/r"],
+        2,
+        r"dist\.on_resize='shrink' is not valid: choose one of refuse, keep_global_batch, keep_local_batch$",
+        alone=True,
+    ),
+    Case(
+        "nnodes-min-max-without-a-policy",
+        [*S, "--strategy", "ddp", "--nnodes", "2:3", "--rdzv-endpoint", "127.0.0.1:29500", "--out", "{tmp}/r"],
+        2,
+        r"dist\.min_nodes=2 is not valid: a membership that may change needs --dist\.on_resize keep_global_batch or "
+        r"keep_local_batch \(what a smaller group trains\), --max-restarts 1 or more",
+        alone=True,
+        after=no_folder("r"),
+    ),
     Case("nproc-without-ddp", [*S, "--nproc", "2", "--out", "{tmp}/r"], 2, r"dist\.nproc=2.*--strategy ddp"),
     Case(
         "dp-gpus-without-dp",
