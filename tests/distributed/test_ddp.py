@@ -914,23 +914,25 @@ def test_a_slow_rank_shows_as_a_straggler_in_ddps_own_timers_in_its_epoch_only(t
 
 
 def test_a_rank_slow_every_step_is_named_in_the_log_and_the_summary_and_equal_ranks_name_no_one(ddp_run, tmp_path):
-    """Rank 1 sleeps 15 ms before every step (a straggler, the fault hook's; one slowed from outside, on the test
-    cluster, is owed): it joins the all-reduce last in nearly every step, the log says so once, when its window
+    """Rank 1 sleeps 30 ms before every step (a straggler, the fault hook's; one slowed from outside is
+    test_network's): it joins the all-reduce last in nearly every step, the log says so once, when its window
     first holds enough steps (20: epoch 2 of 16 steps each), and summary.json names it. The reference run, of
-    ranks of equal speed, names no one."""
+    ranks of equal speed, names no one. Nearly: under CI's other load rank 0 is now and then descheduled for
+    longer than rank 1's sleep (15 ms gave 14 of 16 in one epoch), so an epoch asks 13 of 16, far above the
+    half that chance gives."""
     import re
 
     out = tmp_path / "slow"
-    two_gloo_ranks(out, "--batch-size", "8", "--epochs", "2", env={"DDPLAB_FAULT": "slow:rank=1:ms=15"})
+    two_gloo_ranks(out, "--batch-size", "8", "--epochs", "2", env={"DDPLAB_FAULT": "slow:rank=1:ms=30"})
     lines = re.findall(r"straggler at epoch (\d+): rank (\d+): slowest in (\d+)% of the last (\d+) steps", read(out))
-    assert len(lines) == 1 and lines[0][:2] == ("2", "1") and int(lines[0][2]) >= 90 and lines[0][3] == "32", lines
+    assert len(lines) == 1 and lines[0][:2] == ("2", "1") and int(lines[0][2]) >= 80 and lines[0][3] == "32", lines
     said = json.loads((out / "summary.json").read_text())["stragglers"]
     assert said["verdict"] == "chronic" and said["straggler"]["ranks"] == [1] and said["straggler"]["host"] is None
     assert said["straggler"]["slower"] > 0.5 and said["said"].startswith("rank 1: slowest in")
     for record in read_epochs(out / "metrics.jsonl"):
         share, joined = record.per_rank["last_share"], record.per_rank["joined_median_s"]
-        assert share[1] >= 0.9 and share[0] + share[1] == pytest.approx(1.0), share
-        assert joined[1] > joined[0] + 0.012, joined  # the 15 ms sleep, less the noise of a 2-core machine
+        assert share[1] >= 13 / 16 and share[0] + share[1] == pytest.approx(1.0), share
+        assert joined[1] > joined[0] + 0.024, joined  # the 30 ms sleep, less the noise of a 2-core machine
     equal = json.loads((ddp_run / "summary.json").read_text())["stragglers"]
     assert equal["verdict"] == "noise" and "straggler at" not in read(ddp_run)
 
