@@ -107,7 +107,7 @@ def build_dataloader(args, data):
 
 
 def build_device_loader(args, data):
-    """As `ddplab.engine.run.build_loaders` builds the training loader (default config, one rank)."""
+    """As `ddplab.engine.worker.build_loaders` builds the training loader (default config, one rank)."""
     from ddplab.data.augment import AugmentSpec
     from ddplab.data.loader import DeviceLoader
 

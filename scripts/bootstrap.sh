@@ -21,5 +21,5 @@ install -e ".[test,kernels]"
 # pip compiled nothing (most of an install's time): compile what ddplab's processes import, once a .venv.
 [ -f .venv/.compiled ] || .venv/bin/python scripts/compile_imports.py torch torch._dynamo torch.distributed.run torch.nn.parallel \
   torch.utils.tensorboard torch.profiler PIL.Image matplotlib.pyplot tensorboard.backend.event_processing.event_accumulator \
-  ddplab.cli ddplab.launch.elastic ddplab.engine.run ddplab.report.build ddplab.sweep.local ddplab.planner.command 2>/dev/null \
+  ddplab.cli ddplab.launch.elastic ddplab.engine.worker ddplab.report.build ddplab.sweep.local ddplab.planner.command 2>/dev/null \
   && touch .venv/.compiled || true

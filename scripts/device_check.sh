@@ -119,7 +119,7 @@ if [ "$MODE" = cuda ]; then
   QUICK=()
   DATA=(--dataset cifar10 --subset 20000 --batch-size 128)
   SHARE=(--strategy ddp --nproc 2 --dist.share_device true)
-  TESTS=(tests/unit/test_graphed_step.py tests/kernels tests/unit/test_loader.py tests/unit/test_trainer.py
+  TESTS=(tests/unit/engine/test_graphed.py tests/kernels tests/unit/data/test_loader.py tests/unit/engine/test_trainer.py
     tests/unit/test_compat.py tests/unit/test_speedrun.py tests/unit/test_tta.py tests/unit/test_phases.py)
 else
   DEV=(--device cpu)

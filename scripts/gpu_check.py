@@ -100,10 +100,10 @@ ROWS: list[tuple[str, list[str], str]] = [
 ]
 CUDA_TESTS = [
     "tests/kernels",
-    "tests/unit/test_loader.py",
-    "tests/unit/test_trainer.py",
+    "tests/unit/data/test_loader.py",
+    "tests/unit/engine/test_trainer.py",
     "tests/unit/test_compat.py",
-    "tests/unit/test_graphed_step.py",
+    "tests/unit/engine/test_graphed.py",
     "tests/distributed",
     "tests/smoke",
 ]

@@ -8,7 +8,7 @@
 # Three passes: the in-process tests on every core at once (pytest-xdist); the tests that spawn processes
 # (`slow`) two at a time, each file's on one worker in turn (--dist loadfile: a module's fixture is built once,
 # and the Slurm file's one cluster is never made twice at once); then the tests that measure this machine's
-# speed or load, or bound a cold start (`alone`), one at a time. Then tests/tiers.py checks the skips against what
+# speed or load, or bound a cold start (`alone`), one at a time. Then tests/support/tiers.py checks the skips against what
 # this machine should run (root with ip and tc: no test-cluster test skips; the extras installed: no MLflow or Ray
 # test skips), says which tiers ran and closes on the totals of all three passes. An install that fails fails the
 # run (after the tests, so they still say what they can); `--fast` keeps its skips.
@@ -70,7 +70,7 @@ fi
 rm -f "$APT_LOG"
 status=0
 keep() { [ "$status" != 0 ] && [ "$status" != 5 ] || status=$1; }  # the first failure's; 5: no test selected
-DDPLAB_TEST_RECORD=$(mktemp)  # each pass's outcomes (tests/conftest.py), for tests/tiers.py
+DDPLAB_TEST_RECORD=$(mktemp)  # each pass's outcomes (tests/conftest.py), for tests/support/tiers.py
 export DDPLAB_TEST_RECORD
 # shellcheck disable=SC2046
 .venv/bin/python -m pytest -q -m "not slow and not alone" $(in_parallel auto load) "$@" || keep $?
@@ -84,6 +84,6 @@ if [ -e "$FAILED_INSTALLS" ]; then
   keep 1
   rm -f "$FAILED_INSTALLS"
 fi
-.venv/bin/python tests/tiers.py "$DDPLAB_TEST_RECORD" || keep $?
+.venv/bin/python tests/support/tiers.py "$DDPLAB_TEST_RECORD" || keep $?
 rm -f "$DDPLAB_TEST_RECORD"
 exit "$status"

@@ -4,9 +4,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED_CIFAR = REPO.parent / "shared" / "data" / "cifar10-jpeg"
-
+from support.readers import cifar10_root
+from support.settings import REPO, tiny_config
 
 # Whole folders that spawn processes or train real runs: slow by nature (`pytest -m "not slow"` skips them).
 SLOW_PLACES = ("tests/distributed/", "tests/smoke/", "tests/test_benchmarks.py")
@@ -44,7 +43,7 @@ PASSES = {"not slow and not alone": "in-process", "slow and not alone": "process
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """Where $DDPLAB_TEST_RECORD names a file (scripts/test.sh), this pass's outcomes are appended to it, its skips
-    with their reasons: tests/tiers.py checks them against what this machine should run."""
+    with their reasons: tests/support/tiers.py checks them against what this machine should run."""
     record = os.environ.get("DDPLAB_TEST_RECORD")
     if not record or hasattr(config, "workerinput"):  # an xdist worker: its controller records the pass
         return
@@ -67,56 +66,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         f.write(json.dumps(outcome) + "\n")
 
 
-def leftover_processes(marker):
-    """Processes whose environment carries `marker` (the workers of one test run)."""
-    found = []
-    for env_file in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            if marker.encode() in env_file.read_bytes():
-                found.append(env_file.parent.name)
-        except OSError:
-            pass
-    return found
-
-
-def cifar10_root() -> Path | None:
-    """The data root holding CIFAR-10, from DDPLAB_DATA or ../shared."""
-    from ddplab.data.datasets import holds_cifar10
-
-    for cand in (os.environ.get("DDPLAB_DATA"), SHARED_CIFAR):
-        if cand and holds_cifar10(cand):
-            return Path(cand)
-    return None
-
-
 @pytest.fixture
 def cifar_root() -> Path:
     root = cifar10_root()
     if root is None:
-        from tiers import skip
+        from support.tiers import skip
 
         skip("cifar10", "CIFAR-10 not found: set DDPLAB_DATA to a root holding cifar-10-batches-bin")
     return root
-
-
-def tiny_config(out: Path | None = None, **sections):
-    """A run config that trains in about a second: small synthetic images, a narrow net.
-
-    `sections` override per section, e.g. tiny_config(tmp, train={"epochs": 3}).
-    """
-    from ddplab.config import build_config
-
-    values = {
-        "data": {"dataset": "synthetic", "synthetic_size": 256, "image_size": 16, "num_classes": 4},
-        "model": {"name": "simple_cnn", "width": 0.5},
-        "train": {"epochs": 2, "batch_size": 32, "device": "cpu", "eval_batch_size": 64},
-        "output": {"progress": False, "tensorboard": False},
-    }
-    if out is not None:
-        values["output"]["out"] = str(out)
-    for section, content in sections.items():
-        values.setdefault(section, {}).update(content)
-    return build_config(values)
 
 
 @pytest.fixture(scope="session")
@@ -155,10 +112,10 @@ def files_of(folder: Path) -> dict[str, tuple[int, int]]:
 
 @pytest.fixture(scope="session")
 def sweep_report(tmp_path_factory):
-    """A report over a small sweep, built once for every test that reads it (tests/report_folders.py)."""
+    """A report over a small sweep, built once for every test that reads it (tests/support/reports.py)."""
     from ddplab.report.build import build_report
 
-    from report_folders import write_sweep
+    from support.reports import write_sweep
 
     root = tmp_path_factory.mktemp("report")
     sweep = write_sweep(root)

@@ -17,9 +17,10 @@ import sys
 from pathlib import Path
 
 import pytest
-import tiers
 
 from ddplab.launch import warm
+
+from support import tiers
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 

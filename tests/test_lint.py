@@ -5,7 +5,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import tiers
+
+from support import tiers
 
 ROOT = Path(__file__).resolve().parents[1]
 

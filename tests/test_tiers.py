@@ -1,9 +1,10 @@
-"""The check that closes scripts/test.sh (tests/tiers.py): a skip of a tier this machine has fails the suite."""
+"""The check that closes scripts/test.sh (tests/support/tiers.py): a skip of a tier this machine has fails the suite."""
 
 import json
 
 import pytest
-import tiers
+
+from support import tiers
 
 
 def write(path, *passes):
@@ -21,7 +22,7 @@ def test_a_skipped_tier_this_machine_has_fails_and_is_named(tmp_path, monkeypatc
     skips = [
         {"nodeid": "tests/distributed/test_network.py::test_a", "reason": "[root] ip: command not found"},
         {"nodeid": "tests/smoke/test_slurm.py::test_b", "reason": "[slurm] no Slurm here"},
-        {"nodeid": "tests/unit/test_loader.py::test_c", "reason": "needs CUDA"},  # no machine fact: never checked
+        {"nodeid": "tests/unit/data/test_loader.py::test_c", "reason": "needs CUDA"},  # no machine fact: never checked
     ]
     record = write(tmp_path / "r", a_pass("in-process", 10, skips[2:]), a_pass("processes", 5, skips[:2], failed=1))
     assert tiers.check(record) == 1

@@ -30,7 +30,7 @@ def __getattr__(name: str):
 
         return run_sweep
     if name == "RunResult":
-        from ddplab.engine.run import RunResult
+        from ddplab.engine.worker import RunResult
 
         return RunResult
     raise AttributeError(f"module 'ddplab' has no attribute {name!r}")

@@ -3,8 +3,8 @@
 A run is described by one `RunConfig` of six sections. Every field carries its help text
 (shown by `ddplab train --help`) and is checked in `__post_init__`, so a bad value fails at
 construction with a `ConfigError` naming `section.field`, the value and what is allowed.
-Checks that depend on the machine (CUDA present, folder exists) live in `check_environment`,
-which the CLI runs before anything is spawned.
+Checks that depend on the machine (CUDA present, folder exists) live in machine.py's
+`check_environment`, which a run's preparation calls before anything is spawned.
 
 Values that mean "not set" are `None`; TOML has no null, so they are simply left out of the
 saved `config.toml`, and loading that file gives back the same config.
@@ -69,7 +69,8 @@ LARGEST_INT = 2**62  # beyond any count ddplab has use for, and beyond what a fl
 AUTO = "auto"  # a setting decided by the run where it runs (train.cuda_graphs, model.channels_last)
 
 
-def _bad(name: str, value: Any, allowed: str) -> ConfigError:
+def invalid(name: str, value: Any, allowed: str) -> ConfigError:
+    """The error a setting's bad value gets: its dotted name, the value (short, whatever it is) and what is allowed."""
     shown = repr(value)
     if len(shown) > 40:  # a 400-digit number is one line too
         shown = f"{shown[:20]}... ({len(shown)} characters)"
@@ -78,16 +79,16 @@ def _bad(name: str, value: Any, allowed: str) -> ConfigError:
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise _bad(name, value, "choose one of " + ", ".join(allowed))
+        raise invalid(name, value, "choose one of " + ", ".join(allowed))
 
 
 def _positive(name: str, value: float | int | None, *, zero_ok: bool = False, none_ok: bool = False) -> None:
     if value is None and none_ok:
         return
     if isinstance(value, int) and value >= LARGEST_INT:
-        raise _bad(name, value, "must be below 2**62")
+        raise invalid(name, value, "must be below 2**62")
     if value is None or not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
-        raise _bad(name, value, "must be >= 0" if zero_ok else "must be > 0")
+        raise invalid(name, value, "must be >= 0" if zero_ok else "must be > 0")
 
 
 @dataclass
@@ -128,26 +129,26 @@ class DataConfig:
         for name in ("image_size", "subset", "test_subset", "synthetic_size"):
             _positive(f"data.{name}", getattr(self, name), none_ok=True)
         if not 0.0 <= self.val_fraction < 1.0:
-            raise _bad("data.val_fraction", self.val_fraction, "must be in [0, 1)")
+            raise invalid("data.val_fraction", self.val_fraction, "must be in [0, 1)")
         if self.test_subset is not None and self.val_fraction > 0:
-            raise _bad(
+            raise invalid(
                 "data.test_subset",
                 self.test_subset,
                 "with data.val_fraction the evaluation set is the held-out "
                 "split, not the test set: leave test_subset unset",
             )
         if self.fold is not None and not 0 <= self.fold < STL10_FOLDS:
-            raise _bad("data.fold", self.fold, f"STL-10 has folds 0-{STL10_FOLDS - 1}")
+            raise invalid("data.fold", self.fold, f"STL-10 has folds 0-{STL10_FOLDS - 1}")
         if self.fold is not None and self.dataset != "stl10":
-            raise _bad("data.fold", self.fold, "folds exist only for --dataset stl10")
+            raise invalid("data.fold", self.fold, "folds exist only for --dataset stl10")
         if self.num_classes < 2:
-            raise _bad("data.num_classes", self.num_classes, "must be >= 2")
+            raise invalid("data.num_classes", self.num_classes, "must be >= 2")
         for name in ("crop_padding", "translate", "cutout", "jitter", "rotate"):
             _positive(f"data.{name}", getattr(self, name), zero_ok=True)
         if self.jitter >= 1.0:
-            raise _bad("data.jitter", self.jitter, "must be in [0, 1)")
+            raise invalid("data.jitter", self.jitter, "must be in [0, 1)")
         if self.rotate > 180:
-            raise _bad("data.rotate", self.rotate, "must be at most 180 degrees")
+            raise invalid("data.rotate", self.rotate, "must be at most 180 degrees")
 
     def root(self) -> Path:
         """The data root: --data-dir, else $DDPLAB_DATA, else ./data."""
@@ -186,10 +187,10 @@ class ModelConfig:
         _choice("model.name", self.name, MODELS)
         _choice("model.compile_mode", self.compile_mode, COMPILE_MODES)
         if self.compile_mode != "default" and not self.compile:
-            raise _bad("model.compile_mode", self.compile_mode, "applies with --model.compile true")
+            raise invalid("model.compile_mode", self.compile_mode, "applies with --model.compile true")
         _positive("model.width", self.width)
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
-            raise _bad("model.dropout", self.dropout, "must be in [0, 1)")
+            raise invalid("model.dropout", self.dropout, "must be in [0, 1)")
 
 
 @dataclass
@@ -245,29 +246,29 @@ class OptimConfig:
         _positive("optim.lr", self.lr)
         _positive("optim.muon_lr", self.muon_lr)
         if self.muon_momentum is not None and not 0.0 <= self.muon_momentum < 1.0:
-            raise _bad("optim.muon_momentum", self.muon_momentum, "must be in [0, 1)")
+            raise invalid("optim.muon_momentum", self.muon_momentum, "must be in [0, 1)")
         _positive("optim.muon_ns_steps", self.muon_ns_steps)
         if self.muon_normalize_every < 1:
-            raise _bad("optim.muon_normalize_every", self.muon_normalize_every, "must be 1 or more")
+            raise invalid("optim.muon_normalize_every", self.muon_normalize_every, "must be 1 or more")
         _choice("optim.muon_momentum_precision", self.muon_momentum_precision, ("fp32", "bf16"))
         for name in ("momentum", "weight_decay", "warmup_epochs", "min_lr_ratio"):
             _positive(f"optim.{name}", getattr(self, name), zero_ok=True)
         if self.momentum >= 1:
-            raise _bad("optim.momentum", self.momentum, "must be in [0, 1)")
+            raise invalid("optim.momentum", self.momentum, "must be in [0, 1)")
         if self.nesterov and self.name in ("sgd", "muon") and self.momentum == 0:
-            raise _bad("optim.nesterov", True, "Nesterov needs optim.momentum > 0 (or set --optim.nesterov false)")
+            raise invalid("optim.nesterov", True, "Nesterov needs optim.momentum > 0 (or set --optim.nesterov false)")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
-            raise _bad("optim.betas", self.betas, "two numbers in [0, 1)")
+            raise invalid("optim.betas", self.betas, "two numbers in [0, 1)")
         _positive("optim.eps", self.eps)
         _positive("optim.step_epochs", self.step_epochs)
         if not 0.0 < self.gamma <= 1.0:
-            raise _bad("optim.gamma", self.gamma, "must be in (0, 1]")
+            raise invalid("optim.gamma", self.gamma, "must be in (0, 1]")
         if not 0.0 <= self.label_smoothing < 1.0:
-            raise _bad("optim.label_smoothing", self.label_smoothing, "must be in [0, 1)")
+            raise invalid("optim.label_smoothing", self.label_smoothing, "must be in [0, 1)")
         _positive("optim.grad_clip", self.grad_clip, none_ok=True)
         _positive("optim.lookahead_steps", self.lookahead_steps, zero_ok=True)
         if not 0.0 < self.lookahead_alpha <= 1.0:
-            raise _bad("optim.lookahead_alpha", self.lookahead_alpha, "must be in (0, 1]")
+            raise invalid("optim.lookahead_alpha", self.lookahead_alpha, "must be in (0, 1]")
 
 
 @dataclass
@@ -339,7 +340,7 @@ class TrainConfig:
         unit = {"s": 1, "m": 60}.get(text[-1:], 0)
         number = text[:-1] if unit else text
         if not number.isdigit() or int(number) < 1:
-            raise _bad(
+            raise invalid(
                 "train.checkpoint_every", self.checkpoint_every, "epoch, a number of steps >= 1, or Ns / Nm (time)"
             )
         return ("seconds", int(number) * unit) if unit else ("steps", int(number))
@@ -349,25 +350,25 @@ class TrainConfig:
         if self.threads is not None and (
             isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
         ):
-            raise _bad("train.threads", self.threads, "must be an integer >= 1")
+            raise invalid("train.threads", self.threads, "must be an integer >= 1")
         for name in ("epochs", "batch_size", "accumulate", "eval_batch_size", "patience"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise _bad(f"train.{name}", value, "must be an integer >= 1")
+                raise invalid(f"train.{name}", value, "must be an integer >= 1")
         if (
             not isinstance(self.eval_train_images, int)
             or isinstance(self.eval_train_images, bool)
             or self.eval_train_images < 0
         ):
-            raise _bad("train.eval_train_images", self.eval_train_images, "must be an integer >= 0 (0: off)")
+            raise invalid("train.eval_train_images", self.eval_train_images, "must be an integer >= 0 (0: off)")
         if not isinstance(self.profile_steps, int) or isinstance(self.profile_steps, bool) or self.profile_steps < 0:
-            raise _bad("train.profile_steps", self.profile_steps, "must be an integer >= 0 (0: no profile)")
+            raise invalid("train.profile_steps", self.profile_steps, "must be an integer >= 0 (0: no profile)")
         _choice("train.precision", self.precision, PRECISIONS)
         _choice("train.tta", self.tta, TTA_MODES)
-        if not (self.device in ("auto", "cpu", "cuda") or _is_cuda_index(self.device)):
-            raise _bad("train.device", self.device, "auto, cpu, cuda or cuda:N")
+        if not (self.device in ("auto", "cpu", "cuda") or is_cuda_index(self.device)):
+            raise invalid("train.device", self.device, "auto, cpu, cuda or cuda:N")
         if not 0 <= self.seed < 2**62:
-            raise _bad("train.seed", self.seed, "must be in [0, 2**62)")
+            raise invalid("train.seed", self.seed, "must be in [0, 2**62)")
         if self.early_stop_metric is not None:
             _choice("train.early_stop_metric", self.early_stop_metric, EARLY_STOP_METRICS)
         _positive("train.min_delta", self.min_delta, zero_ok=True)
@@ -434,19 +435,19 @@ class DistConfig:
             try:
                 endpoint_parts(self.rdzv_endpoint, nodes=self.nnodes)
             except ValueError as exc:
-                raise _bad("dist.rdzv_endpoint", self.rdzv_endpoint, str(exc)) from None
+                raise invalid("dist.rdzv_endpoint", self.rdzv_endpoint, str(exc)) from None
         for name in ("nproc", "nnodes", "timeout_s"):
             _positive(f"dist.{name}", getattr(self, name))
         if self.timeout_s > 7 * 24 * 3600:
-            raise _bad("dist.timeout_s", self.timeout_s, "at most a week (604800 s)")
+            raise invalid("dist.timeout_s", self.timeout_s, "at most a week (604800 s)")
         _positive("dist.max_restarts", self.max_restarts, zero_ok=True)
         _positive("dist.dp_gpus", self.dp_gpus, zero_ok=True)
         if self.dp_gpus and self.strategy != "dp":
-            raise _bad("dist.dp_gpus", self.dp_gpus, "applies with --strategy dp")
+            raise invalid("dist.dp_gpus", self.dp_gpus, "applies with --strategy dp")
         _positive("dist.bucket_cap_mb", self.bucket_cap_mb)
         _positive("dist.min_nodes", self.min_nodes, zero_ok=True)
         if self.min_nodes > self.nnodes:
-            raise _bad("dist.min_nodes", self.min_nodes, f"at most dist.nnodes={self.nnodes} (--nnodes MIN:MAX)")
+            raise invalid("dist.min_nodes", self.min_nodes, f"at most dist.nnodes={self.nnodes} (--nnodes MIN:MAX)")
         if self.elastic():
             needs = [
                 f"{flag} ({why})"
@@ -462,15 +463,17 @@ class DistConfig:
                 if missing
             ]
             if needs:
-                raise _bad("dist.min_nodes", self.min_nodes, f"a membership that may change needs {', '.join(needs)}")
+                raise invalid(
+                    "dist.min_nodes", self.min_nodes, f"a membership that may change needs {', '.join(needs)}"
+                )
         if not 0 <= self.node_rank < self.nnodes:
-            raise _bad("dist.node_rank", self.node_rank, f"must be in [0, {self.nnodes})")
+            raise invalid("dist.node_rank", self.node_rank, f"must be in [0, {self.nnodes})")
         if self.strategy != "ddp" and (self.nproc > 1 or self.nnodes > 1):
-            raise _bad("dist.nproc", self.nproc, "several processes need --strategy ddp")
+            raise invalid("dist.nproc", self.nproc, "several processes need --strategy ddp")
         if self.share_device and self.strategy != "ddp":
-            raise _bad("dist.share_device", True, "workers share a device only under --strategy ddp")
+            raise invalid("dist.share_device", True, "workers share a device only under --strategy ddp")
         if self.share_device and self.backend not in ("auto", "gloo"):
-            raise _bad(
+            raise invalid(
                 "dist.backend",
                 self.backend,
                 "--dist.share_device needs gloo (NCCL refuses two ranks on one "
@@ -520,11 +523,11 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         if self.dist.strategy == "dp" and self.train.device == "cpu":
-            raise _bad(
+            raise invalid(
                 "dist.strategy", "dp", "DataParallel needs CUDA devices; use --strategy ddp --backend gloo on CPU"
             )
         if self.model.compile and self.dist.strategy == "dp":
-            raise _bad("model.compile", True, "torch.compile is not supported with DataParallel; use ddp")
+            raise invalid("model.compile", True, "torch.compile is not supported with DataParallel; use ddp")
         if self.train.cuda_graphs is True:
             self.check_cuda_graphs()
         if self.train.drop_last:
@@ -546,7 +549,7 @@ class RunConfig:
                 if world > 1
                 else f"the run has {images}"
             )
-            raise _bad(
+            raise invalid(
                 "train.drop_last",
                 True,
                 f"it leaves no training batch: {has} training images, fewer than "
@@ -598,7 +601,7 @@ class RunConfig:
     def check_cuda_graphs(self) -> None:
         """train.cuda_graphs=true asks for a capture: what cannot be captured is refused before anything runs."""
         for name, value, why in self.capture_refusals()[:1]:
-            raise _bad(name, value, f"with train.cuda_graphs: {why}")
+            raise invalid(name, value, f"with train.cuda_graphs: {why}")
 
     def cuda_graphs_on(self, device_type: str) -> tuple[bool, str]:
         """Whether a run on `device_type` captures its step, and the words its setup line says it with (the one
@@ -634,7 +637,7 @@ class RunConfig:
         and the caller's own config, see one folder.
         """
         if self.output.out is None and (self.dist.nnodes > 1 or os.environ.get("TORCHELASTIC_RUN_ID") == "none"):
-            raise _bad(
+            raise invalid(
                 "output.out",
                 None,
                 "the processes of a multi-node run (or of torchrun without --standalone or "
@@ -673,7 +676,7 @@ class RunConfig:
 SECTIONS: dict[str, type] = {f.name: get_type_hints(RunConfig)[f.name] for f in fields(RunConfig)}
 
 
-def _is_cuda_index(device: str) -> bool:
+def is_cuda_index(device: str) -> bool:
     return device.startswith("cuda:") and device[5:].isdigit()
 
 
@@ -697,7 +700,7 @@ def coerce(key: str, raw: Any, hint: Any) -> Any:
     if text is not None and text.strip().lower() in words:
         return text.strip().lower()
     if text is not None and not text.strip():  # `--out "$OUT"` with OUT unset: never read as "use the default"
-        raise _bad(key, raw, "an empty value (an unset shell variable?): leave the option out for its default"
+        raise invalid(key, raw, "an empty value (an unset shell variable?): leave the option out for its default"
                    + (", or say none" if optional else ""))  # fmt: skip
     if optional and (raw is None or text is not None and text.lower() in ("none", "null")):
         return None
@@ -734,11 +737,11 @@ def coerce(key: str, raw: Any, hint: Any) -> Any:
     except (TypeError, ValueError):
         pass
     if too_large is not None:
-        raise _bad(key, too_large, "must be below 2**62 in size")
+        raise invalid(key, too_large, "must be below 2**62 in size")
     type_name = getattr(base, "__name__", str(base))
     expected = "a list" if origin is list else "a finite number" if base is float else type_name
     expected += "".join(f" or {w!r}" for w in words)
-    raise _bad(key, raw, f"expected {expected}")
+    raise invalid(key, raw, f"expected {expected}")
 
 
 def build_config(values: dict[str, Any]) -> RunConfig:
@@ -814,105 +817,6 @@ def save_config(config: RunConfig, path: Path) -> None:
     from ddplab.io import files
 
     files.write_text(path, config.to_toml())
-
-
-def check_environment(config: RunConfig) -> None:
-    """Checks that depend on this machine, run before any process is spawned. With --device cpu nothing here
-    imports torch (seconds on a small CPU): a config that cannot run there is answered at once."""
-    device = config.train.device
-    if device != "cpu":
-        import torch
-    has_cuda = device != "cpu" and torch.cuda.is_available()
-    if device.startswith("cuda") and not has_cuda:
-        raise _bad("train.device", device, "CUDA is not available on this machine; use --device cpu")
-    if _is_cuda_index(device) and int(device[5:]) >= torch.cuda.device_count():
-        raise _bad("train.device", device, f"this machine has {torch.cuda.device_count()} CUDA device(s)")
-    on_cuda = has_cuda  # never with --device cpu
-    several = config.dist.strategy == "dp" or config.dist.nproc > 1
-    if _is_cuda_index(device) and several and not config.dist.share_device:
-        raise _bad(
-            "train.device", device, "with several devices per node use --device cuda: each rank takes cuda:LOCAL_RANK"
-        )
-    if (
-        on_cuda
-        and config.dist.strategy == "ddp"
-        and not config.dist.share_device
-        and config.dist.nproc > torch.cuda.device_count()
-    ):
-        raise _bad(
-            "dist.nproc",
-            config.dist.nproc,
-            f"this node has {torch.cuda.device_count()} CUDA device(s), one per process",
-        )
-    if config.dist.strategy == "ddp" and (not on_cuda or config.dist.share_device):
-        if why := too_many_processes(config.dist.nproc):
-            raise _bad("dist.nproc", config.dist.nproc, why)
-    backend = config.dist.backend
-    if backend == "nccl" and not on_cuda:
-        raise _bad("dist.backend", "nccl", "NCCL needs CUDA devices; use --backend gloo on CPU")
-    if config.dist.strategy == "dp" and not on_cuda:
-        raise _bad("dist.strategy", "dp", "DataParallel needs CUDA devices; use --strategy ddp --backend gloo on CPU")
-    if config.dist.strategy == "dp" and config.dist.dp_gpus > torch.cuda.device_count():
-        raise _bad("dist.dp_gpus", config.dist.dp_gpus, f"this node has {torch.cuda.device_count()} CUDA device(s)")
-    from ddplab.topology import resolve_backend
-
-    resolved = resolve_backend(backend, on_cuda=on_cuda, shared_device=config.dist.share_device)
-    if config.dist.comm_hook == "bf16" and resolved != "nccl":
-        raise _bad("dist.comm_hook", "bf16", "bf16 gradient compression needs NCCL (CUDA); use fp16 with gloo")
-    if config.train.cuda_graphs is True and not on_cuda:
-        raise _bad("train.cuda_graphs", True, "CUDA graphs need a CUDA device, and this machine has none")
-    if config.dist.sync_bn and not on_cuda:
-        raise _bad("dist.sync_bn", True, "SyncBatchNorm runs on CUDA devices only")
-    m = config.model
-    if on_cuda and m.compile and m.compile_mode == "reduce-overhead" and config.train.accumulate > 1:
-        raise _bad(
-            "train.accumulate",
-            config.train.accumulate,
-            "with --model.compile_mode reduce-overhead on CUDA the gradients are outputs of the backward's CUDA "
-            "graph, which the next micro-batch overwrites before it accumulates into them; use --train.cuda_graphs "
-            "(the whole step, accumulation included) or compile_mode default",
-        )
-    if backend == "mpi" and not _mpi_available():
-        raise _bad("dist.backend", "mpi", "this PyTorch build has no MPI support; use gloo or nccl")
-    from ddplab.tracking import check_available
-
-    check_available(config.output.mlflow)
-    data = config.data
-    if data.data_dir is not None and not Path(data.data_dir).expanduser().is_dir():
-        raise _bad("data.data_dir", data.data_dir, "the folder does not exist")
-    if data.dataset == "imagefolder" and data.data_dir is None:
-        raise _bad("data.data_dir", None, "--dataset imagefolder needs --data-dir pointing at the image folder")
-
-
-WORKER_MIB = 200  # what a worker process holds once it has imported torch (218 MiB resident, a 2-core EPYC, torch 2.13)
-
-
-def too_many_processes(nproc: int) -> str:
-    """Why this node cannot hold `nproc` worker processes ("" where it can): more than the processes this user
-    may start (RLIMIT_NPROC), or than this machine's memory holds at WORKER_MIB each. On a CPU the processes share
-    the cores, so any count is allowed that the machine can start at all: a typo's 10^11 is not."""
-    import resource
-
-    limit = resource.getrlimit(resource.RLIMIT_NPROC)[0]
-    if limit != resource.RLIM_INFINITY and nproc > limit:
-        return f"this user may start at most {limit} processes (ulimit -u)"
-    try:
-        with open("/proc/meminfo") as f:
-            available_kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
-    except (OSError, StopIteration, ValueError, IndexError):
-        return ""
-    if nproc * WORKER_MIB * 1024 > available_kib:
-        return (
-            f"each worker process holds about {WORKER_MIB} MiB once it has imported torch, and this machine has "
-            f"{available_kib / 2**20:.1f} GiB available: at most {available_kib // (WORKER_MIB * 1024)} workers"
-        )
-    return ""
-
-
-def _mpi_available() -> bool:
-    import torch.distributed as dist
-
-    return dist.is_available() and dist.is_mpi_available()
 
 
 def reference_markdown() -> str:

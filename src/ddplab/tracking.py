@@ -84,7 +84,7 @@ def installed() -> bool:
     return importlib.util.find_spec("mlflow") is not None
 
 
-def shown(uri: str) -> str:
+def redacted(uri: str) -> str:
     """The URI without a password (http://user:secret@host -> http://user:***@host), for logs and files."""
     scheme, sep, rest = uri.partition("://")
     if not sep or "@" not in rest.split("/", 1)[0]:
@@ -136,7 +136,8 @@ class Tracker:
         first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
         self.error = f"{doing}: {type(exc).__name__}" + (f": {first}" if first else "")
         log.warning(
-            f"MLflow at {shown(self.uri)} failed ({self.error}); {self.what} goes on untracked, and its summary says so"
+            f"MLflow at {redacted(self.uri)} failed ({self.error}); {self.what} goes on untracked, "
+            "and its summary says so"
         )
 
     def experiment_id(self) -> str | None:
@@ -212,7 +213,7 @@ class Tracker:
     def state(self, ids: RunIds | None) -> dict[str, Any]:
         """What summary.json records: where, which run, and whether everything reached it."""
         return {
-            "uri": shown(self.uri),
+            "uri": redacted(self.uri),
             "run_id": ids.run_id if ids else None,
             "logged": self.ok and ids is not None,
             "error": self.error,
@@ -313,7 +314,7 @@ class SweepTracking:
             if self.ids != earlier:
                 self.tracker.log(self.ids.run_id, params=params)
             print(
-                f"MLflow: the sweep is run {self.ids.run_id} at {shown(self.tracker.uri)}, each point a child of it"
+                f"MLflow: the sweep is run {self.ids.run_id} at {redacted(self.tracker.uri)}, each point a child of it"
                 + (
                     f" (to browse: mlflow ui --backend-store-uri {shlex.quote(self.tracker.uri)})"
                     if self.tracker.uri.startswith("sqlite:")

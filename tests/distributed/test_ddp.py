@@ -16,31 +16,14 @@ from ddplab import compat
 from ddplab.config import load_toml
 from ddplab.report.records import Load
 from ddplab.rundir import checkpoint
-from ddplab.rundir.epochs import PHASES, read_epochs, reproducible
+from ddplab.rundir.epochs import PHASES, read_epochs
 
-from cli_process import ddplab_cli
-from conftest import leftover_processes
+from support.cli import ddplab_cli
+from support.readers import leftover_processes, metrics
+from support.settings import TINY
 
 pytestmark = pytest.mark.dist
 
-TINY = [
-    "--dataset",
-    "synthetic",
-    "--data.synthetic_size",
-    "256",
-    "--data.image_size",
-    "16",
-    "--data.num_classes",
-    "4",
-    "--model.width",
-    "0.5",
-    "--device",
-    "cpu",
-    "--output.progress",
-    "false",
-    "--output.tensorboard",
-    "false",
-]
 EXACT = ["--data.crop_padding", "0", "--data.flip", "false", "--model.dropout", "0"]  # no per-rank randomness
 
 
@@ -52,10 +35,6 @@ def ddplab(*args, **kw):
     proc = run("train", *TINY, *args, **kw)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
-
-
-def metrics(run_dir):
-    return [reproducible(r, per_rank=False) for r in read_epochs(Path(run_dir) / "metrics.jsonl")]
 
 
 def weights(run_dir):
@@ -242,7 +221,7 @@ def test_launcher_signature_of_the_oldest_supported_torch_gives_the_same_run(ddp
     """torch 2.4's LaunchConfig fields only (no shutdown_timeout: on torch 2.11 every multi-worker run died with a
     TypeError)."""
     script = (
-        "import sys, old_torch; old_torch.use_old_launch_config(); from ddplab.cli import main; "
+        "import sys; from support import old_torch; old_torch.use_old_launch_config(); from ddplab.cli import main; "
         "sys.exit(main(sys.argv[1:]))"
     )
     tests_dir = str(Path(__file__).resolve().parents[1])

@@ -18,44 +18,21 @@ import uuid
 from pathlib import Path
 
 import pytest
-import tiers
 import torch
 
 from ddplab import faults
 from ddplab.launch import hosts
 from ddplab.rundir import checkpoint
-from ddplab.rundir.epochs import read_epochs, reproducible
+from ddplab.rundir.epochs import read_epochs
 
-import cli_process
+from support import cli as commands
+from support import tiers
+from support.readers import metrics
+from support.settings import TINY, UNAUGMENTED
 
 pytestmark = pytest.mark.dist
 
-TINY = [
-    "--dataset",
-    "synthetic",
-    "--data.synthetic_size",
-    "256",
-    "--data.image_size",
-    "16",
-    "--data.num_classes",
-    "4",
-    "--model.width",
-    "0.5",
-    "--device",
-    "cpu",
-    "--output.progress",
-    "false",
-    "--output.tensorboard",
-    "false",
-    "--data.crop_padding",
-    "0",
-    "--data.flip",
-    "false",
-    "--model.dropout",
-    "0",
-    "--batch-size",
-    "16",
-]
+TINY = [*TINY, *UNAUGMENTED, "--batch-size", "16"]
 TIMEOUT_S = 6  # dist.timeout_s of the fault cases
 MARGIN_S = 15  # what "within the timeout plus seconds" allows: start-up, the ranks' barrier, the agent's tear-down
 SLOW_EPOCH_2 = {"DDPLAB_FAULT": "slow:rank=1:epoch=2:ms=400"}  # epoch 2 takes ~3 s: a cut after epoch 1 lands in it
@@ -74,10 +51,6 @@ def make_cluster(can_make_hosts):
     """cluster(n, rate=None): n hosts for this test, taken down (with anything left in them) when it ends."""
     with contextlib.ExitStack() as stack:
         yield lambda n, rate=None: stack.enter_context(hosts.cluster(n, rate))
-
-
-def metrics(run_dir):
-    return [reproducible(r, per_rank=False) for r in read_epochs(Path(run_dir) / "metrics.jsonl")]
 
 
 def weights(run_dir):
@@ -100,7 +73,7 @@ def reference(tmp_path_factory):
     def make(nproc, epochs):
         if (nproc, epochs) not in _references:
             out = tmp_path_factory.mktemp("loopback") / f"ref{nproc}x{epochs}"
-            proc = cli_process.ddplab_cli(
+            proc = commands.ddplab_cli(
                 "train", *TINY, "--strategy", "ddp", "--nproc", nproc, "--epochs", epochs, "--out", out, base_env=ENV
             )
             assert proc.returncode == 0, proc.stderr[-3000:]
@@ -140,7 +113,7 @@ class Nodes:
         ]
         full_env = {**ENV, **(env or {}), self.marker: "1"}
         self.procs = {
-            i: cli_process.popen(
+            i: commands.popen(
                 [*cluster.exec_prefix(i), *args],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -220,7 +193,7 @@ print(received, time.perf_counter() - start)
 
 def transfer_s(cluster, mib):
     """Seconds to send `mib` MiB from host 1 to host 0 over TCP (until host 0 has counted them)."""
-    sink = cli_process.popen([*cluster.exec_prefix(0), sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True)
+    sink = commands.popen([*cluster.exec_prefix(0), sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True)
     try:
         assert sink.stdout.readline().strip() == "ready"
         out = subprocess.run(
@@ -307,7 +280,7 @@ def test_plan_measures_the_link_between_hosts_at_the_rate_it_was_given(make_clus
         "60",
     ]
     procs = [
-        cli_process.popen(
+        commands.popen(
             [*cluster.exec_prefix(i), *args, "--out", str(tmp_path / f"links{i}.json")],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -22,16 +22,16 @@ import uuid
 from pathlib import Path
 
 import pytest
-import tiers
 import torch
 
 from ddplab.launch import hosts
 from ddplab.rundir import checkpoint
 from ddplab.rundir.epochs import read_epochs, reproducible
 
-import cli_process
-from conftest import leftover_processes
-from sweep_files import TINY_BASE, TWO_POINTS
+from support import cli as commands
+from support import tiers
+from support.readers import leftover_processes
+from support.sweeps import TINY_BASE, TWO_POINTS
 
 pytestmark = pytest.mark.dist
 
@@ -94,13 +94,13 @@ class RayHosts:
 
     def sweep(self, path: Path, out: Path, marker: str, env=None):
         """`ddplab sweep FILE --executor ray` started in host 0, against the cluster."""
-        return cli_process.popen(
+        return commands.popen(
             [*self.cluster.exec_prefix(0), sys.executable, "-m", "ddplab", "sweep", str(path), "--out", str(out),
              "--executor", "ray", "--ray.address", self.address, "--no-report", "--no-estimate"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, **RAY_ENV, **cli_process.THREADS, marker: "1", **(env or {})},
+            env={**os.environ, **RAY_ENV, **commands.THREADS, marker: "1", **(env or {})},
         )  # fmt: skip
 
 
@@ -131,7 +131,7 @@ def one_host(tmp_path_factory):
     def make(config: Path) -> Path:
         if "run" not in _one_host:
             out = tmp_path_factory.mktemp("one-host") / "run"
-            proc = cli_process.ddplab_cli("train", "--config", config, "--nnodes", 1, "--nproc", 2, "--out", out,
+            proc = commands.ddplab_cli("train", "--config", config, "--nnodes", 1, "--nproc", 2, "--out", out,
                                           "--output.progress", "false")  # fmt: skip
             assert proc.returncode == 0, proc.stderr[-3000:]
             _one_host["run"] = out
@@ -173,7 +173,7 @@ def test_a_stopped_sweep_leaves_nothing_on_any_node_and_its_rerun_spreads_resume
     process left on either host. Run again: that point resumes to the run one host trains with two workers; the two
     one-node points (one CPU a node) run at once, one on each host, and end as the local executor's runs."""
     marker, out = f"DDPLAB_TEST_{uuid.uuid4().hex}", tmp_path / "out"
-    local = cli_process.ddplab_cli("sweep", sweep_file(tmp_path / "l.toml", TWO_POINTS), "--out", tmp_path / "local",
+    local = commands.ddplab_cli("sweep", sweep_file(tmp_path / "l.toml", TWO_POINTS), "--out", tmp_path / "local",
                                    "--no-report", "--no-estimate")  # fmt: skip
     assert local.returncode == 0, local.stderr[-3000:]
     path = sweep_file(tmp_path / "s.toml", ACROSS + TWO_POINTS)  # the point across nodes first: it takes both

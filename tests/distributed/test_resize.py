@@ -12,14 +12,13 @@ from ddplab import faults
 from ddplab.rundir import checkpoint
 from ddplab.rundir.epochs import read_epochs, reproducible
 
-from cli_process import ddplab_cli
+from support.cli import ddplab_cli
+from support.settings import TINY
 
 pytestmark = pytest.mark.dist
 
 TINY = [
-    *("--dataset", "synthetic", "--data.synthetic_size", "256", "--data.image_size", "16"),
-    *("--data.num_classes", "4", "--model.width", "0.5", "--device", "cpu"),
-    *("--output.progress", "false", "--output.tensorboard", "false"),
+    *TINY,
     *("--data.crop_padding", "2", "--data.flip", "true", "--model.dropout", "0"),  # augmented, per shard
     *("--batch-size", "16", "--epochs", "2", "--backend", "gloo", "--strategy", "ddp"),
 ]

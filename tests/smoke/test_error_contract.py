@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Callable
 
 import pytest
-import tiers
 import torch
 
-from cli_process import ddplab_cli
-from conftest import leftover_processes
+from support import tiers
+from support.cli import ddplab_cli
+from support.readers import leftover_processes
 
 S = [
     "train",
@@ -304,7 +304,7 @@ def sweep_folder(edit: Callable[[dict], object] | None = None, links: str | None
     text of its links.json; `executor`: 'slurm' makes it a submitted Slurm sweep of job 7."""
 
     def setup(tmp):
-        from run_folders import write_manifest
+        from support.runs import write_manifest
 
         finished_run(tmp / "sw" / "runs", "a")
         write_manifest(

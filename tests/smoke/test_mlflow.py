@@ -13,15 +13,15 @@ import time
 import urllib.request
 
 import pytest
-import tiers
 
 from ddplab import tracking
 from ddplab.metrics import sinks
 from ddplab.metrics.mlflow_sink import flat
 from ddplab.rundir.epochs import read_epochs
 
-from conftest import tiny_config
-from mlflow_store import artifacts, history, runs_of
+from support import tiers
+from support.mlflow_store import artifacts, history, runs_of
+from support.settings import tiny_config
 
 pytestmark = pytest.mark.slow
 mlflow = tiers.importorskip("mlflow", "mlflow", "MLflow comes with the mlflow extra (scripts/test.sh installs it)")

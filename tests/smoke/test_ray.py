@@ -11,11 +11,10 @@ import sys
 import time
 import uuid
 
-import tiers
-
-from cli_process import ddplab_cli
-from conftest import leftover_processes
-from sweep_files import TWO_POINTS, tiny_sweep
+from support import tiers
+from support.cli import ddplab_cli
+from support.readers import leftover_processes
+from support.sweeps import TWO_POINTS, tiny_sweep
 
 
 def manifest(out):

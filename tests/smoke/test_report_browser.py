@@ -16,9 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import tiers
-
 from ddplab.report.build import build_report
+
+from support import tiers
 
 BROWSER = tiers.browser()
 pytestmark = tiers.skipif("browser", None if BROWSER else "headless Chromium not installed (apt-get install chromium)")
@@ -198,8 +198,8 @@ def test_six_answers_fit_the_first_screen(tmp_path):
     """The assignment's report has six sections: their one-line answers all lie inside a 1400x900 window, above
     the first section, each figure in one of them a cell of its section's tables. Run folders with known numbers
     (no training): three kinds of section, twice each, as the assignment declares them."""
-    from report_folders import write_sweep
-    from run_folders import write_manifest
+    from support.reports import write_sweep
+    from support.runs import write_manifest
 
     sweep = write_sweep(tmp_path)  # 1 worker and DDP x2, two seeds each, one failed run
     kinds = ("scaling", "compare", "overfitting")

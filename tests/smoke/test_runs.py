@@ -17,14 +17,10 @@ from ddplab.cli import main
 from ddplab.config import load_toml
 from ddplab.engine.trainer import Trainer
 from ddplab.rundir import checkpoint
-from ddplab.rundir.epochs import read_epochs, reproducible
 
-from cli_process import ddplab_cli
-from conftest import tiny_config
-
-
-def metrics(run_dir):
-    return [reproducible(r) for r in read_epochs(run_dir / "metrics.jsonl")]
+from support.cli import ddplab_cli
+from support.readers import metrics
+from support.settings import tiny_config
 
 
 def final_weights(run_dir):
@@ -40,10 +36,13 @@ def assert_same_weights(a, b):
 def test_same_seed_same_run_bit_for_bit(tmp_path, tiny_run):
     a = tiny_run()  # trained once for every test that reads it: b is trained here, the same way
     b = ddplab.train(tiny_config(tmp_path / "b"))
-    assert metrics(a.run_dir) == metrics(b.run_dir) and len(metrics(a.run_dir)) == 2
+    assert (
+        metrics(a.run_dir, per_rank=True) == metrics(b.run_dir, per_rank=True)
+        and len(metrics(a.run_dir, per_rank=True)) == 2
+    )
     assert_same_weights(final_weights(a.run_dir), final_weights(b.run_dir))
     c = ddplab.train(tiny_config(tmp_path / "c", train={"seed": 1}))
-    assert metrics(c.run_dir) != metrics(a.run_dir)
+    assert metrics(c.run_dir, per_rank=True) != metrics(a.run_dir, per_rank=True)
 
 
 def test_interrupted_then_resumed_run_is_bit_identical(tmp_path, monkeypatch):
@@ -65,7 +64,7 @@ def test_interrupted_then_resumed_run_is_bit_identical(tmp_path, monkeypatch):
     monkeypatch.setattr(Trainer, "run_epoch", real_run_epoch)
     # Through the CLI, as a user would: --resume takes the run's own config.toml.
     assert main(["train", "--out", str(tmp_path / "cut"), "--resume"]) == 0
-    assert metrics(tmp_path / "cut") == metrics(whole.run_dir)
+    assert metrics(tmp_path / "cut", per_rank=True) == metrics(whole.run_dir, per_rank=True)
     assert_same_weights(final_weights(tmp_path / "cut"), final_weights(whole.run_dir))
     # The resumed run's total time holds both sessions: the first to its checkpoint, then the second.
     times = json.loads((tmp_path / "cut" / "summary.json").read_text())["time"]
@@ -97,7 +96,7 @@ def test_extending_a_run_says_when_it_replans_the_schedule(tmp_path, schedule, w
     assert "epochs = 3" in (tmp_path / "r" / "config.toml").read_text()
     planned = tiny_run(optim={"schedule": schedule}, train={"epochs": 3})
     # Without a re-plan, the extension is the run that was planned that long; with one, it is not.
-    assert (metrics(tmp_path / "r") == metrics(planned.run_dir)) is not warned
+    assert (metrics(tmp_path / "r", per_rank=True) == metrics(planned.run_dir, per_rank=True)) is not warned
 
 
 def test_run_folder_holds_config_metrics_summary_and_reproduces(tmp_path, tiny_run):
@@ -134,7 +133,7 @@ def test_run_folder_holds_config_metrics_summary_and_reproduces(tmp_path, tiny_r
         assert record.images_per_s == pytest.approx(256 / record.train_s)
     # The saved config alone reproduces the run.
     assert main(["train", "--config", str(run / "config.toml"), "--out", str(tmp_path / "again")]) == 0
-    assert metrics(tmp_path / "again") == metrics(run)
+    assert metrics(tmp_path / "again", per_rank=True) == metrics(run, per_rank=True)
 
 
 def test_eval_command_matches_the_run(capsys, tiny_run):
@@ -281,7 +280,7 @@ def test_two_threads_cannot_train_into_one_folder(tmp_path, monkeypatch):
     finally:
         second_done.set()
         first.join(120)
-    assert results["first"].summary["status"] == "finished" and len(metrics(tmp_path / "r")) == 2
+    assert results["first"].summary["status"] == "finished" and len(metrics(tmp_path / "r", per_rank=True)) == 2
     monkeypatch.setattr(Trainer, "fit", real_fit)
     assert (
         ddplab.train(tiny_config(tmp_path / "r", train={"epochs": 3}, output={"resume": True})).summary["run"][

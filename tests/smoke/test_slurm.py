@@ -1,4 +1,4 @@
-"""`ddplab sweep --executor slurm` on a real one-node Slurm cluster (tests/slurm_cluster.py), CPU only."""
+"""`ddplab sweep --executor slurm` on a real one-node Slurm cluster (tests/support/slurm_cluster.py), CPU only."""
 
 import csv
 import json
@@ -7,13 +7,13 @@ import sys
 import time
 
 import pytest
-import tiers
 
 from ddplab.rundir.epochs import read_epochs, reproducible
 
-from cli_process import ddplab_cli
-from slurm_cluster import SlurmCluster, why_not
-from sweep_files import THREE_POINTS, tiny_sweep
+from support import tiers
+from support.cli import ddplab_cli
+from support.slurm_cluster import SlurmCluster, why_not
+from support.sweeps import THREE_POINTS, tiny_sweep
 
 pytestmark = tiers.skipif("slurm", why_not())
 

@@ -9,11 +9,11 @@ import sys
 
 import pytest
 
-from ddplab.rundir.epochs import read_epochs, reproducible
 from ddplab.topology import usable_cores
 
-from cli_process import ddplab_cli
-from sweep_files import TINY_BASE, tiny_sweep
+from support.cli import ddplab_cli
+from support.readers import metrics
+from support.sweeps import TINY_BASE, tiny_sweep
 
 TINY = (
     TINY_BASE
@@ -38,10 +38,6 @@ label = "broken"
 
 def ddplab(*args, env=None, cwd=None):
     return ddplab_cli(*args, env=env, cwd=cwd, timeout=600)
-
-
-def metrics(run_dir):
-    return [reproducible(r, per_rank=False) for r in read_epochs(run_dir / "metrics.jsonl")]
 
 
 def manifest(out):
@@ -232,7 +228,7 @@ def test_a_killed_sweep_leaves_no_run_training_and_a_rerun_finishes_it(tmp_path,
     import time
     import uuid
 
-    from conftest import leftover_processes
+    from support.readers import leftover_processes
 
     path, out, marker = long_sweep(tmp_path, epochs=3), tmp_path / "s", f"DDPLAB_TEST_{uuid.uuid4().hex}"
     proc = start_sweep(path, out, marker, sigint=signal.SIG_IGN if how != "SIGKILL" else None)
@@ -336,7 +332,7 @@ def test_a_parallel_sweep_runs_points_at_once_each_on_its_own_cores_and_measures
     assert "measuring this machine's all-reduce (gloo x2)" in two.stdout and (tmp_path / "two" / "links.json").is_file()
     assert not (tmp_path / "one" / "links.json").exists()
     if tracked:
-        from mlflow_store import assert_sweep_tracked
+        from support.mlflow_store import assert_sweep_tracked
 
         assert_sweep_tracked(f"sqlite:///{tmp_path}/store/mlflow.db", tmp_path / "two", epochs=2)
 
@@ -351,7 +347,7 @@ def test_sigterm_stops_every_running_point_of_a_parallel_sweep_and_a_rerun_finis
     import time
     import uuid
 
-    from conftest import leftover_processes
+    from support.readers import leftover_processes
 
     # Held in epoch 2 until SIGTERM comes (it comes once each has one epoch); the re-run, not held, finishes them
     path, out, marker = parallel_sweep(tmp_path, epochs=3), tmp_path / "s", f"DDPLAB_TEST_{uuid.uuid4().hex}"

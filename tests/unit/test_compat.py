@@ -2,7 +2,6 @@
 
 import dataclasses
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,15 +12,14 @@ from ddplab.errors import ConfigError
 from ddplab.launch import elastic as launch
 from ddplab.rundir.runplan import RunPlan
 
-from conftest import tiny_config
-from old_torch import OLDEST, old_launch_config_class
+from support.old_torch import OLDEST, old_launch_config_class
+from support.settings import REPO, tiny_config
 
 
 def test_the_floor_is_the_one_the_tests_simulate_and_the_package_declares():
-    from pathlib import Path
 
     assert ".".join(map(str, compat.MIN_TORCH)) == OLDEST
-    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    pyproject = (REPO / "pyproject.toml").read_text()
     assert f'"torch>={OLDEST}"' in pyproject
 
 
@@ -102,7 +100,7 @@ def test_old_torch_gets_one_line_from_the_scripts_too(script):
     import subprocess
     import sys
 
-    repo = Path(__file__).resolve().parents[2]
+    repo = REPO
     path = repo / script
     code = (
         "import runpy, sys, torch; torch.__version__ = '2.1.2'; "

@@ -5,11 +5,12 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 
 from ddplab.cli import SHORTCUTS, build_parser, config_from_args
-from ddplab.config import RunConfig, build_config, check_environment, load_toml, parse_dotted, save_config
+from ddplab.config import RunConfig, build_config, load_toml, parse_dotted, save_config
 from ddplab.errors import ConfigError
+
+from support.settings import REPO
 
 
 def parse(argv):
@@ -191,59 +192,6 @@ def test_error_names_value_and_allowed():
     assert "'lion'" in str(exc.value) and "sgd, adam, adamw, rmsprop" in str(exc.value)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only answer")
-@pytest.mark.parametrize(
-    "values, field",
-    [
-        ({"dist": {"backend": "nccl"}}, "dist.backend"),
-        ({"train": {"device": "cuda"}}, "train.device"),
-        ({"data": {"data_dir": "/no/such/folder"}}, "data.data_dir"),
-        ({"data": {"dataset": "imagefolder"}}, "data.data_dir"),
-        ({"dist": {"strategy": "dp"}}, "dist.strategy"),
-        ({"dist": {"comm_hook": "bf16"}}, "dist.comm_hook"),
-        ({"dist": {"sync_bn": True}}, "dist.sync_bn"),
-        ({"dist": {"backend": "mpi"}}, "dist.backend"),
-    ],
-)
-def test_machine_checks(values, field):
-    with pytest.raises(ConfigError, match=field.replace(".", r"\.")):
-        check_environment(build_config(values))
-
-
-def test_reduce_overhead_with_accumulation_is_refused_on_cuda_only(monkeypatch):
-    """Under reduce-overhead the next micro-batch's backward replay overwrote the gradients it accumulated into
-    (H200, torch 2.11); on a CPU there is no CUDA graph and accumulation works."""
-    values = {"model": {"compile": True, "compile_mode": "reduce-overhead"}, "train": {"accumulate": 2}}
-    check_environment(build_config({**values, "train": {"accumulate": 2, "device": "cpu"}}))
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    with pytest.raises(ConfigError, match=r"train\.accumulate=2 .*reduce-overhead on CUDA .*--train\.cuda_graphs"):
-        check_environment(build_config(values))
-    check_environment(build_config({**values, "train": {"accumulate": 1}}))
-    check_environment(build_config({**values, "model": {"compile": True}}))
-
-
-def test_dataparallel_takes_the_gpus_it_is_given_and_is_refused_more_than_the_node_has(monkeypatch):
-    """The assignment's "dp x2" ran DataParallel over the one GPU of a 1-GPU machine (H100, 2026-11-26) and the
-    report set it against one device as if it were two: --dist.dp_gpus 2 makes it a point that machine skips."""
-    from ddplab.distributed import dp_device_ids
-
-    with pytest.raises(ConfigError, match=r"dist\.dp_gpus=2 .*applies with --strategy dp"):
-        build_config({"dist": {"dp_gpus": 2}})
-    with pytest.raises(ConfigError, match=r"dist\.dp_gpus=-1"):
-        build_config({"dist": {"strategy": "dp", "dp_gpus": -1}})
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    two = build_config({"dist": {"strategy": "dp", "dp_gpus": 2}})
-    with pytest.raises(ConfigError, match=r"dist\.dp_gpus=2 .*this node has 1 CUDA device"):
-        check_environment(two)
-    every = build_config({"dist": {"strategy": "dp"}})
-    check_environment(every)  # nn.DataParallel's own default: every visible GPU, here one
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
-    check_environment(two)
-    assert dp_device_ids(two) == [0, 1] and dp_device_ids(every) == [0, 1, 2, 3]
-
-
 def test_parse_dotted_rejects_malformed():
     assert parse_dotted(["optim.lr=0.1"]) == {"optim": {"lr": "0.1"}}
     with pytest.raises(ConfigError):
@@ -260,7 +208,7 @@ def test_global_batch_size_is_local_times_world_times_accumulate():
     assert cfg.world_size() == 4 and cfg.global_batch_size() == 32 * 4 * 4
 
 
-RECIPES = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.toml"))
+RECIPES = sorted((REPO / "configs").glob("*.toml"))
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.name)
@@ -276,7 +224,7 @@ def test_there_are_recipes():
 def test_the_configuration_reference_is_current():
     from ddplab.config import reference_markdown
 
-    page = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    page = (REPO / "docs" / "configuration.md").read_text()
     assert reference_markdown() in page, "run: python scripts/readme_reference.py"
 
 
@@ -409,7 +357,7 @@ def test_the_data_vocabulary_has_one_torch_free_owner_that_the_config_reads():
     """config.py reads data/options.py; no module of the data layer imports the config (no import cycle)."""
     import ast
 
-    src = Path(__file__).parents[2] / "src" / "ddplab"
+    src = REPO / "src" / "ddplab"
     for path in (src / "data").glob("*.py"):
         imported = {node.module for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom)}
         assert "ddplab.config" not in imported, path.name
@@ -465,7 +413,7 @@ def test_the_test_suite_collects_every_test_folder(request):
     against the patterns this very run recurses past, not a copy of pytest's defaults)."""
     import fnmatch
 
-    root = Path(__file__).resolve().parents[2]
+    root = REPO
     skipped = request.config.getini("norecursedirs")
     assert "dist" in skipped or any(fnmatch.fnmatch("dist", pattern) for pattern in skipped)  # the trap is there
     for folder in (p for p in (root / "tests").rglob("*") if p.is_dir() and any(p.glob("test_*.py"))):

@@ -59,7 +59,7 @@ def test_cpu_workers_of_one_node_split_the_cores_they_may_use(monkeypatch):
 def test_compile_mode_reaches_torch_compile(monkeypatch):
     from ddplab.distributed import DistContext, wrap_model
 
-    from conftest import tiny_config
+    from support.settings import tiny_config
 
     seen = []
     monkeypatch.setattr(torch, "compile", lambda model, **kwargs: seen.append(kwargs) or model)

@@ -16,12 +16,12 @@ from ddplab.engine.data_init import init_whitening
 from ddplab.engine.lookahead import Lookahead
 from ddplab.engine.muon import Muon, orthogonalize, split_params
 from ddplab.engine.precision import Precision
-from ddplab.engine.run import build_trainer
 from ddplab.engine.tta import evaluate, tta_views
+from ddplab.engine.worker import build_trainer
 from ddplab.errors import ConfigError
 from ddplab.models import create_model
 
-from conftest import tiny_config
+from support.settings import tiny_config
 
 SPEEDNET = {"name": "speednet", "width": 0.125}
 

@@ -6,13 +6,13 @@ import json
 import logging
 
 import pytest
-import tiers
 
 from ddplab import tracking
 from ddplab.errors import ConfigError
 from ddplab.metrics.mlflow_sink import epoch_metrics, flat
 
-from run_folders import epoch_record
+from support import tiers
+from support.runs import epoch_record
 
 
 def test_the_setting_wins_then_the_variable_and_off_is_off(monkeypatch, tmp_path):
@@ -41,9 +41,9 @@ def test_a_sqlite_store_is_made_absolute_once(monkeypatch, tmp_path):
 
 
 def test_a_password_in_the_uri_is_never_shown():
-    assert tracking.shown("https://ann:s3cret@host:5000/x") == "https://ann:***@host:5000/x"
-    assert tracking.shown("https://ann@host:5000") == "https://ann@host:5000"
-    assert tracking.shown("sqlite:////a/b@c.db") == "sqlite:////a/b@c.db"  # an @ in a path is not a credential
+    assert tracking.redacted("https://ann:s3cret@host:5000/x") == "https://ann:***@host:5000/x"
+    assert tracking.redacted("https://ann@host:5000") == "https://ann@host:5000"
+    assert tracking.redacted("sqlite:////a/b@c.db") == "sqlite:////a/b@c.db"  # an @ in a path is not a credential
 
 
 def test_asking_for_mlflow_without_it_is_one_line_and_the_variable_alone_a_warning(monkeypatch, caplog):
@@ -64,9 +64,9 @@ def test_asking_for_mlflow_without_it_is_one_line_and_the_variable_alone_a_warni
 
 
 def test_a_config_asking_for_mlflow_without_it_is_refused_before_spawning(monkeypatch, tmp_path):
-    from ddplab.config import check_environment
+    from ddplab.machine import check_environment
 
-    from conftest import tiny_config
+    from support.settings import tiny_config
 
     monkeypatch.setattr(tracking, "installed", lambda: False)
     with pytest.raises(ConfigError, match="MLflow is not installed"):
@@ -248,7 +248,7 @@ def test_a_run_that_did_not_finish_ends_failed_or_killed(tmp_path, monkeypatch, 
     tiers.importorskip("mlflow", "mlflow", "MLflow comes with the mlflow extra")
     from ddplab.metrics.mlflow_sink import MlflowSink
 
-    from conftest import tiny_config
+    from support.settings import tiny_config
 
     client = FakeClient()
     monkeypatch.setattr(tracking, "connect", lambda uri: client)

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import torch
 
-from ddplab.config import build_config, check_environment, load_toml
+from ddplab.config import build_config, load_toml
 from ddplab.data.loader import DeviceLoader
 from ddplab.distributed import DistContext, place_model, resolve_device
 from ddplab.engine.precision import Precision
 from ddplab.engine.tta import evaluate
 from ddplab.errors import ConfigError
+from ddplab.machine import check_environment
 from ddplab.rundir import checkpoint, runfiles
 from ddplab.rundir.runfolder import refuse_edited_since
 
@@ -29,7 +30,7 @@ def evaluate_run(
     tta: str | None = None,
 ) -> dict:
     """`tta` overrides the run's own test-time augmentation (to see what it adds, or to add it afterwards)."""
-    from ddplab.engine.run import build_datasets, build_model
+    from ddplab.engine.worker import build_datasets, build_model
 
     run_dir = Path(run_dir)
     if not (run_dir / runfiles.CONFIG).is_file():

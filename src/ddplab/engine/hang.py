@@ -197,5 +197,5 @@ def clause(answers: dict[int, dict | None], missing: list[int], ctx: DistContext
 
 
 def ask(ctx: DistContext) -> dict[int, dict | None]:
-    """From a rank whose collective timed out: every rank's answer (engine/run.collective_failure)."""
+    """From a rank whose collective timed out: every rank's answer (engine/worker.collective_failure)."""
     return inquire(side_store(timeout_s=ANSWER_WAIT_S), ctx.world_size) if ctx.is_distributed else {}

@@ -53,14 +53,14 @@ def prepare_run_dir(config: RunConfig, ctx: DistContext) -> Path:
     if ctx.is_main:
         files.make_dir(run_dir)
         # First: it marks the folder as a run. On resume it records a changed epoch count.
-        save_config(reproducible(config), run_dir / runfiles.CONFIG)
+        save_config(as_saved(config), run_dir / runfiles.CONFIG)
         files.make_dir(run_dir / runfiles.CHECKPOINTS)
         files.write_json(run_dir / runfiles.ENV, environment(ctx))
     ctx.barrier()
     return run_dir
 
 
-def reproducible(config: RunConfig) -> RunConfig:
+def as_saved(config: RunConfig) -> RunConfig:
     """The config as saved: without the folder and resume flag, so `--config` starts a fresh run;
     with the data root absolute, so the folder finds its data from any working directory."""
     values = config.with_data_root().to_dict()

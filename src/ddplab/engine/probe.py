@@ -28,7 +28,7 @@ def probe_point(config: RunConfig, data) -> dict[str, float]:
     from ddplab.distributed import place_model, resolve_device, set_cpu_threads
     from ddplab.engine.optim import build_optimizer
     from ddplab.engine.precision import Precision
-    from ddplab.engine.run import build_model
+    from ddplab.engine.worker import build_model
 
     device = resolve_device(config.train.device)
     workers = config.dist.nproc if config.dist.strategy == "ddp" else 1
@@ -93,7 +93,7 @@ def main() -> None:
     import torch._dynamo  # noqa: F401 (torch's optimizers and DDP import it on first use: 3 s of every run's start)
 
     from ddplab.distributed import DistContext, resolve_device
-    from ddplab.engine.run import build_datasets  # what a run imports: ddplab's engine
+    from ddplab.engine.worker import build_datasets  # what a run imports: ddplab's engine
 
     ready_at = time.time()
     configs = []

@@ -11,7 +11,7 @@ from ddplab.rundir.epochs import EpochRecord
 
 @dataclass(frozen=True)
 class TrainerConfig:
-    """The settings the loop reads, and nothing else (engine/run.py's `trainer_config` takes them from a run's
+    """The settings the loop reads, and nothing else (engine/worker.py's `trainer_config` takes them from a run's
     config): what a Trainer can be built with, and tested with, without the whole of a run's config."""
 
     epochs: int

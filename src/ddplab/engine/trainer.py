@@ -552,7 +552,7 @@ class Trainer:
         layout, planned = self.state.layout_world, self.state.planned_world
         self.state.load_state_dict(state["train_state"])
         written_in = self.state.layout_world or layout  # the shards the checkpoint was laid out in
-        self.state.layout_world, self.state.planned_world = layout, planned  # as engine/run.py laid them out
+        self.state.layout_world, self.state.planned_world = layout, planned  # as engine/worker.py laid them out
         self.resume_at = MidEpoch(**state["mid_epoch"]) if state.get("mid_epoch") else None
         if self.state.schedule_step < 0:
             self.state.schedule_step = self.state.step

@@ -32,10 +32,10 @@ from ddplab.launch import tracked, warm, watchdog
 from ddplab.rundir.runplan import RunPlan, as_worker, prepared
 
 if TYPE_CHECKING:
-    from ddplab.engine.run import RunResult
+    from ddplab.engine.worker import RunResult
 
 SHUTDOWN_TIMEOUT_S = 5
-WORKER_IMPORTS = ("ddplab.launch.elastic", "ddplab.engine.run")  # a worker's: worker_main runs the engine
+WORKER_IMPORTS = ("ddplab.launch.elastic", "ddplab.engine.worker")  # a worker's: worker_main runs the engine
 STORE_SLACK_S = 10  # a store call outwaits the watchdog's probe, so a lost host is said in the probe's words
 # A membership that may change (--nnodes MIN:MAX): once MIN nodes have joined a round, how long it waits for more
 # (torch's last call; its default is 30 s), and how often each node says it is alive (torch's 5 s): a node silent
@@ -65,7 +65,7 @@ def launch(config: RunConfig, *, saved: RunConfig | None = None, command: bool =
     with prepared(config, saved=saved) as plan:  # torch is imported after these checks: a refusal comes at once
         note = plan.nothing_to_do()
         if note is not None:  # a finished run folder is never rewritten
-            from ddplab.engine.run import finished_result
+            from ddplab.engine.worker import finished_result
 
             print(f"ddplab: nothing to do: {note}", flush=True)
             return finished_result(plan.run_dir)
@@ -79,7 +79,7 @@ def launch(config: RunConfig, *, saved: RunConfig | None = None, command: bool =
             warm.prestart(WORKER_IMPORTS)  # a cold launcher's server imports torch while this process does
             result = launch_workers(plan, command=command)
         else:
-            from ddplab.engine.run import run
+            from ddplab.engine.worker import run
 
             if plan.place is not None or not command:
                 result = run(plan)  # a worker's launcher stops it: SIGTERM keeps its default action
@@ -512,7 +512,7 @@ def c10d_configs(endpoint: str | None, timeout_s: int, store_timeout_s: int | No
 
 def worker_main(launcher_plan: RunPlan):
     """The body of each spawned worker (module-level, so spawn can import it)."""
-    from ddplab.engine.run import run
+    from ddplab.engine.worker import run
 
     # A worker stopped by its agent is usually blocked in a collective, where a Python-level
     # handler never runs; the default action ends it at once (checkpoints are atomic).

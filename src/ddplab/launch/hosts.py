@@ -183,7 +183,7 @@ def _up(cluster: Cluster) -> Cluster:
             _ip(["link", "set", "eth0", "up"], namespace=ns)
             _ip(["link", "set", f"port{i}", "master", "br0"], namespace=cluster.switch)
             _ip(["link", "set", f"port{i}", "up"], namespace=cluster.switch)
-            shape(cluster, i, rate_bit_s)
+            shape_link(cluster, i, rate_bit_s)
         _state_file(name).write_text(json.dumps(asdict(cluster)))
     except BaseException:
         _down(name, missing_ok=True)
@@ -212,7 +212,7 @@ def changing(name: str) -> Iterator[None]:
         os.close(fd)
 
 
-def shape(cluster: Cluster, i: int, rate_bit_s: float | None) -> None:
+def shape_link(cluster: Cluster, i: int, rate_bit_s: float | None) -> None:
     """Host i's link at `rate_bit_s` both ways (token bucket on each end's egress), or unshaped."""
     for ns, dev in ((cluster.host(i), "eth0"), (cluster.switch, f"port{i}")):
         _run(["tc", "-n", ns, "qdisc", "del", "dev", dev, "root"], check=False)
@@ -245,7 +245,7 @@ def reshape(name: str, rate: str | float | None) -> Cluster:
     made = find(name)
     made = Cluster(made.name, made.hosts, as_rate(rate))
     for i in range(made.hosts):
-        shape(made, i, made.rate_bit_s)
+        shape_link(made, i, made.rate_bit_s)
     _state_file(name).write_text(json.dumps(asdict(made)))
     return made
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ddplab import tracking
 
 if TYPE_CHECKING:
-    from ddplab.engine.run import RunResult
+    from ddplab.engine.worker import RunResult
 
 log = logging.getLogger("ddplab")
 

@@ -22,7 +22,7 @@ from ddplab.config import RunConfig, flatten
 from ddplab.rundir import runfiles
 from ddplab.rundir.epochs import EpochRecord
 from ddplab.rundir.summary import CONTENTION_KEYS
-from ddplab.tracking import PARENT_TAG, PointLink, RunIds, Tracker, shown
+from ddplab.tracking import PARENT_TAG, PointLink, RunIds, Tracker, redacted
 
 if TYPE_CHECKING:
     from ddplab.rundir.summary import Summary
@@ -49,7 +49,7 @@ class MlflowSink:
         self.ids.write(run_dir)
         log.info(
             f"MLflow: {'continuing' if self.ids == earlier else 'logging to'} run {self.ids.run_id} at "
-            f"{shown(uri)}" + (f", a child of the sweep's run {link.parent_run_id}" if link else "")
+            f"{redacted(uri)}" + (f", a child of the sweep's run {link.parent_run_id}" if link else "")
         )
         if self.ids != earlier:  # a resumed run has its params (and a resumable setting may have changed since)
             params = {**flat(config.to_dict()), **(link.params() if link else {})}

@@ -17,7 +17,7 @@ from ddplab.report.kinds import kind_of, section_findings
 from ddplab.report.records import Row, Section
 from ddplab.report.runs import load_runs
 from ddplab.report.sections import architecture, build_sections, setup_text
-from ddplab.rundir.runread import shown
+from ddplab.rundir.runread import displayable
 
 RESULTS_NOTE = (
     "Mean ± std over seeds. Train accuracy is measured on training images as the test set is (eval mode, "
@@ -120,11 +120,13 @@ def _build_report(paths: list[Path], out: Path, title: str | None) -> dict[str, 
         "findings": [f.text for v in views for f in v.findings],
     }
     # Folder names need not be UTF-8 (runs.shown): what the pages and tables show of them is.
-    files.write_text(result["runs_csv"], shown(tables.csv_text(list(run_rows.values()), tables.RUN_COLUMNS)))
-    files.write_text(result["points_csv"], shown(tables.csv_text(point_rows, tables.point_columns(point_rows))))
-    files.write_text(result["report_md"], shown(html.markdown(title, meta, views, "plots")))
+    files.write_text(result["runs_csv"], displayable(tables.csv_text(list(run_rows.values()), tables.RUN_COLUMNS)))
+    files.write_text(result["points_csv"], displayable(tables.csv_text(point_rows, tables.point_columns(point_rows))))
+    files.write_text(result["report_md"], displayable(html.markdown(title, meta, views, "plots")))
     anchors = [f"{i}-{s.slug}" for i, s in enumerate(sections, 1)]
-    files.write_text(result["index_html"], shown(html.page(title, meta, views, anchors, any(r.gpu for r in runs))))
+    files.write_text(
+        result["index_html"], displayable(html.page(title, meta, views, anchors, any(r.gpu for r in runs)))
+    )
     return result
 
 

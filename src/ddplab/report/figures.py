@@ -30,7 +30,7 @@ from ddplab.rundir.epochs import (
     timed_epochs,  # the file format's rules, torch-free
     training_rate,
 )
-from ddplab.rundir.runread import Run, shown
+from ddplab.rundir.runread import Run, displayable
 from ddplab.topology import devices_brought, resolve_backend  # torch-free
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def run_row(run: Run, point: str = "") -> Row:
         "seed": run.seed,
         "status": run.status,
         "error": run.error or "",
-        "dir": shown(str(run.dir)),
+        "dir": displayable(str(run.dir)),
     }
     if not run.finished:
         return row

@@ -36,7 +36,7 @@ def plan_costs(point: Point) -> model.StepCosts | None:
         return None
 
 
-def shape(row: Row) -> tuple[int, int] | None:
+def layout_of(row: Row) -> tuple[int, int] | None:
     """(workers per node, nodes) of a row, or None when it is not one shape."""
     if not all(isinstance(row.get(k), int) for k in ("world_size", "local_batch")):
         return None
@@ -47,10 +47,10 @@ def shape(row: Row) -> tuple[int, int] | None:
 def predict_pair(section: Any, i: int, j: int) -> PairPrediction | None:
     """Point i predicted from point j, or None where the model cannot plan it."""
     row, costs = section.rows[i], plan_costs(section.points[j])
-    where = shape(row)
+    where = layout_of(row)
     if section.link is None or costs is None or where is None:
         return None
-    base_shape, base = shape(section.rows[j]), section.rows[j]
+    base_shape, base = layout_of(section.rows[j]), section.rows[j]
     if base_shape is None:
         return None
     p = model.predict_one(costs.for_config(section.points[i].config), *where, row["local_batch"], section.link)
@@ -75,7 +75,7 @@ def model_curves(section: Any) -> Curves | None:
     for j in bases:
         costs, base = plan_costs(section.points[j]), section.rows[j]
         mine = [c for c in pairs if c.base_at == j]
-        first = shape(mine[0].row)
+        first = layout_of(mine[0].row)
         assert costs is not None and first is not None  # predict_pair predicted these pairs from them
         nodes = first[1]
         most = max(c.row["world_size"] for c in mine)
@@ -101,16 +101,16 @@ def model_curves(section: Any) -> Curves | None:
         )
     batch = []
     recipe = next(g for g in groups_without(section.points, CURVE_FIELDS) if bases[0] in g)
-    epochs = {k: e for k in recipe if shape(section.rows[k]) is not None and (e := train_epoch_s(section.rows[k]))}
+    epochs = {k: e for k in recipe if layout_of(section.rows[k]) is not None and (e := train_epoch_s(section.rows[k]))}
     members = list(epochs)
     batches = sorted({section.rows[k]["local_batch"] for k in members})
     if len(batches) > 1:
         costs = plan_costs(section.points[bases[0]])
         assert costs is not None  # the first baseline's pairs were predicted from it
         xs = sorted({*batches, *(b for b in (2**k for k in range(14)) if batches[0] <= b <= batches[-1])})
-        shapes = {s for k in members if (s := shape(section.rows[k])) is not None}
+        shapes = {s for k in members if (s := layout_of(section.rows[k])) is not None}
         for where in sorted(shapes):
-            mine = [k for k in members if shape(section.rows[k]) == where]
+            mine = [k for k in members if layout_of(section.rows[k]) == where]
             target = costs.for_config(section.points[mine[0]].config)
             batch.append(
                 Curve(

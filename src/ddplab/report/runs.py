@@ -14,7 +14,7 @@ from typing import Any
 
 from ddplab.errors import ConfigError, DataError
 from ddplab.rundir import runfiles
-from ddplab.rundir.runread import Run, SweepShown, is_run_dir, read_config, readable_run, shown
+from ddplab.rundir.runread import Run, SweepShown, displayable, is_run_dir, read_config, readable_run
 from ddplab.rundir.summary import final_part
 from ddplab.sweepdir.folder import Entry, SweepFolder
 from ddplab.sweepdir.spec import point_text
@@ -109,7 +109,7 @@ def sweep_runs(sweep_dir: Path) -> list[Run]:
     manifest = SweepFolder(sweep_dir).load()
     shown_as = SweepShown(
         dir=sweep_dir,
-        name=shown(manifest.name or sweep_dir.name),
+        name=displayable(manifest.name or sweep_dir.name),
         description=manifest.description,
         axes=list(manifest.axes),
         sections=list(manifest.sections),
@@ -132,12 +132,12 @@ def sweep_run(sweep_dir: Path, entry: Entry, axes: list[str]) -> Run:
     else:
         run = Run(
             dir=run_dir,
-            name=shown(run_dir.name),
+            name=displayable(run_dir.name),
             status=status,
             config=read_config(run_dir) if run_dir.is_dir() else {},
         )
         run.error = entry.error or failure_reason(status, entry.exit_code, run_dir)
-    run.name = shown(entry.name)
+    run.name = displayable(entry.name)
     run.point = dict(entry.point)
     run.axes = list(axes)
     return run
@@ -158,7 +158,7 @@ def name_runs(runs: list[Run]) -> None:
         counts[run.name] = counts.get(run.name, 0) + 1
     for run in runs:
         if counts[run.name] > 1:
-            run.name = f"{shown(run.dir.parent.name)}/{run.name}"
+            run.name = f"{displayable(run.dir.parent.name)}/{run.name}"
     seen: dict[str, int] = {}
     for run in runs:  # still equal (same parent names): number them
         seen[run.name] = seen.get(run.name, 0) + 1

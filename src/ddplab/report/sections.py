@@ -27,7 +27,7 @@ from ddplab.report.runs import (
     group_points,
     groups_without,
 )
-from ddplab.rundir.runread import Run, shown
+from ddplab.rundir.runread import Run, displayable
 from ddplab.sweepdir.folder import SweepFolder
 from ddplab.sweepdir.spec import point_text
 
@@ -77,7 +77,7 @@ def sweep_sections(runs: list[Run]) -> list[Section]:
             Section(
                 title=str(spec.get("title") or sweep.name),
                 kind=str(spec.get("kind") or "all"),
-                source=shown(str(sweep.dir)),
+                source=displayable(str(sweep.dir)),
                 runs=[r for r in members if r.status != "skipped"],
                 question=str(spec.get("question") or ""),
                 note=str(spec.get("note") or ""),

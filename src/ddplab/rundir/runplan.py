@@ -18,9 +18,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddplab.config import RunConfig, check_environment
+from ddplab.config import RunConfig
 from ddplab.errors import ConfigError
 from ddplab.io import files
+from ddplab.machine import check_environment
 from ddplab.rundir import runfiles
 from ddplab.rundir.runfolder import Resume, check_run_dir, refuse_by_state
 from ddplab.rundir.runlock import run_lock, should_hold

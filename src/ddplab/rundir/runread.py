@@ -83,12 +83,14 @@ def readable_run(run_dir: Path, status: str | None = None) -> Run:
     try:
         return read_run(run_dir, status)
     except DataError as exc:
-        return Run(dir=run_dir, name=shown(run_dir.name), status="unreadable", config={}, error=shown(str(exc)))
+        return Run(
+            dir=run_dir, name=displayable(run_dir.name), status="unreadable", config={}, error=displayable(str(exc))
+        )
 
 
 def read_run(run_dir: Path, status: str | None = None) -> Run:
     """A run with its records; one without summary.json comes back unfinished, with what it left."""
-    run = Run(dir=run_dir, name=shown(run_dir.name), status=status or "unfinished", config=read_config(run_dir))
+    run = Run(dir=run_dir, name=displayable(run_dir.name), status=status or "unfinished", config=read_config(run_dir))
     if not (run_dir / runfiles.SUMMARY).is_file():
         run.error = unfinished_reason(run_dir)
         return run
@@ -175,7 +177,7 @@ def read_config(run_dir: Path) -> dict[str, Any]:
         raise DataError(f"{path} cannot be read ({type(exc).__name__})") from None
 
 
-def shown(text: str) -> str:
+def displayable(text: str) -> str:
     """A name from the file system as text that can be shown and written: bytes that are not UTF-8 (Python keeps
     them as lone surrogates) become U+FFFD, which pages, CSVs, JSON and plot labels all take."""
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")

@@ -228,7 +228,7 @@ class Summary(_SummaryWritten, total=False):
 
 @dataclass(frozen=True)
 class RunInfo:
-    """What building a run found out (engine/run.build_trainer), for its summary."""
+    """What building a run found out (engine/worker.build_trainer), for its summary."""
 
     world_size: int
     device: str

@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import ClassVar
 
 from ddplab import stops
-from ddplab.config import check_environment
 from ddplab.errors import ConfigError, DataError
 from ddplab.io import files
 from ddplab.io.borders import shown
 from ddplab.launch.process import INTERRUPTED, POLL_S, STOP_GRACE_S, Child, Finished, stop_all, wait_any
+from ddplab.machine import check_environment
 from ddplab.rundir import runfiles
 from ddplab.rundir.epochs import read_epochs
 from ddplab.rundir.runlock import describe, live_owner, run_lock

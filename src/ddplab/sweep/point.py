@@ -23,7 +23,7 @@ from ddplab.rundir import runfiles
 from ddplab.sweepdir.folder import Status, SweepFolder, ended_as
 from ddplab.sweepdir.spec import point_text
 
-IMPORTS = ("ddplab.cli", "ddplab.launch.elastic", "ddplab.engine.run")  # what `ddplab train` imports: warm, once
+IMPORTS = ("ddplab.cli", "ddplab.launch.elastic", "ddplab.engine.worker")  # what `ddplab train` imports: warm, once
 
 
 @dataclass(frozen=True)

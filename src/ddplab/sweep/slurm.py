@@ -87,7 +87,7 @@ class SlurmOptions:
             raise ConfigError(f"--slurm.extra {self.extra!r} cannot be split into options ({exc})") from None
 
 
-def shape(config: RunConfig) -> tuple[int, int]:
+def allocation(config: RunConfig) -> tuple[int, int]:
     """(nodes, tasks per node) of a point's allocation: its workers when they are several processes."""
     dist = config.dist
     if dist.strategy == "ddp" and (dist.nproc > 1 or dist.nnodes > 1):
@@ -326,7 +326,7 @@ def arrays(runs: list[SweepRun], sweep: Sweep) -> dict[tuple[str, int, int], lis
     """The points grouped into one array per allocation shape, each array named after the sweep and its shape."""
     groups: dict[tuple[str, int, int], list[SweepRun]] = {}
     for run in runs:
-        nodes, tasks = shape(run.config)
+        nodes, tasks = allocation(run.config)
         groups.setdefault((f"ddplab-{slug(sweep.name)}-{nodes}x{tasks}", nodes, tasks), []).append(run)
     return groups
 
@@ -425,7 +425,7 @@ def task(out: Path, name: str) -> int:
         print(f"{name}: finished already", flush=True)
         return 0
     point = Point(folder, name, build_config(load_toml(folder.config_file(name))))
-    nodes, tasks = shape(point.config)
+    nodes, tasks = allocation(point.config)
     # The workers are the step's tasks (topology: an srun step of several tasks).
     wrap = (
         ["srun", f"--nodes={nodes}", f"--ntasks={nodes * tasks}", f"--ntasks-per-node={tasks}"]
