@@ -1,5 +1,6 @@
 import json
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,10 @@ def pytest_configure(config):
     On a 16-core CUDA machine, 8 workers x 16 threads made in-process CPU training crawl
     (a 15 s test passed 200 s).
     """
+    # Run under nohup, every process the suite starts would inherit SIGHUP ignored, which ddplab rightly leaves
+    # ignored (stops.started_ignored): the tests of the stop rule send SIGHUP as a terminal's hang-up would.
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         import torch

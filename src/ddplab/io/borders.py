@@ -119,19 +119,25 @@ def check(data: Any, schema: dict[str, Any], where: str, *, required: tuple[str,
 
 
 def check_each(data: Any, kind: Kind | dict[str, Any], where: str, name: str) -> Any:
-    """A JSON object whose every value is of `kind` (its keys are names: ranks' figures, a sweep point's axes)."""
-    TABLE.check(data, where, name)
-    for key, value in data.items():
+    """A JSON object whose every value is of `kind` (its keys are names: ranks' figures, a sweep point's axes), or a
+    JSON list whose every item is (a plan's rows)."""
+    if isinstance(data, list):
+        items = [(f"{name}[{i}]", value) for i, value in enumerate(data)]
+    else:
+        TABLE.check(data, where, name)
+        items = [(f"{name}.{key}", value) for key, value in data.items()]
+    for at, value in items:
         if isinstance(kind, dict):
-            check(value, kind, where, prefix=f"{name}.{key}.")
+            check(value, kind, where, prefix=f"{at}.")
         else:
-            kind.check(value, where, f"{name}.{key}")
+            kind.check(value, where, at)
     return data
 
 
 @dataclass(frozen=True)
 class Each:
-    """In a declaration: a JSON object of names whose every value is `kind` (a Kind, or a TypedDict declaring one)."""
+    """In a declaration: a JSON object of names, or a JSON list, whose every value is `kind` (a Kind, or a TypedDict
+    declaring one)."""
 
     kind: Any
 

@@ -18,6 +18,7 @@ from ddplab.planner.band import Band, band_for, batch_band
 
 if TYPE_CHECKING:
     from ddplab.planner import model
+    from ddplab.planner.planfile import Overlapped
 
 
 def predict_run(
@@ -50,23 +51,23 @@ def predict_run(
     node_gbit = between.busbw_gbps * 8 if isinstance(between, links.Link) else None  # a published link's
     band, across = band_for(costs.on_cuda), band_for(costs.on_cuda, max(nodes), node_gbit=node_gbit)  # built once
     # A measured node of several GPUs: its rows across nodes of as many GPUs a node are planned from a node.
-    one_node = costs.measured["nodes"] == 1 and not run.config.get("dist.share_device")  # a GPU a worker
-    node = costs.measured["per_node"] if one_node and costs.measured["per_node"] > 1 else None
+    m = costs.measured
+    assert m is not None  # step_costs of a run records what it measured
+    one_node = m["nodes"] == 1 and not run.config.get("dist.share_device")  # a GPU a worker
+    node = m["per_node"] if one_node and m["per_node"] > 1 else None
     from_node = band_for(costs.on_cuda, max(nodes), node_gbit=node_gbit, from_node=True) if node else across
     other_batch = batch_band() if costs.on_cuda else None  # BATCH_BOUND's checks, for the rows at another batch
     rows = [
         replace(r, band=row_band(r.prediction, band, across, from_node, node, other_batch, costs)) for r in grid.rows
     ]
     grid = replace(grid, rows=rows)
-    result = grid.to_json()
-    result["band"] = band.to_json()
+    bands = {"band": band}  # the kinds a row of this plan was given, by plan.json's names
     if across != band:
-        result["band_across_nodes"] = across.to_json()
+        bands["band_across_nodes"] = across
     if from_node != across and any(r.prediction.nodes > 1 and r.prediction.per_node == node for r in rows):
-        result["band_across_nodes_from_the_node"] = from_node.to_json()
+        bands["band_across_nodes_from_the_node"] = from_node
     if other_batch and any(r.prediction.local_batch != costs.measured_batch for r in rows):
-        result["band_at_another_batch"] = other_batch.to_json()
-    m = costs.measured
+        bands["band_at_another_batch"] = other_batch
     print(
         f"plan for {run_dir}: measured {m['world_size']} worker(s) at local batch {m['local_batch']} on "
         f"{m['device']}, {m['step_s'] * 1e3:,.1f} ms a step; link {link_text(within)}"
@@ -93,10 +94,6 @@ def predict_run(
         print(f"  above the ideal: {cause}")
     overlapped = [(r.prediction, rate) for r in rows if (rate := model.overlapped_rate(costs, r.prediction, between))]
     if overlapped:
-        result["images_per_s_if_the_wire_overlaps"] = [
-            {"per_node": p.per_node, "nodes": p.nodes, "local_batch": p.local_batch, "images_per_s": rate}
-            for p, rate in overlapped
-        ]
         faster = ", ".join(f"{p.per_node} x {p.nodes} at {p.local_batch}: {rate:,.0f}" for p, rate in overlapped)
         print(
             "  across nodes on a CPU the whole all-reduce is counted exposed (CPU_SERIAL: this machine's two hosts, "
@@ -106,22 +103,22 @@ def predict_run(
     print(f"  band: {band.text()}; planner/band.py")
     if across != band:
         print(f"  band across nodes: {across.text()}")
-    if "band_across_nodes_from_the_node" in result:
+    if "band_across_nodes_from_the_node" in bands:
         print(f"  band across nodes of {node} GPUs each, planned from this node: {from_node.text()}")
-    if "band_at_another_batch" in result:
+    if "band_at_another_batch" in bands:
         print(
             f"  at a local batch other than {costs.measured_batch} (a GPU's step, BATCH_BOUND), besides: "
             f"{other_batch.text() if other_batch else ''}"
         )
     for p in grid.pays_from:
         below = " or less (a GPU's step below the measured batch is not known)"
-        said = ", ".join(
+        bars = ", ".join(
             f"{pct}% efficiency from local batch {b}" + (below if costs.on_cuda and b == costs.measured_batch else "")
             if b
             else f"never {pct}% efficient up to local batch 8192"
             for pct, b in p.batch_for.items()
         )
-        print(f"  {p.per_node} x {p.nodes}: {said}")
+        print(f"  {p.per_node} x {p.nodes}: {bars}")
     unmeasured = sorted(
         {r.prediction.workers for r in rows if r.prediction.workers > max(within.ranks)}
         if isinstance(within, links.MeasuredLinks)
@@ -133,7 +130,11 @@ def predict_run(
             f"{', '.join(map(str, unmeasured))} workers use that fit, optimistic where ranks share cores "
             f"(measure with: ddplab plan --measure --nproc {','.join(map(str, [*within.ranks, *unmeasured]))})"
         )
-    files.write_json(out, {"run": str(run_dir), **result})
+    rates: list[Overlapped] = [
+        {"per_node": p.per_node, "nodes": p.nodes, "local_batch": p.local_batch, "images_per_s": rate}
+        for p, rate in overlapped
+    ]
+    files.write_json(out, grid.to_json(run_dir, {name: b.to_json() for name, b in bands.items()}, rates))
     print(f"plan: {out} (assumptions: ddplab/planner/model.py)")
     return 0
 

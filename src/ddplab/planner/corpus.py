@@ -367,7 +367,7 @@ def _step(s: Series, row: Row, per_sample_s: float) -> Step:
         grad_bytes=s.params * (2 if s.precision in HALF_GRADIENTS else 4),
         bucket_cap_mb=25.0,
         on_cuda=True,
-        measured={},
+        measured=None,
         # DDP_HOST: what a base without DDP never did; a base that ran DDP (at world size 1 its reducer still hooks
         # every gradient, fills the buckets and launches their all-reduces) has it in its rate already
         ddp_host_s=0.0 if ran_ddp else ddp_work_s(s.layers),

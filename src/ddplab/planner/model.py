@@ -116,10 +116,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ddplab.errors import DataError
 from ddplab.planner.links import Link, MeasuredLinks
+from ddplab.planner.planfile import BandPart, MeasuredStep, Overlapped, PaysFromRow, PlanFile, PlanRow
 from ddplab.rundir.epochs import EpochRecord, optimizer_steps, refresh_windows, timed_epochs
 from ddplab.topology import devices_brought
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ddplab.rundir.summary import Summary
 
 BACKWARD_SHARE = 2 / 3  # of forward+backward compute
@@ -159,7 +162,7 @@ class StepCosts:
     grad_bytes: float
     bucket_cap_mb: float
     on_cuda: bool
-    measured: dict[str, Any]  # what it was derived from, for plan.json
+    measured: MeasuredStep | None  # the run it was derived from, for plan.json (None: a published figure's)
     params: float = 0.0  # the model's parameters (0: unknown; `for_config` then keeps grad_bytes)
     ddp_host_s: float = 0.0  # DDP_HOST: what DDP adds to a step of this run on 2+ workers (0: in its step already)
     host_s: float = 0.0  # HOST_FLOOR: the step's own host work on CUDA, which no batch makes shorter (0: not known)
@@ -523,10 +526,12 @@ class PlannedRow:
     above_ideal: str | None
     band: tuple[float, float] | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PlanRow:
         p = self.prediction
         band = list(self.band) if self.band else None
-        return {**asdict(p), "workers": p.workers, "above_ideal": self.above_ideal, "images_per_s_band": band}
+        return cast(
+            PlanRow, {**asdict(p), "workers": p.workers, "above_ideal": self.above_ideal, "images_per_s_band": band}
+        )  # the prediction's fields are PlanRow's first ones (tests/unit/planner/test_planfile.py)
 
 
 @dataclass(frozen=True)
@@ -538,12 +543,9 @@ class PaysFrom:
     nodes: int
     batch_for: dict[int, int | None]  # bar in percent -> local batch
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "per_node": self.per_node,
-            "nodes": self.nodes,
-            **{f"batch_for_{k}pct": b for k, b in self.batch_for.items()},
-        }
+    def to_json(self) -> PaysFromRow:
+        bars = {f"batch_for_{k}pct": b for k, b in self.batch_for.items()}
+        return cast(PaysFromRow, {"per_node": self.per_node, "nodes": self.nodes, **bars})
 
 
 @dataclass(frozen=True)
@@ -556,15 +558,24 @@ class Grid:
     rows: list[PlannedRow]
     pays_from: list[PaysFrom]
 
-    def to_json(self) -> dict[str, Any]:
-        return {
+    def to_json(self, run: Path, bands: dict[str, BandPart], overlapped: list[Overlapped]) -> PlanFile:
+        """plan.json: this grid, planned from `run`, with the bands its rows were given (`band` first) and, where
+        there are any, its rows' rates if the wire overlapped backward."""
+        if self.costs.measured is None:
+            raise ValueError("a plan.json is made from a run's costs, not a published figure's")
+        plan: PlanFile = {
+            "run": str(run),
             "measured": self.costs.measured,
             "costs": {k: v for k, v in asdict(self.costs).items() if k != "measured"},
             "link": asdict(self.link),
             "inter_node": asdict(self.inter_node) if self.inter_node else None,
             "rows": [r.to_json() for r in self.rows],
             "pays_from": [p.to_json() for p in self.pays_from],
+            **cast(PlanFile, bands),
         }
+        if overlapped:
+            plan["images_per_s_if_the_wire_overlaps"] = overlapped
+        return plan
 
 
 def predict_grid(

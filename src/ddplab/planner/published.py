@@ -198,7 +198,7 @@ def predict(case: Case) -> list[dict]:
             grad_bytes=case.params * 4,
             bucket_cap_mb=25.0,
             on_cuda=True,
-            measured={},
+            measured=None,
             ddp_host_s=ddp_work_s(case.layers),  # the one-GPU figures ran without DDP
         )
         p = predict_one(costs, per_node, nodes, local, case.intra, case.inter)

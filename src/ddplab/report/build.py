@@ -155,7 +155,7 @@ def section_view(section: Section, plot_dir: Path, prefix: str) -> html.SectionV
                 tables.comparison_table(others, scaling=False),
             )
         )
-    overfits = any(r.get("overfit") is not None and r["overfit"].overfits for r in rows)
+    overfits = any(o is not None and o.overfits for o in (r.get("overfit") for r in rows))
     if kind_of(section).overfitting == "always" or (kind_of(section).overfitting == "seen" and overfits):
         shown.append(
             (

@@ -14,13 +14,12 @@ the same cores).
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from ddplab.errors import DataError
 from ddplab.metrics.stragglers import named
 from ddplab.report import noise
-from ddplab.report.records import Gap, Row
+from ddplab.report.records import MEASURED, SETTINGS, TEXT, Gap, Overfit, Row, setting
 from ddplab.report.runs import Point
 from ddplab.rundir.epochs import (
     PHASES,
@@ -42,41 +41,6 @@ if TYPE_CHECKING:
 # bucket's end; its span: from the first bucket's launch), and rank 0's wait for the slowest rank.
 COMM_MS = ("probe_comm_ms", "ddp_exposed_ms", "ddp_comm_ms", "straggler_ms")
 SHARES = tuple(p.removesuffix("_s") + "_share" for p in PHASES)
-TEXT = (
-    "strategy",
-    "device",
-    "device_name",
-    "precision",
-    "backend",
-    "memory_label",
-    "gap_basis",
-    "torch",
-    "straggler",
-    "slowest",
-)
-SETTINGS = ("world_size", "nodes", "local_batch", "global_batch", "accumulate", "train_images", "test_images")
-MEASURED = (
-    "epochs",
-    "final_test_acc",
-    "best_test_acc",
-    "final_train_acc",
-    "train_eval_acc",
-    "acc_gap",
-    "final_test_loss",
-    "min_test_loss",
-    "min_test_loss_epoch",
-    "total_s",
-    "train_s",
-    "eval_s",
-    "epoch_s",
-    "images_per_s",
-    "cores_busy",
-    "peak_mib",
-    *SHARES,
-    "straggler_share",
-    "allreduce_share",
-    *COMM_MS,
-)
 MEMORY_LABELS = ("peak_alloc_mib", "peak_rss_mib", "peak_reserved_mib")  # first found is reported
 
 
@@ -287,6 +251,11 @@ def peak_memory(summary: Summary) -> tuple[str | None, float | None]:
     return None, None
 
 
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, None where either is not measured (or b is 0)."""
+    return None if a is None or not b else a / b
+
+
 def difference(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
@@ -334,15 +303,15 @@ def fewest_workers(rows: list[Row]) -> Row | None:
     timed = [r for r in rows if r.get("images_per_s") and isinstance(r.get("world_size"), int)]
     if not timed:
         return None
-    least = [r for r in timed if r["world_size"] == min(t["world_size"] for t in timed)]
+    least = [r for r in timed if r["world_size"] == min(setting(t, "world_size") or 0 for t in timed)]
     return next((r for r in least if r["strategy"] == "single"), least[0])
 
 
 def devices(row: Row) -> int:
     """The hardware a row's workers bring (topology.devices_brought)."""
     return devices_brought(
-        row["world_size"] if isinstance(row.get("world_size"), int) else 1,
-        row["nodes"] if isinstance(row.get("nodes"), int) else 1,
+        setting(row, "world_size") or 1,
+        setting(row, "nodes") or 1,
         on_cuda=str(row.get("device", "")).startswith("cuda"),
     )
 
@@ -350,7 +319,8 @@ def devices(row: Row) -> int:
 def speedup(row: Row, base: Row) -> float | None:
     """The one definition of speedup, for the report's sections and `ddplab compare`: this row's training
     throughput over the baseline's (epochs after the first); None unless both were timed."""
-    return row["images_per_s"] / base["images_per_s"] if row.get("images_per_s") and base.get("images_per_s") else None
+    mine, theirs = row.get("images_per_s"), base.get("images_per_s")
+    return mine / theirs if mine and theirs else None
 
 
 def ideal_speedup(row: Row, base: Row) -> float:
@@ -371,29 +341,14 @@ def scale(rows: list[Row], base: Row | None, name: str) -> None:
         )
         row["speedup"] = speedup(row, base) if fast and base is not None else None
         row["ideal"] = ideal_speedup(row, base) if fast and base is not None else None
-        row["efficiency"] = row["speedup"] / row["ideal"] if fast else None
+        row["efficiency"] = ratio(row["speedup"], row["ideal"])
         row["baseline"] = figure(base, name) if fast and base is not None else None
         row["is_baseline"] = base is not None and row is base
 
 
 def train_epoch_s(row: Row) -> float | None:
     """A row's training epoch (epochs after the first): its training images over its throughput."""
-    return row["train_images"] / row["images_per_s"] if row.get("images_per_s") and row.get("train_images") else None
-
-
-@dataclass(frozen=True)
-class Overfit:
-    """What a point's mean curve says about overfitting (`overfitting`)."""
-
-    min_epoch: int
-    min_test_loss: float
-    final_test_loss: float
-    rise: float  # the final test loss over its lowest, less 1
-    overfits: bool
-    train_key: str  # the training loss it read: train_eval_loss where measured, else train_loss
-    stop_epoch: int | None  # where early stopping would have stopped (None: not before the end)
-    stop_test_acc: float | None
-    epochs: int
+    return ratio(setting(row, "train_images") or None, row.get("images_per_s"))
 
 
 def scaling_gap(row: Row, base: Row, ideal: float) -> Gap | None:
@@ -436,9 +391,9 @@ def scaling_gap(row: Row, base: Row, ideal: float) -> Gap | None:
 def why(part: str, row: Row, base: Row) -> str:
     """What the biggest part of a scaling gap usually means, for the findings."""
     smaller = (
-        isinstance(row.get("local_batch"), int)
-        and isinstance(base.get("local_batch"), int)
-        and row["local_batch"] < base["local_batch"]
+        (mine := setting(row, "local_batch")) is not None
+        and (theirs := setting(base, "local_batch")) is not None
+        and mine < theirs
     )
     on_cuda = str(row.get("device", "")).startswith("cuda")
     if part == "compute":
@@ -452,7 +407,7 @@ def why(part: str, row: Row, base: Row) -> str:
             if on_cuda
             else "the processes share the machine's cores"
         )
-    nodes = row["nodes"] if isinstance(row.get("nodes"), int) else 1
+    nodes = setting(row, "nodes") or 1
     if part == "all-reduce wait" and nodes > 1:
         over = f" ({row['link']})" if row.get("link") else ""
         return (

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddplab.report import figures, noise
-from ddplab.report.records import Comparison, PairPrediction, Row, Section, Verdict
+from ddplab.report.records import Comparison, PairPrediction, Row, Section, Verdict, setting
 from ddplab.report.tables import (
     band_range,
     faster,
@@ -122,7 +122,7 @@ def scaling_findings(section: Section) -> list[Finding]:
             text += f". Test accuracy {pct(r, 'final_test_acc')} vs {pct(b, 'final_test_acc')}: {c.acc_verdict.text()}"
             if r.get("global_batch") == b.get("global_batch"):
                 text += f" (the same global batch of {r['global_batch']}: the same optimizer steps)"
-        if r.get("comm_wait_share") is not None and r["comm_wait_share"] > 0:
+        if (r.get("comm_wait_share") or 0) > 0:
             text += f"; communication wait {pct(r, 'comm_wait_share')} of training time"
         if (r.get("data_share") or 0) >= DATA_BOUND_SHARE:
             text += f"; data loading {pct(r, 'data_share')} of it (input-bound)"
@@ -141,9 +141,9 @@ def scaling_findings(section: Section) -> list[Finding]:
 def communication_text(c: Comparison) -> str:
     """The all-reduce measured two ways, against the link where one was measured, and the stragglers."""
     r = c.row
-    if r.get("ddp_exposed_ms") is None or r.get("probe_comm_ms") is None:
+    probe, ddp = r.get("probe_comm_ms"), r.get("ddp_exposed_ms")
+    if ddp is None or probe is None:
         return ""
-    probe, ddp = r["probe_comm_ms"], r["ddp_exposed_ms"]
     agree = (
         "they agree"
         if abs(probe - ddp) <= max(COMM_AGREE_MS, COMM_AGREE * max(probe, ddp))
@@ -184,7 +184,7 @@ def prediction_text(p: PairPrediction, measured: float, baseline: str) -> str:
 
 def superlinear_cause(c: Comparison, cpus: int | None) -> str:
     r, b = c.row, c.base
-    if cpus and b.get("cores_busy") is not None and b["cores_busy"] < IDLE_CORES * cpus:
+    if cpus and (cores := b.get("cores_busy")) is not None and cores < IDLE_CORES * cpus:
         busy = f", {c.point} {r['cores_busy']:.2f}" if r.get("cores_busy") is not None else ""
         return (
             f"{c.baseline} kept {b['cores_busy']:.2f} of {cpus} cores busy{busy}: one process's threads leave "
@@ -194,9 +194,9 @@ def superlinear_cause(c: Comparison, cpus: int | None) -> str:
     if (b.get("data_share") or 0) >= DATA_BOUND_SHARE:
         return f"{c.baseline} spent {pct(b, 'data_share')} of its training time on data: the baseline was input-bound"
     if (
-        isinstance(r.get("local_batch"), int)
-        and isinstance(b.get("local_batch"), int)
-        and r["local_batch"] < b["local_batch"]
+        (mine := setting(r, "local_batch")) is not None
+        and (theirs := setting(b, "local_batch")) is not None
+        and mine < theirs
     ):
         return (
             f"each worker's smaller batch ({r['local_batch']} vs {b['local_batch']}) may fit the caches better, or "
@@ -223,8 +223,7 @@ def comparison_findings(pairs: list[Comparison], overfit: bool = False) -> list[
                 f"test accuracy {pct(r, 'final_test_acc')} vs {pct(b, 'final_test_acc')} "
                 f"({points_value(c.acc_diff)} points, {c.acc_verdict.text()})"
             )
-        if overfit and r.get("overfit") and b.get("overfit"):
-            o, ob = r["overfit"], b["overfit"]
+        if overfit and (o := r.get("overfit")) and (ob := b.get("overfit")):
             parts.append(
                 f"test loss {o.rise:+.0%} from its lowest at the end ({c.baseline}: {ob.rise:+.0%}), "
                 f"train-test gap {points_value(r.get('acc_gap'))} vs {points_value(b.get('acc_gap'))} points"
@@ -244,11 +243,15 @@ def comparison_findings(pairs: list[Comparison], overfit: bool = False) -> list[
 def accuracy_lead(rows: list[Row]) -> tuple[list[Row], Verdict | None]:
     """The rows with a test accuracy, most accurate first, and whether the first leads the second beyond noise
     (None below two)."""
-    scored = sorted((r for r in rows if r.get("final_test_acc") is not None), key=lambda r: -r["final_test_acc"])
+    scored = sorted(
+        (r for r in rows if r.get("final_test_acc") is not None), key=lambda r: -(r.get("final_test_acc") or 0)
+    )
     if len(scored) < 2:
         return scored, None
     best, second = scored[0], scored[1]
-    return scored, noise.accuracy_verdict(best["final_test_acc"] - second["final_test_acc"], best, second)
+    return scored, noise.accuracy_verdict(
+        (best.get("final_test_acc") or 0) - (second.get("final_test_acc") or 0), best, second
+    )
 
 
 def best_accuracy(rows: list[Row]) -> list[Finding]:

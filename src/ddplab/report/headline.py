@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ddplab.report.findings import MEMORY_CHANGE, accuracy_lead, pct
 from ddplab.report.kinds import kind_of
-from ddplab.report.records import Comparison, Section, Verdict
+from ddplab.report.records import Comparison, Section, Verdict, judged
 from ddplab.report.tables import faster, memory_title, mib, points_value, rate, times
 
 
@@ -122,7 +122,7 @@ def regularization(section: Section) -> str:
     pairs = [c for c in section.pairs if c.row.get("acc_gap") is not None and c.base.get("acc_gap") is not None]
     if not pairs:
         return ""
-    c = min(pairs, key=lambda p: p.row["acc_gap"])
+    c = min(pairs, key=lambda p: p.row.get("acc_gap") or 0.0)
     text = (
         f"least overfitting {c.point}: train-test gap {points_value(c.row['acc_gap'])} vs "
         f"{points_value(c.base['acc_gap'])} points of {c.baseline}"
@@ -158,19 +158,19 @@ def most_accurate(section: Section) -> str:
 
 def overfitting(section: Section) -> str:
     """How many points overfit, the worst of them, and the points it could not judge (fewer than two epochs)."""
-    judged = [r for r in section.rows if r.get("overfit") is not None]
-    if not judged:
+    seen = [r for r in section.rows if r.get("overfit") is not None]
+    if not seen:
         return most_accurate(section)
     unjudged = [r["point"] for r in section.rows if r.get("overfit") is None]
     rest = f"; not judged: {', '.join(unjudged)}" if unjudged else ""
-    over = [r for r in judged if r["overfit"].overfits]
+    over = [r for r in seen if judged(r).overfits]
     if not over:
-        epochs = sorted({r["overfit"].epochs for r in judged})
+        epochs = sorted({judged(r).epochs for r in seen})
         span = f"{epochs[0]}" if len(epochs) == 1 else f"{epochs[0]}-{epochs[-1]}"
-        return f"none of {len(judged)} overfits in {span} epochs{rest}"
-    worst = max(over, key=lambda r: r["overfit"].rise)
-    o = worst["overfit"]
+        return f"none of {len(seen)} overfits in {span} epochs{rest}"
+    worst = max(over, key=lambda r: judged(r).rise)
+    o = judged(worst)
     return (
-        f"{len(over)} of {len(judged)} overfit; most {worst['point']}: test loss lowest at epoch {o.min_epoch}, "
+        f"{len(over)} of {len(seen)} overfit; most {worst['point']}: test loss lowest at epoch {o.min_epoch}, "
         f"{o.rise:+.0%} by epoch {o.epochs}{rest}"
     )

@@ -27,7 +27,7 @@ import math
 import statistics
 from typing import Any
 
-from ddplab.report.records import Load, Row, Timing, Verdict
+from ddplab.report.records import Load, Row, Timing, Verdict, setting
 from ddplab.rundir.epochs import EpochRecord, refresh_windows, timed_epochs, worst_reading
 
 NOISE_SIGMAS = 2.0  # a difference beyond this many standard deviations is an effect
@@ -126,7 +126,7 @@ def sampling_std(acc: float | None, count: int | None) -> float | None:
 def accuracy_noise(row: Row) -> tuple[float | None, bool]:
     """(noise of the point's final test accuracy, whether seeds measured it)."""
     seed_std = row.get("final_test_acc_std")
-    sampling = sampling_std(row.get("final_test_acc"), row.get("test_images"))
+    sampling = sampling_std(row.get("final_test_acc"), setting(row, "test_images"))
     known = [v for v in (seed_std, sampling) if v is not None]
     return (max(known) if known else None), seed_std is not None
 

@@ -20,7 +20,7 @@ from typing import Any
 from ddplab.io import files
 from ddplab.report.figures import figure
 from ddplab.report.kinds import kind_of
-from ddplab.report.records import Row
+from ddplab.report.records import Row, setting
 from ddplab.report.runs import Point, groups_without
 
 DPI = 100
@@ -226,8 +226,8 @@ def plot_speed(rows: list[Row], path: Path) -> Plot | None:
         return None
     fig, ax = pyplot().subplots(figsize=(9.0, max(2.4, 0.9 + 0.5 * len(timed))))
     labels = [wrap(r["point"]) for r in timed]
-    values = [r["images_per_s"] for r in timed]
-    errors = [r["images_per_s"] * (r["timing"].noise or 0.0) if r.get("timing") else 0.0 for r in timed]
+    values = [r.get("images_per_s") or 0.0 for r in timed]
+    errors = [v * (t.noise or 0.0) if (t := r.get("timing")) else 0.0 for v, r in zip(values, timed, strict=True)]
     bars = ax.barh(
         labels, values, xerr=errors, capsize=3, color=[color(1 if r.get("is_baseline") else 0, 10) for r in timed]
     )
@@ -259,7 +259,7 @@ def plot_batch_size(points: list[Point], rows: list[Row], path: Path) -> Plot | 
     groups = groups_without(points, ("train.batch_size",))
     for g, members in enumerate(groups):
         sel = sorted(
-            (rows[i] for i in members if isinstance(rows[i].get("local_batch"), int)), key=lambda r: r["local_batch"]
+            (rows[i] for i in members if setting(rows[i], "local_batch")), key=lambda r: setting(r, "local_batch") or 0
         )
         label = wrap(group_label(points, members)) if len(groups) > 1 else "all points"
         for ax, key in ((ax_t, "images_per_s"), (ax_m, "peak_mib")):
@@ -277,7 +277,7 @@ def plot_batch_size(points: list[Point], rows: list[Row], path: Path) -> Plot | 
         ylabel="training images/s (epochs after the first)",
     )
     ax_m.set(title="Peak memory vs batch size", xlabel="local batch size (images per rank)", ylabel=memory_axis(rows))
-    batches = sorted({r["local_batch"] for r in rows if isinstance(r.get("local_batch"), int)})
+    batches: list[float] = sorted({b for r in rows if (b := setting(r, "local_batch"))})
     for ax in (ax_t, ax_m):
         powers_of_two_axis(ax, batches)
     ax_m.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.02, 0.5))
@@ -334,7 +334,7 @@ def powers_of_two_axis(ax: Any, ticks: list[float]) -> None:
 
 
 def memory_axis(rows: list[Row]) -> str:
-    labels = {r["memory_label"] for r in rows if r.get("memory_label")}
+    labels = {m for r in rows if (m := r.get("memory_label"))}
     label = labels.pop() if len(labels) == 1 else ""
     return {
         "peak_rss_mib": "peak RSS per rank (MiB; the whole process: data, torch)",

@@ -15,7 +15,7 @@ from ddplab.errors import DataError
 from ddplab.planner import model
 from ddplab.planner.band import band_for
 from ddplab.report.figures import train_epoch_s
-from ddplab.report.records import Curve, Curves, PairPrediction, Row
+from ddplab.report.records import Curve, Curves, PairPrediction, Row, setting
 from ddplab.report.runs import Point, groups_without
 from ddplab.topology import devices_brought
 
@@ -38,10 +38,10 @@ def plan_costs(point: Point) -> model.StepCosts | None:
 
 def layout_of(row: Row) -> tuple[int, int] | None:
     """(workers per node, nodes) of a row, or None when it is not one shape."""
-    if not all(isinstance(row.get(k), int) for k in ("world_size", "local_batch")):
+    workers, nodes = setting(row, "world_size"), setting(row, "nodes") or 1
+    if workers is None or setting(row, "local_batch") is None:
         return None
-    nodes = row["nodes"] if isinstance(row.get("nodes"), int) else 1
-    return row["world_size"] // nodes, nodes
+    return workers // nodes, nodes
 
 
 def predict_pair(section: Any, i: int, j: int) -> PairPrediction | None:

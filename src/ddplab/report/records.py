@@ -9,14 +9,30 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Annotated, Any, TypedDict, cast, get_type_hints
 
 from ddplab.planner.band import Band
 from ddplab.planner.links import MeasuredLinks
 from ddplab.report.runs import Point
 from ddplab.rundir.runread import Run
 
-Number = Any  # a figure, or None where not measured (Any: read after checks mypy does not follow across keys)
+Number = float | None  # a figure, or None where not measured
+
+
+@dataclass(frozen=True)
+class Made:
+    """How a point's row is made of its runs' rows (figures.point_rows), in Row's declaration of each field."""
+
+    how: str
+
+
+SAID = Made("the runs' own word when they all agree, else 'mixed'")
+SETTING = Made("the runs' own setting when they all agree, else 'mixed'")
+MEASURED_FIGURE = Made("the mean over the point's seeds, with its sample standard deviation as `<name>_std`")
+
+Said = Annotated[str | None, SAID]
+Setting = Annotated[int | str | None, SETTING]  # a number, or "mixed" on a point whose runs differ
+Measured = Annotated[Number, MEASURED_FIGURE]
 
 CONTENDED_OTHER_CPU = 0.10  # other processes used at least 10% of the machine's CPU time while it trained
 CONTENDED_STEAL = 0.05  # the hypervisor took at least 5% of the CPU time
@@ -75,11 +91,26 @@ class Verdict:
         return f"{self.word} ({self.why})" if self.why else self.word
 
 
+@dataclass(frozen=True)
+class Overfit:
+    """What a point's mean curve says about overfitting (`overfitting`)."""
+
+    min_epoch: int
+    min_test_loss: float
+    final_test_loss: float
+    rise: float  # the final test loss over its lowest, less 1
+    overfits: bool
+    train_key: str  # the training loss it read: train_eval_loss where measured, else train_loss
+    stop_epoch: int | None  # where early stopping would have stopped (None: not before the end)
+    stop_test_acc: float | None
+    epochs: int
+
+
 class Row(TypedDict, total=False):
-    """A run's figures (`run_row`) or a point's (`point_rows`: each MEASURED figure its mean over seeds and its
-    `_std`; a TEXT or SETTINGS value its runs' own, or "mixed"), and what the sections add. A dict, as tables,
-    CSV columns and plots read it by name; typed so that a name read wrong is a type error, not a silent None
-    (a test keeps it and TEXT, SETTINGS and MEASURED to the same names)."""
+    """A run's figures (`run_row`) or a point's (`point_rows`), and what the sections add: declared once, here. A
+    dict, as tables, CSV columns and plots read it by name; typed, so that a name read wrong is a type error, not a
+    silent None. How a point's value is made of its runs' is in each field's type (Said, Setting, Measured), and
+    TEXT, SETTINGS and MEASURED below are read from it."""
 
     # a run's
     run: str
@@ -94,55 +125,55 @@ class Row(TypedDict, total=False):
     axes: dict[str, Any]
     seeds: int
     runs: str
-    timing: Any  # Timing | None
+    timing: Timing | None
     images_per_s_noise: Number
     loads: dict[str, Load]
     # both
     load: Load
     other_cpu: Number
-    strategy: Any  # TEXT, SETTINGS: str and int, or "mixed" on a point whose runs differ
-    device: Any
-    device_name: Any
-    precision: Any
-    backend: Any
-    memory_label: Any
-    gap_basis: Any
-    torch: Any
-    straggler: Any  # the run's chronic straggler, said (figures.straggler)
-    slowest: Any  # the rank last to join in the most steps, and its share (figures.slowest)
-    world_size: Any
-    nodes: Any
-    local_batch: Any
-    global_batch: Any
-    accumulate: Any
-    train_images: Any
-    test_images: Any
-    epochs: Number
-    final_test_acc: Number
-    best_test_acc: Number
-    final_train_acc: Number
-    train_eval_acc: Number
-    acc_gap: Number
-    final_test_loss: Number
-    min_test_loss: Number
-    min_test_loss_epoch: Number
-    total_s: Number
-    train_s: Number
-    eval_s: Number
-    epoch_s: Number
-    images_per_s: Number
-    cores_busy: Number
-    peak_mib: Number
-    data_share: Number
-    forward_backward_share: Number
-    optimizer_share: Number
-    comm_wait_share: Number
-    straggler_share: Number
-    allreduce_share: Number
-    probe_comm_ms: Number
-    ddp_exposed_ms: Number
-    ddp_comm_ms: Number
-    straggler_ms: Number
+    strategy: Said
+    device: Said
+    device_name: Said
+    precision: Said
+    backend: Said
+    memory_label: Said
+    gap_basis: Said
+    torch: Said
+    straggler: Said
+    slowest: Said
+    world_size: Setting
+    nodes: Setting
+    local_batch: Setting
+    global_batch: Setting
+    accumulate: Setting
+    train_images: Setting
+    test_images: Setting
+    epochs: Measured
+    final_test_acc: Measured
+    best_test_acc: Measured
+    final_train_acc: Measured
+    train_eval_acc: Measured
+    acc_gap: Measured
+    final_test_loss: Measured
+    min_test_loss: Measured
+    min_test_loss_epoch: Measured
+    total_s: Measured
+    train_s: Measured
+    eval_s: Measured
+    epoch_s: Measured
+    images_per_s: Measured
+    cores_busy: Measured
+    peak_mib: Measured
+    data_share: Measured
+    forward_backward_share: Measured
+    optimizer_share: Measured
+    comm_wait_share: Measured
+    straggler_share: Measured
+    allreduce_share: Measured
+    probe_comm_ms: Measured
+    ddp_exposed_ms: Measured
+    ddp_comm_ms: Measured
+    straggler_ms: Measured
     epochs_std: Number
     final_test_acc_std: Number
     best_test_acc_std: Number
@@ -173,12 +204,35 @@ class Row(TypedDict, total=False):
     speedup: Number
     ideal: Number
     efficiency: Number
-    baseline: Any
+    baseline: str | int | float | None  # the baseline row's value of the column compare names rows by
     is_baseline: bool
-    overfit: Any  # Overfit | None
+    overfit: Overfit | None
     acc_noise: Number
     cut_from: str  # a baseline cut to a point's epochs: the point it was cut from
     section: str  # in the CSV files: the section a run or point is in
+
+
+def _made(how: Made) -> tuple[str, ...]:
+    return tuple(
+        k for k, t in get_type_hints(Row, include_extras=True).items() if how in getattr(t, "__metadata__", ())
+    )
+
+
+TEXT, SETTINGS, MEASURED = _made(SAID), _made(SETTING), _made(MEASURED_FIGURE)  # in Row's order: the CSV's columns
+
+
+def setting(row: Row, name: str) -> int | None:
+    """A row's Setting as the number it is: None where absent, or "mixed" over a point's runs."""
+    value = cast(dict[str, Any], row).get(name)  # a name held in a variable: one of SETTINGS
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def judged(row: Row) -> Overfit:
+    """The overfitting judgement of a row the caller knows was judged (its section's rows with a curve)."""
+    found = row.get("overfit")
+    if found is None:
+        raise ValueError(f"{row.get('point')}: no curve was judged for overfitting")
+    return found
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from ddplab.config import SCHEDULES_OVER_THE_RUN
 from ddplab.planner.links import read_links
 from ddplab.report import figures, noise, predictions
 from ddplab.report.kinds import kind_of
-from ddplab.report.records import Comparison, Row, Section, Verdict
+from ddplab.report.records import Comparison, Row, Section, Verdict, setting
 from ddplab.report.runs import (
     Point,
     axis_text,
@@ -180,7 +180,7 @@ def scaling_pairs(section: Section) -> list[Comparison]:
         out += [
             pair(section, i, j, scaling=True)
             for i in members
-            if i != j and isinstance(section.rows[i].get("world_size"), int) and section.rows[i]["world_size"] > 1
+            if i != j and (setting(section.rows[i], "world_size") or 0) > 1
         ]
     return out
 

@@ -12,8 +12,8 @@ import io
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ddplab.report.figures import MEASURED, SETTINGS, SHARES, TEXT, figure
-from ddplab.report.records import Comparison, Gap, PairPrediction, Row
+from ddplab.report.figures import SHARES, figure
+from ddplab.report.records import MEASURED, SETTINGS, TEXT, Comparison, Gap, PairPrediction, Row, judged
 from ddplab.sweepdir.spec import point_text
 
 T = TypeVar("T")  # a point's figures (a Row) or a Comparison
@@ -21,8 +21,8 @@ Column = tuple[str, Callable[[T], str]]  # a header, and the cell of a row
 
 
 # ---- formats (one per kind of figure) --------------------------------------------------------
-def percent_value(v: float) -> str:
-    return f"{100 * v:.2f}"
+def percent_value(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.2f}"
 
 
 def percent(v: float | None, digits: int = 2) -> str:
@@ -34,7 +34,9 @@ def points_value(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:+.1f}"
 
 
-def seconds(v: float) -> str:
+def seconds(v: float | None) -> str:
+    if v is None:
+        return "-"
     return f"{v:,.2f}" if v < 1000 else f"{v:,.0f}"
 
 
@@ -61,8 +63,8 @@ def faster(ratio: float | None) -> str:
     return f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
 
 
-def rate(v: float) -> str:
-    return f"{v:,.0f}"
+def rate(v: float | None) -> str:
+    return "-" if v is None else f"{v:,.0f}"
 
 
 def mib(v: float) -> str:
@@ -101,7 +103,7 @@ def load_cell(row: Row) -> str:
 
 
 def memory_title(rows: list[Row]) -> str:
-    labels = {r["memory_label"] for r in rows if r.get("memory_label")}
+    labels = {m for r in rows if (m := r.get("memory_label"))}
     if len(labels) == 1:
         return {
             "peak_rss_mib": "peak RSS MiB/rank",
@@ -134,7 +136,7 @@ def results_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
             ("gap (points)", lambda r: points_value(r.get("acc_gap"))),
             ("test loss", lambda r: loss(r.get("final_test_loss"))),
             ("min test loss (epoch)", lowest_test_loss),
-            ("acc noise (points)", lambda r: "-" if r.get("acc_noise") is None else f"{100 * r['acc_noise']:.1f}"),
+            ("acc noise (points)", lambda r: "-" if (n := r.get("acc_noise")) is None else f"{100 * n:.1f}"),
         ],
         rows,
     )
@@ -143,8 +145,8 @@ def results_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
 def lowest_test_loss(row: Row) -> str:
     """The lowest point of the mean test-loss curve, as the overfitting table and findings give it; a
     single run's lowest epoch where there is no curve (a mean of the seeds' epochs is no epoch)."""
-    if row.get("overfit"):
-        return f"{loss(row['overfit'].min_test_loss)} ({row['overfit'].min_epoch})"
+    if o := row.get("overfit"):
+        return f"{loss(o.min_test_loss)} ({o.min_epoch})"
     return f"{loss(row.get('min_test_loss'))} ({epoch_text(row.get('min_test_loss_epoch'))})"
 
 
@@ -260,7 +262,7 @@ def overfitting_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
     """Where each point's test loss bottomed out, how far it rose, and where early stopping would stop."""
 
     def stop(r: Row) -> str:
-        o = r["overfit"]
+        o = judged(r)
         if o.stop_epoch is None or o.stop_epoch >= o.epochs:
             return "not before the end"
         return f"epoch {o.stop_epoch} ({percent_value(o.stop_test_acc)}%)"
@@ -271,12 +273,12 @@ def overfitting_table(rows: list[Row]) -> tuple[list[str], list[list[str]]]:
             ("point", lambda r: r["point"]),
             (
                 "lowest test loss",
-                lambda r: f"{loss(r['overfit'].min_test_loss)} (epoch {r['overfit'].min_epoch})",
+                lambda r: f"{loss(judged(r).min_test_loss)} (epoch {judged(r).min_epoch})",
             ),
-            ("final test loss", lambda r: f"{loss(r['overfit'].final_test_loss)} (epoch {r['overfit'].epochs})"),
-            ("rise", lambda r: f"{r['overfit'].rise:+.0%}"),
+            ("final test loss", lambda r: f"{loss(judged(r).final_test_loss)} (epoch {judged(r).epochs})"),
+            ("rise", lambda r: f"{judged(r).rise:+.0%}"),
             ("gap (points)", lambda r: points_value(r.get("acc_gap"))),
-            ("overfits", lambda r: "yes" if r["overfit"].overfits else "no"),
+            ("overfits", lambda r: "yes" if judged(r).overfits else "no"),
             ("early stop (patience 2) after", stop),
         ],
         with_curve,

@@ -10,6 +10,7 @@ import pytest
 from ddplab.errors import DataError
 from ddplab.planner import band, model
 from ddplab.planner.links import Link
+from ddplab.planner.planfile import read_plan
 from ddplab.rundir.runread import read_run
 
 from support.runs import write_run
@@ -180,7 +181,7 @@ def test_where_ddp_starts_paying(tmp_path):
     for batch, bar in ((at_50, 0.5), (at_80, 0.8)):
         assert model.predict_one(costs, 2, 1, batch, slow).efficiency >= bar
         assert model.predict_one(costs, 2, 1, batch // 2, slow).efficiency < bar  # the smallest of the powers of 2
-    saved = json.loads(json.dumps(grid.to_json()))  # plan.json's body
+    saved = json.loads(json.dumps(grid.to_json(tmp_path / "r", {"band": band.gpu_band().to_json()}, [])))  # plan.json
     assert len(saved["rows"]) == 4 and saved["link"]["name"] == "slow"
     assert saved["pays_from"] == [{"per_node": 2, "nodes": 1, "batch_for_50pct": 8, "batch_for_80pct": 64}]
     assert [r["workers"] for r in saved["rows"]] == [1, 1, 2, 2]
@@ -216,7 +217,7 @@ def test_plan_command_prints_the_table_and_writes_plan_json(tmp_path, capsys):
     assert main(["plan", str(run), "--gpus", "1,2,4", "--batch", "16,50", "--out", str(tmp_path / "plan.json")]) == 0
     out = capsys.readouterr().out
     assert "link nvlink (450 GB/s, 26 us, published)" in out and "    4 x 1       50" in out
-    saved = json.loads((tmp_path / "plan.json").read_text())
+    saved = read_plan(tmp_path / "plan.json")
     assert len(saved["rows"]) == 6 and saved["run"] == str(run)
     assert "80% efficiency from local batch 50 or less (a GPU's step below the measured batch is not known)" in out
     # A CUDA run's rows carry the corpus's one-node band; a 1-worker row is the measured recipe: none. At a
@@ -250,7 +251,7 @@ def test_a_plan_from_a_measured_node_gives_its_rows_across_nodes_that_kinds_band
     argv = ["plan", str(run), "--gpus", "2,4", "--nodes", "1,2", "--inter-link", "ib"]
     assert main([*argv, "--out", str(tmp_path / "plan.json")]) == 0
     out = capsys.readouterr().out
-    saved = json.loads((tmp_path / "plan.json").read_text())
+    saved = read_plan(tmp_path / "plan.json")
     node, across = band.band_for(True, 2, node_gbit=400.0, from_node=True), band.band_for(True, 2, node_gbit=400.0)
     assert saved["band_across_nodes_from_the_node"] == node.to_json() and saved["band_across_nodes"] == across.to_json()
     assert f"band across nodes of 4 GPUs each, planned from this node: {node.text()}" in out
@@ -290,7 +291,7 @@ def test_a_plan_over_a_measured_link_says_which_worker_counts_it_did_not_measure
     save_links(tmp_path / "both.json", [measured(0.001, 2), measured(0.005, 4)])
     assert main([*argv, "--links-file", str(tmp_path / "both.json")]) == 0
     assert "note:" not in capsys.readouterr().out
-    rows = {r["workers"]: r for r in json.loads((tmp_path / "plan.json").read_text())["rows"]}
+    rows = {r["workers"]: r for r in read_plan(tmp_path / "plan.json")["rows"]}
     assert rows[4]["comm_s"] > rows[2]["comm_s"] + 0.0035  # 5 ms against 1 ms of alpha
 
 
@@ -340,7 +341,7 @@ def test_a_cpu_plan_across_nodes_says_what_it_would_be_were_the_wire_under_backw
     argv = ["plan", str(run), "--gpus", "1", "--nodes", "1,2", "--inter-link", str(tmp_path / "across.json")]
     assert main([*argv, "--link", "pcie4", "--out", str(out)]) == 0
     said = capsys.readouterr().out
-    saved = json.loads(out.read_text())
+    saved = read_plan(out)
     (two,) = [r for r in saved["rows"] if r["nodes"] == 2]
     assert two["exposed_comm_s"] == pytest.approx(two["comm_s"])  # CPU_SERIAL
     costs = costs_of(run)

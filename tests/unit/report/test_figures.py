@@ -128,12 +128,32 @@ def test_an_all_reduce_wait_across_nodes_names_the_link_it_crosses():
 
 def test_every_name_a_row_is_given_is_one_row_declares(tmp_path):
     """Row is what mypy checks the report's reads against: the names the code writes must all be in it."""
-    from ddplab.report.figures import MEASURED, SETTINGS, TEXT, run_row
+    from ddplab.report.figures import SHARES, run_row
+    from ddplab.report.records import MEASURED, SETTINGS, TEXT
     from ddplab.report.runs import load_runs
     from ddplab.report.sections import build_sections
 
     declared = Row.__optional_keys__
-    assert {*TEXT, *SETTINGS, *MEASURED, *(f"{k}_std" for k in MEASURED)} <= declared
+    assert {f"{k}_std" for k in MEASURED} <= declared, "each measured figure's standard deviation is declared too"
+    # read from Row's declaration in its order, which is the CSV files' column order: unchanged from the lists
+    # these names were once written out in
+    assert TEXT[:3] == ("strategy", "device", "device_name") and TEXT[-2:] == ("straggler", "slowest")
+    assert SETTINGS == (
+        "world_size",
+        "nodes",
+        "local_batch",
+        "global_batch",
+        "accumulate",
+        "train_images",
+        "test_images",
+    )
+    assert MEASURED[:3] == ("epochs", "final_test_acc", "best_test_acc") and len(TEXT) == 10 and len(MEASURED) == 26
+    assert MEASURED[-10:-6] == SHARES and MEASURED[-4:] == (
+        "probe_comm_ms",
+        "ddp_exposed_ms",
+        "ddp_comm_ms",
+        "straggler_ms",
+    )
     runs = load_runs([write_sweep(tmp_path)])
     run_rows = {r.name: run_row(r) for r in runs}
     sections = build_sections(runs, run_rows)
