@@ -13,6 +13,7 @@ saved `config.toml`, and loading that file gives back the same config.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import sys
@@ -20,7 +21,7 @@ import types
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, get_type_hints
+from typing import Annotated, Any, Literal, get_type_hints
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -40,6 +41,7 @@ from ddplab.data.options import (
 )
 from ddplab.errors import ConfigError
 from ddplab.io.arguments import endpoint_parts
+from ddplab.io.borders import COUNT, WHOLE, Kind, number, one_of, shown, whole
 
 MODELS = ("simple_cnn", "vgg_small", "resnet18", "fastnet", "speednet")
 OPTIMIZERS = ("sgd", "adam", "adamw", "rmsprop", "muon")
@@ -71,65 +73,77 @@ AUTO = "auto"  # a setting decided by the run where it runs (train.cuda_graphs, 
 
 def invalid(name: str, value: Any, allowed: str) -> ConfigError:
     """The error a setting's bad value gets: its dotted name, the value (short, whatever it is) and what is allowed."""
-    shown = repr(value)
-    if len(shown) > 40:  # a 400-digit number is one line too
-        shown = f"{shown[:20]}... ({len(shown)} characters)"
-    return ConfigError(f"{name}={shown} is not valid: {allowed}")
+    return ConfigError(f"{name}={shown(value)} is not valid: {allowed}")
 
 
-def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise invalid(name, value, "choose one of " + ", ".join(allowed))
+# The kinds of value a setting may hold are declared on its field, `Annotated[type, KIND]`, with io/borders' kinds:
+# the same declarations a file format's reader checks (borders.declared). A section's __post_init__ checks them
+# all first (`check_kinds`), then the rules between its fields.
+POSITIVE = number(above=0)
+NONNEGATIVE = number(0)
+FRACTION = number(0, below=1)
+PART = number(above=0, most=1)
 
 
-def _positive(name: str, value: float | int | None, *, zero_ok: bool = False, none_ok: bool = False) -> None:
-    if value is None and none_ok:
-        return
-    if isinstance(value, int) and value >= LARGEST_INT:
-        raise invalid(name, value, "must be below 2**62")
-    if value is None or not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
-        raise invalid(name, value, "must be >= 0" if zero_ok else "must be > 0")
+@functools.cache
+def _kinds(section: str) -> tuple[tuple[str, Kind], ...]:
+    hints = get_type_hints(SECTIONS[section], include_extras=True)
+    return tuple(
+        (name, k) for name, hint in hints.items() for k in getattr(hint, "__metadata__", ()) if isinstance(k, Kind)
+    )
+
+
+def check_kinds(settings: object, section: str) -> None:
+    """Each of a section's settings against the kind its field declares: one line naming the first that is not."""
+    for name, kind in _kinds(section):
+        value = getattr(settings, name)
+        if not kind.holds(value):
+            raise invalid(f"{section}.{name}", value, "must be " + kind.what.removesuffix(" or null"))
 
 
 @dataclass
 class DataConfig:
-    dataset: str = opt("cifar10", "dataset: " + " | ".join(DATASETS))
+    dataset: Annotated[str, one_of(*DATASETS)] = opt("cifar10", "dataset: " + " | ".join(DATASETS))
     data_dir: str | None = opt(
         None,
         "data root holding the canonical extracted folders (default: $DDPLAB_DATA, else ./data); "
         "for imagefolder the folder itself",
     )
     download: bool = opt(True, "download the official archive when the dataset is missing")
-    image_size: int | None = opt(None, "resize images to this square size in pixels (default: native size)")
-    subset: int | None = opt(None, "train on the first N training images only")
-    test_subset: int | None = opt(None, "evaluate on the first N test images only (a quicker, noisier test figure)")
-    val_fraction: float = opt(
+    image_size: Annotated[int | None, COUNT | None] = opt(
+        None, "resize images to this square size in pixels (default: native size)"
+    )
+    subset: Annotated[int | None, COUNT | None] = opt(None, "train on the first N training images only")
+    test_subset: Annotated[int | None, COUNT | None] = opt(
+        None, "evaluate on the first N test images only (a quicker, noisier test figure)"
+    )
+    val_fraction: Annotated[float, FRACTION] = opt(
         0.0, "hold out this fraction of the training images and evaluate on it instead of the test set"
     )
     fold: int | None = opt(None, "STL-10 labelled fold 0-9 to train on (default: the whole train split)")
-    cifar100_labels: str = opt("fine", "CIFAR-100 label set: fine | coarse")
-    synthetic_size: int | None = opt(None, "synthetic dataset: number of training images (test gets a quarter)")
-    num_classes: int = opt(10, "synthetic dataset: number of classes")
-    crop_padding: int = opt(4, "augment: random crop after reflect-padding by this many pixels (0 = off)")
-    translate: int = opt(0, "augment: random shift by up to this many pixels, zero fill (0 = off)")
+    cifar100_labels: Annotated[str, one_of(*CIFAR100_LABELS)] = opt("fine", "CIFAR-100 label set: fine | coarse")
+    synthetic_size: Annotated[int | None, COUNT | None] = opt(
+        None, "synthetic dataset: number of training images (test gets a quarter)"
+    )
+    num_classes: Annotated[int, whole(2)] = opt(10, "synthetic dataset: number of classes")
+    crop_padding: Annotated[int, WHOLE] = opt(
+        4, "augment: random crop after reflect-padding by this many pixels (0 = off)"
+    )
+    translate: Annotated[int, WHOLE] = opt(0, "augment: random shift by up to this many pixels, zero fill (0 = off)")
     flip: bool = opt(True, "augment: random horizontal flip")
-    flip_mode: str = opt(
+    flip_mode: Annotated[str, one_of(*FLIP_MODES)] = opt(
         "random",
         "augment: random (each image, each epoch, p = 0.5) | alternate (a random half in epoch 1, "
         "then each image flips every other epoch)",
     )
-    cutout: int = opt(0, "augment: cutout square side in pixels (0 = off)")
-    jitter: float = opt(0.0, "augment: color jitter strength for brightness, contrast, saturation (0 = off)")
-    rotate: float = opt(0.0, "augment: random rotation up to this many degrees (0 = off)")
+    cutout: Annotated[int, WHOLE] = opt(0, "augment: cutout square side in pixels (0 = off)")
+    jitter: Annotated[float, FRACTION] = opt(
+        0.0, "augment: color jitter strength for brightness, contrast, saturation (0 = off)"
+    )
+    rotate: Annotated[float, number(0, 180)] = opt(0.0, "augment: random rotation up to this many degrees (0 = off)")
 
     def __post_init__(self) -> None:
-        _choice("data.dataset", self.dataset, DATASETS)
-        _choice("data.cifar100_labels", self.cifar100_labels, CIFAR100_LABELS)
-        _choice("data.flip_mode", self.flip_mode, FLIP_MODES)
-        for name in ("image_size", "subset", "test_subset", "synthetic_size"):
-            _positive(f"data.{name}", getattr(self, name), none_ok=True)
-        if not 0.0 <= self.val_fraction < 1.0:
-            raise invalid("data.val_fraction", self.val_fraction, "must be in [0, 1)")
+        check_kinds(self, "data")
         if self.test_subset is not None and self.val_fraction > 0:
             raise invalid(
                 "data.test_subset",
@@ -141,14 +155,6 @@ class DataConfig:
             raise invalid("data.fold", self.fold, f"STL-10 has folds 0-{STL10_FOLDS - 1}")
         if self.fold is not None and self.dataset != "stl10":
             raise invalid("data.fold", self.fold, "folds exist only for --dataset stl10")
-        if self.num_classes < 2:
-            raise invalid("data.num_classes", self.num_classes, "must be >= 2")
-        for name in ("crop_padding", "translate", "cutout", "jitter", "rotate"):
-            _positive(f"data.{name}", getattr(self, name), zero_ok=True)
-        if self.jitter >= 1.0:
-            raise invalid("data.jitter", self.jitter, "must be in [0, 1)")
-        if self.rotate > 180:
-            raise invalid("data.rotate", self.rotate, "must be at most 180 degrees")
 
     def root(self) -> Path:
         """The data root: --data-dir, else $DDPLAB_DATA, else ./data."""
@@ -157,9 +163,11 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = opt("simple_cnn", "model: " + " | ".join(MODELS))
-    width: float = opt(1.0, "channel width multiplier")
-    dropout: float | None = opt(None, "dropout probability before the classifier (default: the model's own)")
+    name: Annotated[str, one_of(*MODELS)] = opt("simple_cnn", "model: " + " | ".join(MODELS))
+    width: Annotated[float, POSITIVE] = opt(1.0, "channel width multiplier")
+    dropout: Annotated[float | None, FRACTION | None] = opt(
+        None, "dropout probability before the classifier (default: the model's own)"
+    )
     batchnorm: bool | None = opt(None, "batch normalization after convolutions (default: the model's own)")
     channels_last: bool | Literal["auto"] = opt(
         "auto",
@@ -172,7 +180,7 @@ class ModelConfig:
         "torch.compile the model (compiled for every batch shape before training starts: "
         "start-up time, not epoch time)",
     )
-    compile_mode: str = opt(
+    compile_mode: Annotated[str, one_of(*COMPILE_MODES)] = opt(
         "default",
         "torch.compile mode: "
         + " | ".join(COMPILE_MODES)
@@ -184,124 +192,107 @@ class ModelConfig:
     )
 
     def __post_init__(self) -> None:
-        _choice("model.name", self.name, MODELS)
-        _choice("model.compile_mode", self.compile_mode, COMPILE_MODES)
+        check_kinds(self, "model")
         if self.compile_mode != "default" and not self.compile:
             raise invalid("model.compile_mode", self.compile_mode, "applies with --model.compile true")
-        _positive("model.width", self.width)
-        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
-            raise invalid("model.dropout", self.dropout, "must be in [0, 1)")
 
 
 @dataclass
 class OptimConfig:
-    name: str = opt("sgd", "optimizer: " + " | ".join(OPTIMIZERS))
-    lr: float = opt(
+    name: Annotated[str, one_of(*OPTIMIZERS)] = opt("sgd", "optimizer: " + " | ".join(OPTIMIZERS))
+    lr: Annotated[float, POSITIVE] = opt(
         0.05,
         "peak learning rate (per optimizer step, not scaled with batch size); "
         "muon: of the parameters that are not conv filters",
     )
-    muon_lr: float = opt(0.05, "muon: peak learning rate of the conv filters, whose momentum is orthogonalized")
-    muon_momentum: float | None = opt(
+    muon_lr: Annotated[float, POSITIVE] = opt(
+        0.05, "muon: peak learning rate of the conv filters, whose momentum is orthogonalized"
+    )
+    muon_momentum: Annotated[float | None, FRACTION | None] = opt(
         None, "muon: momentum of the conv filters (default: optim.momentum, which the other parameters use)"
     )
-    muon_ns_steps: int = opt(5, "muon: Newton-Schulz iterations that orthogonalize the filters' momentum")
+    muon_ns_steps: Annotated[int, COUNT] = opt(
+        5, "muon: Newton-Schulz iterations that orthogonalize the filters' momentum"
+    )
     muon_normalize: bool = opt(
         False,
         "muon: rescale each filter bank to norm sqrt(out channels) before its step, so that the step "
         "stays the same fraction of the weights (they are followed by BatchNorm: the scale is free)",
     )
-    muon_normalize_every: int = opt(
+    muon_normalize_every: Annotated[int, COUNT] = opt(
         1, "muon: with muon_normalize, rescale on the first step and then every this many (1: every step)"
     )
-    muon_momentum_precision: str = opt(
+    muon_momentum_precision: Annotated[str, one_of("fp32", "bf16")] = opt(
         "fp32",
         "muon: the filters' momentum buffer: fp32 | bf16 (half its memory traffic; the momentum is "
         "orthogonalized in bf16 either way)",
     )
-    momentum: float = opt(0.9, "SGD / RMSprop / Muon momentum")
+    momentum: Annotated[float, FRACTION] = opt(0.9, "SGD / RMSprop / Muon momentum")
     nesterov: bool = opt(True, "SGD Nesterov momentum")
     betas: list[float] = opt([0.9, 0.999], "Adam / AdamW betas")
-    eps: float = opt(1e-8, "Adam / AdamW / RMSprop epsilon")
+    eps: Annotated[float, POSITIVE] = opt(1e-8, "Adam / AdamW / RMSprop epsilon")
     alpha: float = opt(0.99, "RMSprop smoothing constant")
-    weight_decay: float = opt(5e-4, "weight decay (decoupled for AdamW and for Muon's filters, L2 otherwise)")
-    schedule: str = opt("onecycle", "learning-rate schedule: " + " | ".join(SCHEDULES))
-    warmup_epochs: float = opt(
+    weight_decay: Annotated[float, NONNEGATIVE] = opt(
+        5e-4, "weight decay (decoupled for AdamW and for Muon's filters, L2 otherwise)"
+    )
+    schedule: Annotated[str, one_of(*SCHEDULES)] = opt("onecycle", "learning-rate schedule: " + " | ".join(SCHEDULES))
+    warmup_epochs: Annotated[float, NONNEGATIVE] = opt(
         1.0,
         "cosine / linear: linear warm-up length in epochs (linear: then straight down); onecycle: rise phase in epochs",
     )
-    step_epochs: int = opt(10, "step: decay the learning rate every this many epochs")
-    gamma: float = opt(0.1, "step: decay factor")
-    min_lr_ratio: float = opt(0.0, "cosine / linear: final learning rate as a fraction of lr")
-    label_smoothing: float = opt(0.1, "label smoothing of the cross-entropy target")
-    grad_clip: float | None = opt(None, "clip the global gradient norm to this value")
-    lookahead_steps: int = opt(
+    step_epochs: Annotated[int, COUNT] = opt(10, "step: decay the learning rate every this many epochs")
+    gamma: Annotated[float, PART] = opt(0.1, "step: decay factor")
+    min_lr_ratio: Annotated[float, NONNEGATIVE] = opt(0.0, "cosine / linear: final learning rate as a fraction of lr")
+    label_smoothing: Annotated[float, FRACTION] = opt(0.1, "label smoothing of the cross-entropy target")
+    grad_clip: Annotated[float | None, POSITIVE | None] = opt(None, "clip the global gradient norm to this value")
+    lookahead_steps: Annotated[int, WHOLE] = opt(
         0, "lookahead: every this many steps pull slow weights towards the fast ones and restart from them (0 = off)"
     )
-    lookahead_alpha: float = opt(0.5, "lookahead: fraction of the way the slow weights move")
+    lookahead_alpha: Annotated[float, PART] = opt(0.5, "lookahead: fraction of the way the slow weights move")
 
     def __post_init__(self) -> None:
-        _choice("optim.name", self.name, OPTIMIZERS)
-        _choice("optim.schedule", self.schedule, SCHEDULES)
-        _positive("optim.lr", self.lr)
-        _positive("optim.muon_lr", self.muon_lr)
-        if self.muon_momentum is not None and not 0.0 <= self.muon_momentum < 1.0:
-            raise invalid("optim.muon_momentum", self.muon_momentum, "must be in [0, 1)")
-        _positive("optim.muon_ns_steps", self.muon_ns_steps)
-        if self.muon_normalize_every < 1:
-            raise invalid("optim.muon_normalize_every", self.muon_normalize_every, "must be 1 or more")
-        _choice("optim.muon_momentum_precision", self.muon_momentum_precision, ("fp32", "bf16"))
-        for name in ("momentum", "weight_decay", "warmup_epochs", "min_lr_ratio"):
-            _positive(f"optim.{name}", getattr(self, name), zero_ok=True)
-        if self.momentum >= 1:
-            raise invalid("optim.momentum", self.momentum, "must be in [0, 1)")
+        check_kinds(self, "optim")
         if self.nesterov and self.name in ("sgd", "muon") and self.momentum == 0:
             raise invalid("optim.nesterov", True, "Nesterov needs optim.momentum > 0 (or set --optim.nesterov false)")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise invalid("optim.betas", self.betas, "two numbers in [0, 1)")
-        _positive("optim.eps", self.eps)
-        _positive("optim.step_epochs", self.step_epochs)
-        if not 0.0 < self.gamma <= 1.0:
-            raise invalid("optim.gamma", self.gamma, "must be in (0, 1]")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise invalid("optim.label_smoothing", self.label_smoothing, "must be in [0, 1)")
-        _positive("optim.grad_clip", self.grad_clip, none_ok=True)
-        _positive("optim.lookahead_steps", self.lookahead_steps, zero_ok=True)
-        if not 0.0 < self.lookahead_alpha <= 1.0:
-            raise invalid("optim.lookahead_alpha", self.lookahead_alpha, "must be in (0, 1]")
 
 
 @dataclass
 class TrainConfig:
-    epochs: int = opt(10, "number of epochs")
-    batch_size: int = opt(128, "images per process per micro-step (global = batch_size x world size x accumulate)")
-    accumulate: int = opt(1, "micro-steps per optimizer step (gradient accumulation)")
-    eval_batch_size: int = opt(1000, "images per process per evaluation batch")
-    eval_train_images: int = opt(
+    epochs: Annotated[int, COUNT] = opt(10, "number of epochs")
+    batch_size: Annotated[int, COUNT] = opt(
+        128, "images per process per micro-step (global = batch_size x world size x accumulate)"
+    )
+    accumulate: Annotated[int, COUNT] = opt(1, "micro-steps per optimizer step (gradient accumulation)")
+    eval_batch_size: Annotated[int, COUNT] = opt(1000, "images per process per evaluation batch")
+    eval_train_images: Annotated[int, WHOLE] = opt(
         2000,
         "after each epoch, evaluate the first N training images as the test set is (eval mode, "
         "no augmentation): the train side of the train-test gap (train_acc is a running mean over "
         "augmented batches); 0: off",
     )
-    tta: str = opt(
+    tta: Annotated[str, one_of(*TTA_MODES)] = opt(
         "none",
         "test-time augmentation at evaluation, logits averaged: none | flip (2 views) | flip_translate "
         "(6 views: also shifted 1 pixel both ways; the unshifted pair weighs as much as the four shifted)",
     )
-    precision: str = opt("fp32", "precision: fp32 | bf16 | fp16 (autocast; fp16 uses a gradient scaler on CUDA)")
+    precision: Annotated[str, one_of(*PRECISIONS)] = opt(
+        "fp32", "precision: fp32 | bf16 | fp16 (autocast; fp16 uses a gradient scaler on CUDA)"
+    )
     device: str = opt("auto", "device: auto | cpu | cuda | cuda:N (auto = cuda when available)")
     seed: int = opt(0, "seed for weights, data order and augmentation")
-    threads: int | None = opt(
+    threads: Annotated[int | None, COUNT | None] = opt(
         None,
         "CPU: intra-op threads per process (default: $OMP_NUM_THREADS, else every core this process "
         "may use, split between the workers of a node)",
     )
     drop_last: bool = opt(False, "drop the last incomplete training batch of each epoch")
-    early_stop_metric: str | None = opt(
+    early_stop_metric: Annotated[str | None, one_of(*EARLY_STOP_METRICS) | None] = opt(
         None, "stop when this metric stops improving: " + " | ".join(EARLY_STOP_METRICS)
     )
-    patience: int = opt(3, "early stopping: epochs without improvement before stopping")
-    min_delta: float = opt(0.0, "early stopping: smallest change that counts as an improvement")
+    patience: Annotated[int, COUNT] = opt(3, "early stopping: epochs without improvement before stopping")
+    min_delta: Annotated[float, NONNEGATIVE] = opt(0.0, "early stopping: smallest change that counts as an improvement")
     deterministic: bool | None = opt(
         None,
         "deterministic algorithms; unset: on for CPU (bit-identical reruns), off on CUDA "
@@ -319,7 +310,7 @@ class TrainConfig:
         "time data / forward+backward / optimizer / communication wait per epoch "
         "(on CUDA measured on 1 step in 20, the device synchronized around it)",
     )
-    profile_steps: int = opt(
+    profile_steps: Annotated[int, WHOLE] = opt(
         0,
         "record up to this many optimizer steps with torch.profiler, from the session's 7th on "
         "(the first 6 warm up) and inside its first epoch: a timeline and a table of ops per rank "
@@ -346,42 +337,28 @@ class TrainConfig:
         return ("seconds", int(number) * unit) if unit else ("steps", int(number))
 
     def __post_init__(self) -> None:
+        check_kinds(self, "train")
         self.checkpoint_interval()
-        if self.threads is not None and (
-            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1
-        ):
-            raise invalid("train.threads", self.threads, "must be an integer >= 1")
-        for name in ("epochs", "batch_size", "accumulate", "eval_batch_size", "patience"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise invalid(f"train.{name}", value, "must be an integer >= 1")
-        if (
-            not isinstance(self.eval_train_images, int)
-            or isinstance(self.eval_train_images, bool)
-            or self.eval_train_images < 0
-        ):
-            raise invalid("train.eval_train_images", self.eval_train_images, "must be an integer >= 0 (0: off)")
-        if not isinstance(self.profile_steps, int) or isinstance(self.profile_steps, bool) or self.profile_steps < 0:
-            raise invalid("train.profile_steps", self.profile_steps, "must be an integer >= 0 (0: no profile)")
-        _choice("train.precision", self.precision, PRECISIONS)
-        _choice("train.tta", self.tta, TTA_MODES)
         if not (self.device in ("auto", "cpu", "cuda") or is_cuda_index(self.device)):
             raise invalid("train.device", self.device, "auto, cpu, cuda or cuda:N")
         if not 0 <= self.seed < 2**62:
             raise invalid("train.seed", self.seed, "must be in [0, 2**62)")
-        if self.early_stop_metric is not None:
-            _choice("train.early_stop_metric", self.early_stop_metric, EARLY_STOP_METRICS)
-        _positive("train.min_delta", self.min_delta, zero_ok=True)
 
 
 @dataclass
 class DistConfig:
-    strategy: str = opt("single", "strategy: single | dp (nn.DataParallel) | ddp (DistributedDataParallel)")
-    nproc: int = opt(1, "ddp: worker processes per node")
-    dp_gpus: int = opt(0, "dp: the GPUs DataParallel splits each batch over (cuda:0..N-1); 0: every visible GPU")
-    backend: str = opt("auto", "ddp backend: auto | nccl | gloo | mpi (auto = nccl on CUDA, gloo on CPU)")
-    nnodes: int = opt(1, "ddp: number of nodes (the most, where dist.min_nodes is less)")
-    min_nodes: int = opt(
+    strategy: Annotated[str, one_of(*STRATEGIES)] = opt(
+        "single", "strategy: single | dp (nn.DataParallel) | ddp (DistributedDataParallel)"
+    )
+    nproc: Annotated[int, COUNT] = opt(1, "ddp: worker processes per node")
+    dp_gpus: Annotated[int, WHOLE] = opt(
+        0, "dp: the GPUs DataParallel splits each batch over (cuda:0..N-1); 0: every visible GPU"
+    )
+    backend: Annotated[str, one_of(*BACKENDS)] = opt(
+        "auto", "ddp backend: auto | nccl | gloo | mpi (auto = nccl on CUDA, gloo on CPU)"
+    )
+    nnodes: Annotated[int, COUNT] = opt(1, "ddp: number of nodes (the most, where dist.min_nodes is less)")
+    min_nodes: Annotated[int, WHOLE] = opt(
         0,
         "ddp: the fewest nodes the run goes on with (--nnodes MIN:MAX, torchrun's spelling): a lost node's peers "
         "re-form without it and resume from the last checkpoint, and a node started again joins at the next "
@@ -392,22 +369,24 @@ class DistConfig:
     rdzv_endpoint: str | None = opt(
         None, "ddp: rendezvous host:port, the same on every node (default: a free port on this machine)"
     )
-    rdzv_backend: str = opt(
+    rdzv_backend: Annotated[str, one_of("c10d", "static")] = opt(
         "c10d", "ddp: rendezvous: c10d (elastic, ranks assigned on arrival) | static (ranks from --dist.node_rank)"
     )
     rdzv_id: str | None = opt(None, "ddp: rendezvous id shared by all nodes of one multi-node run (default: random)")
-    max_restarts: int = opt(0, "ddp: restarts of the worker group after a failure")
-    timeout_s: int = opt(
+    max_restarts: Annotated[int, WHOLE] = opt(0, "ddp: restarts of the worker group after a failure")
+    timeout_s: Annotated[int, COUNT] = opt(
         600,
         "ddp: seconds a collective, the nodes' rendezvous or a silent rendezvous host may hold up "
         "the run before it fails",
     )
-    bucket_cap_mb: float = opt(25.0, "ddp: gradient bucket size in MiB")
+    bucket_cap_mb: Annotated[float, POSITIVE] = opt(25.0, "ddp: gradient bucket size in MiB")
     static_graph: bool = opt(False, "ddp: static_graph=True")
     gradient_as_bucket_view: bool = opt(False, "ddp: gradients as views into the all-reduce buckets")
-    comm_hook: str = opt("none", "ddp: gradient compression hook: none | fp16 | bf16")
+    comm_hook: Annotated[str, one_of("none", "fp16", "bf16")] = opt(
+        "none", "ddp: gradient compression hook: none | fp16 | bf16"
+    )
     sync_bn: bool = opt(False, "ddp: convert BatchNorm to SyncBatchNorm")
-    on_resize: str = opt(
+    on_resize: Annotated[str, one_of(*ON_RESIZE)] = opt(
         "refuse",
         "ddp: a --resume at another world size: refuse | keep_global_batch (each worker carries the data "
         "shards of the run's first world size that fall to it: the same micro-batches, global batch, steps and "
@@ -426,26 +405,16 @@ class DistConfig:
         return 0 < self.min_nodes < self.nnodes
 
     def __post_init__(self) -> None:
-        _choice("dist.strategy", self.strategy, STRATEGIES)
-        _choice("dist.backend", self.backend, BACKENDS)
-        _choice("dist.comm_hook", self.comm_hook, ("none", "fp16", "bf16"))
-        _choice("dist.rdzv_backend", self.rdzv_backend, ("c10d", "static"))
-        _choice("dist.on_resize", self.on_resize, ON_RESIZE)
+        check_kinds(self, "dist")
         if self.rdzv_endpoint is not None:
             try:
                 endpoint_parts(self.rdzv_endpoint, nodes=self.nnodes)
             except ValueError as exc:
                 raise invalid("dist.rdzv_endpoint", self.rdzv_endpoint, str(exc)) from None
-        for name in ("nproc", "nnodes", "timeout_s"):
-            _positive(f"dist.{name}", getattr(self, name))
         if self.timeout_s > 7 * 24 * 3600:
             raise invalid("dist.timeout_s", self.timeout_s, "at most a week (604800 s)")
-        _positive("dist.max_restarts", self.max_restarts, zero_ok=True)
-        _positive("dist.dp_gpus", self.dp_gpus, zero_ok=True)
         if self.dp_gpus and self.strategy != "dp":
             raise invalid("dist.dp_gpus", self.dp_gpus, "applies with --strategy dp")
-        _positive("dist.bucket_cap_mb", self.bucket_cap_mb)
-        _positive("dist.min_nodes", self.min_nodes, zero_ok=True)
         if self.min_nodes > self.nnodes:
             raise invalid("dist.min_nodes", self.min_nodes, f"at most dist.nnodes={self.nnodes} (--nnodes MIN:MAX)")
         if self.elastic():
@@ -823,10 +792,12 @@ def reference_markdown() -> str:
     """The settings reference (docs/configuration.md), generated so the two cannot drift (tested)."""
     out = []
     for section, cls in SECTIONS.items():
-        out += [f"`[{section}]`", "", "| setting | default | meaning |", "|---|---|---|"]
+        out += [f"`[{section}]`", "", "| setting | default | allowed | meaning |", "|---|---|---|---|"]
+        kinds = dict(_kinds(section))
         for f in fields(cls):
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
-            shown = "unset" if default is None else repr(default).replace("'", '"')
-            out.append(f"| `{section}.{f.name}` | `{shown}` | {f.metadata['help'].replace('|', '/')} |")
+            said = "unset" if default is None else repr(default).replace("'", '"')
+            allowed = kinds[f.name].what.replace(" or null", " or unset") if f.name in kinds else ""
+            out.append(f"| `{section}.{f.name}` | `{said}` | {allowed} | {f.metadata['help'].replace('|', '/')} |")
         out.append("")
     return "\n".join(out)

@@ -317,7 +317,7 @@ def test_workers_may_share_one_device_over_gloo_only():
     assert config.dist.share_device and config.world_size() == 2
     with pytest.raises(ConfigError, match=r"dist\.backend='nccl' .*share_device needs gloo \(NCCL refuses two ranks"):
         build_config({"dist": {"strategy": "ddp", "nproc": 2, "share_device": True, "backend": "nccl"}})
-    with pytest.raises(ConfigError, match=r"dist\.share_device=True .*only under --strategy ddp"):
+    with pytest.raises(ConfigError, match=r"dist\.share_device=true .*only under --strategy ddp"):
         build_config({"dist": {"share_device": True}})
     # Each rank's device: its own GPU, or GPU 0 for all when they share; the CPU is the CPU.
     assert [rank_device("cuda", r, cuda=True) for r in (0, 1)] == ["cuda:0", "cuda:1"]
@@ -386,7 +386,7 @@ def test_drop_last_without_a_batch_is_refused_by_the_config(data, world, batch, 
         "train": {"batch_size": batch, "drop_last": True, "device": "cpu"},
         "dist": {"strategy": "ddp", "nproc": world} if world > 1 else {},
     }
-    with pytest.raises(ConfigError, match=rf"train\.drop_last=True .* leaves no training batch: .*\b{images}\b"):
+    with pytest.raises(ConfigError, match=rf"train\.drop_last=true .* leaves no training batch: .*\b{images}\b"):
         build_config(values)
     values["train"]["batch_size"] = images  # exactly one batch each: allowed
     assert build_config(values).train.drop_last
@@ -530,3 +530,22 @@ def test_nnodes_min_max_is_a_membership_that_may_change_and_says_what_it_needs()
     with pytest.raises(ConfigError, match=r"--dist.rdzv_backend c10d \(ranks by arrival\)"):
         parse([*base, "--nnodes", "2:3", "--dist.on_resize", "keep_global_batch", "--max-restarts", "1",
                "--dist.rdzv_backend", "static"])  # fmt: skip
+
+
+def test_every_declared_kind_refuses_a_value_outside_it_naming_the_setting():
+    """Each setting's kind is declared once, on its field (Annotated[type, KIND], io/borders' kinds): check_kinds
+    refuses a value outside it in the section's own words, and the reference prints the same kind."""
+    from ddplab import config as c
+
+    reference = c.reference_markdown()
+    checked = 0
+    for section, cls in c.SECTIONS.items():
+        for name, kind in c._kinds(section):
+            bad = "not-a-choice" if kind.what.startswith("one of") else -1
+            with pytest.raises(
+                ConfigError, match=rf"^{section}\.{name}=\S+ is not valid: must be {re.escape(kind.what[:12])}"
+            ):
+                cls(**{name: bad})
+            assert f"| `{section}.{name}` | " in reference and kind.what.removesuffix(" or null") in reference
+            checked += 1
+    assert checked >= 60  # every section declares its settings' kinds

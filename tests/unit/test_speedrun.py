@@ -518,7 +518,7 @@ def test_the_muon_options_reach_the_optimizer_and_bad_values_are_config_errors()
                                     "muon_momentum_precision": "bf16"}}).optim  # fmt: skip
     group = build_optimizer(filter_banks(), optim).param_groups[0]
     assert (group["normalize_every"], group["momentum_precision"]) == (4, "bf16")
-    with pytest.raises(ConfigError, match=r"optim\.muon_normalize_every=0 is not valid: must be 1 or more"):
+    with pytest.raises(ConfigError, match=r"optim\.muon_normalize_every=0 is not valid: must be a whole number >= 1"):
         build_config({"optim": {"muon_normalize_every": 0}})
-    with pytest.raises(ConfigError, match=r"optim\.muon_momentum_precision='fp16' is not valid: choose one of fp32"):
+    with pytest.raises(ConfigError, match=r"optim\.muon_momentum_precision='fp16' is not valid: must be one of fp32"):
         build_config({"optim": {"muon_momentum_precision": "fp16"}})

@@ -35,8 +35,11 @@ class Kind:
         assert other is None
         return Kind(f"{self.what} or null", self.accepts, nullable=True)
 
+    def holds(self, value: Any) -> bool:
+        return (value is None and self.nullable) or (value is not None and self.accepts(value))
+
     def check(self, value: Any, where: str, name: str) -> Any:
-        if (value is None and self.nullable) or (value is not None and self.accepts(value)):
+        if self.holds(value):
             return value
         raise DataError(f"{where}: {name} is {shown(value)}, not {self.what}")
 
@@ -47,17 +50,28 @@ def _real(value: Any) -> bool:
     return abs(value) <= LARGEST and (isinstance(value, int) or math.isfinite(value))  # ints first: no overflow
 
 
-def number(least: float | None = None, most: float | None = None, *, above: float | None = None) -> Kind:
-    """A finite JSON number (an integer counts) within bounds."""
-    bounds = [
-        f">= {least:g}" if least is not None else "",
-        f"> {above:g}" if above is not None else "",
-        f"<= {most:g}" if most is not None else "",
-    ]
+def number(
+    least: float | None = None, most: float | None = None, *, above: float | None = None, below: float | None = None
+) -> Kind:
+    """A finite JSON number (an integer counts) within bounds: `least` and `most` included, `above` and `below` not."""
+    low = f"[{least:g}" if least is not None else f"({above:g}" if above is not None else ""
+    high = f"{most:g}]" if most is not None else f"{below:g})" if below is not None else ""
+    if low and high:
+        what = "a number from 0 to 1" if (low, high) == ("[0", "1]") else f"a number in {low}, {high}"
+    elif low:
+        what = f"a number {'>=' if low[0] == '[' else '>'} {low[1:]}"
+    elif high:
+        what = f"a number {'<=' if high[-1] == ']' else '<'} {high[:-1]}"
+    else:
+        what = "a number"
     return Kind(
-        " ".join(["a number", *filter(None, bounds)]).replace(">= 0 <= 1", "from 0 to 1"),
+        what,
         lambda v: (
-            _real(v) and (least is None or v >= least) and (above is None or v > above) and (most is None or v <= most)
+            _real(v)
+            and (least is None or v >= least)
+            and (above is None or v > above)
+            and (most is None or v <= most)
+            and (below is None or v < below)
         ),
     )
 

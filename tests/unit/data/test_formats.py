@@ -517,7 +517,7 @@ def test_the_data_layers_own_checks_agree_with_the_config_and_name_their_argumen
 
     with pytest.raises(ConfigError, match=r"load_dataset\(num_classes=1\): a classifier needs at least 2 classes"):
         load_dataset("synthetic", "unused", "train", num_classes=1)
-    with pytest.raises(ConfigError, match=r"data\.num_classes=1 is not valid: must be >= 2"):
+    with pytest.raises(ConfigError, match=r"data\.num_classes=1 is not valid: must be a whole number >= 2"):
         build_config({"data": {"dataset": "synthetic", "num_classes": 1}})
     with pytest.raises(ConfigError, match=r"load_dataset\(cifar10_format='zip'\): choose auto, binary or python"):
         load_dataset("cifar10", "unused", "train", cifar10_format="zip")
