@@ -1,6 +1,7 @@
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -9,21 +10,50 @@ from support.readers import cifar10_root
 from support.settings import REPO, tiny_config
 
 # Whole folders that spawn processes or train real runs: slow by nature (`pytest -m "not slow"` skips them).
-SLOW_PLACES = ("tests/distributed/", "tests/smoke/", "tests/test_benchmarks.py")
+SLOW_PLACES = {
+    "tests/distributed/": "several processes, each a Python that imports torch",
+    "tests/smoke/": "a command run as a user runs it, in a process of its own",
+    "tests/test_benchmarks.py": "a benchmark script run as a user runs it",
+}
 # Files whose tests measure this machine's speed or load: `alone` (scripts/test.sh runs them after the rest, one at
 # a time). A test elsewhere that measures is marked itself (a link's rate between hosts, a benchmark whose check
 # bounds a measured figure); a benchmark script whose test checks only the shape of its result runs with the rest.
-MEASURING = ("tests/smoke/test_report_browser.py",)
+MEASURING = {"tests/smoke/test_report_browser.py": "what a browser lays out in a page is timed"}
+# The budget of an in-process test (the fast tier): CPU seconds its call may take, this process's own (other load on
+# the machine does not count), past which it fails unless marked slow or alone, saying why (torchtitan keeps a
+# budget so; a test that needs the time says so where it is written).
+BUDGET_CPU_S = 5.0
 
 
 def pytest_collection_modifyitems(config, items):
-    """The fast tier: `-m "not slow"` leaves what runs in-process in about a second or less."""
+    """The fast tier: `-m "not slow"` leaves what runs in-process in about a second or less. Every slow or alone
+    test says why, `@pytest.mark.slow(why=...)`, or sits in a place above that does."""
+    unsaid = []
     for item in items:
         place = str(Path(item.fspath).relative_to(REPO))
-        if place.startswith(SLOW_PLACES):
-            item.add_marker(pytest.mark.slow)
-        if place.startswith(MEASURING):
-            item.add_marker(pytest.mark.alone)
+        for places, mark in ((SLOW_PLACES, pytest.mark.slow), (MEASURING, pytest.mark.alone)):
+            why = next((why for where, why in places.items() if place.startswith(where)), None)
+            if why:
+                item.add_marker(mark(why=why))
+        for mark in (*item.iter_markers("slow"), *item.iter_markers("alone")):
+            if not mark.kwargs.get("why"):
+                unsaid.append(f"{item.nodeid} ({mark.name})")
+    if unsaid:
+        raise pytest.UsageError("say why each of these is slow or alone, mark(why=...): " + ", ".join(unsaid))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """An in-process test over its CPU budget fails, naming its cost, unless it says why it needs the time."""
+    start = time.process_time()
+    result = yield
+    spent = time.process_time() - start
+    if spent > BUDGET_CPU_S and not (item.get_closest_marker("slow") or item.get_closest_marker("alone")):
+        pytest.fail(
+            f"{spent:.1f} s of CPU, over an in-process test's budget of {BUDGET_CPU_S:g} s: make it smaller, or mark "
+            "it @pytest.mark.slow(why=...) saying why it needs the time"
+        )
+    return result
 
 
 def pytest_configure(config):

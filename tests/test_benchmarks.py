@@ -118,7 +118,7 @@ def test_time_to_accuracy_reads_the_first_epoch_at_the_target(tmp_path):
 
 
 @pytest.mark.dist
-@pytest.mark.alone
+@pytest.mark.alone(why="its check bounds a measured speed ratio")
 def test_ddp_scaling_runs_both_sides_on_the_same_global_batch(tmp_path):
     results, stdout = run_bench("ddp_scaling", tmp_path)
     single, ddp = results["runs"]["single"][0], results["runs"]["ddp"][0]
@@ -275,7 +275,7 @@ def test_speedrun_against_airbench_takes_only_a_file_it_knows_unless_told_and_ai
     assert "airbench94_muon runs on CUDA only" in refusal("--airbench-file", str(stand_in))
 
 
-@pytest.mark.alone
+@pytest.mark.alone(why="its check bounds the model's error against runs it times")
 def test_plan_validation_sets_the_model_against_measured_runs(tmp_path):
     """--quick: the tiny net at batch 32, one process and 2 workers, the link measured with 2 ranks; each row's
     error is its predicted over its measured throughput, less one, as the table prints it, and within 50%.
@@ -304,7 +304,7 @@ def test_plan_validation_sets_the_model_against_measured_runs(tmp_path):
     )
 
 
-@pytest.mark.alone
+@pytest.mark.alone(why="measures a link's rate between hosts: another test beside it takes its cores")
 def test_network_sets_one_host_against_two_at_a_link_rate(tmp_path):
     from ddplab.launch import hosts
 

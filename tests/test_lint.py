@@ -36,7 +36,7 @@ def test_the_code_is_laid_out_as_ruff_format_lays_it_out():
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
-@pytest.mark.slow  # about 30 s from cold
+@pytest.mark.slow(why="mypy over the whole source, about 30 s from cold")
 def test_src_passes_the_type_checker():
     """mypy over src/ddplab (settings in pyproject.toml's [tool.mypy]): a None that flows where a value is expected,
     an argument of the wrong kind, a call to what a module does not have."""

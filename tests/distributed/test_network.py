@@ -210,7 +210,7 @@ def transfer_s(cluster, mib):
         sink.wait()
 
 
-@pytest.mark.alone  # measures a link's rate: another test beside it takes its cores
+@pytest.mark.alone(why="measures a link's rate: another test beside it takes its cores")
 def test_hosts_reach_each_other_at_the_rate_their_links_were_given(make_cluster):
     cluster = make_cluster(2, "50mbit")
     # 8 MiB at 50 Mbit/s is 1.34 s (the first 10 ms of the burst aside); TCP's own headers make it a little slower.
@@ -255,7 +255,7 @@ def test_a_host_whose_link_is_down_is_unreachable_and_down_stops_what_runs_in_th
     assert cluster.switch not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
-@pytest.mark.alone  # measures a link's rate: another test beside it takes its cores
+@pytest.mark.alone(why="measures a link's rate: another test beside it takes its cores")
 def test_plan_measures_the_link_between_hosts_at_the_rate_it_was_given(make_cluster, tmp_path):
     """ddplab plan --measure across two hosts: the bus bandwidth it fits is the link's rate (a 2-rank ring sends
     each byte once each way), and the links file says it was measured across nodes."""
@@ -512,7 +512,7 @@ def cpu_capped(share: float):
                 time.sleep(0.1)
 
 
-@pytest.mark.alone  # a quarter of a core against the other host's whole ones: another test beside it blurs that
+@pytest.mark.alone(why="a quarter of a core against the other host's whole ones: another test beside it blurs that")
 def test_a_host_slowed_from_outside_is_named_as_the_straggler_with_its_address(make_cluster, tmp_path):
     """Host 1's processes held to a quarter of a core from outside ddplab (a CPU cgroup, from the moment the run has
     set up, before its first step): its rank joins the all-reduce last in most steps, and the log, summary.json and

@@ -135,7 +135,7 @@ def test_the_cuda_source_is_complete():
     assert "@" not in host + kernel  # every placeholder filled
 
 
-@pytest.mark.slow
+@pytest.mark.slow(why="nvcc compiles the kernel file")
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not found")
 def test_the_cuda_kernel_file_compiles(tmp_path):
     """nvcc compiles the .cu file alone (no GPU needed): it depends on nothing but the CUDA runtime. With the

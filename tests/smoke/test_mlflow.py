@@ -23,7 +23,7 @@ from support import tiers
 from support.mlflow_store import artifacts, history, runs_of
 from support.settings import tiny_config
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(why="a tracking server and the runs that log to it, each a process")
 mlflow = tiers.importorskip("mlflow", "mlflow", "MLflow comes with the mlflow extra (scripts/test.sh installs it)")
 
 

@@ -304,7 +304,7 @@ needs_two_cores = pytest.mark.skipif(len(usable_cores()) < 2, reason="two slots 
 
 
 @needs_two_cores
-@pytest.mark.alone  # measures: another test beside it is other load
+@pytest.mark.alone(why="measures: another test beside it is other load")
 def test_a_parallel_sweep_runs_points_at_once_each_on_its_own_cores_and_measures_what_one_at_a_time_does(tmp_path):
     path = parallel_sweep(tmp_path)
     one = ddplab("sweep", str(path), "--out", str(tmp_path / "one"), "--no-report", "--no-estimate")

@@ -62,7 +62,7 @@ def test_old_torch_gets_one_line_from_every_command_that_needs_torch(monkeypatch
     assert not (tmp_path / "r").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.slow(why="fresh Python processes, where torch is made unimportable")
 def test_reading_run_folders_needs_no_torch(tmp_path, tiny_run):
     """`ddplab report` and `ddplab compare` in an interpreter where `import torch` fails (a laptop reading a
     cluster's run folders); the commands that need torch say so in one line, and a usage error is answered too."""
@@ -94,7 +94,7 @@ def test_reading_run_folders_needs_no_torch(tmp_path, tiny_run):
     assert usage.returncode == 2 and "did you mean --train.epochs?" in usage.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.slow(why="each script runs in a fresh Python under an old torch's version")
 @pytest.mark.parametrize("script", ["scripts/gpu_check.py", "benchmarks/loop_overhead.py", "benchmarks/speedrun.py"])
 def test_old_torch_gets_one_line_from_the_scripts_too(script):
     import subprocess

@@ -11,7 +11,7 @@ import torch.nn as nn
 from ddplab.distributed import ddp_module, no_sync, route_address, unwrap
 
 
-@pytest.mark.slow
+@pytest.mark.slow(why="torch.compile compiles a DDP model")
 def test_no_sync_reaches_ddp_through_torch_compile(tmp_path):
     dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
     try:
@@ -241,7 +241,7 @@ def test_a_stop_signal_during_the_workers_spawn_is_raised_once_the_agent_holds_t
         signal.signal(signal.SIGTERM, previous)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(why="a real Gloo group, in processes of its own")
 def test_a_failed_run_frees_its_ddp_model_before_the_group_is_destroyed(monkeypatch):
     """The traceback of a failure held the DDP model past destroy_process_group; its reducer then ended the
     group itself, freed with the exception, joining Gloo's thread while holding the GIL, and a rank that

@@ -5,11 +5,15 @@ import pytest
 
 from ddplab import internals
 
-SLOW = {"torch._dynamo.eval_frame.OptimizedModule._orig_mod"}  # imports torch._dynamo: seconds
+SLOW = {"torch._dynamo.eval_frame.OptimizedModule._orig_mod": "imports torch._dynamo: seconds"}
 
 
 @pytest.mark.parametrize(
-    "api", [pytest.param(a, id=a.name, marks=[pytest.mark.slow] if a.name in SLOW else []) for a in internals.PRIVATE]
+    "api",
+    [
+        pytest.param(a, id=a.name, marks=[pytest.mark.slow(why=SLOW[a.name])] if a.name in SLOW else [])
+        for a in internals.PRIVATE
+    ],
 )
 def test_each_private_api_is_as_ddplab_relies_on_it(api):
     try:

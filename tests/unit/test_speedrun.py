@@ -240,7 +240,7 @@ def test_lookahead_moves_slow_weights_part_way_and_restarts_the_fast_ones():
     assert w.tolist() == [1.0] * 3 and la.slow[0].tolist() == [1.0] * 3  # 0 + 0.25 * (4 - 0)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(why="trains the speedrun recipe twice, interrupted and whole, to compare them bit for bit")
 def test_an_interrupted_speedrun_style_run_resumes_bit_identically(tmp_path, monkeypatch):
     """Every piece at once (whitening, Muon, lookahead, alternating flip, TTA): nothing is lost at an epoch boundary."""
     import ddplab
@@ -343,7 +343,7 @@ def test_tta_averages_the_logits_of_its_views():
     assert result["loss"] == pytest.approx(F.cross_entropy(logits, y).item(), rel=1e-5)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(why="trains the speedrun preset end to end")
 def test_speedrun_preset_is_a_valid_recipe_and_trains(tmp_path, monkeypatch):
     from ddplab.cli import build_parser, config_from_args
 

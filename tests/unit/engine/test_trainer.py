@@ -60,8 +60,16 @@ def test_uneven_last_step_is_weighted_by_its_samples():
     assert trainer.state.step == 4 and trainer.state.history[0].train_samples == 256
 
 
+HALF = "half precision on a CPU without native bf16 or fp16 is emulated: seconds a case (under one with it)"
+
+
 @pytest.mark.parametrize(
-    "precision", ["fp32", pytest.param("bf16", marks=pytest.mark.slow), pytest.param("fp16", marks=pytest.mark.slow)]
+    "precision",
+    [
+        "fp32",
+        pytest.param("bf16", marks=pytest.mark.slow(why=HALF)),
+        pytest.param("fp16", marks=pytest.mark.slow(why=HALF)),
+    ],
 )
 @pytest.mark.parametrize("optimizer", ["sgd", "adam", "adamw", "rmsprop"])
 def test_every_optimizer_and_precision_learns(optimizer, precision):
@@ -191,7 +199,7 @@ def test_fused_conv_relu_on_a_model_without_pairs_is_a_config_error():
         trainer_for(tiny_config(model={"name": "fastnet", "fuse_conv_relu": True}))
 
 
-@pytest.mark.slow
+@pytest.mark.slow(why="torch.compile compiles the model (about 30 s)")
 def test_torch_compile_path_trains_like_eager(tmp_path):
     # No dropout: compiled graphs draw their own dropout masks (Inductor's RNG), eager ones torch's.
     eager_trainer = trainer_for(tiny_config(train={"epochs": 1}, model={"dropout": 0.0}))

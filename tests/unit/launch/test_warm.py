@@ -25,7 +25,7 @@ from support.readers import metrics
 from support.settings import TINY
 
 pytestmark = [
-    pytest.mark.slow,  # each case starts a cold Python too (3-5 s)
+    pytest.mark.slow(why="each case starts a cold Python too (3-5 s)"),
     pytest.mark.skipif(not warm.enabled(), reason="warm starts are off here (DDPLAB_WARM=0, or not Linux)"),
 ]
 

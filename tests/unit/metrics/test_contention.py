@@ -83,7 +83,7 @@ def test_a_competing_process_is_seen_and_this_process_is_not_counted_as_one():
     assert record["other_cpu_share"] * wall * end.cpus > 0.5
 
 
-@pytest.mark.alone  # a pytest-xdist worker beside it is other load
+@pytest.mark.alone(why="a pytest-xdist worker beside it is other load")
 def test_own_busy_time_is_not_other_load():
     start = contention.snapshot()
     t = time.process_time()

@@ -75,7 +75,7 @@ def test_plan_lists_the_published_links_with_their_sources(capsys):
     assert "(published, not measured)" in out.splitlines()[0]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(why="measures all-reduce with real Gloo processes")
 def test_plan_measure_writes_the_measurement_and_its_fit(tmp_path, capsys):
     from ddplab.cli import main
 

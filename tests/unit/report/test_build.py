@@ -64,7 +64,7 @@ def test_bad_inputs_give_one_line_config_or_data_errors(tmp_path):
         assert f"runs[0].dir is {outside!r}, outside the sweep's runs/" in one_line(e)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(why="a fresh Python process, where torch is made unimportable")
 def test_report_never_imports_torch(tmp_path):
     sweep = write_sweep(tmp_path)
     code = (
@@ -79,7 +79,7 @@ def test_report_never_imports_torch(tmp_path):
     assert (tmp_path / "out" / "index.html").is_file()
 
 
-@pytest.mark.slow
+@pytest.mark.slow(why="trains a real tiny run, then draws its report")
 def test_report_on_a_real_tiny_run(tmp_path):
     run = tmp_path / "run"
     cmd = [

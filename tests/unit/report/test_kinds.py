@@ -66,7 +66,7 @@ def write_sectioned_sweep(sweep: Path) -> Path:
     return write_manifest(sweep, runs, sections=SECTIONS)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(why="draws every plot of a report of each section kind")
 def test_a_sweeps_sections_answer_their_questions(tmp_path):
     result = build_report([write_sectioned_sweep(tmp_path / "study")], tmp_path / "out")
     scaling, over, remedies = result["sections"]

@@ -7,7 +7,7 @@ from ddplab.report.build import build_report
 from support.reports import write_axis_sweep
 
 
-@pytest.mark.slow
+@pytest.mark.slow(why="draws every plot, with matplotlib")
 def test_plots_name_every_point_in_full_and_never_crowd_a_panel(tmp_path):
     long = "batchnorm + dropout 0.5 in the head, with weight decay 5e-4 and label smoothing 0.1"
     variants = [

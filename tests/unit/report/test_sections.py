@@ -41,7 +41,7 @@ def test_a_variant_axis_is_compared_against_its_first_value(tmp_path):
     )
 
 
-@pytest.mark.slow
+@pytest.mark.slow(why="draws every plot of two sweeps' reports")
 def test_two_sweeps_make_two_sections_and_nothing_is_compared_across(tmp_path):
     first = write_axis_sweep(
         tmp_path / "optimizers",
