@@ -44,8 +44,8 @@ ALLOWED: dict[str, set[str]] = {
     "metrics": {"config", "distributed", "io", "rundir", "topology", "tracking"},
     "kernels": {"io", "metrics", "models"},
     "engine": {
-        "compat", "config", "data", "distributed", "errors", "faults", "io", "kernels", "log", "machine", "metrics",
-        "models", "rundir", "seeding", "topology",
+        "compat", "config", "data", "distributed", "errors", "faults", "internals", "io", "kernels", "log", "machine",
+        "metrics", "models", "rundir", "seeding", "topology",
     },
     "planner": {"errors", "io", "rundir", "topology"},
     "sweepdir": {"config", "errors", "io", "metrics", "planner", "rundir"},

@@ -33,6 +33,10 @@ from ddplab.errors import ConfigError
 from ddplab.io.arguments import endpoint_parts
 from ddplab.topology import ProcessPlace, group_attempt, resolve_backend, usable_cores
 
+# torch's Flight Recorder (a ring of the last collectives, any backend's on a recent torch): the entries it keeps,
+# set for a run's group unless the user set them (0 turns it off); what it costs a step: benchmarks/step_clocks.py.
+FLIGHT_RECORDER_ENTRIES = 256
+
 
 @dataclass(frozen=True)
 class Entered:
@@ -372,6 +376,8 @@ def distributed_context(config: RunConfig, place: ProcessPlace | None) -> Iterat
         maybe_set_gloo_interface()
     init_kwargs: dict[str, Any] = {"device_id": device} if backend == "nccl" else {}
     timeout = timedelta(seconds=config.dist.timeout_s)
+    # torch's own record of the collectives, for a hang's report; a user's setting kept
+    os.environ.setdefault(internals.flight_recorder_variable(), str(FLIGHT_RECORDER_ENTRIES))
     dist.init_process_group(
         backend=backend,
         store=rendezvous_store(place, timeout),

@@ -165,6 +165,29 @@ def compiled_original(model: Any) -> Any:
     return getattr(model, "_orig_mod", model)
 
 
+FLIGHT_RECORDER = ("_dump_fr_trace", "_dump_nccl_trace")  # torch's dump of its record: any backend's, then NCCL's
+
+
+def flight_recorder_dump() -> bytes | None:
+    """torch's Flight Recorder of this process's collectives, pickled (op, sequence number, sizes, state, Python
+    frames of each); None where this torch keeps none. It records where TORCH_FR_BUFFER_SIZE (or, for NCCL,
+    TORCH_NCCL_TRACE_BUFFER_SIZE) was set before the process group was made (distributed.init_group sets it)."""
+    import torch
+
+    c10d = torch._C._distributed_c10d
+    dump = next((found for name in FLIGHT_RECORDER if (found := getattr(c10d, name, None)) is not None), None)
+    return dump() if dump is not None else None
+
+
+def flight_recorder_variable() -> str:
+    """The environment variable that sizes torch's Flight Recorder in this torch: TORCH_FR_BUFFER_SIZE where it
+    records any backend (the older NCCL-only name is deprecated there, and warns), else NCCL's own."""
+    import torch
+
+    new = hasattr(torch._C._distributed_c10d, FLIGHT_RECORDER[0])
+    return "TORCH_FR_BUFFER_SIZE" if new else "TORCH_NCCL_TRACE_BUFFER_SIZE"
+
+
 def ddp_logging_data(ddp: Any) -> Any:
     """DDP's own running timings of the steps it samples; None where this torch has none."""
     read = getattr(ddp, "_get_ddp_logging_data", None)
@@ -191,6 +214,36 @@ def _check_ddp_logging() -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     assert callable(getattr(DistributedDataParallel, "_get_ddp_logging_data", None)), "no _get_ddp_logging_data"
+
+
+def _check_flight_recorder() -> None:
+    """Where this torch has the dump, one Gloo all-reduce is in it."""
+    import os
+    import pickle
+    import socket
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    if not hasattr(torch._C._distributed_c10d, FLIGHT_RECORDER[0]):
+        return  # an older torch: ddplab's own record of the collectives is the one a hang report holds
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    before = os.environ.get("TORCH_FR_BUFFER_SIZE")
+    os.environ["TORCH_FR_BUFFER_SIZE"] = "8"
+    store = dist.TCPStore("127.0.0.1", port, 1, is_master=True)
+    try:
+        group: Any = dist.ProcessGroupGloo(store, 0, 1, timedelta(seconds=30))  # typed stubs lack allreduce
+        group.allreduce([torch.ones(3)]).wait()
+        entries = pickle.loads(flight_recorder_dump() or b"\x80\x04}\x94.")["entries"]
+        assert any("all_reduce" in e["profiling_name"] for e in entries), "the Flight Recorder kept no all-reduce"
+    finally:
+        if before is None:
+            os.environ.pop("TORCH_FR_BUFFER_SIZE")
+        else:
+            os.environ["TORCH_FR_BUFFER_SIZE"] = before
 
 
 def _check_orig_mod() -> None:
@@ -265,6 +318,8 @@ PRIVATE = [
     Private("torch.nn.parallel.DistributedDataParallel._get_ddp_logging_data",
             "DDP's own timings, read each epoch (compat.ddp_timings; without it none are recorded)", TORCH,
             _check_ddp_logging),
+    Private("torch._C._distributed_c10d._dump_fr_trace", "torch's own record of the collectives, in a hang report",
+            "torch 2.13, Gloo and NCCL (where absent: ddplab's own record alone)", _check_flight_recorder),
     Private("torch._dynamo.eval_frame.OptimizedModule._orig_mod", "the compiled model's own module, to save and place",
             TORCH, _check_orig_mod),
     Private("argparse.ArgumentParser._actions", "the options a command was given (cli/common.given_options)",

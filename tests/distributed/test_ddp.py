@@ -2,6 +2,7 @@
 
 import json
 import os
+import pickle
 import re
 import socket
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddplab import compat
+from ddplab import compat, internals
 from ddplab.config import load_toml
 from ddplab.report.records import Load
 from ddplab.rundir import checkpoint
@@ -486,6 +487,11 @@ def test_a_stuck_rank_becomes_an_error_naming_it(tmp_path):
     assert "in maybe_inject" in stuck.read_text() and "time.sleep(3600)" in stuck.read_text()
     assert f"all-reduce #{said[1]} (bucket 1 of 1" in waiting.read_text()
     assert f"all-reduce #{said[1]} " not in stuck.read_text()
+    # torch's own record beside ddplab's, where this torch keeps one for Gloo: the waiting rank's last all-reduce is
+    # still not completed in it (an older torch writes none, and ddplab's record above is the one).
+    if hasattr(torch._C._distributed_c10d, internals.FLIGHT_RECORDER[0]):
+        entries = pickle.loads((tmp_path / "r" / "hang" / "rank-0.fr.pkl").read_bytes())["entries"]
+        assert entries and "all_reduce" in entries[-1]["profiling_name"] and entries[-1]["state"] != "completed"
     # Nothing but ddplab's own lines: no Gloo barrier log, no launcher SIGTERM/SIGKILL chatter.
     assert [line for line in proc.stderr.splitlines() if not re.match(r"\d\d:\d\d:\d\d \[rank \d\] ", line)] == [
         proc.stderr.strip().splitlines()[-1]

@@ -84,6 +84,7 @@ def test_a_two_worker_run_resumed_on_one_keeps_its_global_batches_when_asked(two
     summary = json.loads((out / "summary.json").read_text())
     assert summary["run"]["world_size"] == 1
     assert (summary["batch"]["global"], summary["batch"]["shards"], summary["batch"]["steps_per_epoch"]) == (32, 2, 8)
+    assert (summary["batch"]["on_resize"], summary["batch"]["lr_scale"]) == ("keep_global_batch", 1.0)
     segments = [(s["from_step"], s["to_step"], s["workers"], s["nodes"]) for s in summary["membership"]]
     assert segments == [(0, 10, 2, 1), (10, 16, 1, 1)]  # the 2 steps of epoch 2 after its checkpoint were lost
     assert all(s["images_per_s"] > 0 for s in summary["membership"])
@@ -129,6 +130,8 @@ def test_a_two_worker_run_resumed_on_one_lets_its_batch_follow_when_asked(tmp_pa
     assert ours[1]["lr"] == pytest.approx(ours[0]["lr"] / 2)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["batch"]["global"] == 16 and "shards" not in summary["batch"]
+    assert (summary["batch"]["on_resize"], summary["batch"]["lr_scale"]) == ("keep_local_batch", 0.5)
+    assert "x0.5 of the configured, linear in the global batch)" in proc.stdout  # the printed summary's batch line
     assert [(s["from_step"], s["to_step"], s["workers"]) for s in summary["membership"]] == [(0, 10, 2), (10, 22, 1)]
     kept = {k: v for k, v in step_ids(first).items() if k[1] <= 10}  # step 11 was trained after the checkpoint
     epoch_2 = [i for (e, _), ids in {**kept, **step_ids(second)}.items() if e == 2 for i in ids]

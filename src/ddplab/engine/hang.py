@@ -5,8 +5,9 @@ out say, in their one line, which rank never entered the collective the others w
 Each rank of a run of several starts a responder thread at once, blocked on a key of its own in the run's store
 (over a connection of its own: the group's is busy, or broken, by then), so a rank whose main thread is stuck in
 Python still answers. A rank that is stopped (SIGSTOP), or whose host is cut off, does not, and is named so. The
-record of collectives is ddplab's own (distributed.Collectives, filled by the comm hook and DistContext); on NCCL,
-where the installed torch has one, torch's Flight Recorder dump is written beside it (rank-R.nccl.pkl).
+record of collectives is ddplab's own (distributed.Collectives, filled by the comm hook and DistContext); where the
+installed torch keeps one (Gloo's and NCCL's on torch 2.13), torch's Flight Recorder dump is written beside it
+(rank-R.fr.pkl).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from ddplab import internals
 from ddplab.distributed import DistContext
 from ddplab.topology import group_attempt
 
@@ -143,15 +145,13 @@ def responding(ctx: DistContext, out: Path):
 
 
 def flight_recorder(ctx: DistContext, folder: Path) -> None:
-    """torch's own record of the collectives, where it keeps one for this backend (NCCL, with
-    TORCH_NCCL_TRACE_BUFFER_SIZE set): written beside ddplab's. Elsewhere, ddplab's record is the one."""
-    import torch
-
-    dump = getattr(torch._C._distributed_c10d, "_dump_nccl_trace", None)
-    if ctx.backend != "nccl" or dump is None:
-        return
+    """torch's own record of the collectives, where this torch keeps one (Gloo's and NCCL's on a recent torch,
+    distributed.FLIGHT_RECORDER_ENTRIES): written beside ddplab's as rank-R.fr.pkl, which torch's
+    `torch.distributed.flight_recorder` tools read. Elsewhere, ddplab's record is the one."""
     with contextlib.suppress(Exception):
-        (folder / f"rank-{ctx.rank}.nccl.pkl").write_bytes(dump())
+        dump = internals.flight_recorder_dump()
+        if dump:
+            (folder / f"rank-{ctx.rank}.fr.pkl").write_bytes(dump)
 
 
 def inquire(store: dist.Store | None, world_size: int, wait_s: float = ANSWER_WAIT_S) -> dict[int, dict | None]:

@@ -383,6 +383,7 @@ def build_trainer(
         eval_split=eval_split,
         world_size=ctx.world_size,
         layout_world=train_loader.layout_world,
+        lr_scale=train_loader.layout_world / planned_world,
         backend=ctx.backend,
         train_images=len(train_set),
         eval_images=len(eval_set),

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypedDict, cast
 
-from ddplab.config import RunConfig
+from ddplab.config import ON_RESIZE, RunConfig
 from ddplab.errors import DataError
 from ddplab.io.borders import (
     ANY,
@@ -82,6 +82,10 @@ class BatchPart(_BatchWritten, total=False):
     # The data shards the run is laid out in (its first world size), where workers now carry more than one each
     # (a resume on fewer workers with dist.on_resize=keep_global_batch): the global batch counts them, not workers.
     shards: Annotated[int, COUNT]
+    # A run that may train on another number of workers (dist.on_resize, where not "refuse"): its policy, and the
+    # factor on the configured learning rate it trained with (keep_local_batch: linear in the global batch).
+    on_resize: Annotated[str, one_of(*ON_RESIZE)]
+    lr_scale: Annotated[float, number(above=0)]
 
 
 class _ModelPartWritten(TypedDict):
@@ -246,6 +250,7 @@ class RunInfo:
     gpu: dict[str, Any] = field(default_factory=dict)  # whether GPU utilization is sampled, and why not
     engine: dict[str, Any] | None = None  # how the numbers are taken: determinism, syncs, fused optimizer, ...
     layout_world: int | None = None  # the data shards the run is laid out in (None: as many as its workers)
+    lr_scale: float = 1.0  # on the configured learning rate: the shards it trains over those it was planned for
 
 
 def batch_part(config: RunConfig, info: RunInfo, steps: int) -> BatchPart:
@@ -261,6 +266,8 @@ def batch_part(config: RunConfig, info: RunInfo, steps: int) -> BatchPart:
     }
     if shards != info.world_size:
         part["shards"] = shards
+    if config.dist.on_resize != "refuse":
+        part["on_resize"], part["lr_scale"] = config.dist.on_resize, info.lr_scale
     return part
 
 
@@ -485,6 +492,16 @@ def _diff(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
+def resize_said(batch: BatchPart) -> str:
+    """A resizable run's batch policy as the summary says it."""
+    if batch.get("on_resize") == "keep_global_batch":
+        return "keep_global_batch (the global batch kept: a worker carries a lost one's share)"
+    return (
+        f"keep_local_batch (the global batch follows the workers, the learning rate with it: x{batch['lr_scale']:g} "
+        "of the configured, linear in the global batch)"
+    )
+
+
 def format_summary(s: Summary, run_dir: Any = None) -> str:
     """One screen of plain text, the way a person reads a finished run; `run_dir` ends it."""
     run, batch, final, best, over, t = s["run"], s["batch"], s["final"], s["best"], s["overfitting"], s["time"]
@@ -496,7 +513,8 @@ def format_summary(s: Summary, run_dir: Any = None) -> str:
         + (f"{batch['shards']} data shards on {run['world_size']} ranks" if batch.get("shards") else "")
         + ("" if batch.get("shards") else f"{run['world_size']} ranks")
         + f" x {batch['accumulate']} accumulate = {batch['global']} global, "
-        f"{batch['optimizer_steps']} optimizer steps",
+        f"{batch['optimizer_steps']} optimizer steps"
+        + (f"; on other workers: {resize_said(batch)}" if batch.get("on_resize") else ""),
         f"  model         {s['model']['params']:,} params, "
         f"{s['model']['flops_per_image'] / 1e6:,.1f} MFLOP/image forward",
     ]

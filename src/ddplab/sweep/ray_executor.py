@@ -437,6 +437,14 @@ class RayExecutor:
                 f'sweep run {torchrun.name} spans {torchrun.config.dist.nnodes} nodes with launch = "torchrun": on '
                 "Ray each node runs ddplab's launcher (leave launch out, or run it with --executor slurm)"
             )
+        elastic = next((r for r in sweep.runs if r.config.dist.elastic()), None)
+        if elastic is not None:
+            raise ConfigError(
+                f"sweep run {elastic.name} may go on without a lost node (dist.min_nodes="
+                f"{elastic.config.dist.min_nodes} of {elastic.config.dist.nnodes}): on Ray a point's nodes are its "
+                "tasks, and a lost one ends the point, resumable (leave dist.min_nodes out, or run it with ddplab's "
+                "launcher on hosts you start)"
+            )
         ray = connect(self.address, echo)
         try:
             return self.submit_connected(ray, sweep, folder, echo)

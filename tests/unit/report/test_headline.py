@@ -129,3 +129,39 @@ def test_a_ratio_that_rounds_to_one_is_as_fast_never_one_times_slower():
         "as fast",
         "-",
     ]
+
+
+def test_the_scaling_answer_names_a_chronic_straggler_where_waiting_for_it_costs_most():
+    """Where the stragglers are the biggest part of a scaling pair's gap and the run named a chronic one, the answer
+    says whom it waited for; a gap led by anything else, or a straggler said as noise, names no one."""
+    from ddplab.report.headline import scaling
+    from ddplab.report.records import Comparison, Gap, Section, Verdict
+
+    def answer(biggest: str, straggler: str | None) -> str:
+        gap = Gap(epoch_s=10.0, ideal_epoch_s=5.0, parts={biggest: 4.0}, biggest=biggest, why="")
+        pair = Comparison(
+            point="ddp-2",
+            baseline="single",
+            row={"world_size": 2, "straggler": straggler},
+            base={"world_size": 1},
+            at=1,
+            base_at=0,
+            equal_epochs=True,
+            changed=None,
+            scaling=True,
+            speedup=1.2,
+            ideal=2.0,
+            predicted=None,
+            gap=gap,
+            efficiency=0.6,
+            timing_verdict=Verdict("beyond noise", "2 seeds"),
+            acc_diff=None,
+            acc_verdict=Verdict("single seed"),
+            superlinear=False,
+        )
+        return scaling(Section(title="scaling", kind="scaling", source="s", runs=[], pairs=[pair]))
+
+    chronic = "rank 1 on host 10.211.0.2, chronically 14% slower"
+    assert answer("stragglers", chronic).endswith(f"; the biggest part of the gap: waiting for {chronic}")
+    assert answer("stragglers", None).endswith("; the biggest part of the gap: stragglers")
+    assert answer("all-reduce wait", chronic).endswith("; the biggest part of the gap: all-reduce wait")

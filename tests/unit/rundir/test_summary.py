@@ -134,3 +134,30 @@ def test_each_ranks_step_clocks_are_medians_across_epochs_not_totals():
     assert ranks["step_median_s"]["per_rank"] == [0.011, 0.011] and ranks["step_max_s"]["per_rank"] == [0.036, 0.024]
     assert ranks["last_share"]["per_rank"] == [pytest.approx(0.1), pytest.approx(0.9)]
     assert "joined_median_s" not in ranks  # not measured on every rank: left out, never summed as zeros
+
+
+@pytest.mark.parametrize(
+    ("policy", "scale", "said"),
+    [
+        ("refuse", 1.0, None),
+        ("keep_global_batch", 1.0, "on other workers: keep_global_batch (the global batch kept"),
+        ("keep_local_batch", 0.5, "the learning rate with it: x0.5 of the configured, linear in the global batch"),
+    ],
+)
+def test_a_resizable_runs_batch_policy_and_rate_are_in_its_summary(policy, scale, said):
+    """dist.on_resize is recorded in summary.json beside the batch, with the factor on the configured learning rate
+    the run trained with, and said in the printed summary; a run that may not resize says nothing of it."""
+    from dataclasses import replace
+
+    history = [record(1, 0.5, 0.55, 1.0)]
+    state = SimpleNamespace(history=history, epoch=1, step=10, best_test_acc=0.55, best_epoch=1, stopped_early=False)
+    config = RunConfig()
+    config.dist.on_resize = policy
+    s = build_summary(config, replace(two_ranks_on("cpu"), lr_scale=scale), state, startup_s=1.0, total_s=10.0)
+    if said is None:
+        assert (
+            "on_resize" not in s["batch"] and "lr_scale" not in s["batch"] and "other workers" not in format_summary(s)
+        )
+        return
+    assert s["batch"]["on_resize"] == policy and s["batch"]["lr_scale"] == scale
+    assert said in format_summary(s)

@@ -210,3 +210,21 @@ def test_the_sweep_command_says_every_executor_and_refuses_an_empty_ray_address(
     with pytest.raises(SystemExit) as usage:
         main(["sweep", "optimizers", "--executor", "ray", "--ray.address", ""])
     assert usage.value.code == 2 and "--ray.address: an empty value" in capsys.readouterr().err
+
+
+def test_a_point_that_would_go_on_without_a_lost_node_is_refused_before_ray_starts(tmp_path, monkeypatch):
+    """On Ray a lost node ends its point (resumable): a run asking to survive one (dist.min_nodes) is refused in
+    one line before any cluster is reached or folder made, not cancelled half-way."""
+    from ddplab.errors import ConfigError
+    from ddplab.sweep import ray_executor
+    from ddplab.sweepdir.spec import load_sweep
+
+    (tmp_path / "s.toml").write_text(
+        '[sweep]\nname = "elastic"\n[base.dist]\nstrategy = "ddp"\nnnodes = 3\nmin_nodes = 2\n'
+        'on_resize = "keep_global_batch"\nmax_restarts = 1\n[grid]\n"train.epochs" = [1]\n'
+    )
+    sweep = load_sweep(tmp_path / "s.toml")
+    monkeypatch.setattr(ray_executor, "connect", lambda *a: pytest.fail("reached the cluster"))
+    with pytest.raises(ConfigError, match=r"may go on without a lost node \(dist\.min_nodes=2 of 3\): on Ray"):
+        ray_executor.RayExecutor().submit(sweep, SweepFolder(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
