@@ -16,6 +16,7 @@ an epoch across restarts and membership changes. It reads indices back to the ho
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
@@ -110,7 +111,8 @@ def record_samples(rank: int, epoch: int, step: int, indices: list[int]) -> None
 
     folder = os.environ[RECORD_ENV]
     os.makedirs(folder, exist_ok=True)
-    line = json.dumps({"epoch": epoch, "step": step, "rank": rank, "round": group_attempt(), "ids": indices})
+    row = {"epoch": epoch, "step": step, "rank": rank, "round": group_attempt(), "ids": indices, "t": time.time()}
+    line = json.dumps(row)
     with open(os.path.join(folder, f"rank-{rank}.round-{group_attempt()}.jsonl"), "a") as f:
         f.write(line + "\n")
 
@@ -126,6 +128,28 @@ def recorded_samples(folder: str | os.PathLike) -> dict[tuple[int, int, int], li
             row = json.loads(line)
             steps.setdefault((row["epoch"], row["step"], row["round"]), []).extend(row["ids"])
     return steps
+
+
+def rounds_started(folder: str | os.PathLike) -> dict[int, float]:
+    """From what `record_samples` wrote: when each rendezvous round trained its first step (time.time())."""
+    import json
+    from pathlib import Path
+
+    first: dict[int, float] = {}
+    for file in sorted(Path(folder).glob("rank-*.round-*.jsonl")):
+        for line in file.read_text().splitlines():
+            row = json.loads(line)
+            first[row["round"]] = min(first.get(row["round"], math.inf), row["t"])
+    return first
+
+
+def steps_trained_again(folder: str | os.PathLike) -> int:
+    """The optimizer steps a later round trained again (its restart from a checkpoint older than the step reached):
+    the work a membership change lost."""
+    rounds: dict[tuple[int, int], set[int]] = {}
+    for epoch, step, round_ in recorded_samples(folder):
+        rounds.setdefault((epoch, step), set()).add(round_)
+    return sum(len(r) - 1 for r in rounds.values())
 
 
 def maybe_slow_save(epoch: int) -> None:

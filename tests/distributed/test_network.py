@@ -585,7 +585,7 @@ def test_a_host_lost_under_an_elastic_run_leaves_the_others_going_and_back_it_jo
     nodes = Nodes(cluster, out, epochs=6, extra=ELASTIC, env=env)
     nodes.wait_for_epochs(1)
     hosts.set_link(cluster, 2, "down")
-    cut = time.monotonic()
+    cut, cut_at = time.monotonic(), time.time()
     lost = cluster.address(2)
     went_on = wait_for_line(out / "train.log", f"host {lost} lost: 2 of 3 nodes (2 workers)", nodes)
     assert went_on - cut < 3 * TIMEOUT_S + MARGIN_S, went_on - cut  # the collective, the ranks' check, the round
@@ -594,13 +594,21 @@ def test_a_host_lost_under_an_elastic_run_leaves_the_others_going_and_back_it_jo
     assert code == 4 and last_line(err).startswith(f"ddplab: error: lost the rendezvous host {cluster.endpoint()}"), err
     hosts.set_link(cluster, 2, "up")
     back = Nodes(cluster, out, epochs=6, extra=[*ELASTIC, "--resume"], env=env, only=[2])
-    started = time.monotonic()
+    started, started_at = time.monotonic(), time.time()
     joined = wait_for_line(out / "train.log", f"host {lost} joined: 3 of 3 nodes (3 workers)", back)
     print(f"from starting the command on host 2 to going on with 3 nodes: {joined - started:.1f} s")
     results = {**{i: r for i, r in nodes.finish().items() if i != 2}, 2: back.finish()[2]}
     assert [results[i][0] for i in range(3)] == [0, 0, 0], {i: e[-2000:] for i, (_, e) in results.items()}
     assert nodes.left_running() == {0: [], 1: [], 2: []}
     assert trained_once_an_epoch(ids, 256) == {e: 2 for e in range(1, 7)}
+    # What each change cost (BENCHMARKS.md's figures, with -s): to the first step at the new size, and the steps
+    # trained again (those completed since the last checkpoint: with one every 2 steps, at most 1 a change).
+    firsts = sorted(faults.rounds_started(ids).values())
+    on_two, on_three = (min(t for t in firsts if t > since) for since in (cut_at, started_at))
+    again = faults.steps_trained_again(ids)
+    print(f"first step on 2 nodes {on_two - cut_at:.1f} s after the cut, on 3 {on_three - started_at:.1f} s after")
+    print(f"steps trained again over both changes: {again}")
+    assert again <= 2
     membership = json.loads((out / "summary.json").read_text())["membership"]
     assert [(s["workers"], s["nodes"]) for s in membership] == [(3, 3), (2, 2), (3, 3)]
     ours, theirs = metrics(out), metrics(reference(3, 6))

@@ -136,3 +136,30 @@ def test_a_two_worker_run_resumed_on_one_lets_its_batch_follow_when_asked(tmp_pa
     kept = {k: v for k, v in step_ids(first).items() if k[1] <= 10}  # step 11 was trained after the checkpoint
     epoch_2 = [i for (e, _), ids in {**kept, **step_ids(second)}.items() if e == 2 for i in ids]
     assert sorted(epoch_2) == list(range(256))
+
+
+def test_a_one_worker_run_resumed_on_two_lets_its_batch_grow_when_asked(tmp_path):
+    """keep_local_batch upward: stopped inside epoch 2 on 1 worker (16 steps an epoch, a checkpoint every 2), resumed
+    on 2, the global batch doubles with the workers and the learning rate with it (x2), the rest of epoch 2 goes on
+    from its place in the order on both (224 images: 7 steps of 32), every sample trained once."""
+    out, first, second = tmp_path / "r", tmp_path / "ids1", tmp_path / "ids2"
+    common = ("--optim.schedule", "none", "--train.checkpoint_every", "2", "--out", str(out))
+    train("--nproc", "1", *common, env={"DDPLAB_FAULT": "raise:epoch=2:step=4", "DDPLAB_RECORD_SAMPLES": str(first)},
+          code=4)  # fmt: skip
+    proc = train(
+        *("--nproc", "2", "--dist.on_resize", "keep_local_batch", "--resume", *common),
+        env={"DDPLAB_RECORD_SAMPLES": str(second)},
+    )
+    assert "the global batch follows the workers (1 -> 2 shards), the learning rate with it (x2 " in proc.stderr
+    ours = records(out)
+    assert [r["step"] for r in ours] == [16, 25]  # 16 steps of 16, then 2 of them and 7 of 32
+    assert ours[1]["lr"] == pytest.approx(ours[0]["lr"] * 2)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["batch"]["global"] == 32 and (summary["batch"]["on_resize"], summary["batch"]["lr_scale"]) == (
+        "keep_local_batch",
+        2.0,
+    )
+    assert [(s["from_step"], s["to_step"], s["workers"]) for s in summary["membership"]] == [(0, 18, 1), (18, 25, 2)]
+    kept = {k: v for k, v in step_ids(first).items() if k[1] <= 18}  # steps after the checkpoint were trained again
+    epoch_2 = [i for (e, _), ids in {**kept, **step_ids(second)}.items() if e == 2 for i in ids]
+    assert sorted(epoch_2) == list(range(256))
