@@ -60,7 +60,6 @@ WHERE = {
     "engine/tta.py": (SPEEDRUN, IMPORTS, "evaluation with TTA"),
     "engine/warmup.py": ("tests/unit/engine/test_trainer.py", "test_warm_up_changes_nothing_the_run_depends_on",
                          "every shape before the clocks"),
-    "engine/worker.py": ("tests/unit/engine/test_graphed.py", IMPORTS, "a run built and trained"),
     "errors.py": (ERRORS, "test_error_contract", "each error's line and exit code"),
     "io/arguments.py": ("tests/unit/test_config.py", IMPORTS, "option kinds at their borders"),
     "kernels/_cuda.py": ("tests/kernels/test_rgb_to_gray.py", IMPORTS, "the CUDA C++ kernel"),

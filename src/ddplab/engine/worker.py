@@ -31,8 +31,9 @@ from ddplab.engine.optim import build_optimizer, build_scheduler
 from ddplab.engine.precision import Precision
 from ddplab.engine.state import TrainerConfig
 from ddplab.engine.trainer import PROGRESS_UPDATES_PER_EPOCH, Trainer, steps_per_epoch
-from ddplab.errors import ConfigError, TrainingError
+from ddplab.errors import ConfigError, DataError, TrainingError
 from ddplab.io import files
+from ddplab.io.borders import WHOLE
 from ddplab.metrics import stragglers
 from ddplab.metrics.early_stop import EarlyStopping
 from ddplab.metrics.gpu import GpuSampler
@@ -131,6 +132,7 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
     trainer, info = build_trainer(
         config, ctx, run_dir, session_start=start, layout_world=layout_world, planned_world=planned_world
     )
+    last = last_round(run_dir) if ctx.is_main and ctx.is_distributed else None
     if config.output.resume:
         assert plan.resume is not None  # check_run_dir read the folder of every resumed run
         path = runfiles.checkpoint_path(run_dir)
@@ -138,8 +140,6 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
         at = trainer.resume_at
         inside = f" and {at.steps_done} steps of epoch {at.epoch}" if at is not None else ""
         log.info("resumed from epoch %d%s (step %d)", trainer.state.epoch, inside, trainer.state.step)
-        if ctx.is_main and (change := membership_change(trainer.written_by, ctx, config)):
-            log.warning("%s: going on from the checkpoint at step %d", change, trainer.state.step)
         if ctx.is_main and trainer.replanned is not None:
             log.info("dist.on_resize=keep_local_batch: %s", trainer.replanned)
         if trainer.state.layout_world != ctx.world_size and ctx.is_main:
@@ -164,6 +164,18 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
                 trainer.optimizer.param_groups[0]["lr"],
                 config.train.epochs,
             )
+    if ctx.is_main and ctx.is_distributed:
+        before = last["hosts"] if last else trainer.written_by  # the round before; a resume's checkpoint's writers
+        if change := membership_change(before, ctx, config, last.get("stopped") if last else None):
+            resumed = config.output.resume
+            log.warning(
+                "%s: %s", change, f"going on from the checkpoint at step {trainer.state.step}" if resumed else
+                "starting over (no checkpoint yet)",
+            )  # fmt: skip
+        hosts = [h for h in ctx.rank_hosts() if h]  # none on one node, whose runs have no membership to change
+        with contextlib.suppress(Exception):  # only adds words to the next round's line
+            if hosts:
+                files.write_json(run_dir / runfiles.ROUND, {"hosts": hosts, "stopped": None})
     sinks = build_sinks(config, ctx, run_dir, trainer.state.history)
     warmup = maybe_warm_up(trainer)
     profiler = build_profiler(
@@ -183,6 +195,10 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
         # Gloo/NCCL report a timed-out or broken collective as RuntimeError
         if isinstance(exc, RuntimeError) and ctx.is_distributed and not is_out_of_memory(exc):
             failure = collective_failure(exc, config, ctx, run_dir)
+            if ctx.is_main and (hosts := [h for h in ctx.rank_hosts() if h]):  # for the next round's line
+                with contextlib.suppress(Exception):  # never in the failure's way
+                    reached = {"epoch": trainer.state.epoch + 1, "step": trainer.state.step}
+                    files.write_json(run_dir / runfiles.ROUND, {"hosts": hosts, "stopped": reached})
             if ctx.is_main and group_attempt() < config.dist.max_restarts:  # the launcher's restart follows
                 log.warning(
                     "%s; the group restarts from it (restart %d of %d; this one stopped at step %d, in epoch %d)",
@@ -238,17 +254,38 @@ def maybe_warm_up(trainer: Trainer) -> dict[str, Any] | None:
     return {"s": round(warmup_s, 3), **done, "counted_in": "startup_s"}
 
 
-def membership_change(before: list[str] | None, ctx: DistContext, config: RunConfig) -> str | None:
-    """What changed in the nodes since the checkpoint was written, in words (None: the same, or not known):
-    `host 10.211.0.3 lost: 2 of 3 nodes (2 workers)`."""
+def membership_change(
+    before: list[str] | None, ctx: DistContext, config: RunConfig, where: tuple[int, int] | None = None
+) -> str | None:
+    """What changed in the nodes since the checkpoint was written, in words (None: the same, or not known), with
+    where the last round was when it lost one (`where`: epoch, step): `host 10.211.0.3 lost in epoch 2 after step
+    11: 2 of 3 nodes (2 workers)`."""
     now = [h for h in ctx.rank_hosts() if h]
     if not before or not now or sorted(set(before)) == sorted(set(now)):
         return None
     lost, joined = sorted(set(before) - set(now)), sorted(set(now) - set(before))
-    said = [f"host {', '.join(lost)} lost"] if lost else []
+    at = f" in epoch {where[0]} after step {where[1]}" if where else ""
+    said = [f"host {', '.join(lost)} lost{at}"] if lost else []
     said += [f"host {', '.join(joined)} joined"] if joined else []
     nodes = len(set(now))
     return f"{'; '.join(said)}: {nodes} of {config.dist.nnodes} nodes ({ctx.world_size} workers)"
+
+
+def last_round(run_dir: Path) -> dict[str, Any] | None:
+    """The round of workers before this one (RUN/round.json): its hosts, and `stopped` (epoch, step) where its
+    rank 0 was when a collective failed (None: it ended otherwise, or its rank 0 was lost too). It only adds words
+    to a line: a file that is not such a record is left unread (None)."""
+    try:
+        found = runfiles.read_json(run_dir / runfiles.ROUND, run_dir)
+    except (ConfigError, DataError):
+        return None
+    hosts = found.get("hosts") if isinstance(found, dict) else None
+    if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) and h for h in hosts):
+        return None
+    stopped, where = found.get("stopped"), None
+    if isinstance(stopped, dict) and all(WHOLE.holds(stopped.get(k)) for k in ("epoch", "step")):
+        where = (stopped["epoch"], stopped["step"])
+    return {"hosts": found["hosts"], "stopped": where}
 
 
 MISSING_RANKS_WAIT_S = 10

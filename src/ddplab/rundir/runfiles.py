@@ -26,6 +26,7 @@ LAST_CHECKPOINT = "last.pt"  # in CHECKPOINTS: the state after the last finished
 BEST_CHECKPOINT = "best.pt"  # in CHECKPOINTS: the weights with the best test accuracy
 TENSORBOARD = "tensorboard"
 LOCK = ".lock"  # who holds the folder (runlock.py)
+ROUND = "round.json"  # the last round of workers: its hosts, and where it was if a collective failed under it
 
 
 def checkpoint_path(run_dir: Path | str, which: str = LAST_CHECKPOINT) -> Path:
