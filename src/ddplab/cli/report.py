@@ -31,8 +31,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
             again = f"{d} given twice" if d == given[d.resolve()] else f"{d} is {given[d.resolve()]}, given again"
             print(f"ddplab: note: {again}: compared once", file=sys.stderr)
         given.setdefault(d.resolve(), d)
-    rows = scaling_rows([finished_run(d) for d in given.values()])
-    print(json.dumps(rows, indent=2, default=str) if args.json else format_rows(rows))
+    runs = [finished_run(d) for d in given.values()]
+    rows = scaling_rows(runs)
+    print(json.dumps(rows, indent=2, default=str) if args.json else format_rows(rows, runs))
     return 0
 
 

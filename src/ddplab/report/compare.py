@@ -9,6 +9,8 @@ Reads run folders only (no torch).
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 from ddplab.report import figures, tables
 from ddplab.report import runs as run_folders
 from ddplab.report.records import Row
@@ -49,7 +51,28 @@ def columns() -> list[tables.Column]:
     ]
 
 
-def format_rows(rows: list[Row]) -> str:
+def rank_steps(run: Run) -> str | None:
+    """Each rank's optimizer step as its step clocks measured it, median/p95/max in ms (summary.json's `ranks`, the
+    medians over epochs: engine/clocks.py); None for one rank, or a run from before the clocks."""
+    ranks = cast(dict[str, Any], run.summary or {}).get("ranks") or {}
+    columns: list[list[float]] = []
+    for key in ("step_median_s", "step_p95_s", "step_max_s"):
+        values = (ranks.get(key) or {}).get("per_rank")
+        if (
+            not isinstance(values, list)
+            or len(values) < 2
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        ):
+            return None
+        columns.append(values)
+    if len({len(c) for c in columns}) != 1:
+        return None
+    each = ", ".join(f"{rank} " + "/".join(f"{c[rank] * 1e3:.1f}" for c in columns) for rank in range(len(columns[0])))
+    return f"steps by rank in {run.name} (median/p95/max ms): {each}"
+
+
+def format_rows(rows: list[Row], runs: list[Run] | None = None) -> str:
+    """The table, what it is scaled against, and for `runs` (in the rows' order) each rank's steps."""
     headers, cells = tables.render(columns(), rows)
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, h in enumerate(headers)]
     lines = ["  ".join(h.rjust(w) for h, w in zip(headers, widths, strict=True))]
@@ -62,6 +85,7 @@ def format_rows(rows: list[Row]) -> str:
         if base
         else "no run has training times to scale against"
     )
+    lines += [said for said in map(rank_steps, runs or []) if said]
     for r in rows:
         if r.get("straggler") not in (None, "mixed"):
             lines.append(f"straggler in {r['run']}: {r['straggler']}")

@@ -130,3 +130,27 @@ def test_a_run_whose_workers_changed_is_shown_stretch_by_stretch_and_never_taken
     assert rows["resized"]["world_size"] == "4 then 2" and rows["resized"]["speedup"] is None
     assert rows["four"]["speedup"] == pytest.approx(3.0) and rows["four"]["baseline"] == "one"
     assert "4 then 2" in format_rows(list(rows.values()))
+
+
+def test_compare_gives_each_ranks_steps_where_the_clocks_measured_them(tmp_path):
+    """Each rank's step median, p95 and max (summary.json's ranks, from the step clocks) under the table, for a run
+    of two or more ranks; a run without them (one rank, or before the clocks) says nothing."""
+    import json
+
+    two = write_run(tmp_path / "two", strategy="ddp", nproc=2)
+    summary = json.loads((two / "summary.json").read_text())
+    clocks = {
+        "step_median_s": [0.0334, 0.0361],
+        "step_p95_s": [0.0547, 0.0558],
+        "step_max_s": [0.1791, 0.1485],
+    }
+    ranks = {
+        **summary.get("ranks", {}),
+        **{k: {"per_rank": v, "max": max(v), "mean": sum(v) / 2} for k, v in clocks.items()},
+    }
+    (two / "summary.json").write_text(json.dumps({**summary, "ranks": ranks}))
+    one = write_run(tmp_path / "one")
+    runs = [finished_run(one), finished_run(two)]
+    text = format_rows(scaling_rows(runs), runs)
+    assert "steps by rank in two (median/p95/max ms): 0 33.4/54.7/179.1, 1 36.1/55.8/148.5" in text
+    assert "steps by rank in one" not in text
