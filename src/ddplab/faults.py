@@ -20,6 +20,7 @@ import math
 import os
 import signal
 import time
+from collections.abc import Iterator
 
 from ddplab.errors import ConfigError, TrainingError
 from ddplab.topology import group_attempt
@@ -117,29 +118,29 @@ def record_samples(rank: int, epoch: int, step: int, indices: list[int]) -> None
         f.write(line + "\n")
 
 
-def recorded_samples(folder: str | os.PathLike) -> dict[tuple[int, int, int], list[int]]:
-    """What `record_samples` wrote to `folder`: (epoch, step, round) -> the indices every rank trained then."""
+def _recorded(folder: str | os.PathLike) -> Iterator[dict]:
+    """Every row `record_samples` wrote to `folder`, rank by rank, round by round."""
     import json
     from pathlib import Path
 
-    steps: dict[tuple[int, int, int], list[int]] = {}
     for file in sorted(Path(folder).glob("rank-*.round-*.jsonl")):
         for line in file.read_text().splitlines():
-            row = json.loads(line)
-            steps.setdefault((row["epoch"], row["step"], row["round"]), []).extend(row["ids"])
+            yield json.loads(line)
+
+
+def recorded_samples(folder: str | os.PathLike) -> dict[tuple[int, int, int], list[int]]:
+    """What `record_samples` wrote to `folder`: (epoch, step, round) -> the indices every rank trained then."""
+    steps: dict[tuple[int, int, int], list[int]] = {}
+    for row in _recorded(folder):
+        steps.setdefault((row["epoch"], row["step"], row["round"]), []).extend(row["ids"])
     return steps
 
 
 def rounds_started(folder: str | os.PathLike) -> dict[int, float]:
-    """From what `record_samples` wrote: when each rendezvous round trained its first step (time.time())."""
-    import json
-    from pathlib import Path
-
+    """From what `record_samples` wrote: when each rendezvous round ended its first step (time.time())."""
     first: dict[int, float] = {}
-    for file in sorted(Path(folder).glob("rank-*.round-*.jsonl")):
-        for line in file.read_text().splitlines():
-            row = json.loads(line)
-            first[row["round"]] = min(first.get(row["round"], math.inf), row["t"])
+    for row in _recorded(folder):
+        first[row["round"]] = min(first.get(row["round"], math.inf), row["t"])
     return first
 
 

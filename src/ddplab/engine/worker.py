@@ -132,7 +132,6 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
     trainer, info = build_trainer(
         config, ctx, run_dir, session_start=start, layout_world=layout_world, planned_world=planned_world
     )
-    last = last_round(run_dir) if ctx.is_main and ctx.is_distributed else None
     if config.output.resume:
         assert plan.resume is not None  # check_run_dir read the folder of every resumed run
         path = runfiles.checkpoint_path(run_dir)
@@ -165,17 +164,8 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
                 config.train.epochs,
             )
     if ctx.is_main and ctx.is_distributed:
-        before = last["hosts"] if last else trainer.written_by  # the round before; a resume's checkpoint's writers
-        if change := membership_change(before, ctx, config, last.get("stopped") if last else None):
-            resumed = config.output.resume
-            log.warning(
-                "%s: %s", change, f"going on from the checkpoint at step {trainer.state.step}" if resumed else
-                "starting over (no checkpoint yet)",
-            )  # fmt: skip
-        hosts = [h for h in ctx.rank_hosts() if h]  # none on one node, whose runs have no membership to change
-        with contextlib.suppress(Exception):  # only adds words to the next round's line
-            if hosts:
-                files.write_json(run_dir / runfiles.ROUND, {"hosts": hosts, "stopped": None})
+        say_membership_change(config, ctx, run_dir, trainer)
+        record_round(ctx, run_dir)
     sinks = build_sinks(config, ctx, run_dir, trainer.state.history)
     warmup = maybe_warm_up(trainer)
     profiler = build_profiler(
@@ -195,10 +185,8 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
         # Gloo/NCCL report a timed-out or broken collective as RuntimeError
         if isinstance(exc, RuntimeError) and ctx.is_distributed and not is_out_of_memory(exc):
             failure = collective_failure(exc, config, ctx, run_dir)
-            if ctx.is_main and (hosts := [h for h in ctx.rank_hosts() if h]):  # for the next round's line
-                with contextlib.suppress(Exception):  # never in the failure's way
-                    reached = {"epoch": trainer.state.epoch + 1, "step": trainer.state.step}
-                    files.write_json(run_dir / runfiles.ROUND, {"hosts": hosts, "stopped": reached})
+            if ctx.is_main:
+                record_round(ctx, run_dir, stopped={"epoch": trainer.state.epoch + 1, "step": trainer.state.step})
             if ctx.is_main and group_attempt() < config.dist.max_restarts:  # the launcher's restart follows
                 log.warning(
                     "%s; the group restarts from it (restart %d of %d; this one stopped at step %d, in epoch %d)",
@@ -269,6 +257,26 @@ def membership_change(
     said += [f"host {', '.join(joined)} joined"] if joined else []
     nodes = len(set(now))
     return f"{'; '.join(said)}: {nodes} of {config.dist.nnodes} nodes ({ctx.world_size} workers)"
+
+
+def say_membership_change(config: RunConfig, ctx: DistContext, run_dir: Path, trainer: Trainer) -> None:
+    """The one line a change of hosts since the round before gets (against the resumed checkpoint's writers where
+    no round was recorded), with where that round stopped and where this one goes on from."""
+    last = last_round(run_dir)
+    before = last["hosts"] if last else trainer.written_by
+    if change := membership_change(before, ctx, config, last["stopped"] if last else None):
+        going_on = f"going on from the checkpoint at step {trainer.state.step}" if config.output.resume else None
+        log.warning("%s: %s", change, going_on or "starting over (no checkpoint yet)")
+
+
+def record_round(ctx: DistContext, run_dir: Path, stopped: dict[str, int] | None = None) -> None:
+    """RUN/round.json: this round's hosts and, when a collective failed under it, where rank 0 had got to (epoch,
+    step). Only for a run across hosts (on one node there is no membership to change); it only adds words to the
+    next round's line, so it is never in the way of the run, or of its failure."""
+    hosts = [h for h in ctx.rank_hosts() if h]
+    if hosts:
+        with contextlib.suppress(Exception):
+            files.write_json(run_dir / runfiles.ROUND, {"hosts": hosts, "stopped": stopped})
 
 
 def last_round(run_dir: Path) -> dict[str, Any] | None:

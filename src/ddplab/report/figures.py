@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 from ddplab.errors import DataError
 from ddplab.metrics.stragglers import named
 from ddplab.report import noise
-from ddplab.report.records import MEASURED, SETTINGS, TEXT, Gap, Overfit, Row, setting
+from ddplab.report.records import MEASURED, SETTINGS, TEXT, Gap, Overfit, Row, figure, setting
 from ddplab.report.runs import Point
 from ddplab.rundir.epochs import (
     PHASES,
@@ -42,11 +42,6 @@ if TYPE_CHECKING:
 COMM_MS = ("probe_comm_ms", "ddp_exposed_ms", "ddp_comm_ms", "straggler_ms")
 SHARES = tuple(p.removesuffix("_s") + "_share" for p in PHASES)
 MEMORY_LABELS = ("peak_alloc_mib", "peak_rss_mib", "peak_reserved_mib")  # first found is reported
-
-
-def figure(row: Row, name: str) -> Any:
-    """A figure by a name held in a variable (a column, a MEASURED name, its _std); None where absent."""
-    return cast(dict[str, Any], row).get(name)
 
 
 OVERFIT_RISE = 0.10  # test loss this far above its minimum at the end counts as overfitting

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddplab.report import figures, noise
-from ddplab.report.records import Comparison, PairPrediction, Row, Section, Verdict, setting
+from ddplab.report.records import Comparison, PairPrediction, Row, Section, Verdict, figure, setting
 from ddplab.report.tables import (
     band_range,
     faster,
@@ -61,7 +61,7 @@ def regularization_findings(section: Section) -> list[Finding]:
 
 
 def pct(row: Row, key: str) -> str:
-    value = figures.figure(row, key)
+    value = figure(row, key)
     return f"{percent_value(value)}%" if value is not None else "-"
 
 

@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ddplab.io import files
-from ddplab.report.figures import figure
 from ddplab.report.kinds import kind_of
-from ddplab.report.records import Row, setting
+from ddplab.report.records import Row, figure, setting
 from ddplab.report.runs import Point, groups_without
 
 DPI = 100

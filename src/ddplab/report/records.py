@@ -221,9 +221,14 @@ def _made(how: Made) -> tuple[str, ...]:
 TEXT, SETTINGS, MEASURED = _made(SAID), _made(SETTING), _made(MEASURED_FIGURE)  # in Row's order: the CSV's columns
 
 
+def figure(row: Row, name: str) -> Any:
+    """A figure by a name held in a variable (a column, a MEASURED name, its _std); None where absent."""
+    return cast(dict[str, Any], row).get(name)
+
+
 def setting(row: Row, name: str) -> int | None:
     """A row's Setting as the number it is: None where absent, or "mixed" over a point's runs."""
-    value = cast(dict[str, Any], row).get(name)  # a name held in a variable: one of SETTINGS
+    value = figure(row, name)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 

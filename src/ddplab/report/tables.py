@@ -12,8 +12,8 @@ import io
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ddplab.report.figures import SHARES, figure
-from ddplab.report.records import MEASURED, SETTINGS, TEXT, Comparison, Gap, PairPrediction, Row, judged
+from ddplab.report.figures import SHARES
+from ddplab.report.records import MEASURED, SETTINGS, TEXT, Comparison, Gap, PairPrediction, Row, figure, judged
 from ddplab.sweepdir.spec import point_text
 
 T = TypeVar("T")  # a point's figures (a Row) or a Comparison
