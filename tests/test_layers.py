@@ -36,7 +36,7 @@ ALLOWED: dict[str, set[str]] = {
     "tracking": {"errors", "io"},
     "compat": {"errors", "internals", "stops"},
     "faults": {"errors", "topology"},
-    "data": {"errors", "internals", "seeding"},
+    "data": {"errors", "faults", "internals", "seeding"},
     "config": {"data", "errors", "io"},
     "machine": {"config", "topology", "tracking"},
     "rundir": {"config", "errors", "faults", "io", "machine", "topology"},

@@ -1,7 +1,9 @@
 """Deliberate failures, for testing that recovery really recovers.
 
 `DDPLAB_FAULT="kill:rank=1:epoch=2:step=3"` makes rank 1 SIGKILL itself before optimizer
-step 3 of epoch 2; `raise:...` raises instead, `hang:...` sleeps forever (a stuck rank), `stop:...` stops itself
+step 3 of epoch 2; `raise:...` raises instead, `hang:...` sleeps forever (a stuck rank), `stall:...` sleeps forever
+inside the data loader, making the step's batch (a rank stuck in its data path: a hung read; step S is the S-th batch
+its loader makes in the epoch, the step's where there is no accumulation), `stop:...` stops itself
 (SIGSTOP: a rank frozen by a debugger or the OS, deaf to everything but SIGKILL and SIGCONT), `slow:rank=1:ms=30`
 sleeps 30 ms before each step it matches (a straggler: no step given, every step), `slowsave:epoch=2:ms=4000` holds the
 writing of that epoch's last.pt for 4 s between its temporary file and the rename (a fault during a checkpoint
@@ -28,10 +30,10 @@ from ddplab.topology import group_attempt
 ENV = "DDPLAB_FAULT"
 
 
-ACTIONS = ("kill", "raise", "hang", "stop", "slow", "slowsave")
+ACTIONS = ("kill", "raise", "hang", "stall", "stop", "slow", "slowsave")
 LEAST = {"rank": 0, "epoch": 1, "step": 1, "attempts": 1, "ms": 0}  # each field's smallest meaningful value
 GRAMMAR = (
-    "kill|raise|hang|stop[:rank=R][:epoch=E][:step=S][:attempts=N], slow:ms=M[...] or "
+    "kill|raise|hang|stall|stop[:rank=R][:epoch=E][:step=S][:attempts=N], slow:ms=M[...] or "
     "slowsave:ms=M[:epoch=E] (R >= 0, E, S, N >= 1, M >= 0)"
 )
 
@@ -163,24 +165,44 @@ def maybe_slow_save(epoch: int) -> None:
         time.sleep(where["ms"] / 1000)
 
 
-def maybe_inject(rank: int, epoch: int, step: int) -> None:
+def _fires(actions: tuple[str, ...], rank: int, epoch: int, step: int) -> tuple[str, dict[str, int]] | None:
+    """The fault where its action is one of `actions` and it matches this rank, epoch and step in an attempt it
+    fires in; None otherwise."""
     fault = current()
-    if fault is None or fault[0] == "slowsave":
-        return
+    if fault is None or fault[0] not in actions:
+        return None
     action, where = fault
     if group_attempt() >= where.get("attempts", 1):
-        return
+        return None
     here = {"rank": rank, "epoch": epoch, "step": step}
-    if all(here[k] == v for k, v in where.items() if k not in ("attempts", "ms")):
-        if action == "slow":
-            time.sleep(where["ms"] / 1000)
-            return
-        if action == "kill":
-            os.kill(os.getpid(), signal.SIGKILL)
-        if action == "stop":
-            os.kill(os.getpid(), signal.SIGSTOP)
-            return  # continued: train on, as a rank that was frozen for a while does
-        if action == "hang":
-            while True:
-                time.sleep(3600)
-        raise TrainingError(f"injected fault ({ENV}) at epoch {epoch} step {step}")
+    return fault if all(here[k] == v for k, v in where.items() if k not in ("attempts", "ms")) else None
+
+
+def _forever() -> None:
+    while True:
+        time.sleep(3600)
+
+
+def maybe_stall(rank: int, epoch: int, batch: int) -> None:
+    """In the data loader, before it makes the epoch's `batch`-th batch (counted from 1)."""
+    if _fires(("stall",), rank, epoch, batch):
+        _forever()
+
+
+def maybe_inject(rank: int, epoch: int, step: int) -> None:
+    """At the start of an optimizer step."""
+    fault = _fires(("kill", "raise", "hang", "stop", "slow"), rank, epoch, step)
+    if fault is None:
+        return
+    action, where = fault
+    if action == "slow":
+        time.sleep(where["ms"] / 1000)
+        return
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if action == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return  # continued: train on, as a rank that was frozen for a while does
+    if action == "hang":
+        _forever()
+    raise TrainingError(f"injected fault ({ENV}) at epoch {epoch} step {step}")

@@ -86,7 +86,8 @@ def reference(tmp_path_factory):
 class Nodes:
     """One `ddplab train` per host of `cluster`, all with the same arguments, started together."""
 
-    def __init__(self, cluster, out, *, nproc=1, epochs=3, extra=(), env=None, only=None):
+    def __init__(self, cluster, out, *, nproc=1, epochs=3, extra=(), env=None, only=None, host_env=None):
+        """`host_env`: {host: variables} for one host's process alone (a fault on that host)."""
         self.cluster, self.out = cluster, Path(out)
         self.marker = f"DDPLAB_TEST_{uuid.uuid4().hex}"
         args = [
@@ -118,7 +119,7 @@ class Nodes:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,
-                env=full_env,
+                env={**full_env, **(host_env or {}).get(i, {})},
             )
             for i in (range(cluster.hosts) if only is None else only)
         }
@@ -367,6 +368,53 @@ def test_sigterm_or_ctrl_c_ends_a_host_within_seconds_while_its_collective_hangs
     assert nodes.left_running() == {0: [], 1: []}
     # Stopped in epoch 2: epoch 1's checkpoint is what a resume starts from (as after a cut, tested above).
     assert checkpoint.load(tmp_path / "run" / "checkpoints" / checkpoint.LAST)["train_state"]["epoch"] == 1
+
+
+def test_a_rank_stuck_in_its_data_path_and_one_stopped_are_named_with_their_hosts_and_where_they_are(
+    make_cluster, tmp_path
+):
+    """Three hosts, a rank each. Host 1's rank stalls in its data loader before step 3 (stuck in Python, as on a
+    hung read), host 2's is stopped there (SIGSTOP: deaf to everything). Rank 0 times out in step 3's all-reduce,
+    and its one line names both by host: the one that answered never entered that all-reduce and is in the loader;
+    the stopped one did not answer. The stuck rank's stacks are beside rank 0's; the stopped one wrote none. Every
+    host ends within the timeout plus seconds and leaves nothing running. (This replaces the one-host check of a
+    stopped rank 1: the one-host check of a stopped rank 0, which names itself by silence, stays in test_ddp.)"""
+    cluster = make_cluster(3)
+    nodes = Nodes(
+        cluster,
+        tmp_path / "run",
+        epochs=1,
+        host_env={
+            1: {"DDPLAB_FAULT": "stall:rank=1:epoch=1:step=3"},
+            2: {"DDPLAB_FAULT": "stop:rank=2:epoch=1:step=3"},
+        },
+    )
+    training = wait_for_line(tmp_path / "run" / "train.log", "steps/epoch", nodes)  # set up: two steps to go
+    results = nodes.finish()
+    assert all(code != 0 for code, _ in results.values()), {i: e[-2000:] for i, (_, e) in results.items()}
+    assert max(nodes.ended_at.values()) - training < TIMEOUT_S + MARGIN_S, (training, nodes.ended_at)
+    assert nodes.left_running() == {0: [], 1: [], 2: []}
+    stuck, stopped = cluster.address(1), cluster.address(2)
+    line = last_line(results[0][1])
+    said = re.search(
+        rf"rank 1 on {re.escape(stuck)}, 2 on {re.escape(stopped)} did not reach the collective within "
+        rf"dist.timeout_s={TIMEOUT_S} s: rank 1 never entered all-reduce #(\d+) \(bucket 1 of 1, [\d.]+ KiB\) and is "
+        r"in ddplab/data/loader.py:\d+ __iter__; rank 2 did not answer \(stopped, or its host cut off\); stacks in "
+        rf"{re.escape(str(tmp_path / 'run'))}/hang/ on each host; the last checkpoint is kept$",
+        line,
+    )
+    assert said, results[0][1][-3000:]
+    for i in (1, 2):  # the others say where the run ended, not that they never reached it
+        assert last_line(results[i][1]) == (
+            f"ddplab: error: the run's store at the rendezvous host {cluster.endpoint()} (node 0) closed while the "
+            "run was under way: the run ended there (node 0's own line says why) or its processes died; every "
+            "process on this node was stopped, checkpoints are kept"
+        ), results[i][1][-2000:]
+    hang = tmp_path / "run" / "hang"
+    assert {p.name for p in hang.glob("*.txt")} == {"rank-0.txt", "rank-1.txt"}
+    assert "in maybe_stall" in (hang / "rank-1.txt").read_text()
+    assert f"all-reduce #{said[1]} " in (hang / "rank-0.txt").read_text()
+    assert f"all-reduce #{said[1]} " not in (hang / "rank-1.txt").read_text()
 
 
 def test_a_host_whose_processes_are_killed_is_named_and_the_run_resumes_exactly(make_cluster, reference, tmp_path):

@@ -203,6 +203,17 @@ def test_a_membership_that_may_change_scales_the_rounds_waits_to_the_timeout_and
     assert fixed.startswith("not all 3 nodes joined")
 
 
+def test_a_store_gone_before_the_rendezvous_formed_is_unreached_and_after_it_is_the_run_ended_there():
+    from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
+
+    from ddplab.launch.elastic import rendezvous_failure
+
+    before = str(rendezvous_failure(RendezvousConnectionError(), "10.0.0.1:29500", 2, "dist.timeout_s=6"))
+    assert before.startswith("cannot reach the rendezvous endpoint 10.0.0.1:29500 within dist.timeout_s=6 s")
+    after = str(rendezvous_failure(RendezvousConnectionError(), "10.0.0.1:29500", 2, "dist.timeout_s=6", formed=True))
+    assert after.startswith("the run's store at the rendezvous host 10.0.0.1:29500 (node 0) closed while the run was")
+
+
 def test_a_stop_signal_during_the_workers_spawn_is_raised_once_the_agent_holds_them_all():
     """SIGTERM between two workers' spawns made the agent's handler raise before it held the group: the worker
     already started was never stopped, and printed a FileNotFoundError traceback under ddplab's one line (seen

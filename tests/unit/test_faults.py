@@ -11,6 +11,7 @@ from ddplab.errors import ConfigError
     [
         ("kill:rank=1:epoch=2:step=3", ("kill", {"rank": 1, "epoch": 2, "step": 3})),
         ("slow:rank=1:ms=40", ("slow", {"rank": 1, "ms": 40})),
+        ("stall:rank=1:epoch=1:step=3", ("stall", {"rank": 1, "epoch": 1, "step": 3})),
         ("slowsave:epoch=2:ms=4000", ("slowsave", {"epoch": 2, "ms": 4000})),
         ("raise:rank=0:epoch=2:step=1:attempts=9", ("raise", {"rank": 0, "epoch": 2, "step": 1, "attempts": 9})),
     ],
@@ -42,7 +43,7 @@ def test_a_fault_reads_as_written(spec, parsed):
     ],
 )
 def test_a_malformed_fault_is_one_line_naming_the_variable(spec):
-    with pytest.raises(ConfigError, match=r"^DDPLAB_FAULT=.*expected kill\|raise\|hang\|stop"):
+    with pytest.raises(ConfigError, match=r"^DDPLAB_FAULT=.*expected kill\|raise\|hang\|stall\|stop"):
         faults.parse(spec)
 
 

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 
 import torch
 
+from ddplab import faults
 from ddplab.data.augment import Augmenter, AugmentSpec
 from ddplab.data.dataset import ImageDataset
 from ddplab.data.options import images_per_rank
@@ -216,8 +217,12 @@ class DeviceLoader:
         self.streams = {v: self.generator(v) for v in self.shards} if self.augmenter is not None else {}
         self.rounds = 0
         b = self.batch_size
+        made = 0
         for m in range(self.rounds_per_epoch()):
             for i, v in enumerate(self.shards):
+                made += 1
+                if self.train:
+                    faults.maybe_stall(self.rank, self.epoch, made)  # a test's stuck data path (ddplab/faults.py)
                 batch = index[v][m * b : (m + 1) * b]
                 x = self._make_batch(self.images.index_select(0, batch), self.streams.get(v), batch)
                 if self.handed is not None:

@@ -32,6 +32,7 @@ from ddplab.topology import group_attempt
 FOLDER = "hang"
 ANSWER_WAIT_S = 2.0  # how long the ranks that timed out wait for the others' answers
 PACKAGE = Path(__file__).resolve().parents[1]  # src/ddplab: a frame of ours is named from here
+FAULT_HOOK = str(PACKAGE / "faults.py")  # a test's fault plays stuck where it is called: its caller is the place
 
 
 def side_store(timeout_s: float = 30.0) -> dist.Store | None:
@@ -55,9 +56,9 @@ def side_store(timeout_s: float = 30.0) -> dist.Store | None:
 
 def where(frame) -> str:
     """A thread's place, as a line says it: its innermost frame in ddplab's code ("ddplab/data/loader.py:123
-    next_batch"), else its innermost frame."""
+    next_batch"; the fault hook's frames stand for their caller), else its innermost frame."""
     stack = traceback.extract_stack(frame)
-    ours = [f for f in stack if f.filename.startswith(str(PACKAGE))]
+    ours = [f for f in stack if f.filename.startswith(str(PACKAGE)) and f.filename != FAULT_HOOK]
     f = (ours or stack)[-1]
     name = Path(f.filename)
     shown = name.relative_to(PACKAGE.parent) if name.is_relative_to(PACKAGE.parent) else name

@@ -189,7 +189,7 @@ class Trainer:
         segment["train_s"] = round(segment["train_s"] + train_s, 6)
         segment["images"] += train.session_count
         readings.training_ended()
-        clocks, spread = self.rank_clocks(epoch)
+        clocks, spreads = self.rank_clocks(epoch)
         phases: dict[str, Any] = {}
         ddp: dict[str, float] = {}
         if train.phases is not None:  # the communication probe runs outside the epoch's clock
@@ -218,7 +218,9 @@ class Trainer:
             train_s=train_s,
             eval_s=eval_s,
             images_per_s=train.session_count / train_s if train_s > 0 else 0.0,
-            join_spread_share=spread,
+            join_spread_share=spreads["all"],
+            join_spread_in_node_share=spreads["in_node"],
+            join_spread_across_nodes_share=spreads["across_nodes"],
             workers=self.ctx.world_size,
             **phases,
             **machine.load,
@@ -239,20 +241,24 @@ class Trainer:
         )
         return record, {"steps": steps, "gpu": machine.gpu_rows}
 
-    def rank_clocks(self, epoch: int) -> tuple[dict[str, list[float | None]], float | None]:
-        """Every rank's step clocks over the epoch (one gather of two floats a step), as per-rank figures, and the
-        spread between the ranks; rank 0 says a chronic straggler the first time its window of steps shows one."""
-        step_s, joined_s = self.clocks.take()
+    def rank_clocks(self, epoch: int) -> tuple[dict[str, list[float | None]], dict[str, float | None]]:
+        """Every rank's step clocks over the epoch (one gather of three floats a step), as per-rank figures, and the
+        spreads between the ranks; rank 0 says a chronic straggler the first time its window of steps shows one."""
+        step_s, joined_s, data_s = self.clocks.take()
         steps = len(step_s)
-        table = self.ctx.all_gather_floats(step_s + joined_s)
-        joined = [row[steps:] for row in table]
+        table = self.ctx.all_gather_floats(step_s + joined_s + data_s)
+        joined = [row[steps : 2 * steps] for row in table]
         last = stragglers.last_to_join(joined)
-        figures = [stragglers.clock_figures(row[:steps], joined[r], last[r]) for r, row in enumerate(table)]
+        waited = stragglers.waits(joined)
+        figures = [
+            stragglers.clock_figures(row[:steps], joined[r], last[r], row[2 * steps :], waited[r])
+            for r, row in enumerate(table)
+        ]
         if self.window is not None and (who := self.window.add(joined)) is not None:
             log.warning("straggler at epoch %d: %s", epoch, who.line(f"the last {who.steps} steps"))
-        spread = stragglers.spread(joined)
+        spreads = stragglers.spreads(joined, self.ctx.hosts)
         per_rank = {name: [f[name] if f[name] == f[name] else None for f in figures] for name in figures[0]}
-        return per_rank, spread if spread == spread else None
+        return per_rank, {k: v if v == v else None for k, v in spreads.items()}
 
     def per_rank(self, **values: float) -> dict[str, list[float | None]]:
         """Each rank's own figures, gathered (one collective per epoch), by name."""
@@ -333,6 +339,7 @@ class Trainer:
             timer.begin_step(i)
             faults.maybe_inject(self.ctx.rank, epoch, step_in_epoch)
             group = [b for _, b in zip(range(self.accumulate), batches, strict=False)]
+            self.clocks.fed()
             timer.lap("data_s")
             loss = self.train_step(group, meter, timer)
             self.clocks.end()

@@ -210,7 +210,11 @@ def train_in_group(plan: RunPlan, ctx: DistContext, start: float) -> RunResult:
         stragglers_found=stragglers.run_verdict(  # type: ignore[arg-type]
             [r.per_rank for r in state.history],
             ctx.rank_hosts(),
-            [r.join_spread_share for r in state.history],
+            {
+                "all": [r.join_spread_share for r in state.history],
+                "in_node": [r.join_spread_in_node_share for r in state.history],
+                "across_nodes": [r.join_spread_across_nodes_share for r in state.history],
+            },
             steps=state.step,
         ),
     )

@@ -185,7 +185,8 @@ def launch_workers(plan: RunPlan, *, command: bool = True):
         except KeyboardInterrupt as exc:  # a stop signal before the agent took the signals (its rendezvous)
             raise Interrupted(interrupted_line("SIGINT" if interrupted else stops.name_of(exc))) from None
         except RendezvousError as exc:
-            raise rendezvous_failure(exc, d.rdzv_endpoint, d.nnodes, timeout, d.min_nodes) from None
+            formed = topology.ROUND in os.environ  # a round had formed: the run was under way (rounds_counted)
+            raise rendezvous_failure(exc, d.rdzv_endpoint, d.nnodes, timeout, d.min_nodes, formed) from None
     return next((r for r in results.values() if r is not None), None)
 
 
@@ -214,14 +215,20 @@ def unreached_line(endpoint: str | None, timeout: str) -> str:
 
 
 def rendezvous_failure(
-    exc: Exception, endpoint: str | None, nnodes: int, timeout: str, min_nodes: int = 0
+    exc: Exception, endpoint: str | None, nnodes: int, timeout: str, min_nodes: int = 0, formed: bool = False
 ) -> errors.DdplabError:
-    """One line for a rendezvous that never formed: which endpoint, what to check. `timeout`: the setting that
-    bounded it and its value, as the user would spell it (dist.timeout_s=600). `min_nodes`: the fewest a
-    membership that may change goes on with (0: all `nnodes`)."""
+    """One line for a rendezvous that never formed, or whose store went away once it had (`formed`): which
+    endpoint, what to check. `timeout`: the setting that bounded it and its value, as the user would spell it
+    (dist.timeout_s=600). `min_nodes`: the fewest a membership that may change goes on with (0: all `nnodes`)."""
     from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError, RendezvousTimeoutError
 
     endpoint = endpoint or "this machine"
+    if isinstance(exc, RendezvousConnectionError) and formed:
+        return errors.TrainingError(
+            f"the run's store at the rendezvous host {endpoint} (node 0) closed while the run was under way: the run "
+            "ended there (node 0's own line says why) or its processes died; every process on this node was "
+            "stopped, checkpoints are kept"
+        )
     if isinstance(exc, RendezvousConnectionError):
         return errors.TrainingError(unreached_line(endpoint, timeout))
     if isinstance(exc, RendezvousTimeoutError) and 0 < min_nodes < nnodes:

@@ -34,21 +34,53 @@ def chronic_share(ranks: int) -> float:
     return max(0.5, min(0.9, 1.5 / ranks))
 
 
-def clock_figures(step_s: Sequence[float], joined_s: Sequence[float], last: Sequence[bool]) -> dict[str, float]:
-    """One rank's figures over an epoch's steps: its step times' median, p95 and max, its join times' median and
-    spread (median absolute deviation), and the share of steps it joined last. NaN where none was measured."""
+def distribution(name: str, values: Sequence[float]) -> dict[str, float]:
+    """`name`'s median, p95 and max over an epoch's steps (NaN where none was measured)."""
+    kept = sorted(v for v in values if v == v)
     nan = float("nan")
-    steps = sorted(s for s in step_s if s == s)
+    return {
+        f"{name}_median_s": statistics.median(kept) if kept else nan,
+        f"{name}_p95_s": kept[min(len(kept) - 1, int(0.95 * len(kept)))] if kept else nan,
+        f"{name}_max_s": kept[-1] if kept else nan,
+    }
+
+
+def clock_figures(
+    step_s: Sequence[float],
+    joined_s: Sequence[float],
+    last: Sequence[bool],
+    data_s: Sequence[float] = (),
+    waited_s: Sequence[float] = (),
+) -> dict[str, float]:
+    """One rank's figures over an epoch's steps: the median, p95 and max of its step times, of its wait for data
+    and of its wait in the all-reduce for the last rank to join (`waits`); its join times' median and spread
+    (median absolute deviation), and the share of steps it joined last. NaN where none was measured."""
+    nan = float("nan")
     joined = [j for j in joined_s if j == j]
     centre = statistics.median(joined) if joined else nan
     return {
-        "step_median_s": statistics.median(steps) if steps else nan,
-        "step_p95_s": steps[min(len(steps) - 1, int(0.95 * len(steps)))] if steps else nan,
-        "step_max_s": steps[-1] if steps else nan,
+        **distribution("step", step_s),
+        **distribution("data", data_s),
+        **distribution("waited", waited_s),
         "joined_median_s": centre,
         "joined_mad_s": statistics.median(abs(j - centre) for j in joined) if joined else nan,
         "last_share": sum(last) / len(last) if joined and last else nan,
     }
+
+
+def waits(joined_by_rank: Sequence[Sequence[float]]) -> list[list[float]]:
+    """For each rank, each step: how long it waited in the step's first all-reduce for the last rank to join it
+    (the last one's join time less its own; ranks start a step together). NaN with one rank, or in a step where
+    some rank has no join time."""
+    ranks = len(joined_by_rank)
+    steps = min((len(r) for r in joined_by_rank), default=0)
+    out = [[float("nan")] * steps for _ in range(ranks)]
+    for i in range(steps):
+        column = [joined_by_rank[r][i] for r in range(ranks)]
+        if ranks > 1 and all(v == v for v in column):
+            for r in range(ranks):
+                out[r][i] = max(column) - column[r]
+    return out
 
 
 def last_to_join(joined_by_rank: Sequence[Sequence[float]]) -> list[list[bool]]:
@@ -64,24 +96,51 @@ def last_to_join(joined_by_rank: Sequence[Sequence[float]]) -> list[list[bool]]:
     return out
 
 
-def spread(joined_by_rank: Sequence[Sequence[float]]) -> float:
+def spread(
+    joined_by_rank: Sequence[Sequence[float]],
+    groups: Sequence[Sequence[int]] | None = None,
+    within: bool = False,
+) -> float:
     """The spread between ranks, as the planner's STRAGGLER reads it: in each step, the standard deviation of the
     ranks' join times around each rank's own median (a chronically slow rank's offset is taken out: that is
-    who, not noise), over their mean; the median over the steps. NaN with one rank or no join times."""
-    ranks = len(joined_by_rank)
-    if ranks < 2:
-        return float("nan")
+    who, not noise), over the step's mean join time; the median over the steps. With `groups` (the ranks of each
+    host): the spread between the groups, each group's mean offset in a step standing for it, or (`within`) the
+    spread inside each group of two or more, the mean over the groups. NaN where no two ranks (groups) compare or
+    there are no join times."""
     medians = []
     for row in joined_by_rank:
         kept = [v for v in row if v == v]
         medians.append(statistics.median(kept) if kept else float("nan"))
+    units = groups if groups is not None else [[r] for r in range(len(joined_by_rank))]
+    if within:
+        units = [u for u in units if len(u) > 1]
+    if (len(units) < 1 if within else len(units) < 2) or any(m != m for m in medians):
+        return float("nan")
     ratios = []
     for column in zip(*joined_by_rank, strict=True):
-        if all(v == v for v in column) and all(m == m for m in medians):
-            mean = statistics.fmean(column)
-            if mean > 0:
-                ratios.append(statistics.stdev(v - m for v, m in zip(column, medians, strict=True)) / mean)
+        mean = statistics.fmean(column) if all(v == v for v in column) else float("nan")
+        if not mean > 0:
+            continue
+        offsets = [[column[r] - medians[r] for r in unit] for unit in units]
+        if within:
+            ratios.append(statistics.fmean(statistics.stdev(o) for o in offsets) / mean)
+        else:
+            ratios.append(statistics.stdev(statistics.fmean(o) for o in offsets) / mean)
     return statistics.median(ratios) if ratios else float("nan")
+
+
+def spreads(joined_by_rank: Sequence[Sequence[float]], hosts: Sequence[str]) -> dict[str, float]:
+    """The spreads the planner reads apart (NaN where the run cannot show one): between all ranks (`all`); between
+    the ranks of one host (`in_node`: a GPU's, over the hosts that hold two or more); between hosts, each host's
+    ranks together (`across_nodes`: a node's, where the run spans hosts)."""
+    ranks = len(joined_by_rank)
+    by_host = [[r for r in range(ranks) if hosts[r] == h] for h in dict.fromkeys(hosts)] if len(hosts) == ranks else []
+    by_host = by_host or [list(range(ranks))]
+    return {
+        "all": spread(joined_by_rank),
+        "in_node": spread(joined_by_rank, by_host, within=True),
+        "across_nodes": spread(joined_by_rank, by_host) if len(by_host) > 1 else float("nan"),
+    }
 
 
 def named(ranks: Sequence[int], host: str | None, on: str = "on") -> str:
@@ -192,12 +251,13 @@ class Window:
 def run_verdict(
     per_rank_epochs: Sequence[Mapping[str, Sequence[float | None]]],
     hosts: Sequence[str],
-    spreads: Sequence[float | None] = (),
+    spreads: Mapping[str, Sequence[float | None]] | None = None,
     steps: int = 1,
 ) -> dict:
     """summary.json's `stragglers`: the rule over the run's epochs (each epoch's per-rank figures, as
-    metrics.jsonl holds them): shares averaged, medians and spreads the median of the epochs'; and the spread
-    between ranks (`spreads`, each epoch's), the median of the epochs', for the planner."""
+    metrics.jsonl holds them): shares averaged, medians and spreads the median of the epochs'; and the spreads
+    between ranks (`spreads`: each epoch's, by the names of `spreads()`), the median of the epochs', for the
+    planner."""
 
     def column(name: str, how) -> list[float]:
         rows = [e[name] for e in per_rank_epochs if name in e]
@@ -207,6 +267,10 @@ def run_verdict(
             values = [float(v) for row in rows if r < len(row) and (v := row[r]) is not None and v == v]
             out.append(how(values) if values else float("nan"))
         return out
+
+    def across_epochs(name: str) -> float | None:
+        measured = [float(v) for v in (spreads or {}).get(name, ()) if v is not None and v == v]
+        return round(statistics.median(measured), 5) if measured else None
 
     share = column("last_share", statistics.fmean)
     verdict, who = judge(
@@ -218,10 +282,11 @@ def run_verdict(
         said = "no rank was chronically slowest (a different one from step to step): noise, no straggler"
     else:
         said = "not measured (one rank, or no DDP all-reduce to time)"
-    measured = [float(v) for v in spreads if v is not None and v == v]
     return {
         "verdict": verdict,
-        "spread_cv": round(statistics.median(measured), 5) if measured else None,
+        "spread_cv": across_epochs("all"),
+        "spread_cv_in_node": across_epochs("in_node"),
+        "spread_cv_across_nodes": across_epochs("across_nodes"),
         "straggler": who.to_json() if who is not None else None,
         "last_share": [round(s, 4) if s == s else None for s in share],
         "said": said,

@@ -305,23 +305,35 @@ def device_share(summary: Summary, step_s: float) -> float:
 def measured_spread(
     summary: Summary, on_cuda: bool, nodes: int, clock: list[dict[str, Any]] | None, epochs: int
 ) -> tuple[Spread, dict[str, str]]:
-    """STRAGGLER's spreads for a run, and where each came from. A run of two or more ranks measured the spread
-    between them (its step clocks: summary.json's stragglers.spread_cv): a GPU's, where it ran on one node, a
-    node's where it ran across nodes. What it did not measure: on CUDA the constants fitted to published figures
-    (GPU_STEP_CV, NODE_STEP_CV), on a CPU its own clock's refresh windows (a step's spread, for the nodes)."""
-    measured = cast(dict[str, Any], summary.get("stragglers") or {}).get("spread_cv")
+    """STRAGGLER's spreads for a run, and where each came from. A run of two or more ranks measured the spreads
+    between them (its step clocks: summary.json's stragglers): a GPU's between the ranks of a node, a node's
+    between its nodes where it ran across nodes, each read apart. What it did not measure: on CUDA the constants
+    fitted to published figures (GPU_STEP_CV, NODE_STEP_CV), on a CPU its own clock's refresh windows (a step's
+    spread, for the nodes: one node's processes share its cores)."""
+    found = cast(dict[str, Any], summary.get("stragglers") or {})
     ranks = summary["run"]["world_size"]
+
+    def read(name: str) -> float | None:
+        value = found.get(name)
+        return float(value) if isinstance(value, (int, float)) and ranks > 1 else None
+
     mine = f"measured: this run's {ranks} ranks' step clocks"
     fitted = "fitted to the published figures (planner/figures)"
     if on_cuda:
         gpu, node = (GPU_STEP_CV, fitted), (NODE_STEP_CV, fitted)
     else:
         gpu, node = (step_spread(clock or [], epochs), "this run's clock between progress refreshes"), (0.0, "none")
-    if isinstance(measured, (int, float)) and ranks > 1:
-        if on_cuda and nodes > 1:
-            node = (float(measured), mine)
-        elif on_cuda or nodes > 1:  # on a CPU the spread is the nodes' (one node's processes share its cores)
-            gpu = (float(measured), mine)
+    together = read("spread_cv")  # a run from before the spreads were read apart: all its ranks' together
+    in_node, across = read("spread_cv_in_node"), read("spread_cv_across_nodes")
+    if "spread_cv_in_node" not in found and together is not None:
+        in_node, across = (together, None) if nodes == 1 else (None, together)
+    if on_cuda:
+        if in_node is not None:
+            gpu = (in_node, mine + (", between a node's ranks" if nodes > 1 else ""))
+        if across is not None and nodes > 1:
+            node = (across, f"{mine}, between its {nodes} nodes")
+    elif across is not None and nodes > 1:
+        gpu = (across, f"{mine}, between its {nodes} nodes")
     return Spread(gpu[0], node[0]), {"gpu": gpu[1], "node": node[1]}
 
 

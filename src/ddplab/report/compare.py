@@ -51,24 +51,36 @@ def columns() -> list[tables.Column]:
     ]
 
 
-def rank_steps(run: Run) -> str | None:
-    """Each rank's optimizer step as its step clocks measured it, median/p95/max in ms (summary.json's `ranks`, the
-    medians over epochs: engine/clocks.py); None for one rank, or a run from before the clocks."""
+RANK_CLOCKS = {  # summary.json's `ranks` figures compare lists by rank, median/p95/max each: what a line says
+    "step": "steps by rank",
+    "data": "  waiting for data",
+    "waited": "  waiting in the all-reduce for the last rank",
+}
+
+
+def rank_clocks(run: Run) -> list[str]:
+    """Each rank's optimizer step, its wait for data and its wait in the all-reduce for the last rank to join, as
+    its step clocks measured them: median/p95/max in ms (summary.json's `ranks`, the medians over epochs:
+    engine/clocks.py). None for one rank or a run from before the clocks; no wait line from before the waits."""
     ranks = cast(dict[str, Any], run.summary or {}).get("ranks") or {}
-    columns: list[list[float]] = []
-    for key in ("step_median_s", "step_p95_s", "step_max_s"):
-        values = (ranks.get(key) or {}).get("per_rank")
-        if (
-            not isinstance(values, list)
-            or len(values) < 2
-            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-        ):
-            return None
-        columns.append(values)
-    if len({len(c) for c in columns}) != 1:
-        return None
-    each = ", ".join(f"{rank} " + "/".join(f"{c[rank] * 1e3:.1f}" for c in columns) for rank in range(len(columns[0])))
-    return f"steps by rank in {run.name} (median/p95/max ms): {each}"
+    lines = []
+    for name, said in RANK_CLOCKS.items():
+        columns: list[list[float]] = []
+        for key in (f"{name}_median_s", f"{name}_p95_s", f"{name}_max_s"):
+            values = (ranks.get(key) or {}).get("per_rank")
+            if (
+                isinstance(values, list)
+                and len(values) >= 2
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+            ):
+                columns.append(values)
+        if len(columns) < 3 or len({len(c) for c in columns}) != 1:
+            continue
+        each = ", ".join(
+            f"{rank} " + "/".join(f"{c[rank] * 1e3:.1f}" for c in columns) for rank in range(len(columns[0]))
+        )
+        lines.append(f"{said} in {run.name} (median/p95/max ms): {each}" if name == "step" else f"{said}: {each}")
+    return lines if lines and lines[0].startswith(RANK_CLOCKS["step"]) else []
 
 
 def format_rows(rows: list[Row], runs: list[Run] | None = None) -> str:
@@ -85,7 +97,7 @@ def format_rows(rows: list[Row], runs: list[Run] | None = None) -> str:
         if base
         else "no run has training times to scale against"
     )
-    lines += [said for said in map(rank_steps, runs or []) if said]
+    lines += [said for run in runs or [] for said in rank_clocks(run)]
     for r in rows:
         if r.get("straggler") not in (None, "mixed"):
             lines.append(f"straggler in {r['run']}: {r['straggler']}")

@@ -60,8 +60,11 @@ class EpochRecord:
     cpu_pressure_share: float | None = None
     load_avg_1m: float | None = None
     gpu_other_processes: int | None = None
-    # The spread between the ranks' join times (metrics/stragglers.spread): None with one rank
+    # The spread between the ranks' join times (metrics/stragglers.spreads): all ranks', one host's ranks'
+    # (in_node) and the hosts' (across_nodes); None where the run cannot show it (one rank, one host)
     join_spread_share: float | None = None
+    join_spread_in_node_share: float | None = None
+    join_spread_across_nodes_share: float | None = None
     # The workers the epoch's training ended on (a membership that changed may have trained it on others too)
     workers: int | None = None
     # Peak memory: resident set on CPU, allocated and reserved on CUDA, per GPU under DataParallel

@@ -166,9 +166,10 @@ class RankFigures(TypedDict, total=False):
     mean: Annotated[float, number()]
 
 
-class StragglersPart(TypedDict):
+class _StragglersWritten(TypedDict):
     verdict: Annotated[str, one_of("chronic", "noise", "unmeasured")]
-    # the spread between ranks' join times (metrics/stragglers.spread): what `ddplab plan` takes for STRAGGLER
+    # the spread between ranks' join times (metrics/stragglers.spreads): all ranks', a host's ranks' and the
+    # hosts'; `ddplab plan` takes a GPU's and a node's for STRAGGLER (None: not shown by this run)
     spread_cv: Annotated[float | None, number(0) | None]
     # the chronic straggler: {"ranks": [R, ...], "host": H | None, "last_share": S, "slower": F} (metrics/stragglers)
     straggler: Annotated[dict[str, Any] | None, TABLE | None]
@@ -176,9 +177,16 @@ class StragglersPart(TypedDict):
     said: Annotated[str, TEXT]
 
 
+class StragglersPart(_StragglersWritten, total=False):  # a run from before the spreads were read apart lacks them
+    spread_cv_in_node: Annotated[float | None, number(0) | None]
+    spread_cv_across_nodes: Annotated[float | None, number(0) | None]
+
+
 UNMEASURED: StragglersPart = {
     "verdict": "unmeasured",
     "spread_cv": None,
+    "spread_cv_in_node": None,
+    "spread_cv_across_nodes": None,
     "straggler": None,
     "last_share": [],
     "said": "not measured",
@@ -451,6 +459,12 @@ CLOCKS: dict[str, Callable[[list[float]], float]] = {
     "step_median_s": statistics.median,
     "step_p95_s": statistics.median,
     "step_max_s": max,
+    "data_median_s": statistics.median,
+    "data_p95_s": statistics.median,
+    "data_max_s": max,
+    "waited_median_s": statistics.median,
+    "waited_p95_s": statistics.median,
+    "waited_max_s": max,
     "joined_median_s": statistics.median,
     "joined_mad_s": statistics.median,
     "last_share": statistics.fmean,

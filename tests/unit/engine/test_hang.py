@@ -3,11 +3,13 @@ rank whose main thread is stuck (a real TCPStore on loopback), and the clause th
 tests/distributed/test_ddp.py has the whole of it on two Gloo ranks: a rank stuck in Python, and one stopped."""
 
 import json
+import re
 import socket
 import sys
 from datetime import timedelta
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from ddplab.distributed import Collectives, DistContext, size_text
@@ -91,3 +93,44 @@ def test_a_run_that_ends_ends_its_responder_and_one_process_has_none(store, tmp_
     assert not responder.thread.is_alive() and not (tmp_path / "hang").exists()
     with hang.responding(DistContext(), tmp_path) as none:
         assert none is None
+
+
+def test_a_stalled_data_path_stops_in_the_loader_at_its_batch_and_is_named_there(monkeypatch):
+    """DDPLAB_FAULT=stall: the training loader of the rank and epoch named stops before making its S-th batch (not
+    the evaluation loader, not another epoch), and the place a hang's line gives is the loader's frame: the fault
+    hook's own frames stand for their caller."""
+    from ddplab import faults
+    from ddplab.data.dataset import ImageDataset
+    from ddplab.data.loader import DeviceLoader
+
+    class Stalled(Exception):
+        pass
+
+    places = []
+
+    def forever():
+        places.append(hang.where(sys._getframe()))
+        raise Stalled
+
+    monkeypatch.setattr(faults, "_FAULT", faults.parse("stall:rank=1:epoch=2:step=3"))
+    monkeypatch.setattr(faults, "_forever", forever)
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    images, labels = torch.zeros(40, 3, 4, 4, dtype=torch.uint8), torch.zeros(40, dtype=torch.int64)
+    data = ImageDataset(images, labels, classes=["a"], mean=(0.5,) * 3, std=(0.5,) * 3)
+    made = {
+        (rank, train): DeviceLoader(data, batch_size=4, device="cpu", train=train, rank=rank, world_size=2)
+        for rank in (0, 1)
+        for train in (True, False)
+    }
+    for (rank, train), loader in made.items():
+        loader.set_epoch(1)
+        assert len(list(loader)) == 5  # epoch 1: every batch
+        loader.set_epoch(2)
+        batches = iter(loader)
+        if rank == 1 and train:
+            next(batches), next(batches)
+            with pytest.raises(Stalled):
+                next(batches)
+        else:
+            assert len(list(batches)) == 5
+    assert len(places) == 1 and re.fullmatch(r"ddplab/data/loader\.py:\d+ __iter__", places[0]), places

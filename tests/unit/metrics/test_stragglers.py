@@ -7,7 +7,16 @@ import pytest
 import torch
 
 from ddplab.engine.clocks import StepClocks
-from ddplab.metrics.stragglers import Window, chronic_share, clock_figures, judge, last_to_join, run_verdict
+from ddplab.metrics.stragglers import (
+    Window,
+    chronic_share,
+    clock_figures,
+    judge,
+    last_to_join,
+    run_verdict,
+    spreads,
+    waits,
+)
 
 
 def steps(*offsets: float, n: int = 100, jitter: float = 0.0005) -> list[list[float]]:
@@ -22,8 +31,16 @@ def test_the_last_to_join_is_one_rank_a_step_and_ties_go_to_the_lowest():
 
 
 def test_a_ranks_figures_are_its_medians_spread_and_share():
-    f = clock_figures([0.01, 0.03, 0.02, 0.05], [0.004, 0.006, 0.005, 0.009], [True, False, True, True])
+    f = clock_figures(
+        [0.01, 0.03, 0.02, 0.05],
+        [0.004, 0.006, 0.005, 0.009],
+        [True, False, True, True],
+        data_s=[0.002, 0.001, 0.004, 0.003],
+        waited_s=[0.0, 0.003, 0.0, math.nan],
+    )
     assert f["step_median_s"] == pytest.approx(0.025) and f["step_max_s"] == 0.05 and f["step_p95_s"] == 0.05
+    assert (f["data_median_s"], f["data_p95_s"], f["data_max_s"]) == (pytest.approx(0.0025), 0.004, 0.004)
+    assert (f["waited_median_s"], f["waited_max_s"]) == (0.0, 0.003)  # a step with no join time: left out
     assert f["joined_median_s"] == pytest.approx(0.0055) and f["joined_mad_s"] == pytest.approx(0.001)
     assert f["last_share"] == 0.75
     assert all(math.isnan(v) for v in clock_figures([], [], []).values())
@@ -104,18 +121,28 @@ def test_the_step_clocks_count_a_ranks_work_from_the_last_release_to_its_next_jo
     clocks.joined()  # outside a step (the communication probe): not counted
     for _ in range(3):
         clocks.begin()
+        clocks.fed()
+        clocks.fed()  # a second call in a step: the first one counts
         clocks.joined()
         clocks.joined()  # the step's later buckets: the first one counts
         clocks.released()
         clocks.end()
     clocks.begin()
-    clocks.end()  # a step that joined no all-reduce
+    clocks.end()  # a step that was not fed and joined no all-reduce
     marks = [list(m) for m in clocks.marks]
-    step_s, joined_s = clocks.take()
-    assert step_s == [end - begin for begin, _, _, end in marks]
-    assert joined_s[0] == marks[0][1] - marks[0][0]  # an epoch's first step: from its own start
-    assert joined_s[1:3] == [marks[i][1] - marks[i - 1][2] for i in (1, 2)]  # from the previous release
-    assert math.isnan(joined_s[3]) and clocks.take() == ([], [])
+    step_s, joined_s, data_s = clocks.take()
+    assert step_s == [end - begin for begin, _, _, _, end in marks]
+    assert data_s[:3] == [fed - begin for begin, fed, *_ in marks[:3]] and all(d > 0 for d in data_s[:3])
+    assert joined_s[0] == marks[0][2] - marks[0][0]  # an epoch's first step: from its own start
+    assert joined_s[1:3] == [marks[i][2] - marks[i - 1][3] for i in (1, 2)]  # from the previous release
+    assert math.isnan(joined_s[3]) and math.isnan(data_s[3]) and clocks.take() == ([], [], [])
+
+
+def test_each_rank_waits_in_the_all_reduce_for_the_last_one_to_join():
+    w = waits([[0.010, 0.020], [0.013, 0.015], [0.011, math.nan]])
+    assert w[0][0] == pytest.approx(0.003) and w[1][0] == 0.0 and w[2][0] == pytest.approx(0.002)
+    assert all(math.isnan(row[1]) for row in w)  # a step where a rank has no join time: no one's wait
+    assert all(math.isnan(v) for v in waits([[0.01, 0.02]])[0])  # one rank waits for no one
 
 
 def test_the_spread_between_ranks_leaves_out_a_ranks_steady_offset():
@@ -126,3 +153,36 @@ def test_the_spread_between_ranks_leaves_out_a_ranks_steady_offset():
     assert spread(swinging) == pytest.approx(math.sqrt(2) * d / 0.010)
     assert spread([[0.010] * 20, [0.014] * 20]) == 0.0  # a slow rank is who, not noise
     assert math.isnan(spread([[0.010] * 20])) and math.isnan(spread([[math.nan] * 3, [math.nan] * 3]))
+
+
+def test_the_spread_in_a_node_and_across_nodes_are_read_apart():
+    """Two hosts of two ranks: within each host the ranks swing against each other by d; the hosts swing against
+    each other by D (both ranks of a host together). In-node sees d alone, across-nodes D alone."""
+    d, D, n = 0.0005, 0.002, 20
+    sign = [1 if i % 2 else -1 for i in range(n)]
+    joined = [
+        [0.010 + D * s + d * s for s in sign],
+        [0.010 + D * s - d * s for s in sign],
+        [0.010 - D * s + d * s for s in sign],
+        [0.010 - D * s - d * s for s in sign],
+    ]
+    found = spreads(joined, ["10.0.0.1", "10.0.0.1", "10.0.0.2", "10.0.0.2"])
+    assert found["in_node"] == pytest.approx(math.sqrt(2) * d / 0.010)
+    assert found["across_nodes"] == pytest.approx(math.sqrt(2) * D / 0.010)
+    assert found["all"] > found["in_node"]
+    one_node = spreads(joined, [""] * 4)  # one node (no hosts recorded): all ranks are one node's
+    assert one_node["in_node"] == one_node["all"] and math.isnan(one_node["across_nodes"])
+    apart = spreads(joined[:2], ["10.0.0.1", "10.0.0.2"])  # a rank a node: no node holds two
+    assert math.isnan(apart["in_node"]) and apart["across_nodes"] == apart["all"]
+
+
+def test_the_runs_verdict_keeps_each_spread_as_the_median_of_its_epochs():
+    epochs = [{"last_share": [0.5, 0.5], "joined_median_s": [0.01, 0.01], "joined_mad_s": [0.001, 0.001]}] * 3
+    verdict = run_verdict(
+        epochs, ["a", "b"], {"all": [0.02, 0.04, 0.03], "in_node": [None] * 3, "across_nodes": [0.03, None, 0.05]}
+    )
+    assert (verdict["spread_cv"], verdict["spread_cv_in_node"], verdict["spread_cv_across_nodes"]) == (
+        0.03,
+        None,
+        0.04,
+    )

@@ -519,3 +519,31 @@ def test_a_run_of_several_ranks_gives_the_planner_its_own_measured_spread_and_on
     across = model.measured_spread(summary, True, 2, None, 2)  # the same run across two nodes: a node's spread
     assert across == (model.Spread(model.GPU_STEP_CV, 0.012), {"gpu": across[1]["gpu"], "node": across[1]["node"]})
     assert across[1]["node"].startswith("measured") and across[1]["gpu"].startswith("fitted")
+
+
+def test_a_run_across_nodes_gives_the_planner_a_gpus_spread_and_a_nodes_read_apart(tmp_path):
+    """A run of 2 nodes x 2 GPUs measured both spreads (summary.json's stragglers.spread_cv_in_node and
+    spread_cv_across_nodes): a CUDA plan takes each for its own term; a rank a node measured no GPU's spread,
+    which stays the fitted one; on a CPU the nodes' spread is the step's (one node's processes share its cores)."""
+    run_dir = write_run(tmp_path / "r", batch=50, device="cuda", strategy="ddp", nproc=4)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary["stragglers"] = {
+        "verdict": "noise",
+        "spread_cv": 0.03,
+        "spread_cv_in_node": 0.011,
+        "spread_cv_across_nodes": 0.027,
+        "straggler": None,
+        "last_share": [],
+        "said": "x",
+    }
+    spread, said = model.measured_spread(summary, True, 2, None, 2)
+    assert spread == model.Spread(0.011, 0.027)
+    assert said == {
+        "gpu": "measured: this run's 4 ranks' step clocks, between a node's ranks",
+        "node": "measured: this run's 4 ranks' step clocks, between its 2 nodes",
+    }
+    summary["stragglers"]["spread_cv_in_node"] = None  # one rank a node
+    spread, said = model.measured_spread(summary, True, 2, None, 2)
+    assert spread == model.Spread(model.GPU_STEP_CV, 0.027) and said["gpu"].startswith("fitted")
+    cpu, said = model.measured_spread(summary, False, 2, None, 2)
+    assert cpu == model.Spread(0.027, 0.0) and said["gpu"].endswith("between its 2 nodes")

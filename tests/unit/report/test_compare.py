@@ -132,9 +132,10 @@ def test_a_run_whose_workers_changed_is_shown_stretch_by_stretch_and_never_taken
     assert "4 then 2" in format_rows(list(rows.values()))
 
 
-def test_compare_gives_each_ranks_steps_where_the_clocks_measured_them(tmp_path):
-    """Each rank's step median, p95 and max (summary.json's ranks, from the step clocks) under the table, for a run
-    of two or more ranks; a run without them (one rank, or before the clocks) says nothing."""
+def test_compare_gives_each_ranks_steps_and_waits_where_the_clocks_measured_them(tmp_path):
+    """Each rank's step, data wait and all-reduce wait, median, p95 and max (summary.json's ranks, from the step
+    clocks), under the table, for a run of two or more ranks; a run without them (one rank, or before the clocks)
+    says nothing, and one from before the waits gives its steps alone."""
     import json
 
     two = write_run(tmp_path / "two", strategy="ddp", nproc=2)
@@ -143,6 +144,12 @@ def test_compare_gives_each_ranks_steps_where_the_clocks_measured_them(tmp_path)
         "step_median_s": [0.0334, 0.0361],
         "step_p95_s": [0.0547, 0.0558],
         "step_max_s": [0.1791, 0.1485],
+        "data_median_s": [0.0021, 0.0019],
+        "data_p95_s": [0.0032, 0.0030],
+        "data_max_s": [0.0101, 0.0088],
+        "waited_median_s": [0.0112, 0.0],
+        "waited_p95_s": [0.0203, 0.0011],
+        "waited_max_s": [0.0415, 0.0052],
     }
     ranks = {
         **summary.get("ranks", {}),
@@ -152,5 +159,14 @@ def test_compare_gives_each_ranks_steps_where_the_clocks_measured_them(tmp_path)
     one = write_run(tmp_path / "one")
     runs = [finished_run(one), finished_run(two)]
     text = format_rows(scaling_rows(runs), runs)
-    assert "steps by rank in two (median/p95/max ms): 0 33.4/54.7/179.1, 1 36.1/55.8/148.5" in text
+    assert (
+        "steps by rank in two (median/p95/max ms): 0 33.4/54.7/179.1, 1 36.1/55.8/148.5\n"
+        "  waiting for data: 0 2.1/3.2/10.1, 1 1.9/3.0/8.8\n"
+        "  waiting in the all-reduce for the last rank: 0 11.2/20.3/41.5, 1 0.0/1.1/5.2"
+    ) in text
     assert "steps by rank in one" not in text
+    for key in [k for k in clocks if not k.startswith("step")]:
+        del ranks[key]
+    (two / "summary.json").write_text(json.dumps({**summary, "ranks": ranks}))
+    text = format_rows(scaling_rows(runs), [finished_run(one), finished_run(two)])
+    assert "steps by rank in two" in text and "waiting" not in text
