@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ddplab.errors import ConfigError, DataError
 from ddplab.io import files
 from ddplab.planner import links
-from ddplab.planner.band import Band, band_for, batch_band
+from ddplab.planner.band import Band, band_for, batch_band, cells_table
 
 if TYPE_CHECKING:
     from ddplab.planner import model
@@ -49,25 +49,24 @@ def predict_run(
     per_node = gpus or ([1, 2, 4, 8] if costs.on_cuda else [1, 2])
     grid = model.predict_grid(costs, per_node, nodes, batches or [run.summary["batch"]["local"]], within, between)
     node_gbit = between.busbw_gbps * 8 if isinstance(between, links.Link) else None  # a published link's
-    band, across = band_for(costs.on_cuda), band_for(costs.on_cuda, max(nodes), node_gbit=node_gbit)  # built once
     # A measured node of several GPUs: its rows across nodes of as many GPUs a node are planned from a node.
     m = costs.measured
     assert m is not None  # step_costs of a run records what it measured
     one_node = m["nodes"] == 1 and not run.config.get("dist.share_device")  # a GPU a worker
     node = m["per_node"] if one_node and m["per_node"] > 1 else None
-    from_node = band_for(costs.on_cuda, max(nodes), node_gbit=node_gbit, from_node=True) if node else across
-    other_batch = batch_band() if costs.on_cuda else None  # BATCH_BOUND's checks, for the rows at another batch
-    rows = [
-        replace(r, band=row_band(r.prediction, band, across, from_node, node, other_batch, costs)) for r in grid.rows
-    ]
+    bands: dict[str, Band] = {}  # by letter, in the order the rows first use them
+    rows = []
+    for planned in grid.rows:
+        b, letter = row_band(planned.prediction, costs, node_gbit, node), None
+        if b is not None:
+            letter = next((k for k, v in bands.items() if v == b), None) or chr(ord("a") + len(bands))
+            bands[letter] = b
+        rows.append(
+            replace(
+                planned, band=b.around(planned.prediction.images_per_s) if b and b.cases else None, band_name=letter
+            )
+        )
     grid = replace(grid, rows=rows)
-    bands = {"band": band}  # the kinds a row of this plan was given, by plan.json's names
-    if across != band:
-        bands["band_across_nodes"] = across
-    if from_node != across and any(r.prediction.nodes > 1 and r.prediction.per_node == node for r in rows):
-        bands["band_across_nodes_from_the_node"] = from_node
-    if other_batch and any(r.prediction.local_batch != costs.measured_batch for r in rows):
-        bands["band_at_another_batch"] = other_batch
     print(
         f"plan for {run_dir}: measured {m['world_size']} worker(s) at local batch {m['local_batch']} on "
         f"{m['device']}, {m['step_s'] * 1e3:,.1f} ms a step; link {link_text(within)}"
@@ -80,15 +79,18 @@ def predict_run(
     )
     print(
         f"  {'workers':>9} {'batch':>6} {'step ms':>9} {'comm ms':>8} {'exposed':>8} {'images/s':>10} "
-        f"{'band':>15} {'speedup':>8} {'ideal':>6} {'efficiency':>10}"
+        f"{'band':>17} {'':9} {'speedup':>8} {'ideal':>6} {'efficiency':>10}"
     )
     for row in rows:
         r, lo_hi = row.prediction, row.band
+        used = bands.get(row.band_name) if row.band_name else None
+        shown = (
+            f"{lo_hi[0]:,.0f}-{lo_hi[1]:,.0f} {row.band_name}" if lo_hi else (f"none {row.band_name}" if used else "")
+        )
         print(
             f"  {r.per_node:>3} x {r.nodes:<3} {r.local_batch:>6} {r.step_s * 1e3:>9,.2f} "
             f"{r.comm_s * 1e3:>8,.2f} {r.exposed_comm_s * 1e3:>8,.2f} {r.images_per_s:>10,.0f} "
-            f"{f'{lo_hi[0]:,.0f}-{lo_hi[1]:,.0f}' if lo_hi else '':>15} "
-            f"{r.speedup:>7.2f}x {r.ideal:>5.0f}x {r.efficiency:>10.0%}"
+            f"{shown:>17} {used.mark if used else '':9} {r.speedup:>7.2f}x {r.ideal:>5.0f}x {r.efficiency:>10.0%}"
         )
     for cause in dict.fromkeys(r.above_ideal for r in rows if r.above_ideal):
         print(f"  above the ideal: {cause}")
@@ -100,15 +102,12 @@ def predict_run(
             "sharing one VM's cores, bear it out); where hosts share no cores the wire's wait runs under backward, "
             f"which would give images/s of {faster}"
         )
-    print(f"  band: {band.text()}; planner/band.py")
-    if across != band:
-        print(f"  band across nodes: {across.text()}")
-    if "band_across_nodes_from_the_node" in bands:
-        print(f"  band across nodes of {node} GPUs each, planned from this node: {from_node.text()}")
-    if "band_at_another_batch" in bands:
+    for letter, b in bands.items():
+        print(f"  band {letter}: {b.text()}")
+    if bands:
         print(
-            f"  at a local batch other than {costs.measured_batch} (a GPU's step, BATCH_BOUND), besides: "
-            f"{other_batch.text() if other_batch else ''}"
+            "  bands: planner/band.py; the published figures' coverage is validation (the model's terms were chosen "
+            "looking at them), not a test"
         )
     for p in grid.pays_from:
         below = " or less (a GPU's step below the measured batch is not known)"
@@ -145,7 +144,10 @@ def show_corpus() -> int:
 
     sources, series = corpus.load()
     print(f"published scaling figures: {len(sources)} sources, {len(series)} series (ddplab/planner/figures)")
-    print(corpus.table(*corpus.predicted(series)))
+    plain, held, spreads = corpus.predicted(series)
+    print(corpus.table(plain, held, spreads))
+    print()
+    print(cells_table(held, spreads))
     return 0
 
 
@@ -179,7 +181,7 @@ def show_published() -> int:
                     else ""
                 )
             )
-    print(f"error band of GPU predictions (ddplab plan RUN): {band_for(True).text()}")
+    print(f"error band of GPU predictions on one node at 2 GPUs (ddplab plan RUN): {band_for(True).text()}")
     return 0
 
 
@@ -203,24 +205,15 @@ def link_text(link) -> str:
     return f"{link.name} ({link.busbw_gbps:,.3g} GB/s, {link.alpha_s * 1e6:,.0f} us, published)"
 
 
-def row_band(
-    p: model.Prediction,
-    band: Band,
-    across: Band,
-    from_node: Band,
-    node: int | None,
-    other_batch: Band | None,
-    costs: model.StepCosts,
-) -> tuple[float, float] | None:
-    """The band a row carries: its kind's (one node; across nodes, or from the measured node), with the batch checks
-    where it is planned at another local batch than measured; None for one worker, or for a band said in words."""
-    kind = (from_node if p.per_node == node else across) if p.nodes > 1 else band
-    used: Band | None
-    if other_batch and p.local_batch != costs.measured_batch:
-        used = kind.and_(other_batch) if p.workers > 1 else other_batch
-    else:
-        used = kind if p.workers > 1 else None
-    return used.around(p.images_per_s) if used and not used.untrusted else None
+def row_band(p: model.Prediction, costs: model.StepCosts, node_gbit: float | None, node: int | None) -> Band | None:
+    """The band a row carries: its cell's (planner/band.band_for: its kind, count and, on CUDA, its node's network
+    and whether it is planned from the measured node of `node` GPUs), times the batch checks' where it is planned
+    at another local batch than measured; None for one worker at the measured batch (the run itself)."""
+    other = p.local_batch != costs.measured_batch
+    if p.workers == 1:
+        return batch_band() if other and costs.on_cuda else None
+    from_node = node is not None and p.nodes > 1 and p.per_node == node
+    return band_for(costs.on_cuda, p.nodes, other and costs.on_cuda, node_gbit, from_node, p.per_node)
 
 
 def measured_or_published(name: str, links_file: Path, given: bool = True):

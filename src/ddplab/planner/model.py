@@ -531,18 +531,26 @@ def smallest_batch(
 
 @dataclass(frozen=True)
 class PlannedRow:
-    """A row of a plan: its prediction, why it beats its ideal where it does, and the band of its kind around its
-    rate (None: one worker, or a band said in words)."""
+    """A row of a plan: its prediction, why it beats its ideal where it does, and the band of its cell around its
+    rate (None: the run itself, or a cell no case covers) with the band's name in the plan (None: the run itself)."""
 
     prediction: Prediction
     above_ideal: str | None
     band: tuple[float, float] | None = None
+    band_name: str | None = None
 
     def to_json(self) -> PlanRow:
         p = self.prediction
         band = list(self.band) if self.band else None
         return cast(
-            PlanRow, {**asdict(p), "workers": p.workers, "above_ideal": self.above_ideal, "images_per_s_band": band}
+            PlanRow,
+            {
+                **asdict(p),
+                "workers": p.workers,
+                "above_ideal": self.above_ideal,
+                "images_per_s_band": band,
+                "band": self.band_name,
+            },
         )  # the prediction's fields are PlanRow's first ones (tests/unit/planner/test_planfile.py)
 
 
@@ -571,7 +579,7 @@ class Grid:
     pays_from: list[PaysFrom]
 
     def to_json(self, run: Path, bands: dict[str, BandPart], overlapped: list[Overlapped]) -> PlanFile:
-        """plan.json: this grid, planned from `run`, with the bands its rows were given (`band` first) and, where
+        """plan.json: this grid, planned from `run`, with the bands its rows were given (by name) and, where
         there are any, its rows' rates if the wire overlapped backward."""
         if self.costs.measured is None:
             raise ValueError("a plan.json is made from a run's costs, not a published figure's")
@@ -583,7 +591,7 @@ class Grid:
             "inter_node": asdict(self.inter_node) if self.inter_node else None,
             "rows": [r.to_json() for r in self.rows],
             "pays_from": [p.to_json() for p in self.pays_from],
-            **cast(PlanFile, bands),
+            "bands": bands,
         }
         if overlapped:
             plan["images_per_s_if_the_wire_overlaps"] = overlapped

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, TypedDict, cast
 
-from ddplab.io.borders import COUNT, LIST, SCALAR, SECONDS, TABLE, TEXT, WHOLE, Each, declared, number
+from ddplab.io.borders import COUNT, LIST, SCALAR, SECONDS, TABLE, TEXT, WHOLE, Each, declared, list_of, number, one_of
 from ddplab.rundir import runfiles
 
 RATE = number(0)  # images/s, a speedup, an efficiency
@@ -49,7 +49,8 @@ class PlanRow(TypedDict):
     efficiency: Annotated[float, RATE]
     workers: Annotated[int, COUNT]
     above_ideal: Annotated[str | None, TEXT | None]
-    images_per_s_band: Annotated[list[float] | None, LIST | None]  # [low, high]; null: one worker, or said in words
+    images_per_s_band: Annotated[list[float] | None, LIST | None]  # [low, high]; null: the run itself, or no band
+    band: Annotated[str | None, TEXT | None]  # its band's name in `bands`; null: the run itself (one worker)
 
 
 class PaysFromRow(TypedDict):
@@ -60,15 +61,16 @@ class PaysFromRow(TypedDict):
 
 
 class BandPart(TypedDict):
-    """A band (planner/band.Band): measured / predicted throughput over the checked cases of a kind, least to most."""
+    """A band (planner/band.Band): the central 90% of measured / predicted throughput over a cell's checked cases."""
 
     lo: Annotated[float, RATE]
     hi: Annotated[float, RATE]
-    cases: Annotated[int, WHOLE]
+    cases: Annotated[int, WHOLE]  # 0: no case covers the cell (no band; lo and hi 1)
     source: Annotated[str, TEXT]
-    held: Annotated[int, WHOLE]
+    held: Annotated[int, WHOLE]  # validation: cases inside the band drawn without their own source
     held_of: Annotated[int, WHOLE]
-    untrusted: Annotated[str, TEXT]  # why it is said in words, not as a range; "": trusted
+    sources: Annotated[int, WHOLE]
+    marks: Annotated[list[str], list_of(one_of("few", "wide"))]  # how a weak band is marked (planner/band.py)
 
 
 class Overlapped(TypedDict):
@@ -88,15 +90,12 @@ class _Plan(TypedDict):
     inter_node: Annotated[dict[str, Any] | None, TABLE | None]  # between nodes; null: one node
     rows: Annotated[list[PlanRow], LIST, Each(PlanRow)]
     pays_from: Annotated[list[PaysFromRow], LIST, Each(PaysFromRow)]
-    band: BandPart  # one node's
+    bands: Annotated[dict[str, BandPart], TABLE, Each(BandPart)]  # the rows' bands by name (a, b, ...)
 
 
 class PlanFile(_Plan, total=False):
-    """plan.json. The bands after `band` are there where a row needs them."""
+    """plan.json."""
 
-    band_across_nodes: BandPart  # where it differs from one node's
-    band_across_nodes_from_the_node: BandPart  # rows across nodes of the measured node's size, planned from it
-    band_at_another_batch: BandPart  # rows at a local batch other than the measured one (BATCH_BOUND, on CUDA)
     images_per_s_if_the_wire_overlaps: Annotated[list[Overlapped], LIST, Each(Overlapped)]  # CPU rows across nodes
 
 

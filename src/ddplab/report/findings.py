@@ -170,7 +170,7 @@ def prediction_text(p: PairPrediction, measured: float, baseline: str) -> str:
     )
     if p.band is None:
         return said + f"; measured {times(measured)}"
-    if p.band.untrusted:
+    if not p.band.cases:
         return said + f"; measured {times(measured)} ({p.band.text()})"
     band = f"({band_range(p)}: {p.band.text()})"
     if p.band.holds(p.speedup, measured):

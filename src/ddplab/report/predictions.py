@@ -59,7 +59,8 @@ def predict_pair(section: Any, i: int, j: int) -> PairPrediction | None:
     if p.workers <= 1:
         return PairPrediction(speedup, None, None)
     other_batch = row["local_batch"] != costs.measured_batch
-    return PairPrediction(speedup, band_for(costs.on_cuda, where[1], other_batch), 1000 * p.comm_s)
+    band = band_for(costs.on_cuda, where[1], other_batch and costs.on_cuda, per_node=where[0])
+    return PairPrediction(speedup, band, 1000 * p.comm_s)
 
 
 def model_curves(section: Any) -> Curves | None:

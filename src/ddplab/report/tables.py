@@ -184,7 +184,9 @@ def predicted_cell(p: PairPrediction | None) -> str:
     """The model's speedup and the band its errors on checked cases give it."""
     if p is None:
         return "-"
-    return times(p.speedup) if p.band is None or p.band.untrusted else f"{times(p.speedup)} ({band_range(p)})"
+    if p.band is None or not p.band.cases:
+        return times(p.speedup)
+    return f"{times(p.speedup)} ({band_range(p)}{', ' + p.band.mark if p.band.mark else ''})"
 
 
 def comparison_table(pairs: list[Comparison], scaling: bool) -> tuple[list[str], list[list[str]]]:

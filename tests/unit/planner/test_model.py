@@ -220,31 +220,38 @@ def test_plan_command_prints_the_table_and_writes_plan_json(tmp_path, capsys):
     saved = read_plan(tmp_path / "plan.json")
     assert len(saved["rows"]) == 6 and saved["run"] == str(run)
     assert "80% efficiency from local batch 50 or less (a GPU's step below the measured batch is not known)" in out
-    # A CUDA run's rows carry the corpus's one-node band; a 1-worker row is the measured recipe: none. At a
-    # local batch not measured (16), the band of the batch checks besides (BATCH_BOUND), a 1-worker row's alone.
-    gpu, batch = band.gpu_band(), band.batch_band()
-    assert saved["band"] == gpu.to_json() and f"band: {gpu.text()}" in out
-    assert saved["band_at_another_batch"] == batch.to_json() and "other than 50 " in out and batch.text() in out
+    # Every row but the run itself carries its cell's band, by name: 2 and 4 GPUs on one node their own counts'
+    # cells; at a local batch not measured (16), the batch checks' band besides (BATCH_BOUND), a 1-worker row's alone.
+    batch = band.batch_band()
+    expected = {}
     for r in saved["rows"]:
         measured = r["local_batch"] == 50
         if r["workers"] == 1:
-            kind = None if measured else batch
+            cell = None if measured else batch
         else:
-            kind = gpu if measured else gpu.and_(batch)
-        # A band said in words (too wide, too few points: gpu.untrusted) gives the rows no range.
-        ranged = kind is not None and not kind.untrusted
-        expected = pytest.approx([r["images_per_s"] * kind.lo, r["images_per_s"] * kind.hi]) if ranged else None
-        assert r["images_per_s_band"] == expected, r
-    assert any(r["images_per_s_band"] for r in saved["rows"])  # the batch checks' band alone is a range
-    both = gpu.and_(batch)
-    assert both.lo == pytest.approx(gpu.lo * batch.lo) and both.cases == gpu.cases + len(band.BATCH_CHECKS)
+            cell = band.gpu_band(1, r["per_node"])
+            cell = cell if measured else cell.and_(batch)
+        if cell is None:
+            assert r["band"] is None and r["images_per_s_band"] is None, r
+            continue
+        assert saved["bands"][r["band"]] == cell.to_json(), r
+        assert r["images_per_s_band"] == pytest.approx([r["images_per_s"] * cell.lo, r["images_per_s"] * cell.hi])
+        expected[r["band"]] = cell
+    assert sorted(expected) == sorted(saved["bands"]) == ["a", "b", "c", "d", "e"][: len(expected)]
+    for letter, cell in expected.items():
+        assert f"  band {letter}: {cell.text()}" in out
+    assert "the published figures' coverage is validation" in out
+    assert len({b.source for b in expected.values()}) == len(expected)  # one name a band
+    both = band.gpu_band(1, 2).and_(batch)
+    assert both.lo == pytest.approx(band.gpu_band(1, 2).lo * batch.lo) and both.marks[0] == "few"  # one H100
     assert main(["plan", str(run), "--link", "measured", "--links-file", str(tmp_path / "none.json")]) == 2
     assert "--link measured reads" in capsys.readouterr().err
 
 
 def test_a_plan_from_a_measured_node_gives_its_rows_across_nodes_that_kinds_band(tmp_path, capsys):
-    """A 4-GPU DDP run: the rows of 4 GPUs a node across nodes are planned from the node (its band: the corpus's
-    points predicted from a measured node); other counts a node across nodes, from one GPU's kind."""
+    """A 4-GPU DDP run: the rows of 4 GPUs a node across nodes are planned from the node (their band: the corpus's
+    points predicted from a measured node, at that many nodes); other counts a node across nodes, from one GPU's
+    cell, marked wide where it is; every row but the run itself has a band."""
     from ddplab.cli import main
 
     run = write_run(tmp_path / "r", strategy="ddp", nproc=4, batch=50, device="cuda")
@@ -252,15 +259,22 @@ def test_a_plan_from_a_measured_node_gives_its_rows_across_nodes_that_kinds_band
     assert main([*argv, "--out", str(tmp_path / "plan.json")]) == 0
     out = capsys.readouterr().out
     saved = read_plan(tmp_path / "plan.json")
-    node, across = band.band_for(True, 2, node_gbit=400.0, from_node=True), band.band_for(True, 2, node_gbit=400.0)
-    assert saved["band_across_nodes_from_the_node"] == node.to_json() and saved["band_across_nodes"] == across.to_json()
-    assert f"band across nodes of 4 GPUs each, planned from this node: {node.text()}" in out
+    node = band.band_for(True, 2, node_gbit=400.0, from_node=True, per_node=4)
+    across = band.band_for(True, 2, node_gbit=400.0, per_node=2)
     rows = {(r["per_node"], r["nodes"]): r for r in saved["rows"]}
+    assert (
+        saved["bands"][rows[4, 2]["band"]] == node.to_json() and saved["bands"][rows[2, 2]["band"]] == across.to_json()
+    )
     assert rows[4, 2]["images_per_s_band"] == pytest.approx(
         [rows[4, 2]["images_per_s"] * b for b in (node.lo, node.hi)]
     )
-    assert rows[2, 2]["images_per_s_band"] is None  # across nodes from one GPU's kind: said in words
-    assert not node.untrusted and across.untrusted
+    assert rows[2, 2]["images_per_s_band"] == pytest.approx(
+        [rows[2, 2]["images_per_s"] * b for b in (across.lo, across.hi)]
+    )
+    assert "wide" not in node.marks and "wide" in across.marks  # from one GPU across nodes: marked, not blank
+    line = next(line for line in out.splitlines() if line.startswith("    2 x 2  "))
+    assert f"{rows[2, 2]['images_per_s_band'][0]:,.0f}-" in line and " wide " in line
+    assert all(r["band"] for r in saved["rows"] if r["workers"] > 1)
 
 
 def test_a_plan_over_a_measured_link_says_which_worker_counts_it_did_not_measure(tmp_path, capsys):

@@ -30,7 +30,7 @@ def test_a_sweep_with_a_measured_link_shows_the_predicted_speedup_beside_the_mea
     cpu = band.cpu_band()
     predicted = 9.1944 / (16 * 0.584654)
     band_text = f"{predicted * cpu.lo:.2f}-{predicted * cpu.hi:.2f}x"
-    assert header and row.split(" | ")[4] == f"0.98x ({band_text})"  # measured 1.71x: the 2-worker runs are faster
+    assert header and row.split(" | ")[4] == f"0.98x ({band_text}, few)"  # measured 1.71x: the 2-worker runs are faster
     assert (
         md_text(
             "The scaling model (ddplab plan) predicted 0.98x from workers=1 over this machine's measured link; "
@@ -120,7 +120,8 @@ def test_a_measured_speedup_is_said_to_lie_inside_or_outside_the_models_band():
     p = PairPrediction(2.0, band.from_ratios([0.9, 1.1], "test"), 3.0)
     assert prediction_text(p, 2.1, "w=1").endswith(
         "the measured 2.10x is inside its error band (1.80-2.20x: measured -10% to +10% of the prediction over 2 "
-        "checked cases (test))"
+        "cases from 1 source (test); not validated out of sample (one source) [few: under 19 cases or 3 sources, its "
+        "edges are the least and the most of a handful])"
     )
     assert "2.30x is OUTSIDE its error band, +15% of the prediction: above it" in prediction_text(p, 2.3, "w=1")
     assert "1.70x is OUTSIDE its error band, -15% of the prediction: below it" in prediction_text(p, 1.7, "w=1")
@@ -128,22 +129,23 @@ def test_a_measured_speedup_is_said_to_lie_inside_or_outside_the_models_band():
     biased = PairPrediction(2.0, band.from_ratios([0.9, 0.95], "test"), None)
     assert "2.00x is OUTSIDE its error band, +0% of the prediction: above it" in prediction_text(biased, 2.0, "w=1")
     assert prediction_text(PairPrediction(1.0, None, None), 1.0, "w=1").endswith("; measured 1.00x")
-    # A corpus band: outside it is beyond 90% of the published points of its kind; one said in words gives no range.
-    corpus_band = band.Band(0.8, 1.1, 100, "c", held=90, held_of=100)
-    assert "above it by more than 90% of the published points of its kind" in prediction_text(
+    # A corpus band: outside it is beyond 90% of its cell's cases; a wide one is a range too, marked.
+    corpus_band = band.Band(0.8, 1.1, 100, "c", held=90, held_of=100, sources=5)
+    assert "above it by more than 90% of the checked cases of its kind" in prediction_text(
         PairPrediction(2.0, corpus_band, None), 2.5, "w=1"
     )
-    wide = PairPrediction(2.0, band.Band(0.4, 1.1, 100, "c", held=70, held_of=100, untrusted="too wide"), None)
-    assert prediction_text(wide, 1.5, "w=1").endswith("; measured 1.50x (no band (too wide): measured from 60% below "
-                                                      "to 10% above the prediction over 100 points (c); held 70 of "
-                                                      "100 points out of sample (each source against the band of "
-                                                      "the others))")  # fmt: skip
+    wide = PairPrediction(2.0, band.Band(0.4, 1.1, 100, "c", held=70, held_of=100, sources=5), None)
+    assert prediction_text(wide, 1.5, "w=1").endswith(
+        "the measured 1.50x is inside its error band (0.80-2.20x: measured -60% to +10% of the prediction over 100 "
+        "cases from 5 sources (c); validation: 70 of 100 inside the band drawn from the other sources [wide: past "
+        "-30% or +30%])"
+    )
+    unchecked = PairPrediction(2.0, band.unchecked("no check at 8 processes"), None)
+    assert prediction_text(unchecked, 1.5, "w=1").endswith("; measured 1.50x (no band: no check at 8 processes)")
     from ddplab.report.tables import predicted_cell
 
-    assert (
-        predicted_cell(wide) == "2.00x"
-        and predicted_cell(PairPrediction(2.0, corpus_band, None)) == "2.00x (1.60-2.20x)"
-    )
+    assert predicted_cell(wide) == "2.00x (0.80-2.20x, wide)" and predicted_cell(unchecked) == "2.00x"
+    assert predicted_cell(PairPrediction(2.0, corpus_band, None)) == "2.00x (1.60-2.20x)"
 
 
 def test_a_gpu_pair_at_half_the_local_batch_is_predicted_against_the_baselines_own_rate(tmp_path):
