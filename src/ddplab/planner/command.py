@@ -153,10 +153,14 @@ def show_corpus() -> int:
 
 def show_published() -> int:
     """Each published case, its stated time against the model's prediction from the hardware it states."""
-    from ddplab.planner.model import ddp_work_s
-    from ddplab.planner.published import CASES, predict
+    from ddplab.planner.model import DDP_HOST_PER_LAYER_S, GPU_STEP_CV, NODE_STEP_CV, ddp_work_s
+    from ddplab.planner.published import CASES, implied_ddp_host, predict
 
-    print("published scaling figures, predicted from the hardware they state (BENCHMARKS.md)")
+    print(
+        "published scaling figures, predicted from the hardware they state with a CUDA plan's terms (DDP_HOST, "
+        f"HOST_FLOOR, and STRAGGLER at its fitted spreads, a GPU's {GPU_STEP_CV:.2%} and a node's {NODE_STEP_CV:.0%}; "
+        "BENCHMARKS.md)"
+    )
     for case in CASES:
         print(
             f"{case.name}: {case.source}"
@@ -180,6 +184,12 @@ def show_published() -> int:
                     if r["implied_busbw_gbps"] is not None
                     else ""
                 )
+            )
+        implied = implied_ddp_host(case) if not case.not_comparable else None
+        if implied is not None:
+            print(
+                f"  DDP_HOST these rows imply, every other term a plan's: {implied * 1e6:,.0f} us a layer (the median "
+                f"of the rows'; the model's, measured on one H100: {DDP_HOST_PER_LAYER_S * 1e6:,.0f} us a layer)"
             )
     print(f"error band of GPU predictions on one node at 2 GPUs (ddplab plan RUN): {band_for(True).text()}")
     return 0

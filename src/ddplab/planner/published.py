@@ -10,10 +10,18 @@ and adds the all-reduce that backward does not hide over the stated links. `ddpl
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, replace
 
 from ddplab.planner.links import GB, Link
-from ddplab.planner.model import StepCosts, ddp_work_s, predict_one
+from ddplab.planner.model import (
+    DDP_HOST_PER_LAYER_S,
+    GPU_STEP_CV,
+    NODE_STEP_CV,
+    StepCosts,
+    host_s,
+    predict_one,
+)
 
 # V100 SXM2: NVLink 2, 300 GB/s per GPU both directions (NVIDIA V100 datasheet); alpha assumed.
 NVLINK2 = Link(
@@ -177,13 +185,16 @@ CASES = (
 )
 
 
-def predict(case: Case) -> list[dict]:
+def predict(case: Case, ddp_host_per_layer_s: float | None = None) -> list[dict]:
     """Each row of `case`: the source's figure, the model's, the relative error (model - source) / source, and
     what the model leaves unexplained a step where the source is slower (with the bus bandwidth an
-    all-reduce would need to explain it alone: a link that slow, or something else in the step)."""
+    all-reduce would need to explain it alone: a link that slow, or something else in the step). The terms are a
+    CUDA plan's: DDP_HOST (the one-GPU figures ran without DDP; `ddp_host_per_layer_s` in place of the model's, to
+    check it), HOST_FLOOR, and STRAGGLER at the spreads fitted to the corpus (GPU_STEP_CV, NODE_STEP_CV)."""
     run = case.epoch_images > 0
     images = case.epoch_images if run else case.local_batch
     per_image = case.one_gpu_s / (case.epochs * images)
+    per_layer = DDP_HOST_PER_LAYER_S if ddp_host_per_layer_s is None else ddp_host_per_layer_s
     out = []
     for per_node, nodes, stated in case.rows:
         workers = per_node * nodes
@@ -199,7 +210,10 @@ def predict(case: Case) -> list[dict]:
             bucket_cap_mb=25.0,
             on_cuda=True,
             measured=None,
-            ddp_host_s=ddp_work_s(case.layers),  # the one-GPU figures ran without DDP
+            ddp_host_s=per_layer * case.layers,  # the one-GPU figures ran without DDP
+            host_s=host_s(case.layers),
+            step_cv=GPU_STEP_CV,
+            node_cv=NODE_STEP_CV,
         )
         p = predict_one(costs, per_node, nodes, local, case.intra, case.inter)
         steps = math.ceil(images / (local * workers)) * case.epochs if run else 1
@@ -224,3 +238,19 @@ def predict(case: Case) -> list[dict]:
             }
         )
     return out
+
+
+def implied_ddp_host(case: Case) -> float | None:
+    """DDP_HOST a layer that makes the model's steps for `case` match its stated ones, every other term a plan's
+    (the median over its rows; each row's found by bisection on 0 to 1 ms a layer); None without layers."""
+    if not case.layers:
+        return None
+    found = []
+    for row in case.rows:
+        one = replace(case, rows=(row,))
+        lo, hi = 0.0, 1e-3
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if predict(one, mid)[0]["error"] < 0 else (lo, mid)
+        found.append((lo + hi) / 2)
+    return statistics.median(found)

@@ -370,9 +370,9 @@ def test_a_cpu_plan_across_nodes_says_what_it_would_be_were_the_wire_under_backw
 
 
 def test_published_figures_predicted_from_the_hardware_they_state(capsys):
-    """PyTorch's DDP benchmark (ResNet-50 and -101, 32 images a V100): planned from its figure without DDP, with
-    DDP_HOST for their 107 and 209 layers with parameters, the model is within 2.2% of every row, on both sides
-    (without the term: all 6-9% short). A small CIFAR
+    """PyTorch's DDP benchmark (ResNet-50 and -101, 32 images a V100): planned from its figure without DDP, with a
+    plan's terms (DDP_HOST for their 107 and 209 layers with parameters, HOST_FLOOR, STRAGGLER), every row long by
+    2.6-9.0% (test_band: the DDP_HOST they imply). A small CIFAR
     net at 128 images a GPU is where it fails: per image as fast as at 512 (PER_IMAGE), it predicts 4 V100s
     twice as fast as they were. BENCHMARKS.md keeps both."""
     from ddplab.cli import main
@@ -381,23 +381,22 @@ def test_published_figures_predicted_from_the_hardware_they_state(capsys):
     resnet50, resnet101, dawn, d32, d256, a16, a128 = (predict(case) for case in CASES)
     assert [(r["gpus"], r["nodes"]) for r in resnet50] == [(2, 1), (4, 1), (8, 1), (16, 2)]
     for rows in (resnet50, resnet101):
-        assert all(abs(r["error"]) < 0.025 for r in rows) and rows[3]["exposed_comm_s"] > rows[2]["exposed_comm_s"]
-    errors = [r["error"] for r in resnet50 + resnet101]
-    assert min(errors) < 0 < max(errors)  # not all on one side
+        assert all(0 < r["error"] < 0.10 for r in rows) and rows[3]["exposed_comm_s"] > rows[2]["exposed_comm_s"]
     assert CASES[0].layers == 107 and CASES[1].layers == 209
     assert dawn[0]["error"] < -0.4  # the model's known optimism at small local batches
     # Seed report D: two RTX 3090s 4x slower than one at batch 32. The model (PCIe 4, 10.5 MB of gradients) says
-    # 85 s; what it cannot explain, 35 ms a step, would need an all-reduce at 0.3 GB/s: not the link's doing.
+    # 87 s; what it cannot explain, 35 ms a step, would need an all-reduce at 0.3 GB/s: not the link's doing.
     assert REPORT_D_PARAMS == 2_625_962
-    assert round(d32[0]["predicted"]) == 85 and round(d32[0]["error"], 2) == -0.87
+    assert round(d32[0]["predicted"]) == 87 and round(d32[0]["error"], 2) == -0.86
     assert round(d32[0]["unexplained_s"] * 1e3) == 35 and 0.25 < d32[0]["implied_busbw_gbps"] < 0.35
-    assert round(d256[0]["unexplained_s"] * 1e3) == 70  # twice the batch 32 figure: not a fixed per-step cost alone
+    assert round(d256[0]["unexplained_s"] * 1e3) == 69  # twice the batch 32 figure: not a fixed per-step cost alone
     # Seed report A: 2.3x and 2.7x on two GPUs, more than two can give; the model stops at 2x, so it is slower
     assert a16[0]["error"] > 0 and a128[0]["error"] > 0 and a16[0]["implied_busbw_gbps"] is None
     assert main(["plan", "--published"]) == 0
     out = capsys.readouterr().out
-    assert "stated 0.104 s, predicted 0.106 s (+2%)" in out and "DDP_HOST, 107 layers with parameters): 8.02 ms" in out
-    assert "stated 634.100 s, predicted 85.278 s (-87%)" in out and "would need 0.30 GB/s of bus bandwidth" in out
+    assert "stated 0.104 s, predicted 0.109 s (+5%)" in out and "DDP_HOST, 107 layers with parameters): 8.02 ms" in out
+    assert "DDP_HOST these rows imply, every other term a plan's: 27 us a layer" in out
+    assert "stated 634.100 s, predicted 86.526 s (-86%)" in out and "would need 0.30 GB/s of bus bandwidth" in out
 
 
 def test_a_target_that_all_reduces_differently_is_planned_with_its_own_gradient_bytes(tmp_path):
