@@ -1,5 +1,6 @@
 """The references themselves: exact uint8 rounding, and conv+ReLU equal to nn.Conv2d + nn.ReLU."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -18,6 +19,7 @@ def all_rgb_triples() -> torch.Tensor:
     return torch.stack([r, g, b]).reshape(3, 4096, 4096)
 
 
+@pytest.mark.slow(why="all 16.7 M RGB triples: 4-8 s of CPU on a loaded 2-core machine, near the in-process budget")
 def test_uint8_reference_is_exact_round_half_up_on_every_rgb_triple():
     x = all_rgb_triples()
     xi = x.to(torch.int32)

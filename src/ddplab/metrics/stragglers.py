@@ -276,8 +276,10 @@ def run_verdict(
     verdict, who = judge(
         share, column("joined_median_s", statistics.median), column("joined_mad_s", statistics.median), hosts, steps
     )
-    if who is not None:
+    if who is not None and steps >= MIN_STEPS:
         said = who.line("the steps", measure="")
+    elif verdict != "unmeasured" and steps < MIN_STEPS:  # as the live window: too few steps say nothing
+        verdict, who, said = "unmeasured", None, f"not judged: {steps} steps, under the {MIN_STEPS} it takes"
     elif verdict == "noise":
         said = "no rank was chronically slowest (a different one from step to step): noise, no straggler"
     else:

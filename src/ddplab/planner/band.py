@@ -43,6 +43,8 @@ SYNTHETIC = "synthetic"  # a ddplab run's images sit on its device: the pipeline
 
 @dataclass(frozen=True)
 class Band:
+    """How far measured throughput has been from the model's prediction over one cell's checked cases."""
+
     lo: float  # measured / predicted throughput, the low edge of the cases' central 90% (corpus.band_edges)
     hi: float  # the high edge
     cases: int  # 0: no case covers this cell (no band)
@@ -74,20 +76,18 @@ class Band:
     def text(self) -> str:
         if not self.cases:
             return f"no band: {self.source}"
-        validated = (
-            f"; validation: {self.held} of {self.held_of} inside the band drawn from the other sources"
-            if self.held_of
-            else "; not validated out of sample (one source)"
-            if self.sources < 2
-            else ""
+        validated = ""
+        if self.held_of:
+            validated = f"; validation: {self.held} of {self.held_of} inside the band drawn from the other sources"
+        elif self.sources < 2:
+            validated = "; not validated out of sample (one source)"
+        few = (
+            f"few: under {FEWEST_CASES} cases or {FEWEST_SOURCES} sources, its edges are the least and the most of a "
+            "handful"
         )
-        why = {
-            "few": f"few: under {FEWEST_CASES} cases or {FEWEST_SOURCES} sources, its edges are the least and the "
-            "most of a handful"
-            if self.cases < FEWEST_CASES
-            else f"few: under {FEWEST_SOURCES} sources",
-            "wide": f"wide: past {-TRUST_WITHIN:+.0%} or {TRUST_WITHIN:+.0%}",
-        }
+        if self.cases >= FEWEST_CASES:
+            few = f"few: under {FEWEST_SOURCES} sources"
+        why = {"few": few, "wide": f"wide: past {-TRUST_WITHIN:+.0%} or {TRUST_WITHIN:+.0%}"}
         marked = "".join(f" [{why[m]}]" for m in self.marks)
         cases = "case" if self.cases == 1 else "cases"
         sources = f"{self.sources} source" + ("s" if self.sources != 1 else "")
@@ -105,7 +105,8 @@ class Band:
         return cast("BandPart", {**asdict(self), "marks": list(self.marks)})
 
     def and_(self, other: Band) -> Band:
-        """A prediction that carries both cells' errors (a GPU count and a local batch not measured)."""
+        """A prediction that carries both cells' errors (a GPU count and a local batch not measured); no band where
+        either has none."""
         if not self.cases or not other.cases:
             return self if not self.cases else other
         return Band(
@@ -115,10 +116,6 @@ class Band:
             f"{self.source}; times {other.source}",
             sources=min(self.sources, other.sources),
         )
-
-
-def _side(ratio: float) -> str:
-    return f"{1 - ratio:.0%} below" if ratio < 1 else f"{ratio - 1:.0%} above"
 
 
 def from_ratios(ratios: list[float], source: str, sources: int = 1, held: int = 0, held_of: int = 0) -> Band:

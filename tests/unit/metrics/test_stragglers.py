@@ -113,6 +113,9 @@ def test_the_runs_verdict_reads_its_epochs_as_metrics_jsonl_holds_them():
     assert verdict["last_share"] == [0.05, 0.95]
     assert verdict["said"].startswith("rank 1: slowest in 95% of the steps")
     assert run_verdict([{"cpu_s": [1.0]}], [""])["verdict"] == "unmeasured"
+    short = run_verdict(epochs, ["", ""], steps=16)  # as the live window: under 20 steps, nobody is named
+    assert (short["verdict"], short["straggler"]) == ("unmeasured", None)
+    assert short["said"] == "not judged: 16 steps, under the 20 it takes" and short["last_share"] == [0.05, 0.95]
 
 
 @pytest.mark.parametrize("device", ["cpu"])  # CUDA: events (engine/clocks.py), checked on a GPU machine
