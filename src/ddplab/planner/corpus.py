@@ -36,37 +36,90 @@ from ddplab.planner.model import Spread, StepCosts, ddp_work_s, host_s, predict_
 
 GBIT = 1e9 / 8 / 1e9  # GB/s per Gbit/s
 NO_SPREAD = Spread()  # STRAGGLER left out
-# Links a source can name: per-direction bandwidth a GPU (inside a node) or a port (between nodes), from the
-# specifications; alpha assumed. "unknown": the source does not say (its points are not predicted).
+# Links a source can name: the all-reduce bus bandwidth NCCL reached on that link class at large messages, as
+# published by people who measured it (nccl-tests busbw), a GPU's (inside a node) or a port's (between nodes); where
+# no measurement was found, the specification's line rate a direction, said so. alpha assumed. "unknown": the
+# source does not say (its points are not predicted). Measured figures read 2026-12-03.
+LINE_RATE = "line rate: no published NCCL all_reduce figure found for this class"
 LINKS: dict[str, Link] = {
     link.name: link
     for link in (
-        Link("pcie3", 15.75, 10e-6, "PCIe 3.0 x16: 8 GT/s a lane, ~15.75 GB/s a direction (PCI-SIG)"),
-        Link("pcie4", 31.5, 10e-6, "PCIe 4.0 x16: ~31.5 GB/s a direction (PCI-SIG)"),
-        Link("pcie5", 63.0, 10e-6, "PCIe 5.0 x16: ~63 GB/s a direction (PCI-SIG)"),
-        Link("nvlink1", 80.0, 10e-6, "NVLink 1 on P100 SXM2: 4 links x 20 GB/s a direction (NVIDIA P100 datasheet)"),
-        Link("nvlink2", 150.0, 10e-6, "NVLink 2 on V100 SXM2: 6 links x 25 GB/s a direction (NVIDIA V100 datasheet)"),
-        Link("nvlink3", 300.0, 10e-6, "NVLink 3 on A100 SXM4: 12 links x 25 GB/s a direction (NVIDIA A100 datasheet)"),
-        Link("nvlink4", 450.0, 10e-6, "NVLink 4 on H100 SXM5: 18 links, 900 GB/s both directions (H100 datasheet)"),
-        Link("nvlink5", 900.0, 10e-6, "NVLink 5 on B200: 1.8 TB/s both directions (NVIDIA B200 datasheet)"),
-        Link("nvlink-bridge", 56.25, 10e-6, "NVLink bridge on RTX 3090: 112.5 GB/s both directions (NVIDIA)"),
-        Link("eth-1g", 1 * GBIT, 50e-6, "1 Gigabit Ethernet line rate (IEEE 802.3)"),
-        Link("eth-10g", 10 * GBIT, 50e-6, "10 Gigabit Ethernet line rate (IEEE 802.3ae)"),
-        Link("eth-25g", 25 * GBIT, 50e-6, "25 Gigabit Ethernet line rate (IEEE 802.3by)"),
-        Link("eth-40g", 40 * GBIT, 50e-6, "40 Gigabit Ethernet line rate (IEEE 802.3ba)"),
-        Link("eth-50g", 50 * GBIT, 50e-6, "50 Gigabit Ethernet line rate (IEEE 802.3cd)"),
-        Link("eth-100g", 100 * GBIT, 50e-6, "100 Gigabit Ethernet line rate (IEEE 802.3ba)"),
-        Link("roce-25g", 25 * GBIT, 10e-6, "25 Gbit/s RoCE line rate"),
-        Link("roce-100g", 100 * GBIT, 10e-6, "100 Gbit/s RoCE line rate"),
-        Link("ib-fdr", 56 * GBIT, 5e-6, "FDR InfiniBand: 56 Gbit/s a port (InfiniBand Trade Association)"),
-        Link("ib-edr", 100 * GBIT, 5e-6, "EDR InfiniBand: 100 Gbit/s a port (InfiniBand Trade Association)"),
-        Link("ib-hdr100", 100 * GBIT, 5e-6, "HDR100 InfiniBand: 100 Gbit/s a port (InfiniBand Trade Association)"),
-        Link("ib-hdr", 200 * GBIT, 5e-6, "HDR InfiniBand: 200 Gbit/s a port (InfiniBand Trade Association)"),
-        Link("ib-ndr200", 200 * GBIT, 5e-6, "NDR200 InfiniBand: 200 Gbit/s a port (InfiniBand Trade Association)"),
-        Link("ib-ndr", 400 * GBIT, 5e-6, "NDR InfiniBand: 400 Gbit/s a port (InfiniBand Trade Association)"),
-        Link("opa-100", 100 * GBIT, 5e-6, "Omni-Path 100: 100 Gbit/s a port (Intel)"),
-        Link("aries", 10.0, 5e-6, "Cray Aries: ~10 GB/s a node's injection bandwidth (Cray XC series)"),
-        Link("slingshot", 200 * GBIT, 5e-6, "HPE Slingshot 11: 200 Gbit/s a NIC (HPE Cray EX)"),
+        Link("pcie3", 15.75, 10e-6, f"PCIe 3.0 x16: 8 GT/s a lane, ~15.75 GB/s a direction (PCI-SIG); {LINE_RATE}"),
+        Link("pcie4", 31.5, 10e-6, f"PCIe 4.0 x16: ~31.5 GB/s a direction (PCI-SIG); {LINE_RATE}"),
+        Link("pcie5", 63.0, 10e-6, f"PCIe 5.0 x16: ~63 GB/s a direction (PCI-SIG); {LINE_RATE} on servers"),
+        Link("nvlink1", 80.0, 10e-6, f"NVLink 1 on P100 SXM2: 4 x 20 GB/s a direction (P100 datasheet); {LINE_RATE}"),
+        Link("nvlink2", 150.0, 10e-6, f"NVLink 2 on V100 SXM2: 6 x 25 GB/s a direction (V100 datasheet); {LINE_RATE}"),
+        Link(
+            "nvlink3",
+            231.6,
+            10e-6,
+            "NVLink 3 on A100 SXM4, 8 GPUs on NVSwitch: nccl-tests all_reduce busbw 231.58 GB/s at 8 GB (Azure ND A100 "
+            "v4, github.com/Azure/AI-benchmarking-guide Azure_Results/ND_A100_v4_results.md; AWS p4dn 230.77 at 1 GB, "
+            "NVIDIA/nccl#527); line rate 300",
+        ),
+        Link(
+            "nvlink4",
+            450.0,
+            10e-6,
+            "NVLink 4 on H100 SXM5: line rate 450 GB/s a direction (H100 datasheet), which the published figures "
+            "bracket: ring busbw 365-370 at 2-8 GPUs, NVLink SHARP 480 at 8 (NVIDIA/nccl#1455, nccl-tests#212)",
+        ),
+        Link(
+            "nvlink5",
+            900.0,
+            10e-6,
+            "NVLink 5 on B200: line rate 900 GB/s a direction (B200 datasheet); published: 830+ on 8 B200 "
+            "(NVIDIA/nccl#1807, text only), ring 679.6 on 4 GB200 (Azure ND GB200 v6)",
+        ),
+        Link(
+            "nvlink-bridge",
+            56.25,
+            10e-6,
+            f"NVLink bridge on RTX 3090: 112.5 GB/s both directions (NVIDIA); {LINE_RATE}",
+        ),
+        Link("eth-1g", 1 * GBIT, 50e-6, f"1 Gigabit Ethernet (IEEE 802.3); {LINE_RATE}"),
+        Link("eth-10g", 10 * GBIT, 50e-6, f"10 Gigabit Ethernet (IEEE 802.3ae); {LINE_RATE}"),
+        Link("eth-25g", 25 * GBIT, 50e-6, f"25 Gigabit Ethernet (IEEE 802.3by); {LINE_RATE}"),
+        Link("eth-40g", 40 * GBIT, 50e-6, f"40 Gigabit Ethernet (IEEE 802.3ba); {LINE_RATE}"),
+        Link("eth-50g", 50 * GBIT, 50e-6, f"50 Gigabit Ethernet (IEEE 802.3cd); {LINE_RATE}"),
+        Link(
+            "eth-100g",
+            100 * GBIT,
+            50e-6,
+            "100 Gigabit Ethernet (IEEE 802.3ba) line rate; published: 4-6 GB/s over TCP sockets (4 nodes x 8 V100, "
+            "NVIDIA/nccl#450), about 10 with AWS EFA on 2 nodes (NVIDIA/nccl#235): which one a source's runs used is "
+            "not stated",
+        ),
+        Link("roce-25g", 25 * GBIT, 10e-6, f"25 Gbit/s RoCE; {LINE_RATE}"),
+        Link("roce-100g", 100 * GBIT, 10e-6, f"100 Gbit/s RoCE; {LINE_RATE}"),
+        Link(
+            "ib-fdr", 56 * GBIT, 5e-6, f"FDR InfiniBand: 56 Gbit/s a port (InfiniBand Trade Association); {LINE_RATE}"
+        ),
+        Link(
+            "ib-edr",
+            12.0,
+            5e-6,
+            "EDR InfiniBand, 100 Gbit/s a port (12.5 GB/s line): NCCL's maintainers give 12 GB/s a 100G NIC "
+            "(NVIDIA/nccl-tests#119)",
+        ),
+        Link("ib-hdr100", 12.0, 5e-6, "HDR100 InfiniBand, 100 Gbit/s a port: 12 GB/s a 100G NIC (nccl-tests#119)"),
+        Link(
+            "ib-hdr",
+            24.0,
+            5e-6,
+            "HDR InfiniBand, 200 Gbit/s a port (25 GB/s line): 24 GB/s a 200G NIC (NCCL's maintainers, "
+            "nccl-tests#119, where 3 nodes of 4 HDR NICs reach 96.45 GB/s)",
+        ),
+        Link("ib-ndr200", 24.0, 5e-6, "NDR200 InfiniBand, 200 Gbit/s a port: 24 GB/s a 200G NIC (nccl-tests#119)"),
+        Link(
+            "ib-ndr",
+            47.0,
+            5e-6,
+            "NDR InfiniBand, 400 Gbit/s a port (50 GB/s line): 46-48 GB/s a NIC (NCCL's maintainers, nccl-tests#290)",
+        ),
+        Link("opa-100", 100 * GBIT, 5e-6, f"Omni-Path 100: 100 Gbit/s a port (Intel); {LINE_RATE}"),
+        Link("aries", 10.0, 5e-6, f"Cray Aries: ~10 GB/s a node's injection bandwidth (Cray XC series); {LINE_RATE}"),
+        Link("slingshot", 200 * GBIT, 5e-6, f"HPE Slingshot 11: 200 Gbit/s a NIC (HPE Cray EX); {LINE_RATE}"),
     )
 }
 RATES = ("images/s", "sequences/s", "tokens/s", "samples/s")  # throughput as printed
