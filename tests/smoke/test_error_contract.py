@@ -970,6 +970,19 @@ CASES = [
         alone=True,
     ),
     Case(
+        "sweep-on-ray-a-point-that-would-go-on-without-a-lost-node",
+        ["sweep", "{tmp}/s.toml", "--out", "{tmp}/out", "--executor", "ray"],
+        2,
+        r"sweep run epochs-1 may go on without a lost node \(dist\.min_nodes=2 of 3\): on Ray a point's nodes are "
+        r"its tasks, and a lost one ends the point, resumable",
+        alone=True,
+        after=no_folder("out"),
+        setup=sweep_text(
+            '[sweep]\nname = "elastic"\n[base.data]\ndataset = "synthetic"\n[base.dist]\nstrategy = "ddp"\nnnodes = 3\n'
+            'min_nodes = 2\non_resize = "keep_global_batch"\nmax_restarts = 1\n[grid]\n"train.epochs" = [1]\n'
+        ),
+    ),
+    Case(
         "sweep-status-of-nothing",
         ["sweep", "{tmp}/s.toml", "--out", "{tmp}/out", "--status"],
         2,
