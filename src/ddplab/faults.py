@@ -3,7 +3,8 @@
 `DDPLAB_FAULT="kill:rank=1:epoch=2:step=3"` makes rank 1 SIGKILL itself before optimizer
 step 3 of epoch 2; `raise:...` raises instead, `hang:...` sleeps forever (a stuck rank), `stall:...` sleeps forever
 inside the data loader, making the step's batch (a rank stuck in its data path: a hung read; step S is the S-th batch
-its loader makes in the epoch, the step's where there is no accumulation), `stop:...` stops itself
+its loader makes in the epoch in this session, the step's where there is no accumulation nor resume), `stop:...`
+stops itself
 (SIGSTOP: a rank frozen by a debugger or the OS, deaf to everything but SIGKILL and SIGCONT), `slow:rank=1:ms=30`
 sleeps 30 ms before each step it matches (a straggler: no step given, every step), `slowsave:epoch=2:ms=4000` holds the
 writing of that epoch's last.pt for 4 s between its temporary file and the rename (a fault during a checkpoint
@@ -72,7 +73,7 @@ def check_env(world_size: int | None = None, epochs: int | None = None, steps: i
     spec = os.environ.get(ENV)
     if not spec:
         return
-    _, where = parse(spec)
+    action, where = parse(spec)
     if world_size is not None and where.get("rank", 0) >= world_size:
         raise ConfigError(
             f"{ENV}={spec!r}: rank={where['rank']} would never fire: this run has ranks 0 to {world_size - 1}"
@@ -82,7 +83,7 @@ def check_env(world_size: int | None = None, epochs: int | None = None, steps: i
             f"{ENV}={spec!r}: epoch={where['epoch']} would never fire: "
             f"this run trains {epochs} epoch{'s' if epochs != 1 else ''}"
         )
-    if steps is not None and where.get("step", 1) > steps:
+    if steps is not None and action != "stall" and where.get("step", 1) > steps:  # stall counts batches, not steps
         raise ConfigError(
             f"{ENV}={spec!r}: step={where['step']} would never fire: this run's epochs take at most "
             f"{steps} optimizer step{'s' if steps != 1 else ''}"

@@ -907,8 +907,8 @@ def test_a_rank_slow_every_step_is_named_in_the_log_and_the_summary_and_equal_ra
     first holds enough steps (20: epoch 2 of 16 steps each), and summary.json names it. The reference run, of
     ranks of equal speed, names no one. Nearly: under CI's other load rank 0 is now and then descheduled for
     longer than rank 1's sleep (15 ms gave 14 of 16 in one epoch), so an epoch asks 13 of 16, far above the
-    half that chance gives. Each step's all-reduce wait is rank 0's, and the sleep, before rank 1's batch, is its
-    data wait."""
+    half that chance gives. Each step's all-reduce wait is rank 0's, and the fault's sleep, before the step begins,
+    is no one's data wait."""
     import re
 
     out = tmp_path / "slow"
@@ -924,7 +924,7 @@ def test_a_rank_slow_every_step_is_named_in_the_log_and_the_summary_and_equal_ra
         assert joined[1] > joined[0] + 0.024, joined  # the 30 ms sleep, less the noise of a 2-core machine
         waited, data = record.per_rank["waited_median_s"], record.per_rank["data_median_s"]
         assert waited[0] > 0.024 and waited[1] == 0.0, waited  # rank 0 waits out the sleep; rank 1, last, for no one
-        assert 0 < data[0] < 0.024 < data[1], data  # the sleep is between the step's start and its batch: a data wait
+        assert all(0 < d < 0.024 for d in data), data  # the fault's sleep is before the step: no one's data wait
     # The same run, ranks of equal speed: no one named over its 32 steps. The shared 16-step run is too short to be
     # judged at all, as the live window's 20 steps say (judged, CI's load once made it "chronic")
     two_gloo_ranks(tmp_path / "equal", "--batch-size", "8", "--epochs", "2")

@@ -335,9 +335,9 @@ class Trainer:
         kind, every = self.config.checkpoint_every
         for i in range(num_steps):
             step_in_epoch = done + i + 1  # steps count from 1, as epochs do
+            faults.maybe_inject(self.ctx.rank, epoch, step_in_epoch)  # a test's fault: not the step's own data wait
             self.clocks.begin()
             timer.begin_step(i)
-            faults.maybe_inject(self.ctx.rank, epoch, step_in_epoch)
             group = [b for _, b in zip(range(self.accumulate), batches, strict=False)]
             self.clocks.fed()
             timer.lap("data_s")

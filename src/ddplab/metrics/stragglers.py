@@ -104,8 +104,9 @@ def spread(
     """The spread between ranks, as the planner's STRAGGLER reads it: in each step, the standard deviation of the
     ranks' join times around each rank's own median (a chronically slow rank's offset is taken out: that is
     who, not noise), over the step's mean join time; the median over the steps. With `groups` (the ranks of each
-    host): the spread between the groups, each group's mean offset in a step standing for it, or (`within`) the
-    spread inside each group of two or more, the mean over the groups. NaN where no two ranks (groups) compare or
+    host): the spread between the groups, each group's mean offset in a step standing for it less the share of
+    its own ranks' spread that mean still carries, or (`within`) the spread inside each group of two or more, the
+    mean over the groups. NaN where no two ranks (groups) compare or
     there are no join times."""
     medians = []
     for row in joined_by_rank:
@@ -124,8 +125,12 @@ def spread(
         offsets = [[column[r] - medians[r] for r in unit] for unit in units]
         if within:
             ratios.append(statistics.fmean(statistics.stdev(o) for o in offsets) / mean)
-        else:
-            ratios.append(statistics.stdev(statistics.fmean(o) for o in offsets) / mean)
+            continue
+        # a group's mean still carries its ranks' own spread, sigma^2 / k: taken out, so that the groups' spread
+        # is what they share (the planner adds a GPU's spread besides); groups of one rank cannot tell them apart
+        shared = statistics.variance(statistics.fmean(o) for o in offsets)
+        own = [statistics.variance(o) / len(o) for o in offsets if len(o) > 1]
+        ratios.append(math.sqrt(max(0.0, shared - (statistics.fmean(own) if own else 0.0))) / mean)
     return statistics.median(ratios) if ratios else float("nan")
 
 

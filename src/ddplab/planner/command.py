@@ -59,7 +59,7 @@ def predict_run(
     for planned in grid.rows:
         b, letter = row_band(planned.prediction, costs, node_gbit, node), None
         if b is not None:
-            letter = next((k for k, v in bands.items() if v == b), None) or chr(ord("a") + len(bands))
+            letter = next((k for k, v in bands.items() if v == b), None) or band_name(len(bands))
             bands[letter] = b
         rows.append(
             replace(
@@ -213,6 +213,16 @@ def link_text(link) -> str:
             + ", measured)"
         )
     return f"{link.name} ({link.busbw_gbps:,.3g} GB/s, {link.alpha_s * 1e6:,.0f} us, published)"
+
+
+def band_name(i: int) -> str:
+    """The i-th band's name in a plan: a, b, ..., z, aa, ab, ..."""
+    name = ""
+    i += 1
+    while i:
+        i, r = divmod(i - 1, 26)
+        name = chr(ord("a") + r) + name
+    return name
 
 
 def row_band(p: model.Prediction, costs: model.StepCosts, node_gbit: float | None, node: int | None) -> Band | None:

@@ -332,6 +332,8 @@ def measured_spread(
     if on_cuda:
         if in_node is not None:
             gpu = (in_node, mine + (", between a node's ranks" if nodes > 1 else ""))
+        elif across is not None and nodes > 1 and "spread_cv_in_node" in found:  # one rank a node: all in the node's
+            gpu = (0.0, f"none besides the node's ({mine}: one rank a node, measured with its node)")
         if across is not None and nodes > 1:
             node = (across, f"{mine}, between its {nodes} nodes")
     elif across is not None and nodes > 1:

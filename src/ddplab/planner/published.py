@@ -240,17 +240,20 @@ def predict(case: Case, ddp_host_per_layer_s: float | None = None) -> list[dict]
     return out
 
 
-def implied_ddp_host(case: Case) -> float | None:
-    """DDP_HOST a layer that makes the model's steps for `case` match its stated ones, every other term a plan's
-    (the median over its rows; each row's found by bisection on 0 to 1 ms a layer); None without layers."""
+def implied_ddp_host(case: Case, most_s: float = 1e-3) -> float | None:
+    """DDP_HOST a layer that makes the model's steps for `case` match its stated ones, every other term a plan's:
+    the median over the rows whose match lies in 0 to `most_s` a layer (each found by bisection; a row already
+    long at 0, or still short at `most_s`, bounds nothing and is left out); None without layers or such a row."""
     if not case.layers:
         return None
     found = []
     for row in case.rows:
         one = replace(case, rows=(row,))
-        lo, hi = 0.0, 1e-3
+        if predict(one, 0.0)[0]["error"] > 0 or predict(one, most_s)[0]["error"] < 0:
+            continue
+        lo, hi = 0.0, most_s
         for _ in range(40):
             mid = (lo + hi) / 2
             lo, hi = (mid, hi) if predict(one, mid)[0]["error"] < 0 else (lo, mid)
         found.append((lo + hi) / 2)
-    return statistics.median(found)
+    return statistics.median(found) if found else None

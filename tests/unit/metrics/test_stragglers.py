@@ -160,7 +160,8 @@ def test_the_spread_between_ranks_leaves_out_a_ranks_steady_offset():
 
 def test_the_spread_in_a_node_and_across_nodes_are_read_apart():
     """Two hosts of two ranks: within each host the ranks swing against each other by d; the hosts swing against
-    each other by D (both ranks of a host together). In-node sees d alone, across-nodes D alone."""
+    each other by D (both ranks of a host together). In-node sees d alone, across-nodes D net of the share of the
+    ranks' own spread a host's mean would carry; ranks of independent noise on two hosts show no node spread."""
     d, D, n = 0.0005, 0.002, 20
     sign = [1 if i % 2 else -1 for i in range(n)]
     joined = [
@@ -171,7 +172,9 @@ def test_the_spread_in_a_node_and_across_nodes_are_read_apart():
     ]
     found = spreads(joined, ["10.0.0.1", "10.0.0.1", "10.0.0.2", "10.0.0.2"])
     assert found["in_node"] == pytest.approx(math.sqrt(2) * d / 0.010)
-    assert found["across_nodes"] == pytest.approx(math.sqrt(2) * D / 0.010)
+    # the hosts' means here hold none of d, but were the ranks' swings independent they would hold d^2 / 2 of
+    # variance, which is taken out: sqrt(2 D^2 - d^2)
+    assert found["across_nodes"] == pytest.approx(math.sqrt(2 * D**2 - d**2) / 0.010)
     assert found["all"] > found["in_node"]
     one_node = spreads(joined, [""] * 4)  # one node (no hosts recorded): all ranks are one node's
     assert one_node["in_node"] == one_node["all"] and math.isnan(one_node["across_nodes"])
@@ -189,3 +192,15 @@ def test_the_runs_verdict_keeps_each_spread_as_the_median_of_its_epochs():
         None,
         0.04,
     )
+
+
+def test_independent_ranks_on_two_hosts_show_no_spread_between_the_hosts():
+    """Every rank its own noise, nothing shared by a host: the hosts' spread is the noise a mean of two carries,
+    taken out, so a node's spread comes out near none while a GPU's is the noise's (the planner adds both)."""
+    import random
+
+    rng = random.Random(7)
+    joined = [[0.010 + rng.gauss(0, 0.0005) for _ in range(400)] for _ in range(4)]
+    found = spreads(joined, ["a", "a", "b", "b"])
+    assert found["in_node"] == pytest.approx(0.05, rel=0.25)
+    assert found["across_nodes"] < 0.25 * found["in_node"], found

@@ -536,8 +536,9 @@ def test_a_run_of_several_ranks_gives_the_planner_its_own_measured_spread_and_on
 
 def test_a_run_across_nodes_gives_the_planner_a_gpus_spread_and_a_nodes_read_apart(tmp_path):
     """A run of 2 nodes x 2 GPUs measured both spreads (summary.json's stragglers.spread_cv_in_node and
-    spread_cv_across_nodes): a CUDA plan takes each for its own term; a rank a node measured no GPU's spread,
-    which stays the fitted one; on a CPU the nodes' spread is the step's (one node's processes share its cores)."""
+    spread_cv_across_nodes): a CUDA plan takes each for its own term; a rank a node measured no GPU's spread apart,
+    and the node's holds it (none is added besides); on a CPU the nodes' spread is the step's (one node's processes
+    share its cores)."""
     run_dir = write_run(tmp_path / "r", batch=50, device="cuda", strategy="ddp", nproc=4)
     summary = json.loads((run_dir / "summary.json").read_text())
     summary["stragglers"] = {
@@ -555,8 +556,8 @@ def test_a_run_across_nodes_gives_the_planner_a_gpus_spread_and_a_nodes_read_apa
         "gpu": "measured: this run's 4 ranks' step clocks, between a node's ranks",
         "node": "measured: this run's 4 ranks' step clocks, between its 2 nodes",
     }
-    summary["stragglers"]["spread_cv_in_node"] = None  # one rank a node
+    summary["stragglers"]["spread_cv_in_node"] = None  # one rank a node: its GPU's spread is in the node's
     spread, said = model.measured_spread(summary, True, 2, None, 2)
-    assert spread == model.Spread(model.GPU_STEP_CV, 0.027) and said["gpu"].startswith("fitted")
+    assert spread == model.Spread(0.0, 0.027) and said["gpu"].startswith("none besides the node's")
     cpu, said = model.measured_spread(summary, False, 2, None, 2)
     assert cpu == model.Spread(0.027, 0.0) and said["gpu"].endswith("between its 2 nodes")
