@@ -96,41 +96,50 @@ def last_to_join(joined_by_rank: Sequence[Sequence[float]]) -> list[list[bool]]:
     return out
 
 
-def spread(
-    joined_by_rank: Sequence[Sequence[float]],
-    groups: Sequence[Sequence[int]] | None = None,
-    within: bool = False,
-) -> float:
-    """The spread between ranks, as the planner's STRAGGLER reads it: in each step, the standard deviation of the
-    ranks' join times around each rank's own median (a chronically slow rank's offset is taken out: that is
-    who, not noise), over the step's mean join time; the median over the steps. With `groups` (the ranks of each
-    host): the spread between the groups, each group's mean offset in a step standing for it less the share of
-    its own ranks' spread that mean still carries, or (`within`) the spread inside each group of two or more, the
-    mean over the groups. NaN where no two ranks (groups) compare or
-    there are no join times."""
+def _steps_offsets(joined_by_rank: Sequence[Sequence[float]], units: Sequence[Sequence[int]]):
+    """Each step where every rank joined: its mean join time and, unit by unit, its ranks' join times less each
+    rank's own median (a chronically slow rank's offset is taken out: that is who, not noise). Nothing where a
+    rank never joined."""
     medians = []
     for row in joined_by_rank:
         kept = [v for v in row if v == v]
         medians.append(statistics.median(kept) if kept else float("nan"))
+    if any(m != m for m in medians):
+        return
+    for column in zip(*joined_by_rank, strict=True):
+        if all(v == v for v in column) and (mean := statistics.fmean(column)) > 0:
+            yield mean, [[column[r] - medians[r] for r in unit] for unit in units]
+
+
+def spread(joined_by_rank: Sequence[Sequence[float]], groups: Sequence[Sequence[int]] | None = None) -> float:
+    """The spread between ranks, as the planner's STRAGGLER reads it: in each step, the standard deviation of the
+    ranks' offsets from their own medians, over the step's mean join time; the median over the steps. With
+    `groups` (the ranks of each host): the spread between the groups, each group's mean offset in a step standing
+    for it, less the share of its own ranks' spread that mean still carries. NaN where no two ranks (groups)
+    compare or there are no join times."""
     units = groups if groups is not None else [[r] for r in range(len(joined_by_rank))]
-    if within:
-        units = [u for u in units if len(u) > 1]
-    if (len(units) < 1 if within else len(units) < 2) or any(m != m for m in medians):
+    if len(units) < 2:
         return float("nan")
     ratios = []
-    for column in zip(*joined_by_rank, strict=True):
-        mean = statistics.fmean(column) if all(v == v for v in column) else float("nan")
-        if not mean > 0:
-            continue
-        offsets = [[column[r] - medians[r] for r in unit] for unit in units]
-        if within:
-            ratios.append(statistics.fmean(statistics.stdev(o) for o in offsets) / mean)
-            continue
+    for mean, offsets in _steps_offsets(joined_by_rank, units):
         # a group's mean still carries its ranks' own spread, sigma^2 / k: taken out, so that the groups' spread
         # is what they share (the planner adds a GPU's spread besides); groups of one rank cannot tell them apart
         shared = statistics.variance(statistics.fmean(o) for o in offsets)
         own = [statistics.variance(o) / len(o) for o in offsets if len(o) > 1]
         ratios.append(math.sqrt(max(0.0, shared - (statistics.fmean(own) if own else 0.0))) / mean)
+    return statistics.median(ratios) if ratios else float("nan")
+
+
+def spread_within(joined_by_rank: Sequence[Sequence[float]], groups: Sequence[Sequence[int]]) -> float:
+    """The spread inside each group of two or more ranks (a host's: a GPU's spread), as `spread` reads it, the mean
+    over the groups in each step; the median over the steps. NaN where no group holds two ranks."""
+    units = [u for u in groups if len(u) > 1]
+    if not units:
+        return float("nan")
+    ratios = [
+        statistics.fmean(statistics.stdev(o) for o in offsets) / mean
+        for mean, offsets in _steps_offsets(joined_by_rank, units)
+    ]
     return statistics.median(ratios) if ratios else float("nan")
 
 
@@ -143,8 +152,8 @@ def spreads(joined_by_rank: Sequence[Sequence[float]], hosts: Sequence[str]) -> 
     by_host = by_host or [list(range(ranks))]
     return {
         "all": spread(joined_by_rank),
-        "in_node": spread(joined_by_rank, by_host, within=True),
-        "across_nodes": spread(joined_by_rank, by_host) if len(by_host) > 1 else float("nan"),
+        "in_node": spread_within(joined_by_rank, by_host),
+        "across_nodes": spread(joined_by_rank, by_host),
     }
 
 
@@ -281,10 +290,10 @@ def run_verdict(
     verdict, who = judge(
         share, column("joined_median_s", statistics.median), column("joined_mad_s", statistics.median), hosts, steps
     )
-    if who is not None and steps >= MIN_STEPS:
-        said = who.line("the steps", measure="")
-    elif verdict != "unmeasured" and steps < MIN_STEPS:  # as the live window: too few steps say nothing
+    if verdict != "unmeasured" and steps < MIN_STEPS:  # as the live window: too few steps say nothing
         verdict, who, said = "unmeasured", None, f"not judged: {steps} steps, under the {MIN_STEPS} it takes"
+    elif who is not None:
+        said = who.line("the steps", measure="")
     elif verdict == "noise":
         said = "no rank was chronically slowest (a different one from step to step): noise, no straggler"
     else:

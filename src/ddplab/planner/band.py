@@ -347,13 +347,14 @@ def cells_table(held: list[Point], spreads: dict[str, Spread]) -> str:
     """The bands `ddplab plan` gives rows, cell by cell (kind, count, input pipeline; "both" the pipelines together),
     each with its validation (each source's points against the band of the others), and each source's points inside
     the band of their own cell drawn without them: the coverage by source."""
-    from ddplab.planner.corpus import _ratios, band_edges, cell_bands, cell_of
+    from ddplab.planner.corpus import cell_bands
 
     lines = [
         "bands by cell (ddplab plan gives a row its count's synthetic-data cell where it is not few, else both):",
         f"  {'kind':36} {'count':>5} {'data':>9} {'points':>6} {'sources':>7} {'band':>13} {'width':>5} "
         f"{'validation':>10}  marks",
     ]
+    inside: dict[str, list[int]] = {}  # by source, over the cells of one pipeline (each point in one of them)
     for (kind, count, data), b in cell_bands(held, spreads).items():
         if b.points < LEAST_CASES:
             marks = f"no band (under {LEAST_CASES} points)"
@@ -365,21 +366,10 @@ def cells_table(held: list[Point], spreads: dict[str, Spread]) -> str:
             + (f"{b.held:>4} of {b.held_of:<4}" if b.held_of else f"{'-':>10}")
             + f"  {marks}"
         )
-    by_cell: dict[tuple[str, int, str], list[Point]] = {}
-    for p in held:
-        if p.error is not None:
-            by_cell.setdefault(cell_of(p), []).append(p)
-    inside: dict[str, list[int]] = {}
-    for ps in by_cell.values():
-        for source in {p.series.source for p in ps}:
-            spread = spreads.get(source)
-            others = _ratios([q if spread is None else q.at(spread) for q in ps if q.series.source != source])
-            own = _ratios([q for q in ps if q.series.source == source])
-            if others:
-                lo, hi = band_edges(others)
-                counts = inside.setdefault(source, [0, 0])
-                counts[0] += sum(lo <= r <= hi for r in own)
-                counts[1] += len(own)
+        for source, n, of in b.held_by_source if data else ():
+            counts = inside.setdefault(source, [0, 0])
+            counts[0] += n
+            counts[1] += of
     lines.append(
         "\ncoverage by source (its points inside the band of their own cell drawn from the other sources; a point "
         "predicted again from a measured node counts again):"

@@ -606,8 +606,16 @@ class KindBand:
     hi: float  # the high edge
     points: int
     sources: int
-    held: int  # held-out points inside the band drawn without their source
-    held_of: int
+    # each source's held-out points inside the band drawn without it: (source, inside, of), by source
+    held_by_source: tuple[tuple[str, int, int], ...] = ()
+
+    @property
+    def held(self) -> int:
+        return sum(inside for _, inside, _ in self.held_by_source)
+
+    @property
+    def held_of(self) -> int:
+        return sum(of for _, _, of in self.held_by_source)
 
 
 def band_edges(values: list[float], share: float = 0.90) -> tuple[float, float]:
@@ -635,18 +643,17 @@ def _band_of(name: str, ps: list[Point], spreads: dict[str, Spread] | None) -> K
     """The band of these points, with its coverage out of sample: a source's points against the band of the other
     sources' points, those predicted with the spreads fitted without that source (`spreads`; None: as they are),
     so that nothing of a source is in its test."""
-    held = held_of = 0
-    for source in {p.series.source for p in ps}:
+    held = []
+    for source in sorted({p.series.source for p in ps}):
         spread = None if spreads is None else spreads[source]
         others = _ratios([p if spread is None else p.at(spread) for p in ps if p.series.source != source])
         if not others:
             continue
         lo, hi = band_edges(others)
         own = _ratios([p for p in ps if p.series.source == source])
-        held += sum(lo <= r <= hi for r in own)
-        held_of += len(own)
+        held.append((source, sum(lo <= r <= hi for r in own), len(own)))
     ratios = _ratios(ps)
-    return KindBand(name, *band_edges(ratios), len(ratios), len({p.series.source for p in ps}), held, held_of)
+    return KindBand(name, *band_edges(ratios), len(ratios), len({p.series.source for p in ps}), tuple(held))
 
 
 def kind_bands(found: list[Point], spreads: dict[str, Spread] | None = None) -> dict[str, KindBand]:
