@@ -422,3 +422,32 @@ def test_planner_terms_leaves_each_term_out_and_puts_it_back():
     for name, row in rows.items():  # each term moves the corpus somewhere
         assert any(row[k] != as_is[k] for k in figures), name
     assert rows["LINK_QUEUE (the all-reduce under backward)"]["below"] > as_is["below"]  # more exposed: slower
+
+
+def test_band_rules_compares_ddplabs_rule_with_the_pooled_one_on_the_cells_a_plan_takes():
+    """ddplab's rule is the one the plan prints (band.gpu_band's cell, validation and all); the pooled rule is the
+    cases' own central 90%; every rule is checked on the same held-out points."""
+    import importlib.util
+
+    from ddplab.planner import band, corpus
+
+    spec = importlib.util.spec_from_file_location("band_rules", BENCH / "band_rules.py")
+    rules = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rules)
+    rows = rules.measure()
+    assert len(rows) == len(rules.CELLS) * len(rules.RULES)
+    ours = {r["cell"]: r for r in rows if r["rule"] == "new source (ddplab's)"}
+    for kind, count, data in rules.CELLS:
+        printed = band.corpus_cells()[kind, count, data]
+        row = ours[corpus.cell_words(kind, count, data)]
+        assert (row["lo"], row["hi"], row["held"], row["held_of"]) == (
+            printed.lo,
+            printed.hi,
+            printed.held,
+            printed.held_of,
+        )
+    pooled = next(r for r in rows if r["rule"] == "pooled")  # one node, 2 GPUs: Lambda's points set it
+    _, held, _ = corpus.predicted(corpus.load()[1])
+    cell = [1 / (1 + p.error) for p in held if p.error is not None and corpus.cell_of(p) == rules.CELLS[0]]
+    assert (pooled["lo"], pooled["hi"]) == corpus.band_edges(cell) and pooled["held_of"] == len(cell)
+    assert all(r["held"] <= r["held_of"] and r["lo"] < 1 < r["hi"] for r in rows)

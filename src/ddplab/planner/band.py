@@ -1,11 +1,14 @@
 """How far the scaling model has been off where it could be checked: the band beside each prediction.
 
-One rule for every band ddplab prints: the checked cases of a prediction's cell, measured / predicted training
-throughput, and the band is the central 90% of them (corpus.band_edges: split-conformal ranks; under 19 cases, the
-least to the most). A prediction P is shown with [P x lo, P x hi], what the cases' errors would make of it. Every
-band is printed as a range, marked where it is weak: "few" (fewer than 19 cases or 3 independent sources: its
-edges are a record of a handful, not a 90% band) and "wide" (reaching past -30% or +30%). A cell fewer than 5
-cases cover has no band, and says so: it never borrows another cell's.
+One rule for every band ddplab prints (corpus.band_of_sources): the checked cases of a prediction's cell, measured /
+predicted training throughput, by source; what a new source could measure is every source's median plus every case's
+deviation from its own source's median (a user's cluster is a new source, and sources differ more than one source's
+cases do), and the band is the central 90% of that (corpus.band_edges: split-conformal ranks; under 19 cases, the
+least to the most). For one source's checks (this machine's, one H100's) it is their own central 90%. A prediction P
+is shown with [P x lo, P x hi], what the cases' errors would make of it. Every band is printed as a range, marked
+where it is weak: "few" (fewer than 19 cases or 3 independent sources: its edges are a record of a handful, not a
+90% band) and "wide" (reaching past -30% or +30%). A cell fewer than 5 cases cover has no band, and says so: it
+never borrows another cell's.
 
 - GPU predictions: the published figures of planner/figures (planner/corpus.py), one cell per kind (one node;
   across nodes, planned from one GPU or from a measured node of as many GPUs; across nodes over a link under
@@ -119,12 +122,13 @@ class Band:
 
 
 def from_ratios(ratios: list[float], source: str, sources: int = 1, held: int = 0, held_of: int = 0) -> Band:
-    """The band of these cases by the one rule: their central 90% (corpus.band_edges)."""
-    from ddplab.planner.corpus import band_edges
+    """The band of one source's cases by the one rule (corpus.band_of_sources): for one source, their central
+    90%."""
+    from ddplab.planner.corpus import band_of_sources
 
     if not ratios:
         raise ValueError(f"no checked cases for a band ({source})")
-    return Band(*band_edges(ratios), len(ratios), source, held, held_of, sources)
+    return Band(*band_of_sources({source: ratios}), len(ratios), source, held, held_of, sources)
 
 
 def unchecked(what: str) -> Band:

@@ -106,9 +106,12 @@ def predict_run(
         print(f"  band {letter}: {b.text()}")
     if bands:
         print(
-            "  bands: planner/band.py; the published figures' coverage is validation (the model's terms were chosen "
-            "looking at them), not a test"
+            "  bands: planner/band.py; the published figures' coverage is validation (the model's terms and the "
+            "band's rule were chosen looking at them), not a test"
         )
+    narrower = from_node_hint([r.prediction for r in rows], costs, node_gbit, node)
+    if narrower:
+        print(f"  {narrower}")
     for p in grid.pays_from:
         below = " or less (a GPU's step below the measured batch is not known)"
         bars = ", ".join(
@@ -234,6 +237,32 @@ def row_band(p: model.Prediction, costs: model.StepCosts, node_gbit: float | Non
         return batch_band() if other and costs.on_cuda else None
     from_node = node is not None and p.nodes > 1 and p.per_node == node
     return band_for(costs.on_cuda, p.nodes, other and costs.on_cuda, node_gbit, from_node, p.per_node)
+
+
+def from_node_hint(
+    rows: list[model.Prediction], costs: model.StepCosts, node_gbit: float | None, node: int | None
+) -> str:
+    """What narrows a wide band across nodes planned from less than a node of several GPUs: the band of the same node
+    counts planned from a measured node (a node's own scaling is most of what one GPU cannot tell); "" where no such
+    band is wide."""
+    wide = {
+        p.nodes
+        for p in rows
+        if costs.on_cuda and p.nodes > 1 and p.per_node not in (1, node)
+        and "wide" in band_for(True, p.nodes, node_gbit=node_gbit, per_node=p.per_node).marks
+    }  # fmt: skip
+    said = []
+    for n in sorted(wide):
+        b = band_for(True, n, node_gbit=node_gbit, from_node=True)
+        if b.cases and "wide" not in b.marks:
+            held = f", validation {b.held} of {b.held_of}" if b.held_of else ""
+            said.append(f"at {n} nodes {b.lo - 1:+.0%} to {b.hi - 1:+.0%} ({b.cases} cases{held})")
+    if not said:
+        return ""
+    return (
+        "narrower across nodes: measure one node of the GPUs a node will have (ddplab train on all of them) and plan "
+        f"from that run; so planned, the published runs' band is {', '.join(said)}"
+    )
 
 
 def measured_or_published(name: str, links_file: Path, given: bool = True):

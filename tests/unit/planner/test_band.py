@@ -1,5 +1,7 @@
 """The error band beside each prediction (planner/band.py): its arithmetic, and which checked cases it is made of."""
 
+import statistics
+
 import pytest
 
 from ddplab.planner import band, corpus
@@ -68,7 +70,7 @@ def test_a_gpu_rows_band_is_its_cells_by_kind_count_and_pipeline_validated_leave
         b = band.band_for(True, 1, per_node=per_node)
         cell = corpus.count_bin(per_node)
         ps = [p for p in held if p.error is not None and corpus.cell_of(p) == ("one node", cell, "synthetic")]
-        assert b.cases == len(ps) >= 19 and (b.lo, b.hi) == conformal(corpus._ratios(ps))
+        assert b.cases == len(ps) >= 19 and (b.lo, b.hi) == conformal(new_source(ps))
         assert b.sources >= 3 and b.held_of == b.cases and b.held == corpus._band_of("x", ps, spreads).held
         assert f"at {'up to ' if cell > 2 else ''}{cell} GPUs, synthetic data" in b.source
     assert corpus.count_bin(3) == 4 and corpus.count_bin(5) == 8 and corpus.count_bin(16) == 16
@@ -76,7 +78,7 @@ def test_a_gpu_rows_band_is_its_cells_by_kind_count_and_pipeline_validated_leave
     # from a measured node of as many GPUs (a cell of its own)
     node = band.band_for(True, 2, node_gbit=400.0, from_node=True, per_node=8)
     ps = [p for p in held if p.error is not None and corpus.cell_of(p)[:2] == ("across nodes, from a measured node", 2)]
-    assert node.cases == len(ps) >= 19 and (node.lo, node.hi) == conformal(corpus._ratios(ps))
+    assert node.cases == len(ps) >= 19 and (node.lo, node.hi) == conformal(new_source(ps))
     assert "synthetic" not in node.source and node != band.band_for(True, 2, node_gbit=400.0, per_node=8)
     # Every published point over links under 50 Gbit/s a node went through parameter servers: not predicted, so
     # that cell has no band, and says so.
@@ -87,6 +89,17 @@ def test_a_gpu_rows_band_is_its_cells_by_kind_count_and_pipeline_validated_leave
     other = band.band_for(True, 1, other_batch=True, per_node=2)
     one = band.gpu_band(1, 2)
     assert (other.lo, other.hi) == (one.lo * band.batch_band().lo, one.hi * band.batch_band().hi)
+
+
+def new_source(points):
+    """What a new source could measure, written out: each source's median measured / predicted, plus each point's
+    deviation from its own source's median; sorted."""
+    by_source = {}
+    for p in points:
+        by_source.setdefault(p.series.source, []).append(1 / (1 + p.error))
+    medians = {s: statistics.median(v) for s, v in by_source.items()}
+    deviations = [r - medians[s] for s, v in by_source.items() for r in v]
+    return sorted(m + d for m in medians.values() for d in deviations)
 
 
 def conformal(sorted_values):
@@ -131,13 +144,29 @@ def make_points(errors_by_source):
 
 def test_a_band_is_checked_out_of_sample_one_source_at_a_time():
     """Each source's points against the band of the others' points: a source unlike the rest is not held."""
-    found = make_points({"a": [0.0] * 10, "b": [0.01 * i for i in range(10)], "c": [1.0, 1.0]})
+    found = make_points({"a": [0.0] * 10, "b": [0.02, -0.02] * 5, "c": [1.0, 1.0]})
     (b,) = corpus.kind_bands(found).values()
-    # a's band from b and c (12 ratios: two 0.5s, 1/1.09 .. 1/1.00): ranks 1 and 12, 0.5 to 1.0, around a's ten
-    # b's band from a and c (ten 1.0s, two 0.5s): 0.5 to 1.0, around all ten of b's
-    # c's band from a and b (20 ratios): ranks 1 and 20, 1/1.09 to 1.0: c's 0.5s fall below it
-    assert (b.held, b.held_of, b.points, b.sources) == (10 + 10 + 0, 22, 22, 3)
-    assert (b.lo, b.hi) == conformal(sorted(1 / (1 + p.error) for p in found)) == (0.5, 1.0)
+    # a's band from b and c: medians about 1.0002 and 0.5, deviations b's +-0.0202 and c's two 0s: 24 cases, the
+    # least to the most, about 0.48 to 1.02, around a's ten 1.0s
+    # b's band from a and c (medians 1.0 and 0.5, every deviation 0): 0.5 to 1.0, around b's five 1/1.02s only
+    # c's band from a and b (medians 1.0 and about 1.0002): about 0.98 to 1.02: c's 0.5s fall below it
+    assert (b.held, b.held_of, b.points, b.sources) == (10 + 5 + 0, 22, 22, 3)
+    assert (b.lo, b.hi) == conformal(new_source(found)) and b.lo < 0.5 and b.hi > 1.0
+
+
+def test_a_band_is_for_a_new_source_each_source_one_centre_however_many_its_points():
+    """A user's cluster is a new source: sources differ more than one source's runs do, so every source's median
+    counts once, with every point's deviation from its own median. Pooled, the 40 points of one source would set the
+    band alone (1.0 to 1.01) and a second source one point at +10% would be outside it; for a new source the band
+    reaches it. One source's cases are themselves, exactly (the CPU and batch checks' bands)."""
+    big, one = [1.0] * 38 + [0.99, 1.01], [1.10]
+    assert corpus.band_edges(big + one) == (1.0, 1.01)  # pooled: ranks 2 and 41 of 41
+    cases = corpus.new_source_cases({"big": big, "one": one})
+    assert len(cases) == 2 * 41 and cases[0] == 0.99 and cases[-1] == pytest.approx(1.11)
+    assert corpus.band_of_sources({"big": big, "one": one}) == (1.0, 1.10)  # ranks 4 and 79 of 82
+    ratios = [1 / 3, 0.7, 1.3, 0.9]
+    assert corpus.new_source_cases({"x": ratios}) == sorted(ratios)
+    assert corpus.band_of_sources({"x": ratios}) == (1 / 3, 1.3)
 
 
 def test_the_cpu_band_is_this_machines_recorded_checks_at_the_rows_count():

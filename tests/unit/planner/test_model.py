@@ -275,6 +275,14 @@ def test_a_plan_from_a_measured_node_gives_its_rows_across_nodes_that_kinds_band
     line = next(line for line in out.splitlines() if line.startswith("    2 x 2  "))
     assert f"{rows[2, 2]['images_per_s_band'][0]:,.0f}-" in line and " wide " in line
     assert all(r["band"] for r in saved["rows"] if r["workers"] > 1)
+    # the wide band from one GPU says what narrows it: a measured node's band at as many nodes, with its validation
+    assert (
+        f"narrower across nodes: measure one node of the GPUs a node will have (ddplab train on all of them) and plan "
+        f"from that run; so planned, the published runs' band is at 2 nodes {node.lo - 1:+.0%} to {node.hi - 1:+.0%} "
+        f"({node.cases} cases, validation {node.held} of {node.held_of})"
+    ) in out
+    assert main([*argv[:4], "--out", str(tmp_path / "one.json")]) == 0  # one node only: nothing to narrow
+    assert "narrower across nodes" not in capsys.readouterr().out
 
 
 def test_a_plan_over_a_measured_link_says_which_worker_counts_it_did_not_measure(tmp_path, capsys):
