@@ -158,8 +158,9 @@ def test_the_launcher_counts_the_rounds_its_agent_joins_and_leaves_nothing_behin
             return "job"
 
     monkeypatch.setattr(registry, "get_rendezvous_handler", lambda params: Handler())
-    monkeypatch.setenv(ROUND, "7")  # a launch before this one, in the same process
+    monkeypatch.setenv(ROUND, "7")  # a launch before this one, in the same process, or around it
     with rounds_counted():
+        assert ROUND not in os.environ  # no round formed yet (elastic's `formed`)
         handler = registry.get_rendezvous_handler(None)
         assert isinstance(handler, CountedRendezvous) and handler.use_agent_store and handler.get_run_id() == "job"
         assert handler.next_rendezvous() == "info" and os.environ[ROUND] == "0"

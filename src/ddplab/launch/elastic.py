@@ -337,6 +337,9 @@ def rounds_counted():
     """
     counting = internals.wrapped(*internals.rendezvous_handlers(), lambda make: lambda p: CountedRendezvous(make(p)))
     with environment.restored(topology.ROUND), counting:
+        # One inherited from a launch around this one (a worker's environment) would say a round had formed here
+        # before any did: a rendezvous that never formed would then be read as a store lost mid-run.
+        os.environ.pop(topology.ROUND, None)
         yield
 
 
