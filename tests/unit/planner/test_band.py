@@ -61,8 +61,9 @@ def test_the_published_ddp_benchmark_is_predicted_with_a_plans_terms_and_says_th
 
 def test_a_gpu_rows_band_is_its_cells_by_kind_count_and_pipeline_validated_leave_one_source_out():
     """A row on one node takes the cell of its GPU count (2, up to 4, up to 8) among the published runs whose images
-    were synthetic (a ddplab run's sit on its device, so no host pipeline bounds it): the central 90% of measured /
-    predicted over that cell's points, each predicted out of sample (STRAGGLER fitted without its source), and its
+    were synthetic (a ddplab run's sit on its device, so no host pipeline bounds it): the central 90% of what a new
+    source could measure there (each source's median measured / predicted plus each point's deviation from its
+    own), each point predicted out of sample (STRAGGLER fitted without its source), and its
     validation each source against the band of the other sources. Where that cell holds too few points, the
     cell of both pipelines; where no point is of the cell, no band, said so."""
     _, held, spreads = corpus.predicted(corpus.load()[1])
