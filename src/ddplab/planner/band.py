@@ -314,20 +314,78 @@ def corpus_cells() -> dict[tuple[str, int, str], Band]:
 
 def gpu_band(nodes: int = 1, per_node: int = 2, node_gbit: float | None = None, from_node: bool = False) -> Band:
     """A GPU prediction's band: the cell of its kind (corpus.kind_for) and count, for a run whose images sit on the
-    device (the synthetic-data cell where it holds enough cases, else both pipelines'); no band where no
-    published point is of that cell."""
+    device (cell_band's, synthetic data)."""
     from ddplab.planner import corpus
 
     kind = corpus.kind_for(nodes, node_gbit, from_node=from_node)
-    count = corpus.count_bin(per_node if nodes == 1 else nodes)
+    return cell_band(kind, corpus.count_bin(per_node if nodes == 1 else nodes), SYNTHETIC)
+
+
+def cell_band(kind: str, count: int, data: str) -> Band:
+    """The band of a prediction of `kind` at `count` whose input pipeline is `data`: that pipeline's cell where it
+    holds enough cases (not few), else both pipelines'; no band where fewer than 5 published points are of it."""
+    from ddplab.planner import corpus
+
     cells = corpus_cells()
-    refined, pooled = cells.get((kind, count, SYNTHETIC)), cells.get((kind, count, ""))
+    refined, pooled = cells.get((kind, count, data)), cells.get((kind, count, ""))
     if refined is not None and "few" not in refined.marks:
         return refined
     if pooled is not None and pooled.cases >= LEAST_CASES:
         return pooled
     found = f"only {pooled.cases} published point(s)" if pooled is not None else "no published point"
     return unchecked(f"{found} {corpus.cell_words(kind, count, '')}" + (f", under {LEAST_CASES}" if pooled else ""))
+
+
+def unseen_points() -> list[Point]:
+    """The test sources' points (corpus.load_unseen) predicted as a plan predicts: from each series' base row and
+    again from its measured node, at STRAGGLER's constants (the spreads fitted to the whole corpus)."""
+    from ddplab.planner import corpus
+    from ddplab.planner.model import GPU_STEP_CV, NODE_STEP_CV, Spread
+
+    _, series = corpus.load_unseen()
+    spread = Spread(GPU_STEP_CV, NODE_STEP_CV)
+    return corpus.points(series, spread) + corpus.points(corpus.from_nodes(series), spread)
+
+
+def unseen_table(found: list[Point]) -> str:
+    """The model and its bands against the test sources (unseen_points): each point's error, and whether it lies in
+    the band its own cell (kind, count, its input pipeline) draws from the corpus: a test of both, since nothing
+    was chosen looking at these sources."""
+    from ddplab.planner import corpus
+
+    predicted = [p for p in found if p.error is not None]
+    if not predicted:
+        return ""
+    lines = [
+        f"test: {len(predicted)} points of {len({p.series.source for p in predicted})} sources transcribed after the "
+        "model's terms, the band's rule and its cells were fixed, and kept out of every fit and band since "
+        "(planner/figures/test); error = predicted / published - 1, at STRAGGLER's constants; a point is in its band "
+        "where measured / predicted lies in the band of its cell (kind, count, its input pipeline) a plan would print",
+    ]
+    first = [p for p in predicted if not p.series.from_node]
+    for title, ps, key in (
+        ("by source", first, lambda p: p.series.source),
+        ("by kind", predicted, lambda p: p.kind),
+        ("all", predicted, lambda p: "all"),
+    ):
+        if title != "all":
+            lines += [
+                f"\n{title}:",
+                f"  {'':38} {'points':>6} {'median |err|':>12} {'below':>5} {'5%..95%':>13} {'worst':>6} "
+                f"{'in its band':>15}",
+            ]
+        for row in corpus.summary(ps, key):
+            group = [(p, p.predicted) for p in ps if key(p) == row["group"] and p.predicted is not None]
+            bands = [cell_band(*corpus.cell_of(p)) for p, _ in group]
+            held = [b.holds(f, p.published) for b, (p, f) in zip(bands, group, strict=True) if b.cases]
+            inside = f"{sum(held)} of {len(held)}" + (
+                f", {len(group) - len(held)} none" if len(held) < len(group) else ""
+            )
+            lines.append(
+                f"  {row['group'][:38]:38} {row['points']:>6} {row['median_abs']:>12.1%} {row['below']:>5.0%} "
+                f"{row['p5']:>+6.0%}..{row['p95']:<+6.0%} {row['worst']:>+6.0%} {inside:>15}"
+            )
+    return "\n".join(lines)
 
 
 def band_for(

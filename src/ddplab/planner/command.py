@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ddplab.errors import ConfigError, DataError
 from ddplab.io import files
 from ddplab.planner import links
-from ddplab.planner.band import Band, band_for, batch_band, cells_table
+from ddplab.planner.band import Band, band_for, batch_band, cells_table, unseen_points, unseen_table
 
 if TYPE_CHECKING:
     from ddplab.planner import model
@@ -151,6 +151,9 @@ def show_corpus() -> int:
     print(corpus.table(plain, held, spreads))
     print()
     print(cells_table(held, spreads))
+    tested = unseen_table(unseen_points())
+    if tested:
+        print(f"\n{tested}")
     return 0
 
 

@@ -16,6 +16,7 @@ from ddplab.planner.model import Spread
 
 SOURCES, SERIES = corpus.load()
 POINTS = corpus.points(SERIES)
+UNSEEN_SOURCES, UNSEEN = corpus.load_unseen()  # planner/figures/test: never in a fit or a band
 TRANSFORMERS = ("bert", "gpt", "vit", "transformer", "llama")
 
 
@@ -33,7 +34,15 @@ def test_the_corpus_spans_what_the_band_must_hold():
     assert {"ib-edr", "ib-hdr", "eth-10g", "aries"} <= {s.inter for s in SERIES}
 
 
-@pytest.mark.parametrize("series", SERIES, ids=lambda s: f"{s.source}: {s.name[:60]}")
+def test_the_test_sources_are_kept_out_of_the_corpus():
+    """The sources of planner/figures/test are read by load_unseen alone: none of them is in a fit, a band or the
+    validation figures, and no publisher is in both."""
+    assert len(UNSEEN_SOURCES) >= 2 and not set(UNSEEN_SOURCES) & set(SOURCES)
+    assert not {s["publisher"] for s in UNSEEN_SOURCES.values()} & {s["publisher"] for s in SOURCES.values()}
+    assert {s.source for s in SERIES}.isdisjoint({s.source for s in UNSEEN})
+
+
+@pytest.mark.parametrize("series", SERIES + UNSEEN, ids=lambda s: f"{s.source}: {s.name[:60]}")
 def test_each_series_arithmetic(series):
     """Units, the base rate, what was scaled: a point's throughput is the row's figure in samples a second (per
     GPU figures times the GPUs, times converted to rates), scaling at most a little past linear (more is a
@@ -52,7 +61,8 @@ def test_each_series_arithmetic(series):
     for row in series.rows[1:]:
         ideal = row.gpus / base.gpus
         assert 0 < series.samples_per_s(row) / series.samples_per_s(base) <= 1.3 * ideal, row
-    assert series.fields["where"] and SOURCES[series.source]["where"] and SOURCES[series.source]["date"]
+    source = {**SOURCES, **UNSEEN_SOURCES}[series.source]
+    assert series.fields["where"] and source["where"] and source["date"]
 
 
 def test_a_point_is_predicted_from_its_base_row_alone(monkeypatch):
