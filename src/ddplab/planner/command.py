@@ -77,6 +77,14 @@ def predict_run(
         f"  spread between ranks (STRAGGLER): {'a GPU' if costs.on_cuda else 'a step'}'s {costs.step_cv:.1%}, "
         f"{said['gpu']}" + (f"; a node's {costs.node_cv:.1%}, {said['node']}" if costs.node_cv else "")
     )
+    for side, used in (("within a node", within), ("between nodes", between)):
+        if isinstance(used, links.Link) and used.name in links.AT_LINE_RATE:
+            print(
+                f"  note: the link {side}, {used.name}, is taken at its line rate (no published NCCL all-reduce figure "
+                "for it); NCCL over PCIe and TCP ran far under theirs in the planner's test (its predictions up to "
+                "2.7x and 4.4x what was published, BENCHMARKS.md): measure the link on the machine (ddplab plan "
+                "--measure there) and plan over that links file"
+            )
     print(
         f"  {'workers':>9} {'batch':>6} {'step ms':>9} {'comm ms':>8} {'exposed':>8} {'images/s':>10} "
         f"{'band':>17} {'':9} {'speedup':>8} {'ideal':>6} {'efficiency':>10}"

@@ -121,6 +121,11 @@ PUBLISHED: dict[str, Link] = {
 }
 
 
+# The published links no NCCL all-reduce figure was found for, taken at their line rate. NCCL may run far under it:
+# over PCIe and over TCP the planner's test sources did (BENCHMARKS.md, "The model on two sources no choice saw").
+AT_LINE_RATE = frozenset({"pcie5", "pcie4", "100gbe", "25gbe", "10gbe"})
+
+
 def link_named(name: str) -> Link:
     try:
         return PUBLISHED[name]

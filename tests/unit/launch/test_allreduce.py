@@ -18,7 +18,10 @@ def test_measure_refuses_what_cannot_measure_a_link():
         measure("gloo", 2, max_bytes=16 * 1024)
 
 
-@pytest.mark.slow(why="times all-reduce with real Gloo processes")
+@pytest.mark.alone(
+    why="times all-reduce with real Gloo processes: a test beside it on 2 cores bends the curve it fits "
+    "(CI, 2026-12-03: median fit error 0.52)"
+)
 def test_gloo_on_this_machine_fits_the_model():
     """A real measurement: 2 Gloo processes, 4 KiB to 16 MiB (below ~1 MiB Gloo's fixed cost, about 2 ms
     here, hides the size). The fit's bound is loose (a shared 2-core machine), but a model that could not

@@ -282,7 +282,13 @@ def test_a_plan_from_a_measured_node_gives_its_rows_across_nodes_that_kinds_band
         f"({node.cases} cases, validation {node.held} of {node.held_of})"
     ) in out
     assert main([*argv[:4], "--out", str(tmp_path / "one.json")]) == 0  # one node only: nothing to narrow
-    assert "narrower across nodes" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "narrower across nodes" not in out and "line rate" not in out  # NVLink: a published NCCL figure
+    # a link taken at its line rate (PCIe, TCP) is said so, with what the test sources made of such links
+    assert main([*argv, "--link", "pcie4", "--inter-link", "25gbe", "--out", str(tmp_path / "pcie.json")]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if "is taken at its line rate" in line]
+    assert [n.split(",")[0] for n in notes] == ["  note: the link within a node", "  note: the link between nodes"]
+    assert "pcie4" in notes[0] and "25gbe" in notes[1] and "ddplab plan --measure" in notes[0]
 
 
 def test_a_plan_over_a_measured_link_says_which_worker_counts_it_did_not_measure(tmp_path, capsys):
