@@ -10,12 +10,12 @@ points and its validation: each source's points against the band the rule draws 
 (leave-one-source-out, STRAGGLER fitted without that source, as `ddplab plan --corpus` does). The rules:
 
 - pooled: the central 90% of all the cell's measured / predicted (band_edges), as ddplab drew it before 2026-12-03;
-- new source (ddplab's, corpus.band_of_sources): the same ranks over every source's median plus every point's
-  deviation from its own source's median;
+- new source (ddplab's, corpus.band_of_sources): the same ranks over every source's median times every point's
+  ratio to its own source's median (a centre plus a deviation, in logs);
 - new source, t: the same, the sources' medians spread about their mean by the Student t factor for a new draw of
   K (t(0.95, K - 1) / 1.645 x sqrt(1 + 1/K));
-- t + within, added: the medians' mean plus and minus that t-interval of a new source's median, with the deviations'
-  central 90% (band_edges) added to each edge;
+- t + within, added: the medians' mean plus and minus that t-interval of a new source's median, with the
+  deviations' central 90% (band_edges) added to each edge (in logs, as every rule but the pooled one);
 - t + within, root sum of squares: the two half-widths combined as independent errors.
 
 Every figure here is validation: the rule was chosen looking at it (BENCHMARKS.md, "The bands for a new source").
@@ -28,7 +28,6 @@ import json
 import math
 import statistics
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # run from a checkout without installing
@@ -46,19 +45,19 @@ CELLS = (  # the cells a plan's rows take (band.gpu_band): synthetic on one node
     ("across nodes", 2, ""),
     ("across nodes", 4, ""),
 )
-Rule = Callable[[dict[str, list[float]]], tuple[float, float]]
 
 
 def _parts(by_source: dict[str, list[float]]) -> tuple[list[float], list[float]]:
-    medians = [statistics.median(v) for v in by_source.values()]
-    deviations = [r - m for m, v in zip(medians, by_source.values(), strict=True) for r in v]
-    return medians, deviations
+    """The sources' medians and every point's deviation from its own, in logs (corpus.new_source_cases' terms)."""
+    logs = [[math.log(r) for r in v] for v in by_source.values()]
+    centres = [statistics.median(v) for v in logs]
+    return centres, [r - c for c, v in zip(centres, logs, strict=True) for r in v]
 
 
-def _t_half(medians: list[float]) -> float:
+def _t_half(centres: list[float]) -> float:
     """Half the 90% interval of a new source's median from K medians (0 for one)."""
-    k = len(medians)
-    return T95[min(k - 1, len(T95)) - 1] * statistics.stdev(medians) * math.sqrt(1 + 1 / k) if k > 1 else 0.0
+    k = len(centres)
+    return T95[min(k - 1, len(T95)) - 1] * statistics.stdev(centres) * math.sqrt(1 + 1 / k) if k > 1 else 0.0
 
 
 def pooled(by_source: dict[str, list[float]]) -> tuple[float, float]:
@@ -66,27 +65,27 @@ def pooled(by_source: dict[str, list[float]]) -> tuple[float, float]:
 
 
 def new_source_t(by_source: dict[str, list[float]]) -> tuple[float, float]:
-    medians, deviations = _parts(by_source)
-    k, mean = len(medians), statistics.fmean(medians)
+    centres, deviations = _parts(by_source)
+    k, mean = len(centres), statistics.fmean(centres)
     widen = T95[min(k - 1, len(T95)) - 1] / Z95 * math.sqrt(1 + 1 / k) if k > 1 else 1.0
-    return corpus.band_edges([mean + widen * (m - mean) + d for m in medians for d in deviations])
+    return corpus.band_edges([math.exp(mean + widen * (c - mean) + d) for c in centres for d in deviations])
 
 
 def t_added(by_source: dict[str, list[float]]) -> tuple[float, float]:
-    medians, deviations = _parts(by_source)
-    mean, half = statistics.fmean(medians), _t_half(medians)
+    centres, deviations = _parts(by_source)
+    mean, half = statistics.fmean(centres), _t_half(centres)
     lo, hi = corpus.band_edges(deviations)
-    return mean - half + lo, mean + half + hi
+    return math.exp(mean - half + lo), math.exp(mean + half + hi)
 
 
 def t_rss(by_source: dict[str, list[float]]) -> tuple[float, float]:
-    medians, deviations = _parts(by_source)
-    mean, half = statistics.fmean(medians), _t_half(medians)
+    centres, deviations = _parts(by_source)
+    mean, half = statistics.fmean(centres), _t_half(centres)
     lo, hi = corpus.band_edges(deviations)
-    return mean - math.hypot(half, lo), mean + math.hypot(half, hi)
+    return math.exp(mean - math.hypot(half, lo)), math.exp(mean + math.hypot(half, hi))
 
 
-RULES: dict[str, Rule] = {
+RULES: dict[str, corpus.Rule] = {
     "pooled": pooled,
     "new source (ddplab's)": corpus.band_of_sources,
     "new source, t": new_source_t,
@@ -95,37 +94,18 @@ RULES: dict[str, Rule] = {
 }
 
 
-def by_source(points: list[corpus.Point]) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {}
-    for p in points:
-        if p.error is not None:
-            out.setdefault(p.series.source, []).append(1 / (1 + p.error))
-    return out
-
-
 def measure() -> list[dict]:
+    """Each rule's band and validation on each cell of CELLS, by corpus.cell_bands itself (`rule=`)."""
     _, series = corpus.load()
     _, held, spreads = corpus.predicted(series)
-    cells: dict[tuple[str, int, str], list[corpus.Point]] = {}
-    for p in held:
-        if p.error is not None:
-            kind, count, data = corpus.cell_of(p)
-            cells.setdefault((kind, count, data), []).append(p)
-            cells.setdefault((kind, count, ""), []).append(p)
+    bands = {name: corpus.cell_bands(held, spreads, rule) for name, rule in RULES.items()}
     rows = []
     for cell in CELLS:
-        points = cells[cell]
-        for name, rule in RULES.items():
-            inside = of = 0
-            for source in sorted({p.series.source for p in points}):
-                others = by_source([p.at(spreads[source]) for p in points if p.series.source != source])
-                own = by_source([p for p in points if p.series.source == source])[source]
-                lo, hi = rule(others)
-                inside, of = inside + sum(lo <= r <= hi for r in own), of + len(own)
-            lo, hi = rule(by_source(points))
+        for name in RULES:
+            b = bands[name][cell]
             rows.append(
-                {"cell": corpus.cell_words(*cell), "rule": name, "points": len(points), "lo": lo, "hi": hi,
-                 "held": inside, "held_of": of}
+                {"cell": corpus.cell_words(*cell), "rule": name, "points": b.points, "lo": b.lo, "hi": b.hi,
+                 "held": b.held, "held_of": b.held_of}
             )  # fmt: skip
     return rows
 

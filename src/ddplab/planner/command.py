@@ -80,10 +80,10 @@ def predict_run(
     for side, used in (("within a node", within), ("between nodes", between)):
         if isinstance(used, links.Link) and used.name in links.AT_LINE_RATE:
             print(
-                f"  note: the link {side}, {used.name}, is taken at its line rate (no published NCCL all-reduce figure "
-                "for it); NCCL over PCIe and TCP ran far under theirs in the planner's test (its predictions up to "
-                "2.7x and 4.4x what was published, BENCHMARKS.md): measure the link on the machine (ddplab plan "
-                "--measure there) and plan over that links file"
+                f"  note: the link {side}, {used.name}, is taken at its line rate, which NCCL may run far under: over "
+                "PCIe and TCP it did in the planner's test (its predictions up to 2.7x and 4.4x what was published, "
+                "BENCHMARKS.md); measure the link on the machine (ddplab plan --measure there) and plan over that "
+                "links file"
             )
     print(
         f"  {'workers':>9} {'batch':>6} {'step ms':>9} {'comm ms':>8} {'exposed':>8} {'images/s':>10} "
@@ -255,9 +255,11 @@ def from_node_hint(
 ) -> str:
     """What narrows a wide band across nodes planned from less than a node of several GPUs: the band of the same node
     counts planned from a measured node (a node's own scaling is most of what one GPU cannot tell); "" where no such
-    band is wide."""
+    band is wide. The cells' bands alone: a row at another local batch carries the batch checks' besides."""
+    from ddplab.planner import corpus
+
     wide = {
-        p.nodes
+        corpus.count_bin(p.nodes)
         for p in rows
         if costs.on_cuda and p.nodes > 1 and p.per_node not in (1, node)
         and "wide" in band_for(True, p.nodes, node_gbit=node_gbit, per_node=p.per_node).marks
@@ -267,7 +269,9 @@ def from_node_hint(
         b = band_for(True, n, node_gbit=node_gbit, from_node=True)
         if b.cases and "wide" not in b.marks:
             held = f", validation {b.held} of {b.held_of}" if b.held_of else ""
-            said.append(f"at {n} nodes {b.lo - 1:+.0%} to {b.hi - 1:+.0%} ({b.cases} cases{held})")
+            marked = f" [{b.mark}]" if b.marks else ""
+            where = f"at {'up to ' if n > 2 else ''}{n} nodes"
+            said.append(f"{where} {b.lo - 1:+.0%} to {b.hi - 1:+.0%} ({b.cases} cases{held}){marked}")
     if not said:
         return ""
     return (

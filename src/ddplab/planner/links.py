@@ -121,8 +121,9 @@ PUBLISHED: dict[str, Link] = {
 }
 
 
-# The published links no NCCL all-reduce figure was found for, taken at their line rate. NCCL may run far under it:
-# over PCIe and over TCP the planner's test sources did (BENCHMARKS.md, "The model on two sources no choice saw").
+# The published links taken at their line rate (no NCCL all-reduce figure holds for the class: it moves with the
+# topology on PCIe, with the stack on Ethernet). NCCL may run far under it: over PCIe and over TCP the planner's
+# test sources did (BENCHMARKS.md, "The model on two sources kept out of every fit and band").
 AT_LINE_RATE = frozenset({"pcie5", "pcie4", "100gbe", "25gbe", "10gbe"})
 
 

@@ -18,6 +18,7 @@ def test_measure_refuses_what_cannot_measure_a_link():
         measure("gloo", 2, max_bytes=16 * 1024)
 
 
+@pytest.mark.slow(why="times all-reduce with real Gloo processes")
 @pytest.mark.alone(
     why="times all-reduce with real Gloo processes: a test beside it on 2 cores bends the curve it fits "
     "(CI, 2026-12-03: median fit error 0.52)"

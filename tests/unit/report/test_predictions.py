@@ -121,7 +121,7 @@ def test_a_measured_speedup_is_said_to_lie_inside_or_outside_the_models_band():
     assert prediction_text(p, 2.1, "w=1").endswith(
         "the measured 2.10x is inside its error band (1.80-2.20x: measured -10% to +10% of the prediction over 2 "
         "cases from 1 source (test); not validated out of sample (one source) [few: under 19 cases or 3 sources, its "
-        "edges are the least and the most of a handful])"
+        "edges are drawn from a handful])"
     )
     assert "2.30x is OUTSIDE its error band, +15% of the prediction: above it" in prediction_text(p, 2.3, "w=1")
     assert "1.70x is OUTSIDE its error band, -15% of the prediction: below it" in prediction_text(p, 1.7, "w=1")
