@@ -6,7 +6,7 @@
 # (-m "not slow"), which needs none of them: it installs nothing (bootstrap only makes .venv when there is none).
 #
 # Three passes: the in-process tests on every core at once (pytest-xdist); the tests that spawn processes
-# (`slow`) three at a time, each file's on one worker in turn (--dist loadfile: a module's fixture is built once,
+# (`slow`) two at a time, each file's on one worker in turn (--dist loadfile: a module's fixture is built once,
 # and the Slurm file's one cluster is never made twice at once); then the tests that measure this machine's
 # speed or load, or bound a cold start (`alone`), one at a time. Then tests/support/tiers.py checks the skips against what
 # this machine should run (root with ip and tc: no test-cluster test skips; the extras installed: no MLflow or Ray
@@ -74,10 +74,11 @@ DDPLAB_TEST_RECORD=$(mktemp)  # each pass's outcomes (tests/conftest.py), for te
 export DDPLAB_TEST_RECORD
 # shellcheck disable=SC2046
 .venv/bin/python -m pytest -q -m "not slow and not alone" $(in_parallel auto load) "$@" || keep $?
-# Three at a time: they wait on processes (start-up, rendezvous, timeouts) as much as on these cores; a third keeps
-# both cores busy (CI, 2026-12-03, one commit: this pass 10 min 29 s at two, 9 min 19 s at three, 96-98% busy).
+# Two at a time: mostly waiting on processes (start-up, rendezvous, timeouts), not on this one's cores. Three cut
+# this pass from 10 min 29 s to 9 min 19 s with both cores 96-98% busy, and in its third run starved an elastic
+# run's first epoch until node 0 saw too few nodes (CI, 2026-12-03; BENCHMARKS.md): two it stays.
 # shellcheck disable=SC2046
-.venv/bin/python -m pytest -q -m "slow and not alone" $(in_parallel 3 loadfile) "$@" || keep $?
+.venv/bin/python -m pytest -q -m "slow and not alone" $(in_parallel 2 loadfile) "$@" || keep $?
 .venv/bin/python -m pytest -q -m "alone" "$@" || keep $?
 [ "$status" = 5 ] && status=0  # 5: a pass that selected no test (a path given of one tier only)
 if [ -e "$FAILED_INSTALLS" ]; then
