@@ -75,8 +75,8 @@ export DDPLAB_TEST_RECORD
 # shellcheck disable=SC2046
 .venv/bin/python -m pytest -q -m "not slow and not alone" $(in_parallel auto load) "$@" || keep $?
 # Two at a time: mostly waiting on processes (start-up, rendezvous, timeouts), not on this one's cores. Three cut
-# this pass from 10 min 29 s to 9 min 19 s with both cores 96-98% busy, and in its third run starved an elastic
-# run's first epoch until node 0 saw too few nodes (CI, 2026-12-03; BENCHMARKS.md): two it stays.
+# this pass from 10 min 29 s to 9 min 19 s with both cores 96-98% busy, and in its third run a starved node of an
+# elastic run never joined the other two and ended "too few to go on" (CI, 2026-12-03; BENCHMARKS.md): two it stays.
 # shellcheck disable=SC2046
 .venv/bin/python -m pytest -q -m "slow and not alone" $(in_parallel 2 loadfile) "$@" || keep $?
 .venv/bin/python -m pytest -q -m "alone" "$@" || keep $?
