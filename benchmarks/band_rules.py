@@ -47,13 +47,6 @@ CELLS = (  # the cells a plan's rows take (band.gpu_band): synthetic on one node
 )
 
 
-def _parts(by_source: dict[str, list[float]]) -> tuple[list[float], list[float]]:
-    """The sources' medians and every point's deviation from its own, in logs (corpus.new_source_cases' terms)."""
-    logs = [[math.log(r) for r in v] for v in by_source.values()]
-    centres = [statistics.median(v) for v in logs]
-    return centres, [r - c for c, v in zip(centres, logs, strict=True) for r in v]
-
-
 def _t_half(centres: list[float]) -> float:
     """Half the 90% interval of a new source's median from K medians (0 for one)."""
     k = len(centres)
@@ -65,21 +58,21 @@ def pooled(by_source: dict[str, list[float]]) -> tuple[float, float]:
 
 
 def new_source_t(by_source: dict[str, list[float]]) -> tuple[float, float]:
-    centres, deviations = _parts(by_source)
+    centres, deviations = corpus.centres_and_deviations(by_source)
     k, mean = len(centres), statistics.fmean(centres)
     widen = T95[min(k - 1, len(T95)) - 1] / Z95 * math.sqrt(1 + 1 / k) if k > 1 else 1.0
     return corpus.band_edges([math.exp(mean + widen * (c - mean) + d) for c in centres for d in deviations])
 
 
 def t_added(by_source: dict[str, list[float]]) -> tuple[float, float]:
-    centres, deviations = _parts(by_source)
+    centres, deviations = corpus.centres_and_deviations(by_source)
     mean, half = statistics.fmean(centres), _t_half(centres)
     lo, hi = corpus.band_edges(deviations)
     return math.exp(mean - half + lo), math.exp(mean + half + hi)
 
 
 def t_rss(by_source: dict[str, list[float]]) -> tuple[float, float]:
-    centres, deviations = _parts(by_source)
+    centres, deviations = corpus.centres_and_deviations(by_source)
     mean, half = statistics.fmean(centres), _t_half(centres)
     lo, hi = corpus.band_edges(deviations)
     return math.exp(mean - math.hypot(half, lo)), math.exp(mean + math.hypot(half, hi))

@@ -246,8 +246,14 @@ def row_band(p: model.Prediction, costs: model.StepCosts, node_gbit: float | Non
     other = p.local_batch != costs.measured_batch
     if p.workers == 1:
         return batch_band() if other and costs.on_cuda else None
-    from_node = node is not None and p.nodes > 1 and p.per_node == node
+    from_node = planned_from_node(p, node)
     return band_for(costs.on_cuda, p.nodes, other and costs.on_cuda, node_gbit, from_node, p.per_node)
+
+
+def planned_from_node(p: model.Prediction, node: int | None) -> bool:
+    """Whether a row is planned from the measured node of `node` GPUs (None: the run was no such node): a row across
+    nodes of as many GPUs a node."""
+    return node is not None and p.nodes > 1 and p.per_node == node
 
 
 def from_node_hint(
@@ -258,10 +264,12 @@ def from_node_hint(
     band is wide. The cells' bands alone: a row at another local batch carries the batch checks' besides."""
     from ddplab.planner import corpus
 
+    if not costs.on_cuda:
+        return ""
     wide = {
         corpus.count_bin(p.nodes)
         for p in rows
-        if costs.on_cuda and p.nodes > 1 and p.per_node not in (1, node)
+        if p.nodes > 1 and p.per_node > 1 and not planned_from_node(p, node)
         and "wide" in band_for(True, p.nodes, node_gbit=node_gbit, per_node=p.per_node).marks
     }  # fmt: skip
     said = []

@@ -658,10 +658,15 @@ def new_source_cases(by_source: dict[str, list[float]]) -> list[float]:
     pooled cases and three parametric widenings (BENCHMARKS.md, "The bands for a new source")."""
     if len(by_source) == 1:
         return sorted(*by_source.values())
+    centres, deviations = centres_and_deviations(by_source)
+    return sorted(math.exp(c + d) for c in centres for d in deviations)
+
+
+def centres_and_deviations(by_source: dict[str, list[float]]) -> tuple[list[float], list[float]]:
+    """In logs of measured / predicted: each source's median, and every point's deviation from its own source's."""
     logs = [[math.log(r) for r in v] for v in by_source.values()]
     centres = [statistics.median(v) for v in logs]
-    deviations = [r - c for c, v in zip(centres, logs, strict=True) for r in v]
-    return sorted(math.exp(c + d) for c in centres for d in deviations)
+    return centres, [r - c for c, v in zip(centres, logs, strict=True) for r in v]
 
 
 def band_of_sources(by_source: dict[str, list[float]]) -> tuple[float, float]:
