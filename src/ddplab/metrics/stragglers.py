@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 WINDOW_STEPS = 200  # the live view: the last this many optimizer steps
@@ -32,6 +32,23 @@ MAD_TO_SE = 1.4826 * 1.2533  # a median's standard error, sigma * 1.2533 / sqrt(
 def chronic_share(ranks: int) -> float:
     """The share of steps a rank must be last in: most steps, and well above chance (1 / ranks)."""
     return max(0.5, min(0.9, 1.5 / ranks))
+
+
+DISTRIBUTED = ("step", "data", "waited")  # the clocks given as a distribution over an epoch's steps (`distribution`)
+
+# How each of an epoch's per-rank figures (clock_figures) combines over the run's epochs: a median, a p95 or a spread
+# by the median of the epochs', a max by their max, a share by their mean. The one place that says it: summary.json's
+# per-rank figures and its `stragglers` both read it.
+ACROSS_EPOCHS: dict[str, Callable[[list[float]], float]] = {
+    **{
+        f"{name}_{stat}_s": how
+        for name in DISTRIBUTED
+        for stat, how in (("median", statistics.median), ("p95", statistics.median), ("max", max))
+    },
+    "joined_median_s": statistics.median,
+    "joined_mad_s": statistics.median,
+    "last_share": statistics.fmean,
+}
 
 
 def distribution(name: str, values: Sequence[float]) -> dict[str, float]:
@@ -59,9 +76,11 @@ def clock_figures(
     joined = [j for j in joined_s if j == j]
     centre = statistics.median(joined) if joined else nan
     return {
-        **distribution("step", step_s),
-        **distribution("data", data_s),
-        **distribution("waited", waited_s),
+        **{
+            k: v
+            for name, vs in zip(DISTRIBUTED, (step_s, data_s, waited_s), strict=True)
+            for k, v in distribution(name, vs).items()
+        },
         "joined_median_s": centre,
         "joined_mad_s": statistics.median(abs(j - centre) for j in joined) if joined else nan,
         "last_share": sum(last) / len(last) if joined and last else nan,
@@ -273,23 +292,21 @@ def run_verdict(
     between ranks (`spreads`: each epoch's, by the names of `spreads()`), the median of the epochs', for the
     planner."""
 
-    def column(name: str, how) -> list[float]:
+    def column(name: str) -> list[float]:
         rows = [e[name] for e in per_rank_epochs if name in e]
         ranks = len(rows[0]) if rows else 0
         out = []
         for r in range(ranks):
             values = [float(v) for row in rows if r < len(row) and (v := row[r]) is not None and v == v]
-            out.append(how(values) if values else float("nan"))
+            out.append(ACROSS_EPOCHS[name](values) if values else float("nan"))
         return out
 
     def across_epochs(name: str) -> float | None:
         measured = [float(v) for v in (spreads or {}).get(name, ()) if v is not None and v == v]
         return round(statistics.median(measured), 5) if measured else None
 
-    share = column("last_share", statistics.fmean)
-    verdict, who = judge(
-        share, column("joined_median_s", statistics.median), column("joined_mad_s", statistics.median), hosts, steps
-    )
+    share = column("last_share")
+    verdict, who = judge(share, column("joined_median_s"), column("joined_mad_s"), hosts, steps)
     if verdict != "unmeasured" and steps < MIN_STEPS:  # as the live window: too few steps say nothing
         verdict, who, said = "unmeasured", None, f"not judged: {steps} steps, under the {MIN_STEPS} it takes"
     elif who is not None:

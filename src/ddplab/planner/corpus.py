@@ -32,97 +32,10 @@ from typing import Any
 
 from ddplab.errors import DataError
 from ddplab.io.borders import FLAG, TABLE, TEXT, WHOLE, Kind, check, list_of, number, one_of
-from ddplab.planner.links import Link
+from ddplab.planner.links import CLASSES, GBIT, Link
 from ddplab.planner.model import Spread, StepCosts, ddp_work_s, host_s, predict_one, straggler_waits_s
 
-GBIT = 1e9 / 8 / 1e9  # GB/s per Gbit/s
 NO_SPREAD = Spread()  # STRAGGLER left out
-# Links a source can name: the all-reduce bus bandwidth NCCL reached on that link class at large messages, as
-# published by people who measured it (nccl-tests busbw), a GPU's (inside a node) or a port's (between nodes); where
-# no measurement was found, the specification's line rate a direction, said so. alpha assumed. "unknown": the
-# source does not say (its points are not predicted). Measured figures read 2026-12-03.
-LINE_RATE = "line rate: no published NCCL all_reduce figure found for this class"
-LINKS: dict[str, Link] = {
-    link.name: link
-    for link in (
-        Link("pcie3", 15.75, 10e-6, f"PCIe 3.0 x16: 8 GT/s a lane, ~15.75 GB/s a direction (PCI-SIG); {LINE_RATE}"),
-        Link("pcie4", 31.5, 10e-6, f"PCIe 4.0 x16: ~31.5 GB/s a direction (PCI-SIG); {LINE_RATE}"),
-        Link("pcie5", 63.0, 10e-6, f"PCIe 5.0 x16: ~63 GB/s a direction (PCI-SIG); {LINE_RATE} on servers"),
-        Link("nvlink1", 80.0, 10e-6, f"NVLink 1 on P100 SXM2: 4 x 20 GB/s a direction (P100 datasheet); {LINE_RATE}"),
-        Link("nvlink2", 150.0, 10e-6, f"NVLink 2 on V100 SXM2: 6 x 25 GB/s a direction (V100 datasheet); {LINE_RATE}"),
-        Link(
-            "nvlink3",
-            231.6,
-            10e-6,
-            "NVLink 3 on A100 SXM4, 8 GPUs on NVSwitch: nccl-tests all_reduce busbw 231.58 GB/s at 8 GB (Azure ND A100 "
-            "v4, github.com/Azure/AI-benchmarking-guide Azure_Results/ND_A100_v4_results.md; AWS p4dn 230.77 at 1 GB, "
-            "NVIDIA/nccl#527); line rate 300",
-        ),
-        Link(
-            "nvlink4",
-            450.0,
-            10e-6,
-            "NVLink 4 on H100 SXM5: line rate 450 GB/s a direction (H100 datasheet), which the published figures "
-            "bracket: ring busbw 365-370 at 2-8 GPUs, NVLink SHARP 480 at 8 (NVIDIA/nccl#1455, nccl-tests#212)",
-        ),
-        Link(
-            "nvlink5",
-            900.0,
-            10e-6,
-            "NVLink 5 on B200: line rate 900 GB/s a direction (B200 datasheet); published: 830+ on 8 B200 "
-            "(NVIDIA/nccl#1807, text only), ring 679.6 on 4 GB200 (Azure ND GB200 v6)",
-        ),
-        Link(
-            "nvlink-bridge",
-            56.25,
-            10e-6,
-            f"NVLink bridge on RTX 3090: 112.5 GB/s both directions (NVIDIA); {LINE_RATE}",
-        ),
-        Link("eth-1g", 1 * GBIT, 50e-6, f"1 Gigabit Ethernet (IEEE 802.3); {LINE_RATE}"),
-        Link("eth-10g", 10 * GBIT, 50e-6, f"10 Gigabit Ethernet (IEEE 802.3ae); {LINE_RATE}"),
-        Link("eth-25g", 25 * GBIT, 50e-6, f"25 Gigabit Ethernet (IEEE 802.3by); {LINE_RATE}"),
-        Link("eth-40g", 40 * GBIT, 50e-6, f"40 Gigabit Ethernet (IEEE 802.3ba); {LINE_RATE}"),
-        Link("eth-50g", 50 * GBIT, 50e-6, f"50 Gigabit Ethernet (IEEE 802.3cd); {LINE_RATE}"),
-        Link(
-            "eth-100g",
-            100 * GBIT,
-            50e-6,
-            "100 Gigabit Ethernet (IEEE 802.3ba) line rate; published: 4-6 GB/s over TCP sockets (4 nodes x 8 V100, "
-            "NVIDIA/nccl#450), about 10 with AWS EFA on 2 nodes (NVIDIA/nccl#235): which one a source's runs used is "
-            "not stated",
-        ),
-        Link("roce-25g", 25 * GBIT, 10e-6, f"25 Gbit/s RoCE; {LINE_RATE}"),
-        Link("roce-100g", 100 * GBIT, 10e-6, f"100 Gbit/s RoCE; {LINE_RATE}"),
-        Link(
-            "ib-fdr", 56 * GBIT, 5e-6, f"FDR InfiniBand: 56 Gbit/s a port (InfiniBand Trade Association); {LINE_RATE}"
-        ),
-        Link(
-            "ib-edr",
-            12.0,
-            5e-6,
-            "EDR InfiniBand, 100 Gbit/s a port (12.5 GB/s line): NCCL's maintainers give 12 GB/s a 100G NIC "
-            "(NVIDIA/nccl-tests#119)",
-        ),
-        Link("ib-hdr100", 12.0, 5e-6, "HDR100 InfiniBand, 100 Gbit/s a port: 12 GB/s a 100G NIC (nccl-tests#119)"),
-        Link(
-            "ib-hdr",
-            24.0,
-            5e-6,
-            "HDR InfiniBand, 200 Gbit/s a port (25 GB/s line): 24 GB/s a 200G NIC (NCCL's maintainers, "
-            "nccl-tests#119, where 3 nodes of 4 HDR NICs reach 96.45 GB/s)",
-        ),
-        Link("ib-ndr200", 24.0, 5e-6, "NDR200 InfiniBand, 200 Gbit/s a port: 24 GB/s a 200G NIC (nccl-tests#119)"),
-        Link(
-            "ib-ndr",
-            47.0,
-            5e-6,
-            "NDR InfiniBand, 400 Gbit/s a port (50 GB/s line): 46-48 GB/s a NIC (NCCL's maintainers, nccl-tests#290)",
-        ),
-        Link("opa-100", 100 * GBIT, 5e-6, f"Omni-Path 100: 100 Gbit/s a port (Intel); {LINE_RATE}"),
-        Link("aries", 10.0, 5e-6, f"Cray Aries: ~10 GB/s a node's injection bandwidth (Cray XC series); {LINE_RATE}"),
-        Link("slingshot", 200 * GBIT, 5e-6, f"HPE Slingshot 11: 200 Gbit/s a NIC (HPE Cray EX); {LINE_RATE}"),
-    )
-}
 RATES = ("images/s", "sequences/s", "tokens/s", "samples/s")  # throughput as printed
 NOT_ALL_REDUCE = {  # gradients exchanged otherwise than DDP's all-reduce: another model than this one
     "parameter-server": "gradients through parameter servers, not an all-reduce",
@@ -149,7 +62,9 @@ FIGURES = "figures"  # planner/figures/*.toml, package data
 TEST = "test"  # planner/figures/test/*.toml: the sources held out of every choice (load_unseen)
 
 SOURCE = {"id": TEXT, "title": TEXT, "where": TEXT, "date": TEXT, "publisher": TEXT, "framework": TEXT, "notes": TEXT}
-LINK_NAME = Kind("a link named in planner/corpus.LINKS, or unknown", lambda v: v in LINKS or v in ("unknown", ""))
+LINK_NAME = Kind(
+    "a link class named in planner/links.CLASSES, or unknown", lambda v: v in CLASSES or v in ("unknown", "")
+)
 SERIES = {
     "name": TEXT,
     "where": TEXT,
@@ -253,7 +168,7 @@ class Series:
 
     def node_link(self) -> Link | None:
         """The link between nodes as a node has it: its ports together (one where the source does not say)."""
-        link = LINKS.get(self.inter)
+        link = CLASSES.get(self.inter)
         if link is None:
             return None
         return Link(link.name, link.busbw_gbps * max(1, self.nics), link.alpha_s, link.source)
@@ -436,7 +351,7 @@ def _step(s: Series, row: Row, per_sample_s: float) -> Step:
         ddp_host_s=0.0 if ran_ddp else ddp_work_s(s.layers),
         host_s=host_s(s.layers, under_ddp=ran_ddp),  # HOST_FLOOR: a host-bound row pays what a base under DDP hid
     )
-    intra = LINKS.get(s.intra) or LINKS["pcie3"]  # one GPU a node: never used
+    intra = CLASSES.get(s.intra) or CLASSES["pcie3"]  # one GPU a node: never used
     p = predict_one(costs, row.per_node, row.nodes, max(1, round(local)), intra, s.node_link())
     return Step(p.step_s - p.exposed_comm_s, p.exposed_comm_s, row.gpus, row.gpus * local * row.accumulate, row.nodes)
 

@@ -18,16 +18,17 @@ finds alpha and busbw by least squares on relative error: the sizes span five or
 magnitude, and plain least squares would fit only the largest. The fit's error (median and
 worst relative error over the sizes) says how far the model can be trusted for that link.
 
-`PUBLISHED` holds what hardware promises: line rates from the specifications, and where
-public measurements exist (nccl-tests) what they reached. They are marked published, not
-measured: a run gets at most that.
+`CLASSES` holds what each class of link was published reaching: where public measurements exist
+(nccl-tests) what they reached, else the specification's line rate, said so. The published
+sources the planner is checked against and a plan (`PUBLISHED`: the names --link takes) read the
+same figures. They are marked published, not measured: a run gets at most that.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -81,51 +82,113 @@ class MeasuredLinks:
         return [link.ranks for link in self.links]
 
 
-# What the hardware promises. busbw: the nccl-tests figure where published measurements exist,
-# else the line rate per direction; alpha: a published latency floor where there is one, else
-# marked as assumed.
-PUBLISHED: dict[str, Link] = {
+GBIT = 1 / 8  # GB/s per Gbit/s
+
+# The link classes a published source (planner/figures) or a plan (PUBLISHED) can name: the all-reduce bus
+# bandwidth NCCL reached on that class at large messages, as published by people who measured it (nccl-tests busbw),
+# a GPU's (inside a node) or a port's (between nodes); where no measurement was found, the specification's line rate
+# a direction, said so (LINE_RATE). alpha assumed where not said. "unknown" (in a source): the source does not say
+# (its points are not predicted). Measured figures read 2026-12-03.
+LINE_RATE = "line rate: no published NCCL all_reduce figure found for this class"
+CLASSES: dict[str, Link] = {
     link.name: link
     for link in (
+        Link("pcie3", 15.75, 10e-6, f"PCIe 3.0 x16: 8 GT/s a lane, ~15.75 GB/s a direction (PCI-SIG); {LINE_RATE}"),
+        Link("pcie4", 31.5, 10e-6, f"PCIe 4.0 x16: ~31.5 GB/s a direction (PCI-SIG); {LINE_RATE}"),
+        Link("pcie5", 63.0, 10e-6, f"PCIe 5.0 x16: ~63 GB/s a direction (PCI-SIG); {LINE_RATE} on servers"),
+        Link("nvlink1", 80.0, 10e-6, f"NVLink 1 on P100 SXM2: 4 x 20 GB/s a direction (P100 datasheet); {LINE_RATE}"),
+        Link("nvlink2", 150.0, 10e-6, f"NVLink 2 on V100 SXM2: 6 x 25 GB/s a direction (V100 datasheet); {LINE_RATE}"),
         Link(
-            "nvlink",
+            "nvlink3",
+            231.6,
+            10e-6,
+            "NVLink 3 on A100 SXM4, 8 GPUs on NVSwitch: nccl-tests all_reduce busbw 231.58 GB/s at 8 GB (Azure ND A100 "
+            "v4, github.com/Azure/AI-benchmarking-guide Azure_Results/ND_A100_v4_results.md; AWS p4dn 230.77 at 1 GB, "
+            "NVIDIA/nccl#527); line rate 300",
+        ),
+        Link(
+            "nvlink4",
             450.0,
             26e-6,
-            "NVLink 4 on H100/H200 SXM: 900 GB/s per GPU, both directions (NVIDIA H100 and H200 datasheets); "
-            "nccl-tests all_reduce on 8x H100 NVSwitch reaches a busbw of ~460-480 GB/s at large sizes, "
-            "~26 us at the smallest",
+            "NVLink 4 on H100/H200 SXM: line rate 450 GB/s a direction (H100 and H200 datasheets), which the published "
+            "figures bracket: ring busbw 365-370 at 2-8 GPUs, NVLink SHARP 480 at 8 (NVIDIA/nccl#1455, "
+            "nccl-tests#212); nccl-tests all_reduce on 8x H100 takes ~26 us at the smallest sizes",
         ),
         Link(
-            "pcie5",
-            63.0,
+            "nvlink5",
+            900.0,
             10e-6,
-            "PCIe 5.0 x16: 32 GT/s per lane, ~63 GB/s per direction (PCI-SIG PCIe 5.0 specification); alpha assumed",
+            "NVLink 5 on B200: line rate 900 GB/s a direction (B200 datasheet); published: 830+ on 8 B200 "
+            "(NVIDIA/nccl#1807, text only), ring 679.6 on 4 GB200 (Azure ND GB200 v6)",
         ),
         Link(
-            "pcie4",
-            31.5,
+            "nvlink-bridge",
+            56.25,
             10e-6,
-            "PCIe 4.0 x16: 16 GT/s per lane, ~31.5 GB/s per direction (PCI-SIG PCIe 4.0 specification); alpha assumed",
+            f"NVLink bridge on RTX 3090: 112.5 GB/s both directions (NVIDIA); {LINE_RATE}",
+        ),
+        Link("eth-1g", 1 * GBIT, 50e-6, f"1 Gigabit Ethernet (IEEE 802.3); {LINE_RATE}"),
+        Link("eth-10g", 10 * GBIT, 50e-6, f"10 Gigabit Ethernet (IEEE 802.3ae); {LINE_RATE}"),
+        Link("eth-25g", 25 * GBIT, 50e-6, f"25 Gigabit Ethernet (IEEE 802.3by); {LINE_RATE}"),
+        Link("eth-40g", 40 * GBIT, 50e-6, f"40 Gigabit Ethernet (IEEE 802.3ba); {LINE_RATE}"),
+        Link("eth-50g", 50 * GBIT, 50e-6, f"50 Gigabit Ethernet (IEEE 802.3cd); {LINE_RATE}"),
+        Link(
+            "eth-100g",
+            100 * GBIT,
+            50e-6,
+            "100 Gigabit Ethernet (IEEE 802.3ba) line rate; published: 4-6 GB/s over TCP sockets (4 nodes x 8 V100, "
+            "NVIDIA/nccl#450), about 10 with AWS EFA on 2 nodes (NVIDIA/nccl#235): which one a source's runs used is "
+            "not stated",
+        ),
+        Link("roce-25g", 25 * GBIT, 10e-6, f"25 Gbit/s RoCE; {LINE_RATE}"),
+        Link("roce-100g", 100 * GBIT, 10e-6, f"100 Gbit/s RoCE; {LINE_RATE}"),
+        Link(
+            "ib-fdr", 56 * GBIT, 5e-6, f"FDR InfiniBand: 56 Gbit/s a port (InfiniBand Trade Association); {LINE_RATE}"
         ),
         Link(
-            "ib",
+            "ib-edr",
+            12.0,
+            5e-6,
+            "EDR InfiniBand, 100 Gbit/s a port (12.5 GB/s line): NCCL's maintainers give 12 GB/s a 100G NIC "
+            "(NVIDIA/nccl-tests#119)",
+        ),
+        Link("ib-hdr100", 12.0, 5e-6, "HDR100 InfiniBand, 100 Gbit/s a port: 12 GB/s a 100G NIC (nccl-tests#119)"),
+        Link(
+            "ib-hdr",
+            24.0,
+            5e-6,
+            "HDR InfiniBand, 200 Gbit/s a port (25 GB/s line): 24 GB/s a 200G NIC (NCCL's maintainers, "
+            "nccl-tests#119, where 3 nodes of 4 HDR NICs reach 96.45 GB/s)",
+        ),
+        Link("ib-ndr200", 24.0, 5e-6, "NDR200 InfiniBand, 200 Gbit/s a port: 24 GB/s a 200G NIC (nccl-tests#119)"),
+        Link(
+            "ib-ndr",
             47.0,
             5e-6,
-            "NDR InfiniBand: 400 Gb/s per port, 50 GB/s line rate (InfiniBand Trade Association roadmap); NCCL reaches "
-            "46-48 GB/s a NIC (NCCL's maintainers, nccl-tests#290), the figure the corpus takes for NDR too; alpha "
-            "assumed",
+            "NDR InfiniBand, 400 Gbit/s a port (50 GB/s line): 46-48 GB/s a NIC (NCCL's maintainers, nccl-tests#290)",
         ),
-        Link("100gbe", 12.5, 50e-6, "100 Gigabit Ethernet line rate, 12.5 GB/s (IEEE 802.3); alpha assumed (TCP)"),
-        Link("25gbe", 3.125, 50e-6, "25 Gigabit Ethernet line rate, 3.125 GB/s (IEEE 802.3by); alpha assumed (TCP)"),
-        Link("10gbe", 1.25, 50e-6, "10 Gigabit Ethernet line rate, 1.25 GB/s (IEEE 802.3ae); alpha assumed (TCP)"),
+        Link("opa-100", 100 * GBIT, 5e-6, f"Omni-Path 100: 100 Gbit/s a port (Intel); {LINE_RATE}"),
+        Link("aries", 10.0, 5e-6, f"Cray Aries: ~10 GB/s a node's injection bandwidth (Cray XC series); {LINE_RATE}"),
+        Link("slingshot", 200 * GBIT, 5e-6, f"HPE Slingshot 11: 200 Gbit/s a NIC (HPE Cray EX); {LINE_RATE}"),
     )
 }
 
+# The links a plan names (--link, --inter-link), each a class above: one figure per class, whoever reads it.
+PLAN_NAMES = {
+    "nvlink": "nvlink4",
+    "pcie5": "pcie5",
+    "pcie4": "pcie4",
+    "ib": "ib-ndr",
+    "100gbe": "eth-100g",
+    "25gbe": "eth-25g",
+    "10gbe": "eth-10g",
+}
+PUBLISHED: dict[str, Link] = {name: replace(CLASSES[c], name=name) for name, c in PLAN_NAMES.items()}
 
-# The published links taken at their line rate (no NCCL all-reduce figure holds for the class: it moves with the
-# topology on PCIe, with the stack on Ethernet). NCCL may run far under it: over PCIe and over TCP the planner's
-# test sources did (BENCHMARKS.md, "The model on two sources kept out of every fit and band").
-AT_LINE_RATE = frozenset({"pcie5", "pcie4", "100gbe", "25gbe", "10gbe"})
+# The plan's links taken at their line rate (no NCCL all-reduce figure found for the class), which NCCL may run far
+# under: over PCIe and over TCP the planner's test sources did (BENCHMARKS.md, "The model on two sources kept out of
+# every fit and band").
+AT_LINE_RATE = frozenset(name for name, link in PUBLISHED.items() if LINE_RATE in link.source)
 
 
 def link_named(name: str) -> Link:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, TypedDict, cast
@@ -33,6 +32,7 @@ from ddplab.io.borders import (
     number,
     one_of,
 )
+from ddplab.metrics.stragglers import ACROSS_EPOCHS
 from ddplab.rundir import runfiles
 from ddplab.rundir.epochs import (
     MEMORY,
@@ -454,21 +454,7 @@ def gpu_summary(gpu: dict[str, Any], history: list[EpochRecord]) -> GpuPart:
     return {"measured": True, "reason": None, "per_rank": per_rank}
 
 
-# The step clocks' per-rank figures (engine/clocks.py, metrics/stragglers.py) over the run's epochs.
-CLOCKS: dict[str, Callable[[list[float]], float]] = {
-    "step_median_s": statistics.median,
-    "step_p95_s": statistics.median,
-    "step_max_s": max,
-    "data_median_s": statistics.median,
-    "data_p95_s": statistics.median,
-    "data_max_s": max,
-    "waited_median_s": statistics.median,
-    "waited_p95_s": statistics.median,
-    "waited_max_s": max,
-    "joined_median_s": statistics.median,
-    "joined_mad_s": statistics.median,
-    "last_share": statistics.fmean,
-}
+CLOCKS = ACROSS_EPOCHS  # the step clocks' per-rank figures, combined over the run's epochs
 
 
 def per_rank_summary(history: list[EpochRecord]) -> dict[str, dict[str, Any]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ddplab.errors import DataError
-from ddplab.planner import corpus
+from ddplab.planner import corpus, links
 from ddplab.planner.links import Link
 from ddplab.planner.model import Spread
 
@@ -68,7 +68,7 @@ def test_each_series_arithmetic(series):
 def test_a_point_is_predicted_from_its_base_row_alone(monkeypatch):
     """One GPU as the base: the model's rate for the row (on an ideal link, with no DDP work: N times the base);
     a base of several GPUs: the model's ratio to the base times the base's figure."""
-    monkeypatch.setitem(corpus.LINKS, "ideal", Link("ideal", 1e12, 0.0, "test"))
+    monkeypatch.setitem(links.CLASSES, "ideal", Link("ideal", 1e12, 0.0, "test"))
     fields = {**SERIES[0].fields, "params": 1e6, "layers": 0, "intra": "ideal", "inter": "ideal", "nics": 1,
               "unit": "images/s", "per": "job", "keep": "local", "local_batch": 32}  # fmt: skip
     series = corpus._series("test", {**fields, "rows": [[1, 1, 100.0], [2, 1, 190.0], [8, 4, 3000.0]]}, "test")
@@ -80,7 +80,7 @@ def test_a_point_is_predicted_from_its_base_row_alone(monkeypatch):
     slow = corpus._series("test", {**fields, "inter": "eth-1g", "rows": [[8, 1, 800.0], [8, 2, 1400.0]]}, "test")
     (p,) = corpus.points([slow])
     assert p.kind == "link under 50 Gbit/s"
-    comm = corpus.LINKS["eth-1g"].allreduce_s(4e6, 16)
+    comm = links.CLASSES["eth-1g"].allreduce_s(4e6, 16)
     assert 1600 * 0.32 / (0.32 + comm) <= p.predicted < 1600 * 0.99
 
 
@@ -90,7 +90,7 @@ def test_a_base_that_ran_ddp_has_ddps_own_work_in_its_rate_already(monkeypatch):
     model at any world size) did it already: nothing is added, and perfect scaling is predicted."""
     from ddplab.planner.model import DDP_HOST_PER_LAYER_S, host_s
 
-    monkeypatch.setitem(corpus.LINKS, "ideal", Link("ideal", 1e12, 0.0, "test"))
+    monkeypatch.setitem(links.CLASSES, "ideal", Link("ideal", 1e12, 0.0, "test"))
     fields = {**SERIES[0].fields, "params": 1e6, "layers": 100, "intra": "ideal", "inter": "ideal", "nics": 1,
               "unit": "images/s", "per": "job", "keep": "local", "local_batch": 32,
               "rows": [[1, 1, 100.0], [4, 1, 400.0]], "base_ran_ddp": False}  # fmt: skip
