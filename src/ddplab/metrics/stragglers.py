@@ -19,8 +19,10 @@ from __future__ import annotations
 import math
 import statistics
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from ddplab.rundir.epochs import ACROSS_EPOCHS, DISTRIBUTED
 
 WINDOW_STEPS = 200  # the live view: the last this many optimizer steps
 MIN_STEPS = 20  # fewer steps than this in a window say nothing yet
@@ -32,23 +34,6 @@ MAD_TO_SE = 1.4826 * 1.2533  # a median's standard error, sigma * 1.2533 / sqrt(
 def chronic_share(ranks: int) -> float:
     """The share of steps a rank must be last in: most steps, and well above chance (1 / ranks)."""
     return max(0.5, min(0.9, 1.5 / ranks))
-
-
-DISTRIBUTED = ("step", "data", "waited")  # the clocks given as a distribution over an epoch's steps (`distribution`)
-
-# How each of an epoch's per-rank figures (clock_figures) combines over the run's epochs: a median, a p95 or a spread
-# by the median of the epochs', a max by their max, a share by their mean. The one place that says it: summary.json's
-# per-rank figures and its `stragglers` both read it.
-ACROSS_EPOCHS: dict[str, Callable[[list[float]], float]] = {
-    **{
-        f"{name}_{stat}_s": how
-        for name in DISTRIBUTED
-        for stat, how in (("median", statistics.median), ("p95", statistics.median), ("max", max))
-    },
-    "joined_median_s": statistics.median,
-    "joined_mad_s": statistics.median,
-    "last_share": statistics.fmean,
-}
 
 
 def distribution(name: str, values: Sequence[float]) -> dict[str, float]:

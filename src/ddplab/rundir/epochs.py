@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,22 @@ SCHEMA_VERSION = 2  # of metrics.jsonl's records and summary.json; 1: written be
 PHASES = ("data_s", "forward_backward_s", "optimizer_s", "comm_wait_s")
 MEMORY = ("peak_rss_mib", "peak_alloc_mib", "peak_reserved_mib")  # a rank's peak: RSS on CPU, the rest on CUDA
 RANK_PREFIX = "rank_"  # a per-rank list's key in the file: rank_<name>
+
+# The step clocks given as a distribution over an epoch's steps (metrics/stragglers.distribution), and how each of
+# an epoch's per-rank clock figures (metrics/stragglers.clock_figures) combines over the run's epochs: a median, a
+# p95 or a spread by the median of the epochs', a max by their max, a share by their mean. The one place that says
+# it: summary.json's per-rank figures and its `stragglers` both read it.
+DISTRIBUTED = ("step", "data", "waited")
+ACROSS_EPOCHS: dict[str, Callable[[list[float]], float]] = {
+    **{
+        f"{name}_{stat}_s": how
+        for name in DISTRIBUTED
+        for stat, how in (("median", statistics.median), ("p95", statistics.median), ("max", max))
+    },
+    "joined_median_s": statistics.median,
+    "joined_mad_s": statistics.median,
+    "last_share": statistics.fmean,
+}
 
 
 @dataclass(frozen=True)

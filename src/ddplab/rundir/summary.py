@@ -32,9 +32,9 @@ from ddplab.io.borders import (
     number,
     one_of,
 )
-from ddplab.metrics.stragglers import ACROSS_EPOCHS
 from ddplab.rundir import runfiles
 from ddplab.rundir.epochs import (
+    ACROSS_EPOCHS,
     MEMORY,
     PHASES,
     SCHEMA_VERSION,
