@@ -5,8 +5,9 @@
     python benchmarks/band_rules.py --out rules.json
 
 For each cell a plan's row can take (on one node at 2, up to 4 and up to 8 GPUs, synthetic data; across nodes at 2
-and up to 4 nodes, both pipelines, planned from a measured node and from one GPU), each rule's band over the cell's
-points and its validation: each source's points against the band the rule draws from the other sources alone
+and up to 4 nodes, both pipelines, planned from a measured node; and from one GPU, 8 GPUs a node, the band composed
+of a node's step and the nodes', corpus.composed_bands, with each step's band by the rule), each rule's band over
+the cell's points and its validation: each source's points against the band the rule draws from the other sources alone
 (leave-one-source-out, STRAGGLER fitted without that source, as `ddplab plan --corpus` does). The rules:
 
 - pooled: the central 90% of all the cell's measured / predicted (band_edges), as ddplab drew it before 2026-12-03;
@@ -42,9 +43,8 @@ CELLS = (  # the cells a plan's rows take (band.gpu_band): synthetic on one node
     ("one node", 8, "synthetic"),
     ("across nodes, from a measured node", 2, ""),
     ("across nodes, from a measured node", 4, ""),
-    ("across nodes", 2, ""),
-    ("across nodes", 4, ""),
 )
+COMPOSED = ((2, 8), (4, 8))  # across 2 and up to 4 nodes of 8 GPUs from one GPU: a node's step times the nodes'
 
 
 def _t_half(centres: list[float]) -> float:
@@ -92,15 +92,20 @@ def measure() -> list[dict]:
     _, series = corpus.load()
     _, held, spreads = corpus.predicted(series)
     bands = {name: corpus.cell_bands(held, spreads, rule) for name, rule in RULES.items()}
-    rows = []
-    for cell in CELLS:
-        for name in RULES:
-            b = bands[name][cell]
-            rows.append(
-                {"cell": corpus.cell_words(*cell), "rule": name, "points": b.points, "lo": b.lo, "hi": b.hi,
-                 "held": b.held, "held_of": b.held_of}
-            )  # fmt: skip
-    return rows
+    composed = {name: corpus.composed_bands(held, spreads, rule) for name, rule in RULES.items()}
+    cells = [(corpus.cell_words(*cell), {name: bands[name][cell] for name in RULES}) for cell in CELLS]
+    cells += [
+        (
+            corpus.composed_words(nodes, per_node, "synthetic"),
+            {n: composed[n][nodes, per_node, "synthetic"] for n in RULES},
+        )
+        for nodes, per_node in COMPOSED
+    ]
+    return [
+        {"cell": words, "rule": name, "points": b.points, "lo": b.lo, "hi": b.hi, "held": b.held, "held_of": b.held_of}
+        for words, by_rule in cells
+        for name, b in by_rule.items()
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,10 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="write the rows as JSON here too")
     args = ap.parse_args(argv)
     rows = measure()
-    print(f"{'cell':78} {'rule':32} {'band':>13} {'width':>5} {'validation':>14}")
+    print(f"{'cell':100} {'rule':32} {'band':>13} {'width':>5} {'validation':>14}")
     for r in rows:
         print(
-            f"{r['cell']:78} {r['rule']:32} {r['lo'] - 1:>+6.0%}..{r['hi'] - 1:<+6.0%} "
+            f"{r['cell']:100} {r['rule']:32} {r['lo'] - 1:>+6.0%}..{r['hi'] - 1:<+6.0%} "
             f"{100 * (r['hi'] - r['lo']):>5.0f} {r['held']:>4} of {r['held_of']:<4} {r['held'] / r['held_of']:>4.0%}"
         )
     if args.out:

@@ -435,17 +435,15 @@ def test_band_rules_compares_ddplabs_rule_with_the_pooled_one_on_the_cells_a_pla
     rules = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(rules)
     rows = rules.measure()
-    assert len(rows) == len(rules.CELLS) * len(rules.RULES)
+    assert len(rows) == (len(rules.CELLS) + len(rules.COMPOSED)) * len(rules.RULES)
     ours = {r["cell"]: r for r in rows if r["rule"] == "new source (ddplab's)"}
-    for kind, count, data in rules.CELLS:
-        printed = band.corpus_cells()[kind, count, data]
-        row = ours[corpus.cell_words(kind, count, data)]
-        assert (row["lo"], row["hi"], row["held"], row["held_of"]) == (
-            printed.lo,
-            printed.hi,
-            printed.held,
-            printed.held_of,
-        )
+    printed = {corpus.cell_words(*cell): band.corpus_cells()[cell] for cell in rules.CELLS}
+    for nodes, per_node in rules.COMPOSED:  # across nodes from one GPU: the band a plan's row of 8 GPUs a node takes
+        printed[corpus.composed_words(nodes, per_node, "synthetic")] = band.gpu_band(nodes, per_node, 400.0)
+    assert sorted(printed) == sorted(ours)
+    for words, b in printed.items():
+        row = ours[words]
+        assert (row["lo"], row["hi"], row["held"], row["held_of"]) == (b.lo, b.hi, b.held, b.held_of)
     pooled = next(r for r in rows if r["rule"] == "pooled")  # one node, 2 GPUs: Lambda's points set it
     _, held, _ = corpus.predicted(corpus.load()[1])
     cell = [1 / (1 + p.error) for p in held if p.error is not None and corpus.cell_of(p) == rules.CELLS[0]]

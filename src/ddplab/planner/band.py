@@ -12,14 +12,15 @@ cases or 3 independent sources: its edges are drawn from a handful) and "wide" (
 fewer than 5 cases cover has no band, and says so: it never borrows another cell's.
 
 - GPU predictions: the published figures of planner/figures (planner/corpus.py), one cell per kind (one node;
-  across nodes, planned from one GPU or from a measured node of as many GPUs; across nodes over a link under
-  50 Gbit/s a node), per count (GPUs on one node, nodes across nodes: 2, up to 4, up to 8, ...) and per input
-  pipeline: a ddplab run holds its images on the device, as the sources' synthetic-data runs do, so its rows
-  take the synthetic-data cell where it holds 19 points from 3 sources, else the cell of both pipelines (the
-  real-data runs, whose host input pipeline bounds them, err further below). Each is recomputed with today's
-  model each time, with its validation: each source's points against the band drawn from the other sources
-  alone (leave-one-source-out). The model's terms were chosen looking at these very figures, so the coverage is
-  a validation figure, not a test's.
+  across nodes planned from a measured node of as many GPUs; across nodes over a link under 50 Gbit/s a node),
+  per count (GPUs on one node, nodes across nodes: 2, up to 4, up to 8, ...) and per input pipeline: a ddplab run
+  holds its images on the device, as the sources' synthetic-data runs do, so its rows take the synthetic-data
+  cell where it holds 19 points from 3 sources, else the cell of both pipelines (the real-data runs, whose host
+  input pipeline bounds them, err further below). Across nodes planned from one GPU, two steps and their two
+  cells' bands multiplied (a node's on one node, the nodes' from a measured node: corpus.composed_bands). Each is
+  recomputed with today's model each time, with its validation: each source's points against the band drawn from
+  the other sources alone (leave-one-source-out). The model's terms were chosen looking at these very figures, so
+  the coverage is a validation figure, not a test's.
 - CPU predictions on one node: this machine's 2- and 4-worker runs against the model, per worker count
   (`benchmarks/plan_validation.py`, recorded below with the date and the model they met).
 - GPU predictions at a local batch other than the measured one carry, besides, the band of one H100's runs
@@ -35,11 +36,12 @@ import functools
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, cast
 
+from ddplab.planner.corpus import FEWEST_CASES, FEWEST_SOURCES
+
 if TYPE_CHECKING:
     from ddplab.planner.corpus import Point, Spread
     from ddplab.planner.planfile import BandPart
 
-FEWEST_CASES, FEWEST_SOURCES = 19, 3  # under 19 cases a 90% band's ranks fall outside them (corpus.band_edges)
 LEAST_CASES = 5  # under 5 cases a cell has no band: one or two points' errors are anecdotes, not a range
 TRUST_WITHIN = 0.30  # a band reaching past -30% or +30% is marked wide
 SYNTHETIC = "synthetic"  # a ddplab run's images sit on its device: the pipeline of the sources' synthetic-data runs
@@ -288,34 +290,46 @@ def cpu_band(workers: int = 2) -> Band:
 
 
 @functools.lru_cache(maxsize=1)
-def corpus_cells() -> dict[tuple[str, int, str], Band]:
-    """The corpus's bands by cell: (kind, count, pipeline), pipeline "" for both together (planner/figures; the
-    model recomputed on every point each time it is asked, STRAGGLER's spreads fitted without each point's
-    source)."""
+def _corpus() -> tuple[list[Point], dict[str, Spread]]:
+    """Every published point predicted as the corpus checks it (the model recomputed each time it is asked,
+    STRAGGLER's spreads fitted without each point's source), and those spreads."""
     from ddplab.planner import corpus
 
-    _, series = corpus.load()
-    _, held, spreads = corpus.predicted(series)  # STRAGGLER's spreads fitted leave-one-source-out
-    return {
-        key: Band(
-            b.lo,
-            b.hi,
-            b.points,
-            f"published runs {corpus.cell_words(*key)}, planner/figures",
-            held=b.held,
-            held_of=b.held_of,
-            sources=b.sources,
-        )
-        for key, b in corpus.cell_bands(held, spreads).items()
-    }
+    _, held, spreads = corpus.predicted(corpus.load()[1])
+    return held, spreads
+
+
+def _published(key_words: str, b) -> Band:
+    return Band(
+        b.lo, b.hi, b.points, f"published runs {key_words}, planner/figures", b.held, b.held_of, b.sources
+    )  # fmt: skip
+
+
+@functools.lru_cache(maxsize=1)
+def corpus_cells() -> dict[tuple[str, int, str], Band]:
+    """The corpus's bands by cell: (kind, count, pipeline), pipeline "" for both together (planner/figures)."""
+    from ddplab.planner import corpus
+
+    return {key: _published(corpus.cell_words(*key), b) for key, b in corpus.cell_bands(*_corpus()).items()}
+
+
+@functools.lru_cache(maxsize=1)
+def composed_cells() -> dict[tuple[int, int, str], Band]:
+    """The corpus's bands across nodes planned from one GPU, by (nodes, a node's GPUs, pipeline): a node's step's
+    band times the nodes' step's (corpus.composed_bands)."""
+    from ddplab.planner import corpus
+
+    return {key: _published(corpus.composed_words(*key), b) for key, b in corpus.composed_bands(*_corpus()).items()}
 
 
 def gpu_band(nodes: int = 1, per_node: int = 2, node_gbit: float | None = None, from_node: bool = False) -> Band:
     """A GPU prediction's band: the cell of its kind (corpus.kind_for) and count, for a run whose images sit on the
-    device (cell_band's, synthetic data)."""
+    device (synthetic data); across nodes from one GPU, the band composed of a node's step and the nodes'."""
     from ddplab.planner import corpus
 
     kind = corpus.kind_for(nodes, node_gbit, from_node=from_node)
+    if kind == corpus.FROM_ONE_GPU:
+        return composed_band(corpus.count_bin(nodes), corpus.per_node_bin(per_node), SYNTHETIC)
     return cell_band(kind, corpus.count_bin(per_node if nodes == 1 else nodes), SYNTHETIC)
 
 
@@ -332,6 +346,32 @@ def cell_band(kind: str, count: int, data: str) -> Band:
         return pooled
     found = f"only {pooled.cases} published point(s)" if pooled is not None else "no published point"
     return unchecked(f"{found} {corpus.cell_words(kind, count, '')}" + (f", under {LEAST_CASES}" if pooled else ""))
+
+
+def point_band(p: Point) -> Band:
+    """The band a published point's prediction takes, as a plan's row of its kind, counts and pipeline would."""
+    from ddplab.planner import corpus
+
+    if p.kind == corpus.FROM_ONE_GPU:
+        return composed_band(
+            corpus.count_bin(p.row.nodes), corpus.per_node_bin(p.row.per_node), p.series.fields["data"]
+        )  # fmt: skip
+    return cell_band(*corpus.cell_of(p))
+
+
+def composed_band(nodes: int, per_node: int, data: str) -> Band:
+    """Across `nodes` (a count bin) of `per_node` GPUs planned from one GPU, for pipeline `data`: no band where the
+    nodes' step has fewer than 5 published points (corpus.composed_bands takes each step's pipeline cell or both)."""
+    from ddplab.planner import corpus
+
+    found = composed_cells().get((nodes, per_node, data))
+    if found is not None and found.cases >= LEAST_CASES:
+        return found
+    step = corpus.cell_words(corpus.FACTORS[1], nodes, "")
+    have = (
+        f"only {found.cases} published point(s) {step}, under {LEAST_CASES}" if found else f"no published point {step}"
+    )
+    return unchecked(f"{have}: across nodes from one GPU takes a measured node's step to the nodes")
 
 
 def unseen_points() -> list[Point]:
@@ -360,7 +400,9 @@ def unseen_table(found: list[Point]) -> str:
         f"test: {len(first)} published figures of {len({p.series.source for p in first})} sources "
         f"({len(predicted)} predictions, {len(predicted) - len(first)} of them again from a measured node), "
         "transcribed after the model's terms, the band's rule and its cells were fixed and kept out of every fit and "
-        "band (planner/figures/test; kept out after a first look at their errors inside the corpus, BENCHMARKS.md); "
+        "band (planner/figures/test; kept out after a first look at their errors inside the corpus, BENCHMARKS.md; the "
+        "bands across nodes from one GPU composed afterwards, on the corpus alone, and the PCIe 4 and 5 and 25 GbE "
+        "links set to published NCCL figures, which none of their runs used); "
         "error = predicted / published - 1 at STRAGGLER's constants; in its band: measured / predicted inside the "
         "band of its cell (kind, count, its input pipeline)",
     ]
@@ -378,7 +420,7 @@ def unseen_table(found: list[Point]) -> str:
             ]
         for row in corpus.summary(ps, key):
             group = [(p, p.predicted) for p in ps if key(p) == row["group"] and p.predicted is not None]
-            bands = [cell_band(*corpus.cell_of(p)) for p, _ in group]
+            bands = [point_band(p) for p, _ in group]
             held = [b.holds(f, p.published) for b, (p, f) in zip(bands, group, strict=True) if b.cases]
             none = f", {len(group) - len(held)} none" if len(held) < len(group) else ""
             inside = f"{sum(held)} of {len(held)}{none}"
@@ -408,31 +450,67 @@ def band_for(
 
 def cells_table(held: list[Point], spreads: dict[str, Spread]) -> str:
     """The bands `ddplab plan` gives rows, cell by cell (kind, count, input pipeline; "both" the pipelines together),
-    each with its validation (each source's points against the band of the others), and each source's points inside
-    the band of their own cell drawn without them: the coverage by source."""
-    from ddplab.planner.corpus import cell_bands
+    each with its validation (each source's points against the band of the others); across nodes from one GPU, the
+    bands composed of a node's step and the nodes' (by a node's GPUs too), with the composed rule's validation at
+    that count of nodes; and each source's points inside the band of their own cell drawn without them: the coverage
+    by source."""
+    from ddplab.planner.corpus import FROM_ONE_GPU, cell_bands, composed_bands
 
-    lines = [
-        "bands by cell (ddplab plan gives a row its count's synthetic-data cell where it is not few, else both):",
-        f"  {'kind':36} {'count':>5} {'data':>9} {'points':>6} {'sources':>7} {'band':>13} {'width':>5} "
-        f"{'validation':>10}  marks",
-    ]
-    inside: dict[str, list[int]] = {}  # by source, over the cells of one pipeline (each point in one of them)
-    for (kind, count, data), b in cell_bands(held, spreads).items():
-        if b.points < LEAST_CASES:
-            marks = f"no band (under {LEAST_CASES} points)"
-        else:
-            marks = ", ".join(Band(b.lo, b.hi, b.points, "", sources=b.sources).marks)
-        lines.append(
+    def row(kind: str, count: int, data: str, b, marks: str) -> str:
+        return (
             f"  {kind:36} {count:>5} {data or 'both':>9} {b.points:>6} {b.sources:>7} "
             f"{b.lo - 1:>+6.0%}..{b.hi - 1:<+6.0%} {100 * (b.hi - b.lo):>5.0f} "
             + (f"{b.held:>4} of {b.held_of:<4}" if b.held_of else f"{'-':>10}")
             + f"  {marks}"
         )
-        for source, n, of in b.held_by_source if data else ():
+
+    def marks_of(b) -> str:
+        if b.points < LEAST_CASES:
+            return f"no band (under {LEAST_CASES} points)"
+        return ", ".join(Band(b.lo, b.hi, b.points, "", sources=b.sources).marks)
+
+    header = (
+        f"  {'kind':36} {'count':>5} {'data':>9} {'points':>6} {'sources':>7} {'band':>13} {'width':>5} "
+        f"{'validation':>10}  marks"
+    )
+    lines = [
+        "bands by cell (ddplab plan gives a row its count's synthetic-data cell where it is not few, else both):",
+        header,
+    ]
+    inside: dict[str, list[int]] = {}  # by source, over the cells of one pipeline (each point in one of them)
+
+    def tally(held_by_source) -> None:
+        for source, n, of in held_by_source:
             counts = inside.setdefault(source, [0, 0])
             counts[0] += n
             counts[1] += of
+
+    for (kind, count, data), b in cell_bands(held, spreads).items():
+        if kind == FROM_ONE_GPU:
+            continue  # composed below
+        lines.append(row(kind, count, data, b, marks_of(b)))
+        tally(b.held_by_source if data else ())
+    composed = composed_bands(held, spreads)
+    lines += [
+        f"\n{FROM_ONE_GPU} (planned from one GPU): a node's step (one node, at the node's GPUs) times the nodes' step "
+        "(from a measured node, at the nodes), edge by edge; points: the fewer of the two steps' cases; validation: "
+        "every such prediction at that count of nodes against the band composed for its own node and pipeline from "
+        "the other sources",
+        header.replace("kind                                ", "GPUs a node                         "),
+    ]
+    counted: set[int] = set()
+    for (nodes, per_node, data), b in composed.items():
+        if b.points < LEAST_CASES:
+            continue
+        lines.append(row(f"{per_node} GPU{'s' if per_node > 1 else ''} a node", nodes, data, b, marks_of(b)))
+        if nodes not in counted:
+            counted.add(nodes)
+            tally(b.held_by_source)
+    beyond = sorted({nodes for (nodes, _, _), b in composed.items() if b.points < LEAST_CASES})
+    if beyond:
+        lines.append(
+            f"  at {', '.join(map(str, beyond))} nodes: no band (the nodes' step has under {LEAST_CASES} points)"
+        )
     lines.append(
         "\ncoverage by source (its points inside the band of their own cell drawn from the other sources; a point "
         "predicted again from a measured node counts again):"

@@ -80,10 +80,10 @@ def predict_run(
     for side, used in (("within a node", within), ("between nodes", between)):
         if isinstance(used, links.Link) and used.name in links.AT_LINE_RATE:
             print(
-                f"  note: the link {side}, {used.name}, is taken at its line rate, which NCCL may run far under: over "
-                "PCIe and TCP it did in the planner's test (its predictions up to 2.7x and 4.4x what was published, "
-                "BENCHMARKS.md); measure the link on the machine (ddplab plan --measure there) and plan over that "
-                "links file"
+                f"  note: the link {side}, {used.name}, is taken at its line rate (no published NCCL figure), which "
+                "NCCL may run far under: over TCP it did in the planner's test (its predictions up to 4.4x what was "
+                "published, BENCHMARKS.md); measure the link on the machine (ddplab plan --measure there) and plan "
+                "over that links file"
             )
     print(
         f"  {'workers':>9} {'batch':>6} {'step ms':>9} {'comm ms':>8} {'exposed':>8} {'images/s':>10} "
@@ -259,21 +259,19 @@ def planned_from_node(p: model.Prediction, node: int | None) -> bool:
 def from_node_hint(
     rows: list[model.Prediction], costs: model.StepCosts, node_gbit: float | None, node: int | None
 ) -> str:
-    """What narrows a wide band across nodes planned from less than a node of several GPUs: the band of the same node
-    counts planned from a measured node (a node's own scaling is most of what one GPU cannot tell); "" where no such
-    band is wide. The cells' bands alone: a row at another local batch carries the batch checks' besides."""
+    """What narrows the band of rows across nodes planned from less than a node of several GPUs: the band of the same
+    node counts planned from a measured node, which leaves out the node's own step (one GPU to the node: corpus.
+    composed_bands); "" where no row is so planned. The cells' bands alone: a row at another local batch carries the
+    batch checks' besides."""
     from ddplab.planner import corpus
 
     if not costs.on_cuda:
         return ""
-    wide = {
-        corpus.count_bin(p.nodes)
-        for p in rows
-        if p.nodes > 1 and p.per_node > 1 and not planned_from_node(p, node)
-        and "wide" in band_for(True, p.nodes, node_gbit=node_gbit, per_node=p.per_node).marks
-    }  # fmt: skip
+    counts = {
+        corpus.count_bin(p.nodes) for p in rows if p.nodes > 1 and p.per_node > 1 and not planned_from_node(p, node)
+    }
     said = []
-    for n in sorted(wide):
+    for n in sorted(counts):
         b = band_for(True, n, node_gbit=node_gbit, from_node=True)
         if b.cases and "wide" not in b.marks:
             held = f", validation {b.held} of {b.held_of}" if b.held_of else ""

@@ -89,13 +89,28 @@ GBIT = 1 / 8  # GB/s per Gbit/s
 # a GPU's (inside a node) or a port's (between nodes); where no measurement was found, the specification's line rate
 # a direction, said so (LINE_RATE). alpha assumed where not said. "unknown" (in a source): the source does not say
 # (its points are not predicted). Measured figures read 2026-12-03.
-LINE_RATE = "line rate: no published NCCL all_reduce figure found for this class"
+AT_LINE = "taken at its line rate"  # the mark of a class whose figure is its line rate (AT_LINE_RATE)
+LINE_RATE = f"{AT_LINE}: no published NCCL all_reduce figure found for this class"
 CLASSES: dict[str, Link] = {
     link.name: link
     for link in (
         Link("pcie3", 15.75, 10e-6, f"PCIe 3.0 x16: 8 GT/s a lane, ~15.75 GB/s a direction (PCI-SIG); {LINE_RATE}"),
-        Link("pcie4", 31.5, 10e-6, f"PCIe 4.0 x16: ~31.5 GB/s a direction (PCI-SIG); {LINE_RATE}"),
-        Link("pcie5", 63.0, 10e-6, f"PCIe 5.0 x16: ~63 GB/s a direction (PCI-SIG); {LINE_RATE} on servers"),
+        Link(
+            "pcie4",
+            20.0,
+            10e-6,
+            "PCIe 4.0 x16 (~31.5 GB/s a direction, PCI-SIG): one published figure, all_reduce busbw ~20 GB/s on A100 "
+            "PCIe where the ring crosses PCIe (3 GPUs; NVIDIA/nccl-tests#178, the reporter's text, 2023-11-17)",
+        ),
+        Link(
+            "pcie5",
+            38.5,
+            10e-6,
+            "PCIe 5.0 x16 (~63 GB/s a direction, PCI-SIG): all_reduce busbw 38.5 GB/s, the median of six published "
+            "figures at 128 MB and up, 28 to 41.7: 28 on 8 and 35 on 4 RTX 5090 (NVIDIA/nccl#1639, 2025-03-14, "
+            "called healthy for PCIe by NCCL's maintainer), 37.6 to 41.7 on 7-8 RTX PRO 6000 Blackwell from four "
+            "owners (github voipmonitor/rtx6kpro hardware/pcie-bandwidth.md)",
+        ),
         Link("nvlink1", 80.0, 10e-6, f"NVLink 1 on P100 SXM2: 4 x 20 GB/s a direction (P100 datasheet); {LINE_RATE}"),
         Link("nvlink2", 150.0, 10e-6, f"NVLink 2 on V100 SXM2: 6 x 25 GB/s a direction (V100 datasheet); {LINE_RATE}"),
         Link(
@@ -129,16 +144,22 @@ CLASSES: dict[str, Link] = {
         ),
         Link("eth-1g", 1 * GBIT, 50e-6, f"1 Gigabit Ethernet (IEEE 802.3); {LINE_RATE}"),
         Link("eth-10g", 10 * GBIT, 50e-6, f"10 Gigabit Ethernet (IEEE 802.3ae); {LINE_RATE}"),
-        Link("eth-25g", 25 * GBIT, 50e-6, f"25 Gigabit Ethernet (IEEE 802.3by); {LINE_RATE}"),
+        Link(
+            "eth-25g",
+            1.7,
+            50e-6,
+            "25 Gigabit Ethernet (IEEE 802.3by; 3.125 GB/s line) over NCCL's TCP sockets: all_reduce busbw 1.7 GB/s at "
+            "large sizes, 2 nodes x 4 V100 PCIe on Azure, ring, NCCL 2.9.6 (NVIDIA/nccl-tests#83, 2021-05-11)",
+        ),
         Link("eth-40g", 40 * GBIT, 50e-6, f"40 Gigabit Ethernet (IEEE 802.3ba); {LINE_RATE}"),
         Link("eth-50g", 50 * GBIT, 50e-6, f"50 Gigabit Ethernet (IEEE 802.3cd); {LINE_RATE}"),
         Link(
             "eth-100g",
             100 * GBIT,
             50e-6,
-            "100 Gigabit Ethernet (IEEE 802.3ba) line rate; published: 4-6 GB/s over TCP sockets (4 nodes x 8 V100, "
-            "NVIDIA/nccl#450), about 10 with AWS EFA on 2 nodes (NVIDIA/nccl#235): which one a source's runs used is "
-            "not stated",
+            f"100 Gigabit Ethernet (IEEE 802.3ba), {AT_LINE}: published 4-6 GB/s over TCP sockets (4 nodes x 8 "
+            "V100, NVIDIA/nccl#450), about 10 with AWS EFA on 2 nodes (NVIDIA/nccl#235): which one a source's runs "
+            "used is not stated",
         ),
         Link("roce-25g", 25 * GBIT, 10e-6, f"25 Gbit/s RoCE; {LINE_RATE}"),
         Link("roce-100g", 100 * GBIT, 10e-6, f"100 Gbit/s RoCE; {LINE_RATE}"),
@@ -186,9 +207,9 @@ PLAN_NAMES = {
 PUBLISHED: dict[str, Link] = {name: replace(CLASSES[c], name=name) for name, c in PLAN_NAMES.items()}
 
 # The plan's links taken at their line rate (no NCCL all-reduce figure found for the class), which NCCL may run far
-# under: over PCIe and over TCP the planner's test sources did (BENCHMARKS.md, "The model on two sources kept out of
-# every fit and band").
-AT_LINE_RATE = frozenset(name for name, link in PUBLISHED.items() if LINE_RATE in link.source)
+# under: over TCP the planner's test sources did (BENCHMARKS.md, "The model on two sources kept out of every fit and
+# band").
+AT_LINE_RATE = frozenset(name for name, link in PUBLISHED.items() if AT_LINE in link.source)
 
 
 def link_named(name: str) -> Link:

@@ -250,8 +250,9 @@ def test_plan_command_prints_the_table_and_writes_plan_json(tmp_path, capsys):
 
 def test_a_plan_from_a_measured_node_gives_its_rows_across_nodes_that_kinds_band(tmp_path, capsys):
     """A 4-GPU DDP run: the rows of 4 GPUs a node across nodes are planned from the node (their band: the corpus's
-    points predicted from a measured node, at that many nodes); other counts a node across nodes, from one GPU's
-    cell, marked wide where it is; every row but the run itself has a band."""
+    points predicted from a measured node, at that many nodes); other counts a node across nodes, from one GPU: the
+    band composed of a node's step and the nodes', marked wide where it is; every row but the run itself has a
+    band."""
     from ddplab.cli import main
 
     run = write_run(tmp_path / "r", strategy="ddp", nproc=4, batch=50, device="cuda")
@@ -271,9 +272,12 @@ def test_a_plan_from_a_measured_node_gives_its_rows_across_nodes_that_kinds_band
     assert rows[2, 2]["images_per_s_band"] == pytest.approx(
         [rows[2, 2]["images_per_s"] * b for b in (across.lo, across.hi)]
     )
-    assert "wide" not in node.marks and "wide" in across.marks  # from one GPU across nodes: marked, not blank
+    # from one GPU across nodes: a node's step (one node at 2 GPUs) times the nodes' (from a measured node at 2)
+    assert across == band.composed_band(2, 2, "synthetic") and across.cases and "few" not in across.marks
+    assert across.lo == pytest.approx(band.gpu_band(1, 2).lo * band.gpu_band(2, 1, 400.0, from_node=True).lo)
+    assert across.lo < node.lo and across.hi > node.hi  # two steps' errors: wider than the measured node's one
     line = next(line for line in out.splitlines() if line.startswith("    2 x 2  "))
-    assert f"{rows[2, 2]['images_per_s_band'][0]:,.0f}-" in line and " wide " in line
+    assert f"{rows[2, 2]['images_per_s_band'][0]:,.0f}-" in line and (" wide " in line) == ("wide" in across.marks)
     assert all(r["band"] for r in saved["rows"] if r["workers"] > 1)
     # the wide band from one GPU says what narrows it: a measured node's band at as many nodes, with its validation
     assert (
@@ -284,11 +288,13 @@ def test_a_plan_from_a_measured_node_gives_its_rows_across_nodes_that_kinds_band
     assert main([*argv[:4], "--out", str(tmp_path / "one.json")]) == 0  # one node only: nothing to narrow
     out = capsys.readouterr().out
     assert "narrower across nodes" not in out and "line rate" not in out  # NVLink: a published NCCL figure
-    # a link taken at its line rate (PCIe, TCP) is said so, with what the test sources made of such links
-    assert main([*argv, "--link", "pcie4", "--inter-link", "25gbe", "--out", str(tmp_path / "pcie.json")]) == 0
-    notes = [line for line in capsys.readouterr().out.splitlines() if "is taken at its line rate" in line]
-    assert [n.split(",")[0] for n in notes] == ["  note: the link within a node", "  note: the link between nodes"]
-    assert "pcie4" in notes[0] and "25gbe" in notes[1] and "ddplab plan --measure" in notes[0]
+    # a link taken at its line rate (10 GbE: no published NCCL figure) is said so, with what the test sources made
+    # of such links; one at a published NCCL figure (PCIe 4, 25 GbE over TCP) is not
+    for link, inter, said in (("pcie4", "10gbe", ["between nodes"]), ("pcie4", "25gbe", [])):
+        assert main([*argv, "--link", link, "--inter-link", inter, "--out", str(tmp_path / "pcie.json")]) == 0
+        notes = [line for line in capsys.readouterr().out.splitlines() if "is taken at its line rate" in line]
+        assert [n.split(",")[0].removeprefix("  note: the link ") for n in notes] == said
+        assert all(inter in n and "ddplab plan --measure" in n for n in notes)
 
 
 def test_a_plan_over_a_measured_link_says_which_worker_counts_it_did_not_measure(tmp_path, capsys):
