@@ -157,6 +157,17 @@ def rendezvous_round(handler: Any) -> int | None:
     return value if isinstance(value, int) else None
 
 
+def rendezvous_formed_without(handler: Any) -> int | None:
+    """How many nodes the round a c10d rendezvous handler last saw holds, where that round had formed without this
+    node (it waited for the next one); None where it had not, or where the handler keeps no such state."""
+    state = getattr(getattr(handler, "_state_holder", None), "state", None)
+    node = getattr(handler, "_this_node", None)
+    participants = getattr(state, "participants", None)
+    if node is None or not isinstance(participants, dict) or getattr(state, "complete", None) is not True:
+        return None
+    return None if node in participants else len(participants)
+
+
 # --- torch and numpy, read elsewhere -------------------------------------------------------------------------------
 
 

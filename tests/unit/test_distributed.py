@@ -204,6 +204,42 @@ def test_a_membership_that_may_change_scales_the_rounds_waits_to_the_timeout_and
     assert fixed.startswith("not all 3 nodes joined")
 
 
+def test_a_node_a_round_formed_without_says_so_not_that_too_few_nodes_joined():
+    """A real c10d rendezvous over a TCPStore here: node A forms a round alone (--nnodes 1:3), node B joins after it
+    and times out in the wait list for the next round, which no agent here calls. B's line says a round of 1 formed
+    without it (seen in a starved elastic run: "fewer than 2 of 3 nodes joined" while two trained)."""
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+    from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
+
+    from ddplab.launch.elastic import FORMED_WITHOUT, CountedRendezvous, rendezvous_failure
+
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    endpoint = f"127.0.0.1:{store.port}"
+
+    def handler():
+        params = RendezvousParameters(
+            "c10d", endpoint, "left-out", 1, 3, join_timeout=2, last_call_timeout=1, keep_alive_interval=1
+        )
+        return create_handler(store, C10dRendezvousBackend(store, "left-out"), params)
+
+    a, b = handler(), CountedRendezvous(handler())
+    try:
+        a.next_rendezvous()  # a round of A alone, after the last call
+        with pytest.raises(RendezvousTimeoutError) as caught:
+            b.next_rendezvous()
+    finally:
+        a.shutdown()
+    assert getattr(caught.value, FORMED_WITHOUT) == 1
+    line = str(rendezvous_failure(caught.value, endpoint, 3, "dist.timeout_s=2", 1))
+    assert line.startswith(f"a round of 1 of 3 nodes formed at {endpoint} without this node, and no next round")
+    assert "start the same command on it again to join" in line
+    alone = RendezvousTimeoutError()  # no round formed: too few joined, as before
+    assert str(rendezvous_failure(alone, endpoint, 3, "dist.timeout_s=2", 2)).startswith("fewer than 2 of 3 nodes")
+
+
 def test_a_store_gone_before_the_rendezvous_formed_is_unreached_and_after_it_is_the_run_ended_there():
     from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError
 

@@ -217,9 +217,11 @@ def unreached_line(endpoint: str | None, timeout: str) -> str:
 def rendezvous_failure(
     exc: Exception, endpoint: str | None, nnodes: int, timeout: str, min_nodes: int = 0, formed: bool = False
 ) -> errors.DdplabError:
-    """One line for a rendezvous that never formed, or whose store went away once it had (`formed`): which
-    endpoint, what to check. `timeout`: the setting that bounded it and its value, as the user would spell it
-    (dist.timeout_s=600). `min_nodes`: the fewest a membership that may change goes on with (0: all `nnodes`)."""
+    """One line for a rendezvous that never formed, that formed without this node (a timeout CountedRendezvous marked:
+    the others train, this one waited for a round that never came), or whose store went away once it had
+    (`formed`): which endpoint, what to check. `timeout`: the setting that bounded it and its value, as the user
+    would spell it (dist.timeout_s=600). `min_nodes`: the fewest a membership that may change goes on with (0: all
+    `nnodes`)."""
     from torch.distributed.elastic.rendezvous.api import RendezvousConnectionError, RendezvousTimeoutError
 
     endpoint = endpoint or "this machine"
@@ -231,6 +233,14 @@ def rendezvous_failure(
         )
     if isinstance(exc, RendezvousConnectionError):
         return errors.TrainingError(unreached_line(endpoint, timeout))
+    if isinstance(exc, RendezvousTimeoutError) and getattr(exc, FORMED_WITHOUT, None):
+        n = getattr(exc, FORMED_WITHOUT)
+        return errors.TrainingError(
+            f"a round of {n} of {nnodes} nodes formed at {endpoint} without this node, and no next round took it in "
+            f"within {timeout} s: the nodes training take a waiting node in when they next check the rendezvous, "
+            "unless they are ending the run or too loaded to answer in time; this node's processes were stopped: start "
+            "the same command on it again to join (or, the run ended, with --resume on every node)"
+        )
     if isinstance(exc, RendezvousTimeoutError) and 0 < min_nodes < nnodes:
         return errors.TrainingError(
             f"fewer than {min_nodes} of {nnodes} nodes (dist.min_nodes) joined the rendezvous at {endpoint} within "
@@ -343,6 +353,9 @@ def rounds_counted():
         yield
 
 
+FORMED_WITHOUT = "ddplab_formed_without"  # on a rendezvous timeout: the nodes of a round formed without this node
+
+
 class CountedRendezvous:
     """A rendezvous handler that says which round it joined (0 first) in $DDPLAB_RDZV_ROUND; the rest of the
     handler's interface is the wrapped one's (the agent calls it by name, never checks its class)."""
@@ -351,7 +364,13 @@ class CountedRendezvous:
         self.inner, self.rounds = inner, 0
 
     def next_rendezvous(self) -> Any:
-        info = self.inner.next_rendezvous()
+        from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
+
+        try:
+            info = self.inner.next_rendezvous()
+        except RendezvousTimeoutError as exc:  # say whether a round had formed without this node (rendezvous_failure)
+            setattr(exc, FORMED_WITHOUT, internals.rendezvous_formed_without(self.inner))
+            raise
         # The rendezvous' own round where it says it: a node that joins a membership that may change later than
         # the others has joined fewer rounds, and must still name the group as they do.
         shared = internals.rendezvous_round(self.inner)
