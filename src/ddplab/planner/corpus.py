@@ -21,6 +21,7 @@ Torch-free.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections import Counter
@@ -694,6 +695,7 @@ def composed_bands(
     every key at that count."""
     predicted = [p for p in found if p.error is not None]
 
+    @functools.cache
     def step(kind: str, count: int, data: str, without: str | None) -> dict[str, list[float]]:
         spread = None if spreads is None or without is None else spreads[without]
 
@@ -711,6 +713,7 @@ def composed_bands(
             return refined
         return ratios("")
 
+    @functools.cache
     def composed(nodes: int, per_node: int, data: str, without: str | None = None) -> KindBand | None:
         steps = [step(FACTORS[1], nodes, data, without)]
         if per_node > 1:
