@@ -102,6 +102,12 @@ def predict_run(
         )
     for cause in dict.fromkeys(r.above_ideal for r in rows if r.above_ideal):
         print(f"  above the ideal: {cause}")
+    empty = [line for r in rows if (line := model.empty_steps(costs, r.prediction))]
+    if empty:
+        print(
+            f"  under the ideal for the dataset's size: an epoch of {costs.train_images:,} images takes whole steps "
+            f"({'; '.join(empty)}): a larger dataset or a smaller local batch scales further"
+        )
     overlapped = [(r.prediction, rate) for r in rows if (rate := model.overlapped_rate(costs, r.prediction, between))]
     if overlapped:
         faster = ", ".join(f"{p.per_node} x {p.nodes} at {p.local_batch}: {rate:,.0f}" for p, rate in overlapped)

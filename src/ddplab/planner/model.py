@@ -518,6 +518,22 @@ def above_ideal(costs: StepCosts, p: Prediction) -> str | None:
     )
 
 
+EMPTY_SHARE = 0.10  # an epoch's whole steps this much emptier than its images are said under the table (empty_steps)
+
+
+def empty_steps(costs: StepCosts, p: Prediction) -> str | None:
+    """Where an epoch pays for whole steps it cannot fill (None elsewhere): its steps are ceil(images / global
+    batch), so a global batch near or past the dataset's size trains fewer images than its steps hold, and the row's
+    efficiency falls for the dataset's size, not the link or the GPUs: said with the row, at 10% empty or more."""
+    per_step = p.local_batch * costs.accumulate * p.workers
+    steps = math.ceil(costs.train_images / per_step)
+    empty = 1 - costs.train_images / (steps * per_step)
+    if empty < EMPTY_SHARE:
+        return None
+    plural = "s" if steps > 1 else ""
+    return f"{p.per_node} x {p.nodes} at {p.local_batch}: {steps} step{plural} of {per_step:,}, {empty:.0%} empty"
+
+
 def smallest_batch(
     costs: StepCosts,
     per_node: int,

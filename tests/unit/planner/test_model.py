@@ -297,6 +297,23 @@ def test_a_plan_from_a_measured_node_gives_its_rows_across_nodes_that_kinds_band
         assert all(inter in n and "ddplab plan --measure" in n for n in notes)
 
 
+def test_a_row_whose_epoch_pays_for_empty_steps_says_so_with_the_datasets_size(tmp_path, capsys):
+    """An epoch is whole steps: 1,000 images at 16 workers of 128 are one step of 2,048, half of it empty, and the
+    row's efficiency falls for the dataset's size, not the link. Said under the table for the rows 10% empty or more
+    (8 workers of 128: one step of 1,024, 2% empty, is not)."""
+    from ddplab.cli import main
+
+    run = write_run(tmp_path / "r", strategy="single", nproc=1, batch=128, device="cuda")
+    assert main(["plan", str(run), "--gpus", "1,8", "--nodes", "1,2", "--out", str(tmp_path / "plan.json")]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "for the dataset's size" in line]
+    assert lines == [
+        "  under the ideal for the dataset's size: an epoch of 1,000 images takes whole steps (8 x 2 at 128: 1 step "
+        "of 2,048, 51% empty): a larger dataset or a smaller local batch scales further"
+    ]
+    rows = {(r["per_node"], r["nodes"]): r for r in read_plan(tmp_path / "plan.json")["rows"]}
+    assert rows[8, 2]["images_per_s"] == pytest.approx(1000 / rows[8, 2]["step_s"])  # one step an epoch
+
+
 def test_a_plan_over_a_measured_link_says_which_worker_counts_it_did_not_measure(tmp_path, capsys):
     """A links file measured with 2 ranks: the 4-worker rows use the 2-rank fit, and the plan says so with the
     command that measures 4; measured with 2 and 4, each row uses its own fit and nothing is said."""
