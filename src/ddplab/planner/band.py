@@ -469,13 +469,15 @@ def cells_table(held: list[Point], spreads: dict[str, Spread]) -> str:
             return f"no band (under {LEAST_CASES} points)"
         return ", ".join(Band(b.lo, b.hi, b.points, "", sources=b.sources).marks)
 
-    header = (
-        f"  {'kind':36} {'count':>5} {'data':>9} {'points':>6} {'sources':>7} {'band':>13} {'width':>5} "
-        f"{'validation':>10}  marks"
-    )
+    def header(first: str) -> str:
+        return (
+            f"  {first:36} {'count':>5} {'data':>9} {'points':>6} {'sources':>7} {'band':>13} {'width':>5} "
+            f"{'validation':>10}  marks"
+        )
+
     lines = [
         "bands by cell (ddplab plan gives a row its count's synthetic-data cell where it is not few, else both):",
-        header,
+        header("kind"),
     ]
     inside: dict[str, list[int]] = {}  # by source, over the cells of one pipeline (each point in one of them)
 
@@ -496,7 +498,7 @@ def cells_table(held: list[Point], spreads: dict[str, Spread]) -> str:
         "(from a measured node, at the nodes), edge by edge; points: the fewer of the two steps' cases; validation: "
         "every such prediction at that count of nodes against the band composed for its own node and pipeline from "
         "the other sources",
-        header.replace("kind                                ", "GPUs a node                         "),
+        header("GPUs a node"),
     ]
     counted: set[int] = set()
     for (nodes, per_node, data), b in composed.items():
