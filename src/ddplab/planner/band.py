@@ -36,7 +36,15 @@ import functools
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, cast
 
-from ddplab.planner.corpus import FEWEST_CASES, FEWEST_SOURCES
+from ddplab.planner import corpus
+from ddplab.planner.corpus import (
+    FEWEST_CASES,
+    FEWEST_SOURCES,
+    FROM_ONE_GPU,
+    band_of_sources,
+    cell_bands,
+    composed_bands,
+)
 
 if TYPE_CHECKING:
     from ddplab.planner.corpus import Point, Spread
@@ -124,8 +132,6 @@ class Band:
 def from_ratios(ratios: list[float], source: str, sources: int = 1, held: int = 0, held_of: int = 0) -> Band:
     """The band of one source's cases by the one rule (corpus.band_of_sources): for one source, their central
     90%."""
-    from ddplab.planner.corpus import band_of_sources
-
     if not ratios:
         raise ValueError(f"no checked cases for a band ({source})")
     return Band(*band_of_sources({source: ratios}), len(ratios), source, held, held_of, sources)
@@ -293,8 +299,6 @@ def cpu_band(workers: int = 2) -> Band:
 def _corpus() -> tuple[list[Point], dict[str, Spread]]:
     """Every published point predicted as the corpus checks it (the model recomputed each time it is asked,
     STRAGGLER's spreads fitted without each point's source), and those spreads."""
-    from ddplab.planner import corpus
-
     _, held, spreads = corpus.predicted(corpus.load()[1])
     return held, spreads
 
@@ -308,8 +312,6 @@ def _published(key_words: str, b) -> Band:
 @functools.lru_cache(maxsize=1)
 def corpus_cells() -> dict[tuple[str, int, str], Band]:
     """The corpus's bands by cell: (kind, count, pipeline), pipeline "" for both together (planner/figures)."""
-    from ddplab.planner import corpus
-
     return {key: _published(corpus.cell_words(*key), b) for key, b in corpus.cell_bands(*_corpus()).items()}
 
 
@@ -317,16 +319,12 @@ def corpus_cells() -> dict[tuple[str, int, str], Band]:
 def composed_cells() -> dict[tuple[int, int, str], Band]:
     """The corpus's bands across nodes planned from one GPU, by (nodes, a node's GPUs, pipeline): a node's step's
     band times the nodes' step's (corpus.composed_bands)."""
-    from ddplab.planner import corpus
-
     return {key: _published(corpus.composed_words(*key), b) for key, b in corpus.composed_bands(*_corpus()).items()}
 
 
 def gpu_band(nodes: int = 1, per_node: int = 2, node_gbit: float | None = None, from_node: bool = False) -> Band:
     """A GPU prediction's band: the cell of its kind (corpus.kind_for) and count, for a run whose images sit on the
     device (synthetic data); across nodes from one GPU, the band composed of a node's step and the nodes'."""
-    from ddplab.planner import corpus
-
     kind = corpus.kind_for(nodes, node_gbit, from_node=from_node)
     if kind == corpus.FROM_ONE_GPU:
         return composed_band(corpus.count_bin(nodes), corpus.per_node_bin(per_node), SYNTHETIC)
@@ -336,8 +334,6 @@ def gpu_band(nodes: int = 1, per_node: int = 2, node_gbit: float | None = None, 
 def cell_band(kind: str, count: int, data: str) -> Band:
     """The band of a prediction of `kind` at `count` whose input pipeline is `data`: that pipeline's cell where it
     holds enough cases (not few), else both pipelines'; no band where fewer than 5 published points are of it."""
-    from ddplab.planner import corpus
-
     cells = corpus_cells()
     refined, pooled = cells.get((kind, count, data)), cells.get((kind, count, ""))
     if refined is not None and "few" not in refined.marks:
@@ -350,8 +346,6 @@ def cell_band(kind: str, count: int, data: str) -> Band:
 
 def point_band(p: Point) -> Band:
     """The band a published point's prediction takes, as a plan's row of its kind, counts and pipeline would."""
-    from ddplab.planner import corpus
-
     if p.kind == corpus.FROM_ONE_GPU:
         return composed_band(
             corpus.count_bin(p.row.nodes), corpus.per_node_bin(p.row.per_node), p.series.fields["data"]
@@ -362,8 +356,6 @@ def point_band(p: Point) -> Band:
 def composed_band(nodes: int, per_node: int, data: str) -> Band:
     """Across `nodes` (a count bin) of `per_node` GPUs planned from one GPU, for pipeline `data`: no band where the
     nodes' step has fewer than 5 published points (corpus.composed_bands takes each step's pipeline cell or both)."""
-    from ddplab.planner import corpus
-
     found = composed_cells().get((nodes, per_node, data))
     if found is not None and found.cases >= LEAST_CASES:
         return found
@@ -377,7 +369,6 @@ def composed_band(nodes: int, per_node: int, data: str) -> Band:
 def unseen_points() -> list[Point]:
     """The test sources' points (corpus.load_unseen) predicted as a plan predicts: from each series' base row and
     again from its measured node, at STRAGGLER's constants (the spreads fitted to the whole corpus)."""
-    from ddplab.planner import corpus
     from ddplab.planner.model import GPU_STEP_CV, NODE_STEP_CV, Spread
 
     _, series = corpus.load_unseen()
@@ -390,8 +381,6 @@ def unseen_table(found: list[Point]) -> str:
     in the band its own cell (kind, count, its input pipeline) draws from the corpus. By source over the published
     figures (each predicted from its series' base row); by kind over every prediction, a figure predicted again
     from its measured node counting again."""
-    from ddplab.planner import corpus
-
     predicted = [p for p in found if p.error is not None]
     if not predicted:
         return ""
@@ -454,7 +443,6 @@ def cells_table(held: list[Point], spreads: dict[str, Spread]) -> str:
     bands composed of a node's step and the nodes' (by a node's GPUs too), with the composed rule's validation at
     that count of nodes; and each source's points inside the band of their own cell drawn without them: the coverage
     by source."""
-    from ddplab.planner.corpus import FROM_ONE_GPU, cell_bands, composed_bands
 
     def row(kind: str, count: int, data: str, b, marks: str) -> str:
         return (
