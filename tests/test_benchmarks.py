@@ -278,12 +278,15 @@ def test_speedrun_against_airbench_takes_only_a_file_it_knows_unless_told_and_ai
 @pytest.mark.alone(why="its check bounds the model's error against runs it times")
 def test_plan_validation_sets_the_model_against_measured_runs(tmp_path):
     """--quick: the tiny net at batch 32, one process and 2 workers, the link measured with 2 ranks; each row's
-    error is its predicted over its measured throughput, less one, as the table prints it, and within 50%.
+    error is its predicted over its measured throughput, less one, as the table prints it, and within a factor of
+    two either way (-50% to +100%).
 
-    On the 2-core development VM the model is off by 11-26% on such runs (BENCHMARKS.md), and one run's
-    throughput differs by up to 45% from one try to the next when the machine is shared: a tighter bound
-    would fail on noise. 50% still catches a model wrong in kind (a missing factor of two in the shared
-    cores, a bandwidth in bits for bytes, a communication term a thousand times off)."""
+    On the 2-core development VM the model is off by 11-26% on such runs (BENCHMARKS.md), but one run apiece is
+    noisy when the machine is shared: on 2026-12-03 (fourth session) the 1-process run gave 3,430 to 6,900 img/s
+    from one try to the next and the error ran from -32% to +72% over nine tries, two of them past the +50% this
+    bound was before (one failing a fresh-clone CI run). Keeping each shape's fastest of two runs still left +45%
+    and doubled the test's time. A factor of two still catches a model wrong in kind (a bandwidth in bits for
+    bytes, a communication term a thousand times off, a count of cores squared)."""
     out = tmp_path / "plan.json"
     proc = warm.run(
         [sys.executable, "-c", RUN_SCRIPT, str(BENCH / "plan_validation.py"), "--quick", "--out", str(out)],
@@ -297,7 +300,7 @@ def test_plan_validation_sets_the_model_against_measured_runs(tmp_path):
     (row,) = payload["rows"]
     assert (row["case"], row["batch"], row["workers"]) == ("tiny", 32, 2) and set(payload["links"]) == {"2"}
     assert row["measured"] > 0 and row["predicted"] > 0 and row["error"] == row["predicted"] / row["measured"] - 1
-    assert abs(row["error"]) < 0.5 or len(os.sched_getaffinity(0)) < 2, row  # 2 workers on one core mean nothing
+    assert 0.5 < row["predicted"] / row["measured"] < 2 or len(os.sched_getaffinity(0)) < 2, row  # 2 on 1 core: nothing
     assert (
         f"| tiny | 32 | {row['one']:,.0f} img/s | 2 | {row['predicted']:,.0f} | {row['measured']:,.0f} | "
         f"{row['error']:+.0%} |" in proc.stdout
