@@ -72,9 +72,8 @@ class Band:
         """("few",), ("wide",), both or none: how a weak band is marked."""
         if not self.cases:
             return ()
-        few = self.cases < FEWEST_CASES or self.sources < FEWEST_SOURCES
         wide = self.lo < 1 - TRUST_WITHIN or self.hi > 1 + TRUST_WITHIN
-        return tuple(m for m, on in (("few", few), ("wide", wide)) if on)
+        return tuple(m for m, on in (("few", corpus.few(self.cases, self.sources)), ("wide", wide)) if on)
 
     @property
     def mark(self) -> str:
@@ -303,7 +302,7 @@ def _corpus() -> tuple[list[Point], dict[str, Spread]]:
     return held, spreads
 
 
-def _published(key_words: str, b) -> Band:
+def _published(key_words: str, b: corpus.KindBand) -> Band:
     return Band(
         b.lo, b.hi, b.points, f"published runs {key_words}, planner/figures", b.held, b.held_of, b.sources
     )  # fmt: skip

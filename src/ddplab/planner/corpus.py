@@ -605,14 +605,19 @@ def _ratios(ps: list[Point]) -> dict[str, list[float]]:
 Rule = Callable[[dict[str, list[float]]], tuple[float, float]]  # ratios by source -> a band's edges
 
 
+def _without(ps: list[Point], source: str | None, spreads: dict[str, Spread] | None) -> dict[str, list[float]]:
+    """Measured / predicted by source of the points not of `source`, predicted with the spreads fitted without it
+    (`spreads`; None, or no source left out: as they are), so that nothing of a source is in its test."""
+    spread = None if spreads is None or source is None else spreads[source]
+    return _ratios([p if spread is None else p.at(spread) for p in ps if p.series.source != source])
+
+
 def _band_of(name: str, ps: list[Point], spreads: dict[str, Spread] | None, rule: Rule = band_of_sources) -> KindBand:
     """The band of these points, with its coverage out of sample: a source's points against the band of the other
-    sources' points, those predicted with the spreads fitted without that source (`spreads`; None: as they are),
-    so that nothing of a source is in its test."""
+    sources' points (`_without`)."""
     held = []
     for source in sorted({p.series.source for p in ps}):
-        spread = None if spreads is None else spreads[source]
-        others = _ratios([p if spread is None else p.at(spread) for p in ps if p.series.source != source])
+        others = _without(ps, source, spreads)
         if not others:
             continue
         lo, hi = rule(others)
@@ -666,6 +671,13 @@ def cell_bands(
 
 
 FEWEST_CASES, FEWEST_SOURCES = 19, 3  # under 19 cases a 90% band's ranks fall outside them (band_edges)
+
+
+def few(cases: int, sources: int) -> bool:
+    """Whether a band's edges are drawn from a handful: under FEWEST_CASES cases or FEWEST_SOURCES sources."""
+    return cases < FEWEST_CASES or sources < FEWEST_SOURCES
+
+
 FROM_ONE_GPU = KINDS[3]  # across nodes, planned from one GPU: a band composed of two cells' (composed_bands)
 FACTORS = (KINDS[4], KINDS[2])  # its two steps: one GPU to a node of them, then that node to the nodes
 
@@ -697,21 +709,14 @@ def composed_bands(
 
     @functools.cache
     def step(kind: str, count: int, data: str, without: str | None) -> dict[str, list[float]]:
-        spread = None if spreads is None or without is None else spreads[without]
-
         def ratios(pipeline: str) -> dict[str, list[float]]:
-            ps = [
-                p if spread is None else p.at(spread)
-                for p in predicted
-                if p.series.source != without and cell_of(p)[:2] == (kind, count)
-                and pipeline in ("", p.series.fields["data"])
-            ]  # fmt: skip
-            return _ratios(ps)
+            cell = [
+                p for p in predicted if cell_of(p)[:2] == (kind, count) and pipeline in ("", p.series.fields["data"])
+            ]
+            return _without(cell, without, spreads)
 
         refined = ratios(data)
-        if sum(map(len, refined.values())) >= FEWEST_CASES and len(refined) >= FEWEST_SOURCES:
-            return refined
-        return ratios("")
+        return refined if not few(sum(map(len, refined.values())), len(refined)) else ratios("")
 
     @functools.cache
     def composed(nodes: int, per_node: int, data: str, without: str | None = None) -> KindBand | None:

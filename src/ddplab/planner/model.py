@@ -444,6 +444,11 @@ def queued_past(sizes: list[float], times: list[float], backward_s: float) -> fl
     return max(0.0, done - backward_s)
 
 
+def epoch_steps(costs: StepCosts, local_batch: int, workers: int) -> int:
+    """An epoch's optimizer steps at `local_batch` on `workers`: whole steps, the last filled as far as it goes."""
+    return math.ceil(costs.train_images / (local_batch * costs.accumulate * workers))
+
+
 def predict_one(
     costs: StepCosts, per_node: int, nodes: int, local_batch: int, link: AnyLink, inter_node: AnyLink | None = None
 ) -> Prediction:
@@ -459,7 +464,7 @@ def predict_one(
     # CUDA each GPU's spread, and across nodes each node's besides
     waiting = straggler_waits_s(own, workers if costs.on_cuda else nodes, nodes, Spread(costs.step_cv, costs.node_cv))
     step = own + exposed + waiting
-    steps = math.ceil(costs.train_images / (local_batch * costs.accumulate * workers))
+    steps = epoch_steps(costs, local_batch, workers)
     rate = costs.train_images / (steps * step)
     alone = predict_alone(costs, local_batch)
     ideal = float(devices_brought(workers, nodes, on_cuda=costs.on_cuda))
@@ -493,7 +498,7 @@ def overlapped_rate(costs: StepCosts, p: Prediction, inter_node: AnyLink | None)
 def predict_alone(costs: StepCosts, local_batch: int) -> float:
     """One worker's training images per second at `local_batch` (no all-reduce)."""
     step = costs.data_s(local_batch, 1) + costs.compute_s(local_batch, 1) + costs.optimizer_s + costs.rest_s
-    return costs.train_images / (math.ceil(costs.train_images / (local_batch * costs.accumulate)) * step)
+    return costs.train_images / (epoch_steps(costs, local_batch, 1) * step)
 
 
 def above_ideal(costs: StepCosts, p: Prediction) -> str | None:
@@ -526,7 +531,7 @@ def empty_steps(costs: StepCosts, p: Prediction) -> str | None:
     batch), so a global batch near or past the dataset's size trains fewer images than its steps hold, and the row's
     efficiency falls for the dataset's size, not the link or the GPUs: said with the row, at 10% empty or more."""
     per_step = p.local_batch * costs.accumulate * p.workers
-    steps = math.ceil(costs.train_images / per_step)
+    steps = epoch_steps(costs, p.local_batch, p.workers)
     empty = 1 - costs.train_images / (steps * per_step)
     if empty < EMPTY_SHARE:
         return None
