@@ -454,9 +454,6 @@ def gpu_summary(gpu: dict[str, Any], history: list[EpochRecord]) -> GpuPart:
     return {"measured": True, "reason": None, "per_rank": per_rank}
 
 
-CLOCKS = ACROSS_EPOCHS  # the step clocks' per-rank figures, combined over the run's epochs
-
-
 def per_rank_summary(history: list[EpochRecord]) -> dict[str, dict[str, Any]]:
     """Per-rank totals (time, samples) and peaks (memory) over the run, with max and mean across ranks; DDP's
     own timings (ddp_*) are means a step: the last epoch's, in milliseconds (ddp_*_ms)."""
@@ -473,17 +470,17 @@ def per_rank_summary(history: list[EpochRecord]) -> dict[str, dict[str, Any]]:
             columns = list(
                 zip(*(r.per_rank[key] for r in history if key in r.per_rank), strict=False)
             )  # one tuple per rank
-            if key in CLOCKS:  # an epoch's median, p95, max or share: across epochs, not a total
+            if key in ACROSS_EPOCHS:  # an epoch's median, p95, max or share: across epochs, not a total
                 kept = [[v for v in c if v is not None] for c in columns]
                 if not all(kept):
                     continue  # not measured (one rank: no all-reduce to join)
-                per_rank = [CLOCKS[key](c) for c in kept]
+                per_rank = [ACROSS_EPOCHS[key](c) for c in kept]
             else:
                 per_rank = [max(c) if key.endswith("_mib") else sum(c) for c in columns]
         out[key] = {
-            "per_rank": [round(v, 6 if key in CLOCKS else 3) for v in per_rank],
-            "max": round(max(per_rank), 6 if key in CLOCKS else 3),
-            "mean": round(statistics.fmean(per_rank), 6 if key in CLOCKS else 3),
+            "per_rank": [round(v, 6 if key in ACROSS_EPOCHS else 3) for v in per_rank],
+            "max": round(max(per_rank), 6 if key in ACROSS_EPOCHS else 3),
+            "mean": round(statistics.fmean(per_rank), 6 if key in ACROSS_EPOCHS else 3),
         }
     return out
 
@@ -574,7 +571,11 @@ def format_summary(s: Summary, run_dir: Any = None) -> str:
     if run["world_size"] > 1:
         for key, stats in s["ranks"].items():
             scale, unit = (
-                (1000, " ms") if key in CLOCKS and key.endswith("_s") else (100, "%") if key in CLOCKS else (1, "")
+                (1000, " ms")
+                if key in ACROSS_EPOCHS and key.endswith("_s")
+                else (100, "%")
+                if key in ACROSS_EPOCHS
+                else (1, "")
             )
             name = key.removesuffix("_s") if unit == " ms" else key
             lines.append(
